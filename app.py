@@ -1,0 +1,69 @@
+"""The interpretability workbench: one Gradio app, five papers as live instruments.
+
+    python app.py                    # the zoo (tiny offline models), http://127.0.0.1:7860
+    python app.py --preset hub       # the papers' checkpoints (GPU machine with hub access)
+    WORKBENCH_PRESET=hub python app.py
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from backend.core import netenv
+from backend.core.presets import active_source
+
+# Before gradio / huggingface_hub are imported: no analytics, no telemetry, and no hub access at
+# all unless the hub preset is asked for.
+SOURCE = active_source(sys.argv[1:])
+netenv.apply(offline=SOURCE == "zoo")
+
+import gradio as gr  # noqa: E402
+
+from components import tab_modules  # noqa: E402
+from components.common import CSS, THEME, TabContext  # noqa: E402
+
+QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
+
+
+def build_app(source: str = SOURCE) -> gr.Blocks:
+    modules = tab_modules()
+    with gr.Blocks(title="Interpretability workbench", analytics_enabled=False) as demo:
+        gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
+                "<span class='wb-sub'>five papers, five live instruments</span>"
+                f"<span class='wb-badge'>{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></div>")
+        with gr.Tabs() as tabs:
+            ctx = TabContext(tabs=tabs, source=source, registry=modules)
+            for mod in modules:
+                with gr.Tab(mod.TITLE, id=mod.TAB_ID, elem_id=f"tab-{mod.TAB_ID}"):
+                    mod.build(ctx)
+
+        ids = [m.TAB_ID for m in modules]
+
+        def open_from_url(request: gr.Request):
+            # Deep link: ?tab=ID opens that tab.
+            wanted = (request.query_params.get("tab") if request else None) or ids[0]
+            return gr.Tabs(selected=wanted if wanted in ids else ids[0])
+
+        demo.load(open_from_url, outputs=tabs, api_visibility="private")
+    # Bounded queue; model-touching events set their own per-device group (components.common).
+    demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
+    return demo
+
+
+def launch_kwargs() -> dict:
+    return {"theme": THEME, "css": CSS, "footer_links": [], "max_file_size": "20mb",
+            "show_error": False}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=["zoo", "hub"], default=SOURCE)
+    ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    args = ap.parse_args(argv)
+    build_app(args.preset).launch(server_name=args.host, server_port=args.port, **launch_kwargs())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Pure torch/numpy implementations behind the workbench. Never imports gradio."""

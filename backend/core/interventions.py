@@ -1,0 +1,162 @@
+"""Interventions as scoped contexts: applied on entry, restored exactly in `finally`.
+
+Every context names its target by (model, submodule name), takes the model's re-entrant lock for its
+whole duration, and removes its hooks / restores its weights even when the body raises. A caller
+that reads a shared model without intervening takes the same lock with `locked(model)`, so it never
+sees another request's intervention half-applied. The values passed in (channel lists, masks,
+factors) are small descriptors a UI can keep in its state; no model is ever left modified.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from contextlib import ExitStack, contextmanager
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import torch
+from torch import nn
+
+_LOCKS: "weakref.WeakKeyDictionary[nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model: nn.Module) -> threading.RLock:
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+        return lock
+
+
+@contextmanager
+def locked(model: nn.Module) -> Iterator[nn.Module]:
+    with model_lock(model):
+        yield model
+
+
+def count_hooks(model: nn.Module) -> int:
+    """Forward, pre-forward and backward hooks on every submodule (0 when nothing is left behind)."""
+    n = 0
+    for m in model.modules():
+        n += len(m._forward_hooks) + len(m._forward_pre_hooks)
+        n += len(m._backward_hooks) + len(getattr(m, "_backward_pre_hooks", {}))
+    return n
+
+
+def _edit_first(output, fn: Callable[[torch.Tensor], torch.Tensor]):
+    # Decoder layers and attention blocks may return tuples; the hidden state comes first.
+    if isinstance(output, torch.Tensor):
+        return fn(output)
+    if isinstance(output, tuple) and output and isinstance(output[0], torch.Tensor):
+        return (fn(output[0]),) + tuple(output[1:])
+    if hasattr(output, "last_hidden_state"):  # ModelOutput
+        output.last_hidden_state = fn(output.last_hidden_state)
+        return output
+    raise TypeError(f"cannot edit a module output of type {type(output).__name__}")
+
+
+@contextmanager
+def edit_output(model: nn.Module, name: str, fn: Callable[[torch.Tensor], torch.Tensor]):
+    """Replace the output of `model.<name>` by `fn(output)` for the duration of the context."""
+    module = model.get_submodule(name)
+    with model_lock(model):
+        handle = module.register_forward_hook(lambda _m, _i, out: _edit_first(out, fn))
+        try:
+            yield model
+        finally:
+            handle.remove()
+
+
+def _channel_index(channels: Sequence[int], size: int, device) -> torch.Tensor:
+    idx = torch.as_tensor(list(channels), dtype=torch.long, device=device)
+    if idx.numel() and (idx.min() < -size or idx.max() >= size):
+        raise IndexError(f"channel out of range for a layer of {size} channels")
+    return idx
+
+
+@contextmanager
+def scale_channels(model: nn.Module, name: str, channels: Sequence[int], factor: float = 0.0):
+    """Multiply chosen output channels (last dimension) of `model.<name>` by `factor`."""
+    def fn(out: torch.Tensor) -> torch.Tensor:
+        idx = _channel_index(channels, out.shape[-1], out.device)
+        scale = torch.ones(out.shape[-1], dtype=out.dtype, device=out.device)
+        scale[idx] = factor
+        return out * scale
+
+    with edit_output(model, name, fn):
+        yield model
+
+
+def zero_channels(model: nn.Module, name: str, channels: Sequence[int]):
+    return scale_channels(model, name, channels, 0.0)
+
+
+@contextmanager
+def scale_channels_many(model: nn.Module, spec: Mapping[str, Sequence[int]], factor: float = 0.0):
+    """`scale_channels` over several layers at once: {layer name: [channel, ...]}."""
+    with ExitStack() as stack:
+        stack.enter_context(model_lock(model))
+        for name, channels in spec.items():
+            if len(channels):
+                stack.enter_context(scale_channels(model, name, channels, factor))
+        yield model
+
+
+@contextmanager
+def scale_weights(model: nn.Module, masks: Mapping[str, torch.Tensor], factor: float):
+    """Multiply the masked entries of named parameters by `factor` in place (0 prunes).
+
+    Only the masked entries are saved, so the extra memory is the size of what changes, and the
+    restore writes the saved values back: bit-identical, whatever the factor.
+    """
+    params = dict(model.named_parameters())
+    for name, mask in masks.items():
+        if name not in params:
+            raise KeyError(f"no parameter named {name!r}")
+        if mask.shape != params[name].shape or mask.dtype != torch.bool:
+            raise ValueError(f"mask for {name!r} must be a bool tensor of shape {tuple(params[name].shape)}")
+    saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    with model_lock(model), torch.no_grad():
+        try:
+            for name, mask in masks.items():
+                p = params[name]
+                m = mask.to(p.device)
+                saved.append((p, m, p.data[m].clone()))
+                p.data[m] = p.data[m] * factor
+            yield model
+        finally:
+            for p, m, orig in reversed(saved):
+                p.data[m] = orig
+
+
+@contextmanager
+def steer(model: nn.Module, name: str, direction: torch.Tensor, value: float, *,
+          mode: str = "add", positions: Iterable[int] | slice | None = None):
+    """Move the output of `model.<name>` along `direction`.
+
+    mode "add":   h ← h + value · d̂
+    mode "clamp": h ← h + (value − ⟨h, d̂⟩) · d̂   (the component along d̂ is set to `value`)
+    `positions` limits the edit to those sequence positions (dimension -2).
+    """
+    if mode not in ("add", "clamp"):
+        raise ValueError(f"mode must be 'add' or 'clamp', not {mode!r}")
+    d = direction.detach().flatten()
+    norm = d.norm()
+    if not torch.isfinite(norm) or norm == 0:
+        raise ValueError("steering direction must be finite and non-zero")
+    d = d / norm
+
+    def fn(out: torch.Tensor) -> torch.Tensor:
+        u = d.to(out.device, out.dtype)
+        if mode == "add":
+            delta = value * u.expand_as(out)
+        else:
+            delta = (value - out @ u).unsqueeze(-1) * u
+        if positions is None:
+            return out + delta
+        keep = torch.zeros(out.shape[-2], dtype=torch.bool, device=out.device)
+        keep[positions if isinstance(positions, slice) else list(positions)] = True
+        return out + delta * keep.unsqueeze(-1).to(out.dtype)
+
+    with edit_output(model, name, fn):
+        yield model

@@ -1,0 +1,188 @@
+"""One registry of model presets, and the one loading path both sources go through.
+
+Each tab names a zoo model (the default: tiny, trained here, committed under assets/zoo) and hub
+checkpoints (the papers' real models, for a GPU Space). The source is chosen by the environment
+variable WORKBENCH_PRESET (`zoo` | `hub`) or app.py's `--preset` flag. Whatever the source, loading
+is `cls.from_pretrained(path_or_id, use_safetensors=True)`: the code path the Space uses is the one
+the tests use. Remote code is never trusted and pickle checkpoints are refused.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ZOO_ROOT = REPO_ROOT / "assets" / "zoo"
+SOURCES = ("zoo", "hub")
+
+# owner/name as the hub spells it: no leading dot or dash, no "..", at most 96 characters a part.
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.)){0,95}/[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.)){0,95}$")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# Modules a preset or manifest may name a class from; anything else is refused.
+ALLOWED_CLASS_PREFIXES = ("transformers.", "diffusers.", "backend.")
+
+
+class PresetError(ValueError):
+    """A preset, hub id or path that the workbench refuses to load."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    tab: str
+    source: str  # "zoo" | "hub"
+    path_or_id: str  # zoo: a folder name under assets/zoo; hub: owner/name
+    model_class: str  # dotted path, e.g. "transformers.MambaForCausalLM"
+    label: str = ""
+    revision: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_id(self) -> str:
+        return f"{self.source}:{self.path_or_id}@{self.revision or 'main'}"
+
+    def location(self) -> str:
+        """A validated local path (zoo) or hub id (hub)."""
+        if self.source == "zoo":
+            return str(validate_local_path(ZOO_ROOT / self.path_or_id))
+        return validate_hub_id(self.path_or_id)
+
+
+_REGISTRY: dict[str, list[Preset]] = {}
+
+
+def register(preset: Preset) -> Preset:
+    if preset.source not in SOURCES:
+        raise PresetError(f"unknown source {preset.source!r}; expected one of {SOURCES}")
+    import_class(preset.model_class, check_only=True)
+    if preset.source == "hub":
+        validate_hub_id(preset.path_or_id)
+    presets = _REGISTRY.setdefault(preset.tab, [])
+    if preset not in presets:
+        presets.append(preset)
+    return preset
+
+
+def presets(tab: str | None = None) -> list[Preset]:
+    if tab is None:
+        return [p for ps in _REGISTRY.values() for p in ps]
+    return list(_REGISTRY.get(tab, []))
+
+
+def active_source(argv: list[str] | None = None) -> str:
+    """`--preset X` on the command line wins over WORKBENCH_PRESET; the default is the zoo."""
+    source = os.environ.get("WORKBENCH_PRESET", "zoo")
+    argv = list(argv or [])
+    for i, arg in enumerate(argv):
+        if arg == "--preset" and i + 1 < len(argv):
+            source = argv[i + 1]
+        elif arg.startswith("--preset="):
+            source = arg.split("=", 1)[1]
+    source = source.strip().lower()
+    if source not in SOURCES:
+        raise PresetError(f"unknown preset source {source!r}; expected one of {SOURCES}")
+    return source
+
+
+def active(tab: str, source: str | None = None) -> Preset:
+    """The preset a tab uses: the first of the chosen source, falling back to the zoo."""
+    source = source or active_source()
+    candidates = presets(tab)
+    for p in candidates:
+        if p.source == source:
+            return p
+    for p in candidates:
+        if p.source == "zoo":
+            return p
+    raise PresetError(f"no preset registered for tab {tab!r}")
+
+
+def validate_hub_id(repo_id: str) -> str:
+    if not isinstance(repo_id, str) or not HUB_ID_RE.match(repo_id):
+        raise PresetError(f"not a valid hub id (expected owner/name): {repo_id!r}")
+    return repo_id
+
+
+def allowed_roots() -> list[Path]:
+    """assets/zoo plus any folders listed in WORKBENCH_MODEL_ROOTS (os.pathsep-separated)."""
+    roots = [ZOO_ROOT]
+    extra = os.environ.get("WORKBENCH_MODEL_ROOTS", "")
+    roots += [Path(p) for p in extra.split(os.pathsep) if p.strip()]
+    return [r.resolve() for r in roots]
+
+
+def validate_local_path(path: str | os.PathLike, roots: list[Path] | None = None) -> Path:
+    """Resolve symlinks and `..` first, then require the result to lie inside an allowed root."""
+    if isinstance(path, str) and ("\x00" in path or not path.strip()):
+        raise PresetError("empty or malformed path")
+    resolved = Path(path).expanduser().resolve()
+    roots = [Path(r).resolve() for r in (roots or allowed_roots())]
+    if not any(resolved == r or r in resolved.parents for r in roots):
+        raise PresetError(f"path {str(path)!r} is outside the allowed model folders")
+    if not resolved.exists():
+        raise PresetError(f"no model at {str(path)!r}")
+    return resolved
+
+
+def looks_local(path_or_id: str) -> bool:
+    """Paths start with . / ~ or have more than one slash; `owner/name` is a hub id unless it exists."""
+    return (path_or_id.startswith((".", "/", "~", "\\")) or path_or_id.count("/") >= 2
+            or Path(path_or_id).exists())
+
+
+def resolve(path_or_id: str | os.PathLike, roots: list[Path] | None = None) -> str:
+    s = os.fspath(path_or_id)
+    if looks_local(s):
+        return str(validate_local_path(s, roots))
+    return validate_hub_id(s)
+
+
+def refuse_pickles(folder: Path) -> None:
+    """A local folder must hold its weights as safetensors; a pickle-only checkpoint is refused."""
+    if not folder.is_dir():
+        return
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    has_safe = any(p.suffix == ".safetensors" for p in files)
+    pickles = [p.name for p in files if p.suffix in PICKLE_SUFFIXES]
+    if pickles and not has_safe:
+        raise PresetError(
+            f"refusing pickle weights {sorted(pickles)[:3]}: only safetensors checkpoints are loaded"
+        )
+
+
+def import_class(dotted: str, check_only: bool = False):
+    if not isinstance(dotted, str) or not dotted.startswith(ALLOWED_CLASS_PREFIXES):
+        raise PresetError(f"class {dotted!r} is not from transformers, diffusers or backend")
+    if check_only:
+        return None
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def load_pretrained(cls, path_or_id: str | os.PathLike, *, weights: bool = True,
+                    roots: list[Path] | None = None, **kwargs):
+    """`cls.from_pretrained` with the workbench's rules: validated location, safetensors only
+    (for classes that hold weights), no remote code."""
+    if kwargs.get("trust_remote_code"):
+        raise PresetError("trust_remote_code is never enabled in the workbench")
+    kwargs.pop("trust_remote_code", None)
+    if isinstance(cls, str):
+        cls = import_class(cls)
+    location = resolve(path_or_id, roots)
+    if Path(location).exists():
+        refuse_pickles(Path(location))
+    if weights:
+        kwargs["use_safetensors"] = True
+    return cls.from_pretrained(location, **kwargs)
+
+
+def load_preset(preset: Preset, **kwargs):
+    roots = None
+    if preset.source == "zoo":
+        roots = [ZOO_ROOT]
+    if preset.revision:
+        kwargs.setdefault("revision", preset.revision)
+    return load_pretrained(preset.model_class, preset.location(), roots=roots, **kwargs)

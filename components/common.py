@@ -1,0 +1,59 @@
+"""Shared UI pieces: theme, CSS, the per-device concurrency group, error helpers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+from backend.core.device import pick_device
+
+# Every model-touching event joins this group: one model computation at a time per device, so
+# requests queue instead of thrashing a 2-core CPU or oversubscribing one GPU.
+MODEL_GROUP = f"model-{pick_device().type}"
+
+
+def model_event(**extra: Any) -> dict[str, Any]:
+    """Keyword arguments for `.click(...)` / `.change(...)` of a model-touching event."""
+    return {"concurrency_id": MODEL_GROUP, "concurrency_limit": 1, **extra}
+
+
+@dataclass
+class TabContext:
+    """What app.py hands each tab's build(): the Tabs container and the preset source."""
+    tabs: Any
+    source: str
+    registry: list[Any] = field(default_factory=list)
+
+
+def fail(message: str) -> None:
+    """A clear message in the UI for bad input; never a stack trace."""
+    raise gr.Error(message)
+
+
+# System fonts only: a web font would be fetched from the network, and the app must render offline.
+THEME = gr.themes.Soft(
+    primary_hue=gr.themes.colors.indigo,
+    secondary_hue=gr.themes.colors.rose,
+    neutral_hue=gr.themes.colors.slate,
+    font=["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "sans-serif"],
+    font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"],
+)
+
+CSS = """
+.wb-header {display:flex; align-items:baseline; gap:14px; padding:6px 2px 2px 2px;}
+.wb-header h1 {margin:0; font-size:1.6rem; font-weight:700; letter-spacing:-0.01em;}
+.wb-header .wb-sub {color: var(--body-text-color-subdued); font-size:0.95rem;}
+.wb-badge {display:inline-block; padding:2px 9px; border-radius:999px; font-size:0.75rem;
+  font-weight:600; background: var(--color-accent-soft); color: var(--color-accent);
+  border:1px solid var(--color-accent); margin-left:6px;}
+.wb-card {border:1px solid var(--border-color-primary); border-radius:12px; padding:14px 16px;
+  background: var(--block-background-fill); min-height: 128px;}
+.wb-card h3 {margin:0 0 4px 0; font-size:1.05rem;}
+.wb-card .wb-paper {font-size:0.8rem; color: var(--body-text-color-subdued); margin-bottom:6px;}
+.wb-card p {margin:0; font-size:0.9rem;}
+.wb-muted {color: var(--body-text-color-subdued); font-size:0.85rem;}
+.wb-explain {border-left:3px solid var(--color-accent); padding:6px 12px; margin:4px 0 10px 0;
+  background: var(--background-fill-secondary); border-radius:0 8px 8px 0; font-size:0.92rem;}
+footer {display:none !important;}
+"""

@@ -1,0 +1,97 @@
+"""Overview: what the workbench is, which models each instrument uses, and the way into each tab."""
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from backend.core import device, presets, store
+from backend.core.cache import all_caches
+
+TAB_ID = "overview"
+TITLE = "Overview"
+SUMMARY = "What the workbench is and what it is running on."
+
+# The five instruments, in the order of the tabs; a tab not yet built shows as "coming".
+INSTRUMENTS = [
+    ("relevance", "Relevance", "MambaLRP (Jafari et al., 2024)",
+     "Which tokens and pixels does a Mamba model rely on? Relevance heatmaps that add up to the "
+     "output, beside gradient baselines, with faithfulness curves."),
+    ("features", "Features", "Multimodal SAEs (Zhang et al., 2024)",
+     "Sparse-autoencoder features of a LLaVA-style model: the images that light them up, where, "
+     "and what happens to the caption when one is clamped."),
+    ("memorization", "Memorization", "NeMo (Hintersdorf et al., 2024)",
+     "Does Stable Diffusion copy a training image for this prompt? Find the few neurons that hold "
+     "the copy and switch them off."),
+    ("math_neurons", "Math neurons", "MathNeuro (Christ et al., 2024)",
+     "Find the parameters that matter for arithmetic but not for language; prune or scale them and "
+     "watch both accuracies move."),
+    ("adapters", "Adapters", "PiSSA (Meng et al., 2024)",
+     "Principal singular vectors as adapter initialisation: spectra, quantisation error and a live "
+     "LoRA-vs-PiSSA fine-tuning race."),
+]
+
+
+def _model_table(source: str) -> list[list[str]]:
+    loaded = store.loaded()
+    rows = []
+    for p in presets.presets():
+        active = presets.active(p.tab, source) == p
+        state = "loaded" if p.model_id in loaded else ("active" if active else "available")
+        rows.append([p.tab, p.source, p.path_or_id, p.model_class.rsplit(".", 1)[-1], state])
+    return rows or [["—", source, "no models registered yet", "", ""]]
+
+
+def system_status(source: str) -> dict:
+    """The numbers the Overview shows; also served as the `status` API endpoint."""
+    return {
+        "preset_source": source,
+        "device": device.describe(),
+        "models": [dict(zip(["tab", "source", "id", "class", "state"], r)) for r in _model_table(source)],
+        "caches": [c.stats() for c in all_caches()],
+    }
+
+
+def build(ctx) -> None:
+    built = {getattr(m, "TAB_ID", None) for m in ctx.registry}
+    gr.HTML(
+        "<div class='wb-explain'>Five interpretability papers as live instruments. Every tab runs "
+        "the paper's method on a model in memory and computes what you see now, on your input. "
+        "By default the models are the <b>zoo</b>: tiny models of the real architectures, trained "
+        "by this project with a planted ground truth, so each method's claim can be checked "
+        "against the truth. On a GPU the same code loads the papers' own checkpoints.</div>"
+    )
+    buttons = []
+    with gr.Row(equal_height=True):
+        for tab_id, title, paper, blurb in INSTRUMENTS:
+            with gr.Column(min_width=180):
+                ready = tab_id in built
+                badge = "" if ready else "<span class='wb-badge'>coming</span>"
+                gr.HTML(f"<div class='wb-card'><h3>{html.escape(title)}{badge}</h3>"
+                        f"<div class='wb-paper'>{html.escape(paper)}</div>"
+                        f"<p>{html.escape(blurb)}</p></div>")
+                btn = gr.Button(f"Open {title} →", size="sm", variant="primary" if ready else "secondary",
+                                interactive=ready)
+                buttons.append((btn, tab_id))
+    for btn, tab_id in buttons:
+        btn.click(lambda t=tab_id: gr.Tabs(selected=t), inputs=None, outputs=ctx.tabs,
+                  api_visibility="private")
+
+    with gr.Row():
+        with gr.Column(scale=3):
+            gr.Markdown("#### Models")
+            models = gr.Dataframe(headers=["tab", "source", "checkpoint", "class", "state"],
+                                  value=_model_table(ctx.source), interactive=False, wrap=True)
+        with gr.Column(scale=2):
+            gr.Markdown("#### Runtime")
+            runtime = gr.JSON(value=system_status(ctx.source), label="status", open=False)
+            refresh = gr.Button("Refresh", size="sm")
+    gr.Markdown(
+        f"<span class='wb-muted'>Preset source: <b>{ctx.source}</b> · device: "
+        f"<b>{html.escape(device.describe())}</b> · switch to the papers' checkpoints with "
+        "<code>WORKBENCH_PRESET=hub python app.py</code> on a GPU machine.</span>")
+
+    def refresh_fn():
+        return _model_table(ctx.source), system_status(ctx.source)
+
+    refresh.click(refresh_fn, outputs=[models, runtime], api_name="status")

@@ -1,0 +1,35 @@
+"""The app served on 127.0.0.1 in a child process; Debian Chromium via playwright."""
+import pytest
+
+from tests.conftest import ARTIFACTS
+from tests.helpers.browser import chromium_page
+from tests.helpers.server import serve
+
+
+@pytest.fixture(scope="session")
+def server_url():
+    ARTIFACTS.mkdir(exist_ok=True)
+    with serve(log_path=ARTIFACTS / "e2e-server.log") as (url, _proc):
+        yield url
+
+
+@pytest.fixture
+def page(server_url):
+    with chromium_page() as p:
+        p.set_default_timeout(60_000)
+        yield p
+
+
+def open_tab(page, url: str, tab_id: str):
+    """Open the app on one tab through its deep link and wait for Gradio to settle."""
+    page.goto(f"{url}?tab={tab_id}")
+    page.wait_for_selector(f"#tab-{tab_id}", state="visible")
+    page.wait_for_load_state("networkidle")
+    return page
+
+
+def shot(page, name: str):
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
