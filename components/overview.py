@@ -9,6 +9,7 @@ from backend.core import device, presets, store
 from backend.core.cache import all_caches
 
 TAB_ID = "overview"
+ORDER = 0
 TITLE = "Overview"
 SUMMARY = "What the workbench is and what it is running on."
 

@@ -2,18 +2,17 @@
 
 A recipe is a function `train(out_dir: Path, *, seed: int, steps: int | None) -> dict` that writes
 a `from_pretrained`-loadable folder (config, safetensors, tokenizer/processor files, any ground
-truth it plants) into `out_dir` and returns at least {"steps": int, "metrics": {...}}. Each tab's
-issue adds one module to RECIPE_MODULES; the module registers its recipes with `@recipe`.
+truth it plants) into `out_dir` and returns at least {"steps": int, "metrics": {...}}. An organism
+is one module in backend/zoo/recipes/ that registers its recipes with `@recipe` (found by listing
+that package; no list to edit).
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Callable
 
-# One line per organism module.
-RECIPE_MODULES: list[str] = [
-]
 
 
 @dataclass(frozen=True)
@@ -38,8 +37,11 @@ def recipe(name: str, *, seed: int, model_class: str, description: str = "",
 
 
 def recipes() -> dict[str, Recipe]:
-    for mod in RECIPE_MODULES:
-        importlib.import_module(mod)
+    from . import recipes as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{pkg.__name__}.{info.name}")
     return dict(_RECIPES)
 
 
