@@ -37,7 +37,7 @@ def recipe(name: str, *, seed: int, model_class: str, description: str = "",
 
 
 def recipes() -> dict[str, Recipe]:
-    from . import recipes as pkg
+    pkg = importlib.import_module(__package__ + ".recipes")
 
     for info in pkgutil.iter_modules(pkg.__path__):
         if not info.name.startswith("_"):
