@@ -1,0 +1,214 @@
+"""The tiny LLaVA captioner of the Features organism: building it, batching scenes, captioning,
+and reading the residual stream at a hookpoint.
+
+Hookpoints are module names of the VLM (`model.language_model.layers.0`: that decoder layer's output)
+or a name with the suffix `:input` (`model.language_model.layers.0:input`: the residual stream
+entering the layer, i.e. the LM input embeddings for layer 0). The same names work on the hub
+checkpoint (`model.language_model.layers.24`; the paper's "model.layers.24").
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from ..core.interventions import model_lock
+from . import scenes as S
+
+PROMPT_WORD = "describe"
+SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "<image>"]
+
+
+def vocabulary() -> list[str]:
+    return SPECIALS + [PROMPT_WORD] + list(S.WORDS)
+
+
+def make_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(vocabulary())}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>", extra_special_tokens={"image_token": "<image>"},
+                                   model_max_length=512)
+
+
+def make_processor(tokenizer, image_size: int = S.IMAGE_SIZE, patch_size: int = S.PATCH_SIZE):
+    from transformers import LlavaProcessor
+    try:  # the PIL backend (torchvision is not installed); same preprocessing
+        from transformers import CLIPImageProcessorPil as CLIPImageProcessor
+    except ImportError:  # pragma: no cover
+        from transformers import CLIPImageProcessor
+
+    ip = CLIPImageProcessor(do_resize=False, do_center_crop=False, do_rescale=True, rescale_factor=1 / 255,
+                            do_normalize=True, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                            do_convert_rgb=True, size={"shortest_edge": image_size},
+                            crop_size={"height": image_size, "width": image_size})
+    return LlavaProcessor(image_processor=ip, tokenizer=tokenizer, patch_size=patch_size,
+                          vision_feature_select_strategy="default", num_additional_image_tokens=1)
+
+
+def make_model(tokenizer, *, image_size=S.IMAGE_SIZE, patch_size=S.PATCH_SIZE, hidden=64, vision_layers=3,
+               text_layers=2, heads=4):
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    vision = CLIPVisionConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=vision_layers,
+                              num_attention_heads=heads, image_size=image_size, patch_size=patch_size,
+                              projection_dim=hidden)
+    n_img = (image_size // patch_size) ** 2
+    text = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                       num_hidden_layers=text_layers, num_attention_heads=heads, num_key_value_heads=heads,
+                       max_position_embeddings=n_img + 64, bos_token_id=tokenizer.bos_token_id,
+                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                       tie_word_embeddings=False)
+    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+                      image_seq_length=n_img, vision_feature_select_strategy="default", vision_feature_layer=-1,
+                      projector_hidden_act="gelu")
+    return LlavaForConditionalGeneration(cfg)
+
+
+def pixel_values(images: np.ndarray) -> torch.Tensor:
+    """uint8 [B, H, W, 3] → the processor's normalisation ([-1, 1], channels first)."""
+    x = torch.from_numpy(np.ascontiguousarray(images)).float().div_(255.0)
+    return ((x - 0.5) / 0.5).permute(0, 3, 1, 2).contiguous()
+
+
+def n_image_tokens(model) -> int:
+    v = model.config.vision_config
+    return (v.image_size // v.patch_size) ** 2
+
+
+def prompt_ids(tokenizer, model, batch: int = 1) -> torch.Tensor:
+    ids = [tokenizer.bos_token_id] + [model.config.image_token_index] * n_image_tokens(model) \
+        + [tokenizer.convert_tokens_to_ids(PROMPT_WORD)]
+    return torch.tensor([ids] * batch)
+
+
+def image_slice(model) -> slice:
+    """Positions of the image tokens in a prompt built by `prompt_ids` (after <s>)."""
+    return slice(1, 1 + n_image_tokens(model))
+
+
+def training_batch(tokenizer, model, specs: list[dict], images: np.ndarray):
+    prompt = prompt_ids(tokenizer, model, 1)[0].tolist()
+    caps = [tokenizer.convert_tokens_to_ids(S.caption(s).split()) + [tokenizer.eos_token_id] for s in specs]
+    L = len(prompt) + max(len(c) for c in caps)
+    ids = torch.full((len(specs), L), tokenizer.pad_token_id)
+    labels = torch.full((len(specs), L), -100)
+    att = torch.zeros((len(specs), L), dtype=torch.long)
+    for i, c in enumerate(caps):
+        n = len(prompt) + len(c)
+        ids[i, :n] = torch.tensor(prompt + c)
+        labels[i, len(prompt):n] = torch.tensor(c)
+        att[i, :n] = 1
+    return {"input_ids": ids, "attention_mask": att, "labels": labels, "pixel_values": pixel_values(images)}
+
+
+def patch_targets(specs: list[dict], patch: int = S.PATCH_SIZE) -> dict[str, torch.Tensor]:
+    """Per-patch class of each concept family (0 = background) from the planted masks."""
+    out = {fam: [] for fam in ("colour", "shape", "texture")}
+    for spec in specs:
+        _, masks = S.render(spec)
+        for fam in out:
+            lab = np.zeros(masks[S.FAMILIES[fam][0]].shape, np.int64)
+            for j, c in enumerate(S.FAMILIES[fam]):
+                lab[masks[c]] = j + 1
+            h = lab.shape[0] // patch
+            blocks = lab.reshape(h, patch, h, patch).transpose(0, 2, 1, 3).reshape(h * h, patch * patch)
+            out[fam].append(np.array([np.bincount(b, minlength=len(S.FAMILIES[fam]) + 1).argmax() for b in blocks]))
+    return {k: torch.from_numpy(np.stack(v)) for k, v in out.items()}
+
+
+@torch.no_grad()
+def generate_captions(model, tokenizer, images: np.ndarray, *, max_new_tokens: int = 16,
+                      batch_size: int = 64) -> list[str]:
+    """Greedy captions for uint8 images [B, H, W, 3] (the caller holds the model's lock)."""
+    out: list[str] = []
+    for i in range(0, len(images), batch_size):
+        imgs = images[i:i + batch_size]
+        ids = prompt_ids(tokenizer, model, len(imgs))
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixel_values(imgs),
+                             max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id)
+        for row in gen[:, ids.shape[1]:]:
+            out.append(tokenizer.decode(row, skip_special_tokens=True).strip())
+    return out
+
+
+def _split(hookpoint: str) -> tuple[str, bool]:
+    name, _, kind = hookpoint.partition(":")
+    if kind not in ("", "input", "output"):
+        raise ValueError(f"hookpoint suffix must be ':input' or ':output', not {kind!r}")
+    return name, kind == "input"
+
+
+def resolve_hookpoint(model, hookpoint: str) -> str:
+    """Accept the paper's short names ("model.layers.24") on a LLaVA whose LM sits under
+    model.language_model."""
+    name, is_input = _split(hookpoint)
+    names = dict(model.named_modules())
+    for cand in (name, name.replace("model.layers.", "model.language_model.layers.", 1),
+                 "model.language_model." + name.removeprefix("model.")):
+        if cand in names:
+            return cand + (":input" if is_input else "")
+    raise KeyError(f"no module {name!r} in the model")
+
+
+def _first(x):
+    return x[0] if isinstance(x, tuple) else x
+
+
+@contextmanager
+def edit_residual(model, hookpoint: str, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> Iterator:
+    """Call `fn(hidden)` on the residual stream at a hookpoint; a returned tensor replaces it.
+    Holds the model's lock; the hook is removed in `finally`."""
+    name, is_input = _split(resolve_hookpoint(model, hookpoint))
+    module = model.get_submodule(name)
+    with model_lock(model):
+        if is_input:
+            def pre(_m, args, kwargs):
+                h = kwargs.get("hidden_states", args[0] if args else None)
+                new = fn(h)
+                if new is None:
+                    return None
+                if "hidden_states" in kwargs:
+                    kwargs = {**kwargs, "hidden_states": new}
+                    return args, kwargs
+                return (new,) + tuple(args[1:]), kwargs
+            handle = module.register_forward_pre_hook(pre, with_kwargs=True)
+        else:
+            def post(_m, _inp, out):
+                new = fn(_first(out))
+                if new is None:
+                    return None
+                return (new,) + tuple(out[1:]) if isinstance(out, tuple) else new
+            handle = module.register_forward_hook(post)
+        try:
+            yield model
+        finally:
+            handle.remove()
+
+
+@torch.no_grad()
+def residuals(model, tokenizer, images: np.ndarray, hookpoint: str, *, batch_size: int = 64
+              ) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield (offset, activations [b, T, d]) of the prompt pass at a hookpoint, batch by batch."""
+    grabbed: list[torch.Tensor] = []
+    with edit_residual(model, hookpoint, lambda h: grabbed.append(h.detach()) or None):
+        for i in range(0, len(images), batch_size):
+            imgs = images[i:i + batch_size]
+            ids = prompt_ids(tokenizer, model, len(imgs))
+            grabbed.clear()
+            model(input_ids=ids, pixel_values=pixel_values(imgs), attention_mask=torch.ones_like(ids))
+            yield i, grabbed[0]
+
+
+def load_scene_set(folder: Path, name: str = "heldout.json") -> list[dict]:
+    return json.loads((Path(folder) / name).read_text())["scenes"]
