@@ -101,7 +101,7 @@ def active(tab: str, source: str | None = None) -> Preset:
 
 
 def validate_hub_id(repo_id: str) -> str:
-    if not isinstance(repo_id, str) or not HUB_ID_RE.match(repo_id):
+    if not isinstance(repo_id, str) or not HUB_ID_RE.fullmatch(repo_id):
         raise PresetError(f"not a valid hub id (expected owner/name): {repo_id!r}")
     return repo_id
 

@@ -34,6 +34,7 @@ def build(name: str, *, out_root: Path | None = None, steps: int | None = None,
     out_root = Path(out_root or ZOO_ROOT)
     out_root.mkdir(parents=True, exist_ok=True)
     # Fixed thread count: results do not depend on how many cores the machine happens to have.
+    prev_threads = torch.get_num_threads()
     torch.set_num_threads(threads or int(os.environ.get("ZOO_THREADS", "1")))
     seed_everything(seed)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_root))
@@ -54,6 +55,8 @@ def build(name: str, *, out_root: Path | None = None, steps: int | None = None,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        torch.set_num_threads(prev_threads)
 
 
 def verify_all(root: Path | None = None) -> dict[str, list[str]]:

@@ -1,0 +1,54 @@
+import gradio as gr
+
+import app
+from components import tab_modules
+
+
+def test_every_tab_module_declares_what_the_shell_needs():
+    mods = tab_modules()
+    ids = [m.TAB_ID for m in mods]
+    assert ids[0] == "overview" and len(ids) == len(set(ids))
+    for m in mods:
+        assert m.TITLE and m.SUMMARY and callable(m.build)
+
+
+def test_build_app_has_a_tab_per_module_and_a_bounded_queue():
+    demo = app.build_app("zoo")
+    tabs = [b for b in demo.blocks.values() if isinstance(b, gr.Tab)]
+    assert {t.id for t in tabs} == {m.TAB_ID for m in tab_modules()}
+    assert demo._queue.max_size == app.QUEUE_MAX and app.QUEUE_MAX > 0
+
+
+def test_model_events_share_one_group_per_device():
+    from components.common import MODEL_GROUP, model_event
+
+    kw = model_event(api_name="x")
+    assert kw["concurrency_id"] == MODEL_GROUP and kw["concurrency_limit"] == 1
+    assert MODEL_GROUP.startswith("model-")
+    demo = app.build_app("zoo")
+    groups = {d.concurrency_id for d in demo.fns.values() if d.concurrency_id == MODEL_GROUP}
+    limits = {d.concurrency_limit for d in demo.fns.values() if d.concurrency_id == MODEL_GROUP}
+    assert limits <= {1}
+    assert groups <= {MODEL_GROUP}
+
+
+def test_importing_app_switches_analytics_and_telemetry_off():
+    """The switches are set in code by app.py itself, not only by the test environment."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GRADIO_", "HF_", "TRANSFORMERS_", "WORKBENCH_"))}
+    code = ("import os, json, app; print(json.dumps({k: os.environ.get(k) for k in "
+            "['GRADIO_ANALYTICS_ENABLED', 'HF_HUB_DISABLE_TELEMETRY', 'HF_HUB_OFFLINE']}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["GRADIO_ANALYTICS_ENABLED"] == "False"
+    assert got["HF_HUB_DISABLE_TELEMETRY"] in ("1", "True")
+    assert got["HF_HUB_OFFLINE"] in ("1", "True")
