@@ -139,6 +139,12 @@ class TopKSAE(nn.Module):
                 out["loss"] = fvu + auxk_alpha * auxk
         return out
 
+    @classmethod
+    def from_pretrained(cls, path, **kwargs) -> "TopKSAE":
+        """`load_sae` under the name the zoo's loader calls (safetensors only in any case)."""
+        kwargs.pop("use_safetensors", None)
+        return load_sae(path, **{k: v for k, v in kwargs.items() if k in ("hookpoint", "device", "dtype")})
+
     # ------------------------------------------------------------------ saving
     def save(self, path: str | os.PathLike, layout: str = "sparsify", **cfg_extra) -> Path:
         path = Path(path)

@@ -1,0 +1,211 @@
+"""Features organism: captioned scenes with planted concept masks, a tiny LLaVA that captions them,
+and a TopK SAE on one residual-stream site of its LM with a feature index.
+
+    llava-scenes      LlavaForConditionalGeneration (3-layer CLIP tower, 2-layer Llama, d=64) +
+                      processor + tokenizer; held-out scene specs (heldout.json).
+    llava-scenes-sae  the SAE (EleutherAI sparsify layout) + its feature index (safetensors) +
+                      concept labels; built from the committed llava-scenes.
+
+The captioner is trained with the caption loss plus a small dense auxiliary loss: a linear head on
+the LM input at every image position predicts the colour / shape / texture of the object under that
+patch. That plants the concepts locally (so a feature can be checked against a mask); the head is
+discarded and the saved model is an ordinary LLaVA.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from backend.sae import scenes as S
+from backend.sae import vlm
+from backend.zoo.registry import recipe
+
+N_HELDOUT = 256
+
+
+def _eval_captions(model, tok, specs):
+    imgs = np.stack([S.render(s)[0] for s in specs])
+    model.eval()
+    preds = vlm.generate_captions(model, tok, imgs)
+    model.train()
+    accs = [S.attribute_accuracy(p, s) for p, s in zip(preds, specs)]
+    return {k: float(np.mean([a[k] for a in accs])) for k in accs[0]}, preds
+
+
+@recipe("llava-scenes", seed=1234, model_class="transformers.LlavaForConditionalGeneration",
+        description="tiny LLaVA captioning synthetic scenes (planted colour/shape/texture/position masks)",
+        default_steps=2600)
+def train_captioner(out_dir: Path, *, seed: int, steps: int | None) -> dict:
+    steps = int(steps or 2600)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    tok = vlm.make_tokenizer()
+    proc = vlm.make_processor(tok)
+    model = vlm.make_model(tok)
+    d = model.config.text_config.hidden_size
+    heads = nn.ModuleDict({fam: nn.Linear(d, len(S.FAMILIES[fam]) + 1) for fam in ("colour", "shape", "texture")})
+    params = list(model.parameters()) + list(heads.parameters())
+    lr, warm, bs = 3e-3, min(100, max(1, steps // 10)), 32
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+    img_pos = vlm.image_slice(model)
+    heldout = [S.sample_spec(np.random.default_rng(seed + 10_000 + i)) for i in range(N_HELDOUT)]
+    log = []
+    t0 = time.perf_counter()
+    model.train()
+    for step in range(steps):
+        specs, imgs = S.batch(rng, bs)
+        batch = vlm.training_batch(tok, model, specs, imgs)
+        out = model(**batch, output_hidden_states=True)
+        h = out.hidden_states[0][:, img_pos]  # LM input at image positions
+        tgt = vlm.patch_targets(specs)
+        aux = sum(nn.functional.cross_entropy(heads[f](h).flatten(0, 1), tgt[f].flatten()) for f in heads)
+        loss = out.loss + 0.5 * aux
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == steps - 1:
+            log.append({"step": step, "caption_loss": round(out.loss.item(), 4), "aux_loss": round(aux.item(), 4),
+                        "t": round(time.perf_counter() - t0, 1)})
+            print(json.dumps(log[-1]), flush=True)
+    model.eval()
+    acc, preds = _eval_captions(model, tok, heldout)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    proc.save_pretrained(out_dir)
+    (out_dir / "heldout.json").write_text(json.dumps({"scenes": heldout}))
+    (out_dir / "train_log.json").write_text(json.dumps(log))
+    examples = [{"truth": S.caption(s), "pred": p} for s, p in list(zip(heldout, preds))[:8]]
+    return {"steps": steps, "metrics": {f"heldout_{k}_acc": round(v, 4) for k, v in acc.items()},
+            "n_heldout": N_HELDOUT, "examples": examples,
+            "aux_loss": "dense per-patch colour/shape/texture head on the LM input (discarded)"}
+
+
+# --------------------------------------------------------------------------------------------- SAE
+SAE_HOOKPOINT = "model.language_model.layers.0:input"  # the LM's residual stream entering layer 0
+ALT_HOOKPOINT = "model.language_model.layers.0"  # that layer's output, for the steering-site comparison
+SAE_LATENTS, SAE_K = 128, 4
+N_TRAIN_SCENES, N_VALID_SCENES, N_INDEX_SCENES, N_RANDOM = 1200, 200, 2048, 200
+VALUE_MULTIPLES = (1.0, 2.0, 4.0)
+N_STEER = 25
+
+
+def _scene_specs(seed: int, n: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [S.sample_spec(rng) for _ in range(n)]
+
+
+def _activations(model, tok, specs, hookpoint):
+    imgs = np.stack([S.render(s)[0] for s in specs])
+    return torch.cat([h.reshape(-1, h.shape[-1]) for _, h in vlm.residuals(model, tok, imgs, hookpoint)])
+
+
+def _random_maps(model, tok, sae, specs, hookpoint):
+    imgs = np.stack([S.render(s)[0] for s in specs])
+    g = int(round(vlm.n_image_tokens(model) ** 0.5))
+    out = []
+    for _, h in vlm.residuals(model, tok, imgs, hookpoint):
+        z = sae.encode(h[:, vlm.image_slice(model)])  # [b, P, F]
+        out.append(z.permute(0, 2, 1).reshape(z.shape[0], -1, g, g))
+    return torch.cat(out)
+
+
+def fit_site(model, tok, hookpoint, *, seed, steps, log=print):
+    from backend.sae.train import evaluate, train_sae
+
+    tr = _activations(model, tok, _scene_specs(seed + 1, N_TRAIN_SCENES), hookpoint)
+    va = _activations(model, tok, _scene_specs(seed + 2, N_VALID_SCENES), hookpoint)
+    sae, hist = train_sae(tr, n_latents=SAE_LATENTS, k=SAE_K, steps=steps, batch=1024, lr=2e-3, seed=seed,
+                          hookpoint=hookpoint, log=lambda r: log(json.dumps(r)))
+    return sae, evaluate(sae, va), hist
+
+
+def steering_sweep(model, tok, sae, hookpoint, colour_features, max_act, heldout, modes, multiples):
+    from backend.sae import steer as ST
+
+    res = {}
+    for mode in modes:
+        for m in multiples:
+            vals = {c: m * float(max_act[f]) for c, f in colour_features.items()}
+            r = ST.steering_success(model, tok, sae, hookpoint, heldout, colour_features, vals, positions=mode,
+                                    n=N_STEER)
+            res[f"{mode}@{m:g}x"] = {"min_success": min(v["success"] for v in r.values()), "per_colour": r}
+            print(mode, m, {c: v["success"] for c, v in r.items()}, flush=True)
+    return res
+
+
+@recipe("llava-scenes-sae", seed=4321, model_class="backend.sae.sae.TopKSAE",
+        description="TopK SAE on the llava-scenes LM input + feature index + concept labels + steering test",
+        default_steps=4000)
+def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
+    from backend.sae import explain as E
+    from backend.sae.index import INDEX_FILE, build_index
+    from backend.zoo import zoo_path
+    from transformers import LlavaForConditionalGeneration, AutoProcessor
+
+    steps = int(steps or 4000)
+    cap_dir = zoo_path("llava-scenes")
+    model = LlavaForConditionalGeneration.from_pretrained(cap_dir, use_safetensors=True).eval()
+    tok = AutoProcessor.from_pretrained(cap_dir).tokenizer
+    heldout = vlm.load_scene_set(cap_dir)
+    t0 = time.perf_counter()
+    sae, ev, hist = fit_site(model, tok, SAE_HOOKPOINT, seed=seed, steps=steps)
+    t_sae = time.perf_counter() - t0
+    sae.save(out_dir, layout="sparsify")
+    specs = _scene_specs(seed + 3, N_INDEX_SCENES)
+    t1 = time.perf_counter()
+    index = build_index(model, tok, sae, specs, hookpoint=SAE_HOOKPOINT, top_k=16)
+    index.meta["scene_file"] = "index_scenes.json"
+    index.save(out_dir / INDEX_FILE)
+    t_index = time.perf_counter() - t1
+    expl = E.explain_all(index, specs)
+    loc = E.localisation_summary(expl)
+    rnd_specs = _scene_specs(seed + 4, N_RANDOM)
+    rmaps = _random_maps(model, tok, sae, rnd_specs, SAE_HOOKPOINT)
+    baseline = E.random_baseline(index, expl, rnd_specs, rmaps, top_n_features=50, seed=seed)
+    colour_features = {c: loc[c]["feature"] for c in S.COLOURS}
+    max_act = index.tensors["max_act"]
+    sweep = steering_sweep(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, heldout,
+                           ("image", "prompt", "all"), VALUE_MULTIPLES)
+    best_m = max(VALUE_MULTIPLES, key=lambda m: (sweep[f"prompt@{m:g}x"]["min_success"], -m))
+    # The same measurement with an SAE on the output of decoder layer 0 (where the probe failed).
+    alt_sae, alt_ev, _ = fit_site(model, tok, ALT_HOOKPOINT, seed=seed, steps=steps, log=lambda s: None)
+    alt_index = build_index(model, tok, alt_sae, specs[:1024], hookpoint=ALT_HOOKPOINT, top_k=8)
+    alt_loc = E.localisation_summary(E.explain_all(alt_index, specs[:1024]), concepts=tuple(S.COLOURS))
+    alt_sweep = steering_sweep(model, tok, alt_sae, ALT_HOOKPOINT, {c: alt_loc[c]["feature"] for c in S.COLOURS},
+                               alt_index.tensors["max_act"], heldout, ("image", "prompt", "all"), (best_m, 2 * best_m))
+    labels = {str(f): e.to_dict() for f, e in expl.items()}
+    steering = {"hookpoint": SAE_HOOKPOINT, "value_multiple": best_m, "colour_features": colour_features,
+                "default_positions": "prompt", "sweep": sweep,
+                "comparison": {"hookpoint": ALT_HOOKPOINT, "sae_eval": alt_ev, "colour_iou": alt_loc,
+                               "sweep": alt_sweep}}
+    summary = {"sae_eval": ev, "localisation": loc, "random_baseline": baseline, "steering": steering,
+               "train_history": hist}
+    (out_dir / "labels.json").write_text(json.dumps(labels))
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / "index_scenes.json").write_text(json.dumps({"scenes": specs}))
+    (out_dir / "organism.json").write_text(json.dumps({"captioner": "llava-scenes", "hookpoint": SAE_HOOKPOINT,
+                                                       "layout": "sparsify"}))
+    colour_iou = {c: loc[c]["iou"] for c in S.COLOURS}
+    shape_iou = {c: loc[c]["iou"] for c in S.SHAPES}
+    best = sweep[f"prompt@{best_m:g}x"]
+    metrics = {"heldout_fvu": round(ev["fvu"], 4), "dead_fraction": round(ev["dead_fraction"], 4), "l0": ev["l0"],
+               "min_colour_iou": min(colour_iou.values()), "min_shape_iou": min(shape_iou.values()),
+               "colour_iou": colour_iou, "shape_iou": shape_iou,
+               "top50_top5_iou": baseline["top5_iou"], "top50_random_iou": baseline["random_iou"],
+               "iou_ratio_vs_random": baseline["ratio"],
+               "steer_min_success_prompt": best["min_success"],
+               "steer_success_prompt": {c: v["success"] for c, v in best["per_colour"].items()},
+               "steer_min_success_image_only": sweep[f"image@{best_m:g}x"]["min_success"],
+               "steer_min_success_all_positions": sweep[f"all@{best_m:g}x"]["min_success"],
+               "alt_site_min_success": {k: v["min_success"] for k, v in alt_sweep.items()},
+               "sae_train_s": round(t_sae, 1), "index_build_s": round(t_index, 1)}
+    return {"steps": steps, "metrics": metrics, "hookpoint": SAE_HOOKPOINT, "n_latents": SAE_LATENTS, "k": SAE_K}
