@@ -1,0 +1,120 @@
+"""Held-out evaluations on the organisms: evidence precision@k, conservation, faithfulness (ΔA^F),
+relevance share inside the ground-truth region, long-range key rank."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from . import faithfulness as fa
+from .forward import lm_forward
+from .methods import attribute_image, attribute_text
+
+
+def sentiment_batch(tok, task: dict, items: list[dict]):
+    """ids [B, L] (all the same length), word positions (1..n), evidence positions in ids."""
+    query = task["query"]
+    ids = torch.tensor([tok.convert_tokens_to_ids(["<bos>"] + h["words"] + [query]) for h in items])
+    evidence = [[i + 1 for i in h["evidence"]] for h in items]
+    return ids, evidence
+
+
+def by_length(items: list[dict], key: str = "words") -> dict[int, list[dict]]:
+    groups: dict[int, list[dict]] = defaultdict(list)
+    for h in items:
+        groups[len(h[key])].append(h)
+    return dict(sorted(groups.items()))
+
+
+def predicted_labels(model, tok, task, ids: torch.Tensor) -> torch.Tensor:
+    lab_ids = torch.tensor(tok.convert_tokens_to_ids(task["labels"]))
+    with torch.no_grad():
+        logits = lm_forward(model, ids)[:, -1][:, lab_ids]
+    return lab_ids[logits.argmax(-1)]
+
+
+def precision_at_k(relevance: np.ndarray, evidence: list[int], candidates: list[int]) -> float:
+    k = len(evidence)
+    cand = np.asarray(candidates)
+    top = cand[np.argsort(-relevance[cand], kind="stable")[:k]]
+    return len(set(top.tolist()) & set(evidence)) / k
+
+
+def sentiment_eval(model, tok, task: dict, held: list[dict], methods, *, n: int | None = None,
+                   faithfulness: bool = True, rules=None, progress=None) -> dict:
+    """Per method: mean precision@k, conservation pairs (Σ R, logit), ΔA^F summary."""
+    items = held[:n] if n else held
+    neutral = tok.convert_tokens_to_ids(task.get("neutral_token", "<unk>"))
+    out = {m: {"precision": [], "sum_r": [], "logit": [], "curves": []} for m in methods}
+    groups = by_length(items)
+    done, total = 0, len(groups) * len(methods)
+    for L, group in groups.items():
+        ids, evidence = sentiment_batch(tok, task, group)
+        targets = predicted_labels(model, tok, task, ids)
+        cand = list(range(1, L + 1))
+        for m in methods:
+            rel, score = attribute_text(model, ids, target=targets, position=-1, method=m,
+                                        rules=rules if m == "mambalrp" else None, return_score=True)
+            rel = rel.numpy()
+            for b in range(len(group)):
+                out[m]["precision"].append(precision_at_k(rel[b], evidence[b], cand))
+                out[m]["sum_r"].append(float(rel[b].sum()))
+                out[m]["logit"].append(float(score[b]))
+                if faithfulness:
+                    out[m]["curves"].append(fa.text_curves(model, ids[b], rel[b], target=int(targets[b]),
+                                                           candidates=cand, neutral_id=neutral))
+            done += 1
+            if progress is not None:
+                progress(done / total, f"{m}: sentences of {L} words")
+    result = {}
+    for m, d in out.items():
+        s, f = np.array(d["sum_r"]), np.array(d["logit"])
+        r = {"precision_at_k": float(np.mean(d["precision"])),
+             "conservation_median_rel_err": float(np.median(np.abs(s - f) / np.abs(f).clip(1e-12))),
+             "sum_r": d["sum_r"], "logit": d["logit"], "n": len(d["sum_r"])}
+        if faithfulness:
+            r.update(fa.summarize(d["curves"]))
+        result[m] = r
+    return result
+
+
+def longrange_eval(model, tok, task: dict, held: list[dict], methods, *, n: int | None = None) -> dict:
+    """Per method: share of sequences whose key position is the top-1 / in the top-10 tokens."""
+    items = held[:n] if n else held
+    out = {m: {"top1": [], "top10": [], "distance": []} for m in methods}
+    for L, group in by_length(items, "tokens").items():
+        ids = torch.tensor([tok.convert_tokens_to_ids(["<bos>"] + h["tokens"]) for h in group])
+        with torch.no_grad():
+            pred = lm_forward(model, ids)[:, -1].argmax(-1)
+        for m in methods:
+            rel = attribute_text(model, ids, target=pred, method=m).numpy()
+            for b, h in enumerate(group):
+                key = h["key_position"] + 1
+                order = np.argsort(-rel[b][:-1], kind="stable")  # the query token itself excluded
+                out[m]["top1"].append(float(order[0] == key))
+                out[m]["top10"].append(float(key in order[:10]))
+                out[m]["distance"].append(ids.shape[1] - 1 - key)
+    return {m: {k: float(np.mean(v)) for k, v in d.items()} for m, d in out.items()}
+
+
+def region_eval(model, images: np.ndarray, labels: np.ndarray, masks: np.ndarray, methods, *,
+                neutral_value: float = 0.125, faithfulness: bool = True, batch: int = 50) -> dict:
+    """Per method: share of positive relevance inside the object box; ΔA^F over patches."""
+    x = torch.as_tensor(images, dtype=torch.float32)[:, None]
+    with torch.no_grad():
+        pred = model(x).argmax(-1)
+    out = {}
+    for m in methods:
+        rels = torch.cat([attribute_image(model, x[i:i + batch], target=pred[i:i + batch], method=m)
+                          for i in range(0, len(x), batch)]).numpy()
+        pos = np.clip(rels, 0, None)
+        share = (pos * masks).sum((1, 2)) / np.clip(pos.sum((1, 2)), 1e-12, None)
+        r = {"positive_share_in_region": float(share.mean()),
+             "region_area_share": float(masks.mean())}
+        if faithfulness:
+            curves = [fa.image_curves(model, x[i], rels[i], target=int(pred[i]), neutral_value=neutral_value)
+                      for i in range(len(x))]
+            r.update(fa.summarize(curves))
+        out[m] = r
+    return out

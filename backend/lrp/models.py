@@ -1,0 +1,96 @@
+"""The Relevance tab's presets (zoo organisms + the paper's hub checkpoints) and their loading.
+
+Every model loads through backend.core.presets (`from_pretrained` on a validated path or hub id,
+safetensors only); zoo folders also carry the task description and held-out set.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backend.core import presets as P
+from backend.core import store
+
+TAB = "relevance"
+
+TEXT_ZOO = P.Preset(TAB, "zoo", "mamba-sentiment", "transformers.MambaForCausalLM",
+                    label="zoo · Mamba sentiment LM (tiny, trained here)")
+LONG_ZOO = P.Preset(TAB, "zoo", "mamba-longrange", "transformers.MambaForCausalLM",
+                    label="zoo · Mamba long-range recall LM")
+IMAGE_ZOO = P.Preset(TAB, "zoo", "vim-regions", "backend.lrp.vision.VisionMamba",
+                     label="zoo · Vision-Mamba-style classifier")
+HUB_130M = P.Preset(TAB, "hub", "state-spaces/mamba-130m-hf", "transformers.MambaForCausalLM",
+                    label="hub · Mamba-130M (paper)")
+HUB_1_4B = P.Preset(TAB, "hub", "state-spaces/mamba-1.4b-hf", "transformers.MambaForCausalLM",
+                    label="hub · Mamba-1.4B (paper)")
+
+for _p in (TEXT_ZOO, LONG_ZOO, IMAGE_ZOO, HUB_130M, HUB_1_4B):
+    P.register(_p)
+
+
+@dataclass
+class Loaded:
+    """A loaded preset: the model, its tokenizer (text) and what the zoo folder plants."""
+    preset: P.Preset
+    model: Any
+    tokenizer: Any = None
+    task: dict = field(default_factory=dict)
+    heldout: Any = None
+
+    @property
+    def model_id(self) -> str:
+        return self.preset.model_id
+
+
+def load_mamba_lm(path_or_id: str, *, roots=None, **kwargs):
+    """A transformers Mamba causal LM and its tokenizer through the workbench's one loader."""
+    from transformers import AutoTokenizer, MambaForCausalLM
+
+    model = P.load_pretrained(MambaForCausalLM, path_or_id, roots=roots, **kwargs).eval()
+    tok = P.load_pretrained(AutoTokenizer, path_or_id, weights=False, roots=roots)
+    return model, tok
+
+
+def _read_task(folder: Path) -> tuple[dict, Any]:
+    task = json.loads((folder / "task.json").read_text()) if (folder / "task.json").exists() else {}
+    held = None
+    if (folder / "heldout.json").exists():
+        held = json.loads((folder / "heldout.json").read_text())
+    elif (folder / "heldout.npz").exists():
+        with np.load(folder / "heldout.npz", allow_pickle=False) as z:
+            held = {k: z[k] for k in z.files}
+    return task, held
+
+
+def load(preset: P.Preset) -> Loaded:
+    """Load once per process (shared, read-only; requests take the model's lock)."""
+
+    def loader() -> Loaded:
+        if preset.model_class.endswith("VisionMamba"):
+            model = P.load_preset(preset)
+            tok = None
+        else:
+            from transformers import AutoTokenizer
+
+            model = P.load_preset(preset).eval()
+            roots = [P.ZOO_ROOT] if preset.source == "zoo" else None
+            tok = P.load_pretrained(AutoTokenizer, preset.location(), weights=False, roots=roots)
+        model.requires_grad_(False)
+        task, held = _read_task(Path(preset.location())) if preset.source == "zoo" else ({}, None)
+        return Loaded(preset, model, tok, task, held)
+
+    return store.get_or_load(preset.model_id, loader)
+
+
+def text_preset(source: str | None = None) -> P.Preset:
+    return P.active(TAB, source)
+
+
+def available(preset: P.Preset) -> bool:
+    if preset.source == "hub":
+        return True
+    return (P.ZOO_ROOT / preset.path_or_id / "manifest.json").exists()
