@@ -1,7 +1,15 @@
-"""The app launched in-process on 127.0.0.1 and driven by gradio_client."""
+"""The app launched in-process on 127.0.0.1 and driven by gradio_client.
+
+Every api test is followed by an integrity check of every model the app has loaded: no hook left
+on it and every weight bit-identical to the loaded one, whether the endpoint succeeded or failed.
+"""
+import os
+
 import pytest
 
 from tests.helpers.server import free_port
+
+os.environ["WORKBENCH_CHECK_WEIGHTS"] = "1"
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +31,11 @@ def client(app_url):
     from gradio_client import Client
 
     return Client(app_url, verbose=False)
+
+
+@pytest.fixture(autouse=True)
+def models_untouched():
+    yield
+    from backend.core import store
+
+    assert store.integrity_problems() == []
