@@ -5,19 +5,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+pip() {  # quiet, and without the local index's "Location ... is ignored" noise
+  .venv/bin/python -m pip -q --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  return "${PIPESTATUS[0]}"
+}
 
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 # torch first, pinned: a plain `torch` requirement would pull a multi-GB CUDA build.
-.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
+pip install torch==2.13.0
 if [ "${1:-}" = "--dev" ]; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+  pip install -r requirements-dev.txt
   if ! command -v chromium >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
   fi
 else
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+  pip install -r requirements.txt
 fi
 .venv/bin/python -m pip check
