@@ -192,6 +192,20 @@ def page_json(page: dict) -> dict:
 
 # ---------------------------------------------------------------------------------- analysis
 @torch.no_grad()
+def processor_codes(org: Organism, image: np.ndarray, prompt: str = "<image> describe") -> torch.Tensor:
+    """SAE codes [n_image_tokens, F] at the hookpoint for one image, through the model's own
+    processor (the path the hub checkpoint uses; image positions = the image-token ids)."""
+    inputs = org.processor(images=[image], text=[prompt], return_tensors="pt")
+    dev = next(org.model.parameters()).device
+    inputs = {k: v.to(dev) for k, v in inputs.items()}
+    grabbed = []
+    with vlm.edit_residual(org.model, org.hookpoint, lambda h: grabbed.append(h.detach()) or None):
+        org.model(**inputs)
+    mask = inputs["input_ids"][0] == org.model.config.image_token_index
+    return org.sae.encode(grabbed[0][0][mask].float().to(org.sae.W_enc.device))
+
+
+@torch.no_grad()
 def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
     """Which features fire where on one image: per-patch codes at the SAE hookpoint."""
     image = np.asarray(image)
@@ -210,9 +224,15 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
     if hit is not None:
         return hit
     with locked(org.model):
-        h = next(vlm.residuals(org.model, org.tokenizer, image[None], org.hookpoint))[1]
-        codes = org.sae.encode(h[0, vlm.image_slice(org.model)])  # [P, F]
-        caption = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
+        if org.model_id.startswith("zoo:"):
+            h = next(vlm.residuals(org.model, org.tokenizer, image[None], org.hookpoint))[1]
+            codes = org.sae.encode(h[0, vlm.image_slice(org.model)])  # [P, F]
+            caption = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
+        else:  # the base image's patches come first (LLaVA-NeXT appends the high-resolution tiles)
+            codes = processor_codes(org, image)
+            v = org.model.config.vision_config
+            codes = codes[: (v.image_size // v.patch_size) ** 2]
+            caption = ""
     g = int(round(codes.shape[0] ** 0.5))
     mean = codes.mean(0)
     order = [int(f) for f in torch.argsort(mean, descending=True)[:top_n] if mean[f] > 0]
