@@ -1,0 +1,254 @@
+"""MathNeuro on tiny random Llamas: the importance formula, the masks, the baselines, the
+bit-exact `scaled` context, and that no hook is ever left behind."""
+import random
+
+import pytest
+import torch
+from torch import nn
+
+from backend.core.interventions import count_hooks
+from backend.mathneuro import core, data
+from backend.mathneuro.evaluate import encode_with_answers, exact_match, generate
+from backend.mathneuro.tokenizer import build_tokenizer
+
+torch.set_num_threads(1)
+
+
+def tiny_llama(seed=0, vocab=None, hidden=32, layers=2):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    tok = build_tokenizer()
+    cfg = LlamaConfig(vocab_size=vocab or len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=96, tie_word_embeddings=False,
+                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama()
+
+
+@pytest.fixture(scope="module")
+def texts():
+    m = data.texts_of(data.math_set(6, 0, split="train"))
+    n = data.texts_of(data.nonmath_set(6, 0))
+    return m, n
+
+
+def snapshot(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same(model, snap):
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, snap[k]), k
+
+
+def manual_norms(model, tok, samples):
+    """Σ_samples ‖X_j‖ computed one unpadded sample at a time."""
+    layers = core.linear_layers(model)
+    acc = {n: torch.zeros(m.in_features, dtype=torch.float64) for n, m in layers.items()}
+    store = {}
+    hs = [m.register_forward_hook(lambda mod, a, o, n=n: store.__setitem__(n, a[0]))
+          for n, m in layers.items()]
+    try:
+        with torch.no_grad():
+            for s in samples:
+                model(input_ids=torch.tensor([tok(s)["input_ids"]]))
+                for n, x in store.items():
+                    acc[n] += x[0].double().norm(dim=0)
+    finally:
+        for h in hs:
+            h.remove()
+    return acc
+
+
+def test_linear_layers_skip_lm_head(model):
+    names = core.linear_layers(model)
+    assert "lm_head" not in names and len(names) == 2 * 7
+    assert "lm_head" in core.linear_layers(model, include_lm_head=True)
+
+
+def test_input_norms_match_per_sample_computation_and_ignore_padding(model, tok, texts):
+    samples = texts[0] + texts[1]
+    batched = core.input_norms(model, samples, tokenizer=tok, batch_size=5)
+    manual = manual_norms(model, tok, samples)
+    for n in manual:
+        torch.testing.assert_close(batched[n], manual[n], rtol=1e-4, atol=1e-5)
+    assert count_hooks(model) == 0
+
+
+def test_input_norms_accept_token_ids(model, tok, texts):
+    ids = [tok(s)["input_ids"] for s in texts[0]]
+    a = core.input_norms(model, ids, tokenizer=tok)
+    b = core.input_norms(model, texts[0], tokenizer=tok)
+    for n in a:
+        torch.testing.assert_close(a[n], b[n])
+
+
+def test_identify_is_top_math_minus_top_nonmath(model, tok, texts):
+    m, n = texts
+    k = 0.2
+    masks = core.identify(model, m, n, k, tokenizer=tok)
+    s_m = core.importance(model, manual_norms(model, tok, m))
+    s_n = core.importance(model, manual_norms(model, tok, n))
+    params = dict(model.named_parameters())
+    assert set(masks) == {f"{x}.weight" for x in core.linear_layers(model)}
+    for name, mask in masks.items():
+        assert mask.dtype == torch.bool and mask.shape == params[name].shape
+        # |W|·‖X‖ recomputed from the definition
+        w = params[name].detach().abs()
+        torch.testing.assert_close(s_m[name], w * manual_norms(model, tok, m)[name[:-7]].float()[None])
+        kk = int(round(k * mask.numel()))
+        top_m = torch.zeros(mask.numel(), dtype=torch.bool)
+        top_m[s_m[name].flatten().argsort(descending=True)[:kk]] = True
+        top_n = torch.zeros(mask.numel(), dtype=torch.bool)
+        top_n[s_n[name].flatten().argsort(descending=True)[:kk]] = True
+        expected = (top_m & ~top_n).view(mask.shape)
+        # ties between equal scores could differ in principle; random floats have none
+        assert torch.equal(mask, expected), name
+    assert count_hooks(model) == 0
+
+
+def test_same_data_for_both_sides_gives_an_empty_set(model, tok, texts):
+    masks = core.identify(model, texts[0], texts[0], 0.1, tokenizer=tok)
+    assert core.count(masks) == 0
+
+
+def test_top_fraction_counts():
+    s = torch.rand(10, 20)
+    for k in (0.01, 0.15, 0.5, 1.0):
+        assert int(core.top_fraction(s, k).sum()) == max(1, round(k * 200))
+    for bad in (0, -0.1, 1.5, 15, float("nan")):
+        with pytest.raises(ValueError, match="fraction"):
+            core.top_fraction(s, bad)
+
+
+def test_wanda_contains_mathneuro(model, tok, texts):
+    mn = core.identify(model, *texts, 0.15, tokenizer=tok)
+    wa = core.wanda(model, texts[0], 0.15, tokenizer=tok)
+    assert core.count(wa) > core.count(mn) > 0
+    assert core.overlap(wa, mn) == 1.0
+
+
+def test_random_like_matches_counts_not_positions(model, tok, texts):
+    mn = core.identify(model, *texts, 0.15, tokenizer=tok)
+    r1, r2 = core.random_like(mn, seed=1), core.random_like(mn, seed=1)
+    r3 = core.random_like(mn, seed=2)
+    for name in mn:
+        assert int(r1[name].sum()) == int(mn[name].sum())
+        assert torch.equal(r1[name], r2[name])
+    assert any(not torch.equal(r1[n], r3[n]) for n in mn)
+    assert core.overlap(r1, mn) < 0.5
+
+
+def test_lape_selects_whole_neurons(model, tok, texts):
+    masks = core.lape(model, *texts, 0.25, tokenizer=tok)
+    assert count_hooks(model) == 0
+    gates = [n for n in masks if n.endswith("gate_proj.weight")]
+    assert len(gates) == 2
+    for g in gates:
+        base = g[: -len("gate_proj.weight")]
+        rows = masks[g].any(dim=1)
+        assert torch.equal(masks[g].all(dim=1), rows)  # whole rows
+        assert torch.equal(masks[base + "up_proj.weight"].any(dim=1), rows)
+        assert torch.equal(masks[base + "down_proj.weight"].any(dim=0), rows)  # matching columns
+        assert 0 < int(rows.sum()) <= round(0.25 * rows.numel())
+    probs = core.activation_probability(model, texts[0], tokenizer=tok)
+    for p in probs.values():
+        assert float(p.min()) >= 0 and float(p.max()) <= 1
+
+
+def test_find_dispatches_and_rejects_unknown(model, tok, texts):
+    for method in core.METHODS:
+        masks = core.find(method, model, *texts, 0.1, tokenizer=tok)
+        assert core.count(masks) > 0
+    with pytest.raises(ValueError, match="unknown method"):
+        core.find("magic", model, *texts, 0.1, tokenizer=tok)
+
+
+@pytest.mark.parametrize("factor", [0.0, 1.1, 0.37, 2.0])
+def test_scaled_applies_and_restores_bit_exactly(model, tok, texts, factor):
+    masks = core.identify(model, *texts, 0.15, tokenizer=tok)
+    snap = snapshot(model)
+    ptrs = {n: p.data_ptr() for n, p in model.named_parameters()}
+    params = dict(model.named_parameters())
+    with core.scaled(model, masks, factor):
+        for name, m in masks.items():
+            p = params[name].detach()
+            assert torch.equal(p[m], snap[name][m] * factor)
+            assert torch.equal(p[~m], snap[name][~m])
+        assert {n: p.data_ptr() for n, p in model.named_parameters()} == ptrs  # in place, no copy
+    assert_same(model, snap)
+
+
+def test_scaled_restores_after_an_exception(model, tok, texts):
+    masks = core.identify(model, *texts, 0.15, tokenizer=tok)
+    snap = snapshot(model)
+    with pytest.raises(RuntimeError, match="boom"):
+        with core.scaled(model, masks, 0.0):
+            raise RuntimeError("boom")
+    assert_same(model, snap)
+
+
+def test_scaled_rejects_bad_masks_and_factors(model):
+    with pytest.raises(KeyError):
+        with core.scaled(model, {"nope.weight": torch.zeros(1, dtype=torch.bool)}, 0.0):
+            pass
+    w = "model.layers.0.mlp.up_proj.weight"
+    with pytest.raises(ValueError):
+        with core.scaled(model, {w: torch.zeros(3, dtype=torch.bool)}, 0.0):
+            pass
+    with pytest.raises(ValueError, match="finite"):
+        with core.scaled(model, {}, float("inf")):
+            pass
+
+
+def test_saved_bytes_is_what_changes(model, tok, texts):
+    masks = core.identify(model, *texts, 0.15, tokenizer=tok)
+    assert core.saved_bytes(model, masks) == 4 * core.count(masks)
+    n_params = sum(p.numel() for p in model.parameters())
+    assert core.saved_bytes(model, masks) <= n_params  # ≤ 1 byte per parameter at K = 15 %
+
+
+def test_hooks_removed_after_a_failing_forward(model, tok):
+    bad = [[1, 2, 10_000]]  # token id out of range: the forward raises
+    with pytest.raises(Exception):
+        core.input_norms(model, bad, tokenizer=tok)
+    assert count_hooks(model) == 0
+    with pytest.raises(Exception):
+        core.activation_probability(model, bad, tokenizer=tok)
+    assert count_hooks(model) == 0
+    with pytest.raises(ValueError, match="no samples"):
+        core.identify(model, [], ["x"], 0.1, tokenizer=tok)
+
+
+def test_overlap_per_layer_and_consistency(model, tok, texts):
+    mn = core.identify(model, *texts, 0.15, tokenizer=tok)
+    assert core.overlap(mn, mn) == 1.0
+    layers = core.per_layer(mn)
+    assert set(layers) == {"0", "1"}
+    assert sum(r["count"] for r in layers.values()) == core.count(mn)
+    mods = core.per_module(mn)
+    assert set(mods) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    cons = core.consistency(model, *texts, 0.15, tokenizer=tok, n_samples=(1, 6), n_subsets=2,
+                            reference=mn)
+    assert cons[6]["mean"] == pytest.approx(1.0)  # all samples: the reference itself
+    assert 0.0 < cons[1]["mean"] <= 1.0
+
+
+def test_encode_with_answers_marks_answer_predictions(tok):
+    ids, pred = encode_with_answers(tok, [{"prompt": "ann has 3 pens . how many pens are left ?",
+                                           "answer": "12"}])
+    toks = tok.convert_ids_to_tokens(ids[0].tolist())
+    targets = [toks[i + 1] for i in range(len(toks)) if pred[0, i]]
+    assert targets == ["1", "2", "<eos>"]
