@@ -156,7 +156,7 @@ class FeatureIndex:
 
 @torch.no_grad()
 def build_index(model, tokenizer, sae: TopKSAE, specs: list[dict], *, hookpoint: str, top_k: int = 16,
-                batch_size: int = 64, progress=None) -> FeatureIndex:
+                batch_size: int = 64, progress=None, images: np.ndarray | None = None) -> FeatureIndex:
     """Stream the scene set through the VLM once; encode the image-patch residuals; keep the index."""
     from . import scenes as S
     from . import vlm
@@ -167,7 +167,7 @@ def build_index(model, tokenizer, sae: TopKSAE, specs: list[dict], *, hookpoint:
     t0 = time.perf_counter()
     for i in range(0, len(specs), batch_size):
         chunk = specs[i:i + batch_size]
-        imgs = np.stack([S.render(s)[0] for s in chunk])
+        imgs = images[i:i + batch_size] if images is not None else np.stack([S.render(s)[0] for s in chunk])
         for _, h in vlm.residuals(model, tokenizer, imgs, hookpoint, batch_size=batch_size):
             vals, idx = sae.encode_sparse(h[:, sl])
             builder.update(vals, idx, torch.arange(i, i + len(chunk)))

@@ -50,7 +50,7 @@ def evaluate(sae: TopKSAE, x: torch.Tensor, batch: int = 8192) -> dict[str, floa
 def train_sae(train_x: torch.Tensor, *, n_latents: int, k: int, steps: int, batch: int = 1024,
               lr: float = 2e-3, seed: int = 0, dead_after: int | None = None, auxk_alpha: float = 1 / 32,
               hookpoint: str = "", log: Callable[[dict], None] | None = None,
-              log_every: int = 250) -> tuple[TopKSAE, list[dict]]:
+              log_every: int = 250, init_from_data: bool = True) -> tuple[TopKSAE, list[dict]]:
     """Fit a TopK SAE to activations `train_x` [N, d] (sampled with replacement, seeded)."""
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -58,8 +58,16 @@ def train_sae(train_x: torch.Tensor, *, n_latents: int, k: int, steps: int, batc
     sae = TopKSAE(d, n_latents, k, hookpoint=hookpoint)
     with torch.no_grad():
         sae.b_dec.copy_(train_x.median(0).values)
-        # Encoder rows start as the decoder directions scaled so initial codes are of data scale.
-        sae.W_enc.copy_(sae.W_dec * (1.0 / math.sqrt(d)))
+        if init_from_data:
+            # Decoder rows start on (centred) data points, so every latent owns a piece of the data
+            # and few die on low-dimensional activations; encoder rows start as the decoder directions.
+            pick = train_x[torch.randperm(len(train_x), generator=g)[:n_latents]] - sae.b_dec
+            sae.W_dec.copy_(pick + 1e-3 * torch.randn(pick.shape, generator=g))
+            sae.set_decoder_norm_to_unit_norm()
+            scale = 1.0
+        else:
+            scale = 1.0 / math.sqrt(d)
+        sae.W_enc.copy_(sae.W_dec * scale)
     dead_after = dead_after or max(batch * 50, 10_000)
     opt = torch.optim.Adam(sae.parameters(), lr=lr, betas=(0.9, 0.999))
     warm = max(1, steps // 20)

@@ -152,7 +152,9 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from transformers import LlavaForConditionalGeneration, AutoProcessor
 
     steps = int(steps or 4000)
-    cap_dir = zoo_path("llava-scenes")
+    # the captioner built beside this organism (same root), else the committed one
+    cap_dir = zoo_path("llava-scenes", out_dir.parent) if (out_dir.parent / "llava-scenes").exists() \
+        else zoo_path("llava-scenes")
     model = LlavaForConditionalGeneration.from_pretrained(cap_dir, use_safetensors=True).eval()
     tok = AutoProcessor.from_pretrained(cap_dir).tokenizer
     heldout = vlm.load_scene_set(cap_dir)

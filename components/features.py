@@ -1,0 +1,379 @@
+"""Features: an SAE feature browser for a LLaVA-style model (Zhang et al., 2024, multimodal SAEs).
+
+UI only: the feature list, feature pages, image analysis and steering come from backend.sae.features.
+"""
+from __future__ import annotations
+
+import html
+import json
+import tempfile
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+
+from backend.sae import features as FT
+from backend.sae import scenes as S
+from components.common import fail, model_event
+
+TAB_ID = "features"
+TITLE = "Features"
+ORDER = 2
+SUMMARY = "SAE features of a tiny LLaVA: top images, activation regions, concept labels, steering."
+
+DISPLAY = 144  # px per thumbnail
+SORTS = ["density", "max activation", "IoU"]
+POSITION_CHOICES = [("every prompt position (paper)", "prompt"), ("prompt + generated tokens", "all"),
+                    ("image positions only", "image")]
+_EXPORT_DIR = Path(tempfile.mkdtemp(prefix="wb-features-"))
+
+
+# ------------------------------------------------------------------------------ rendering helpers
+def _cmap(values: np.ndarray) -> np.ndarray:
+    import matplotlib
+
+    return (matplotlib.colormaps["inferno"](np.clip(values, 0, 1))[..., :3] * 255).astype(np.uint8)
+
+
+def _big(img: np.ndarray, size: int = DISPLAY) -> np.ndarray:
+    rep = max(1, size // img.shape[0])
+    return np.repeat(np.repeat(img, rep, 0), rep, 1)
+
+
+def overlay(image: np.ndarray, amap: np.ndarray, vmax: float, alpha: float = 0.6) -> np.ndarray:
+    """Continuous overlay: the activation map in a colormap blended over the image."""
+    heat = _cmap(amap / max(vmax, 1e-9)).astype(np.float32)
+    a = alpha * np.clip(amap / max(vmax, 1e-9), 0.15, 1.0)[..., None]
+    return (image.astype(np.float32) * (1 - a) + heat * a).clip(0, 255).astype(np.uint8)
+
+
+def dimmed(image: np.ndarray, region: np.ndarray) -> np.ndarray:
+    keep = region[..., None].astype(np.float32)
+    return (image.astype(np.float32) * (keep + (1 - keep) * 0.2)).astype(np.uint8)
+
+
+def colorbar_html(vmax: float, label: str = "activation") -> str:
+    stops = ", ".join(f"rgb{tuple(int(c) for c in _cmap(np.array([v]))[0])} {int(v * 100)}%"
+                      for v in np.linspace(0, 1, 9))
+    return (f"<div style='display:flex;align-items:center;gap:8px;font-size:0.8rem'>"
+            f"<span>0</span><div style='flex:1;max-width:320px;height:12px;border-radius:3px;"
+            f"background:linear-gradient(90deg,{stops})'></div><span>{vmax:.2f}</span>"
+            f"<span class='wb-muted'>{html.escape(label)}</span></div>")
+
+
+def _hist_plot(page: dict):
+    import plotly.graph_objects as go
+
+    counts = np.asarray(page["hist_counts"])
+    edges = np.asarray(page["hist_edges"])
+    nz = np.nonzero(counts)[0]
+    lo, hi = (int(nz[0]), int(nz[-1]) + 1) if len(nz) else (0, len(counts))
+    x = list(range(hi - lo))
+    labels = [f"{np.sqrt(edges[i] * edges[i + 1]):.2g}" for i in range(lo, hi)]
+    fig = go.Figure(go.Bar(x=x, y=counts[lo:hi], marker_color="#6366f1",
+                           hovertext=[f"{edges[i]:.3g}–{edges[i + 1]:.3g}: {counts[i]}" for i in range(lo, hi)]))
+    fig.update_layout(title=f"non-zero activations (density {page['density']:.2%} of image tokens)",
+                      xaxis=dict(tickmode="array", tickvals=x, ticktext=labels, title="activation (log bins)"),
+                      yaxis_title="tokens", height=260, margin=dict(l=40, r=10, t=40, b=40))
+    return fig
+
+
+def _concept_plot(page: dict):
+    import plotly.graph_objects as go
+
+    scores = page.get("concept_scores") or {}
+    names = list(scores)
+    fam_colour = {"colour": "#ef4444", "shape": "#6366f1", "texture": "#10b981", "position": "#f59e0b"}
+    fig = go.Figure(go.Bar(x=list(range(len(names))), y=[scores[n] for n in names],
+                           marker_color=[fam_colour.get(S.FAMILY_OF.get(n, ""), "#94a3b8") for n in names]))
+    fig.update_layout(title="IoU of the activation regions with each planted concept (top-5 images)",
+                      xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names),
+                      yaxis=dict(range=[0, 1], title="IoU"), height=260, margin=dict(l=40, r=10, t=40, b=60))
+    return fig
+
+
+def _page_png(page: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(page["images"])
+    fig, axes = plt.subplots(3, max(n, 1), figsize=(2.2 * max(n, 1), 7.0), squeeze=False)
+    vmax = max(float(page["maps"].max()) if n else 1.0, 1e-9)
+    for j in range(max(n, 1)):
+        for i in range(3):
+            axes[i, j].axis("off")
+        if j >= n:
+            continue
+        axes[0, j].imshow(page["images"][j])
+        axes[0, j].set_title(f"#{page['top'][j]['image_id']} ({page['top'][j]['score']:.2f})", fontsize=8)
+        axes[1, j].imshow(page["images"][j])
+        im = axes[1, j].imshow(page["maps"][j], cmap="inferno", alpha=0.6, vmin=0, vmax=vmax)
+        axes[2, j].imshow(dimmed(page["images"][j], page["regions"][j]))
+    if n:
+        fig.colorbar(im, ax=axes[1, :].tolist(), fraction=0.02, label="activation")
+    fig.suptitle(f"feature {page['feature']}: {page['label'] or '—'} (IoU {page['iou']:.2f}) · "
+                 f"density {page['density']:.2%} · max {page['max_act']:.2f}", fontsize=10)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------------ handlers
+def _org(source: str):
+    try:
+        return FT.get_organism(source)
+    except FileNotFoundError as e:
+        fail(f"The Features organism is not built: {e}")
+
+
+def _feature_id(org, value) -> int:
+    try:
+        f = int(float(value))
+    except (TypeError, ValueError):
+        fail("Feature id must be a whole number.")
+    if not 0 <= f < org.n_features:
+        fail(f"Feature id must be between 0 and {org.n_features - 1}.")
+    return f
+
+
+def list_features(source: str, query: str, sort: str):
+    org = _org(source)
+    if sort not in SORTS:
+        fail(f"Sort by one of {SORTS}.")
+    rows = FT.feature_table(org, query or "", {"IoU": "iou", "max activation": "max_act"}.get(sort, sort))
+    return [[r["feature"], r["label"], r["family"], round(r["iou"], 3), round(r["density"], 4),
+             round(r["max_act"], 3)] for r in rows]
+
+
+def open_feature(source: str, feature):
+    org = _org(source)
+    f = _feature_id(org, feature)
+    page = FT.feature_page(org, f)
+    vmax = float(page["maps"].max()) if len(page["images"]) else 1.0
+    over = [(_big(overlay(im, m, vmax)), f"#{t['image_id']} · {t['score']:.2f}")
+            for im, m, t in zip(page["images"], page["maps"], page["top"])]
+    dim = [(_big(dimmed(im, r)), t["caption"]) for im, r, t in zip(page["images"], page["regions"], page["top"])]
+    lab = html.escape(page["label"] or "no concept")
+    header = (f"<h3 style='margin:0'>Feature {f} · <span style='color:var(--color-accent)'>{lab}</span> "
+              f"<span class='wb-badge'>IoU {page['iou']:.2f}</span></h3>"
+              f"<div class='wb-muted'>{html.escape(page['family'] or '')} · density {page['density']:.3%} of image "
+              f"tokens · max activation {page['max_act']:.3f} · mean non-zero {page['mean_act']:.3f} · "
+              f"concept explainer: best IoU of a planted concept mask with the activation regions "
+              f"(bilinear upsampling, ≥ 50% of the map's max) over the top-5 images</div>"
+              + colorbar_html(vmax, "overlay colour scale"))
+    data = FT.page_json(page)
+    jpath = _EXPORT_DIR / f"feature_{f}.json"
+    jpath.write_text(json.dumps(data, indent=1))
+    ppath = _page_png(page, _EXPORT_DIR / f"feature_{f}.png")
+    steer_value = FT.default_clamp_value(org, f)
+    return (header, over, dim, _hist_plot(page), _concept_plot(page), str(jpath), str(ppath), data, f,
+            f, gr.Slider(value=steer_value, maximum=max(20.0, 3 * steer_value)))
+
+
+def _image_input(org, image, example):
+    if image is not None:
+        return np.asarray(image)
+    if example is not None and str(example).strip() != "":
+        try:
+            i = int(example)
+            return S.render(org.heldout_specs[i])[0]
+        except (ValueError, IndexError):
+            fail(f"Pick a held-out scene between 0 and {len(org.heldout_specs) - 1}.")
+    fail("Upload an image or pick a held-out scene.")
+
+
+def analyse(source: str, image, example, progress=gr.Progress()):
+    org = _org(source)
+    img = _image_input(org, image, example)
+    progress(0.2, desc="encoding the image at the SAE hookpoint")
+    try:
+        out = FT.analyse_image(org, img, top_n=6)
+    except ValueError as e:
+        fail(str(e))
+    size = out["image"].shape[0]
+    gallery = []
+    vmax = max([float(m.max()) for m in out["maps"].values()] or [1.0])
+    from backend.sae.explain import upsample
+    import torch
+
+    for row in out["features"]:
+        m = upsample(torch.as_tensor(out["maps"][row["feature"]]), size)[0].numpy()
+        gallery.append((_big(overlay(out["image"], m, vmax)),
+                        f"feature {row['feature']} · {row['label'] or '?'} · mean {row['mean_act']:.2f}"))
+    table = [[r["feature"], r["label"], r["mean_act"]] for r in out["features"]]
+    return (_big(out["image"]), f"**Model caption:** {out['caption'] or '—'}", gallery, table,
+            colorbar_html(vmax, "activation per patch"))
+
+
+def steer(source: str, image, example, feature, value, positions, add_error, progress=gr.Progress()):
+    org = _org(source)
+    img = _image_input(org, image, example)
+    f = _feature_id(org, feature)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        fail("Clamp value must be a number.")
+    if positions not in FT.ST.POSITION_MODES:
+        fail(f"Positions must be one of {FT.ST.POSITION_MODES}.")
+    progress(0.3, desc="generating with and without the clamp")
+    try:
+        out = FT.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error))
+    except ValueError as e:
+        fail(str(e))
+    lab = org.labels.get(str(f), {}).get("label", "")
+    ok = "well-formed" if out["well_formed"] else "not a well-formed caption"
+    md = (f"| | caption |\n|---|---|\n| without | `{out['baseline']}` |\n"
+          f"| feature {f} ({html.escape(lab or '?')}) = {v:g} | `{out['steered']}` |\n\n"
+          f"<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
+          f"error term {'added back' if add_error else 'dropped'} · steered output is {ok}</span>")
+    return _big(img), md, out
+
+
+# ------------------------------------------------------------------------------ layout
+def _summary_md(org) -> str:
+    s = org.summary or {}
+    ev = s.get("sae_eval", {})
+    rb = s.get("random_baseline", {})
+    st = s.get("steering", {})
+    parts = [f"SAE at `{org.hookpoint}` · {org.sae.n_latents} latents, k = {org.sae.k}"]
+    if ev:
+        parts.append(f"held-out FVU **{ev['fvu']:.3f}** · dead latents **{ev['dead_fraction']:.1%}**")
+    if rb:
+        parts.append(f"top-50 features by density: mean IoU of the label concept on the top-5 images "
+                     f"**{rb['top5_iou']:.3f}** vs random images **{rb['random_iou']:.3f}** "
+                     f"(**{rb['ratio']}×**; paper 0.20 vs 0.005)")
+    if st.get("sweep"):
+        key = f"prompt@{st['value_multiple']:g}x"
+        if key in st["sweep"]:
+            parts.append(f"steering (clamp at every prompt position, {st['value_multiple']:g}× max activation): "
+                         f"colour named in ≥ **{st['sweep'][key]['min_success']:.0%}** of held-out scenes per colour")
+    return " · ".join(parts)
+
+
+def build(ctx) -> None:
+    source = gr.State(ctx.source)
+    gr.HTML(
+        "<div class='wb-explain'>A sparse autoencoder (TopK SAE) splits the model's residual stream into "
+        "features. Each feature's page shows the images of the dataset that excite it most, "
+        "<b>where</b> it fires on them (left: the activation map over the image; right: the paper's view, "
+        "everything outside the activation region dimmed), its activation histogram and how often it fires, "
+        "and the planted concept whose mask best matches its regions (IoU). Below, upload an image to see "
+        "which features fire where, and clamp a feature to watch the caption change.</div>")
+    try:
+        org = FT.get_organism(ctx.source)
+        gr.Markdown(_summary_md(org), elem_classes=["wb-muted"])
+        n_features = org.n_features
+        first = FT.feature_table(org, "", "iou")
+        first_id = first[0]["feature"] if first else 0
+        n_held = len(org.heldout_specs)
+    except Exception as e:  # the organism is not built: say so instead of failing the whole app
+        gr.Markdown(f"**The Features model could not be loaded:** {html.escape(str(e))}")
+        return
+
+    with gr.Row():
+        with gr.Column(scale=2, min_width=320):
+            with gr.Row():
+                query = gr.Textbox(label="search concept", placeholder="e.g. red, circle, striped",
+                                   elem_id="features-query", scale=2)
+                sort = gr.Dropdown(SORTS, value="IoU", label="sort by", elem_id="features-sort", scale=1)
+            table = gr.Dataframe(headers=["feature", "concept", "family", "IoU", "density", "max act"],
+                                 value=list_features(ctx.source, "", "IoU"), interactive=False,
+                                 elem_id="features-table", max_height=420)
+            with gr.Row():
+                feat = gr.Number(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
+                                 elem_id="features-id", minimum=0, maximum=n_features - 1)
+                open_btn = gr.Button("Open feature", variant="primary", elem_id="features-open")
+            gr.Markdown("<span class='wb-muted'>Click a row or type an id. Deep link: "
+                        "<code>?tab=features&amp;feature=ID</code></span>")
+        with gr.Column(scale=3):
+            header = gr.HTML(elem_id="features-header")
+            with gr.Row():
+                gal_overlay = gr.Gallery(label="top images · activation overlay", columns=5, height=210,
+                                         format="png", elem_id="features-overlay", object_fit="contain")
+            with gr.Row():
+                gal_dim = gr.Gallery(label="top images · outside the activation region dimmed", columns=5,
+                                     height=210, format="png", elem_id="features-dimmed", object_fit="contain")
+            with gr.Row():
+                hist = gr.Plot(label="activation histogram", elem_id="features-hist")
+                concepts = gr.Plot(label="concept IoU", elem_id="features-concepts")
+            with gr.Row():
+                json_file = gr.File(label="export JSON", elem_id="features-json")
+                png_file = gr.File(label="export PNG", elem_id="features-png")
+            page_data = gr.JSON(label="feature page (data)", open=False, visible=True)
+
+    gr.Markdown("### Which features fire where")
+    with gr.Row():
+        with gr.Column(scale=1):
+            upload = gr.Image(label="your image (resized to the model's input)", type="numpy", format="png",
+                              height=220, elem_id="features-upload", sources=["upload", "clipboard"])
+            example = gr.Dropdown([str(i) for i in range(min(n_held, 40))], value="0",
+                                  label=f"…or a held-out scene (used when no image is uploaded)",
+                                  elem_id="features-example", allow_custom_value=True)
+            analyse_btn = gr.Button("Analyse image", variant="primary", elem_id="features-analyse")
+        with gr.Column(scale=3):
+            with gr.Row():
+                shown = gr.Image(label="input", format="png", height=200, interactive=False)
+                with gr.Column():
+                    cap = gr.Markdown()
+                    firing = gr.Dataframe(headers=["feature", "concept", "mean activation"], interactive=False)
+            fire_gallery = gr.Gallery(label="strongest features on this image", columns=6, height=200,
+                                      format="png", elem_id="features-firing")
+            fire_bar = gr.HTML()
+
+    gr.Markdown("### Steering: clamp a feature and watch the caption")
+    gr.HTML("<div class='wb-explain'>During the prompt pass the residual stream at the SAE hookpoint is "
+            "replaced by the SAE reconstruction with the chosen feature clamped to the slider's value, at "
+            "every position (image and text) as in the paper. On this model the hookpoint is the LM input: "
+            "clamping only the image positions after a decoder layer fails, because the text positions have "
+            "already read the image there. Uses the image or held-out scene chosen above.</div>")
+    with gr.Row():
+        with gr.Column(scale=2):
+            steer_feat = gr.Number(value=first_id, precision=0, label="feature to clamp", elem_id="features-steer-id")
+            steer_val = gr.Slider(0, 40, value=FT.default_clamp_value(org, first_id), step=0.1,
+                                  label="clamp value", elem_id="features-clamp")
+            positions = gr.Radio(POSITION_CHOICES, value="prompt", label="positions", elem_id="features-positions")
+            add_err = gr.Checkbox(False, label="add the SAE error term back", elem_id="features-adderr")
+            steer_btn = gr.Button("Generate with and without", variant="primary", elem_id="features-steer")
+        with gr.Column(scale=3):
+            with gr.Row():
+                steer_img = gr.Image(label="input", format="png", height=180, interactive=False)
+                steer_md = gr.Markdown(elem_id="features-steer-out")
+            steer_json = gr.JSON(label="steering result", open=False)
+
+    page_outputs = [header, gal_overlay, gal_dim, hist, concepts, json_file, png_file, page_data, feat,
+                    steer_feat, steer_val]
+    open_btn.click(open_feature, [source, feat], page_outputs, api_name="feature_page")
+    query.submit(list_features, [source, query, sort], table, api_name="features_list")
+    sort.change(list_features, [source, query, sort], table, api_visibility="private")
+
+    def pick_row(source_, rows, evt: gr.SelectData):
+        r = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        try:
+            fid = int(rows.iloc[r, 0]) if hasattr(rows, "iloc") else int(rows[r][0])
+        except Exception:
+            fail("Pick a row of the feature list.")
+        return open_feature(source_, fid)
+
+    table.select(pick_row, [source, table], page_outputs, api_visibility="private")
+    analyse_btn.click(analyse, [source, upload, example], [shown, cap, fire_gallery, firing, fire_bar],
+                      **model_event(api_name="analyse_image"))
+    steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err],
+                    [steer_img, steer_md, steer_json], **model_event(api_name="steer"))
+
+    def from_url(source_, request: gr.Request):
+        wanted = request.query_params.get("feature") if request else None
+        fid = first_id
+        if wanted is not None:
+            try:
+                fid = int(wanted)
+            except ValueError:
+                fid = first_id
+            if not 0 <= fid < n_features:
+                fid = first_id
+        return open_feature(source_, fid)
+
+    from gradio.context import Context
+
+    Context.root_block.load(from_url, [source], page_outputs, api_visibility="private")

@@ -1,0 +1,94 @@
+"""The Features tab through its API (gradio_client): pages, search, analysis, steering, bad input,
+parallel clients that must not see each other's clamp."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def org():
+    from backend.sae import features as FT
+
+    return FT.get_organism("zoo")
+
+
+def colour_feature(org, colour):
+    return int(org.summary["steering"]["colour_features"][colour])
+
+
+def test_feature_page(client, org):
+    f = colour_feature(org, "red")
+    out = client.predict(f, api_name="/feature_page")
+    header, overlay, dimmed, hist, concepts, jfile, pfile, data = out[:8]
+    assert f"Feature {f}" in header and "red" in header
+    assert len(overlay) == 5 and len(dimmed) == 5
+    assert data["feature"] == f and data["label"] == "red" and data["iou"] >= 0.6
+    assert len(data["top"]) == 5 and 0 < data["density"] < 1
+    assert sum(data["hist_counts"]) > 0
+    exported = json.loads(Path(jfile).read_text())
+    assert exported["feature"] == f and exported["label"] == "red"
+    assert Path(pfile).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_search_and_sort(client):
+    rows = client.predict("red", api_name="/features_list")
+    data = rows["data"] if isinstance(rows, dict) else rows
+    assert data and all("red" in r[1] for r in data)
+    ious = [r[3] for r in data]
+    assert ious == sorted(ious, reverse=True)
+
+
+def test_bad_feature_id_is_a_clear_error(client, org):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="between 0 and"):
+        client.predict(org.n_features + 5, api_name="/feature_page")
+
+
+def test_analyse_held_out_scene(client, org):
+    out = client.predict(None, "3", api_name="/analyse_image")
+    image, caption, gallery, table, bar = out
+    from backend.sae import scenes as S
+
+    truth = S.caption(org.heldout_specs[3])
+    assert truth in caption
+    rows = table["data"] if isinstance(table, dict) else table
+    assert len(rows) >= 1 and len(gallery) == len(rows)
+
+
+def test_analyse_without_image_is_a_clear_error(client):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="Upload an image"):
+        client.predict(None, "", api_name="/analyse_image")
+
+
+def _steer(client, example, feature, value):
+    return client.predict(None, example, feature, value, "prompt", False, api_name="/steer")[2]
+
+
+def test_steering_and_parallel_clients(app_url, org):
+    from gradio_client import Client
+
+    from backend.sae import scenes as S
+
+    mult = org.summary["steering"]["value_multiple"]
+    jobs = []
+    for i, colour in enumerate(["red", "blue", "green", "yellow"]):
+        # a held-out scene without that colour
+        ex = next(j for j, s in enumerate(org.heldout_specs[:40]) if all(o["colour"] != colour for o in s["objects"]))
+        f = colour_feature(org, colour)
+        jobs.append((colour, str(ex), f, round(mult * float(org.index.tensors["max_act"][f]), 3)))
+    clients = [Client(app_url, verbose=False) for _ in range(2)]
+    with ThreadPoolExecutor(4) as pool:
+        par = list(pool.map(lambda j: _steer(clients[jobs.index(j) % 2], *j[1:]), jobs))
+    seq = [_steer(clients[0], *j[1:]) for j in jobs]
+    for (colour, *_), a, b in zip(jobs, par, seq):
+        assert a["steered"] == b["steered"] and a["baseline"] == b["baseline"]
+        assert a["hookpoint"] == org.hookpoint
+    named = sum(any(o["colour"] == c for o in (S.parse_caption(r["steered"]) or [])) for (c, *_), r in zip(jobs, par))
+    assert named >= 3, par

@@ -1,0 +1,50 @@
+"""The Features tab in Chromium: deep link to a feature, search, sort, open, analyse, steer, exports."""
+import pytest
+
+from tests.e2e.conftest import open_tab, shot
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_features_tab(page, server_url):
+    page.goto(f"{server_url}?tab=features&feature=3")
+    page.wait_for_selector("#tab-features", state="visible")
+    page.wait_for_load_state("networkidle")
+    header = page.locator("#features-header")
+    header.get_by_text("Feature 3").wait_for()
+
+    # search by concept, change the sort, open a feature from the id box
+    page.locator("#features-query textarea, #features-query input").first.fill("red")
+    page.locator("#features-query textarea, #features-query input").first.press("Enter")
+    page.wait_for_load_state("networkidle")
+    table = page.locator("#features-table")
+    table.get_by_text("red").first.wait_for()
+    page.locator("#features-sort input").click()
+    page.get_by_role("option", name="density").click()
+    page.wait_for_load_state("networkidle")
+
+    first_id = table.locator("tbody tr").first.locator("td").first.inner_text().strip()
+    box = page.locator("#features-id input")
+    box.fill(first_id)
+    page.locator("#features-open").click()
+    header.get_by_text(f"Feature {first_id}").wait_for()
+    assert "red" in header.inner_text()
+    assert page.locator("#features-overlay img").count() >= 5
+    assert page.locator("#features-json a, #features-json .file-preview").count() >= 1
+    assert page.locator("#features-png a, #features-png .file-preview").count() >= 1
+
+    # which features fire where (held-out scene)
+    page.locator("#features-analyse").click()
+    page.get_by_text("Model caption").wait_for()
+    page.locator("#features-firing img").first.wait_for()
+
+    # steering with the clamp slider
+    page.locator("#features-steer-id input").fill(first_id)
+    page.locator("#features-positions").get_by_text("every prompt position").click()
+    page.locator("#features-steer").click()
+    page.locator("#features-steer-out").get_by_text("without").wait_for()
+    assert "red" in page.locator("#features-steer-out").inner_text()
+    page.locator("#features-adderr input").check()
+    page.locator("#features-steer").click()
+    page.get_by_text("error term added back").wait_for()
+    shot(page, "features")

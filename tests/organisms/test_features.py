@@ -1,0 +1,118 @@
+"""The Features organism (committed weights, never retrained): the captioner captions held-out scenes,
+the SAE reconstructs with live latents, its features localise the planted concepts, and clamping a
+colour feature steers the caption."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from backend.sae import explain as E
+from backend.sae import features as FT
+from backend.sae import scenes as S
+from backend.sae import steer as ST
+from backend.sae import vlm
+from backend.sae.index import FeatureIndex, build_index
+from backend.sae.train import evaluate
+from backend.zoo import zoo_path
+from backend.zoo.manifest import verify
+
+torch.set_num_threads(1)
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def org():
+    return FT.load_zoo()
+
+
+def test_checksums():
+    assert verify(zoo_path("llava-scenes")) == []
+    assert verify(zoo_path("llava-scenes-sae")) == []
+
+
+def test_captioner_names_held_out_attributes(org):
+    specs = org.heldout_specs[:96]
+    imgs = np.stack([S.render(s)[0] for s in specs])
+    preds = vlm.generate_captions(org.model, org.tokenizer, imgs)
+    acc = {k: np.mean([S.attribute_accuracy(p, s)[k] for p, s in zip(preds, specs)])
+           for k in ("colour", "shape", "texture", "position", "exact")}
+    assert acc["colour"] >= 0.95, acc
+    assert acc["shape"] >= 0.9, acc
+    assert acc["position"] >= 0.95, acc
+    assert acc["exact"] >= 0.75, acc
+
+
+def test_processor_matches_the_training_inputs(org):
+    spec = org.heldout_specs[0]
+    img = S.render(spec)[0]
+    enc = org.processor(images=[img], text=["<image> describe"], return_tensors="pt")
+    assert torch.equal(enc["input_ids"], vlm.prompt_ids(org.tokenizer, org.model, 1))
+    torch.testing.assert_close(enc["pixel_values"], vlm.pixel_values(img[None]))
+
+
+def test_sae_reconstructs_held_out_activations_with_live_latents(org):
+    rng = np.random.default_rng(999)
+    specs = [S.sample_spec(rng) for _ in range(160)]
+    imgs = np.stack([S.render(s)[0] for s in specs])
+    x = torch.cat([h.reshape(-1, h.shape[-1]) for _, h in vlm.residuals(org.model, org.tokenizer, imgs, org.hookpoint)])
+    ev = evaluate(org.sae, x)
+    assert ev["fvu"] <= 0.15, ev
+    assert ev["dead_fraction"] <= 0.10, ev
+
+
+@pytest.fixture(scope="module")
+def explanations(org):
+    return E.explain_all(org.index, org.index_specs)
+
+
+def test_features_localise_planted_concepts(org, explanations):
+    loc = E.localisation_summary(explanations)
+    for c in S.COLOURS:
+        assert loc[c]["iou"] >= 0.6, (c, loc[c])
+    for c in S.SHAPES:
+        assert loc[c]["iou"] >= 0.4, (c, loc[c])
+    # the stored labels are what the explainer computes from the stored index
+    for f, e in explanations.items():
+        assert org.labels[str(f)]["label"] == e.label
+
+
+def test_top_images_beat_random_images_3x(org, explanations):
+    rng = np.random.default_rng(7)
+    specs = [S.sample_spec(rng) for _ in range(64)]
+    imgs = np.stack([S.render(s)[0] for s in specs])
+    g = org.index.grid
+    maps = []
+    for _, h in vlm.residuals(org.model, org.tokenizer, imgs, org.hookpoint):
+        z = org.sae.encode(h[:, vlm.image_slice(org.model)])
+        maps.append(z.permute(0, 2, 1).reshape(z.shape[0], -1, g, g))
+    stat = E.random_baseline(org.index, explanations, specs, torch.cat(maps), top_n_features=50)
+    assert stat["top5_iou"] >= 3 * stat["random_iou"], stat
+
+
+def test_clamping_a_colour_feature_steers_the_caption(org):
+    st = org.summary["steering"]
+    mult = st["value_multiple"]
+    colour_features = {c: int(f) for c, f in st["colour_features"].items()}
+    values = {c: mult * float(org.index.tensors["max_act"][f]) for c, f in colour_features.items()}
+    res = ST.steering_success(org.model, org.tokenizer, org.sae, org.hookpoint, org.heldout_specs[100:],
+                              colour_features, values, positions="prompt", n=12)
+    for c, r in res.items():
+        assert r["success"] >= 0.8, (c, r)
+
+
+def test_index_cli_rebuilds_the_stored_statistics(org, tmp_path):
+    out = tmp_path / "idx.safetensors"
+    r = subprocess.run([sys.executable, "-m", "backend.sae.index", "build", "--n-images", "128", "--out", str(out)],
+                       capture_output=True, text=True, timeout=240, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    rebuilt = FeatureIndex.load(out)
+    assert rebuilt.meta["n_images"] == 128 and json.loads(r.stdout)["written"] == str(out)
+    local = build_index(org.model, org.tokenizer, org.sae, org.index_specs[:128], hookpoint=org.hookpoint)
+    for key in ("top_ids", "fire_count", "hist"):
+        assert torch.equal(rebuilt.tensors[key], local.tensors[key]), key
+    # stored index: same layout, loaded without recomputation
+    assert org.index.tensors["top_maps"].shape[1:] == (16, org.index.grid ** 2)
+    assert org.index.meta["n_images"] == len(org.index_specs)
