@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
+
+if not (_ZOO_ROOT / "llava-scenes-sae" / "manifest.json").exists():  # weights not committed yet
+    pytest.skip("the Features organism is not built", allow_module_level=True)
+
 pytestmark = pytest.mark.timeout(240)
 
 

@@ -3,6 +3,11 @@ import pytest
 
 from tests.e2e.conftest import open_tab, shot
 
+from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
+
+if not (_ZOO_ROOT / "llava-scenes-sae" / "manifest.json").exists():  # weights not committed yet
+    pytest.skip("the Features organism is not built", allow_module_level=True)
+
 pytestmark = pytest.mark.timeout(300)
 
 

@@ -20,6 +20,11 @@ from backend.zoo import zoo_path
 from backend.zoo.manifest import verify
 
 torch.set_num_threads(1)
+from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
+
+if not (_ZOO_ROOT / "llava-scenes-sae" / "manifest.json").exists():  # weights not committed yet
+    pytest.skip("the Features organism is not built", allow_module_level=True)
+
 pytestmark = pytest.mark.timeout(300)
 
 
