@@ -22,6 +22,7 @@ import gradio as gr  # noqa: E402
 
 from components import tab_modules  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
+from components.guard import guard_events  # noqa: E402
 
 QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
 
@@ -46,6 +47,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
             return gr.Tabs(selected=wanted if wanted in ids else ids[0])
 
         demo.load(open_from_url, outputs=tabs, api_visibility="private")
+    guard_events(demo)
     # Bounded queue; model-touching events set their own per-device group (components.common).
     demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
     return demo

@@ -24,8 +24,20 @@ def open_tab(page, url: str, tab_id: str):
     """Open the app on one tab through its deep link and wait for Gradio to settle."""
     page.goto(f"{url}?tab={tab_id}")
     page.wait_for_selector(f"#tab-{tab_id}", state="visible")
-    page.wait_for_load_state("networkidle")
+    settle(page)
     return page
+
+
+def settle(page, timeout_ms: int = 60_000):
+    """Wait until no block shows a pending status tracker (Gradio drops `.hide` from it while busy).
+
+    Not `networkidle`: Gradio keeps streaming connections open, so the network is never idle.
+    """
+    page.wait_for_timeout(300)
+    page.wait_for_function(
+        "() => !document.querySelector('.wrap.full:not(.hide), .progress-text, .eta-bar')",
+        timeout=timeout_ms)
+    page.wait_for_timeout(200)
 
 
 def shot(page, name: str):

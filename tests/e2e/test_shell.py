@@ -2,7 +2,7 @@
 import pytest
 
 from components import tab_modules
-from tests.e2e.conftest import open_tab, shot
+from tests.e2e.conftest import open_tab, settle, shot
 
 TAB_IDS = [m.TAB_ID for m in tab_modules()]
 
@@ -23,7 +23,7 @@ def test_every_tab_renders(page, server_url, tab_id):
 def test_overview_refresh_and_open_buttons(page, server_url):
     open_tab(page, server_url, "overview")
     page.get_by_role("button", name="Refresh").click()
-    page.wait_for_load_state("networkidle")
+    settle(page)
     assert page.get_by_text("preset_source").count() >= 1
     ready = [m for m in tab_modules() if m.TAB_ID != "overview"]
     if ready:  # the first built instrument opens from its card

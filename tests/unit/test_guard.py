@@ -1,0 +1,87 @@
+import asyncio
+
+import gradio as gr
+import pytest
+
+import app
+from backend.core.presets import PresetError
+from components import guard
+
+
+def _run_all(fn, *args):
+    """Drive a wrapped handler of any kind to completion."""
+    if guard.inspect.isasyncgenfunction(fn):
+        async def drain():
+            return [x async for x in fn(*args)]
+        return asyncio.run(drain())
+    if guard.inspect.isgeneratorfunction(fn):
+        return list(fn(*args))
+    if guard.inspect.iscoroutinefunction(fn):
+        return asyncio.run(fn(*args))
+    return fn(*args)
+
+
+def make_handlers(exc):
+    def plain(x):
+        raise exc
+
+    def gen(x):
+        yield 1
+        raise exc
+
+    async def coro(x):
+        raise exc
+
+    async def agen(x):
+        yield 1
+        raise exc
+
+    return [plain, gen, coro, agen]
+
+
+@pytest.mark.parametrize("kind", range(4))
+@pytest.mark.parametrize("exc,expected", [
+    (ValueError("rank must be positive"), "rank must be positive"),
+    (KeyError("no feature 99999"), "no feature 99999"),
+    (IndexError("channel out of range"), "channel out of range"),
+    (PresetError("not a valid hub id"), "not a valid hub id"),
+    (gr.Error("already clear"), "already clear"),
+])
+def test_input_errors_become_clear_messages(kind, exc, expected):
+    before = len(guard.INTERNAL_ERRORS)
+    fn = guard.guarded(make_handlers(exc)[kind])
+    with pytest.raises(gr.Error) as info:
+        _run_all(fn, 0)
+    assert expected in str(info.value.message)
+    assert len(guard.INTERNAL_ERRORS) == before
+
+
+@pytest.mark.parametrize("kind", range(4))
+def test_defects_are_counted_and_hidden(kind):
+    before = len(guard.INTERNAL_ERRORS)
+    fn = guard.guarded(make_handlers(RuntimeError("secret internal detail"))[kind])
+    with pytest.raises(gr.Error) as info:
+        _run_all(fn, 0)
+    assert "Internal error (RuntimeError)" in info.value.message
+    assert "secret" not in info.value.message
+    assert len(guard.INTERNAL_ERRORS) == before + 1
+    guard.INTERNAL_ERRORS.pop()
+
+
+def test_wrappers_keep_kind_and_results():
+    def plain(x):
+        return x + 1
+
+    def gen(x):
+        yield x
+        yield x + 1
+
+    assert guard.guarded(plain)(1) == 2
+    assert guard.inspect.isgeneratorfunction(guard.guarded(gen))
+    assert list(guard.guarded(gen)(1)) == [1, 2]
+
+
+def test_every_event_of_the_app_is_guarded():
+    demo = app.build_app("zoo")
+    fns = [f for f in demo.fns.values() if f.fn is not None]
+    assert fns and all(getattr(f.fn, "_wb_guarded", False) for f in fns)
