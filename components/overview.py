@@ -7,6 +7,7 @@ import gradio as gr
 
 from backend.core import device, presets, store
 from backend.core.cache import all_caches
+from components.guard import INTERNAL_ERRORS
 
 TAB_ID = "overview"
 ORDER = 0
@@ -50,6 +51,10 @@ def system_status(source: str) -> dict:
         "device": device.describe(),
         "models": [dict(zip(["tab", "source", "id", "class", "state"], r)) for r in _model_table(source)],
         "caches": [c.stats() for c in all_caches()],
+        # Hooks left on a shared model, or weights changed since load (checked when fingerprints
+        # were taken, WORKBENCH_CHECK_WEIGHTS=1), and handler defects: all should stay empty / 0.
+        "integrity": store.integrity_problems(),
+        "internal_errors": len(INTERNAL_ERRORS),
     }
 
 
