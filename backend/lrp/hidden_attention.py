@@ -16,6 +16,19 @@ from __future__ import annotations
 import torch
 
 
+def alpha(u_dt, cum, A, B, C) -> torch.Tensor:
+    """The hidden attention α [batch, t, s, d] of channels given by `cum` (cumulative Δ, [b, L, d]),
+    `u_dt` (Δ, [b, L, d]) and A [d, N]; zero above the diagonal."""
+    L = cum.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=cum.device).tril()
+    diff = (cum[:, :, None, :] - cum[:, None, :, :]).masked_fill(~causal[None, :, :, None], 0.0)
+    out = torch.zeros(diff.shape, dtype=torch.float32, device=cum.device)
+    for n in range(A.shape[1]):
+        out += torch.exp(diff * A[:, n].float()) * (C[:, :, None, n, None] * B[:, None, :, n, None]).float()
+    out = out * u_dt[:, None, :, :].float()
+    return out.masked_fill(~causal[None, :, :, None], 0.0)
+
+
 def hidden_attention(u, dt, A, B, C, *, grad_y=None, chunk: int = 64) -> torch.Tensor:
     """Channel-mean hidden attention [batch, L, L] of one layer.
 
@@ -25,24 +38,14 @@ def hidden_attention(u, dt, A, B, C, *, grad_y=None, chunk: int = 64) -> torch.T
     """
     Bsz, L, D = u.shape
     cum = torch.cumsum(dt.float(), dim=1)                      # [b, L, D]
-    causal = torch.ones(L, L, dtype=torch.bool, device=u.device).tril()
     out = torch.zeros(Bsz, L, L, dtype=torch.float32, device=u.device)
     for d0 in range(0, D, chunk):
         sl = slice(d0, min(D, d0 + chunk))
-        c = cum[:, :, sl]                                        # [b, L, d]
-        diff = (c[:, :, None, :] - c[:, None, :, :])             # [b, t, s, d]
-        diff = diff.masked_fill(~causal[None, :, :, None], 0.0)
-        alpha = torch.zeros(Bsz, L, L, c.shape[-1], dtype=torch.float32, device=u.device)
-        a_chunk = A[sl].float()                                  # [d, N]
-        for n in range(A.shape[1]):
-            decay = torch.exp(diff * a_chunk[:, n])              # [b, t, s, d]
-            alpha += decay * (C[:, :, None, n, None] * B[:, None, :, n, None]).float()
-        alpha = alpha * dt[:, None, :, sl].float()
-        alpha = alpha.masked_fill(~causal[None, :, :, None], 0.0)
+        a = alpha(dt[:, :, sl], cum[:, :, sl], A[sl], B, C)
         if grad_y is None:
-            out += alpha.abs().sum(-1)
+            out += a.abs().sum(-1)
         else:
-            w = alpha * grad_y[:, :, None, sl].float() * u[:, None, :, sl].float()
+            w = a * grad_y[:, :, None, sl].float() * u[:, None, :, sl].float()
             out += w.clamp(min=0).sum(-1)
     return out / D
 

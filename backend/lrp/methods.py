@@ -90,7 +90,7 @@ def _grad_x_input(score, x: torch.Tensor, args: tuple) -> tuple[torch.Tensor, to
 def _captum(method: str, score, x: torch.Tensor, args: tuple, baseline: torch.Tensor | None = None) -> torch.Tensor:
     from captum.attr import InputXGradient, IntegratedGradients, NoiseTunnel
 
-    x = x.detach()
+    x = x.detach().requires_grad_(True)
     with torch.enable_grad():
         if method == "gi":
             return InputXGradient(score).attribute(x, additional_forward_args=args).detach()

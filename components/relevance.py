@@ -1,0 +1,402 @@
+"""Relevance tab: MambaLRP token and pixel heatmaps beside the baselines, with the conservation
+check, faithfulness curves and rule ablations (Jafari et al., 2024). UI only: the computation lives
+in backend.lrp.service."""
+from __future__ import annotations
+
+import html
+import io
+import json
+import tempfile
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+
+from backend.lrp import service as svc
+from backend.lrp.forward import RULES
+from backend.lrp.methods import LABELS, METHODS, SIGNED
+from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset
+from components.common import fail, model_event
+
+TAB_ID = "relevance"
+TITLE = "Relevance"
+ORDER = 1
+SUMMARY = "MambaLRP: which tokens and pixels a Mamba model relies on, with baselines and faithfulness."
+
+DEFAULT_METHODS = ["mambalrp", "gi", "ig", "mambaattr"]
+RULE_LABELS = {"norm": "RMSNorm: detach the normaliser", "silu": "SiLU: x·stopgrad(σ(x))",
+               "ssm": "SSM: detach Ā, B̄, C", "gate": "Gate: half rule"}
+PAPER_DAF = {"mambalrp": 1.978, "ig": 0.857, "lrp_ln": 0.877, "gi": 0.078, "random": -0.012}
+TEXT_EXAMPLES = [
+    "the plot was dull but the cast was brilliant and the music was lovely",
+    "a really charming film with a weak ending",
+    "this sequel is long and boring and the dialogue is awful",
+    "the director seemed new to the city at night",
+]
+
+
+# ----------------------------------------------------------------------------- colours & rendering
+
+def _rgb(v: float) -> str:
+    """v in [-1, 1] → red (positive) / blue (negative) on white, like matplotlib's bwr."""
+    v = float(np.clip(v, -1, 1))
+    if v >= 0:
+        r, g, b = 255, int(255 * (1 - v)), int(255 * (1 - v))
+    else:
+        r, g, b = int(255 * (1 + v)), int(255 * (1 + v)), 255
+    return f"rgb({r},{g},{b})"
+
+
+def _scale(res: dict, normalise: bool) -> tuple[dict, float]:
+    rel = {k: np.asarray(v, float) for k, v in res["relevance"].items()}
+    if normalise:
+        return {k: v / max(np.abs(v).max(), 1e-12) for k, v in rel.items()}, 1.0
+    vmax = max(max(np.abs(v).max() for v in rel.values()), 1e-12)
+    return {k: v / vmax for k, v in rel.items()}, vmax
+
+
+def colorbar_html(vmax: float, normalise: bool) -> str:
+    stops = ", ".join(_rgb(v) for v in np.linspace(-1, 1, 11))
+    lo, hi = ("−1", "+1") if normalise else (f"−{vmax:.3g}", f"+{vmax:.3g}")
+    what = "relevance ÷ each method's max |R|" if normalise else "relevance (one scale for all methods)"
+    return (f"<div style='display:flex;align-items:center;gap:8px;margin:6px 0 2px 0;font-size:0.8rem'>"
+            f"<span>{lo}</span><div style='width:220px;height:12px;border-radius:3px;"
+            f"background:linear-gradient(to right,{stops});border:1px solid #ccc'></div><span>{hi}</span>"
+            f"<span class='wb-muted'>{what} · red supports the target, blue speaks against it</span></div>")
+
+
+def heatmap_html(res: dict, normalise: bool = True, mark: set[int] | None = None) -> str:
+    scaled, vmax = _scale(res, normalise)
+    rows = []
+    for meth in res["methods"]:
+        spans = []
+        for i, (tok, v, raw) in enumerate(zip(res["tokens"], scaled[meth], res["relevance"][meth])):
+            border = "border-bottom:2px solid #111;" if mark and i in mark else ""
+            spans.append(f"<span title='#{i} {html.escape(tok)}: {raw:+.4g}' style='background:{_rgb(v)};"
+                         f"padding:1px 3px;margin:1px;border-radius:3px;display:inline-block;{border}'>"
+                         f"{html.escape(tok)}</span>")
+        tag = "" if meth in SIGNED else " <span class='wb-muted'>(≥ 0 only)</span>"
+        rows.append(f"<div style='margin:4px 0'><div style='font-weight:600;font-size:0.85rem'>"
+                    f"{html.escape(LABELS[meth])}{tag}</div><div style='line-height:1.9'>{''.join(spans)}</div></div>")
+    return f"<div class='wb-relevance-heatmap'>{colorbar_html(vmax, normalise)}{''.join(rows)}</div>"
+
+
+def position_plot(res: dict, normalise: bool = True):
+    import plotly.graph_objects as go
+
+    scaled, _ = _scale(res, normalise)
+    fig = go.Figure()
+    x = list(range(len(res["tokens"])))
+    for meth in res["methods"]:
+        fig.add_bar(x=x, y=scaled[meth], name=LABELS[meth],
+                    customdata=np.asarray(res["relevance"][meth]),
+                    hovertemplate="%{customdata:.4g}<extra>" + LABELS[meth] + "</extra>")
+    fig.update_layout(barmode="group", height=300, margin=dict(l=40, r=10, t=30, b=60),
+                      title="Relevance by position" + (" (normalised per method)" if normalise else ""),
+                      legend=dict(orientation="h", y=1.15),
+                      xaxis=dict(tickmode="array", tickvals=x, ticktext=[f"{t}" for t in res["tokens"]],
+                                 tickangle=-45), yaxis_title="relevance")
+    return fig
+
+
+def conservation_md(res: dict) -> str:
+    f = res["logit"]
+    lines = [f"**Target** `{html.escape(res['target'])}` · logit f = **{f:.4f}**", "",
+             "| method | Σ relevance | Σ R − f | \\|Σ R − f\\| / \\|f\\| |", "|---|---|---|---|"]
+    for meth in res["methods"]:
+        s = res["sum_relevance"][meth]
+        lines.append(f"| {LABELS[meth]} | {s:.4f} | {s - f:+.2e} | {abs(s - f) / max(abs(f), 1e-12):.2e} |")
+    lines.append("")
+    lines.append("<span class='wb-muted'>With every rule on and zero biases, MambaLRP's relevance sums to "
+                 "the logit (conservation); drop a rule to see it break. Attention methods are not "
+                 "meant to sum to f.</span>")
+    return "\n".join(lines)
+
+
+def _tmpdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="wb-relevance-"))
+
+
+def export_text(res: dict) -> tuple[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = _tmpdir()
+    jpath = d / "relevance.json"
+    jpath.write_text(json.dumps({k: v for k, v in res.items()}, indent=1, default=float))
+    scaled, _ = _scale(res, True)
+    M = np.stack([scaled[m] for m in res["methods"]])
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(res["tokens"])), 0.6 * len(res["methods"]) + 1.6), dpi=110)
+    im = ax.imshow(M, cmap="bwr", vmin=-1, vmax=1, aspect="auto")
+    ax.set_yticks(range(len(res["methods"])), [LABELS[m] for m in res["methods"]])
+    ax.set_xticks(range(len(res["tokens"])), res["tokens"], rotation=60, ha="right", fontsize=8)
+    ax.set_title(f"explaining '{res['target']}' (logit {res['logit']:.3f})", fontsize=9)
+    fig.colorbar(im, ax=ax, label="relevance / max|R|", fraction=0.03)
+    fig.tight_layout()
+    ppath = d / "relevance.png"
+    fig.savefig(ppath)
+    plt.close(fig)
+    return str(jpath), str(ppath)
+
+
+def curves_plot(hres: dict):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    colors = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
+    for i, meth in enumerate(hres["methods"]):
+        r = hres["results"][meth]
+        c = colors[i % len(colors)]
+        fig.add_scatter(x=r["grid"], y=r["morf"], name=f"{LABELS[meth]} MoRF", line=dict(color=c))
+        fig.add_scatter(x=r["grid"], y=r["lerf"], name=f"{LABELS[meth]} LeRF", line=dict(color=c, dash="dash"))
+    fig.update_layout(height=360, margin=dict(l=40, r=10, t=40, b=40),
+                      title=f"Target logit while removing words ({hres['n']} held-out sentences)",
+                      xaxis_title="fraction of words replaced by <unk>", yaxis_title="target logit")
+    return fig
+
+
+def daf_table(hres: dict) -> list[list]:
+    rows = []
+    for meth in sorted(hres["methods"], key=lambda m: -hres["results"][m]["delta_af"]):
+        r = hres["results"][meth]
+        paper = PAPER_DAF.get(meth)
+        rows.append([LABELS[meth], round(r["delta_af"], 3), round(r["delta_af_se"], 3), round(r["a_lerf"], 3),
+                     round(r["a_morf"], 3), round(r["precision_at_k"], 3),
+                     "" if paper is None else paper])
+    return rows
+
+
+def scatter_plot(hres: dict):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    allv = []
+    for meth, color in (("mambalrp", "#d62728"), ("gi", "#1f77b4")):
+        r = hres["results"].get(meth)
+        if r is None:
+            continue
+        fig.add_scatter(x=r["sum_r"], y=r["logit"], mode="markers", name=LABELS[meth],
+                        marker=dict(color=color, size=6, opacity=0.7))
+        allv += r["sum_r"] + r["logit"]
+    if allv:
+        lo, hi = min(allv), max(allv)
+        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="Σ R = f",
+                        line=dict(color="#555", dash="dot"))
+    fig.update_layout(height=360, margin=dict(l=40, r=10, t=40, b=40), title="Conservation on the held-out set",
+                      xaxis_title="Σ relevance", yaxis_title="target logit f")
+    return fig
+
+
+def image_figure(res: dict) -> tuple[np.ndarray, str]:
+    """Input + one overlay per method on a shared symmetric scale, with a colorbar; returns RGB + PNG path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    maps = {k: np.asarray(v) / max(np.abs(v).max(), 1e-12) for k, v in res["maps"].items()}
+    n = len(res["methods"]) + 1
+    fig, axes = plt.subplots(1, n, figsize=(2.3 * n + 0.6, 2.8), dpi=100)
+    axes = np.atleast_1d(axes)
+    axes[0].imshow(res["image"], cmap="gray", vmin=0, vmax=1)
+    axes[0].set_title(f"input → {res['pred']}", fontsize=9)
+    if res.get("mask") is not None:
+        axes[0].contour(np.asarray(res["mask"], float), levels=[0.5], colors="lime", linewidths=1)
+    im = None
+    for ax, meth in zip(axes[1:], res["methods"]):
+        ax.imshow(res["image"], cmap="gray", vmin=0, vmax=1)
+        im = ax.imshow(maps[meth], cmap="bwr", vmin=-1, vmax=1, alpha=0.75)
+        share = res.get("share_in_region") or {}
+        extra = f"\n{100 * share[meth]:.0f}% of R⁺ in box" if meth in share else ""
+        ax.set_title(LABELS[meth] + extra, fontsize=9)
+    for ax in axes:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if im is not None:
+        fig.colorbar(im, ax=list(axes), fraction=0.02, label="relevance / max|R|")
+    path = _tmpdir() / "relevance-image.png"
+    fig.savefig(path, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    plt.close(fig)
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")), str(path)
+
+
+# ----------------------------------------------------------------------------- event handlers
+
+def _guard(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except svc.InputError as e:
+        fail(str(e))
+
+
+def build(ctx) -> None:
+    source = ctx.source
+    text_p = text_preset(source)
+    gr.HTML(
+        "<div class='wb-explain'><b>MambaLRP</b> (Jafari et al., 2024) explains a Mamba model's output "
+        "as relevance per input token (or pixel). It is Gradient×Input on a forward pass whose values "
+        "are unchanged but whose gradient paths are cut by four rules (RMSNorm, SiLU, selective SSM, "
+        "gate), so relevance <i>sums to the explained logit</i>. Compare it with gradient baselines "
+        "and Mamba's hidden-attention maps, check conservation, ablate rules, and measure faithfulness "
+        "by deleting the tokens each method calls most (MoRF) or least (LeRF) relevant.</div>")
+    zoo_note = (" — the zoo organism: 1–3 polar words among distractors decide the label by majority; "
+                "the truth is where they are." if text_p.source == "zoo" else "")
+    gr.Markdown(f"<span class='wb-muted'>Text model: <b>{html.escape(text_p.label or text_p.path_or_id)}</b>"
+                f"{zoo_note}</span>")
+
+    # ---------------------------------------------------------------- text
+    with gr.Row():
+        with gr.Column(scale=3):
+            text = gr.Textbox(label="Text", value=TEXT_EXAMPLES[0], lines=2, elem_id="rel-text")
+            gr.Examples(TEXT_EXAMPLES, inputs=[text], label="Examples")
+        with gr.Column(scale=2):
+            methods = gr.CheckboxGroup([(LABELS[m], m) for m in METHODS], value=DEFAULT_METHODS,
+                                       label="Methods", elem_id="rel-methods")
+            rules = gr.CheckboxGroup([(RULE_LABELS[r], r) for r in RULES], value=list(RULES),
+                                     label="MambaLRP rules (untick to ablate)", elem_id="rel-rules")
+            with gr.Row():
+                target = gr.Textbox(label="Target token (blank = the model's prediction)", value="",
+                                    elem_id="rel-target", scale=2)
+                normalise = gr.Checkbox(label="Normalise per method", value=True, elem_id="rel-normalise")
+            explain = gr.Button("Explain", variant="primary", elem_id="rel-explain")
+    heat = gr.HTML(elem_id="rel-heatmap")
+    with gr.Row():
+        with gr.Column(scale=3):
+            bars = gr.Plot(label="Relevance by position", elem_id="rel-bars")
+        with gr.Column(scale=2):
+            cons = gr.Markdown(elem_id="rel-conservation")
+    with gr.Row():
+        jfile = gr.File(label="Export JSON", elem_id="rel-json")
+        pfile = gr.File(label="Export PNG", elem_id="rel-png")
+    summary = gr.JSON(label="Result (raw)", open=False, elem_id="rel-result")
+
+    def run_text(t, ms, rs, tgt, norm, progress=gr.Progress()):
+        progress(0.1, desc="loading model")
+        m = svc.load_text(source)
+        progress(0.3, desc="explaining")
+        res = _guard(svc.explain_text, m, t, ms, rs, tgt or None)
+        jpath, ppath = export_text(res)
+        return heatmap_html(res, norm), position_plot(res, norm), conservation_md(res), jpath, ppath, res
+
+    explain.click(run_text, [text, methods, rules, target, normalise],
+                  [heat, bars, cons, jfile, pfile, summary], **model_event(api_name="explain_text"))
+
+    # ---------------------------------------------------------------- held-out evaluation
+    with gr.Accordion("Held-out evaluation: faithfulness (ΔA^F) and conservation", open=False,
+                      elem_id="rel-heldout-acc"):
+        gr.Markdown("Words are replaced by `<unk>` in order of relevance, most relevant first (MoRF) or "
+                    "least relevant first (LeRF); the area between the two logit curves is ΔA^F "
+                    "(higher = more faithful). Precision@k: share of the top-k words that are the "
+                    "label-supporting evidence words (k = their number). Paper (SST-2, Mamba-130M): "
+                    "MambaLRP 1.978, IG 0.857, LRP (LN-rule) 0.877, GI 0.078, random −0.012.")
+        with gr.Row():
+            n_sent = gr.Slider(20, 240, value=60, step=10, label="Held-out sentences", elem_id="rel-n")
+            run_held = gr.Button("Run held-out evaluation", elem_id="rel-heldout")
+        table = gr.Dataframe(headers=["method", "ΔA^F", "± s.e.", "A LeRF", "A MoRF", "precision@k",
+                                      "paper ΔA^F"], interactive=False, elem_id="rel-daf")
+        with gr.Row():
+            curves = gr.Plot(label="MoRF / LeRF", elem_id="rel-curves")
+            scatter = gr.Plot(label="Σ R vs logit", elem_id="rel-scatter")
+
+    def run_heldout(ms, n, progress=gr.Progress()):
+        m = svc.load_text(source)
+        res = _guard(svc.heldout_sentiment, m, ms, n,
+                     progress=lambda f, d: progress(f, desc=d))
+        return daf_table(res), curves_plot(res), scatter_plot(res)
+
+    run_held.click(run_heldout, [methods, n_sent], [table, curves, scatter],
+                   **model_event(api_name="heldout_eval"))
+
+    # ---------------------------------------------------------------- long range
+    with gr.Accordion("Long-range: where does the answer come from?", open=False, elem_id="rel-long-acc"):
+        long_ok = available(LONG_ZOO)
+        lr_example = ""
+        if long_ok:
+            lm = svc.load_longrange()
+            lr_example = " ".join(lm.heldout[0]["tokens"][:-1])
+        gr.Markdown("The zoo long-range model sees one `key` token near the start, then 40–60 noise "
+                    "tokens, and must answer with the key's value. The explanation of its predicted "
+                    "answer should sit on the key, far back. Underlined: the top-10 relevant tokens.")
+        lr_text = gr.Textbox(label="Sequence (answer: is appended)", value=lr_example, lines=3,
+                             elem_id="rel-long-text", interactive=long_ok)
+        lr_btn = gr.Button("Explain the predicted next token", interactive=long_ok, elem_id="rel-long-explain")
+        lr_heat = gr.HTML(elem_id="rel-long-heatmap")
+        lr_plot = gr.Plot(label="Top-10 relevant tokens by distance", elem_id="rel-long-plot")
+        lr_json = gr.JSON(label="Top tokens", open=False, elem_id="rel-long-json")
+        if not long_ok:
+            gr.Markdown("<span class='wb-muted'>The long-range organism is not built.</span>")
+
+    def run_long(t, ms, progress=gr.Progress()):
+        import plotly.graph_objects as go
+
+        progress(0.2, desc="explaining")
+        m = svc.load_longrange()
+        res = _guard(svc.longrange, m, t, ms)
+        fig = go.Figure()
+        for meth in res["methods"]:
+            tops = res["top_tokens"][meth]
+            fig.add_scatter(x=[d["distance"] for d in tops], y=[d["relevance"] / max(abs(tops[0]["relevance"]), 1e-12)
+                                                               for d in tops],
+                            text=[d["token"] for d in tops], mode="markers+text", textposition="top center",
+                            name=LABELS[meth])
+        fig.update_layout(height=320, margin=dict(l=40, r=10, t=40, b=40),
+                          title=f"Explaining '{res['target']}': top-10 tokens",
+                          xaxis_title="distance back from the answer position (tokens)",
+                          yaxis_title="relevance / top relevance")
+        mark = {d["position"] for d in res["top_tokens"].get("mambalrp", res["top_tokens"][res["methods"][0]])}
+        return heatmap_html(res, True, mark), fig, {"target": res["target"], "top_tokens": res["top_tokens"]}
+
+    lr_btn.click(run_long, [lr_text, methods], [lr_heat, lr_plot, lr_json],
+                 **model_event(api_name="explain_longrange"))
+
+    # ---------------------------------------------------------------- image
+    with gr.Accordion("Image: Vision-Mamba-style classifier", open=True, elem_id="rel-image-acc"):
+        img_ok = available(IMAGE_ZOO)
+        gr.Markdown("A patch embedding feeds `MambaModel(inputs_embeds=…)`; the class is the shape of "
+                    "the one bright 5×5 object (plus / cross / ring) among noise and distractor strokes. "
+                    "For held-out examples the green box is the ground truth region, and each title gives "
+                    "the share of positive relevance inside it.")
+        with gr.Row():
+            with gr.Column(scale=1):
+                image = gr.Image(label="Image (any size; converted to 16×16 grayscale)", type="numpy",
+                                 format="png", image_mode="L", height=200, elem_id="rel-image")
+                with gr.Row():
+                    ex_idx = gr.Slider(0, 199, value=0, step=1, label="Held-out example", elem_id="rel-ex-idx")
+                    ex_btn = gr.Button("Load example", size="sm", interactive=img_ok, elem_id="rel-ex-load")
+                img_btn = gr.Button("Explain image", variant="primary", interactive=img_ok,
+                                    elem_id="rel-image-explain")
+            with gr.Column(scale=3):
+                img_out = gr.Image(label="Heatmaps (shared symmetric scale)", format="png",
+                                   interactive=False, elem_id="rel-image-out")
+                img_md = gr.Markdown(elem_id="rel-image-md")
+                img_file = gr.File(label="Export PNG", elem_id="rel-image-png")
+        if not img_ok:
+            gr.Markdown("<span class='wb-muted'>The image organism is not built.</span>")
+
+    def load_example(i):
+        return svc.example_image(svc.load_image(), int(i))
+
+    ex_btn.click(load_example, [ex_idx], [image], api_name="image_example")
+
+    def run_image(img, ms, rs, progress=gr.Progress()):
+        progress(0.2, desc="explaining")
+        m = svc.load_image()
+        res = _guard(svc.explain_image, m, img, ms, rs)
+        arr, path = image_figure(res)
+        logits = ", ".join(f"{k} {v:.2f}" for k, v in res["logits"].items())
+        md = [f"**Prediction:** {res['pred']} (logits: {logits})"]
+        if res["share_in_region"]:
+            md.append("Share of positive relevance inside the object's box: " + ", ".join(
+                f"{LABELS[k]} {100 * v:.0f}%" for k, v in res["share_in_region"].items())
+                      + f" (the box covers {100 * np.mean(res['mask']):.0f}% of the image)")
+        md.append("Σ relevance: " + ", ".join(f"{LABELS[k]} {v:.3f}" for k, v in res["sum_relevance"].items()))
+        return arr, "\n\n".join(md), path
+
+    img_btn.click(run_image, [image, methods, rules], [img_out, img_md, img_file],
+                  **model_event(api_name="explain_image"))
