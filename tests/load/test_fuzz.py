@@ -1,0 +1,44 @@
+"""Every endpoint of the served app survives hostile input (fewer inputs than the full script)."""
+import pytest
+
+from tests.conftest import ARTIFACTS
+from tests.helpers.server import serve
+from tests.load.fuzz import draw, endpoint_params, fuzz, Param, _image_bytes, IMAGE_KINDS
+
+
+@pytest.mark.timeout(1500)
+def test_fuzz_every_endpoint_no_crash():
+    ARTIFACTS.mkdir(exist_ok=True)
+    with serve(env={"WORKBENCH_CHECK_WEIGHTS": "1"}, log_path=ARTIFACTS / "fuzz-server.log") as (url, _):
+        from gradio_client import Client
+
+        endpoints = endpoint_params(Client(url, verbose=False))
+        report = fuzz(url, per_endpoint=5, seed=1, max_seconds_per_endpoint=40)
+    print(report.summary())
+    assert report.crashes == []
+    assert set(report.per_endpoint) == set(endpoints) - {"/status"}
+    assert report.calls >= 5 * len(report.per_endpoint) * 0.5
+
+
+def test_fuzz_inputs_cover_the_hostile_kinds(tmp_path):
+    import random
+
+    rng = random.Random(0)
+    img = Param("image", "Image", {})
+    nums = Param("k", "Slider", {"type": "number", "description": "numeric value between 1 and 30"})
+    txt = Param("prompt", "Textbox", {"type": "string"})
+    drawn_nums = {repr(draw(nums, rng, tmp_path)) for _ in range(300)}
+    assert {"nan", "inf", "-inf", "-1", "31.0"} <= drawn_nums
+    drawn_txt = [draw(txt, rng, tmp_path) for _ in range(300)]
+    assert "" in drawn_txt and any(isinstance(t, str) and len(t) >= 100_000 for t in drawn_txt)
+    assert all(isinstance(draw(img, rng, tmp_path), dict) for _ in range(5))
+    from PIL import Image
+    import io
+
+    for kind in IMAGE_KINDS:
+        data = _image_bytes(kind, rng)
+        if kind in ("not-an-image", "empty", "truncated"):
+            with pytest.raises(Exception):
+                Image.open(io.BytesIO(data)).load()
+        else:
+            Image.open(io.BytesIO(data)).load()
