@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import tempfile
+import threading
 from pathlib import Path
 
 import gradio as gr
@@ -25,7 +27,22 @@ DISPLAY = 144  # px per thumbnail
 SORTS = ["density", "max activation", "IoU"]
 POSITION_CHOICES = [("every prompt position (paper)", "prompt"), ("prompt + generated tokens", "all"),
                     ("image positions only", "image")]
-_EXPORT_DIR = Path(tempfile.mkdtemp(prefix="wb-features-"))
+_EXPORT_DIR: Path | None = None
+
+
+def _export_path(name: str) -> Path:
+    global _EXPORT_DIR
+    if _EXPORT_DIR is None:
+        _EXPORT_DIR = Path(tempfile.mkdtemp(prefix="wb-features-"))
+    return _EXPORT_DIR / name
+
+
+def _atomic_write(path: Path, write) -> Path:
+    """Write beside, then rename: a concurrent request never serves a half-written export."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    write(tmp)
+    os.replace(tmp, path)
+    return path
 
 
 # ------------------------------------------------------------------------------ rendering helpers
@@ -115,7 +132,7 @@ def _page_png(page: dict, path: Path) -> Path:
         fig.colorbar(im, ax=axes[1, :].tolist(), fraction=0.02, label="activation")
     fig.suptitle(f"feature {page['feature']}: {page['label'] or '—'} (IoU {page['iou']:.2f}) · "
                  f"density {page['density']:.2%} · max {page['max_act']:.2f}", fontsize=10)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
     return path
 
@@ -143,8 +160,8 @@ def list_features(source: str, query: str, sort: str):
     if sort not in SORTS:
         fail(f"Sort by one of {SORTS}.")
     rows = FT.feature_table(org, query or "", {"IoU": "iou", "max activation": "max_act"}.get(sort, sort))
-    return [[r["feature"], r["label"], r["family"], round(r["iou"], 3), round(r["density"], 4),
-             round(r["max_act"], 3)] for r in rows]
+    return [[r["feature"], r["label"], round(r["iou"], 3), round(r["density"], 4), round(r["max_act"], 2)]
+            for r in rows]
 
 
 def open_feature(source: str, feature):
@@ -164,9 +181,8 @@ def open_feature(source: str, feature):
               f"(bilinear upsampling, ≥ 50% of the map's max) over the top-5 images</div>"
               + colorbar_html(vmax, "overlay colour scale"))
     data = FT.page_json(page)
-    jpath = _EXPORT_DIR / f"feature_{f}.json"
-    jpath.write_text(json.dumps(data, indent=1))
-    ppath = _page_png(page, _EXPORT_DIR / f"feature_{f}.png")
+    jpath = _atomic_write(_export_path(f"feature_{f}.json"), lambda p: p.write_text(json.dumps(data, indent=1)))
+    ppath = _atomic_write(_export_path(f"feature_{f}.png"), lambda p: _page_png(page, p))
     steer_value = FT.default_clamp_value(org, f)
     return (header, over, dim, _hist_plot(page), _concept_plot(page), str(jpath), str(ppath), data, f,
             f, gr.Slider(value=steer_value, maximum=max(20.0, 3 * steer_value)))
@@ -278,7 +294,7 @@ def build(ctx) -> None:
                 query = gr.Textbox(label="search concept", placeholder="e.g. red, circle, striped",
                                    elem_id="features-query", scale=2)
                 sort = gr.Dropdown(SORTS, value="IoU", label="sort by", elem_id="features-sort", scale=1)
-            table = gr.Dataframe(headers=["feature", "concept", "family", "IoU", "density", "max act"],
+            table = gr.Dataframe(headers=["feature", "concept", "IoU", "density", "max act"],
                                  value=list_features(ctx.source, "", "IoU"), interactive=False,
                                  elem_id="features-table", max_height=420)
             with gr.Row():
@@ -301,7 +317,8 @@ def build(ctx) -> None:
             with gr.Row():
                 json_file = gr.File(label="export JSON", elem_id="features-json")
                 png_file = gr.File(label="export PNG", elem_id="features-png")
-            page_data = gr.JSON(label="feature page (data)", open=False, visible=True)
+            with gr.Accordion("feature page data (JSON)", open=False):
+                page_data = gr.JSON(label="feature page (data)")
 
     gr.Markdown("### Which features fire where")
     with gr.Row():

@@ -82,6 +82,8 @@ class ConceptExplainer:
         reg = regions(maps, size, self.rel) if len(maps) else torch.zeros(0, size, size, dtype=torch.bool)
         scores = concept_ious(reg, specs, self.concepts)
         best = max(scores, key=scores.get) if scores else ""
+        if not scores or scores[best] <= 0:  # a feature that never fires (or matches nothing) has no label
+            best = ""
         return Explanation(feature, best, S.FAMILY_OF.get(best, ""), round(scores.get(best, 0.0), 4),
                            {k: round(v, 4) for k, v in scores.items()}, self.name)
 
@@ -151,6 +153,9 @@ def random_baseline(index, explanations: dict[int, Explanation], random_specs: S
     for f in feats:
         e = explanations[f]
         top.append(e.score)
+        if not e.label:
+            rnd.append(0.0)
+            continue
         pick = rng.choice(len(random_specs), size=min(n_random, len(random_specs)), replace=False)
         reg = regions(random_maps[pick, f], size)
         rnd.append(float(np.mean([iou(reg[j], masks[p][e.label]) for j, p in enumerate(pick)])))

@@ -43,7 +43,7 @@ def test_search_and_sort(client):
     rows = client.predict("red", api_name="/features_list")
     data = rows["data"] if isinstance(rows, dict) else rows
     assert data and all("red" in r[1] for r in data)
-    ious = [r[3] for r in data]
+    ious = [r[2] for r in data]
     assert ious == sorted(ious, reverse=True)
 
 

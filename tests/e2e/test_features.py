@@ -14,19 +14,18 @@ pytestmark = pytest.mark.timeout(300)
 def test_features_tab(page, server_url):
     page.goto(f"{server_url}?tab=features&feature=3")
     page.wait_for_selector("#tab-features", state="visible")
-    page.wait_for_load_state("networkidle")
     header = page.locator("#features-header")
     header.get_by_text("Feature 3").wait_for()
 
     # search by concept, change the sort, open a feature from the id box
     page.locator("#features-query textarea, #features-query input").first.fill("red")
     page.locator("#features-query textarea, #features-query input").first.press("Enter")
-    page.wait_for_load_state("networkidle")
     table = page.locator("#features-table")
-    table.get_by_text("red").first.wait_for()
+    page.wait_for_function("() => [...document.querySelectorAll('#features-table tbody tr')].every("
+                           "r => r.innerText.includes('red'))")
     page.locator("#features-sort input").click()
     page.get_by_role("option", name="density").click()
-    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(1500)
 
     first_id = table.locator("tbody tr").first.locator("td").first.inner_text().strip()
     box = page.locator("#features-id input")

@@ -127,3 +127,21 @@ def test_scenes_are_deterministic_and_captions_parse():
     assert S.parse_caption("a plain red red circle top left") is None
     assert S.parse_caption("red red red red") is None
     assert S.parse_caption("a plain red circle top left and a plain blue square top left") is None
+
+
+def test_model_explainer_interface_gets_the_dimmed_views():
+    spec = {"size": 48, "noise_seed": 1, "objects": [
+        {"shape": "circle", "colour": "blue", "texture": "plain", "position": "bottom right", "box": [26, 26, 20]}]}
+    img, masks = S.render(spec)
+    m = torch.tensor(masks["circle"].reshape(12, 4, 12, 4).mean((1, 3)))[None]
+    seen = {}
+
+    def describe(images, prompt):
+        seen["n"], seen["prompt"] = len(images), prompt
+        seen["dim"] = images[0]
+        return "Blue circles"
+
+    ex = E.ModelExplainer(describe).explain(4, [spec], img[None], m)
+    assert seen["n"] == 1 and "highlighted" in seen["prompt"]
+    assert (seen["dim"] <= img).all() and (seen["dim"] < img).any()
+    assert ex.label == "Blue circles" and ex.family == "colour" and ex.score > 0.8 and ex.explainer == "model"
