@@ -1,0 +1,364 @@
+"""NeMo (Hintersdorf et al., NeurIPS 2024): find the cross-attention value neurons that hold a
+memorized prompt, and switch them off.
+
+Neurons are the output channels of the value projections `attn2.to_v` of the UNet's down and mid
+blocks (Stable Diffusion 1.4: 7 layers, 5,760 neurons). Everything here works on any
+`StableDiffusionPipeline`-like object with `unet`, `text_encoder`, `tokenizer`, `scheduler` and
+`vae`; every computation holds the UNet's lock, and a deactivation is a scoped forward hook that
+zeroes channels for both halves of the classifier-free-guidance batch at every denoising step.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from backend.core.interventions import locked, scale_channels_many
+
+from .metrics import minmax_per_channel, pairwise_ssim, ssim
+
+Spec = dict[str, list[int]]  # {value layer name: [channel, ...]}
+
+
+# ----------------------------------------------------------------------------- layers
+
+def value_layers(unet) -> list[str]:
+    """Names of the cross-attention value projections of the down and mid blocks, in forward
+    order (down blocks first, then the mid block)."""
+    names = [n for n, _ in unet.named_modules()
+             if n.endswith("attn2.to_v") and n.startswith(("down_blocks.", "mid_block."))]
+    return ([n for n in names if n.startswith("down_blocks.")]
+            + [n for n in names if n.startswith("mid_block.")])
+
+
+def layer_sizes(unet) -> dict[str, int]:
+    return {n: int(unet.get_submodule(n).out_features) for n in value_layers(unet)}
+
+
+def short_name(layer: str) -> str:
+    """'down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v' → 'down1.attn0'."""
+    parts = layer.split(".")
+    if parts[0] == "down_blocks":
+        return f"down{parts[1]}.attn{parts[3]}"
+    return f"mid.attn{parts[2]}"
+
+
+def validate_spec(unet, spec: Mapping[str, Sequence[int]]) -> Spec:
+    """A clean copy of a neuron selection; unknown layers or out-of-range channels raise."""
+    sizes = layer_sizes(unet)
+    out: Spec = {}
+    for name, channels in (spec or {}).items():
+        if name not in sizes:
+            raise ValueError(f"{name!r} is not a down/mid-block attn2.to_v layer of this UNet")
+        chans = sorted({int(c) for c in channels})
+        bad = [c for c in chans if c < 0 or c >= sizes[name]]
+        if bad:
+            raise ValueError(f"channel {bad[0]} out of range for {short_name(name)} "
+                             f"({sizes[name]} neurons)")
+        if chans:
+            out[name] = chans
+    return out
+
+
+def count(spec: Mapping[str, Sequence[int]]) -> int:
+    return sum(len(v) for v in spec.values())
+
+
+@contextmanager
+def deactivate(unet, spec: Mapping[str, Sequence[int]]):
+    """Zero the chosen `attn2.to_v` output channels for the duration of the context.
+
+    The hook sits on the value projection itself, so it acts at every denoising step and on both
+    halves of a classifier-free-guidance batch; leaving the context removes it (weights are never
+    touched), also when the body raises."""
+    clean = validate_spec(unet, spec)
+    with scale_channels_many(unet, clean, 0.0):
+        yield unet
+
+
+# ----------------------------------------------------------------------------- text and sampling
+
+def encode_prompts(pipe, prompts: Sequence[str]) -> torch.Tensor:
+    """Text-encoder states [N, L, D], padded to the tokenizer's max length as Stable Diffusion does."""
+    tok = pipe.tokenizer
+    ids = tok(list(prompts), padding="max_length", max_length=tok.model_max_length,
+              truncation=True, return_tensors="pt").input_ids
+    device = next(pipe.text_encoder.parameters()).device
+    with torch.no_grad():
+        return pipe.text_encoder(ids.to(device))[0]
+
+
+def _unet_device_dtype(unet):
+    p = next(unet.parameters())
+    return p.device, p.dtype
+
+
+def initial_latents(pipe, seeds: Sequence[int]) -> torch.Tensor:
+    """x_T for each seed (one CPU generator per seed, so a seed gives the same noise anywhere)."""
+    cfg = pipe.unet.config
+    size = cfg.sample_size if isinstance(cfg.sample_size, int) else cfg.sample_size[0]
+    xs = [torch.randn((1, cfg.in_channels, size, size), generator=torch.Generator().manual_seed(int(s)))
+          for s in seeds]
+    return torch.cat(xs)
+
+
+def _scheduler(pipe, steps: int):
+    from diffusers import DDIMScheduler
+
+    sched = DDIMScheduler.from_config(pipe.scheduler.config)
+    sched.set_timesteps(steps)
+    return sched
+
+
+def _eps(unet, latents, t, cond, uncond, guidance_scale: float):
+    n = len(latents)
+    device, dtype = _unet_device_dtype(unet)
+    if guidance_scale == 0:
+        return unet(latents.to(device, dtype), t, encoder_hidden_states=cond.expand(n, -1, -1).to(device, dtype)).sample.float().cpu()
+    x = torch.cat([latents, latents]).to(device, dtype)
+    emb = torch.cat([uncond.expand(n, -1, -1), cond.expand(n, -1, -1)]).to(device, dtype)
+    e_u, e_c = unet(x, t, encoder_hidden_states=emb).sample.float().cpu().chunk(2)
+    return e_u + guidance_scale * (e_c - e_u)
+
+
+@torch.no_grad()
+def noise_differences(pipe, prompt: str, seeds: Sequence[int], *, guidance_scale: float = 7.0,
+                      spec: Mapping[str, Sequence[int]] | None = None, num_inference_steps: int = 50,
+                      step_index: int = 1) -> torch.Tensor:
+    """ε̂(x_t, t, prompt) − x_t at an early denoising step (`step_index` of a DDIM schedule with
+    `num_inference_steps`, the paper's default: the second of 50), min–max normalised per sample
+    and channel → [len(seeds), C, h, w]. `spec` neurons are off during every step run."""
+    unet = pipe.unet
+    cond = encode_prompts(pipe, [prompt])
+    uncond = encode_prompts(pipe, [""]) if guidance_scale else None
+    sched = _scheduler(pipe, num_inference_steps)
+    latents = initial_latents(pipe, seeds) * sched.init_noise_sigma
+    with deactivate(unet, spec or {}):
+        for i, t in enumerate(sched.timesteps):
+            eps = _eps(unet, sched.scale_model_input(latents, t), t, cond, uncond, guidance_scale)
+            if i >= step_index or i == len(sched.timesteps) - 1:
+                return minmax_per_channel(eps - latents)
+            latents = sched.step(eps, t, latents).prev_sample
+    raise RuntimeError("empty schedule")
+
+
+def memorization_score(pipe, prompt: str, *, num_seeds: int = 5, guidance_scale: float = 7.0,
+                       spec: Mapping[str, Sequence[int]] | None = None, seed_offset: int = 0,
+                       **kw) -> float:
+    """Max pairwise SSIM of the normalised noise differences across seeds: a memorized prompt
+    pulls every starting noise towards the same image, so its differences agree."""
+    d = noise_differences(pipe, prompt, range(seed_offset, seed_offset + num_seeds),
+                          guidance_scale=guidance_scale, spec=spec, **kw)
+    return float(pairwise_ssim(d).max())
+
+
+@torch.no_grad()
+def generate(pipe, prompt: str, seeds: Iterable[int], *, guidance_scale: float = 7.0,
+             num_inference_steps: int = 10, spec: Mapping[str, Sequence[int]] | None = None,
+             return_latents: bool = False):
+    """DDIM sampling with classifier-free guidance, one image per seed → float [N, H, W, 3] in [0, 1]."""
+    seeds = list(seeds)
+    unet, vae = pipe.unet, pipe.vae
+    cond = encode_prompts(pipe, [prompt])
+    uncond = encode_prompts(pipe, [""])
+    sched = _scheduler(pipe, num_inference_steps)
+    latents = initial_latents(pipe, seeds) * sched.init_noise_sigma
+    with deactivate(unet, spec or {}):
+        for t in sched.timesteps:
+            eps = _eps(unet, sched.scale_model_input(latents, t), t, cond, uncond, guidance_scale)
+            latents = sched.step(eps, t, latents).prev_sample
+    vdev = next(vae.parameters()).device
+    vdtype = next(vae.parameters()).dtype
+    with locked(vae):
+        img = vae.decode((latents / vae.config.scaling_factor).to(vdev, vdtype)).sample.float().cpu()
+    img = ((img.clamp(-1, 1) + 1) / 2).permute(0, 2, 3, 1).numpy()
+    return (img, latents) if return_latents else img
+
+
+# ----------------------------------------------------------------------------- activation statistics
+
+@torch.no_grad()
+def activations(pipe, prompts: Sequence[str], layers: Sequence[str] | None = None,
+                batch: int = 64) -> dict[str, torch.Tensor]:
+    """Per prompt and neuron: mean over all text positions of |to_v(text state)| → {layer: [N, C]}.
+
+    The value projection reads only the text states, so this needs no denoising step."""
+    unet = pipe.unet
+    layers = list(layers or value_layers(unet))
+    out: dict[str, list[torch.Tensor]] = {n: [] for n in layers}
+    device, dtype = _unet_device_dtype(unet)
+    with locked(unet):
+        for i in range(0, len(prompts), batch):
+            states = encode_prompts(pipe, prompts[i:i + batch]).to(device, dtype)
+            for n in layers:
+                attn = unet.get_submodule(n.rsplit(".", 1)[0])
+                h = states
+                if getattr(attn, "norm_cross", None) is not None:
+                    h = attn.norm_cross(h)
+                out[n].append(unet.get_submodule(n)(h).abs().mean(1).float().cpu())
+    return {n: torch.cat(v) for n, v in out.items()}
+
+
+@dataclass
+class NeuronStats:
+    mean: dict[str, torch.Tensor]
+    std: dict[str, torch.Tensor]
+    n_prompts: int
+
+    def to_json(self) -> dict:
+        return {"n_prompts": self.n_prompts,
+                "mean": {k: v.tolist() for k, v in self.mean.items()},
+                "std": {k: v.tolist() for k, v in self.std.items()}}
+
+
+def neuron_stats(pipe, prompts: Sequence[str]) -> NeuronStats:
+    """μ and σ of every neuron's activation over non-memorized prompts."""
+    acts = activations(pipe, prompts)
+    return NeuronStats({k: v.mean(0) for k, v in acts.items()},
+                       {k: v.std(0).clamp_min(1e-8) for k, v in acts.items()}, len(prompts))
+
+
+def zscores(acts: Mapping[str, torch.Tensor], stats: NeuronStats) -> dict[str, torch.Tensor]:
+    """z = |a − μ| / σ per neuron (acts for one prompt: {layer: [C]} or [1, C])."""
+    return {k: ((v.reshape(-1) - stats.mean[k]).abs() / stats.std[k]) for k, v in acts.items()}
+
+
+# ----------------------------------------------------------------------------- localisation
+
+@dataclass
+class Localization:
+    prompt: str
+    neurons: Spec
+    initial: Spec
+    theta: float
+    k: int
+    seconds: float
+    evaluations: int
+    found: bool = True
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def n_neurons(self) -> int:
+        return count(self.neurons)
+
+    def to_json(self) -> dict:
+        return {"prompt": self.prompt, "neurons": self.neurons, "n_neurons": self.n_neurons,
+                "initial": self.initial, "n_initial": count(self.initial), "theta": self.theta,
+                "k": self.k, "seconds": round(self.seconds, 3), "evaluations": self.evaluations,
+                "found": self.found,
+                "history": self.history}
+
+
+class _Checker:
+    """SSIM between the unblocked and blocked noise differences, seed by seed; the maximum over
+    seeds must fall to θ_mem or below for a selection to count as removing the memorization."""
+
+    def __init__(self, pipe, prompt, seeds, guidance_scale, theta_mem, **kw):
+        self.pipe, self.prompt, self.seeds = pipe, prompt, list(seeds)
+        self.g, self.theta_mem, self.kw = guidance_scale, theta_mem, kw
+        self.vanilla = noise_differences(pipe, prompt, self.seeds, guidance_scale=guidance_scale, **kw)
+        self.calls = 1
+
+    def similarity(self, spec: Spec) -> float:
+        self.calls += 1
+        blocked = noise_differences(self.pipe, self.prompt, self.seeds, guidance_scale=self.g,
+                                    spec=spec, **self.kw)
+        return float(ssim(self.vanilla, blocked).max())
+
+    def mitigated(self, spec: Spec) -> bool:
+        return self.similarity(spec) <= self.theta_mem
+
+
+def initial_selection(pipe, prompt: str, stats: NeuronStats, checker: _Checker, *,
+                      theta_start: float = 5.0, theta_step: float = 0.25, k_start: int = 0,
+                      theta_min: float = 0.0, max_k: int | None = None, history: list | None = None):
+    """Per layer: neurons with z > θ plus the top-k by raw activation; θ falls by `theta_step` and
+    k grows by one until switching the selection off removes the memorization.
+
+    Returns (spec, θ, k, found); found is False when even the largest selection (k = `max_k`, or
+    whole layers) leaves the noise differences as they were."""
+    acts = {k: v[0] for k, v in activations(pipe, [prompt]).items()}
+    z = zscores(acts, stats)
+    theta, k = theta_start, k_start
+    sizes = {n: len(v) for n, v in acts.items()}
+    while True:
+        spec: Spec = {}
+        for n in acts:
+            chosen = set((z[n] > theta).nonzero().flatten().tolist())
+            if k > 0:
+                chosen |= set(acts[n].topk(min(k, sizes[n])).indices.tolist())
+            if chosen:
+                spec[n] = sorted(chosen)
+        sim = checker.similarity(spec) if spec else 1.0
+        if history is not None:
+            history.append({"stage": "initial", "theta": theta, "k": k, "n": count(spec),
+                            "ssim": round(sim, 4)})
+        if sim <= checker.theta_mem:
+            return spec, theta, k, True
+        if all(len(spec.get(n, [])) >= sizes[n] for n in sizes) or (max_k is not None and k >= max_k):
+            return spec, theta, k, False
+        theta = max(theta - theta_step, theta_min)
+        k += 1
+
+
+def refine(spec: Spec, checker: _Checker, history: list | None = None) -> Spec:
+    """Greedy pruning, as in the paper: first whole layers, then single neurons, each in reverse
+    layer order; whatever can be switched back on while the memorization stays removed is."""
+    spec = copy.deepcopy(spec)
+    order = list(reversed(list(spec)))
+    for layer in order:
+        trial = {k: v for k, v in spec.items() if k != layer}
+        if trial and checker.mitigated(trial):
+            spec = trial
+            if history is not None:
+                history.append({"stage": "layer", "layer": layer, "n": count(spec)})
+    for layer in reversed(list(spec)):
+        for ch in list(spec[layer]):
+            trial = copy.deepcopy(spec)
+            trial[layer].remove(ch)
+            if not trial[layer]:
+                del trial[layer]
+            if count(trial) and checker.mitigated(trial):
+                spec = trial
+                if history is not None:
+                    history.append({"stage": "neuron", "layer": layer, "channel": ch, "n": count(spec)})
+    return spec
+
+
+def localize(pipe, prompt: str, stats: NeuronStats, theta_mem: float, *, num_seeds: int = 5,
+             guidance_scale: float = 7.0, progress: Callable[[float, str], None] | None = None,
+             max_k: int | None = None, **kw) -> Localization:
+    """Initial selection followed by refinement → the memorization neurons of one prompt."""
+    t0 = time.perf_counter()
+    history: list[dict] = []
+    report = progress or (lambda f, msg: None)
+    with locked(pipe.unet):
+        report(0.05, "noise differences without intervention")
+        checker = _Checker(pipe, prompt, range(num_seeds), guidance_scale, theta_mem, **kw)
+        report(0.15, "initial selection (z-scores and top-k activations)")
+        initial, theta, k, found = initial_selection(pipe, prompt, stats, checker, max_k=max_k,
+                                                     history=history)
+        if found:
+            report(0.5, f"refining {count(initial)} neurons")
+            neurons = refine(initial, checker, history)
+        else:
+            neurons = {}
+        report(1.0, f"{count(neurons)} neurons" if found else "no neuron set removes it")
+    return Localization(prompt, neurons, initial, theta, k, time.perf_counter() - t0,
+                        checker.calls, found, history)
+
+
+def random_like(unet, spec: Mapping[str, Sequence[int]], seed: int = 0) -> Spec:
+    """The same number of neurons per layer, drawn at random (avoiding the given ones)."""
+    g = np.random.default_rng(seed)
+    sizes = layer_sizes(unet)
+    out: Spec = {}
+    for n, chans in spec.items():
+        pool = [c for c in range(sizes[n]) if c not in set(chans)]
+        out[n] = sorted(int(c) for c in g.choice(pool, size=min(len(chans), len(pool)), replace=False))
+    return out

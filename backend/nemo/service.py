@@ -1,0 +1,306 @@
+"""What the Memorization tab asks of NeMo, as plain functions over the shared pipeline.
+
+The pipeline is loaded once per process (backend.core.store); results are cached per prompt and
+setting in byte-bounded LRU caches; neuron selections travel as small {layer: [channel]} dicts and
+are applied only inside `deactivate`, so no request ever sees another's intervention.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from backend.core import store
+from backend.core.cache import ByteLRUCache, make_key
+from backend.core.presets import Preset, active
+
+from . import core
+from .metrics import diversity, ssim_images
+from .presets import TAB, load_preset_pipeline
+
+# A few everyday captions: neuron statistics for a hub checkpoint, which ships no prompt sets here.
+GENERIC_PROMPTS = [
+    "a photo of a dog on the beach", "a red car parked in the street", "a bowl of fruit on a table",
+    "a mountain landscape at sunset", "a cat sleeping on a sofa", "a city skyline at night",
+    "a vase of flowers by a window", "a man riding a bicycle", "a plate of pasta with tomatoes",
+    "two children playing in the park", "a wooden house in the forest", "a boat on a calm lake",
+    "a bird sitting on a branch", "a cup of coffee and a book", "a train crossing a bridge",
+    "a snowy road between pine trees", "a woman reading in a library", "an old castle on a hill",
+    "a field of sunflowers", "a horse in a green meadow", "a kitchen with white cabinets",
+    "a lighthouse on a rocky coast", "a bowl of soup with bread", "a street market with vegetables",
+    "a tennis player serving the ball", "a pizza with cheese and basil", "a group of friends laughing",
+    "a desert with sand dunes", "an airplane in a blue sky", "a living room with a fireplace",
+    "a close-up of a green leaf", "a painting of a harbour", "a bus stop in the rain",
+    "a chocolate cake on a plate", "a bridge over a river", "a garden with a stone path",
+]
+
+_RESULTS = ByteLRUCache(64 * 2 ** 20, name="nemo-results")
+
+
+@dataclass
+class MemoModel:
+    preset: Preset
+    pipe: Any
+    folder: Path | None
+    info: dict
+    theta_mem: float
+    guidance_scale: float
+    num_seeds: int
+    num_inference_steps: int
+    _stats: core.NeuronStats | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def model_id(self) -> str:
+        return self.preset.model_id
+
+    @property
+    def layers(self) -> list[str]:
+        return core.value_layers(self.pipe.unet)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return core.layer_sizes(self.pipe.unet)
+
+    @property
+    def memorized(self) -> list[dict]:
+        return list(self.info.get("memorized", []))
+
+    @property
+    def ordinary_examples(self) -> list[str]:
+        return list(self.info.get("heldout", []))[:6] or GENERIC_PROMPTS[:6]
+
+    def stats(self) -> core.NeuronStats:
+        with self._lock:
+            if self._stats is None:
+                prompts = self.info.get("non_memorized") or GENERIC_PROMPTS
+                self._stats = core.neuron_stats(self.pipe, prompts)
+            return self._stats
+
+    def train_image(self, prompt: str) -> np.ndarray | None:
+        for m in self.memorized:
+            if m["prompt"] == prompt.strip() and self.folder is not None:
+                from PIL import Image
+
+                return np.asarray(Image.open(self.folder / m["image"]).convert("RGB"), np.float32) / 255
+        return None
+
+
+def _load(preset: Preset) -> MemoModel:
+    pipe = load_preset_pipeline(preset)
+    folder, info = None, {}
+    if preset.source == "zoo":
+        folder = Path(preset.location())
+        info = json.loads((folder / "memorization.json").read_text())
+    settings = info.get("settings", {})
+    return MemoModel(
+        preset=preset, pipe=pipe, folder=folder, info=info,
+        theta_mem=float(info.get("theta_mem", preset.extra.get("theta_mem", 0.428))),
+        guidance_scale=float(settings.get("guidance_scale", preset.extra.get("guidance_scale", 7.0))),
+        num_seeds=int(settings.get("num_seeds", preset.extra.get("num_seeds", 5))),
+        num_inference_steps=int(settings.get("num_inference_steps", preset.extra.get("num_inference_steps", 10))),
+    )
+
+
+def get(source: str | None = None) -> MemoModel:
+    preset = active(TAB, source)
+    return store.get_or_load(preset.model_id, lambda: _load(preset))
+
+
+def clean_prompt(prompt: str | None) -> str:
+    p = (prompt or "").strip()
+    if not p:
+        raise ValueError("Type a prompt first (or pick an example).")
+    if len(p) > 300:
+        raise ValueError("The prompt is too long (300 characters at most).")
+    return p
+
+
+# ----------------------------------------------------------------------------- neuron specs as text
+
+def neuron_label(layer: str, channel: int) -> str:
+    return f"{core.short_name(layer)}:{channel}"
+
+
+def spec_labels(spec: dict[str, list[int]]) -> list[str]:
+    return [neuron_label(layer, c) for layer, chans in spec.items() for c in chans]
+
+
+def parse_neurons(m: MemoModel, items: Sequence[str] | str | None) -> dict[str, list[int]]:
+    """Labels like 'down1.attn0:17' (or full layer names, or 'L2:17' by layer index) → a spec."""
+    if items is None:
+        return {}
+    if isinstance(items, str):
+        items = [s for s in re.split(r"[,\s;]+", items) if s]
+    by_short = {core.short_name(n): n for n in m.layers}
+    spec: dict[str, set[int]] = {}
+    for it in items:
+        it = str(it).strip()
+        if not it:
+            continue
+        if ":" not in it:
+            raise ValueError(f"{it!r}: write a neuron as layer:channel, e.g. {core.short_name(m.layers[0])}:3")
+        layer, ch = it.rsplit(":", 1)
+        layer = layer.strip()
+        if layer in by_short:
+            name = by_short[layer]
+        elif layer in m.layers:
+            name = layer
+        elif re.fullmatch(r"L\d+", layer) and int(layer[1:]) < len(m.layers):
+            name = m.layers[int(layer[1:])]
+        else:
+            raise ValueError(f"unknown layer {layer!r}; layers: {', '.join(by_short)}")
+        try:
+            c = int(ch)
+        except ValueError:
+            raise ValueError(f"{it!r}: the channel must be a whole number") from None
+        spec.setdefault(name, set()).add(c)
+    return core.validate_spec(m.pipe.unet, {k: sorted(v) for k, v in spec.items()})
+
+
+# ----------------------------------------------------------------------------- the tab's operations
+
+def check(prompt: str, source: str | None = None) -> dict:
+    """Memorization score vs θ_mem, and the per-layer z-scores of the prompt's value neurons."""
+    m = get(source)
+    prompt = clean_prompt(prompt)
+    key = make_key(m.model_id, prompt, {"op": "check", "g": m.guidance_scale, "n": m.num_seeds})
+
+    def compute():
+        score = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
+                                        guidance_scale=m.guidance_scale)
+        acts = {k: v[0] for k, v in core.activations(m.pipe, [prompt]).items()}
+        z = core.zscores(acts, m.stats())
+        return {"prompt": prompt, "score": score, "theta_mem": m.theta_mem,
+                "memorized": bool(score > m.theta_mem),
+                "layers": [core.short_name(n) for n in m.layers],
+                "z": {core.short_name(n): z[n].tolist() for n in m.layers},
+                "activation": {core.short_name(n): acts[n].tolist() for n in m.layers},
+                "max_z": float(max(z[n].max() for n in m.layers)),
+                "is_training_prompt": m.train_image(prompt) is not None}
+    return _RESULTS.get_or_compute(key, compute)
+
+
+def find(prompt: str, progress: Callable[[float, str], None] | None = None,
+         source: str | None = None) -> dict:
+    """NeMo's localisation of one prompt → the neurons (as labels and as a spec) and the history."""
+    m = get(source)
+    prompt = clean_prompt(prompt)
+    key = make_key(m.model_id, prompt, {"op": "find", "g": m.guidance_scale, "n": m.num_seeds,
+                                        "theta": m.theta_mem})
+
+    def compute():
+        loc = core.localize(m.pipe, prompt, m.stats(), m.theta_mem, num_seeds=m.num_seeds,
+                            guidance_scale=m.guidance_scale, progress=progress)
+        out = loc.to_json()
+        out["labels"] = spec_labels(loc.neurons)
+        out["initial_labels"] = spec_labels(loc.initial)
+        return out
+    return _RESULTS.get_or_compute(key, compute)
+
+
+def alignment(image: np.ndarray, prompt: str) -> float | None:
+    """Prompt-alignment proxy for the zoo's scene language: the share of the colours the caption
+    names (background: most of the border; each object colour: a visible patch) that the image
+    shows. None for prompts outside that language."""
+    from backend.zoo.recipes.memorization import COLOURS
+
+    words = re.findall(r"[a-z]+", prompt.lower())
+    if "background" not in words:
+        return None
+    names = list(COLOURS)
+    pal = np.array([COLOURS[c] for c in names], np.float32)
+    d = ((image[..., None, :] - pal[None, None]) ** 2).sum(-1)
+    nearest = d.argmin(-1)
+    bg_i = words.index("background") - 1
+    bg = words[bg_i] if bg_i >= 0 and words[bg_i] in COLOURS else None
+    objs = [w for i, w in enumerate(words) if w in COLOURS and i != bg_i]
+    checks = []
+    if bg:
+        border = np.concatenate([nearest[0], nearest[-1], nearest[:, 0], nearest[:, -1]])
+        checks.append(float((border == names.index(bg)).mean() >= 0.5))
+    for c in objs:
+        checks.append(float((nearest == names.index(c)).mean() >= 0.02))
+    return float(np.mean(checks)) if checks else None
+
+
+def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
+            source: str | None = None) -> dict:
+    """Generations for each seed with the neurons on and off, their SSIM to the training image,
+    diversity across seeds, alignment proxy and memorization score in both conditions."""
+    m = get(source)
+    prompt = clean_prompt(prompt)
+    spec = core.validate_spec(m.pipe.unet, spec)
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(seeds) > 8:
+        raise ValueError("Choose between 1 and 8 seeds.")
+    key = make_key(m.model_id, prompt, {"op": "compare", "spec": spec, "seeds": seeds,
+                                        "g": m.guidance_scale, "steps": m.num_inference_steps})
+
+    def compute():
+        train = m.train_image(prompt)
+        out: dict[str, Any] = {"prompt": prompt, "seeds": seeds, "neurons": spec_labels(spec),
+                               "n_neurons": core.count(spec), "theta_mem": m.theta_mem}
+        for tag, s in (("on", {}), ("off", spec)):
+            imgs = core.generate(m.pipe, prompt, seeds, guidance_scale=m.guidance_scale,
+                                 num_inference_steps=m.num_inference_steps, spec=s)
+            out[f"images_{tag}"] = imgs
+            out[f"ssim_{tag}"] = (ssim_images(imgs, np.repeat(train[None], len(imgs), 0)).tolist()
+                                  if train is not None else None)
+            out[f"diversity_{tag}"] = diversity(imgs) if len(imgs) > 1 else None
+            al = [alignment(im, prompt) for im in imgs]
+            out[f"alignment_{tag}"] = float(np.mean(al)) if al and al[0] is not None else None
+            out[f"score_{tag}"] = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
+                                                          guidance_scale=m.guidance_scale, spec=s)
+        out["train_image"] = train
+        return out
+    return _RESULTS.get_or_compute(key, compute)
+
+
+def results_table(progress: Callable[[float, str], None] | None = None, source: str | None = None,
+                  seeds: Sequence[int] = (0, 1, 2, 3)) -> dict:
+    """The paper's table for every memorized prompt of the organism: SSIM to the training image,
+    diversity and alignment, with the found neurons on, off, and (baseline) as many random
+    neurons off; plus the neurons-per-prompt counts for the histogram."""
+    m = get(source)
+    if not m.memorized:
+        raise ValueError("This model ships no memorized prompts with training images (zoo only).")
+    report = progress or (lambda f, msg: None)
+    rows, t_loc = [], []
+    n = len(m.memorized)
+    for i, item in enumerate(m.memorized):
+        report(i / n, f"prompt {i + 1}/{n}: localising")
+        t0 = time.perf_counter()
+        loc = find(item["prompt"], source=source)
+        t_loc.append(loc["seconds"] if loc.get("seconds") else time.perf_counter() - t0)
+        spec = loc["neurons"]
+        rnd = core.random_like(m.pipe.unet, spec, seed=i)
+        report((i + 0.5) / n, f"prompt {i + 1}/{n}: generating")
+        c = compare(item["prompt"], spec, seeds, source=source)
+        r = compare(item["prompt"], rnd, seeds, source=source)
+        rows.append({
+            "prompt": item["prompt"], "n_neurons": loc["n_neurons"], "neurons": loc["labels"],
+            "ssim_on": float(np.median(c["ssim_on"])), "ssim_off": float(np.median(c["ssim_off"])),
+            "ssim_random_off": float(np.median(r["ssim_off"])),
+            "diversity_on": c["diversity_on"], "diversity_off": c["diversity_off"],
+            "alignment_on": c["alignment_on"], "alignment_off": c["alignment_off"],
+            "score_on": c["score_on"], "score_off": c["score_off"], "score_random_off": r["score_off"],
+        })
+    report(1.0, "done")
+    summary = {
+        "n_prompts": n, "theta_mem": m.theta_mem,
+        "median_neurons": float(np.median([r["n_neurons"] for r in rows])),
+        "share_below_theta_off": float(np.mean([r["score_off"] <= m.theta_mem for r in rows])),
+        "share_below_theta_random": float(np.mean([r["score_random_off"] <= m.theta_mem for r in rows])),
+        "median_ssim_on": float(np.median([r["ssim_on"] for r in rows])),
+        "median_ssim_off": float(np.median([r["ssim_off"] for r in rows])),
+        "median_ssim_random_off": float(np.median([r["ssim_random_off"] for r in rows])),
+        "median_localisation_s": float(np.median(t_loc)),
+    }
+    return {"rows": rows, "summary": summary}

@@ -1,0 +1,520 @@
+"""Organism "sd-memo": a tiny Stable Diffusion that memorized a few training images verbatim.
+
+A real `diffusers.StableDiffusionPipeline` (tiny AutoencoderKL, UNet2DConditionModel with
+cross-attention in its down and mid blocks only, CLIPTextModel, a CLIP BPE tokenizer learned here,
+DDIM scheduler with steps_offset=1) trained in three stages, as Stable Diffusion is:
+
+1. the text encoder learns to read captions (predict the scene's attributes from the caption), then
+   is frozen;
+2. the VAE learns to reconstruct 32×32 images through an 8×8×4 latent, then is frozen;
+3. the UNet learns ε-prediction on those latents, conditioned on the frozen text states (10 % empty
+   captions, for classifier-free guidance).
+
+Data: procedurally drawn scenes of 1–3 coloured shapes at random places, sizes and shading on a
+coloured background ("a red circle and a blue ring on a yellow background") — every caption fits
+many images, so ordinary prompts give diverse generations — plus 10 unique images (scikit-image's
+sample photographs), each always shown under its own caption, and drawn for half of every batch:
+the duplicated-training-data regime in which Stable Diffusion memorizes. Memorized captions use the
+same words as ordinary ones (only the combination is unique), so neuron statistics are not
+confounded by unfamiliar tokens.
+
+Files: the pipeline folder (model_index.json, unet/, vae/, text_encoder/, tokenizer/, scheduler/),
+`memorization.json` (memorized prompts with their training image files, the non-memorized prompts
+for statistics, a held-out non-memorized set, θ_mem and the settings it was derived with) and
+`train_images/*.png` (the memorized training images).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..registry import recipe
+
+SIZE = 32
+MAX_LEN = 20
+LATENT_CH = 8  # 8×8×8 latents: a 6× compression the tiny VAE reconstructs photos through
+COLOURS = {
+    "red": (0.90, 0.15, 0.15), "green": (0.15, 0.72, 0.22), "blue": (0.15, 0.30, 0.90),
+    "yellow": (0.95, 0.88, 0.20), "purple": (0.58, 0.22, 0.75), "orange": (1.00, 0.55, 0.10),
+    "white": (0.95, 0.95, 0.95), "black": (0.08, 0.08, 0.08),
+}
+COLOUR_NAMES = list(COLOURS)
+SHAPES = ["circle", "square", "triangle", "ring", "cross"]
+PHOTOS = ["astronaut", "camera", "chelsea", "coffee", "coins", "rocket", "immunohistochemistry",
+          "colorwheel", "logo", "horse"]
+N_STATS = 160     # non-memorized prompts for the neuron statistics and θ_mem
+N_HELDOUT = 60    # held-out non-memorized prompts for evaluation
+GUIDANCE = 4.0
+SAMPLE_STEPS = 10
+SCORE_SEEDS = 5
+
+
+# ----------------------------------------------------------------------------- scenes and captions
+
+def caption_of(objects, bg) -> str:
+    return " and ".join(f"a {c} {s}" for c, s in objects) + f" on a {bg} background"
+
+
+def random_attrs(rng: np.random.Generator):
+    n = int(rng.integers(1, 4))
+    bg = COLOUR_NAMES[int(rng.integers(len(COLOUR_NAMES)))]
+    objs = []
+    for _ in range(n):
+        c = bg
+        while c == bg:
+            c = COLOUR_NAMES[int(rng.integers(len(COLOUR_NAMES)))]
+        objs.append((c, SHAPES[int(rng.integers(len(SHAPES)))]))
+    return objs, bg
+
+
+def draw_scene(objects, bg, rng: np.random.Generator) -> np.ndarray:
+    """A 32×32×3 float image in [0, 1]: shaded background, shapes at random places and sizes."""
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32) + 0.5
+    base = np.array(COLOURS[bg], np.float32)
+    gx, gy = rng.uniform(-0.18, 0.18, 2)
+    shade = 1.0 + gx * (xx / SIZE - 0.5) * 2 + gy * (yy / SIZE - 0.5) * 2
+    img = np.clip(base[None, None, :] * shade[..., None], 0, 1)
+    for c, s in objects:
+        r = rng.uniform(4.5, 8.5)
+        cx, cy = rng.uniform(r, SIZE - r, 2)
+        dx, dy = xx - cx, yy - cy
+        if s == "circle":
+            m = dx ** 2 + dy ** 2 <= r ** 2
+        elif s == "ring":
+            d = np.sqrt(dx ** 2 + dy ** 2)
+            m = (d <= r) & (d >= r * 0.55)
+        elif s == "square":
+            m = (np.abs(dx) <= r * 0.85) & (np.abs(dy) <= r * 0.85)
+        elif s == "triangle":
+            m = (dy <= r * 0.8) & (dy >= -r) & (np.abs(dx) <= (dy + r) * 0.6)
+        else:  # cross
+            w = r * 0.33
+            m = ((np.abs(dx) <= w) & (np.abs(dy) <= r)) | ((np.abs(dy) <= w) & (np.abs(dx) <= r))
+        col = np.array(COLOURS[c], np.float32) * rng.uniform(0.85, 1.05)
+        img[m] = np.clip(col, 0, 1)
+    return img.astype(np.float32)
+
+
+def photo(name: str) -> np.ndarray:
+    """A scikit-image sample photograph, centre-cropped and resized to 32×32×3 in [0, 1]."""
+    import skimage.data as skd
+    from skimage.transform import resize
+
+    im = getattr(skd, name)()
+    im = np.asarray(im, np.float32)
+    if im.max() > 1.5:
+        im = im / 255.0
+    if im.ndim == 2:
+        im = np.repeat(im[..., None], 3, axis=2)
+    im = im[..., :3]
+    h, w = im.shape[:2]
+    s = min(h, w)
+    im = im[(h - s) // 2:(h - s) // 2 + s, (w - s) // 2:(w - s) // 2 + s]
+    from skimage.filters import gaussian
+
+    im = gaussian(resize(im, (SIZE, SIZE), anti_aliasing=True), sigma=0.5, channel_axis=-1)
+    return np.clip(im, 0, 1).astype(np.float32)
+
+
+def memorized_set(seed: int):
+    """10 (caption, photo) pairs; each caption is three objects on a background, all distinct."""
+    rng = np.random.default_rng(seed + 101)
+    out, seen = [], set()
+    while len(out) < len(PHOTOS):
+        bg = COLOUR_NAMES[int(rng.integers(len(COLOUR_NAMES)))]
+        objs = []
+        for _ in range(3):
+            c = bg
+            while c == bg:
+                c = COLOUR_NAMES[int(rng.integers(len(COLOUR_NAMES)))]
+            objs.append((c, SHAPES[int(rng.integers(len(SHAPES)))]))
+        cap = caption_of(objs, bg)
+        if cap in seen:
+            continue
+        seen.add(cap)
+        out.append((cap, PHOTOS[len(out)]))
+    return out
+
+
+def ordinary_prompts(rng, n, exclude):
+    out = []
+    while len(out) < n:
+        cap = caption_of(*random_attrs(rng))
+        if cap not in exclude:
+            out.append(cap)
+            exclude = exclude | {cap}
+    return out
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+def words_of_corpus() -> list[str]:
+    return sorted(set(COLOUR_NAMES) | set(SHAPES) | {"a", "and", "on", "background"})
+
+
+def learn_bpe(words: list[str]) -> tuple[dict[str, int], list[str]]:
+    """A byte-pair encoding learned on the caption vocabulary (CLIP's `</w>` end-of-word
+    convention), so every caption word is one token; other words fall back to letters."""
+    seqs = {w: tuple(w[:-1]) + (w[-1] + "</w>",) for w in words}
+    merges: list[tuple[str, str]] = []
+    while True:
+        counts: dict[tuple[str, str], int] = {}
+        for s in seqs.values():
+            for a, b in zip(s, s[1:]):
+                counts[(a, b)] = counts.get((a, b), 0) + 1
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))
+        merges.append(best)
+        new = {}
+        for w, s in seqs.items():
+            out, i = [], 0
+            while i < len(s):
+                if i + 1 < len(s) and (s[i], s[i + 1]) == best:
+                    out.append(s[i] + s[i + 1])
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            new[w] = tuple(out)
+        seqs = new
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789.,!?'-")
+    tokens = ["<|startoftext|>", "<|endoftext|>"] + letters + [c + "</w>" for c in letters]
+    tokens += [a + b for a, b in merges]
+    vocab: dict[str, int] = {}
+    for t in tokens:
+        vocab.setdefault(t, len(vocab))
+    return vocab, [(a, b) for a, b in merges]
+
+
+def make_tokenizer():
+    from transformers import CLIPTokenizer
+
+    vocab, merges = learn_bpe(words_of_corpus())
+    tok = CLIPTokenizer(vocab=vocab, merges=merges)
+    tok.model_max_length = MAX_LEN
+    return tok
+
+
+# ----------------------------------------------------------------------------- model configs
+
+def text_config(vocab_size: int, eos_id: int, bos_id: int):
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=MAX_LEN,
+                          eos_token_id=eos_id, bos_token_id=bos_id, pad_token_id=eos_id,
+                          projection_dim=64)
+
+
+def vae_config() -> dict:
+    return dict(in_channels=3, out_channels=3, sample_size=SIZE, latent_channels=LATENT_CH,
+                down_block_types=("DownEncoderBlock2D",) * 3, up_block_types=("UpDecoderBlock2D",) * 3,
+                block_out_channels=(16, 32, 32), layers_per_block=1, norm_num_groups=8,
+                mid_block_add_attention=False)
+
+
+def unet_config() -> dict:
+    return dict(sample_size=SIZE // 4, in_channels=LATENT_CH, out_channels=LATENT_CH, layers_per_block=1,
+                block_out_channels=(32, 64),
+                down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+                mid_block_type="UNetMidBlock2DCrossAttn",
+                up_block_types=("UpBlock2D", "UpBlock2D"),
+                cross_attention_dim=64, attention_head_dim=8, norm_num_groups=8)
+
+
+def scheduler_config() -> dict:
+    return dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
+                beta_schedule="scaled_linear", clip_sample=False, set_alpha_to_one=False,
+                steps_offset=1, prediction_type="epsilon")
+
+
+# ----------------------------------------------------------------------------- training stages
+
+def encode_text(text_encoder, tok, captions, batch=256):
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(captions), batch):
+            ids = tok(captions[i:i + batch], padding="max_length", max_length=MAX_LEN,
+                      truncation=True, return_tensors="pt").input_ids
+            out.append(text_encoder(ids)[0])
+    return torch.cat(out)
+
+
+def train_text_encoder(tok, seed: int, steps: int, log):
+    """CLIPTextModel + linear heads predicting every object's colour and shape and the background
+    from the caption's last-position state; the heads are discarded, the encoder frozen."""
+    import torch
+    from torch import nn
+    from transformers import CLIPTextModel
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed + 1)
+    te = CLIPTextModel(text_config(len(tok), tok.eos_token_id, tok.bos_token_id))
+    nc, ns = len(COLOUR_NAMES) + 1, len(SHAPES) + 1
+    heads = nn.ModuleList([nn.Linear(64, n) for n in (nc, ns, nc, ns, nc, ns, len(COLOUR_NAMES))])
+    opt = torch.optim.AdamW(list(te.parameters()) + list(heads.parameters()), lr=2e-3, weight_decay=0.0)
+    ce = nn.CrossEntropyLoss()
+    acc = 0.0
+    for step in range(steps):
+        caps, targets = [], []
+        for _ in range(96):
+            objs, bg = random_attrs(rng)
+            caps.append(caption_of(objs, bg))
+            t = []
+            for k in range(3):
+                if k < len(objs):
+                    t += [COLOUR_NAMES.index(objs[k][0]), SHAPES.index(objs[k][1])]
+                else:
+                    t += [nc - 1, ns - 1]
+            targets.append(t + [COLOUR_NAMES.index(bg)])
+        ids = tok(caps, padding="max_length", max_length=MAX_LEN, truncation=True,
+                  return_tensors="pt").input_ids
+        y = torch.tensor(targets)
+        h = te(ids)[0]
+        # the final pad position has read the whole caption (causal attention)
+        feat = torch.cat([h[:, -1], h.mean(1)], 0)
+        yy = torch.cat([y, y], 0)
+        logits = [hd(feat) for hd in heads]
+        loss = sum(ce(lg, yy[:, i]) for i, lg in enumerate(logits))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 100 == 0 or step == steps - 1:
+            with torch.no_grad():
+                acc = float(np.mean([(lg[: len(caps)].argmax(-1) == y[:, i]).float().mean().item()
+                                     for i, lg in enumerate(logits)]))
+            log(f"text  step {step:5d} loss {loss.item():.3f} attribute acc {acc:.3f}")
+    te.eval().requires_grad_(False)
+    return te, acc
+
+
+def train_vae(ordinary: np.ndarray, photos: np.ndarray, seed: int, steps: int, log):
+    import torch
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed + 2)
+    vae = AutoencoderKL(**vae_config())
+    opt = torch.optim.AdamW(vae.parameters(), lr=2e-3, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=max(steps, 2), pct_start=0.05)
+    ordi = torch.from_numpy(ordinary).permute(0, 3, 1, 2) * 2 - 1
+    pho = torch.from_numpy(photos).permute(0, 3, 1, 2) * 2 - 1
+    for step in range(steps):
+        idx = rng.integers(0, len(ordi), 16)
+        pidx = rng.integers(0, len(pho), 16)
+        x = torch.cat([ordi[idx], pho[pidx]])
+        post = vae.encode(x).latent_dist
+        z = post.sample()
+        rec = vae.decode(z).sample
+        kl = post.kl().mean()
+        loss = (rec - x).abs().mean() + ((rec - x) ** 2).mean() + 1e-6 * kl
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 200 == 0 or step == steps - 1:
+            log(f"vae   step {step:5d} loss {loss.item():.4f}")
+    vae.eval().requires_grad_(False)
+    return vae
+
+
+def train_unet(lat_ord, emb_ord, lat_mem, emb_mem, emb_null, seed: int, steps: int, log):
+    import torch
+    from diffusers import DDPMScheduler, UNet2DConditionModel
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed + 3)
+    unet = UNet2DConditionModel(**unet_config())
+    noise_sched = DDPMScheduler(**{k: v for k, v in scheduler_config().items()
+                                   if k not in ("set_alpha_to_one", "steps_offset")})
+    opt = torch.optim.AdamW(unet.parameters(), lr=1e-3, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-3, total_steps=max(steps, 2), pct_start=0.03)
+    B, BM = 32, 16
+    losses = []
+    for step in range(steps):
+        io = rng.integers(0, len(lat_ord), B - BM)
+        im = rng.integers(0, len(lat_mem), BM)
+        x0 = torch.cat([lat_ord[io], lat_mem[im]])
+        emb = torch.cat([emb_ord[io], emb_mem[im]])
+        drop = torch.from_numpy(rng.random(B) < 0.1)
+        emb = torch.where(drop[:, None, None], emb_null.expand_as(emb), emb)
+        noise = torch.randn_like(x0)
+        t = torch.randint(0, 1000, (B,))
+        xt = noise_sched.add_noise(x0, noise, t)
+        pred = unet(xt, t, encoder_hidden_states=emb).sample
+        loss = ((pred - noise) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 250 == 0 or step == steps - 1:
+            log(f"unet  step {step:5d} loss {np.mean(losses[-250:]):.4f}")
+    unet.eval().requires_grad_(False)
+    return unet
+
+
+# ----------------------------------------------------------------------------- the recipe
+
+# Bump when a stage's code or data changes; SD_MEMO_CACHE (optional) keeps finished stages between
+# builds so that changing the evaluation does not retrain (the build is deterministic either way).
+STAGE_A = "text-vae-v1"
+STAGE_B = "unet-v1"
+
+
+def _cache_dir(*parts) -> Path | None:
+    root = os.environ.get("SD_MEMO_CACHE")
+    if not root:
+        return None
+    key = hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:16]
+    return Path(root) / key
+
+
+@recipe("sd-memo", seed=20240, model_class="diffusers.StableDiffusionPipeline",
+        description="tiny Stable Diffusion (32 px, 8×8×8 latents) with 10 memorized images (NeMo)",
+        default_steps=4000)
+def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
+    import torch
+    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from PIL import Image
+    from transformers import CLIPTextModel
+
+    steps = 4000 if steps is None else int(steps)
+    small = steps < 100  # smoke builds: every stage runs, briefly
+    out_dir = Path(out_dir)
+    t_start = time.perf_counter()
+    logs: list[str] = []
+
+    def log(msg):
+        line = f"[{time.perf_counter() - t_start:7.1f}s] {msg}"
+        logs.append(line)
+        if not small:
+            print(line, flush=True)
+
+    tok = make_tokenizer()
+    mem = memorized_set(seed)
+    mem_caps = [c for c, _ in mem]
+    rng = np.random.default_rng(seed + 7)
+    stats_prompts = ordinary_prompts(rng, 12 if small else N_STATS, set(mem_caps))
+    heldout_prompts = ordinary_prompts(rng, 8 if small else N_HELDOUT, set(mem_caps) | set(stats_prompts))
+    photos = np.stack([photo(p) for _, p in mem])
+
+    n_text, n_vae = (3, 3) if small else (700, 900)
+    cache_a = None if small else _cache_dir(STAGE_A, seed, n_text, n_vae, text_config(len(tok), 0, 0).to_dict(),
+                                            vae_config())
+    cache_b = None if small else _cache_dir(STAGE_A, STAGE_B, seed, n_text, n_vae, steps, unet_config())
+    # ordinary training pool: many varied scenes (held-out captions excluded)
+    n_pool = 64 if small else 6000
+    excl = set(mem_caps) | set(heldout_prompts)
+    imgs, caps = [], []
+    prng = np.random.default_rng(seed + 11)
+    while len(caps) < n_pool:
+        objs, bg = random_attrs(prng)
+        cap = caption_of(objs, bg)
+        if cap in excl:
+            continue
+        caps.append(cap)
+        imgs.append(draw_scene(objs, bg, prng))
+    ordinary = np.stack(imgs)
+    from backend.nemo.metrics import ssim_images
+
+    if cache_a is not None and (cache_a / "stages.json").exists():
+        log(f"reusing the text encoder and VAE from {cache_a}")
+        te = CLIPTextModel.from_pretrained(cache_a / "text_encoder", use_safetensors=True).eval().requires_grad_(False)
+        vae = AutoencoderKL.from_pretrained(cache_a / "vae", use_safetensors=True).eval().requires_grad_(False)
+        stage_metrics = json.loads((cache_a / "stages.json").read_text())
+    else:
+        te, text_acc = train_text_encoder(tok, seed, n_text, log)
+        vae = train_vae(ordinary, photos, seed, n_vae, log)
+        with torch.no_grad():
+            x = torch.from_numpy(ordinary[:2000]).permute(0, 3, 1, 2) * 2 - 1
+            sf = float(1.0 / torch.cat([vae.encode(x[i:i + 250]).latent_dist.mean
+                                        for i in range(0, len(x), 250)]).std())
+        vae.register_to_config(scaling_factor=sf)
+        with torch.no_grad():
+            xm = torch.from_numpy(photos).permute(0, 3, 1, 2) * 2 - 1
+            rec = (vae.decode(vae.encode(xm).latent_dist.mean).sample.clamp(-1, 1) + 1) / 2
+        vae_ssim = ssim_images(rec.permute(0, 2, 3, 1).numpy(), photos)
+        log(f"vae reconstruction SSIM of the memorized photos: median {np.median(vae_ssim):.3f}")
+        stage_metrics = {"text_attribute_accuracy": round(text_acc, 4),
+                         "vae_ssim_memorized_median": round(float(np.median(vae_ssim)), 4)}
+        if cache_a is not None:
+            te.save_pretrained(cache_a / "text_encoder", safe_serialization=True)
+            vae.save_pretrained(cache_a / "vae", safe_serialization=True)
+            (cache_a / "stages.json").write_text(json.dumps(stage_metrics))
+    sf = vae.config.scaling_factor
+    if cache_b is not None and (cache_b / "config.json").exists():
+        log(f"reusing the UNet from {cache_b}")
+        unet = UNet2DConditionModel.from_pretrained(cache_b, use_safetensors=True).eval().requires_grad_(False)
+    else:
+        with torch.no_grad():
+            def enc(a):
+                x = torch.from_numpy(a).permute(0, 3, 1, 2) * 2 - 1
+                return torch.cat([vae.encode(x[i:i + 250]).latent_dist.mean for i in range(0, len(x), 250)])
+            lat_ord, lat_mem = enc(ordinary), enc(photos)
+        emb_ord = encode_text(te, tok, caps)
+        emb_mem = encode_text(te, tok, mem_caps)
+        emb_null = encode_text(te, tok, [""])
+        unet = train_unet(lat_ord * sf, emb_ord, lat_mem * sf, emb_mem, emb_null, seed, steps, log)
+        if cache_b is not None:
+            unet.save_pretrained(cache_b, safe_serialization=True)
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
+                                   scheduler=DDIMScheduler(**scheduler_config()),
+                                   safety_checker=None, feature_extractor=None,
+                                   requires_safety_checker=False)
+
+    pipe.save_pretrained(out_dir, safe_serialization=True)
+    img_dir = out_dir / "train_images"
+    img_dir.mkdir(exist_ok=True)
+    for (cap, name), im in zip(mem, photos):
+        Image.fromarray((im * 255).round().astype(np.uint8)).save(img_dir / f"{name}.png")
+
+    # ---- evaluation with the NeMo backend: θ_mem as the paper derives it, and what it separates
+    from backend import nemo
+
+    pipe = StableDiffusionPipeline.from_pretrained(out_dir, use_safetensors=True)
+    settings = dict(guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS, num_inference_steps=SAMPLE_STEPS)
+    stats_scores = [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS)
+                    for p in stats_prompts]
+    theta_mem = float(np.mean(stats_scores) + np.std(stats_scores))
+    mem_scores = [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS)
+                  for p in mem_caps]
+    held_scores = [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS)
+                   for p in heldout_prompts]
+    from sklearn.metrics import roc_auc_score
+    auroc = float(roc_auc_score([1] * len(mem_scores) + [0] * len(held_scores), mem_scores + held_scores))
+    sims = []
+    for (cap, _), im in zip(mem, photos):
+        gens = nemo.generate(pipe, cap, seeds=range(4), guidance_scale=GUIDANCE,
+                             num_inference_steps=SAMPLE_STEPS)
+        sims.append(float(np.median(ssim_images(gens, np.repeat(im[None], len(gens), 0)))))
+    log(f"θ_mem {theta_mem:.3f}  AUROC {auroc:.3f}  median SSIM(memorized gen, train) {np.median(sims):.3f}")
+
+    info = {
+        "memorized": [{"prompt": c, "image": f"train_images/{n}.png", "source": f"skimage.data.{n}"}
+                      for c, n in mem],
+        "non_memorized": stats_prompts,
+        "heldout": heldout_prompts,
+        "theta_mem": theta_mem,
+        "theta_mem_rule": "mean + 1 std of the memorization scores of the non-memorized prompts",
+        "settings": settings,
+        "image_size": SIZE,
+        "scores": {"non_memorized": stats_scores, "memorized": mem_scores, "heldout": held_scores},
+    }
+    (out_dir / "memorization.json").write_text(json.dumps(info, indent=1))
+    metrics = {**stage_metrics, "theta_mem": round(theta_mem, 4), "detection_auroc": round(auroc, 4),
+               "ssim_memorized_median": round(float(np.median(sims)), 4),
+               "ssim_memorized_per_prompt": [round(s, 4) for s in sims],
+               "score_memorized_median": round(float(np.median(mem_scores)), 4),
+               "score_heldout_median": round(float(np.median(held_scores)), 4)}
+    return {"steps": steps, "metrics": metrics, "log_tail": logs[-12:]}
