@@ -179,8 +179,9 @@ def train_step(task: Task, run: Run, batch_size: int, max_grad_norm: float | Non
 
 def race(task: Task, cfg: RaceConfig, stop: threading.Event | Callable[[], bool] | None = None,
          ) -> Iterator[dict]:
-    """Yield {"method", "seed", "step", "loss", "grad_norm", "elapsed_s"} for every step of every
-    run (runs interleaved step by step), then one {"done": True, "summary": ...} event."""
+    """Yield {"setup": i, "of": n} while the runs are built, then {"method", "seed", "step", "loss",
+    "grad_norm", "elapsed_s"} for every step of every run (runs interleaved step by step), then one
+    {"done": True, "stopped": bool, "summary": ...} event."""
     cfg.validate()
     rank = int(cfg.rank or task.default_rank)
     alpha = float(cfg.alpha if cfg.alpha is not None else rank)
@@ -188,9 +189,17 @@ def race(task: Task, cfg: RaceConfig, stop: threading.Event | Callable[[], bool]
     bs = int(cfg.batch or task.default_batch)
     should_stop = stop.is_set if isinstance(stop, threading.Event) else (stop or (lambda: False))
     t0 = time.perf_counter()
-    runs = [make_run(task, m, s, rank, alpha, lr, cfg.niter) for s in cfg.seeds for m in cfg.methods]
-    stopped = False
-    for step in range(1, int(cfg.steps) + 1):
+    runs = []
+    plan = [(m, s) for s in cfg.seeds for m in cfg.methods]
+    for i, (m, s) in enumerate(plan):
+        if should_stop():
+            break
+        runs.append(make_run(task, m, s, rank, alpha, lr, cfg.niter))
+        yield {"setup": i + 1, "of": len(plan), "elapsed_s": time.perf_counter() - t0}
+    stopped = len(runs) < len(plan)
+    if stopped:
+        runs = []
+    for step in range(1, int(cfg.steps) + 1 if runs else 1):
         for run in runs:
             if should_stop():
                 stopped = True

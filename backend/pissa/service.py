@@ -1,0 +1,317 @@
+"""What the Adapters tab computes, as plain functions (no gradio).
+
+Models are shared (loaded once per process through the preset's `from_pretrained`) and never
+modified: weights are read under the model's lock, adapters are built on deep copies. Results are
+cached per (model, layer, rank, settings) in bounded byte caches.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from ..core import store
+from ..core.cache import ByteLRUCache, make_key
+from ..core.interventions import locked
+from ..core.presets import ZOO_ROOT, Preset, load_preset, load_pretrained, presets
+from . import PRESETS, TAB
+from .adapters import adapt, linear_layers
+from .decompose import error_reduction_ratio, pissa_split, singular_spectrum
+from .race import DigitsTask, LMTask, RaceConfig, race
+
+RESULTS = ByteLRUCache(32 * 2**20, name="pissa-results")
+ERROR_VARIANTS = (("qlora", 1), ("loftq", 1), ("loftq", 5), ("qpissa", 1), ("qpissa", 5))
+HEATMAP_RANKS = (1, 2, 4, 8, 16, 32, 64)
+MAX_HIST = 20000
+_STOPS: dict[str, threading.Event] = {}
+_STOPS_GUARD = threading.Lock()
+
+
+class ServiceError(ValueError):
+    """Bad input the UI shows as a message."""
+
+
+# --- models ------------------------------------------------------------------------------------
+def _zoo_built(p: Preset) -> bool:
+    return p.source != "zoo" or (ZOO_ROOT / p.path_or_id / "manifest.json").exists()
+
+
+def available(source: str = "zoo") -> list[Preset]:
+    """The tab's presets usable now: the source's own first, then built zoo organisms."""
+    mine = [p for p in presets(TAB) if p.source == source and _zoo_built(p)]
+    zoo = [p for p in presets(TAB) if p.source == "zoo" and _zoo_built(p) and p not in mine]
+    return mine + zoo
+
+
+def choices(source: str = "zoo") -> list[tuple[str, str]]:
+    return [(f"{p.label} [{p.source}]", p.path_or_id) for p in available(source)]
+
+
+def preset_for(key: str) -> Preset:
+    for p in presets(TAB):
+        if p.path_or_id == key:
+            if not _zoo_built(p):
+                raise ServiceError(f"the zoo model {key!r} is not built yet")
+            return p
+    raise ServiceError(f"unknown model {key!r}")
+
+
+def get_model(key: str):
+    p = preset_for(key)
+    return store.get_or_load(p.model_id, lambda: load_preset(p).eval())
+
+
+def get_tokenizer(key: str):
+    p = preset_for(key)
+
+    def load():
+        from transformers import AutoTokenizer
+
+        roots = [ZOO_ROOT] if p.source == "zoo" else None
+        return load_pretrained(AutoTokenizer, p.location(), weights=False, roots=roots)
+
+    return store.get_or_load(p.model_id + "#tokenizer", load)
+
+
+def layer_names(key: str) -> list[str]:
+    return list(linear_layers(get_model(key)))
+
+
+def _weight(key: str, layer: str) -> torch.Tensor:
+    model = get_model(key)
+    layers = linear_layers(model)
+    if layer not in layers:
+        raise ServiceError(f"no adaptable linear layer {layer!r} in {key}")
+    with locked(model):
+        return layers[layer].weight.detach().float().clone()
+
+
+def _check_rank(rank, w: torch.Tensor) -> int:
+    try:
+        rank = int(rank)
+    except (TypeError, ValueError):
+        raise ServiceError("rank must be a whole number") from None
+    if not 1 <= rank <= min(w.shape):
+        raise ServiceError(f"rank must be between 1 and {min(w.shape)} for a {tuple(w.shape)} layer")
+    return rank
+
+
+# --- one layer: spectrum, PiSSA split, histograms -----------------------------------------------
+def layer_analysis(key: str, layer: str, rank: int, init: str = "pissa") -> dict:
+    w = _weight(key, layer)
+    rank = _check_rank(rank, w)
+    if not (init == "pissa" or init.startswith("pissa_niter_")):
+        raise ServiceError("init must be 'pissa' or 'pissa_niter_N'")
+    p = preset_for(key)
+    ck = make_key(p.model_id, (layer,), {"rank": rank, "init": init, "what": "layer"}, revision=p.revision)
+
+    def compute():
+        t0 = time.perf_counter()
+        sv = singular_spectrum(w)
+        split = pissa_split(w, rank, init=init)
+        res_sv = singular_spectrum(split.residual)
+        rel = float((split.residual + split.principal() - w).norm() / w.norm())
+        # the adapted layer's output at init vs the base layer's, on random inputs
+        x = torch.randn(64, w.shape[1], generator=torch.Generator().manual_seed(0))
+        base_out = x @ w.T
+        adapted = x @ split.residual.T + split.scaling * (x @ split.lora_A.T) @ split.lora_B.T
+        gap = float((adapted - base_out).abs().max() / base_out.abs().max().clamp_min(1e-12))
+        g = torch.Generator().manual_seed(1)
+        flat_w, flat_r = w.reshape(-1), split.residual.reshape(-1)
+        if flat_w.numel() > MAX_HIST:
+            idx = torch.randperm(flat_w.numel(), generator=g)[:MAX_HIST]
+            flat_w, flat_r = flat_w[idx], flat_r[idx]
+        energy = float((sv[:rank] ** 2).sum() / (sv ** 2).sum())
+        return {"model": key, "layer": layer, "shape": list(w.shape), "rank": rank, "init": init,
+                "singular_values": sv.tolist(), "residual_singular_values": res_sv.tolist(),
+                "energy_top_r": energy, "reconstruction_rel_error": rel, "init_output_rel_gap": gap,
+                "w_sample": flat_w.numpy(), "w_res_sample": flat_r.numpy(),
+                "w_absmax": float(w.abs().max()), "w_res_absmax": float(split.residual.abs().max()),
+                "w_std": float(w.std()), "w_res_std": float(split.residual.std()),
+                "seconds": time.perf_counter() - t0}
+
+    return RESULTS.get_or_compute(ck, compute)
+
+
+# --- quantization error over layers and ranks ---------------------------------------------------
+def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEATMAP_RANKS,
+                heat_method: tuple[str, int] = ("qpissa", 1), max_layers: int = 64,
+                progress: Callable[[float, str], None] | None = None) -> dict:
+    """Error-reduction ratios per layer at `rank` for QLoRA, LoftQ-1/5, QPiSSA-1/5, and a heatmap
+    of one method's ratio over layers × ranks."""
+    model = get_model(key)
+    names = layers or list(linear_layers(model))
+    unknown = [n for n in names if n not in linear_layers(model)]
+    if unknown:
+        raise ServiceError(f"unknown layers: {unknown[:3]}")
+    names = names[:max_layers]
+    if heat_method[0] not in ("qlora", "loftq", "qpissa"):
+        raise ServiceError("heatmap method must be qlora, loftq or qpissa")
+    p = preset_for(key)
+    ck = make_key(p.model_id, tuple(names), {"rank": int(rank), "ranks": tuple(ranks),
+                                            "heat": tuple(heat_method), "what": "errors"},
+                  revision=p.revision)
+    cached = RESULTS.get(ck)
+    if cached is not None:
+        return cached
+    rows, heat = [], []
+    for i, name in enumerate(names):
+        if progress:
+            progress(i / max(1, len(names)), f"layer {name}")
+        w = _weight(key, name)
+        r = _check_rank(rank, w)
+        row = {"layer": name, "shape": list(w.shape)}
+        for method, iters in ERROR_VARIANTS:
+            row[f"{method}-{iters}" if method != "qlora" else "qlora"] = \
+                error_reduction_ratio(w, r, method, iters)
+        rows.append(row)
+        heat.append([error_reduction_ratio(w, k, *heat_method) if k <= min(w.shape) else None
+                     for k in ranks])
+    out = {"model": key, "rank": int(rank), "rows": rows, "heatmap": {
+        "method": f"{heat_method[0]}-{heat_method[1]}", "layers": names, "ranks": list(ranks),
+        "values": heat}}
+    out["summary"] = {
+        "layers": len(rows),
+        "qpissa1_beats_loftq1": sum(r["qpissa-1"] > r["loftq-1"] for r in rows),
+        "qpissa5_beats_loftq1": sum(r["qpissa-5"] > r["loftq-1"] for r in rows),
+        "mean": {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k not in ("layer", "shape")},
+    }
+    RESULTS.put(ck, out)
+    return out
+
+
+# --- the race -----------------------------------------------------------------------------------
+def task_for(key: str):
+    p = preset_for(key)
+    model = get_model(key)
+    if p.extra.get("task") == "digits":
+        def digits():
+            splits = None
+            if p.source == "zoo":
+                f = Path(p.location()) / "splits.json"
+                if f.exists():
+                    splits = json.loads(f.read_text())
+            return DigitsTask(model, splits)
+
+        return store.get_or_load(p.model_id + "#pissa-task", digits)
+
+    def data():
+        from .lm_task import difference_task_data
+
+        return difference_task_data(get_tokenizer(key), n=512, seed=0)
+
+    ids, mask = store.get_or_load(p.model_id + "#pissa-task", data)
+    return LMTask(model, ids, mask, name="difference")
+
+
+def stop_flag(session: str) -> threading.Event:
+    with _STOPS_GUARD:
+        ev = _STOPS.get(session)
+        if ev is None or ev.is_set():
+            ev = _STOPS[session] = threading.Event()
+        return ev
+
+
+def request_stop(session: str) -> bool:
+    with _STOPS_GUARD:
+        ev = _STOPS.get(session)
+    if ev is None:
+        return False
+    ev.set()
+    return True
+
+
+_END = object()
+
+
+def race_stream(key: str, cfg: RaceConfig, session: str = "local",
+                heartbeat_s: float = 0.5) -> Iterator[dict]:
+    """The race's events for one session; `request_stop(session)` ends it after the current step.
+
+    The race runs in a worker thread; while it is busy (loading a model, building runs) this yields
+    {"heartbeat": True} every `heartbeat_s`, so a consumer always hears from it in time."""
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise ServiceError(str(e)) from None
+    preset_for(key)
+    flag = stop_flag(session)
+    events: queue.Queue = queue.Queue()
+    t0 = time.perf_counter()
+
+    def work():
+        try:
+            task = task_for(key)
+            for ev in race(task, cfg, stop=flag):
+                events.put(ev)
+        except BaseException as e:  # handed to the consumer
+            events.put({"error": e})
+        finally:
+            events.put(_END)
+
+    worker = threading.Thread(target=work, name=f"pissa-race-{session}", daemon=True)
+    worker.start()
+    try:
+        while True:
+            try:
+                ev = events.get(timeout=heartbeat_s)
+            except queue.Empty:
+                yield {"heartbeat": True, "elapsed_s": time.perf_counter() - t0}
+                continue
+            if ev is _END:
+                break
+            if "error" in ev:
+                err = ev["error"]
+                raise (ServiceError(str(err)) if isinstance(err, ValueError) else err)
+            yield ev
+    finally:
+        flag.set()  # a consumer that went away (closed tab, cancelled job) stops the worker too
+        worker.join(timeout=30)
+        with _STOPS_GUARD:
+            if _STOPS.get(session) is flag:
+                del _STOPS[session]
+
+
+# --- PiSSA → LoRA conversion --------------------------------------------------------------------
+def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None = None) -> dict:
+    """Fine-tune with PiSSA for a few steps, convert the adapter to a plain LoRA (rank 2r) on the
+    ORIGINAL weights with peft, and compare outputs of the two models on held-out inputs."""
+    from peft import get_peft_model_state_dict
+
+    from .adapters import convert_pissa_to_lora
+    from .race import make_run, train_step
+
+    if not 1 <= int(steps) <= 500:
+        raise ServiceError("steps must be between 1 and 500")
+    task = task_for(key)
+    model = task.model()
+    w0 = next(iter(linear_layers(model).values())).weight
+    rank = _check_rank(rank, w0)
+    run = make_run(task, "pissa", seed=0, rank=rank, alpha=rank, lr=float(lr or task.default_lr))
+    initial = {k: v.detach().clone() for k, v in get_peft_model_state_dict(run.model).items()}
+    for _ in range(int(steps)):
+        train_step(task, run, task.default_batch)
+    run.model.eval()
+    converted, conv_rank = convert_pissa_to_lora(run.model, initial, model)
+    batch = task.batch(torch.Generator().manual_seed(12345), 32)
+    with torch.no_grad():
+        if isinstance(task, DigitsTask):
+            a, b = run.model(batch[0]), converted(batch[0])
+            with locked(model):
+                base = model(batch[0])
+        else:
+            a, b = run.model(input_ids=batch[0]).logits, converted(input_ids=batch[0]).logits
+            with locked(model):
+                base = model(input_ids=batch[0]).logits
+    scale = float(a.abs().max())
+    return {"model": key, "rank": rank, "converted_rank": int(conv_rank), "steps": int(steps),
+            "max_abs_diff": float((a - b).abs().max()),
+            "rel_diff": float((a - b).abs().max()) / max(scale, 1e-12),
+            "change_from_base": float((a - base).abs().max()),
+            "final_loss": run.losses[-1], "n_inputs": int(batch[0].shape[0])}

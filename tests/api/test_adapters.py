@@ -1,0 +1,126 @@
+"""The Adapters tab through gradio_client: analysis, error table, streamed race with stop,
+PiSSA→LoRA conversion, bad input, parallel clients."""
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+MODEL = "pissa-toy"
+
+
+def _read(path):
+    return json.loads(open(path).read())
+
+
+@pytest.mark.timeout(120)
+def test_analyse_reports_exact_split_and_exports(client):
+    spec, hist, md, files = client.predict(MODEL, "fc2", 8, "pissa", api_name="/analyse")
+    assert "fc2" in md and "rank **8**" in md
+    js = [f for f in files if f.endswith(".json")][0]
+    png = [f for f in files if f.endswith(".png")][0]
+    a = _read(js)
+    assert a["reconstruction_rel_error"] <= 1e-5
+    assert a["init_output_rel_gap"] <= 1e-5
+    assert len(a["singular_values"]) == 128 and a["rank"] == 8
+    assert a["w_res_absmax"] < a["w_absmax"]
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    # the fast init (pissa_niter_4) is exact too
+    a4 = _read([f for f in client.predict(MODEL, "fc2", 8, "pissa_niter_4", api_name="/analyse")[3]
+                if f.endswith(".json")][0])
+    assert a4["reconstruction_rel_error"] <= 1e-5
+
+
+def test_layer_list_follows_the_model(client):
+    layer, _rank = client.predict(MODEL, api_name="/layers")
+    assert layer["value"] == "fc2"
+    assert [c[1] for c in layer["choices"]] == ["fc1", "fc2", "head"]
+
+
+@pytest.mark.timeout(120)
+def test_error_table_orders_methods(client):
+    table, bars, heat, md, files = client.predict(MODEL, 8, "qpissa-5", api_name="/errors")
+    rows = {r[0]: dict(zip(table["headers"], r)) for r in table["data"]}
+    assert set(rows) == {"fc1", "fc2", "head"}
+    for name, r in rows.items():
+        assert r["qlora"] == 0
+        assert r["qpissa-5"] > r["loftq-1"] > 0, name
+    assert "QPiSSA-5 on **3/3**" in md
+    data = _read([f for f in files if f.endswith(".json")][0])
+    assert data["heatmap"]["method"] == "qpissa-5" and len(data["heatmap"]["values"]) == 3
+
+
+@pytest.mark.timeout(120)
+def test_race_streams_every_second_and_pissa_wins(client):
+    job = client.submit(MODEL, ["lora", "pissa"], 3, 100, 8, 0, api_name="/race")
+    stamps = []
+    for _ in job:
+        stamps.append(time.perf_counter())
+    outputs = job.outputs()
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert len(stamps) >= 3
+    assert max(gaps[:-1]) <= 1.0, gaps  # the last gap is writing the export files, after "finished"
+    final = [o for o in outputs if isinstance(o[2], dict) and "pissa_beats_lora" in o[2]][-1]
+    assert final[2]["pissa_beats_lora"] == {"seeds": 3, "wins": 3}
+    assert "**finished**" in final[1]
+    files = outputs[-1][3]
+    assert any(f.endswith(".png") for f in files) and any(f.endswith(".json") for f in files)
+    curves = _read([f for f in files if f.endswith(".json")][0])["curves"]
+    assert len(curves) == 6 and all(len(c["loss"]) == 100 for c in curves)
+
+
+@pytest.mark.timeout(120)
+def test_stop_button_ends_the_race(app_url):
+    from gradio_client import Client
+
+    c = Client(app_url, verbose=False)
+    job = c.submit(MODEL, ["lora", "pissa", "full"], 5, 500, 8, 0, api_name="/race")
+    seen = 0
+    for out in job:
+        seen += 1
+        if isinstance(out[1], str) and "steps in" in out[1]:
+            break
+    t0 = time.perf_counter()
+    assert c.predict(api_name="/race_stop") == "stopping…"
+    while not job.done():
+        time.sleep(0.1)
+        assert time.perf_counter() - t0 < 20
+    finals = [o for o in job.outputs() if isinstance(o[1], str) and "**stopped**" in o[1]]
+    assert finals, [o[1] for o in job.outputs()][-3:]
+    # nothing left running for this session
+    assert c.predict(api_name="/race_stop") == "no race is running"
+
+
+@pytest.mark.timeout(120)
+def test_conversion_gives_the_same_outputs(client):
+    md, r = client.predict(MODEL, 8, 20, api_name="/convert")
+    assert r["converted_rank"] == 16
+    assert r["rel_diff"] < 1e-5 and r["change_from_base"] > 1e-2
+    assert "the same outputs" in md
+
+
+@pytest.mark.parametrize("args,api,msg", [
+    ((MODEL, "head", 64, "pissa"), "/analyse", "rank must be between 1 and 10"),
+    ((None, "fc2", 8, "pissa"), "/analyse", "Pick a model"),
+    ((MODEL, [], 2, 10, 8, 0), "/race", "Tick at least one method"),
+    ((MODEL, ["lora"], 2, 10, 8, 5), "/race", "Learning rate"),
+])
+def test_bad_input_gives_a_clear_message(client, args, api, msg):
+    with pytest.raises(Exception) as e:
+        client.predict(*args, api_name=api)
+    assert msg in str(e.value)
+
+
+@pytest.mark.timeout(120)
+def test_parallel_clients_get_their_own_answers(app_url):
+    from gradio_client import Client
+
+    def one(args):
+        layer, rank = args
+        files = Client(app_url, verbose=False).predict(MODEL, layer, rank, "pissa", api_name="/analyse")[3]
+        a = _read([f for f in files if f.endswith(".json")][0])
+        return a["layer"], a["rank"]
+
+    jobs = [("fc1", 4), ("fc2", 8), ("head", 2), ("fc2", 16)]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(one, jobs)) == jobs

@@ -1,0 +1,83 @@
+"""The Adapters tab in Chromium: every control exercised, screenshots saved."""
+import re
+
+import pytest
+
+from tests.e2e.conftest import shot
+
+
+def open_adapters(page, url):
+    # no "networkidle" wait: other tabs may keep a connection busy; wait for this tab's controls
+    page.goto(f"{url}?tab=adapters", timeout=120_000)
+    page.wait_for_selector("#tab-adapters", state="visible", timeout=120_000)
+    page.wait_for_selector("#pissa-analyse", state="visible", timeout=120_000)
+
+
+def _set_number(page, elem_id: str, value) -> None:
+    box = page.locator(f"#{elem_id} input[type='number']").first
+    box.fill(str(value))
+    box.press("Enter")
+
+
+@pytest.mark.timeout(300)
+def test_adapters_tab_controls(page, server_url):
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    open_adapters(page, server_url)
+
+    # 1. layer picker, rank, init → spectrum + histograms + stats + exports
+    page.locator("#pissa-layer input").first.click()
+    page.get_by_role("option", name="fc2", exact=True).click()
+    _set_number(page, "pissa-rank", 8)
+    page.locator("#pissa-init").get_by_text("fast SVD (pissa_niter_4)").click()
+    page.locator("#pissa-analyse").click()
+    page.wait_for_selector("#pissa-spectrum .js-plotly-plot", timeout=90_000)
+    page.wait_for_selector("#pissa-hist .js-plotly-plot")
+    page.get_by_text("reproduces W to a relative error").wait_for()
+    assert page.locator("#pissa-spectrum").inner_text().count("principal part") >= 1
+    page.locator("#pissa-analysis-files").get_by_text(".png").first.wait_for()
+
+    # 2. quantization error table, heatmap method picker
+    page.locator("#pissa-heat-method input").first.click()
+    page.get_by_role("option", name="qpissa-5", exact=True).click()
+    page.locator("#pissa-errors").click()
+    page.locator("#pissa-error-summary").get_by_text("QPiSSA-5 on").wait_for(timeout=90_000)
+    page.wait_for_selector("#pissa-heatmap .js-plotly-plot")
+    page.wait_for_selector("#pissa-bars .js-plotly-plot")
+    assert page.locator("#pissa-error-table").get_by_text("fc2").count() >= 1
+
+    # 3. the race: methods, seeds, steps, lr; run to the end
+    page.locator("#pissa-methods").get_by_text("full fine-tuning").click()
+    _set_number(page, "pissa-seeds", 2)
+    _set_number(page, "pissa-steps", 60)
+    page.locator("#pissa-lr input").fill("0.003")
+    page.locator("#pissa-start").click(no_wait_after=True)
+    page.locator("#pissa-race-status").get_by_text("finished").wait_for(timeout=120_000)
+    page.wait_for_selector("#pissa-race .js-plotly-plot")
+    status = page.locator("#pissa-race-status").inner_text()
+    assert "360/360 steps" in status and "PiSSA's loss is below LoRA's" in status
+    page.locator("#pissa-race-files").get_by_text(".png").first.wait_for()
+    shot(page, "adapters-race")
+
+    # ... and a long one, stopped with the Stop button
+    _set_number(page, "pissa-steps", 500)
+    _set_number(page, "pissa-seeds", 5)
+    page.locator("#pissa-start").click(no_wait_after=True)
+    page.locator("#pissa-race-status").get_by_text("/7500 steps in").wait_for(timeout=90_000)
+    page.locator("#pissa-stop").dispatch_event("click")  # no actionability wait while plots redraw
+    try:
+        page.locator("#pissa-race-status").get_by_text("stopped").wait_for(timeout=60_000)
+    finally:
+        shot(page, "adapters-stopped")
+    status = page.locator("#pissa-race-status").inner_text()
+    done = int(re.search(r"(\d+)/7500 steps", status).group(1))
+    assert 0 < done < 7500, status  # stopped mid-race
+
+    # 4. PiSSA → LoRA conversion
+    _set_number(page, "pissa-conv-steps", 10)
+    page.locator("#pissa-convert").click()
+    page.locator("#pissa-convert-result").get_by_text("the same outputs").wait_for(timeout=60_000)
+
+    page.locator("#pissa-analyse").scroll_into_view_if_needed()
+    shot(page, "adapters")
+    assert errors == []
