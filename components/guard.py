@@ -1,7 +1,8 @@
 """Every event handler of the app is wrapped so that bad input becomes a clear message in the UI.
 
 `gr.Error` passes through. The exceptions a backend raises for invalid input (ValueError, KeyError,
-IndexError, PresetError) become `gr.Error` with their message. Anything else is a defect: it is
+IndexError, PresetError) or for a spent time budget (JobTooLong) become `gr.Error` with their
+message. Anything else is a defect: it is
 logged with its traceback, counted in INTERNAL_ERRORS (the fuzz and load tests assert it stays 0)
 and shown as a short, non-revealing message — the server keeps serving either way.
 """
@@ -10,22 +11,26 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import threading
 
 import gradio as gr
 
+from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
 
 log = logging.getLogger("workbench")
 INPUT_ERRORS = (ValueError, KeyError, IndexError, PresetError)
 INTERNAL_ERRORS: list[str] = []
 _LOCK = threading.Lock()
+# Every request runs under a time budget that long backend loops check (backend.core.limits).
+JOB_SECONDS = float(os.environ.get("WORKBENCH_JOB_SECONDS", "300"))
 
 
 def _translate(exc: BaseException, where: str) -> BaseException:
     if isinstance(exc, gr.Error):
         return exc
-    if isinstance(exc, INPUT_ERRORS):
+    if isinstance(exc, (JobTooLong, *INPUT_ERRORS)):
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         return gr.Error(str(msg) or type(exc).__name__)
     log.exception("internal error in %s", where)
@@ -41,7 +46,7 @@ def guarded(fn):
     if inspect.isasyncgenfunction(fn):
         @functools.wraps(fn)
         async def agen(*a, **k):
-            try:
+            try:  # no budget: a stream's steps may run in different contexts; streams stop themselves
                 async for x in fn(*a, **k):
                     yield x
             except Exception as e:
@@ -59,7 +64,8 @@ def guarded(fn):
         @functools.wraps(fn)
         async def coro(*a, **k):
             try:
-                return await fn(*a, **k)
+                with budget(JOB_SECONDS):
+                    return await fn(*a, **k)
             except Exception as e:
                 raise _translate(e, where) from e
         return coro
@@ -67,7 +73,8 @@ def guarded(fn):
     @functools.wraps(fn)
     def plain(*a, **k):
         try:
-            return fn(*a, **k)
+            with budget(JOB_SECONDS):
+                return fn(*a, **k)
         except Exception as e:
             raise _translate(e, where) from e
     return plain
