@@ -359,8 +359,8 @@ def build(ctx) -> None:
     with gr.Accordion("Image: Vision-Mamba-style classifier", open=True, elem_id="rel-image-acc"):
         img_ok = available(IMAGE_ZOO)
         gr.Markdown("A patch embedding feeds `MambaModel(inputs_embeds=…)`; the class is the shape of "
-                    "the one bright 5×5 object (plus / cross / ring) among noise and distractor strokes. "
-                    "For held-out examples the green box is the ground truth region, and each title gives "
+                    "the one bright 4×4 object (ring / cross / stripes) on one patch, among noise and distractor strokes on other patches. "
+                    "For held-out examples the green box is the ground-truth patch, and each title gives "
                     "the share of positive relevance inside it.")
         with gr.Row():
             with gr.Column(scale=1):

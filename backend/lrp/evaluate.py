@@ -61,9 +61,9 @@ def sentiment_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
                 out[m]["precision"].append(precision_at_k(rel[b], evidence[b], cand))
                 out[m]["sum_r"].append(float(rel[b].sum()))
                 out[m]["logit"].append(float(score[b]))
-                if faithfulness:
-                    out[m]["curves"].append(fa.text_curves(model, ids[b], rel[b], target=int(targets[b]),
-                                                           candidates=cand, neutral_id=neutral))
+            if faithfulness:
+                out[m]["curves"] += fa.text_curves_batch(model, ids, rel, targets=targets, candidates=cand,
+                                                         neutral_id=neutral)
             done += 1
             if progress is not None:
                 progress(done / total, f"{m}: sentences of {L} words")

@@ -75,6 +75,30 @@ def text_curves(model, input_ids, relevance, *, target: int, position: int = -1,
 
 
 @torch.no_grad()
+def text_curves_batch(model, input_ids, relevance, *, targets, candidates, neutral_id: int,
+                      position: int = -1) -> list[Curves]:
+    """`text_curves` for a batch of equal-length sequences in one forward per order."""
+    ids = torch.as_tensor(input_ids).long()
+    Bsz, L = ids.shape
+    pos = position % L
+    rel = np.asarray(torch.as_tensor(relevance, dtype=torch.float32))
+    cand = np.asarray(list(candidates), dtype=np.int64)
+    n = len(cand)
+    tg = torch.as_tensor(targets).long().reshape(-1).expand(Bsz)
+    curves = []
+    for which in (0, 1):
+        batch = ids.repeat_interleave(n + 1, dim=0).clone()      # [B*(n+1), L]
+        for b in range(Bsz):
+            order = _orders(rel[b], cand)[which]
+            for k in range(1, n + 1):
+                batch[b * (n + 1) + k, torch.as_tensor(order[:k])] = neutral_id
+        logits = lm_forward(model, batch)[:, pos]
+        vals = logits[torch.arange(len(batch)), tg.repeat_interleave(n + 1)].float().numpy()
+        curves.append(vals.reshape(Bsz, n + 1))
+    return [Curves(morf=curves[0][b], lerf=curves[1][b]) for b in range(Bsz)]
+
+
+@torch.no_grad()
 def image_curves(model: VisionMamba, image, relevance, *, target: int, neutral_value: float = 0.0) -> Curves:
     """MoRF/LeRF curves over patches: patch relevance = sum of its pixels' relevance; a removed
     patch is filled with `neutral_value`."""

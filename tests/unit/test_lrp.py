@@ -281,3 +281,16 @@ def test_hub_preset_loader_on_a_local_tiny_checkpoint(tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_MODEL_ROOTS")
     with pytest.raises(PresetError):
         models.load_mamba_lm(str(folder))
+
+
+def test_batched_curves_equal_single_curves():
+    from backend.lrp.faithfulness import text_curves, text_curves_batch
+
+    model = tiny_mamba(32, 2, 8, 64, 4, 2, 50, seed=8)
+    ids = torch.randint(3, 50, (3, 9), generator=torch.Generator().manual_seed(3))
+    rel = attribute_text(model, ids, target=torch.tensor([4, 5, 6]))
+    many = text_curves_batch(model, ids, rel, targets=torch.tensor([4, 5, 6]), candidates=range(1, 8), neutral_id=0)
+    for b in range(3):
+        one = text_curves(model, ids[b], rel[b], target=4 + b, candidates=range(1, 8), neutral_id=0)
+        np.testing.assert_allclose(many[b].morf, one.morf, atol=1e-5)
+        np.testing.assert_allclose(many[b].lerf, one.lerf, atol=1e-5)
