@@ -1,0 +1,49 @@
+"""Rules that keep the project livable, checked over the source tree."""
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PY = [p for p in ROOT.rglob("*.py") if ".venv" not in p.parts and "test-artifacts" not in p.parts]
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_backend_never_imports_gradio():
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "backend").rglob("*.py")
+                 if "gradio" in imports_of(p)]
+    assert offenders == []
+
+
+def test_no_remote_code_and_no_pickle_loading():
+    bad = []
+    for p in PY:
+        if p.relative_to(ROOT).parts[0] == "tests":  # tests write pickles on purpose, to see them refused
+            continue
+        text = p.read_text()
+        if "trust_remote_code=True" in text:
+            bad.append(f"{p.relative_to(ROOT)}: trust_remote_code=True")
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = getattr(node.func.value, "id", "")
+                if (owner, node.func.attr) in {("torch", "load"), ("pickle", "load"), ("pickle", "loads")}:
+                    bad.append(f"{p.relative_to(ROOT)}:{node.lineno}: {owner}.{node.func.attr}")
+    assert bad == []
+
+
+def test_zoo_is_safetensors_and_small():
+    zoo = ROOT / "assets" / "zoo"
+    files = [p for p in zoo.rglob("*") if p.is_file()] if zoo.exists() else []
+    assert not [p.name for p in files if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
+    total = sum(p.stat().st_size for p in files)
+    assert total <= 60 * 2**20, f"assets/zoo holds {total / 2**20:.1f} MB"
