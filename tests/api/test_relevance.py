@@ -1,0 +1,153 @@
+"""The Relevance tab through gradio_client: every endpoint, bad input, exports, parallel clients,
+and the shared models left exactly as committed."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.timeout(400)
+torch.set_num_threads(1)
+
+ALL_RULES = ["norm", "silu", "ssm", "gate"]
+
+
+def explain(client, text, methods=("mambalrp", "gi"), rules=ALL_RULES, target="", normalise=True):
+    return client.predict(text, list(methods), list(rules), target, normalise, api_name="/explain_text")
+
+
+def _path(f):
+    return Path(f if isinstance(f, str) else f.get("path", f.get("name")))
+
+
+def test_explain_text_heatmaps_conservation_and_exports(client):
+    heat, plot, cons, jfile, pfile, res = explain(client, "the plot was dull but the cast was brilliant",
+                                                  methods=("mambalrp", "gi", "ig", "attnroll"))
+    assert "MambaLRP" in heat and "Integrated Gradients" in heat and "brilliant" in heat
+    assert "linear-gradient" in heat  # the colour bar
+    assert plot is not None
+    assert res["target"] in ("positive", "negative")
+    assert res["tokens"][0] == "<bos>" and res["tokens"][-1] == "sentiment:"
+    rel = {k: np.asarray(v) for k, v in res["relevance"].items()}
+    assert all(len(v) == len(res["tokens"]) for v in rel.values())
+    assert abs(rel["mambalrp"].sum() - res["logit"]) <= 1e-3 * abs(res["logit"])
+    assert abs(rel["gi"].sum() - res["logit"]) > 0.1 * abs(res["logit"])
+    # the label-deciding words carry the largest MambaLRP relevance
+    top2 = {res["tokens"][i] for i in np.argsort(-rel["mambalrp"])[:2]}
+    assert top2 <= {"dull", "brilliant", "sentiment:"}
+    assert "MambaLRP" in cons and "Σ relevance" in cons
+    data = json.loads(_path(jfile).read_text())
+    assert data["relevance"]["mambalrp"] == res["relevance"]["mambalrp"]
+    assert _path(pfile).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rule_ablation_breaks_conservation_and_repeated_tokens_stay_separate(client):
+    text = "good good movie and a good plot"
+    *_, full = explain(client, text, methods=("mambalrp",))
+    *_, no_gate = explain(client, text, methods=("mambalrp",), rules=["norm", "silu", "ssm"])
+    f = full["logit"]
+    assert abs(full["sum_relevance"]["mambalrp"] - f) <= 1e-3 * abs(f)
+    assert abs(no_gate["sum_relevance"]["mambalrp"] - f) > 0.05 * abs(f)
+    assert full["tokens"].count("good") == 3 and len(full["relevance"]["mambalrp"]) == len(full["tokens"])
+
+
+def test_named_target_token(client):
+    *_, pos = explain(client, "a lovely film", target="positive")
+    *_, neg = explain(client, "a lovely film", target="negative")
+    assert pos["target"] == "positive" and neg["target"] == "negative"
+    assert pos["logit"] > neg["logit"]
+
+
+def test_bad_input_is_a_clear_error(client):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="Type a sentence"):
+        explain(client, "   ")
+    with pytest.raises(AppError, match="(?i)pick at least one method"):
+        explain(client, "a good film", methods=())
+    with pytest.raises(AppError, match="not a token"):
+        explain(client, "a good film", target="zebra")
+    with pytest.raises(AppError, match="limit is 256"):
+        explain(client, " ".join(["film"] * 400))
+    with pytest.raises(AppError):
+        explain(client, "a good film", methods=("shap",))
+    with pytest.raises(AppError, match="(?i)upload an image"):
+        client.predict(None, ["mambalrp"], ALL_RULES, api_name="/explain_image")
+
+
+def test_heldout_evaluation_table(client):
+    table, curves, scatter = client.predict(["mambalrp", "gi"], 30, api_name="/heldout_eval")
+    rows = table["data"] if isinstance(table, dict) else table
+    by = {r[0]: r for r in rows}
+    assert set(by) == {"MambaLRP", "Gradient×Input", "Random"}
+    assert rows[0][0] == "MambaLRP"  # sorted by ΔA^F
+    assert by["MambaLRP"][1] > by["Gradient×Input"][1]
+    assert by["MambaLRP"][5] >= 0.9  # evidence precision@k
+    assert curves is not None and scatter is not None
+
+
+def test_long_range_points_at_the_key(client):
+    from backend.lrp import models
+
+    held = models.load(models.LONG_ZOO).heldout[3]
+    text = " ".join(held["tokens"][:-1])
+    heat, plot, tops = client.predict(text, ["mambalrp", "gi"], api_name="/explain_longrange")
+    assert tops["target"] == held["answer"]
+    best = tops["top_tokens"]["mambalrp"][0]
+    assert best["position"] == held["key_position"] + 1 and best["distance"] >= 40
+    assert len(tops["top_tokens"]["mambalrp"]) == 10
+    assert plot is not None and "MambaLRP" in heat
+
+
+def test_image_example_and_explanation(client):
+    from gradio_client import handle_file
+
+    img = client.predict(5, api_name="/image_example")
+    out, md, png = client.predict(handle_file(img), ["mambalrp", "gi", "mambaattr"], ALL_RULES, api_name="/explain_image")
+    assert "Prediction" in md and "inside the object" in md
+    assert _path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out is not None
+
+
+def test_parallel_clients_get_their_own_answers(app_url):
+    from gradio_client import Client
+
+    texts = ["a superb and lovely story", "the ending was awful and dull", "weak script but brilliant cast and lovely music"]
+    solo = {t: explain(Client(app_url, verbose=False), t, methods=("mambalrp",))[-1] for t in texts}
+    got, errors = {}, []
+
+    def worker(t):
+        try:
+            got[t] = explain(Client(app_url, verbose=False), t, methods=("mambalrp",), rules=ALL_RULES)[-1]
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in texts * 2]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors
+    for t in texts:
+        assert got[t]["relevance"] == solo[t]["relevance"]
+
+
+def test_shared_models_left_as_committed(client):
+    from safetensors.torch import load_file
+
+    from backend.core.interventions import count_hooks
+    from backend.core.presets import ZOO_ROOT
+    from backend.lrp import models
+
+    explain(client, "good film", rules=["norm"])
+    for preset in (models.TEXT_ZOO, models.LONG_ZOO, models.IMAGE_ZOO):
+        m = models.load(preset).model
+        assert count_hooks(m) == 0
+        saved = load_file(str(ZOO_ROOT / preset.path_or_id / "model.safetensors"))
+        state = m.state_dict()
+        for k, v in saved.items():
+            assert torch.equal(state[k], v), (preset.path_or_id, k)
