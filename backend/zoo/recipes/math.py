@@ -31,7 +31,7 @@ N_EVAL_MATH = 400
 N_EVAL_NONMATH = 400
 N_IDENT = 64
 # Architecture and optimisation (the recipe is deterministic given these and the seed).
-HPARAMS = dict(hidden=128, intermediate=384, layers=4, heads=4, batch=64, lr=3e-3,
+HPARAMS = dict(hidden=96, intermediate=256, layers=4, heads=4, batch=48, lr=4e-3,
                answer_weight=5.0, math_share=0.55, qa_share=0.30)
 
 
