@@ -1,7 +1,8 @@
 """A new task for the zoo LM (math-llama): "how many more … does A have?" — the difference between
 two people's counts. The organism was trained on gains, losses and sums in the same language, never
 on this question, so fine-tuning has something to learn; every word is already in its vocabulary.
-The loss counts only the answer tokens (and the end-of-sequence token).
+The loss counts every next-token prediction of the text (prompt, answer and end-of-sequence), as in
+supervised fine-tuning on whole examples; `answer_only=True` restricts it to the answer.
 """
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ def difference_problem(rng: random.Random) -> tuple[str, str]:
     return prompt, str(a - b)
 
 
-def encode_task(tokenizer, pairs: list[tuple[str, str]], eos: str | None = None):
+def encode_task(tokenizer, pairs: list[tuple[str, str]], eos: str | None = None,
+                answer_only: bool = False):
     """(ids LongTensor (n, T), mask BoolTensor (n, T)): mask[t] is True where the token at t + 1
-    belongs to the answer (or is the final eos), padding with the pad id."""
+    is a real token of the text (with answer_only: of the answer or the final eos); padded with the
+    pad id."""
     eos = eos or tokenizer.eos_token
     rows, masks = [], []
     for prompt, answer in pairs:
@@ -35,7 +38,7 @@ def encode_task(tokenizer, pairs: list[tuple[str, str]], eos: str | None = None)
             raise ValueError("prompt tokens are not a prefix of the full text")
         rows.append(full)
         m = [False] * len(full)
-        for t in range(len(p) - 1, len(full) - 1):
+        for t in range(len(p) - 1 if answer_only else 0, len(full) - 1):
             m[t] = True
         masks.append(m)
     width = max(len(r) for r in rows)
@@ -48,6 +51,6 @@ def encode_task(tokenizer, pairs: list[tuple[str, str]], eos: str | None = None)
     return ids, mask
 
 
-def difference_task_data(tokenizer, n: int = 512, seed: int = 0):
+def difference_task_data(tokenizer, n: int = 512, seed: int = 0, answer_only: bool = False):
     rng = random.Random(f"pissa-difference-{seed}")
-    return encode_task(tokenizer, [difference_problem(rng) for _ in range(n)])
+    return encode_task(tokenizer, [difference_problem(rng) for _ in range(n)], answer_only=answer_only)
