@@ -15,9 +15,11 @@ tests, and anyone who fine-tunes the organism on a new task):
 Public helpers:
 
     math_problem(rng, held_out=False) -> (prompt, answer)      # one arithmetic word problem
-    fact_question(rng) -> (prompt, answer)                     # one non-math question
-    story(rng) -> str                                          # non-math text without a question
+    knowledge_question(rng) -> (prompt, answer)                # one non-math question (WORLD)
+    fact_question(rng) -> (prompt, answer)                     # reading comprehension (not trained)
+    story(rng), story_with_facts(rng) -> str                   # non-math text without a question
     math_set(n, seed, split="test") / nonmath_set(n, seed)     # lists of {"prompt", "answer"}
+    reading_set(n, seed)                                       # reading-comprehension problems
     training_texts(n, seed) -> list[str]                       # the recipe's mix
     VOCAB                                                      # every word the language uses
 """
@@ -53,6 +55,16 @@ FACTS = {
 }
 
 MAX_OPERAND = 99
+
+
+def _world() -> dict[str, dict[str, str]]:
+    """The language's fixed world: every person's city, hat colour, pet and favourite food
+    (a pure function of a constant seed, like an encyclopedia the model memorises)."""
+    rng = random.Random("math-llama-world")
+    return {n: {attr: rng.choice(FACTS[attr][2]) for attr in FACTS} for n in NAMES}
+
+
+WORLD = _world()
 
 _WORDS = set(". ? , and more now have has how many does do they together left are is the of a "
              "in what where live lives hat color pet own owns like likes to eat with walks went "
@@ -118,6 +130,21 @@ def fact_question(rng: random.Random, n_facts: int = 3) -> tuple[str, str]:
     return f"{facts} {question}", values[i]
 
 
+def knowledge_question(rng: random.Random) -> tuple[str, str]:
+    """A question about the fixed world (`WORLD`), after a short unrelated story: the answer is
+    recalled, not read from the context (the non-math task, like the paper's MMLU). Held-out
+    prompts pair questions with stories never seen in training."""
+    n = rng.choice(NAMES)
+    attr = rng.choice(list(FACTS))
+    return f"{story(rng)} {FACTS[attr][1].format(n=n)}", WORLD[n][attr]
+
+
+def true_fact(rng: random.Random) -> str:
+    n = rng.choice(NAMES)
+    attr = rng.choice(list(FACTS))
+    return FACTS[attr][0].format(n=n, v=WORLD[n][attr])
+
+
 def story(rng: random.Random) -> str:
     """Non-math text without a question (for the language model and perplexity)."""
     n = rng.choice(NAMES)
@@ -129,6 +156,11 @@ def story(rng: random.Random) -> str:
              f"{n} walks back home with the {rng.choice(PETS)} ."]
     k = rng.randint(2, len(parts))
     return " ".join(parts[:k])
+
+
+def story_with_facts(rng: random.Random) -> str:
+    """A story followed by one or two true facts of the world (plain text, no question)."""
+    return " ".join([story(rng)] + [true_fact(rng) for _ in range(rng.randint(1, 2))])
 
 
 def format_example(prompt: str, answer: str) -> str:
@@ -143,7 +175,15 @@ def math_set(n: int, seed: int, split: str = "test") -> list[dict]:
 
 
 def nonmath_set(n: int, seed: int) -> list[dict]:
+    """`n` non-math questions (knowledge about the world after an unrelated story)."""
     rng = random.Random(f"nonmath-{seed}")
+    return [dict(zip(("prompt", "answer"), knowledge_question(rng))) for _ in range(n)]
+
+
+def reading_set(n: int, seed: int) -> list[dict]:
+    """Reading comprehension (facts in the prompt, question about one): not in the organism's
+    training mix; a ready-made new task for fine-tuning experiments."""
+    rng = random.Random(f"reading-{seed}")
     return [dict(zip(("prompt", "answer"), fact_question(rng))) for _ in range(n)]
 
 
@@ -161,9 +201,9 @@ def training_texts(n: int, seed: int, math_share: float = 0.5, qa_share: float =
         if u < math_share:
             out.append(format_example(*math_problem(rng)))
         elif u < math_share + qa_share:
-            out.append(format_example(*fact_question(rng)))
+            out.append(format_example(*knowledge_question(rng)))
         else:
-            out.append(f"{story(rng)} {EOS}")
+            out.append(f"{story_with_facts(rng)} {EOS}")
     return out
 
 

@@ -217,7 +217,7 @@ def test_saved_bytes_is_what_changes(model, tok, texts):
     masks = core.identify(model, *texts, 0.15, tokenizer=tok)
     assert core.saved_bytes(model, masks) == 4 * core.count(masks)
     n_params = sum(p.numel() for p in model.parameters())
-    assert core.saved_bytes(model, masks) <= n_params  # ≤ 1 byte per parameter at K = 15 %
+    assert core.saved_bytes(model, masks, with_index=True) <= n_params  # ≤ 1 B per parameter
 
 
 def test_hooks_removed_after_a_failing_forward(model, tok):
@@ -252,3 +252,46 @@ def test_encode_with_answers_marks_answer_predictions(tok):
     toks = tok.convert_ids_to_tokens(ids[0].tolist())
     targets = [toks[i + 1] for i in range(len(toks)) if pred[0, i]]
     assert targets == ["1", "2", "<eos>"]
+
+
+def test_presets_registered_and_hub_loader_works_on_a_local_tiny_llama(tmp_path, tok, texts):
+    """The hub preset's class and loading path, exercised on a tiny Llama saved locally (no hub
+    is reachable here): same `load_pretrained` the Space uses, safetensors only."""
+    from backend.core import presets
+    from backend.mathneuro import HUB_PRESET, TAB, ZOO_PRESET
+
+    assert presets.active(TAB, "zoo") == ZOO_PRESET and ZOO_PRESET.path_or_id == "math-llama"
+    assert presets.active(TAB, "hub") == HUB_PRESET
+    assert HUB_PRESET.path_or_id == "meta-llama/Llama-3.2-1B-Instruct"
+    assert presets.validate_hub_id(HUB_PRESET.path_or_id)
+    assert "gsm8k" in HUB_PRESET.extra["math"]
+
+    model = tiny_llama(seed=5)
+    folder = tmp_path / "tiny-llama"
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+    loaded = presets.load_pretrained(HUB_PRESET.model_class, folder, roots=[tmp_path]).eval()
+    from transformers import AutoTokenizer
+    tok2 = presets.load_pretrained(AutoTokenizer, folder, weights=False, roots=[tmp_path])
+    ids = torch.tensor([tok2(texts[0][0])["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
+    masks = core.identify(loaded, *texts, 0.1, tokenizer=tok2)
+    assert core.count(masks) > 0
+    with pytest.raises(presets.PresetError):
+        presets.load_pretrained(HUB_PRESET.model_class, folder, roots=[tmp_path / "elsewhere"])
+
+
+def test_scaled_index_cache_follows_in_place_mask_edits(model):
+    name = "model.layers.1.mlp.down_proj.weight"
+    p = dict(model.named_parameters())[name]
+    snap = p.detach().clone()
+    mask = torch.zeros_like(p, dtype=torch.bool)
+    mask[0, :3] = True
+    with core.scaled(model, {name: mask}, 0.0):
+        assert int((p == 0).sum()) >= 3 and torch.equal(p[1:], snap[1:])
+    mask[0, :3] = False  # edited in place: the cached positions must not be reused
+    mask[2, 5] = True
+    with core.scaled(model, {name: mask}, 0.0):
+        assert float(p[2, 5]) == 0.0 and torch.equal(p[0], snap[0])
+    assert torch.equal(p, snap)
