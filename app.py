@@ -23,6 +23,7 @@ import gradio as gr  # noqa: E402
 from components import tab_modules  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
 from components.guard import guard_events  # noqa: E402
+from components.links import DeepLinks, header_controls  # noqa: E402
 
 QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
 
@@ -30,23 +31,23 @@ QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
 def build_app(source: str = SOURCE) -> gr.Blocks:
     modules = tab_modules()
     with gr.Blocks(title="Interpretability workbench", analytics_enabled=False) as demo:
-        gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
-                "<span class='wb-sub'>five papers, five live instruments</span>"
-                f"<span class='wb-badge'>{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></div>")
+        with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
+            gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
+                    "<span class='wb-sub'>five papers, five live instruments</span>"
+                    f"<span class='wb-badge'>{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></div>")
+            # Presenter view and light/dark: browser-only switches (components.links).
+            header_controls(demo)
+        links = DeepLinks()
         with gr.Tabs() as tabs:
             ctx = TabContext(tabs=tabs, source=source, registry=modules)
             for mod in modules:
-                with gr.Tab(mod.TITLE, id=mod.TAB_ID, elem_id=f"tab-{mod.TAB_ID}"):
+                with gr.Tab(mod.TITLE, id=mod.TAB_ID, elem_id=f"tab-{mod.TAB_ID}") as tab:
                     mod.build(ctx)
+                    links.add_tab(mod.TAB_ID, tab)  # the "Link to this view" row
 
-        ids = [m.TAB_ID for m in modules]
-
-        def open_from_url(request: gr.Request):
-            # Deep link: ?tab=ID opens that tab.
-            wanted = (request.query_params.get("tab") if request else None) or ids[0]
-            return gr.Tabs(selected=wanted if wanted in ids else ids[0])
-
-        demo.load(open_from_url, outputs=tabs, api_visibility="private")
+        # Deep links: ?tab=ID opens that tab; ?<elem_id>=<json> restores every linked input of every
+        # tab (components.links); invalid values are skipped with a notice.
+        links.install(demo, tabs, default_tab=modules[0].TAB_ID)
     guard_events(demo)
     # Bounded queue; model-touching events set their own per-device group (components.common).
     demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)

@@ -1,0 +1,235 @@
+"""Deep links, presenter view and the light/dark switch, added by app.py around the tabs.
+
+Deep links need nothing from a tab: after every tab is built, each input component inside a tab
+that has an `elem_id` (and feeds at least one event) is URL state keyed by that id:
+
+    /?tab=relevance&rel-text="good movie"&rel-n=80&presenter=1&__theme=dark
+
+Values are JSON (a bare word is read as a string). On load every value is checked against its
+component (type, range, choices); a bad one is skipped with a notice, never an error. Each tab gets
+a "Link to this view" button that writes the URL of what it shows now.
+
+Presenter view and the theme switch are client-side only (a class on <body>), so they cost no
+round trip; links carry them as `presenter=1` and Gradio's own `__theme=dark`.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+from urllib.parse import urlencode
+
+import gradio as gr
+
+LINKABLE = (gr.Textbox, gr.Slider, gr.Number, gr.Dropdown, gr.Radio, gr.Checkbox, gr.CheckboxGroup)
+RESERVED = {"tab", "presenter", "__theme"}
+MAX_TEXT = 10_000
+LINK_PREFIX = "wb-link"
+
+# Runs in the browser after Python built "?tab=...": make it absolute, keep presenter and theme.
+ABSOLUTE_JS = """(q) => {
+  if (typeof q !== 'string' || !q.startsWith('?')) { return q; }
+  let u = window.location.origin + window.location.pathname + q;
+  if (document.body.classList.contains('wb-presenter')) { u += '&presenter=1'; }
+  if (document.body.classList.contains('dark')) { u += '&__theme=dark'; }
+  return u;
+}"""
+
+PRESENTER_JS = """(on) => {
+  document.body.classList.toggle('wb-presenter', !!on);
+  setTimeout(() => window.dispatchEvent(new Event('resize')), 50);  // plotly re-fits its width
+  return !!on;
+}"""
+PRESENTER_FROM_URL_JS = """() => {
+  const on = new URLSearchParams(window.location.search).get('presenter') === '1';
+  document.body.classList.toggle('wb-presenter', on);
+  return on;
+}"""
+THEME_JS = """() => { document.body.classList.toggle('dark'); }"""
+
+
+class LinkValueError(ValueError):
+    """A URL value that does not fit its component."""
+
+
+def walk(block) -> Iterator[Any]:
+    """Every block below `block`, depth first."""
+    for child in getattr(block, "children", None) or []:
+        yield child
+        yield from walk(child)
+
+
+def _choice_values(comp) -> list:
+    return [c[1] if isinstance(c, (tuple, list)) else c for c in (getattr(comp, "choices", None) or [])]
+
+
+def _number(raw, what: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise LinkValueError(f"{what} needs a number")
+    if not math.isfinite(raw):
+        raise LinkValueError(f"{what} needs a finite number")
+    return raw
+
+
+def coerce(comp, raw: Any) -> Any:
+    """The value `raw` (decoded from the URL) as `comp` accepts it, or LinkValueError."""
+    what = comp.elem_id or type(comp).__name__
+    if isinstance(comp, gr.Checkbox):
+        if isinstance(raw, bool):
+            return raw
+        raise LinkValueError(f"{what} needs true or false")
+    if isinstance(comp, gr.Slider):
+        v = _number(raw, what)
+        if not comp.minimum <= v <= comp.maximum:
+            raise LinkValueError(f"{what} must lie between {comp.minimum} and {comp.maximum}")
+        return v
+    if isinstance(comp, gr.Number):
+        v = _number(raw, what)
+        if comp.minimum is not None and v < comp.minimum or comp.maximum is not None and v > comp.maximum:
+            raise LinkValueError(f"{what} is out of range")
+        return int(round(v)) if comp.precision == 0 else v
+    if isinstance(comp, gr.CheckboxGroup) or (isinstance(comp, gr.Dropdown) and comp.multiselect):
+        if not isinstance(raw, list) or not all(isinstance(x, (str, int, float)) for x in raw):
+            raise LinkValueError(f"{what} needs a list of choices")
+        allowed = _choice_values(comp)
+        custom = isinstance(comp, gr.Dropdown) and comp.allow_custom_value
+        bad = [x for x in raw if x not in allowed]
+        if bad and not custom:
+            raise LinkValueError(f"{what}: {bad[:3]} not among the choices")
+        return list(raw)
+    if isinstance(comp, (gr.Dropdown, gr.Radio)):
+        allowed = _choice_values(comp)
+        if raw in allowed or (isinstance(comp, gr.Dropdown) and comp.allow_custom_value
+                              and isinstance(raw, str) and len(raw) <= MAX_TEXT):
+            return raw
+        raise LinkValueError(f"{what}: {str(raw)[:40]!r} is not among the choices")
+    if isinstance(comp, gr.Textbox):
+        if not isinstance(raw, str):
+            raw = json.dumps(raw)  # a number typed into a text field is still text
+        limit = min(MAX_TEXT, comp.max_length or MAX_TEXT)
+        if len(raw) > limit:
+            raise LinkValueError(f"{what} is longer than {limit} characters")
+        return raw
+    raise LinkValueError(f"{what} cannot be set from a link")
+
+
+def decode(text: str) -> Any:
+    """A URL value: JSON when it parses, else the bare text."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError):
+        return text
+
+
+def encode(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def build_query(tab_id: str, pairs: Iterable[tuple[str, Any]]) -> str:
+    items = [("tab", tab_id)] + [(k, encode(v)) for k, v in pairs if v is not None]
+    return "?" + urlencode(items)
+
+
+def parse_query(params, registry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """{elem_id: value} for every valid linked value, and the notices for the ones skipped."""
+    values, notices = {}, []
+    for key in list(params.keys()):
+        if key in RESERVED:
+            continue
+        comp = registry.get(key)
+        if comp is None:
+            notices.append(f"unknown link parameter {key[:40]!r}")
+            continue
+        try:
+            values[key] = coerce(comp, decode(params.get(key)))
+        except LinkValueError as e:
+            notices.append(str(e))
+    return values, notices
+
+
+@dataclass
+class TabLinks:
+    """One tab's link row and the inputs it reads."""
+    tab_id: str
+    tab: Any
+    button: Any = None
+    box: Any = None
+    inputs: list = field(default_factory=list)
+
+
+class DeepLinks:
+    """Collects the tabs while app.py builds them, then wires links and restore once at the end."""
+
+    def __init__(self):
+        self.tabs: list[TabLinks] = []
+        self.registry: dict[str, Any] = {}
+
+    def add_tab(self, tab_id: str, tab) -> TabLinks:
+        """Call inside the gr.Tab, after the tab's own build(): adds the 'Link to this view' row."""
+        entry = TabLinks(tab_id, tab)
+        with gr.Row(elem_classes=["wb-linkrow"]):
+            entry.button = gr.Button("Link to this view", size="sm", scale=0, min_width=170,
+                                     elem_id=f"{LINK_PREFIX}-btn-{tab_id}")
+            entry.box = gr.Textbox(show_label=False, container=False, interactive=False, scale=4,
+                                   placeholder="a link that reopens this tab with these settings",
+                                   buttons=["copy"], elem_id=f"{LINK_PREFIX}-url-{tab_id}")
+        self.tabs.append(entry)
+        return entry
+
+    def _collect(self, demo) -> None:
+        used = {id(c) for fn in demo.fns.values() for c in (fn.inputs or [])}
+        mine = {id(t.box) for t in self.tabs}
+        for entry in self.tabs:
+            entry.inputs = []
+            for comp in walk(entry.tab):
+                eid = getattr(comp, "elem_id", None)
+                if (isinstance(comp, LINKABLE) and eid and id(comp) in used and id(comp) not in mine
+                        and eid not in RESERVED and eid not in self.registry):
+                    self.registry[eid] = comp
+                    entry.inputs.append(comp)
+
+    def install(self, demo, tabs, default_tab: str) -> None:
+        """Wire every link button and the restore-on-load. Call inside `with demo:`, after all tabs."""
+        self._collect(demo)
+        ids = [t.tab_id for t in self.tabs]
+        for entry in self.tabs:
+            names = [c.elem_id for c in entry.inputs]
+
+            def make(*values, _tab=entry.tab_id, _names=tuple(names)):
+                return build_query(_tab, zip(_names, values))
+
+            entry.button.click(make, inputs=entry.inputs, outputs=entry.box, api_visibility="private",
+                               show_progress="hidden", queue=False).then(
+                None, inputs=entry.box, outputs=entry.box, js=ABSOLUTE_JS, api_visibility="private")
+
+        outputs = [c for t in self.tabs for c in t.inputs]
+        registry = self.registry
+
+        def restore(request: gr.Request):
+            params = request.query_params if request else {}
+            wanted = params.get("tab") or default_tab
+            values, notices = parse_query(params, registry)
+            if params.get("tab") and wanted not in ids:
+                notices.insert(0, f"no tab {wanted[:40]!r}")
+            if notices:
+                gr.Warning("Some link settings were ignored: " + "; ".join(notices[:5]))
+            sel = wanted if wanted in ids else default_tab
+            return [gr.Tabs(selected=sel)] + [gr.update(value=values[c.elem_id]) if c.elem_id in values
+                                              else gr.update() for c in outputs]
+
+        demo.load(restore, outputs=[tabs] + outputs, api_visibility="private", show_progress="hidden")
+
+
+def header_controls(demo=None) -> tuple[Any, Any]:
+    """The presenter switch and the light/dark button (browser-only events). Call inside the header Row."""
+    with gr.Column(scale=0, min_width=330, elem_classes=["wb-header-controls"]):
+        with gr.Row(equal_height=True):
+            presenter = gr.Checkbox(label="Presenter view", value=False, container=False, scale=0,
+                                    min_width=150, elem_id="wb-presenter-toggle")
+            theme = gr.Button("◐ Light / dark", size="sm", scale=0, min_width=130, elem_id="wb-theme-toggle")
+    presenter.input(None, inputs=presenter, outputs=presenter, js=PRESENTER_JS, api_visibility="private")
+    theme.click(None, js=THEME_JS, api_visibility="private")
+    if demo is not None:
+        demo.load(None, outputs=presenter, js=PRESENTER_FROM_URL_JS, api_visibility="private")
+    return presenter, theme

@@ -1,0 +1,425 @@
+"""Guided tour: each paper's headline result told in a few clicks, for someone who has never read it.
+
+Every step is a real computation through the paper's backend on the zoo model (cached after the
+first run, per step), drawn as one figure with a caption that says what is on screen and why it
+matters. A tour is only offered when its backend and zoo organism are present.
+"""
+from __future__ import annotations
+
+import html
+import io
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import gradio as gr
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from backend.core import colors  # noqa: E402
+from backend.core.cache import ByteLRUCache  # noqa: E402
+from backend.core.presets import ZOO_ROOT  # noqa: E402
+from components.common import model_event  # noqa: E402
+
+TAB_ID = "tour"
+TITLE = "Guided tour"
+ORDER = 6
+SUMMARY = "Each paper's main finding, step by step, computed live on the zoo models."
+
+CACHE = ByteLRUCache(48 * 2**20, name="tour")
+
+
+@dataclass
+class Step:
+    """One screen of a tour: `compute()` runs the backend and returns (figure, caption, numbers)."""
+    title: str
+    compute: Callable[[], tuple[np.ndarray, str, dict]]
+
+
+@dataclass
+class Tour:
+    tour_id: str
+    title: str
+    organism: str
+    steps: list[Step]
+
+    def available(self) -> bool:
+        return (ZOO_ROOT / self.organism / "manifest.json").exists()
+
+
+# ----------------------------------------------------------------------------- drawing helpers
+
+def _fig(w: float = 10.0, h: float = 4.2):
+    fig, ax = plt.subplots(figsize=(w, h), dpi=100)
+    return fig, ax
+
+
+def _png(fig) -> np.ndarray:
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", facecolor="white")
+    plt.close(fig)
+    buf.seek(0)
+    return (plt.imread(buf)[..., :3] * 255).round().astype(np.uint8)
+
+
+def _token_bars(ax, tokens, values, title, highlight=None):
+    x = np.arange(len(tokens))
+    ax.bar(x, values, color=colors.signed_colors(values), edgecolor="none")
+    ax.axhline(0, color="#444", lw=0.8)
+    ax.set_xticks(x, tokens, rotation=40, ha="right", fontsize=10)
+    ax.set_title(title, fontsize=12, loc="left")
+    ax.spines[["top", "right"]].set_visible(False)
+    labels = ax.get_xticklabels()
+    if highlight is not None and 0 <= highlight < len(labels):
+        labels[highlight].set_fontweight("bold")
+        labels[highlight].set_color(colors.POSITIVE)
+
+
+def _share(rel, positions) -> tuple[int, float]:
+    """The word position with the largest relevance and its share of the total |relevance| over words."""
+    r = np.asarray(rel, dtype=float)
+    pos = np.asarray(positions, dtype=int)
+    i = int(pos[np.argmax(r[pos])])
+    return i, float(r[i] / max(np.abs(r[pos]).sum(), 1e-12))
+
+
+# ----------------------------------------------------------------------------- Relevance (MambaLRP)
+
+REL_TEXT = "the story was long and the camera was old but the ending was superb"
+
+
+def _rel_model():
+    from backend.lrp import service as svc
+
+    return svc, svc.load_text("zoo")
+
+
+def rel_answer():
+    svc, m = _rel_model()
+    res = svc.explain_text(m, REL_TEXT, ["mambalrp"])
+    labels = m.task.get("labels", ["positive", "negative"])
+    scores = [res["top_next"].get(lab, np.nan) for lab in labels]
+    fig, ax = _fig(10, 3.4)
+    ax.barh(labels, scores, color=[colors.POSITIVE if lab == res["target"] else colors.NEUTRAL for lab in labels])
+    for y, s in enumerate(scores):
+        ax.text(s, y, f"  {s:.1f}", va="center", fontsize=11)
+    ax.set_xlabel("the model's score for each answer (logit)")
+    ax.set_title(f"Review: “{REL_TEXT}”", fontsize=11, loc="left")
+    ax.spines[["top", "right"]].set_visible(False)
+    cap = (f"A tiny Mamba language model, trained here, reads a short movie review and answers with one "
+           f"word: <b>positive</b> or <b>negative</b>. The bars are its scores for the two answers — it "
+           f"says <b>{html.escape(res['target'])}</b>. The question for the rest of this tour: "
+           f"<i>which word made it say so?</i>")
+    return _png(fig), cap, {"text": REL_TEXT, "answer": res["target"], "scores": dict(zip(labels, scores))}
+
+
+def rel_lrp():
+    svc, m = _rel_model()
+    res = svc.explain_text(m, REL_TEXT, ["mambalrp"])
+    rel = res["relevance"]["mambalrp"]
+    i, share = _share(rel, res["word_positions"])
+    fig, ax = _fig()
+    _token_bars(ax, res["tokens"], rel, f"MambaLRP: how much each word pushed the answer “{res['target']}”", i)
+    ax.set_ylabel("relevance")
+    word = html.escape(res["tokens"][i])
+    cap = (f"MambaLRP splits the model's score among the words of the review. A red bar pushed towards "
+           f"“{html.escape(res['target'])}”, a blue bar pushed against it. The word <b>{word}</b> gets "
+           f"<b>{share:.0%}</b> of all the relevance on words. In this model's training data the "
+           f"sentiment words were the only ones that decided the answer — the rest is filler — so this is "
+           f"the right answer, and we know it because we planted it. (The last bar is the question "
+           f"“sentiment:” itself, which always carries a share; “&lt;bos&gt;” marks the start.)")
+    return _png(fig), cap, {"tokens": res["tokens"], "relevance": rel, "top_word": res["tokens"][i],
+                            "top_share": share}
+
+
+def rel_baseline():
+    svc, m = _rel_model()
+    res = svc.explain_text(m, REL_TEXT, ["mambalrp", "gi"])
+    i_l, s_l = _share(res["relevance"]["mambalrp"], res["word_positions"])
+    i_g, s_g = _share(res["relevance"]["gi"], res["word_positions"])
+    fig, axes = plt.subplots(2, 1, figsize=(10, 6.2), dpi=100)
+    _token_bars(axes[0], res["tokens"], res["relevance"]["mambalrp"], "MambaLRP", i_l)
+    _token_bars(axes[1], res["tokens"], res["relevance"]["gi"], "Gradient × Input (common baseline)", i_g)
+    gi = np.asarray(res["relevance"]["gi"])
+    sup = res["word_positions"][int(np.argmax(np.asarray(res["relevance"]["mambalrp"])[res["word_positions"]]))]
+    gi_sup = float(gi[sup] / max(np.abs(gi[res["word_positions"]]).sum(), 1e-12))
+    verdict = ("Mamba's gates and normalisations bend raw gradients; MambaLRP's rules straighten them, so "
+               "its explanation points at the word that actually mattered." if gi_sup < s_l else
+               "On this review the baseline agrees with MambaLRP; the next steps compare them on many reviews.")
+    cap = (f"The same question answered by <b>Gradient × Input</b>, the usual quick explanation (bottom). "
+           f"Its strongest word is <b>{html.escape(res['tokens'][i_g])}</b> and the evidence word "
+           f"“{html.escape(res['tokens'][sup])}” gets {gi_sup:.0%} of the relevance, against {s_l:.0%} "
+           f"with MambaLRP (top). {verdict}")
+    return _png(fig), cap, {"mambalrp_top": res["tokens"][i_l], "gi_top": res["tokens"][i_g],
+                            "evidence_share": {"mambalrp": s_l, "gi": gi_sup}}
+
+
+def rel_conservation():
+    from backend.lrp.forward import RULES
+
+    svc, m = _rel_model()
+    variants = [("all four rules", tuple(RULES))] + [
+        (f"without the {name} rule", tuple(x for x in RULES if x != r))
+        for r, name in (("ssm", "state-space (ssm)"), ("gate", "gate"))] + [
+        ("norm rule only", ("norm",))]
+    sums, logit = [], None
+    for _, rules in variants:
+        res = svc.explain_text(m, REL_TEXT, ["mambalrp"], rules=rules)
+        sums.append(res["sum_relevance"]["mambalrp"])
+        logit = res["logit"]
+    fig, ax = _fig(10, 3.8)
+    names = [v[0] for v in variants]
+    ax.barh(names[::-1], sums[::-1], color=[colors.PAIR[1] if abs(s - logit) < 1e-3 * abs(logit) else colors.PAIR[0]
+                                           for s in sums[::-1]])
+    ax.axvline(logit, color="#222", ls="--", lw=1.2)
+    ax.text(logit, len(names) - 0.45, f" model score = {logit:.2f}", fontsize=10)
+    ax.set_xlabel("sum of all relevance")
+    ax.spines[["top", "right"]].set_visible(False)
+    err = [abs(s - logit) / abs(logit) for s in sums]
+    cap = (f"A check anyone can read: the relevance of all words should add up to the model's score, "
+           f"{logit:.2f} (dashed line) — nothing invented, nothing lost. With all of MambaLRP's rules it "
+           f"does (the difference, {abs(sums[0] - logit):.0e}, is rounding). Remove one rule and the books no longer balance: the sum is "
+           f"{sums[1]:.1f} without the state-space rule and {sums[2]:.1f} without the gate rule. Each rule "
+           f"is needed.")
+    return _png(fig), cap, {"logit": logit, "sums": dict(zip(names, sums)), "relative_error": dict(zip(names, err))}
+
+
+def rel_faithfulness():
+    svc, m = _rel_model()
+    h = svc.heldout_sentiment(m, ["mambalrp", "gi"], n=20)
+    res = h["results"]
+    fig, ax = _fig(10, 4.2)
+    for meth, col in (("mambalrp", colors.PAIR[1]), ("gi", colors.PAIR[0])):
+        r = res[meth]
+        ax.plot(np.asarray(r["grid"]) * 100, r["morf"], color=col, lw=2.2,
+                label=f"{h['labels'][meth]}: most relevant removed first")
+    ax.plot(np.asarray(res["random"]["grid"]) * 100, res["random"]["morf"], color=colors.NEUTRAL, lw=1.5, ls=":",
+            label="random order")
+    ax.set_xlabel("% of words removed")
+    ax.set_ylabel("score of the original answer")
+    ax.legend(frameon=False, fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    d = {k: res[k]["delta_af"] for k in res}
+    verdict = ("MambaLRP's order (blue) does; Gradient × Input's (orange) does little better than a random "
+               "order (dotted)." if d["mambalrp"] > d["gi"] > d["random"] - 0.5 and d["mambalrp"] > 2 * abs(d["gi"])
+               else "Compare MambaLRP's order (blue), Gradient × Input's (orange) and a random order (dotted).")
+    cap = (f"The real test, on {h['n']} reviews the model never saw: remove words one by one, most "
+           f"relevant first, and watch the score of the answer. A faithful explanation makes it collapse "
+           f"at once. {verdict} The paper's faithfulness score ΔA<sup>F</sup> (higher is better): "
+           f"MambaLRP {d['mambalrp']:.2f}, Gradient × Input {d['gi']:.2f}, random {d['random']:.2f}.")
+    return _png(fig), cap, {"n": h["n"], "delta_af": d,
+                            "precision_at_k": {k: res[k]["precision_at_k"] for k in res}}
+
+
+# ----------------------------------------------------------------------------- Adapters (PiSSA)
+
+PISSA_MODEL, PISSA_LAYER, PISSA_RANK = "pissa-toy", "fc2", 8
+
+
+def pissa_spectrum():
+    from backend.pissa import service as S
+
+    a = S.layer_analysis(PISSA_MODEL, PISSA_LAYER, PISSA_RANK)
+    sv = np.asarray(a["singular_values"])
+    fig, ax = _fig()
+    x = np.arange(1, len(sv) + 1)
+    ax.bar(x, sv, color=[colors.PAIR[0] if i < PISSA_RANK else colors.NEUTRAL for i in range(len(sv))], width=0.9)
+    ax.set_xlabel("direction (sorted by strength)")
+    ax.set_ylabel("singular value")
+    ax.set_title(f"layer {PISSA_LAYER} of a small digit classifier, {a['shape'][0]}×{a['shape'][1]} weights",
+                 fontsize=11, loc="left")
+    ax.spines[["top", "right"]].set_visible(False)
+    cap = (f"Adapters fine-tune a big model cheaply by training a small add-on per layer. A layer is a "
+           f"grid of numbers; its <b>singular values</b> (bars) measure how strong each of its independent "
+           f"directions is. A few are much stronger than the rest: the top {PISSA_RANK} (orange) hold "
+           f"<b>{a['energy_top_r']:.0%}</b> of the layer's energy. <b>PiSSA</b> starts the add-on on exactly "
+           f"these directions; the usual <b>LoRA</b> starts it from random noise and zero.")
+    return _png(fig), cap, {"layer": PISSA_LAYER, "shape": a["shape"], "rank": PISSA_RANK,
+                            "energy_top_r": a["energy_top_r"], "singular_values": sv.tolist()}
+
+
+def pissa_split():
+    from backend.pissa import service as S
+
+    a = S.layer_analysis(PISSA_MODEL, PISSA_LAYER, PISSA_RANK)
+    fig, ax = _fig()
+    lim = a["w_absmax"]
+    bins = np.linspace(-lim, lim, 80)
+    ax.hist(a["w_sample"], bins=bins, color=colors.NEUTRAL, alpha=0.75, label="original weights W")
+    ax.hist(a["w_res_sample"], bins=bins, color=colors.PAIR[1], alpha=0.7,
+            label=f"frozen remainder after PiSSA takes the top {PISSA_RANK} directions")
+    ax.set_xlabel("weight value")
+    ax.set_ylabel("count")
+    ax.legend(frameon=False, fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    cap = (f"PiSSA splits the layer in two: the strong directions become the trainable add-on, the rest "
+           f"stays frozen. Together they give back the original layer exactly (error "
+           f"{a['reconstruction_rel_error']:.0e}), so the model behaves the same before training starts. "
+           f"The frozen remainder (blue) is narrower than the original (grey): its spread drops from "
+           f"{a['w_std']:.3f} to {a['w_res_std']:.3f}. Narrow values are easier to store in few bits — "
+           f"next step.")
+    return _png(fig), cap, {"reconstruction_rel_error": a["reconstruction_rel_error"], "w_std": a["w_std"],
+                            "w_res_std": a["w_res_std"], "w_absmax": a["w_absmax"],
+                            "w_res_absmax": a["w_res_absmax"]}
+
+
+def pissa_quant():
+    from backend.pissa import service as S
+
+    e = S.error_table(PISSA_MODEL, PISSA_RANK)
+    mean = e["summary"]["mean"]
+    keys = [("qlora", "QLoRA (LoRA on 4-bit weights)"), ("loftq-1", "LoftQ, 1 pass"), ("loftq-5", "LoftQ, 5 passes"),
+            ("qpissa-1", "QPiSSA, 1 pass"), ("qpissa-5", "QPiSSA, 5 passes")]
+    vals = [mean[k] for k, _ in keys]
+    fig, ax = _fig(10, 3.8)
+    ax.barh([n for _, n in keys][::-1], [v * 100 for v in vals][::-1],
+            color=[colors.PAIR[0] if k.startswith("qpissa") else colors.NEUTRAL for k, _ in keys][::-1])
+    for y, v in enumerate(vals[::-1]):
+        ax.text(v * 100, y, f"  {v:.0%}", va="center", fontsize=10)
+    ax.set_xlabel("quantisation error removed (% of QLoRA's error), mean over the layers")
+    ax.set_xlim(0, 100)
+    ax.spines[["top", "right"]].set_visible(False)
+    cap = (f"To save memory the frozen part is stored with only 4 bits per number, which loses precision. "
+           f"Bars: how much of that loss each method wins back, measured on this network's layers. Plain "
+           f"QLoRA wins back nothing (its add-on starts at zero); LoftQ recovers {mean['loftq-1']:.0%}; "
+           f"<b>QPiSSA</b>, which quantises only PiSSA's narrow remainder, recovers "
+           f"<b>{mean['qpissa-1']:.0%}</b> in one pass and {mean['qpissa-5']:.0%} in five.")
+    return _png(fig), cap, {"rank": PISSA_RANK, "mean_error_reduction": mean}
+
+
+def pissa_race():
+    from backend.pissa import service as S
+    from backend.pissa.race import RaceConfig
+
+    losses: dict[str, list[float]] = {"lora": [], "pissa": []}
+    summary = {}
+    for ev in S.race_stream(PISSA_MODEL, RaceConfig(methods=("lora", "pissa"), seeds=(0,), steps=80),
+                            session="guided-tour"):
+        if "method" in ev:
+            losses[ev["method"]].append(ev["loss"])
+        elif ev.get("done"):
+            summary = ev["summary"]
+    fig, ax = _fig()
+    for meth, col, name in (("lora", colors.PAIR[1], "LoRA"), ("pissa", colors.PAIR[0], "PiSSA")):
+        ax.plot(np.arange(1, len(losses[meth]) + 1), losses[meth], color=col, lw=2, label=name)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("loss (lower is better)")
+    ax.set_yscale("log")
+    ax.legend(frameon=False, fontsize=11)
+    ax.spines[["top", "right"]].set_visible(False)
+    last = summary.get("mean_loss_last10", {})
+    faster = last.get("pissa", 1.0) < last.get("lora", 0.0)
+    verdict = ("PiSSA's loss (orange) falls faster from the first steps, because it trains the directions "
+               "that matter instead of random ones." if faster else
+               "In this run LoRA (blue) kept up with PiSSA (orange).")
+    cap = (f"Now train both add-ons, same size (rank {PISSA_RANK}), same settings, on a new job: the "
+           f"network learnt odd digits and must now learn the even ones. {verdict} Loss over the last 10 of {len(losses['pissa'])} steps: PiSSA "
+           f"<b>{last.get('pissa', float('nan')):.2f}</b>, LoRA <b>{last.get('lora', float('nan')):.2f}</b>.")
+    return _png(fig), cap, {"steps": len(losses["pissa"]), "loss": losses, "mean_loss_last10": last}
+
+
+# ----------------------------------------------------------------------------- registry
+
+TOURS = [
+    Tour("relevance", "Relevance — which word decided? (MambaLRP)", "mamba-sentiment", [
+        Step("The model and its answer", rel_answer),
+        Step("MambaLRP finds the deciding word", rel_lrp),
+        Step("A common baseline scatters it", rel_baseline),
+        Step("The relevance adds up to the score", rel_conservation),
+        Step("Delete the relevant words: the answer collapses", rel_faithfulness),
+    ]),
+    Tour("adapters", "Adapters — start from what matters (PiSSA)", "pissa-toy", [
+        Step("A layer has a few strong directions", pissa_spectrum),
+        Step("PiSSA splits the layer", pissa_split),
+        Step("Smaller error when compressed to 4 bits", pissa_quant),
+        Step("PiSSA learns faster than LoRA", pissa_race),
+    ]),
+]
+
+
+def tours() -> dict[str, Tour]:
+    """The tours whose zoo organism is present, plus 'all' (every available step in order)."""
+    ready = [t for t in TOURS if t.available()]
+    out = {t.tour_id: t for t in ready}
+    if ready:
+        out["all"] = Tour("all", "All papers, one after the other", "",
+                          [Step(f"{t.title.split(' — ')[0]}: {s.title}", s.compute) for t in ready for s in t.steps])
+    return out
+
+
+def run_step(tour_id: str, step) -> tuple[str, str, np.ndarray, dict]:
+    """(header html, caption html, figure, numbers) of step `step` (1-based) of a tour; cached."""
+    available = tours()
+    if tour_id not in available:
+        raise ValueError(f"No tour {str(tour_id)[:40]!r}; choose from {list(available)}.")
+    tour = available[tour_id]
+    try:
+        k = int(step)
+    except (TypeError, ValueError):
+        raise ValueError("The step must be a whole number.") from None
+    if not 1 <= k <= len(tour.steps):
+        raise ValueError(f"The {tour_id!r} tour has steps 1 to {len(tour.steps)}.")
+    s = tour.steps[k - 1]
+    # Steps shared by 'all' and a paper's tour share one cache entry (keyed by the step function).
+    fig, cap, numbers = CACHE.get_or_compute(f"{s.compute.__module__}.{s.compute.__qualname__}", s.compute)
+    head = (f"<div class='wb-tour-head'><span class='wb-tour-step'>Step {k} of {len(tour.steps)}</span> · "
+            f"{html.escape(s.title)}</div>")
+    return head, f"<div class='wb-explain wb-tour-caption'>{cap}</div>", fig, {"tour": tour_id, "step": k,
+                                                                            "title": s.title, **numbers}
+
+
+def _next(tour_id, step, delta: int):
+    t = tours().get(tour_id)
+    n = len(t.steps) if t else 1
+    try:
+        k = int(step)
+    except (TypeError, ValueError):
+        k = 1
+    return max(1, min(n, k + delta))
+
+
+def build(ctx) -> None:
+    available = tours()
+    missing = [t.title.split(" — ")[0] for t in TOURS if not t.available()]
+    note = (f" Tours for {', '.join(missing)} appear once their zoo models are built." if missing else "")
+    gr.HTML("<div class='wb-explain'>Each tour tells one paper's main finding in a few steps, computed "
+            "live on this workbench's small models. Press <b>Next</b> to move on; every figure is "
+            f"recomputed by the paper's method the first time it is shown.{html.escape(note)}</div>")
+    if not available:
+        gr.Markdown("No tour is available: no zoo model is built yet.")
+        return
+    first = next(iter(available))
+    with gr.Row(equal_height=True):
+        tour = gr.Radio([(t.title, k) for k, t in available.items()], value=first, label="Tour",
+                        elem_id="tour-name", scale=4)
+        step = gr.Number(value=1, precision=0, minimum=1, label="Step", elem_id="tour-step", scale=0,
+                         min_width=90)
+    head = gr.HTML(elem_id="tour-header")
+    caption = gr.HTML(elem_id="tour-caption")
+    with gr.Row():
+        back = gr.Button("← Back", elem_id="tour-back", scale=1)
+        nxt = gr.Button("Next →", variant="primary", elem_id="tour-next", scale=2)
+    figure = gr.Image(format="png", type="numpy", interactive=False, show_label=False, elem_id="tour-figure",
+                      elem_classes=["wb-tour-figure"], buttons=["download"], alt_text="the tour's figure")
+    with gr.Accordion("Numbers behind this figure (JSON export)", open=False, elem_id="tour-numbers-acc"):
+        numbers = gr.JSON(show_label=False, elem_id="tour-numbers")
+
+    def show(tour_id, k, progress=gr.Progress()):
+        progress(0.1, desc="computing this step (cached afterwards)")
+        h, c, fig, nums = run_step(tour_id, k)
+        alt = f"{nums['title']}: " + html.unescape(re.sub("<[^>]+>", "", c))[:400]
+        return h, c, gr.Image(value=fig, alt_text=alt), nums
+
+    back.click(lambda t, k: _next(t, k, -1), [tour, step], step, api_visibility="private", queue=False)
+    nxt.click(lambda t, k: _next(t, k, +1), [tour, step], step, api_visibility="private", queue=False)
+    tour.input(lambda: 1, None, step, api_visibility="private", queue=False)
+    triggers = [tour.change, step.change]
+    root = gr.context.Context.root_block
+    if root is not None:
+        triggers.append(root.load)
+    gr.on(triggers, show, [tour, step], [head, caption, figure, numbers], trigger_mode="always_last",
+          **model_event(api_name="tour_step"))
