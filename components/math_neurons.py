@@ -1,0 +1,329 @@
+"""Math neurons: MathNeuro's math-specific parameters, pruned or scaled live.
+
+UI only: every number comes from backend.mathneuro.service (cached per setting); the model is
+modified only inside `scaled(...)`, under its lock, and restored bit-exactly before the answer
+returns.
+"""
+from __future__ import annotations
+
+import html
+import json
+import tempfile
+from pathlib import Path
+
+import gradio as gr
+import plotly.graph_objects as go
+
+from backend.mathneuro import service
+from backend.mathneuro.service import Setting
+from components.common import fail, model_event
+
+TAB_ID = "math_neurons"
+TITLE = "Math neurons"
+ORDER = 4
+SUMMARY = "MathNeuro: find math-specific parameters, prune or scale them, watch math vs non-math accuracy."
+
+METHOD_LABELS = {"MathNeuro": "mathneuro", "Wanda (no subtraction)": "wanda",
+                 "Random (same count)": "random", "LAPE (MLP neurons)": "lape"}
+LABEL_OF = {v: k for k, v in METHOD_LABELS.items()}
+COLORS = {"mathneuro": "#4f46e5", "wanda": "#e11d48", "random": "#64748b", "lape": "#d97706",
+          "none": "#16a34a"}
+SCALE_FACTORS = [0.0, 0.5, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0]
+CONSISTENCY_SIZES = (1, 4, 16, 64)
+
+EXPLAIN = (
+    "<div class='wb-explain'><b>What you see.</b> MathNeuro scores every weight of every linear "
+    "layer by <i>|W<sub>ij</sub>| · ‖X<sub>j</sub>‖</i> summed over samples (forward passes only), "
+    "takes the top K % per matrix on <b>math</b> problems and removes those that are also top K % on "
+    "<b>non-math</b> text: what is left is math-specific. Scale those weights by the factor "
+    "(0 prunes them, 1.1 is the paper's boost) and the model answers the held-out sets again: "
+    "<b>math</b> = arithmetic word problems with operand pairs never seen in training, "
+    "<b>non-math</b> = questions about the organism's world (who lives where, owns which pet, …) "
+    "after a story never seen in training; both scored by exact match of the greedy answer. "
+    "Baselines: Wanda (the math top K without subtraction), random weights (same count per matrix), "
+    "LAPE (MLP neurons by activation-probability entropy). The model is restored bit-exactly after "
+    "every evaluation.</div>")
+
+
+def _setting(method_label, k_pct, factor, n_samples) -> Setting:
+    if method_label not in METHOD_LABELS:
+        fail(f"Unknown method {method_label!r}.")
+    try:
+        k = float(k_pct)
+        f = float(factor)
+        n = int(n_samples)
+    except (TypeError, ValueError):
+        fail("K, scale factor and number of samples must be numbers.")
+    if not (0.1 <= k <= 50):
+        fail("K must be between 0.1 % and 50 %.")
+    if not (0.0 <= f <= 2.0):
+        fail("The scale factor must be between 0 and 2 (0 prunes).")
+    if not (1 <= n <= service.MAX_SAMPLES):
+        fail(f"The number of samples must be between 1 and {service.MAX_SAMPLES}.")
+    return Setting(METHOD_LABELS[method_label], k / 100.0, n, f)
+
+
+def _bench(source):
+    try:
+        return service.bench(source)
+    except FileNotFoundError as e:
+        fail(f"The math model is not available: {e}")
+    except Exception as e:  # noqa: BLE001 - shown to the user, not a trace
+        fail(f"Could not load the math model: {type(e).__name__}: {e}")
+
+
+# ----------------------------------------------------------------------------------- renderers
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _delta(x: float) -> str:
+    pts = 100 * x
+    color = "#16a34a" if pts > 0.05 else ("#e11d48" if pts < -0.05 else "#64748b")
+    return f"<span style='color:{color};font-weight:600'>{pts:+.1f} pts</span>"
+
+
+def accuracy_html(base: dict, mod: dict, s: Setting, n_total: int) -> str:
+    what = "pruned" if s.factor == 0 else f"scaled × {s.factor:g}"
+    rows = "".join(
+        f"<tr><td><b>{name}</b></td><td>{_pct(base[key])}</td><td>{_pct(mod[key])}</td>"
+        f"<td>{_delta(mod[key] - base[key])}</td></tr>" for name, key in (("math", "math"), ("non-math", "nonmath")))
+    return (f"<div class='wb-card' style='min-height:0'><h3>Accuracy: {html.escape(LABEL_OF[s.method])} "
+            f"set {what}</h3><div class='wb-paper'>{mod['n_params']:,} of {n_total:,} linear weights "
+            f"({100 * mod['n_params'] / max(n_total, 1):.2f} %) · K = {100 * s.top_k:g} % · "
+            f"{s.n_samples} samples per side</div>"
+            "<table style='width:100%'><tr><th></th><th>unmodified</th><th>modified</th><th>change</th></tr>"
+            f"{rows}</table></div>")
+
+
+def figure2_plot(base: dict, results: dict, k: float) -> go.Figure:
+    """The paper's Figure 2: x = math accuracy, y = non-math accuracy after pruning each set."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[100 * base["math"]], y=[100 * base["nonmath"]], mode="markers+text",
+                             name="unmodified", text=["unmodified"], textposition="bottom center",
+                             marker=dict(size=14, color=COLORS["none"], symbol="star")))
+    for m, r in results.items():
+        fig.add_trace(go.Scatter(x=[100 * r["math"]], y=[100 * r["nonmath"]], mode="markers+text",
+                                 name=LABEL_OF[m], text=[LABEL_OF[m].split(" ")[0]],
+                                 textposition="top center", marker=dict(size=13, color=COLORS[m])))
+    fig.update_layout(title=f"After pruning each set (top {100 * k:g} %): ideal = top left",
+                      xaxis_title="math accuracy (%)", yaxis_title="non-math accuracy (%)",
+                      xaxis=dict(range=[-5, 105]), yaxis=dict(range=[-5, 110]),
+                      height=380, margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def curve_plot(curve: list[dict], base: dict, s: Setting) -> go.Figure:
+    xs = [r["factor"] for r in curve]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=xs, y=[100 * r["math"] for r in curve], mode="lines+markers",
+                             name="math", line=dict(color=COLORS["mathneuro"])))
+    fig.add_trace(go.Scatter(x=xs, y=[100 * r["nonmath"] for r in curve], mode="lines+markers",
+                             name="non-math", line=dict(color=COLORS["lape"])))
+    fig.add_vline(x=1.0, line_dash="dot", line_color="#94a3b8")
+    fig.update_layout(title=f"Accuracy vs scale factor ({LABEL_OF[s.method]}, K = {100 * s.top_k:g} %)",
+                      xaxis_title="scale factor (0 = pruned, 1 = unmodified)", yaxis_title="accuracy (%)",
+                      height=360, margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def layers_plot(layers: dict, s: Setting) -> go.Figure:
+    keys = list(layers)
+    fig = go.Figure(go.Bar(x=list(range(len(keys))), y=[100 * layers[k]["fraction"] for k in keys],
+                           customdata=[layers[k]["count"] for k in keys],
+                           hovertemplate="%{y:.2f} % (%{customdata} weights)<extra></extra>",
+                           marker_color=COLORS[s.method]))
+    fig.update_layout(title=f"{LABEL_OF[s.method]}: share of each layer's linear weights selected",
+                      xaxis=dict(tickmode="array", tickvals=list(range(len(keys))),
+                                 ticktext=[f"layer {k}" for k in keys], title="decoder layer"),
+                      yaxis_title="selected (%)", height=320, margin=dict(l=50, r=20, t=50, b=45))
+    return fig
+
+
+def consistency_plot(cons: dict, s: Setting) -> go.Figure:
+    xs = [int(k) for k in cons]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=xs, y=[100 * cons[str(x)]["mean"] for x in xs], mode="lines+markers",
+                             name="mean overlap", line=dict(color=COLORS["mathneuro"])))
+    fig.add_trace(go.Scatter(x=xs, y=[100 * cons[str(x)]["min"] for x in xs], mode="lines+markers",
+                             name="worst subset", line=dict(color="#94a3b8", dash="dot")))
+    fig.update_layout(title=f"Consistency: share of the {s.n_samples}-sample set found from n samples",
+                      xaxis=dict(type="log", title="samples per side (random subsets)",
+                                 tickmode="array", tickvals=xs, ticktext=[str(x) for x in xs]),
+                      yaxis=dict(title="overlap (%)", range=[0, 103]), height=320,
+                      margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
+def samples_rows(samples: list[dict]) -> list[list[str]]:
+    def mark(ans, ref):
+        return f"{ans} {'✓' if ans == ref else '✗'}"
+    return [[r["kind"], r["prompt"], r["answer"], mark(r["before"], r["answer"]), mark(r["after"], r["answer"])]
+            for r in samples]
+
+
+def export_png(state: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    ax = axes[0]
+    base = state["baseline"]
+    ax.scatter([100 * base["math"]], [100 * base["nonmath"]], marker="*", s=160, c=COLORS["none"], label="unmodified")
+    for m, r in (state.get("figure2") or {}).items():
+        ax.scatter([100 * r["math"]], [100 * r["nonmath"]], s=80, c=COLORS[m], label=LABEL_OF[m])
+    ax.set(xlabel="math accuracy (%)", ylabel="non-math accuracy (%)", xlim=(-3, 103), ylim=(-3, 103),
+           title="after pruning (ideal: top left)")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    curve = state.get("scale_curve") or []
+    if curve:
+        ax.plot([r["factor"] for r in curve], [100 * r["math"] for r in curve], "o-", c=COLORS["mathneuro"], label="math")
+        ax.plot([r["factor"] for r in curve], [100 * r["nonmath"] for r in curve], "o-", c=COLORS["lape"], label="non-math")
+        ax.axvline(1.0, ls=":", c="#94a3b8")
+        ax.legend(fontsize=7)
+    ax.set(xlabel="scale factor", ylabel="accuracy (%)", title="accuracy vs scale factor")
+    ax = axes[2]
+    layers = state.get("layers") or {}
+    ax.bar(range(len(layers)), [100 * v["fraction"] for v in layers.values()], color=COLORS["mathneuro"])
+    ax.set_xticks(range(len(layers)), [f"L{k}" for k in layers])
+    ax.set(ylabel="selected (%)", title="parameters per layer")
+    fig.suptitle(f"MathNeuro · {state['setting']['method']} · K = {100 * state['setting']['top_k']:g} % · "
+                 f"factor {state['setting']['factor']:g}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------ handlers
+def make_handlers(source: str):
+    def live(method_label, k_pct, factor, n_samples):
+        s = _setting(method_label, k_pct, factor, n_samples)
+        b = _bench(source)
+        base = b.baseline()
+        mod = b.evaluate(s)
+        n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
+        return (accuracy_html(base, mod, s, n_total), samples_rows(b.samples(s)),
+                layers_plot(b.layers(s), s))
+
+    def figure2(k_pct, n_samples, progress=gr.Progress()):
+        s = _setting("MathNeuro", k_pct, 0.0, n_samples)
+        b = _bench(source)
+        base = b.baseline()
+        results = {}
+        for i, m in enumerate(service.core.METHODS):
+            progress((i, len(service.core.METHODS)), desc=f"pruning the {LABEL_OF[m]} set")
+            results[m] = b.evaluate(Setting(m, s.top_k, s.n_samples, 0.0))
+        return figure2_plot(base, results, s.top_k)
+
+    def curve(method_label, k_pct, n_samples, progress=gr.Progress()):
+        s = _setting(method_label, k_pct, 1.0, n_samples)
+        b = _bench(source)
+        out = []
+        for i, f in enumerate(SCALE_FACTORS):
+            progress((i, len(SCALE_FACTORS)), desc=f"factor {f:g}")
+            out.append({"factor": f, **b.evaluate(Setting(s.method, s.top_k, s.n_samples, f))})
+        return curve_plot(out, b.baseline(), s)
+
+    def consistency(k_pct, n_samples, progress=gr.Progress()):
+        s = _setting("MathNeuro", k_pct, 0.0, n_samples)
+        progress(0.1, desc="identifying on random subsets")
+        cons = _bench(source).consistency(s, sizes=CONSISTENCY_SIZES)
+        return consistency_plot(cons, s)
+
+    def ask(prompt, method_label, k_pct, factor, n_samples):
+        prompt = (prompt or "").strip()
+        if not prompt:
+            fail("Type a question first, e.g. 'ann has 23 pens . she finds 45 more . how many pens does ann have now ?'")
+        if len(prompt) > 400:
+            fail("The question is too long (400 characters at most).")
+        s = _setting(method_label, k_pct, factor, n_samples)
+        r = _bench(source).answer(prompt, s)
+        return (f"<div class='wb-card' style='min-height:0'><b>unmodified:</b> {html.escape(r['before'] or '∅')}"
+                f" &nbsp;·&nbsp; <b>modified:</b> {html.escape(r['after'] or '∅')}</div>")
+
+    def export(method_label, k_pct, factor, n_samples, progress=gr.Progress()):
+        s = _setting(method_label, k_pct, factor, n_samples)
+        b = _bench(source)
+        progress(0.2, desc="collecting results")
+        state = {
+            "model": b.model_id,
+            "setting": {"method": s.method, "top_k": s.top_k, "factor": s.factor, "n_samples": s.n_samples},
+            "baseline": b.baseline(),
+            "modified": b.evaluate(s),
+            "figure2": {m: b.evaluate(Setting(m, s.top_k, s.n_samples, 0.0)) for m in service.core.METHODS},
+            "scale_curve": b.scale_curve(Setting(s.method, s.top_k, s.n_samples), SCALE_FACTORS),
+            "layers": b.layers(s),
+            "modules": service.core.per_module(b.masks(s)),
+            "samples": b.samples(s),
+        }
+        out = Path(tempfile.mkdtemp(prefix="mathneuro-"))
+        jpath = out / "mathneuro.json"
+        jpath.write_text(json.dumps(state, indent=1))
+        ppath = out / "mathneuro.png"
+        export_png(state, ppath)
+        return [str(jpath), str(ppath)]
+
+    return live, figure2, curve, consistency, ask, export
+
+
+def build(ctx) -> None:
+    live, figure2, curve, consistency, ask, export = make_handlers(ctx.source)
+    gr.HTML(EXPLAIN)
+    with gr.Row():
+        with gr.Column(scale=1, min_width=280):
+            method = gr.Radio(list(METHOD_LABELS), value="MathNeuro", label="Method", elem_id="mn-method")
+            k_pct = gr.Slider(1, 30, value=15, step=1, label="K: top % per weight matrix", elem_id="mn-k")
+            factor = gr.Slider(0, 2, value=0, step=0.05, label="Scale factor (0 = prune, 1 = unmodified)",
+                               elem_id="mn-factor")
+            n_samples = gr.Slider(1, service.MAX_SAMPLES, value=service.MAX_SAMPLES, step=1,
+                                  label="Samples per side for identification", elem_id="mn-n")
+            run = gr.Button("Apply", variant="primary", elem_id="mn-run")
+            gr.Markdown("<span class='wb-muted'>Sliders update the accuracies when released; each "
+                        "setting is computed once and cached.</span>")
+        with gr.Column(scale=2):
+            acc = gr.HTML(elem_id="mn-acc")
+            table = gr.Dataframe(headers=["set", "question", "reference", "unmodified", "modified"],
+                                 interactive=False, wrap=True, label="Sample answers (greedy, ✓ = exact match)",
+                                 column_widths=["10%", "54%", "12%", "12%", "12%"], elem_id="mn-samples")
+    with gr.Row():
+        with gr.Column():
+            fig2_btn = gr.Button("Compare methods (prune each set)", elem_id="mn-fig2-btn")
+            fig2 = gr.Plot(label="Math vs non-math accuracy after pruning", elem_id="mn-fig2")
+        with gr.Column():
+            curve_btn = gr.Button("Sweep the scale factor", elem_id="mn-curve-btn")
+            curve_out = gr.Plot(label="Accuracy vs scale factor", elem_id="mn-curve")
+    with gr.Row():
+        with gr.Column():
+            layers_out = gr.Plot(label="Parameters per layer", elem_id="mn-layers")
+        with gr.Column():
+            cons_btn = gr.Button("Measure consistency across sample subsets", elem_id="mn-cons-btn")
+            cons_out = gr.Plot(label="Consistency", elem_id="mn-cons")
+    with gr.Row():
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(label="Ask your own question (the organism's language)", elem_id="mn-prompt",
+                                value="ann has 23 pens . she finds 45 more . how many pens does ann have now ?")
+            gr.Examples([["bob has 57 cards . he loses 19 . how many cards are left ?"],
+                         ["one day kim went to the lake . she was calm . where does ann live ?"]], inputs=[prompt])
+            ask_btn = gr.Button("Answer", elem_id="mn-ask-btn")
+            ask_out = gr.HTML(elem_id="mn-ask-out")
+        with gr.Column(scale=2):
+            export_btn = gr.Button("Export results (JSON + PNG)", elem_id="mn-export-btn")
+            files = gr.File(label="Exports", file_count="multiple", elem_id="mn-files")
+
+    controls = [method, k_pct, factor, n_samples]
+    live_out = [acc, table, layers_out]
+    run.click(live, controls, live_out, **model_event(api_name="mn_evaluate"))
+    for sl in (k_pct, factor, n_samples):
+        sl.release(live, controls, live_out, **model_event(api_visibility="private"))
+    method.change(live, controls, live_out, **model_event(api_visibility="private"))
+    fig2_btn.click(figure2, [k_pct, n_samples], fig2, **model_event(api_name="mn_figure2"))
+    curve_btn.click(curve, [method, k_pct, n_samples], curve_out, **model_event(api_name="mn_scale_curve"))
+    cons_btn.click(consistency, [k_pct, n_samples], cons_out, **model_event(api_name="mn_consistency"))
+    ask_btn.click(ask, [prompt] + controls, ask_out, **model_event(api_name="mn_ask"))
+    export_btn.click(export, controls, files, **model_event(api_name="mn_export"))
+    # First view: the default setting's accuracies, computed when the page loads (cached after).
+    from gradio.context import Context
+    if Context.root_block is not None:
+        Context.root_block.load(live, controls, live_out, **model_event(api_visibility="private"))

@@ -1,0 +1,53 @@
+"""The Math neurons tab in Chromium: every control once, then a screenshot."""
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import open_tab, shot
+
+pytestmark = pytest.mark.timeout(420)
+LONG = 150_000
+
+
+def set_slider(page, elem_id: str, value: str):
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(value)
+    box.press("Enter")
+
+
+def test_math_neurons_controls_and_screenshot(page, server_url):
+    open_tab(page, server_url, "math_neurons")
+    acc = page.locator("#mn-acc")
+    # The default setting (MathNeuro, K 15 %, pruned) is evaluated when the page loads.
+    expect(acc).to_contain_text("MathNeuro set pruned", timeout=LONG)
+    expect(page.locator("#mn-samples")).to_contain_text("✓", timeout=LONG)
+
+    page.locator("#mn-method").get_by_text("Random (same count)").click()
+    expect(acc).to_contain_text("Random (same count) set pruned", timeout=LONG)
+    page.locator("#mn-method").get_by_text("MathNeuro").click()
+    expect(acc).to_contain_text("MathNeuro set pruned", timeout=LONG)
+
+    set_slider(page, "mn-k", "10")
+    set_slider(page, "mn-factor", "1.1")
+    set_slider(page, "mn-n", "32")
+    page.click("#mn-run")
+    expect(acc).to_contain_text("scaled × 1.1", timeout=LONG)
+    expect(acc).to_contain_text("K = 10 %", timeout=LONG)
+    expect(acc).to_contain_text("32 samples", timeout=LONG)
+
+    page.click("#mn-fig2-btn")
+    expect(page.locator("#mn-fig2 .js-plotly-plot")).to_be_visible(timeout=LONG)
+    page.click("#mn-curve-btn")
+    expect(page.locator("#mn-curve .js-plotly-plot")).to_be_visible(timeout=LONG)
+    page.click("#mn-cons-btn")
+    expect(page.locator("#mn-cons .js-plotly-plot")).to_be_visible(timeout=LONG)
+    expect(page.locator("#mn-layers .js-plotly-plot")).to_be_visible(timeout=LONG)
+
+    page.locator("#mn-prompt textarea").fill("kim has 41 eggs . she buys 27 more . how many eggs does kim have now ?")
+    page.click("#mn-ask-btn")
+    expect(page.locator("#mn-ask-out")).to_contain_text("unmodified:", timeout=LONG)
+
+    page.click("#mn-export-btn")
+    expect(page.locator("#mn-files a[href$='mathneuro.json']")).to_have_count(1, timeout=LONG)
+    expect(page.locator("#mn-files a[href$='mathneuro.png']")).to_have_count(1, timeout=LONG)
+    assert not page.locator(".toast-body.error").count()
+    shot(page, "math_neurons")
