@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from backend.core import gpu
 from backend.pissa import service
 from backend.pissa.race import RACE_METHODS, RaceConfig
 from components.common import fail, model_event
@@ -148,6 +149,7 @@ def _analysis_png(a: dict, path: Path) -> None:
     plt.close(fig)
 
 
+@gpu(duration=60)
 def analyse(key, layer, rank, init, progress=gr.Progress()):
     if not key:
         fail("Pick a model first.")
@@ -201,6 +203,7 @@ def bars_figure(t: dict) -> go.Figure:
     return fig
 
 
+@gpu(duration=300)
 def errors(key, rank, heat, progress=gr.Progress()):
     if not key:
         fail("Pick a model first.")
@@ -324,7 +327,9 @@ def run_race(key, methods, n_seeds, steps, rank, lr, request: gr.Request = None)
                 now = time.perf_counter()
                 if now - last >= RENDER_EVERY_S:
                     last = now
-                    yield gr.skip(), f"loading the model and building the runs… ({now - t0:.1f} s)", None, None
+                    msg = (_status(curves, None, now - t0, total) + " (training…)" if curves else
+                           f"loading the model and building the runs… ({now - t0:.1f} s)")
+                    yield gr.skip(), msg, None, None
                 continue
             if ev.get("setup"):
                 now = time.perf_counter()
@@ -367,6 +372,7 @@ def stop_race(request: gr.Request = None):
 
 
 # --- 4. conversion ------------------------------------------------------------------------------
+@gpu(duration=120)
 def convert(key, rank, steps, progress=gr.Progress()):
     if not key:
         fail("Pick a model first.")
@@ -392,7 +398,9 @@ def build(ctx) -> None:
     layer0 = next((n for n in layers if n.endswith("fc2") or n.endswith("q_proj")), layers[0] if layers else None)
     with gr.Row():
         model = gr.Dropdown(opts, value=default, label="model", elem_id="pissa-model", scale=2)
-        layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer", scale=2)
+        with gr.Column(scale=2, min_width=200):
+            layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer")
+            list_layers = gr.Button("List the model's layers", size="sm", elem_id="pissa-list-layers")
         rank = gr.Slider(1, 64, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2)
         init = gr.Radio([("full SVD (pissa)", "pissa"), ("fast SVD (pissa_niter_4)", "pissa_niter_4")],
                         value="pissa", label="PiSSA init (peft)", elem_id="pissa-init", scale=2)
@@ -457,6 +465,7 @@ def build(ctx) -> None:
     conv_json = gr.JSON(label="conversion check", open=False, elem_id="pissa-convert-json")
 
     model.change(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_name="layers"))
+    list_layers.click(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_visibility="private"))
     analyse_btn.click(analyse, inputs=[model, layer, rank, init],
                       outputs=[spec_plot, hist_plot, stats, analysis_files], **model_event(api_name="analyse"))
     errors_btn.click(errors, inputs=[model, rank, heat_method],
