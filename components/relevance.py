@@ -91,9 +91,9 @@ def position_plot(res: dict, normalise: bool = True):
         fig.add_bar(x=x, y=scaled[meth], name=LABELS[meth],
                     customdata=np.asarray(res["relevance"][meth]),
                     hovertemplate="%{customdata:.4g}<extra>" + LABELS[meth] + "</extra>")
-    fig.update_layout(barmode="group", height=300, margin=dict(l=40, r=10, t=30, b=60),
+    fig.update_layout(barmode="group", height=380, margin=dict(l=40, r=10, t=40, b=40),
                       title="Relevance by position" + (" (normalised per method)" if normalise else ""),
-                      legend=dict(orientation="h", y=1.15),
+                      legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
                       xaxis=dict(tickmode="array", tickvals=x, ticktext=[f"{t}" for t in res["tokens"]],
                                  tickangle=-45), yaxis_title="relevance")
     return fig
@@ -151,7 +151,8 @@ def curves_plot(hres: dict):
         c = colors[i % len(colors)]
         fig.add_scatter(x=r["grid"], y=r["morf"], name=f"{LABELS[meth]} MoRF", line=dict(color=c))
         fig.add_scatter(x=r["grid"], y=r["lerf"], name=f"{LABELS[meth]} LeRF", line=dict(color=c, dash="dash"))
-    fig.update_layout(height=360, margin=dict(l=40, r=10, t=40, b=40),
+    fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=40),
+                      legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=10)),
                       title=f"Target logit while removing words ({hres['n']} held-out sentences)",
                       xaxis_title="fraction of words replaced by <unk>", yaxis_title="target logit")
     return fig
@@ -184,7 +185,8 @@ def scatter_plot(hres: dict):
         lo, hi = min(allv), max(allv)
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="Σ R = f",
                         line=dict(color="#555", dash="dot"))
-    fig.update_layout(height=360, margin=dict(l=40, r=10, t=40, b=40), title="Conservation on the held-out set",
+    fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=40), title="Conservation on the held-out set",
+                      legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
                       xaxis_title="Σ relevance", yaxis_title="target logit f")
     return fig
 
@@ -198,7 +200,7 @@ def image_figure(res: dict) -> tuple[np.ndarray, str]:
 
     maps = {k: np.asarray(v) / max(np.abs(v).max(), 1e-12) for k, v in res["maps"].items()}
     n = len(res["methods"]) + 1
-    fig, axes = plt.subplots(1, n, figsize=(2.3 * n + 0.6, 2.8), dpi=100)
+    fig, axes = plt.subplots(1, n, figsize=(2.3 * n + 0.8, 3.0), dpi=100)
     axes = np.atleast_1d(axes)
     axes[0].imshow(res["image"], cmap="gray", vmin=0, vmax=1)
     axes[0].set_title(f"input → {res['pred']}", fontsize=9)
@@ -207,7 +209,9 @@ def image_figure(res: dict) -> tuple[np.ndarray, str]:
     im = None
     for ax, meth in zip(axes[1:], res["methods"]):
         ax.imshow(res["image"], cmap="gray", vmin=0, vmax=1)
-        im = ax.imshow(maps[meth], cmap="bwr", vmin=-1, vmax=1, alpha=0.75)
+        im = ax.imshow(maps[meth], cmap="bwr", vmin=-1, vmax=1, alpha=0.85)
+        if res.get("mask") is not None:
+            ax.contour(np.asarray(res["mask"], float), levels=[0.5], colors="lime", linewidths=1)
         share = res.get("share_in_region") or {}
         extra = f"\n{100 * share[meth]:.0f}% of R⁺ in box" if meth in share else ""
         ax.set_title(LABELS[meth] + extra, fontsize=9)
@@ -274,7 +278,8 @@ def build(ctx) -> None:
     with gr.Row():
         jfile = gr.File(label="Export JSON", elem_id="rel-json")
         pfile = gr.File(label="Export PNG", elem_id="rel-png")
-    summary = gr.JSON(label="Result (raw)", open=False, elem_id="rel-result")
+    with gr.Accordion("Result as data", open=False):
+        summary = gr.JSON(label="Result (raw)", open=False, elem_id="rel-result")
 
     def run_text(t, ms, rs, tgt, norm, progress=gr.Progress()):
         progress(0.1, desc="loading model")
@@ -328,7 +333,8 @@ def build(ctx) -> None:
         lr_btn = gr.Button("Explain the predicted next token", interactive=long_ok, elem_id="rel-long-explain")
         lr_heat = gr.HTML(elem_id="rel-long-heatmap")
         lr_plot = gr.Plot(label="Top-10 relevant tokens by distance", elem_id="rel-long-plot")
-        lr_json = gr.JSON(label="Top tokens", open=False, elem_id="rel-long-json")
+        with gr.Accordion("Top tokens as data", open=False):
+            lr_json = gr.JSON(label="Top tokens", open=False, elem_id="rel-long-json")
         if not long_ok:
             gr.Markdown("<span class='wb-muted'>The long-range organism is not built.</span>")
 
@@ -364,16 +370,18 @@ def build(ctx) -> None:
                     "the share of positive relevance inside it.")
         with gr.Row():
             with gr.Column(scale=1):
-                image = gr.Image(label="Image (any size; converted to 16×16 grayscale)", type="numpy",
-                                 format="png", image_mode="L", height=200, elem_id="rel-image")
+                gr.Markdown("**Image** · any size; converted to 16×16 grayscale")
+                image = gr.Image(show_label=False, type="numpy", format="png", image_mode="L", height=220,
+                                 elem_id="rel-image")
                 with gr.Row():
                     ex_idx = gr.Slider(0, 199, value=0, step=1, label="Held-out example", elem_id="rel-ex-idx")
                     ex_btn = gr.Button("Load example", size="sm", interactive=img_ok, elem_id="rel-ex-load")
                 img_btn = gr.Button("Explain image", variant="primary", interactive=img_ok,
                                     elem_id="rel-image-explain")
             with gr.Column(scale=3):
-                img_out = gr.Image(label="Heatmaps (shared symmetric scale)", format="png",
-                                   interactive=False, elem_id="rel-image-out")
+                gr.Markdown("**Heatmaps** · one symmetric scale, each map divided by its max |R|")
+                img_out = gr.Image(show_label=False, format="png", interactive=False, height=300,
+                                   buttons=["download", "fullscreen"], elem_id="rel-image-out")
                 img_md = gr.Markdown(elem_id="rel-image-md")
                 img_file = gr.File(label="Export PNG", elem_id="rel-image-png")
         if not img_ok:

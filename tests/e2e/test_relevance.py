@@ -1,0 +1,78 @@
+"""The Relevance tab in Chromium: every control once, then screenshots."""
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import open_tab, settle, shot
+
+pytestmark = pytest.mark.timeout(420)
+LONG = 150_000
+
+
+def test_relevance_controls_and_screenshot(page, server_url):
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    open_tab(page, server_url, "relevance")
+
+    # text: an example, methods, rules, target, normalisation, explain
+    page.locator("#rel-text textarea").fill("a really charming film with a weak ending")
+    page.locator("#rel-methods").get_by_text("SmoothGrad").click()
+    page.locator("#rel-methods").get_by_text("LRP (LN-rule)").click()
+    page.click("#rel-explain")
+    heat = page.locator("#rel-heatmap")
+    expect(heat).to_contain_text("SmoothGrad", timeout=LONG)
+    expect(heat).to_contain_text("charming", timeout=LONG)
+    expect(page.locator("#rel-bars .js-plotly-plot")).to_be_visible(timeout=LONG)
+    expect(page.locator("#rel-conservation")).to_contain_text("MambaLRP", timeout=LONG)
+    expect(page.locator("#rel-json a[href$='relevance.json']")).to_have_count(1, timeout=LONG)
+    expect(page.locator("#rel-png a[href$='relevance.png']")).to_have_count(1, timeout=LONG)
+
+    page.get_by_text("a really charming film").first.wait_for()
+    page.locator("#rel-rules").get_by_text("Gate: half rule").click()
+    page.locator("#rel-target textarea, #rel-target input").first.fill("positive")
+    page.locator("#rel-normalise").get_by_text("Normalise per method").click()
+    page.click("#rel-explain")
+    expect(page.locator("#rel-conservation")).to_contain_text("Target positive", timeout=LONG)
+    settle(page, LONG)
+    cons = page.locator("#rel-conservation").inner_text()
+    assert "MambaLRP" in cons
+    shot(page, "relevance-text")
+
+    # the examples row fills the text box
+    page.locator(".gallery-item, button.gallery-item, [data-testid='examples'] button").filter(
+        has_text="this sequel is long").first.click()
+    expect(page.locator("#rel-text textarea")).to_have_value("this sequel is long and boring and the dialogue is awful")
+    page.locator("#rel-rules").get_by_text("Gate: half rule").click()
+    page.locator("#rel-target textarea, #rel-target input").first.fill("")
+    page.click("#rel-explain")
+    expect(heat).to_contain_text("sequel", timeout=LONG)
+
+    # held-out evaluation
+    page.locator("#rel-heldout-acc").get_by_text("Held-out evaluation").first.click()
+    box = page.locator("#rel-n input[type=number]")
+    box.fill("20")
+    box.press("Enter")
+    page.click("#rel-heldout")
+    expect(page.locator("#rel-daf")).to_contain_text("MambaLRP", timeout=LONG)
+    expect(page.locator("#rel-curves .js-plotly-plot")).to_be_visible(timeout=LONG)
+    expect(page.locator("#rel-scatter .js-plotly-plot")).to_be_visible(timeout=LONG)
+
+    # long range
+    page.locator("#rel-long-acc").get_by_text("Long-range").first.click()
+    page.click("#rel-long-explain")
+    expect(page.locator("#rel-long-heatmap")).to_contain_text("key", timeout=LONG)
+    expect(page.locator("#rel-long-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
+
+    # image: load an example, explain
+    ex = page.locator("#rel-ex-idx input[type=number]")
+    ex.fill("7")
+    ex.press("Enter")
+    page.click("#rel-ex-load")
+    expect(page.locator("#rel-image img")).to_have_count(1, timeout=LONG)
+    page.click("#rel-image-explain")
+    expect(page.locator("#rel-image-md")).to_contain_text("Prediction", timeout=LONG)
+    expect(page.locator("#rel-image-out img")).to_have_count(1, timeout=LONG)
+    expect(page.locator("#rel-image-png a[href$='relevance-image.png']")).to_have_count(1, timeout=LONG)
+    settle(page, LONG)
+    assert not page.locator(".toast-body.error").count()
+    assert errors == []
+    shot(page, "relevance")
