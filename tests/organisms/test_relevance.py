@@ -100,3 +100,13 @@ def test_image_relevance_concentrates_in_the_object_patch():
     # measured on 100 held-out images: MambaLRP 0.54, GI 0.36, random 0.06 (the patch is 1/16 of the image)
     assert share["mambalrp"] >= 5 * area, share
     assert share["mambalrp"] > share["gi"] > share["random"], share
+
+
+@pytest.mark.parametrize("name", ["mamba-sentiment", "vim-regions"])
+def test_recipe_smoke_builds_a_loadable_folder(tmp_path, name):
+    from backend.zoo import build, load
+
+    info = build(name, out_root=tmp_path, steps=2)
+    assert info["steps"] == 2 and "heldout_accuracy" in info["metrics"]
+    model = load(name, root=tmp_path, check=True)
+    assert sum(p.numel() for p in model.parameters()) < 200_000
