@@ -87,7 +87,16 @@ def _grad_x_input(score, x: torch.Tensor, args: tuple) -> tuple[torch.Tensor, to
     return (x * g).detach(), s.detach()
 
 
-def _captum(method: str, score, x: torch.Tensor, args: tuple, baseline: torch.Tensor | None = None) -> torch.Tensor:
+def _steps_per_batch(backbone, batch: int, length: int, budget_bytes: float = 1e9) -> int:
+    """How many IG steps / SmoothGrad samples fit one pass: the scan keeps ~3 float tensors of
+    L × d_inner × N per layer and example for the backward pass."""
+    cfg = backbone.config
+    per = 3 * cfg.num_hidden_layers * length * cfg.intermediate_size * cfg.state_size * 4 * max(1, batch)
+    return int(max(1, min(IG_STEPS, budget_bytes // max(per, 1))))
+
+
+def _captum(method: str, score, x: torch.Tensor, args: tuple, baseline: torch.Tensor | None = None,
+            steps_per_batch: int = IG_STEPS) -> torch.Tensor:
     from captum.attr import InputXGradient, IntegratedGradients, NoiseTunnel
 
     x = x.detach().requires_grad_(True)
@@ -98,7 +107,7 @@ def _captum(method: str, score, x: torch.Tensor, args: tuple, baseline: torch.Te
             base = torch.zeros_like(x) if baseline is None else baseline
             return IntegratedGradients(score).attribute(
                 x, baselines=base, additional_forward_args=args, n_steps=IG_STEPS,
-                internal_batch_size=x.shape[0] * IG_STEPS).detach()
+                internal_batch_size=x.shape[0] * steps_per_batch).detach()
         if method == "smoothgrad":
             std = float(x.std()) * SMOOTHGRAD_NOISE
             # fixed noise seed: the same input gives the same map (cacheable, reproducible)
@@ -107,7 +116,8 @@ def _captum(method: str, score, x: torch.Tensor, args: tuple, baseline: torch.Te
             try:
                 out = NoiseTunnel(InputXGradient(score)).attribute(
                     x, nt_type="smoothgrad", nt_samples=SMOOTHGRAD_SAMPLES, stdevs=std,
-                    nt_samples_batch_size=SMOOTHGRAD_SAMPLES, additional_forward_args=args)
+                    nt_samples_batch_size=min(SMOOTHGRAD_SAMPLES, steps_per_batch),
+                    additional_forward_args=args)
             finally:
                 torch.random.set_rng_state(state)
             return out.detach()
@@ -170,7 +180,8 @@ def attribute_text(model, input_ids=None, *, inputs_embeds=None, target, positio
         rel, score_value = _grad_x_input(text_scorer(model, rules_, gamma), x, args)
         rel = rel.sum(-1)
     elif method in ("gi", "ig", "smoothgrad"):
-        rel = _captum(method, text_scorer(model), x, args).sum(-1)
+        rel = _captum(method, text_scorer(model), x, args,
+                      steps_per_batch=_steps_per_batch(backbone, Bsz, L)).sum(-1)
     elif method in ("attnroll", "mambaattr"):
         cap = Capture()
         rel = _hidden_attention_relevance(backbone, text_scorer(model, capture=cap), x, args, cap,
@@ -201,7 +212,8 @@ def attribute_image(model: VisionMamba, pixel_values: torch.Tensor, *, target, m
         rel, score_value = _grad_x_input(vision_scorer(model, rules_, gamma), x, args)
         rel = rel.sum(1)
     elif method in ("gi", "ig", "smoothgrad"):
-        rel = _captum(method, vision_scorer(model), x, args).sum(1)
+        rel = _captum(method, vision_scorer(model), x, args,
+                      steps_per_batch=_steps_per_batch(model.mamba, x.shape[0], model.grid ** 2 + 1)).sum(1)
     elif method in ("attnroll", "mambaattr"):
         with torch.no_grad():
             emb = model.embed(x)
