@@ -14,6 +14,8 @@ round trip; links carry them as `presenter=1` and Gradio's own `__theme=dark`.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 from dataclasses import dataclass, field
@@ -179,6 +181,10 @@ class DeepLinks:
 
     def _collect(self, demo) -> None:
         used = {id(c) for fn in demo.fns.values() for c in (fn.inputs or [])}
+        # Inputs a tab itself sets on page load (its own defaults or URL handling): restored a second
+        # time once the page's own load events have finished, so the link wins.
+        self.load_written = {id(c) for fn in demo.fns.values()
+                             if any(ev == "load" for _, ev in (fn.targets or [])) for c in (fn.outputs or [])}
         mine = {id(t.box) for t in self.tabs}
         for entry in self.tabs:
             entry.inputs = []
@@ -218,7 +224,52 @@ class DeepLinks:
             return [gr.Tabs(selected=sel)] + [gr.update(value=values[c.elem_id]) if c.elem_id in values
                                               else gr.update() for c in outputs]
 
+        # A tab's own load event that writes a linked input (its defaults, its own URL handling) would
+        # race with the restore: let the link's value win in that event's answer too.
+        for fn in list(demo.fns.values()):
+            if any(ev == "load" for _, ev in (fn.targets or [])) and fn.fn is not None:
+                slots = [(i, c) for i, c in enumerate(fn.outputs or []) if id(c) in self.load_written
+                         and c.elem_id in registry and registry[c.elem_id] is c]
+                if slots and not inspect.isgeneratorfunction(fn.fn) and not inspect.iscoroutinefunction(fn.fn):
+                    fn.fn = _link_wins(fn.fn, slots, registry, len(fn.outputs))
+
         demo.load(restore, outputs=[tabs] + outputs, api_visibility="private", show_progress="hidden")
+
+
+def _current_query() -> dict:
+    try:
+        from gradio.context import LocalContext
+
+        request = LocalContext.request.get(None)
+    except (ImportError, LookupError):
+        request = None
+    return dict(request.query_params) if request is not None and request.query_params else {}
+
+
+def _link_wins(fn, slots, registry, n_outputs):
+    """Wrap a tab's load handler: outputs that are linked inputs named in the URL take the URL value."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        query = _current_query()
+        if not query:
+            return result
+        values, _ = parse_query({c.elem_id: query[c.elem_id] for _, c in slots if c.elem_id in query}, registry)
+        if not values:
+            return result
+        if isinstance(result, dict):
+            for _, c in slots:
+                if c.elem_id in values:
+                    result[c] = gr.update(value=values[c.elem_id])
+            return result
+        seq = list(result) if n_outputs > 1 and isinstance(result, (list, tuple)) else [result]
+        for i, c in slots:
+            if c.elem_id in values and i < len(seq):
+                seq[i] = gr.update(value=values[c.elem_id])
+        return type(result)(seq) if isinstance(result, tuple) else (seq if n_outputs > 1 else seq[0])
+
+    return wrapper
 
 
 def header_controls(demo=None) -> tuple[Any, Any]:
