@@ -26,7 +26,7 @@ SUMMARY = "SAE features of a tiny LLaVA: top images, activation regions, concept
 DISPLAY = 144  # px per thumbnail
 SORTS = ["density", "max activation", "IoU"]
 POSITION_CHOICES = [("every prompt position (paper)", "prompt"), ("prompt + generated tokens", "all"),
-                    ("image positions only", "image")]
+                    ("image positions of the prompt", "image")]
 _EXPORT_DIR: Path | None = None
 
 
@@ -89,7 +89,7 @@ def _hist_plot(page: dict):
     labels = [f"{np.sqrt(edges[i] * edges[i + 1]):.2g}" for i in range(lo, hi)]
     fig = go.Figure(go.Bar(x=x, y=counts[lo:hi], marker_color="#6366f1",
                            hovertext=[f"{edges[i]:.3g}–{edges[i + 1]:.3g}: {counts[i]}" for i in range(lo, hi)]))
-    fig.update_layout(title=f"non-zero activations (density {page['density']:.2%} of image tokens)",
+    fig.update_layout(title=f"density {page['density']:.2%}",
                       xaxis=dict(tickmode="array", tickvals=x, ticktext=labels, title="activation (log bins)"),
                       yaxis_title="tokens", height=260, margin=dict(l=40, r=10, t=40, b=40))
     return fig
@@ -103,7 +103,7 @@ def _concept_plot(page: dict):
     fam_colour = {"colour": "#ef4444", "shape": "#6366f1", "texture": "#10b981", "position": "#f59e0b"}
     fig = go.Figure(go.Bar(x=list(range(len(names))), y=[scores[n] for n in names],
                            marker_color=[fam_colour.get(S.FAMILY_OF.get(n, ""), "#94a3b8") for n in names]))
-    fig.update_layout(title="IoU of the activation regions with each planted concept (top-5 images)",
+    fig.update_layout(title="IoU per planted concept (top-5 images)",
                       xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names),
                       yaxis=dict(range=[0, 1], title="IoU"), height=260, margin=dict(l=40, r=10, t=40, b=60))
     return fig
@@ -185,7 +185,7 @@ def open_feature(source: str, feature):
     ppath = _atomic_write(_export_path(f"feature_{f}.png"), lambda p: _page_png(page, p))
     steer_value = FT.default_clamp_value(org, f)
     return (header, over, dim, _hist_plot(page), _concept_plot(page), str(jpath), str(ppath), data, f,
-            f, gr.Slider(value=steer_value, maximum=max(20.0, 3 * steer_value)))
+            f, gr.Slider(value=steer_value))
 
 
 def _image_input(org, image, example):
@@ -223,7 +223,7 @@ def analyse(source: str, image, example, progress=gr.Progress()):
             colorbar_html(vmax, "activation per patch"))
 
 
-def steer(source: str, image, example, feature, value, positions, add_error, progress=gr.Progress()):
+def steer(source: str, image, example, feature, value, positions, add_error, suppress, progress=gr.Progress()):
     org = _org(source)
     img = _image_input(org, image, example)
     f = _feature_id(org, feature)
@@ -235,19 +235,53 @@ def steer(source: str, image, example, feature, value, positions, add_error, pro
         fail(f"Positions must be one of {FT.ST.POSITION_MODES}.")
     progress(0.3, desc="generating with and without the clamp")
     try:
-        out = FT.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error))
+        out = FT.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
+                               suppress_family=bool(suppress))
     except ValueError as e:
         fail(str(e))
     lab = org.labels.get(str(f), {}).get("label", "")
     ok = "well-formed" if out["well_formed"] else "not a well-formed caption"
+    zeroed = f" · {len(out['suppressed'])} rival features zeroed" if out["suppressed"] else ""
     md = (f"| | caption |\n|---|---|\n| without | `{out['baseline']}` |\n"
           f"| feature {f} ({html.escape(lab or '?')}) = {v:g} | `{out['steered']}` |\n\n"
           f"<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
-          f"error term {'added back' if add_error else 'dropped'} · steered output is {ok}</span>")
+          f"error term {'added back' if add_error else 'dropped'}{zeroed} · steered output is {ok}</span>")
     return _big(img), md, out
 
 
 # ------------------------------------------------------------------------------ layout
+def _site_words(cfg: dict) -> str:
+    pos = {"prompt": "every prompt position", "all": "every position", "image": "image positions"}[cfg["positions"]]
+    return (f"{pos}, {cfg['multiple']:g}× max activation"
+            + (", other colours' features zeroed" if cfg.get("suppress_other_colours") else ""))
+
+
+def _steering_explain(org) -> str:
+    st = org.summary.get("steering", {})
+    sweep, norms = st.get("sweep", {}), st.get("residual_norms", {}).get(org.hookpoint, {})
+    def per_colour(v):
+        return " · ".join(f"{c} {r['success']:.0%}" for c, r in v["per_colour"].items())
+
+    rows = "".join(f"<tr><td>{html.escape(_site_words(v))}</td><td>{v['min_success']:.0%}</td>"
+                   f"<td>{per_colour(v)}</td></tr>" for v in sweep.values())
+    comp = st.get("comparison", {})
+    crow = "".join(f"<tr><td>LM input (<code>{html.escape(comp.get('hookpoint', ''))}</code>): "
+                   f"{html.escape(_site_words(v))}</td><td>{v['min_success']:.0%}</td><td></td></tr>"
+                   for v in comp.get("sweep", {}).values())
+    why = ""
+    if norms:
+        why = (f" Why: at this site image-token residuals have norm ≈ {norms['image']:.0f} but the text positions "
+               f"only ≈ {norms['bos']:.1f} (&lt;s&gt;) and {norms['prompt_word']:.1f} (prompt word); a clamp on the "
+               f"image-feature scale swamps the text positions when applied everywhere, and the caption degenerates.")
+    return ("<div class='wb-explain'>During the prompt pass the residual stream at the SAE hookpoint "
+            f"<code>{html.escape(org.hookpoint)}</code> is replaced by the SAE reconstruction with the chosen "
+            "feature clamped to the slider's value (the paper clamps at every position). Measured on held-out "
+            f"scenes without the colour (success = a well-formed caption naming it):{why}</div>"
+            "<details><summary class='wb-muted'>where the intervention must sit (measured)</summary>"
+            "<table style='font-size:0.8rem'><tr><th>intervention</th><th>min over colours</th><th>per colour</th></tr>"
+            f"{rows}{crow}</table></details>")
+
+
 def _summary_md(org) -> str:
     s = org.summary or {}
     ev = s.get("sae_eval", {})
@@ -260,11 +294,10 @@ def _summary_md(org) -> str:
         parts.append(f"top-50 features by density: mean IoU of the label concept on the top-5 images "
                      f"**{rb['top5_iou']:.3f}** vs random images **{rb['random_iou']:.3f}** "
                      f"(**{rb['ratio']}×**; paper 0.20 vs 0.005)")
-    if st.get("sweep"):
-        key = f"prompt@{st['value_multiple']:g}x"
-        if key in st["sweep"]:
-            parts.append(f"steering (clamp at every prompt position, {st['value_multiple']:g}× max activation): "
-                         f"colour named in ≥ **{st['sweep'][key]['min_success']:.0%}** of held-out scenes per colour")
+    if st.get("best") in st.get("sweep", {}):
+        b = st["sweep"][st["best"]]
+        parts.append(f"steering ({_site_words(b)}): colour named in ≥ **{b['min_success']:.0%}** of held-out "
+                     f"scenes per colour")
     return " · ".join(parts)
 
 
@@ -340,18 +373,20 @@ def build(ctx) -> None:
             fire_bar = gr.HTML()
 
     gr.Markdown("### Steering: clamp a feature and watch the caption")
-    gr.HTML("<div class='wb-explain'>During the prompt pass the residual stream at the SAE hookpoint is "
-            "replaced by the SAE reconstruction with the chosen feature clamped to the slider's value, at "
-            "every position (image and text) as in the paper. On this model the hookpoint is the LM input: "
-            "clamping only the image positions after a decoder layer fails, because the text positions have "
-            "already read the image there. Uses the image or held-out scene chosen above.</div>")
+    gr.HTML(_steering_explain(org))
+    defaults = FT.steering_defaults(org)
+    slider_max = float(round(4 * float(org.index.tensors["max_act"].max()))) if org.index is not None else 100.0
     with gr.Row():
         with gr.Column(scale=2):
             steer_feat = gr.Number(value=first_id, precision=0, label="feature to clamp", elem_id="features-steer-id")
-            steer_val = gr.Slider(0, 40, value=FT.default_clamp_value(org, first_id), step=0.1,
+            steer_val = gr.Slider(0, slider_max, value=FT.default_clamp_value(org, first_id), step=0.1,
                                   label="clamp value", elem_id="features-clamp")
-            positions = gr.Radio(POSITION_CHOICES, value="prompt", label="positions", elem_id="features-positions")
-            add_err = gr.Checkbox(False, label="add the SAE error term back", elem_id="features-adderr")
+            positions = gr.Radio(POSITION_CHOICES, value=defaults["positions"], label="positions",
+                                 elem_id="features-positions")
+            with gr.Row():
+                add_err = gr.Checkbox(False, label="add the SAE error term back", elem_id="features-adderr")
+                suppress = gr.Checkbox(defaults["suppress"], label="zero rival features of the same family "
+                                       "(e.g. the other colours)", elem_id="features-suppress")
             steer_btn = gr.Button("Generate with and without", variant="primary", elem_id="features-steer")
         with gr.Column(scale=3):
             with gr.Row():
@@ -376,7 +411,7 @@ def build(ctx) -> None:
     table.select(pick_row, [source, table], page_outputs, api_visibility="private")
     analyse_btn.click(analyse, [source, upload, example], [shown, cap, fire_gallery, firing, fire_bar],
                       **model_event(api_name="analyse_image"))
-    steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err],
+    steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err, suppress],
                     [steer_img, steer_md, steer_json], **model_event(api_name="steer"))
 
     def from_url(source_, request: gr.Request):

@@ -244,6 +244,21 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
     return out
 
 
+def family_rivals(org: Organism, feature: int) -> list[int]:
+    """Features labelled with another concept of the same family (e.g. the other colours)."""
+    lab = org.labels.get(str(int(feature)), {})
+    fam, own = lab.get("family"), lab.get("label")
+    if not fam:
+        return []
+    return [int(f) for f, e in org.labels.items() if e.get("family") == fam and e.get("label") != own]
+
+
+def steering_defaults(org: Organism) -> dict:
+    st = org.summary.get("steering", {})
+    return {"positions": st.get("default_positions", "prompt"), "multiple": float(st.get("value_multiple", 2.0)),
+            "suppress": bool(st.get("suppress_other_colours", False)), "hookpoint": org.hookpoint}
+
+
 def default_clamp_value(org: Organism, feature: int, multiple: float | None = None) -> float:
     mult = multiple if multiple is not None else float(org.summary.get("steering", {}).get("value_multiple", 2.0))
     if org.index is None:
@@ -253,20 +268,23 @@ def default_clamp_value(org: Organism, feature: int, multiple: float | None = No
 
 @torch.no_grad()
 def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, *, positions: str = "prompt",
-                  add_error: bool = False) -> dict:
+                  add_error: bool = False, suppress_family: bool = False) -> dict:
     """Caption with and without the clamp, side by side."""
     if not np.isfinite(value):
         raise ValueError("clamp value must be a finite number")
     image = np.asarray(image)[..., :3].astype(np.uint8)
-    key = make_key(org.model_id, image, ("steer", int(feature), float(value), positions, bool(add_error)))
+    suppress = tuple(family_rivals(org, feature)) if suppress_family else ()
+    key = make_key(org.model_id, image, ("steer", int(feature), float(value), positions, bool(add_error), suppress))
     hit = _RESULT_CACHE.get(key)
     if hit is not None:
         return hit
     with locked(org.model):
         base = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
         steered = ST.steered_captions(org.model, org.tokenizer, org.sae, org.hookpoint, image[None], int(feature),
-                                      float(value), positions=positions, add_error=add_error)[0]
+                                      float(value), positions=positions, add_error=add_error,
+                                      suppress=suppress)[0]
     out = {"feature": int(feature), "value": float(value), "positions": positions, "add_error": bool(add_error),
+           "suppressed": list(suppress),
            "hookpoint": org.hookpoint, "baseline": base, "steered": steered,
            "well_formed": S.parse_caption(steered) is not None}
     _RESULT_CACHE.put(key, out)

@@ -7,6 +7,8 @@ reconstruction with feature f set to `value`:  h ← decode(z with z_f := value)
   generated afterwards are not edited, they read the edited prompt through attention.
 - "all":    the prompt pass and every generated token.
 - "image":  the image-patch positions of the prompt pass only.
+`suppress` optionally zeroes other features at the same positions (e.g. the other colours' features,
+so the clamp swaps a colour instead of mixing two).
 The hook is removed and the model's lock released in `finally`.
 """
 from __future__ import annotations
@@ -23,10 +25,12 @@ from .sae import TopKSAE
 POSITION_MODES = ("prompt", "all", "image")
 
 
-def clamp_codes(sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_error: bool) -> torch.Tensor:
+def clamp_codes(sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_error: bool,
+                suppress: tuple[int, ...] = ()) -> torch.Tensor:
     vals, idx = sae.encode_sparse(h)
-    # drop the feature from the top-k slots, then add it back at the clamped value
-    vals = torch.where(idx == feature, torch.zeros_like(vals), vals)
+    # drop the feature (and any suppressed ones) from the top-k slots, then add it at the clamped value
+    for g in (feature, *suppress):
+        vals = torch.where(idx == g, torch.zeros_like(vals), vals)
     recon = sae.decode_sparse(vals, idx) + value * sae.W_dec[feature]
     if add_error:
         recon = recon + (h.to(recon.dtype) - sae(h))
@@ -35,7 +39,8 @@ def clamp_codes(sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_e
 
 @contextmanager
 def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: float, *,
-                  positions: str = "prompt", add_error: bool = False, image_positions: slice | None = None):
+                  positions: str = "prompt", add_error: bool = False, image_positions: slice | None = None,
+                  suppress: tuple[int, ...] = ()):
     if positions not in POSITION_MODES:
         raise ValueError(f"positions must be one of {POSITION_MODES}, not {positions!r}")
     if not 0 <= int(feature) < sae.n_latents:
@@ -46,7 +51,7 @@ def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: floa
         prompt_pass = h.shape[-2] > 1
         if positions != "all" and not prompt_pass:
             return None
-        new = clamp_codes(sae, h, int(feature), float(value), add_error)
+        new = clamp_codes(sae, h, int(feature), float(value), add_error, tuple(int(g) for g in suppress))
         if positions == "image":
             out = h.clone()
             out[..., sl, :] = new[..., sl, :]
@@ -59,8 +64,9 @@ def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: floa
 
 @torch.no_grad()
 def steered_captions(model, tokenizer, sae, hookpoint: str, images: np.ndarray, feature: int, value: float, *,
-                     positions: str = "prompt", add_error: bool = False) -> list[str]:
-    with clamp_feature(model, sae, hookpoint, feature, value, positions=positions, add_error=add_error):
+                     positions: str = "prompt", add_error: bool = False, suppress: tuple[int, ...] = ()) -> list[str]:
+    with clamp_feature(model, sae, hookpoint, feature, value, positions=positions, add_error=add_error,
+                       suppress=suppress):
         return vlm.generate_captions(model, tokenizer, images)
 
 
@@ -73,7 +79,7 @@ def names_colour(caption: str, colour: str) -> bool:
 @torch.no_grad()
 def steering_success(model, tokenizer, sae, hookpoint: str, specs: list[dict], colour_features: dict[str, int],
                      value_for: dict[str, float], *, positions: str = "prompt", add_error: bool = False,
-                     n: int = 25) -> dict:
+                     n: int = 25, suppress_for: dict[str, tuple[int, ...]] | None = None) -> dict:
     """For every colour: fraction of held-out scenes without that colour whose steered caption is
     well formed and names it."""
     out = {}
@@ -81,7 +87,8 @@ def steering_success(model, tokenizer, sae, hookpoint: str, specs: list[dict], c
         pool = [s for s in specs if all(o["colour"] != colour for o in s["objects"])][:n]
         imgs = np.stack([S.render(s)[0] for s in pool])
         caps = steered_captions(model, tokenizer, sae, hookpoint, imgs, f, value_for[colour],
-                                positions=positions, add_error=add_error)
+                                positions=positions, add_error=add_error,
+                                suppress=(suppress_for or {}).get(colour, ()))
         ok = [names_colour(c, colour) for c in caps]
         out[colour] = {"feature": int(f), "value": round(float(value_for[colour]), 3), "success": float(np.mean(ok)),
                        "malformed": float(np.mean([S.parse_caption(c) is None for c in caps])),

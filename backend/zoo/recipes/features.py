@@ -90,12 +90,12 @@ def train_captioner(out_dir: Path, *, seed: int, steps: int | None) -> dict:
 
 
 # --------------------------------------------------------------------------------------------- SAE
-SAE_HOOKPOINT = "model.language_model.layers.0:input"  # the LM's residual stream entering layer 0
-ALT_HOOKPOINT = "model.language_model.layers.0"  # that layer's output, for the steering-site comparison
-SAE_LATENTS, SAE_K = 128, 4
-N_TRAIN_SCENES, N_VALID_SCENES, N_INDEX_SCENES, N_RANDOM = 1200, 200, 2048, 200
-VALUE_MULTIPLES = (1.0, 2.0, 4.0)
+SAE_HOOKPOINT = "model.language_model.layers.0"  # the residual stream after the LM's first decoder layer
+ALT_HOOKPOINT = "model.language_model.layers.0:input"  # the LM input, for the steering-site comparison
+SAE_LATENTS, SAE_K = 64, 4
+N_TRAIN_SCENES, N_VALID_SCENES, N_INDEX_SCENES, N_RANDOM = 1000, 200, 2048, 200
 N_STEER = 25
+N_SEEDS = 3
 
 
 def _scene_specs(seed: int, n: int) -> list[dict]:
@@ -128,30 +128,36 @@ def fit_site(model, tok, hookpoint, *, seed, steps, log=print):
     return sae, evaluate(sae, va), hist
 
 
-def steering_sweep(model, tok, sae, hookpoint, colour_features, max_act, heldout, modes, multiples):
+def colour_families(expl) -> dict[str, list[int]]:
+    return {c: [int(f) for f, e in expl.items() if e.label == c] for c in S.COLOURS}
+
+
+def steering_sweep(model, tok, sae, hookpoint, colour_features, max_act, heldout, configs, suppress_for=None):
+    """configs: (positions, value multiple of the feature's max activation, suppress other colours?)."""
     from backend.sae import steer as ST
 
     res = {}
-    for mode in modes:
-        for m in multiples:
-            vals = {c: m * float(max_act[f]) for c, f in colour_features.items()}
-            r = ST.steering_success(model, tok, sae, hookpoint, heldout, colour_features, vals, positions=mode,
-                                    n=N_STEER)
-            res[f"{mode}@{m:g}x"] = {"min_success": min(v["success"] for v in r.values()), "per_colour": r}
-            print(mode, m, {c: v["success"] for c, v in r.items()}, flush=True)
+    for mode, m, sup in configs:
+        vals = {c: m * float(max_act[f]) for c, f in colour_features.items()}
+        r = ST.steering_success(model, tok, sae, hookpoint, heldout, colour_features, vals, positions=mode,
+                                n=N_STEER, suppress_for=suppress_for if sup else None)
+        key = f"{mode}@{m:g}x" + ("+suppress" if sup else "")
+        res[key] = {"positions": mode, "multiple": m, "suppress_other_colours": sup,
+                    "min_success": min(v["success"] for v in r.values()), "per_colour": r}
+        print(key, {c: v["success"] for c, v in r.items()}, flush=True)
     return res
 
 
 @recipe("llava-scenes-sae", seed=4321, model_class="backend.sae.sae.TopKSAE",
-        description="TopK SAE on the llava-scenes LM input + feature index + concept labels + steering test",
-        default_steps=4000)
+        description="TopK SAE on llava-scenes' LM layer 0 output + feature index + concept labels + steering test",
+        default_steps=1500)
 def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from backend.sae import explain as E
     from backend.sae.index import INDEX_FILE, build_index
     from backend.zoo import zoo_path
-    from transformers import LlavaForConditionalGeneration, AutoProcessor
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
 
-    steps = int(steps or 4000)
+    steps = int(steps or 1500)
     # the captioner built beside this organism (same root), else the committed one
     cap_dir = zoo_path("llava-scenes", out_dir.parent) if (out_dir.parent / "llava-scenes").exists() \
         else zoo_path("llava-scenes")
@@ -159,7 +165,29 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     tok = AutoProcessor.from_pretrained(cap_dir).tokenizer
     heldout = vlm.load_scene_set(cap_dir)
     t0 = time.perf_counter()
-    sae, ev, hist = fit_site(model, tok, SAE_HOOKPOINT, seed=seed, steps=steps)
+    # A few seeds; keep the SAE whose colour features steer best on a calibration split (disjoint from
+    # the held-out scenes the steering is reported on), among those with ≤ 10 % dead latents.
+    calib = _scene_specs(seed + 5, 200)
+    sel_specs = _scene_specs(seed + 6, 768)
+    candidates = []
+    for s_ in range(N_SEEDS):
+        cand, cev, chist = fit_site(model, tok, SAE_HOOKPOINT, seed=seed + 100 * s_, steps=steps)
+        cidx = build_index(model, tok, cand, sel_specs, hookpoint=SAE_HOOKPOINT, top_k=8)
+        cexpl = E.explain_all(cidx, sel_specs)
+        cloc = E.localisation_summary(cexpl)
+        cfams = colour_families(cexpl)
+        ccf = {c: cloc[c]["feature"] for c in S.COLOURS}
+        csw = steering_sweep(model, tok, cand, SAE_HOOKPOINT, ccf, cidx.tensors["max_act"], calib,
+                             [("image", 1.5, True)],
+                             {c: [f for cc, fs in cfams.items() if cc != c for f in fs] for c in S.COLOURS})
+        r = next(iter(csw.values()))
+        score = (cev["dead_fraction"] <= 0.10, r["min_success"],
+                 float(np.mean([v["success"] for v in r["per_colour"].values()])))
+        candidates.append({"seed": seed + 100 * s_, "dead": cev["dead_fraction"], "fvu": cev["fvu"],
+                           "calib_min_success": r["min_success"], "score": score})
+        print("candidate", candidates[-1], flush=True)
+        if s_ == 0 or score > best_score:
+            best_score, sae, ev, hist = score, cand, cev, chist
     t_sae = time.perf_counter() - t0
     sae.save(out_dir, layout="sparsify")
     specs = _scene_specs(seed + 3, N_INDEX_SCENES)
@@ -174,23 +202,45 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     rmaps = _random_maps(model, tok, sae, rnd_specs, SAE_HOOKPOINT)
     baseline = E.random_baseline(index, expl, rnd_specs, rmaps, top_n_features=50, seed=seed)
     colour_features = {c: loc[c]["feature"] for c in S.COLOURS}
+    fams = colour_families(expl)
+    suppress_for = {c: [f for cc, fs in fams.items() if cc != c for f in fs] for c in S.COLOURS}
     max_act = index.tensors["max_act"]
-    sweep = steering_sweep(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, heldout,
-                           ("image", "prompt", "all"), VALUE_MULTIPLES)
-    best_m = max(VALUE_MULTIPLES, key=lambda m: (sweep[f"prompt@{m:g}x"]["min_success"], -m))
-    # The same measurement with an SAE on the output of decoder layer 0 (where the probe failed).
+    configs = [("prompt", 1.0, False), ("prompt", 1.5, False), ("all", 1.5, False),
+               ("image", 1.0, False), ("image", 1.5, False),
+               ("image", 1.0, True), ("image", 1.5, True), ("image", 2.0, True)]
+    sweep = steering_sweep(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, heldout, configs, suppress_for)
+    best_key = max(sweep, key=lambda k: (sweep[k]["min_success"],
+                                         np.mean([v["success"] for v in sweep[k]["per_colour"].values()])))
+    best = sweep[best_key]
+    # The same measurement with an SAE on the LM input (residual stream entering layer 0).
     alt_sae, alt_ev, _ = fit_site(model, tok, ALT_HOOKPOINT, seed=seed, steps=steps, log=lambda s: None)
     alt_index = build_index(model, tok, alt_sae, specs[:1024], hookpoint=ALT_HOOKPOINT, top_k=8)
-    alt_loc = E.localisation_summary(E.explain_all(alt_index, specs[:1024]), concepts=tuple(S.COLOURS))
-    alt_sweep = steering_sweep(model, tok, alt_sae, ALT_HOOKPOINT, {c: alt_loc[c]["feature"] for c in S.COLOURS},
-                               alt_index.tensors["max_act"], heldout, ("image", "prompt", "all"), (best_m, 2 * best_m))
+    alt_expl = E.explain_all(alt_index, specs[:1024])
+    alt_loc = E.localisation_summary(alt_expl, concepts=tuple(S.COLOURS))
+    alt_fams = colour_families(alt_expl)
+    alt_sweep = steering_sweep(
+        model, tok, alt_sae, ALT_HOOKPOINT, {c: alt_loc[c]["feature"] for c in S.COLOURS},
+        alt_index.tensors["max_act"], heldout,
+        [("prompt", best["multiple"], False), ("image", best["multiple"], best["suppress_other_colours"])],
+        {c: [f for cc, fs in alt_fams.items() if cc != c for f in fs] for c in S.COLOURS})
+    # Why text positions break: the residual norms of image vs text positions at each site.
+    h = next(vlm.residuals(model, tok, np.stack([S.render(s)[0] for s in specs[:32]]), SAE_HOOKPOINT))[1]
+    h0 = next(vlm.residuals(model, tok, np.stack([S.render(s)[0] for s in specs[:32]]), ALT_HOOKPOINT))[1]
+    sl = vlm.image_slice(model)
+    norms = {SAE_HOOKPOINT: {"image": round(float(h[:, sl].norm(dim=-1).mean()), 3),
+                             "bos": round(float(h[:, 0].norm(dim=-1).mean()), 3),
+                             "prompt_word": round(float(h[:, -1].norm(dim=-1).mean()), 3)},
+             ALT_HOOKPOINT: {"image": round(float(h0[:, sl].norm(dim=-1).mean()), 3),
+                             "bos": round(float(h0[:, 0].norm(dim=-1).mean()), 3),
+                             "prompt_word": round(float(h0[:, -1].norm(dim=-1).mean()), 3)}}
     labels = {str(f): e.to_dict() for f, e in expl.items()}
-    steering = {"hookpoint": SAE_HOOKPOINT, "value_multiple": best_m, "colour_features": colour_features,
-                "default_positions": "prompt", "sweep": sweep,
+    steering = {"hookpoint": SAE_HOOKPOINT, "value_multiple": best["multiple"], "colour_features": colour_features,
+                "default_positions": best["positions"], "suppress_other_colours": best["suppress_other_colours"],
+                "suppress_for": suppress_for, "best": best_key, "sweep": sweep, "residual_norms": norms,
                 "comparison": {"hookpoint": ALT_HOOKPOINT, "sae_eval": alt_ev, "colour_iou": alt_loc,
                                "sweep": alt_sweep}}
     summary = {"sae_eval": ev, "localisation": loc, "random_baseline": baseline, "steering": steering,
-               "train_history": hist}
+               "train_history": hist, "seed_selection": candidates}
     (out_dir / "labels.json").write_text(json.dumps(labels))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     (out_dir / "index_scenes.json").write_text(json.dumps({"scenes": specs}))
@@ -198,16 +248,14 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
                                                        "layout": "sparsify"}))
     colour_iou = {c: loc[c]["iou"] for c in S.COLOURS}
     shape_iou = {c: loc[c]["iou"] for c in S.SHAPES}
-    best = sweep[f"prompt@{best_m:g}x"]
     metrics = {"heldout_fvu": round(ev["fvu"], 4), "dead_fraction": round(ev["dead_fraction"], 4), "l0": ev["l0"],
                "min_colour_iou": min(colour_iou.values()), "min_shape_iou": min(shape_iou.values()),
                "colour_iou": colour_iou, "shape_iou": shape_iou,
                "top50_top5_iou": baseline["top5_iou"], "top50_random_iou": baseline["random_iou"],
                "iou_ratio_vs_random": baseline["ratio"],
-               "steer_min_success_prompt": best["min_success"],
-               "steer_success_prompt": {c: v["success"] for c, v in best["per_colour"].items()},
-               "steer_min_success_image_only": sweep[f"image@{best_m:g}x"]["min_success"],
-               "steer_min_success_all_positions": sweep[f"all@{best_m:g}x"]["min_success"],
+               "steer_best": best_key, "steer_min_success_best": best["min_success"],
+               "steer_success_best": {c: v["success"] for c, v in best["per_colour"].items()},
+               "steer_min_success_by_config": {k: v["min_success"] for k, v in sweep.items()},
                "alt_site_min_success": {k: v["min_success"] for k, v in alt_sweep.items()},
-               "sae_train_s": round(t_sae, 1), "index_build_s": round(t_index, 1)}
+               "residual_norms": norms, "sae_train_s": round(t_sae, 1), "index_build_s": round(t_index, 1)}
     return {"steps": steps, "metrics": metrics, "hookpoint": SAE_HOOKPOINT, "n_latents": SAE_LATENTS, "k": SAE_K}
