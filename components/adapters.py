@@ -465,6 +465,9 @@ def build(ctx) -> None:
     conv_json = gr.JSON(label="conversion check", open=False, elem_id="pissa-convert-json")
 
     model.change(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_name="layers"))
+    stale = [spec_plot, hist_plot, stats, analysis_files, error_df, bars_plot, heat_plot, error_md,
+             error_files, race_plot, race_status, race_summary, race_files, conv_md, conv_json]
+    model.change(lambda: [None] * len(stale), outputs=stale, api_visibility="private")  # no stale results
     list_layers.click(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_visibility="private"))
     analyse_btn.click(analyse, inputs=[model, layer, rank, init],
                       outputs=[spec_plot, hist_plot, stats, analysis_files], **model_event(api_name="analyse"))

@@ -28,6 +28,7 @@ def test_adapters_tab_controls(page, server_url):
     # 1. layer picker, rank, init → spectrum + histograms + stats + exports
     page.locator("#pissa-layer input").first.click()
     page.get_by_role("option", name="fc2", exact=True).click()
+    page.locator("#pissa-list-layers").click()
     _set_number(page, "pissa-rank", 8)
     page.locator("#pissa-init").get_by_text("fast SVD (pissa_niter_4)").click()
     page.locator("#pissa-analyse").click()
@@ -80,4 +81,21 @@ def test_adapters_tab_controls(page, server_url):
 
     page.locator("#pissa-analyse").scroll_into_view_if_needed()
     shot(page, "adapters")
+
+    # 5. the zoo LM: the layer list follows the model; analyse and a short race on its new task
+    page.locator("#pissa-model input").first.click()
+    page.get_by_role("option", name="math-llama (tiny Llama) [zoo]").click()
+    page.wait_for_function(
+        "() => document.querySelector('#pissa-layer input').value.endsWith('q_proj')", timeout=60_000)
+    page.locator("#pissa-analyse").click()
+    page.locator("#pissa-stats").get_by_text("q_proj").wait_for(timeout=90_000)
+    page.locator("#pissa-methods").get_by_text("full fine-tuning").click()  # untick
+    _set_number(page, "pissa-seeds", 1)
+    _set_number(page, "pissa-steps", 20)
+    page.locator("#pissa-lr input").fill("0")
+    page.locator("#pissa-start").click(no_wait_after=True)
+    page.locator("#pissa-race-status").get_by_text("40/40 steps").wait_for(timeout=120_000)
+    page.locator("#pissa-race-status").get_by_text("finished").wait_for(timeout=60_000)
+    assert "task difference" in page.locator("#pissa-race").inner_text()
+    shot(page, "adapters-lm")
     assert errors == []
