@@ -392,7 +392,8 @@ def build(ctx) -> None:
             with gr.Row():
                 steer_img = gr.Image(label="input", format="png", height=180, interactive=False)
                 steer_md = gr.Markdown(elem_id="features-steer-out")
-            steer_json = gr.JSON(label="steering result", open=False)
+            with gr.Accordion("steering result (JSON)", open=False):
+                steer_json = gr.JSON(label="steering result")
 
     page_outputs = [header, gal_overlay, gal_dim, hist, concepts, json_file, png_file, page_data, feat,
                     steer_feat, steer_val]

@@ -45,6 +45,11 @@ HUB_PRESET = P.register(P.Preset(TAB, "hub", HUB_MODEL, "transformers.LlavaNextF
 
 PAGE_CACHE = ByteLRUCache(32 * 2**20, name="features-pages")
 _RESULT_CACHE = ByteLRUCache(16 * 2**20, name="features-results")
+LABEL_MIN_IOU = 0.05  # below this the best concept explains nothing: shown as "no concept"
+
+
+def shown_label(lab: dict) -> str:
+    return lab.get("label", "") if float(lab.get("score", 0.0)) >= LABEL_MIN_IOU else ""
 
 
 @dataclass
@@ -136,7 +141,7 @@ def feature_table(org: Organism, query: str = "", sort: str = "density", limit: 
         lab = org.labels.get(str(f), {})
         if float(t["density"][f]) <= 0:
             continue
-        row = {"feature": f, "label": lab.get("label", ""), "family": lab.get("family", ""),
+        row = {"feature": f, "label": shown_label(lab), "family": lab.get("family", "") if shown_label(lab) else "",
                "iou": float(lab.get("score", 0.0)), "density": float(t["density"][f]),
                "max_act": float(t["max_act"][f])}
         if q and q not in row["label"].lower() and q not in row["family"].lower() and q != str(f):
@@ -172,7 +177,8 @@ def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
     lab = org.labels.get(str(f), {})
     page = {
         "feature": f,
-        "label": lab.get("label", ""), "family": lab.get("family", ""), "iou": float(lab.get("score", 0.0)),
+        "label": shown_label(lab), "family": lab.get("family", "") if shown_label(lab) else "",
+        "iou": float(lab.get("score", 0.0)),
         "concept_scores": lab.get("scores", {}),
         "density": float(t["density"][f]), "max_act": float(t["max_act"][f]), "mean_act": float(t["mean_act"][f]),
         "hist_counts": t["hist"][f].tolist(), "hist_edges": t["hist_edges"].tolist(),
