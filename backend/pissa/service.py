@@ -20,7 +20,7 @@ from ..core import store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
 from ..core.presets import ZOO_ROOT, Preset, load_preset, load_pretrained, presets
-from . import PRESETS, TAB
+from . import PRESETS, TAB  # noqa: F401  (importing the package registers the presets)
 from .adapters import adapt, linear_layers
 from .decompose import error_reduction_ratio, pissa_split, singular_spectrum
 from .race import DigitsTask, LMTask, RaceConfig, race

@@ -36,6 +36,19 @@ def test_task_is_new_text_in_the_organisms_vocabulary(task):
     assert "how many more" in text
 
 
+def test_answer_mask_points_at_the_answer_tokens():
+    from backend.pissa import service
+    from backend.pissa.lm_task import encode_task
+
+    tok = service.get_tokenizer("math-llama")
+    prompt = "ann has 47 cups and bob has 12 cups . how many more cups does ann have ?"
+    ids, mask = encode_task(tok, [(prompt, "35")], answer_only=True)
+    targets = ids[0, 1:][mask[0, :-1]]  # the tokens the masked positions must predict
+    assert tok.decode(targets).replace(" ", "") == "35" + tok.eos_token
+    ids_all, mask_all = encode_task(tok, [(prompt, "35")])
+    assert torch.equal(ids_all, ids) and int(mask_all.sum()) == ids.shape[1] - 1
+
+
 def test_pissa_init_is_exact_on_the_lm(lm, task):
     ids = task.seqs[:4]
     with torch.no_grad():
