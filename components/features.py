@@ -110,30 +110,31 @@ def _concept_plot(page: dict):
 
 
 def _page_png(page: dict, path: Path) -> Path:
-    import matplotlib
+    """The feature page as one PNG (PIL, fast): title, top images, activation overlays with a colour
+    bar, and the dimmed-outside-region view."""
+    from PIL import Image, ImageDraw
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(page["images"])
-    fig, axes = plt.subplots(3, max(n, 1), figsize=(2.2 * max(n, 1), 7.0), squeeze=False)
-    vmax = max(float(page["maps"].max()) if n else 1.0, 1e-9)
-    for j in range(max(n, 1)):
-        for i in range(3):
-            axes[i, j].axis("off")
-        if j >= n:
-            continue
-        axes[0, j].imshow(page["images"][j])
-        axes[0, j].set_title(f"#{page['top'][j]['image_id']} ({page['top'][j]['score']:.2f})", fontsize=8)
-        axes[1, j].imshow(page["images"][j])
-        im = axes[1, j].imshow(page["maps"][j], cmap="inferno", alpha=0.6, vmin=0, vmax=vmax)
-        axes[2, j].imshow(dimmed(page["images"][j], page["regions"][j]))
-    if n:
-        fig.colorbar(im, ax=axes[1, :].tolist(), fraction=0.02, label="activation")
-    fig.suptitle(f"feature {page['feature']}: {page['label'] or '—'} (IoU {page['iou']:.2f}) · "
-                 f"density {page['density']:.2%} · max {page['max_act']:.2f}", fontsize=10)
-    fig.savefig(path, dpi=90, format="png")
-    plt.close(fig)
+    n = max(len(page["images"]), 1)
+    t, pad, head = DISPLAY, 6, 40
+    W = n * (t + pad) + pad
+    H = head + 3 * (t + pad) + 40
+    canvas = Image.new("RGB", (W, H), "white")
+    draw = ImageDraw.Draw(canvas)
+    draw.text((pad, 6), f"feature {page['feature']}: {page['label'] or 'no concept'} (IoU {page['iou']:.2f})  "
+              f"density {page['density']:.2%}  max {page['max_act']:.2f}", fill="black")
+    draw.text((pad, 22), "rows: top images (score) / activation overlay / outside the region dimmed", fill="gray")
+    vmax = max(float(page["maps"].max()) if len(page["images"]) else 1.0, 1e-9)
+    for j, (im, m, r) in enumerate(zip(page["images"], page["maps"], page["regions"])):
+        x = pad + j * (t + pad)
+        for i, view in enumerate((im, overlay(im, m, vmax), dimmed(im, r))):
+            canvas.paste(Image.fromarray(_big(view, t)).resize((t, t), Image.NEAREST), (x, head + i * (t + pad)))
+        draw.text((x + 2, head + 2), f"#{page['top'][j]['image_id']} {page['top'][j]['score']:.2f}", fill="white")
+    y = head + 3 * (t + pad) + 6
+    bar = _cmap(np.linspace(0, 1, min(W - 2 * pad - 120, 400))[None, :].repeat(12, 0))
+    canvas.paste(Image.fromarray(bar), (pad + 20, y))
+    draw.text((pad, y), "0", fill="black")
+    draw.text((pad + 26 + bar.shape[1], y), f"{vmax:.2f} activation", fill="black")
+    canvas.save(path, format="PNG")
     return path
 
 
