@@ -60,21 +60,22 @@ footer {display:none !important;}
 
 # Presenter view (a class on <body> set by the header switch, components.links): hide what only an
 # expert needs (closed accordions, raw JSON, file exports, `wb-advanced`), make text and figures big,
-# one result per row. Then the deep-link row, the header switches and the guided tour.
+# one result per row (Gradio also prefixes every rule with its container, which outranks a plain
+# `body.x .y`: hence !important). Then the deep-link row, the header switches and the guided tour.
 CSS += """
 body.wb-presenter {font-size: 18px;}
 body.wb-presenter .wb-advanced, body.wb-presenter .wb-linkrow,
 body.wb-presenter .gr-accordion:not(:has(> .label-wrap.open)),
 body.wb-presenter .block:not(.gr-accordion):has(.json-holder),
 body.wb-presenter .block:not(.gr-accordion):has(.file-preview-holder) {display: none !important;}
-body.wb-presenter .wb-explain {font-size: 1.25rem; line-height: 1.5;}
-body.wb-presenter .wb-tour-caption {font-size: 1.45rem;}
-body.wb-presenter .gradio-container label span, body.wb-presenter .gradio-container button {font-size: 1.05rem;}
+body.wb-presenter .wb-explain {font-size: 1.25rem !important; line-height: 1.5 !important;}
+body.wb-presenter .wb-tour-caption {font-size: 1.45rem !important;}
+body.wb-presenter .gradio-container label span, body.wb-presenter .gradio-container button {font-size: 1.05rem !important;}
 body.wb-presenter .row:has(.js-plotly-plot), body.wb-presenter .row:has([data-testid="image"]) {
   flex-direction: column !important;}
 body.wb-presenter .row:has(.js-plotly-plot) > *, body.wb-presenter .row:has([data-testid="image"]) > * {
   width: 100% !important; max-width: 100% !important;}
-body.wb-presenter .js-plotly-plot {min-height: 60vh;}
+body.wb-presenter .js-plotly-plot {min-height: 60vh !important;}
 body.wb-presenter .wb-tour-figure img {max-height: 70vh !important;}
 .wb-header-row {align-items: center;}
 .wb-header-controls {justify-content: center;}
