@@ -62,3 +62,13 @@ def test_quantization_error_ratios_on_every_layer(toy):
     # on the square hidden layer (the LLM-like shape) one QPiSSA iteration already beats LoftQ
     w = toy.fc2.weight.detach()
     assert error_reduction_ratio(w, 8, "qpissa", 1) > error_reduction_ratio(w, 8, "loftq", 1)
+
+
+def test_recipe_smoke_build_is_loadable(tmp_path):
+    from backend.zoo import build
+
+    manifest = build("pissa-toy", out_root=tmp_path, steps=3)
+    assert manifest["steps"] == 3 and "model.safetensors" in manifest["files"]
+    model = load("pissa-toy", root=tmp_path)
+    assert isinstance(model, DigitsMLP)
+    assert (tmp_path / "pissa-toy" / "splits.json").exists()
