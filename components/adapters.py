@@ -194,7 +194,8 @@ def bars_figure(t: dict) -> go.Figure:
     rows = t["rows"]
     fig = go.Figure()
     for col in ERROR_COLUMNS[3:]:
-        fig.add_trace(go.Bar(x=list(range(len(rows))), y=[r[col] for r in rows], name=col.upper(),
+        fig.add_trace(go.Bar(x=list(range(len(rows))), y=[np.nan if r[col] is None else r[col] for r in rows],
+                             name=col.upper(),
                              marker_color=COLORS[col]))
     fig.update_xaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=[r["layer"] for r in rows])
     fig.update_layout(barmode="group", title=f"Error-reduction ratio at r = {t['rank']} (QLoRA = 0)",
@@ -210,10 +211,12 @@ def errors(key, rank, heat, progress=gr.Progress()):
     method, _, iters = str(heat).partition("-")
     t = _call(service.error_table, key, int(rank), heat_method=(method, int(iters or 1)),
               progress=lambda f, d: progress(f, desc=d))
-    table = [[r["layer"], "×".join(map(str, r["shape"]))] + [round(r[c], 4) for c in ERROR_COLUMNS[2:]]
-             for r in t["rows"]]
+    table = [[r["layer"], "×".join(map(str, r["shape"]))] +
+             [("n/a" if r[c] is None else round(r[c], 4)) for c in ERROR_COLUMNS[2:]] for r in t["rows"]]
     s = t["summary"]
-    md = (f"At r = {t['rank']}: QPiSSA-1 beats LoftQ-1 on **{s['qpissa1_beats_loftq1']}/{s['layers']}** "
+    skipped = (f" (n/a on {', '.join(s['skipped_layers'])}: rank above the layer's own)"
+               if s["skipped_layers"] else "")
+    md = (f"At r = {t['rank']}{skipped}: QPiSSA-1 beats LoftQ-1 on **{s['qpissa1_beats_loftq1']}/{s['layers']}** "
           f"layers, QPiSSA-5 on **{s['qpissa5_beats_loftq1']}/{s['layers']}**. Mean ratios: " +
           ", ".join(f"{k} {v:.3f}" for k, v in s["mean"].items()) +
           ". (Paper, LLaMA-2-7B: QPiSSA reduces the error by ~19 % more than QLoRA.)")
@@ -401,7 +404,7 @@ def build(ctx) -> None:
         with gr.Column(scale=2, min_width=200):
             layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer")
             list_layers = gr.Button("List the model's layers", size="sm", elem_id="pissa-list-layers")
-        rank = gr.Slider(1, 64, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2)
+        rank = gr.Slider(1, 128, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2)
         init = gr.Radio([("full SVD (pissa)", "pissa"), ("fast SVD (pissa_niter_4)", "pissa_niter_4")],
                         value="pissa", label="PiSSA init (peft)", elem_id="pissa-init", scale=2)
 

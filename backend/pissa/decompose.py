@@ -73,7 +73,7 @@ def pissa_split(weight, rank: int, init: str = "pissa", alpha: float | None = No
     if not (init == "pissa" or init.startswith("pissa_niter_")):
         raise ValueError(f"init must be 'pissa' or 'pissa_niter_N', got {init!r}")
     holder = nn.Module()
-    holder.layer = nn.Linear(w.shape[1], w.shape[0], bias=False)
+    holder.layer = nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device)
     holder.layer.weight.data.copy_(w)
     cfg = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank,
                      init_lora_weights=init, target_modules=["layer"])

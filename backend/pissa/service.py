@@ -18,6 +18,7 @@ import torch
 
 from ..core import store
 from ..core.cache import ByteLRUCache, make_key
+from ..core.device import pick_device
 from ..core.interventions import locked
 from ..core.presets import ZOO_ROOT, Preset, load_preset, load_pretrained, presets
 from . import PRESETS, TAB  # noqa: F401  (importing the package registers the presets)
@@ -89,7 +90,9 @@ def _weight(key: str, layer: str) -> torch.Tensor:
     if layer not in layers:
         raise ServiceError(f"no adaptable linear layer {layer!r} in {key}")
     with locked(model):
-        return layers[layer].weight.detach().float().clone()
+        w = layers[layer].weight.detach().float().clone()
+    # SVDs of a hub checkpoint's 4096-wide matrices belong on the accelerator when there is one
+    return w.to(pick_device())
 
 
 def _check_rank(rank, w: torch.Tensor) -> int:
@@ -113,17 +116,17 @@ def layer_analysis(key: str, layer: str, rank: int, init: str = "pissa") -> dict
 
     def compute():
         t0 = time.perf_counter()
-        sv = singular_spectrum(w)
+        sv = singular_spectrum(w).cpu()
         split = pissa_split(w, rank, init=init)
-        res_sv = singular_spectrum(split.residual)
+        res_sv = singular_spectrum(split.residual).cpu()
         rel = float((split.residual + split.principal() - w).norm() / w.norm())
         # the adapted layer's output at init vs the base layer's, on random inputs
-        x = torch.randn(64, w.shape[1], generator=torch.Generator().manual_seed(0))
+        x = torch.randn(64, w.shape[1], generator=torch.Generator().manual_seed(0)).to(w.device)
         base_out = x @ w.T
         adapted = x @ split.residual.T + split.scaling * (x @ split.lora_A.T) @ split.lora_B.T
         gap = float((adapted - base_out).abs().max() / base_out.abs().max().clamp_min(1e-12))
         g = torch.Generator().manual_seed(1)
-        flat_w, flat_r = w.reshape(-1), split.residual.reshape(-1)
+        flat_w, flat_r = w.reshape(-1).cpu(), split.residual.reshape(-1).cpu()
         if flat_w.numel() > MAX_HIST:
             idx = torch.randperm(flat_w.numel(), generator=g)[:MAX_HIST]
             flat_w, flat_r = flat_w[idx], flat_r[idx]
@@ -165,22 +168,25 @@ def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEAT
         if progress:
             progress(i / max(1, len(names)), f"layer {name}")
         w = _weight(key, name)
-        r = _check_rank(rank, w)
         row = {"layer": name, "shape": list(w.shape)}
+        fits = 1 <= int(rank) <= min(w.shape)  # a rank above the layer's own is "n/a" there
         for method, iters in ERROR_VARIANTS:
             row[f"{method}-{iters}" if method != "qlora" else "qlora"] = \
-                error_reduction_ratio(w, r, method, iters)
+                error_reduction_ratio(w, int(rank), method, iters) if fits else None
         rows.append(row)
         heat.append([error_reduction_ratio(w, k, *heat_method) if k <= min(w.shape) else None
                      for k in ranks])
     out = {"model": key, "rank": int(rank), "rows": rows, "heatmap": {
         "method": f"{heat_method[0]}-{heat_method[1]}", "layers": names, "ranks": list(ranks),
         "values": heat}}
+    valid = [r for r in rows if r["qlora"] is not None]
+    if not valid:
+        raise ServiceError(f"rank {rank} is larger than every selected layer allows")
     out["summary"] = {
-        "layers": len(rows),
-        "qpissa1_beats_loftq1": sum(r["qpissa-1"] > r["loftq-1"] for r in rows),
-        "qpissa5_beats_loftq1": sum(r["qpissa-5"] > r["loftq-1"] for r in rows),
-        "mean": {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k not in ("layer", "shape")},
+        "layers": len(valid), "skipped_layers": [r["layer"] for r in rows if r["qlora"] is None],
+        "qpissa1_beats_loftq1": sum(r["qpissa-1"] > r["loftq-1"] for r in valid),
+        "qpissa5_beats_loftq1": sum(r["qpissa-5"] > r["loftq-1"] for r in valid),
+        "mean": {k: float(np.mean([r[k] for r in valid])) for k in valid[0] if k not in ("layer", "shape")},
     }
     RESULTS.put(ck, out)
     return out
