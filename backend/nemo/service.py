@@ -108,6 +108,31 @@ def _load(preset: Preset) -> MemoModel:
     )
 
 
+def describe(source: str | None = None) -> dict:
+    """What the tab shows before any model is loaded: examples, θ_mem, and the value layers (from
+    the UNet's config, so building the page loads no weights)."""
+    preset = active(TAB, source)
+    info: dict = {}
+    unet_cfg: dict = {}
+    if preset.source == "zoo":
+        folder = Path(preset.location())
+        info = json.loads((folder / "memorization.json").read_text())
+        unet_cfg = json.loads((folder / "unet" / "config.json").read_text())
+    layers = []
+    if unet_cfg:
+        ch, lpb = unet_cfg["block_out_channels"], unet_cfg["layers_per_block"]
+        lpb = lpb if isinstance(lpb, list) else [lpb] * len(ch)
+        for b, kind in enumerate(unet_cfg["down_block_types"]):
+            if "CrossAttn" in kind:
+                layers += [(f"down{b}.attn{j}", ch[b]) for j in range(lpb[b])]
+        if "CrossAttn" in (unet_cfg.get("mid_block_type") or "UNetMidBlock2DCrossAttn"):
+            layers.append(("mid.attn0", ch[-1]))
+    return {"model_id": preset.model_id, "label": preset.label,
+            "memorized": [m["prompt"] for m in info.get("memorized", [])],
+            "ordinary": list(info.get("heldout", []))[:6] or GENERIC_PROMPTS[:6],
+            "theta_mem": info.get("theta_mem", preset.extra.get("theta_mem")), "layers": layers}
+
+
 def get(source: str | None = None) -> MemoModel:
     preset = active(TAB, source)
     return store.get_or_load(preset.model_id, lambda: _load(preset))
@@ -264,7 +289,7 @@ def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
 
 
 def results_table(progress: Callable[[float, str], None] | None = None, source: str | None = None,
-                  seeds: Sequence[int] = (0, 1, 2, 3)) -> dict:
+                  seeds: Sequence[int] = (0, 1, 2, 3), n_prompts: int | None = None) -> dict:
     """The paper's table for every memorized prompt of the organism: SSIM to the training image,
     diversity and alignment, with the found neurons on, off, and (baseline) as many random
     neurons off; plus the neurons-per-prompt counts for the histogram."""
@@ -273,8 +298,9 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
         raise ValueError("This model ships no memorized prompts with training images (zoo only).")
     report = progress or (lambda f, msg: None)
     rows, t_loc = [], []
-    n = len(m.memorized)
-    for i, item in enumerate(m.memorized):
+    items = m.memorized[:n_prompts] if n_prompts else m.memorized
+    n = len(items)
+    for i, item in enumerate(items):
         report(i / n, f"prompt {i + 1}/{n}: localising")
         t0 = time.perf_counter()
         loc = find(item["prompt"], source=source)

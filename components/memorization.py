@@ -1,0 +1,376 @@
+"""Memorization: NeMo on Stable Diffusion — is a prompt memorized, which value neurons hold it,
+and what the model draws with them switched off.
+
+UI only: every number comes from backend.nemo.service (cached per prompt and setting); neurons are
+switched off only inside `backend.nemo.deactivate`, under the UNet's lock, for one request.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import plotly.graph_objects as go
+
+from backend.nemo import service
+from components.common import fail, model_event
+
+TAB_ID = "memorization"
+TITLE = "Memorization"
+ORDER = 3
+SUMMARY = "NeMo: detect memorized prompts in Stable Diffusion, localize the neurons, switch them off."
+
+LAYER_COLOURS = ["#4f46e5", "#0891b2", "#16a34a", "#d97706", "#db2777", "#7c3aed", "#475569"]
+Z_OUTLIER = 3.0
+MAX_SEEDS = 8
+
+EXPLAIN = (
+    "<div class='wb-explain'><b>What you see.</b> A diffusion model that <i>memorized</i> a training "
+    "image pulls every starting noise towards that image: its first noise predictions agree across "
+    "seeds. The <b>memorization score</b> is the largest SSIM between the (normalised) noise "
+    "differences ε̂ − x<sub>t</sub> of different seeds at an early step; above <b>θ<sub>mem</sub></b> "
+    "(mean + 1 std over non-memorized prompts) the prompt counts as memorized. <b>Neurons</b> are the "
+    "output channels of the cross-attention value layers <code>attn2.to_v</code> in the UNet's down "
+    "and mid blocks; their <b>z-scores</b> compare this prompt's mean |activation| with non-memorized "
+    "prompts. <b>Find neurons</b> runs NeMo: an initial set (z &gt; θ plus the top-k activations, θ "
+    "falling and k growing until switching them off breaks the agreement) refined greedily to the "
+    "few that are needed. Ticked neurons are switched off (×0 at every step, both guidance halves) in "
+    "the right-hand generations; the training image and each generation's SSIM to it are shown."
+    "</div>")
+
+
+def _seeds(n) -> list[int]:
+    try:
+        n = float(n)
+    except (TypeError, ValueError):
+        fail("The number of seeds must be a number.")
+    if not math.isfinite(n) or not (1 <= n <= MAX_SEEDS):
+        fail(f"Choose between 1 and {MAX_SEEDS} seeds.")
+    return list(range(int(n)))
+
+
+def _checked_strings(items) -> list[str]:
+    if items is None:
+        return []
+    if isinstance(items, str):
+        return [items]
+    if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) for x in items):
+        fail("Neurons must be a list of labels like 'down1.attn0:17'.")
+    return list(items)
+
+
+# ------------------------------------------------------------------------------------ rendering
+def score_html(r: dict) -> str:
+    s, th = r["score"], r["theta_mem"]
+    verdict = ("memorized" if r["memorized"] else "not memorized")
+    colour = "#e11d48" if r["memorized"] else "#16a34a"
+    pct = max(0.0, min(1.0, s)) * 100
+    tpct = max(0.0, min(1.0, th)) * 100
+    train = (" · <span class='wb-muted'>this caption is in the training set with its own image</span>"
+             if r.get("is_training_prompt") else "")
+    return (f"<div class='wb-card' style='min-height:0' id='memo-score-card'>"
+            f"<div><b>Memorization score</b> {s:.3f} vs θ<sub>mem</sub> {th:.3f} → "
+            f"<b style='color:{colour}'>{verdict}</b>{train}</div>"
+            f"<div style='position:relative;height:14px;background:var(--background-fill-secondary);"
+            f"border-radius:7px;margin-top:8px'>"
+            f"<div style='width:{pct:.1f}%;height:14px;background:{colour};border-radius:7px'></div>"
+            f"<div title='θ_mem' style='position:absolute;left:{tpct:.1f}%;top:-3px;width:2px;height:20px;"
+            f"background:#0f172a'></div></div>"
+            f"<div class='wb-muted'>0 … 1 (SSIM); the black tick is θ<sub>mem</sub>. Largest neuron "
+            f"z-score: {r['max_z']:.1f}</div></div>")
+
+
+def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
+    fig = go.Figure()
+    offset = 0
+    found = set(found or [])
+    tickvals, ticktext = [], []
+    fx, fy, ftxt = [], [], []
+    for i, layer in enumerate(r["layers"]):
+        z = r["z"][layer]
+        xs = list(range(offset, offset + len(z)))
+        fig.add_trace(go.Bar(x=xs, y=z, name=layer, marker_color=LAYER_COLOURS[i % len(LAYER_COLOURS)],
+                             hovertext=[f"{layer}:{c} z={v:.2f}" for c, v in enumerate(z)], hoverinfo="text"))
+        out = [(x, v, c) for c, (x, v) in enumerate(zip(xs, z)) if v > Z_OUTLIER]
+        if out:
+            fig.add_trace(go.Scatter(x=[o[0] for o in out], y=[o[1] for o in out], mode="markers",
+                                     marker=dict(symbol="triangle-up", size=9, color="#0f172a"),
+                                     name=f"outlier (z > {Z_OUTLIER:g})", legendgroup="outlier",
+                                     showlegend=not any(t.name.startswith("outlier") for t in fig.data),
+                                     hovertext=[f"{layer}:{o[2]}" for o in out], hoverinfo="text"))
+        for c, (x, v) in enumerate(zip(xs, z)):
+            if f"{layer}:{c}" in found:
+                fx.append(x)
+                fy.append(v)
+                ftxt.append(f"{layer}:{c}")
+        tickvals.append(offset + len(z) / 2)
+        ticktext.append(layer)
+        offset += len(z)
+    if fx:
+        fig.add_trace(go.Scatter(x=fx, y=fy, mode="markers+text", text=ftxt, textposition="top center",
+                                 marker=dict(symbol="diamond", size=12, color="#e11d48",
+                                             line=dict(width=1, color="#0f172a")),
+                                 name="found by NeMo"))
+    fig.add_hline(y=Z_OUTLIER, line_dash="dot", line_color="#94a3b8")
+    fig.update_layout(height=320, margin=dict(l=40, r=10, t=30, b=40), bargap=0,
+                      title=dict(text="z = |a − μ| / σ per value neuron", font=dict(size=13)),
+                      xaxis=dict(tickvals=tickvals, ticktext=ticktext, title="layer (neurons in order)"),
+                      yaxis=dict(title="z-score"), legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def _big(img: np.ndarray, scale: int = 4) -> np.ndarray:
+    a = (np.clip(img, 0, 1) * 255).round().astype(np.uint8)
+    return np.kron(a, np.ones((scale, scale, 1), np.uint8))
+
+
+def gallery_items(c: dict) -> list[tuple[np.ndarray, str]]:
+    items = []
+    if c["train_image"] is not None:
+        items.append((_big(c["train_image"]), "training image"))
+    for tag, label in (("on", "neurons on"), ("off", "neurons off")):
+        for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
+            cap = f"seed {seed} · {label}"
+            if c[f"ssim_{tag}"] is not None:
+                cap += f" · SSIM {c[f'ssim_{tag}'][i]:.2f}"
+            items.append((_big(im), cap))
+    return items
+
+
+def _fmt(x, nd=3):
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def compare_html(c: dict) -> str:
+    rows = []
+    for tag, label in (("on", "all neurons on"), ("off", f"{c['n_neurons']} neuron(s) off")):
+        ss = c[f"ssim_{tag}"]
+        rows.append(f"<tr><td>{label}</td><td>{_fmt(float(np.median(ss)) if ss else None)}</td>"
+                    f"<td>{_fmt(c[f'diversity_{tag}'])}</td><td>{_fmt(c[f'alignment_{tag}'], 2)}</td>"
+                    f"<td>{_fmt(c[f'score_{tag}'])}</td></tr>")
+    neurons = html.escape(", ".join(c["neurons"]) or "none")
+    return ("<div class='wb-card' style='min-height:0' id='memo-compare-card'>"
+            "<table style='width:100%;font-size:0.9rem'><tr><th></th><th>median SSIM to training image</th>"
+            "<th>diversity (1 − mean pairwise SSIM)</th><th>prompt alignment (colour proxy)</th>"
+            f"<th>memorization score (θ<sub>mem</sub> {c['theta_mem']:.3f})</th></tr>{''.join(rows)}</table>"
+            f"<div class='wb-muted'>Switched off: {neurons}</div></div>")
+
+
+def hist_plot(rows: list[dict]) -> go.Figure:
+    counts = [r["n_neurons"] for r in rows]
+    top = max(counts + [1])
+    fig = go.Figure(go.Histogram(x=counts, xbins=dict(start=-0.5, end=top + 0.5, size=1),
+                                 marker_color="#4f46e5", name="memorized prompts"))
+    fig.update_layout(height=260, margin=dict(l=40, r=10, t=30, b=40),
+                      title=dict(text="Neurons per memorized prompt", font=dict(size=13)),
+                      xaxis=dict(title="number of neurons found", dtick=1), yaxis=dict(title="prompts"),
+                      showlegend=False)
+    return fig
+
+
+TABLE_HEADERS = ["prompt", "neurons", "SSIM on", "SSIM off", "SSIM random off", "diversity on",
+                 "diversity off", "alignment on", "alignment off", "score on", "score off",
+                 "score random off"]
+
+
+def table_rows(rows: list[dict]) -> list[list]:
+    return [[r["prompt"], r["n_neurons"], round(r["ssim_on"], 3), round(r["ssim_off"], 3),
+             round(r["ssim_random_off"], 3), round(r["diversity_on"], 3), round(r["diversity_off"], 3),
+             None if r["alignment_on"] is None else round(r["alignment_on"], 2),
+             None if r["alignment_off"] is None else round(r["alignment_off"], 2),
+             round(r["score_on"], 3), round(r["score_off"], 3), round(r["score_random_off"], 3)]
+            for r in rows]
+
+
+def summary_html(s: dict) -> str:
+    return ("<div class='wb-card' style='min-height:0' id='memo-summary-card'>"
+            f"<b>{s['n_prompts']} memorized prompts.</b> Median neurons per prompt "
+            f"<b>{s['median_neurons']:g}</b>; with them off, <b>{100 * s['share_below_theta_off']:.0f} %</b> "
+            f"fall below θ<sub>mem</sub> (random neurons of the same count: "
+            f"{100 * s['share_below_theta_random']:.0f} %); median SSIM to the training image "
+            f"{s['median_ssim_on']:.2f} → <b>{s['median_ssim_off']:.2f}</b> (random: "
+            f"{s['median_ssim_random_off']:.2f}). Median localisation time {s['median_localisation_s']:.1f} s."
+            "</div>")
+
+
+def export_png(path: Path, c: dict | None, check: dict | None, table: dict | None) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_img = 0 if c is None else len(c["seeds"])
+    cols = max(n_img + 1, 3)
+    fig, axes = plt.subplots(3, cols, figsize=(2.2 * cols, 7.2), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    if c is not None:
+        if c["train_image"] is not None:
+            axes[0, 0].imshow(c["train_image"])
+            axes[0, 0].set_title("training image", fontsize=8)
+        for j, tag in enumerate(("on", "off")):
+            for i, im in enumerate(c[f"images_{tag}"]):
+                ax = axes[j, i + 1]
+                ax.imshow(im)
+                t = f"seed {c['seeds'][i]} {tag}"
+                if c[f"ssim_{tag}"] is not None:
+                    t += f"\nSSIM {c[f'ssim_{tag}'][i]:.2f}"
+                ax.set_title(t, fontsize=8)
+    ax = fig.add_subplot(3, 1, 3)
+    if check is not None:
+        off = 0
+        for i, layer in enumerate(check["layers"]):
+            z = check["z"][layer]
+            ax.bar(range(off, off + len(z)), z, width=1.0, color=LAYER_COLOURS[i % len(LAYER_COLOURS)], label=layer)
+            off += len(z)
+        ax.axhline(Z_OUTLIER, ls=":", c="#94a3b8")
+        ax.set(ylabel="z-score", title=f"score {check['score']:.3f} vs θ_mem {check['theta_mem']:.3f}")
+        ax.legend(fontsize=7, ncol=4)
+    elif table is not None:
+        ax.hist([r["n_neurons"] for r in table["rows"]], bins=np.arange(-0.5, 12.5, 1), color="#4f46e5")
+        ax.set(xlabel="neurons per memorized prompt", ylabel="prompts")
+    fig.suptitle(f"NeMo · {c['prompt'] if c else ''}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------ handlers
+def make_handlers(source: str):
+    def check(prompt):
+        r = service.check(prompt, source=source)
+        return score_html(r), z_plot(r)
+
+    def find(prompt, progress=gr.Progress()):
+        progress(0.02, desc="statistics of non-memorized prompts")
+        loc = service.find(prompt, progress=lambda f, msg: progress(f, desc=msg), source=source)
+        r = service.check(prompt, source=source)
+        labels = loc["labels"]
+        if loc["found"]:
+            msg = (f"<b>{len(labels)} neuron(s)</b> found in {loc['seconds']:.1f} s "
+                   f"({loc['evaluations']} noise evaluations; initial set {loc['n_initial']} at θ = "
+                   f"{loc['theta']:g}, k = {loc['k']}): {html.escape(', '.join(labels))}. "
+                   "Ticked = switched off below.")
+        else:
+            msg = "No neuron set breaks the agreement of the noise differences for this prompt."
+        if not r["memorized"]:
+            msg += (" <span class='wb-muted'>(This prompt scores below θ<sub>mem</sub>: it is not "
+                    "memorized, so what NeMo finds here is only whatever changes its noise most.)</span>")
+        return (f"<div class='wb-card' style='min-height:0' id='memo-found-card'>{msg}</div>",
+                gr.update(choices=labels, value=labels), z_plot(r, labels))
+
+    def generate(prompt, selected, free, n_seeds):
+        m = service.get(source)
+        seeds = _seeds(n_seeds)
+        items = _checked_strings(selected) + [free or ""]
+        spec = service.parse_neurons(m, [s for it in items for s in it.replace(";", ",").split(",")])
+        c = service.compare(prompt, spec, seeds, source=source)
+        return gallery_items(c), compare_html(c)
+
+    def table(n_prompts, progress=gr.Progress()):
+        try:
+            n = float(n_prompts)
+        except (TypeError, ValueError):
+            fail("The number of prompts must be a number.")
+        if not math.isfinite(n) or n < 1:
+            fail("Choose at least one prompt.")
+        t = service.results_table(progress=lambda f, msg: progress(f, desc=msg), source=source,
+                                  n_prompts=int(n))
+        return table_rows(t["rows"]), hist_plot(t["rows"]), summary_html(t["summary"])
+
+    def export(prompt, selected, free, n_seeds, progress=gr.Progress()):
+        m = service.get(source)
+        seeds = _seeds(n_seeds)
+        items = _checked_strings(selected) + [free or ""]
+        spec = service.parse_neurons(m, [s for it in items for s in it.replace(";", ",").split(",")])
+        progress(0.1, desc="score and z-scores")
+        r = service.check(prompt, source=source)
+        progress(0.3, desc="localising")
+        loc = service.find(prompt, source=source)
+        progress(0.6, desc="generating")
+        c = service.compare(prompt, spec, seeds, source=source)
+        state = {
+            "model": m.model_id, "prompt": r["prompt"], "theta_mem": m.theta_mem,
+            "settings": {"guidance_scale": m.guidance_scale, "num_seeds": m.num_seeds,
+                         "num_inference_steps": m.num_inference_steps},
+            "score": r["score"], "memorized": r["memorized"], "z": r["z"],
+            "localization": loc,
+            "switched_off": c["neurons"],
+            "comparison": {k: c[k] for k in ("seeds", "ssim_on", "ssim_off", "diversity_on",
+                                               "diversity_off", "alignment_on", "alignment_off",
+                                               "score_on", "score_off")},
+        }
+        out = Path(tempfile.mkdtemp(prefix="nemo-"))
+        jpath = out / "nemo.json"
+        jpath.write_text(json.dumps(state, indent=1))
+        ppath = out / "nemo.png"
+        export_png(ppath, c, r, None)
+        return [str(jpath), str(ppath)]
+
+    return check, find, generate, table, export
+
+
+def build(ctx) -> None:
+    check, find, generate, table, export = make_handlers(ctx.source)
+    try:
+        d = service.describe(ctx.source)
+        mem_examples = d["memorized"][:4]
+        ord_examples = d["ordinary"][:3]
+        default = mem_examples[0] if mem_examples else ord_examples[0]
+        layer_note = (", ".join(f"{n} ({s})" for n, s in d["layers"]) if d["layers"]
+                      else "discovered when the model loads")
+    except Exception as e:  # a missing organism must not take the whole app down
+        gr.Markdown(f"The memorization model could not be loaded: {html.escape(str(e))}")
+        return
+    gr.HTML(EXPLAIN)
+    with gr.Row():
+        with gr.Column(scale=1, min_width=300):
+            prompt = gr.Textbox(label="Prompt", value=default, lines=2, elem_id="memo-prompt")
+            gr.Examples([[p] for p in mem_examples], inputs=[prompt], label="Memorized training captions",
+                        elem_id="memo-ex-mem")
+            gr.Examples([[p] for p in ord_examples], inputs=[prompt], label="Ordinary captions (held out)",
+                        elem_id="memo-ex-ord")
+            check_btn = gr.Button("Check memorization", variant="primary", elem_id="memo-check")
+            find_btn = gr.Button("Find neurons (NeMo)", elem_id="memo-find")
+            gr.Markdown(f"<span class='wb-muted'>{html.escape(d['label'])} · value layers (neurons): "
+                        f"{html.escape(layer_note)}.</span>")
+        with gr.Column(scale=2):
+            score = gr.HTML(elem_id="memo-score")
+            zplot = gr.Plot(label="Per-layer z-scores", elem_id="memo-z")
+    with gr.Row():
+        with gr.Column(scale=1, min_width=300):
+            found = gr.HTML(elem_id="memo-found")
+            neurons = gr.CheckboxGroup(choices=[], value=[], label="Found neurons (ticked = switched off)",
+                                       elem_id="memo-neurons")
+            free = gr.Textbox(label="Also switch off (layer:channel, comma-separated)",
+                              placeholder="e.g. mid.attn0:5, down1.attn0:17", elem_id="memo-free")
+            n_seeds = gr.Slider(1, MAX_SEEDS, value=4, step=1, label="Seeds", elem_id="memo-seeds")
+            gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate")
+        with gr.Column(scale=2):
+            gallery = gr.Gallery(label="Training image, then each seed with the neurons on and off",
+                                 columns=5, height=360, format="png", elem_id="memo-gallery")
+            cmp_out = gr.HTML(elem_id="memo-compare")
+    with gr.Row():
+        with gr.Column(scale=3):
+            with gr.Row():
+                n_table = gr.Slider(1, max(1, len(d["memorized"])), value=max(1, len(d["memorized"])), step=1,
+                                    label="Memorized prompts in the table", elem_id="memo-table-n")
+                table_btn = gr.Button("Results for the memorized prompts (paper's table)",
+                                      elem_id="memo-table-btn")
+            summary = gr.HTML(elem_id="memo-summary")
+            tbl = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, wrap=True, elem_id="memo-table",
+                               label="Similarity to the training image, diversity, alignment and score")
+        with gr.Column(scale=1, min_width=260):
+            hist = gr.Plot(label="Neurons per prompt", elem_id="memo-hist")
+            export_btn = gr.Button("Export (JSON + PNG)", elem_id="memo-export")
+            files = gr.File(label="Exports", file_count="multiple", elem_id="memo-files")
+
+    check_btn.click(check, [prompt], [score, zplot], **model_event(api_name="memo_check"))
+    find_btn.click(find, [prompt], [found, neurons, zplot], **model_event(api_name="memo_find"))
+    gen_btn.click(generate, [prompt, neurons, free, n_seeds], [gallery, cmp_out],
+                  **model_event(api_name="memo_generate"))
+    table_btn.click(table, [n_table], [tbl, hist, summary], **model_event(api_name="memo_table"))
+    export_btn.click(export, [prompt, neurons, free, n_seeds], files, **model_event(api_name="memo_export"))
