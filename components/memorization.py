@@ -111,8 +111,8 @@ def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
         ticktext.append(layer)
         offset += len(z)
     if fx:
-        fig.add_trace(go.Scatter(x=fx, y=fy, mode="markers+text", text=ftxt, textposition="top center",
-                                 marker=dict(symbol="diamond", size=12, color="#e11d48",
+        fig.add_trace(go.Scatter(x=fx, y=fy, mode="markers", hovertext=ftxt, hoverinfo="text",
+                                 marker=dict(symbol="diamond", size=9, color="#e11d48",
                                              line=dict(width=1, color="#0f172a")),
                                  name="found by NeMo"))
     fig.add_hline(y=Z_OUTLIER, line_dash="dot", line_color="#94a3b8")
@@ -132,11 +132,11 @@ def gallery_items(c: dict) -> list[tuple[np.ndarray, str]]:
     items = []
     if c["train_image"] is not None:
         items.append((_big(c["train_image"]), "training image"))
-    for tag, label in (("on", "neurons on"), ("off", "neurons off")):
+    for tag in ("on", "off"):
         for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
-            cap = f"seed {seed} · {label}"
+            cap = f"s{seed} {tag}"
             if c[f"ssim_{tag}"] is not None:
-                cap += f" · SSIM {c[f'ssim_{tag}'][i]:.2f}"
+                cap += f" SSIM {c[f'ssim_{tag}'][i]:.2f}"
             items.append((_big(im), cap))
     return items
 
@@ -350,7 +350,8 @@ def build(ctx) -> None:
             n_seeds = gr.Slider(1, MAX_SEEDS, value=4, step=1, label="Seeds", elem_id="memo-seeds")
             gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate")
         with gr.Column(scale=2):
-            gallery = gr.Gallery(label="Training image, then each seed with the neurons on and off",
+            gallery = gr.Gallery(label="Training image, then each seed (s0, s1, …) with the neurons on, then off; "
+                                       "SSIM to the training image",
                                  columns=5, height=360, format="png", elem_id="memo-gallery")
             cmp_out = gr.HTML(elem_id="memo-compare")
     with gr.Row():
