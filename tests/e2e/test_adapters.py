@@ -19,7 +19,7 @@ def _set_number(page, elem_id: str, value) -> None:
     box.press("Enter")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_adapters_tab_controls(page, server_url):
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -67,7 +67,7 @@ def test_adapters_tab_controls(page, server_url):
     page.locator("#pissa-race-status").get_by_text("/7500 steps in").wait_for(timeout=90_000)
     page.locator("#pissa-stop").dispatch_event("click")  # no actionability wait while plots redraw
     try:
-        page.locator("#pissa-race-status").get_by_text("stopped").wait_for(timeout=60_000)
+        page.locator("#pissa-race-status").get_by_text("stopped").wait_for(timeout=150_000)
     finally:
         shot(page, "adapters-stopped")
     status = page.locator("#pissa-race-status").inner_text()
