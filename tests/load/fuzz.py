@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.load.harness import make_client
+
 TEXTS = ["", " ", "a" * 100_000, "word " * 5000, "\x00\x01\x02\x1b[31m\x7f", "🔬🧠💥" * 50, "\udcff\udcfe",
          "null", "None", "-1", "<script>alert(1)</script>", "../../etc/passwd", "a\nb\r\nc\t", "😀",
          "٩(◕‿◕｡)۶ ñ ü 中文 العربية", "' OR 1=1 --", "%s%s%n", "\u202e\u200b\ufeff"]
@@ -123,10 +125,8 @@ def status(client) -> dict:
 
 def fuzz(url: str, *, per_endpoint: int, seed: int = 0, skip: tuple[str, ...] = ("/status",),
          max_seconds_per_endpoint: float = 120.0) -> FuzzReport:
-    from gradio_client import Client
-
     rng = random.Random(seed)
-    client = Client(url, verbose=False)
+    client = make_client(url)
     report = FuzzReport()
     tmp = Path(tempfile.mkdtemp(prefix="wb-fuzz-"))
     before = status(client)["internal_errors"]

@@ -15,6 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def make_client(url: str):
+    """A gradio_client with a long read timeout: under load a request may wait in the queue behind
+    many others, which is not an error."""
+    from gradio_client import Client
+
+    return Client(url, verbose=False, httpx_kwargs={"timeout": 600})
+
+
 @dataclass(frozen=True)
 class Call:
     api_name: str
@@ -59,18 +67,14 @@ class LoadReport:
 
 
 def solo_answers(url: str, calls: list[Call]) -> list[str]:
-    from gradio_client import Client
-
-    client = Client(url, verbose=False)
-    return [fingerprint(client.predict(*c.args, api_name=c.api_name)) for c in calls]
+    cl = make_client(url)
+    return [fingerprint(cl.predict(*c.args, api_name=c.api_name)) for c in calls]
 
 
 def run_parallel(url: str, calls: list[Call], *, clients: int = 16, seconds: float = 30.0,
                  max_requests: int = 2000, seed: int = 0) -> LoadReport:
     """`clients` threads, each with its own gradio_client, call random scenarios until time or
     count runs out; each answer is compared with the solo answer of the same call."""
-    from gradio_client import Client
-
     expected = solo_answers(url, calls)
     report = LoadReport()
     lock = threading.Lock()
@@ -79,7 +83,7 @@ def run_parallel(url: str, calls: list[Call], *, clients: int = 16, seconds: flo
 
     def worker(i: int) -> None:
         rng = random.Random(seed + i)
-        client = Client(url, verbose=False)
+        cl = make_client(url)
         while time.perf_counter() < deadline:
             with lock:
                 if report.requests >= max_requests:
@@ -88,7 +92,7 @@ def run_parallel(url: str, calls: list[Call], *, clients: int = 16, seconds: flo
             k = rng.randrange(len(calls))
             call = calls[k]
             try:
-                got = fingerprint(client.predict(*call.args, api_name=call.api_name))
+                got = fingerprint(cl.predict(*call.args, api_name=call.api_name))
             except Exception as e:  # a server error is a failure too
                 with lock:
                     report.errors.append(f"{call.label or call.api_name}: {type(e).__name__}: {e}")

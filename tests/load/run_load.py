@@ -16,15 +16,13 @@ def main() -> None:
     ap.add_argument("--max-requests", type=int, default=5000)
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gradio_client import Client
-
     from tests.helpers.server import serve
     from tests.load.fuzz import endpoint_params, status
-    from tests.load.harness import run_parallel
+    from tests.load.harness import make_client, run_parallel
     from tests.load.scenarios import SCENARIOS, available
 
     with serve(env={"WORKBENCH_CHECK_WEIGHTS": "1"}) as (url, _):
-        client = Client(url, verbose=False)
+        client = make_client(url)
         calls = available(SCENARIOS, set(endpoint_params(client)))
         print(f"{len(calls)} scenarios: {', '.join(c.label for c in calls)}")
         rep = run_parallel(url, calls, clients=args.clients, seconds=args.seconds,

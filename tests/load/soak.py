@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.load.harness import make_client
+
 
 @dataclass
 class SoakReport:
@@ -37,13 +39,11 @@ class SoakReport:
 
 def soak(url: str, pid: int, calls, *, requests: int, warmup: int, seed: int = 0) -> SoakReport:
     import psutil
-    from gradio_client import Client
-
     from tests.load.fuzz import status
 
     rng = random.Random(seed)
     proc = psutil.Process(pid)
-    client = Client(url, verbose=False)
+    client = make_client(url)
     rep = SoakReport()
     for i in range(requests):
         call = calls[i % len(calls)] if i < len(calls) else rng.choice(calls)
@@ -70,14 +70,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=100)
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gradio_client import Client
-
     from tests.helpers.server import serve
     from tests.load.fuzz import endpoint_params
     from tests.load.scenarios import SOAK, available
 
     with serve() as (url, proc):
-        calls = available(SOAK, set(endpoint_params(Client(url, verbose=False))))
+        calls = available(SOAK, set(endpoint_params(make_client(url))))
         rep = soak(url, proc.pid, calls, requests=args.requests, warmup=args.warmup)
     print(rep.summary())
     ok = rep.growth <= 0.10 and not rep.caches_over_budget and not rep.errors

@@ -3,16 +3,15 @@ import pytest
 
 from tests.conftest import ARTIFACTS
 from tests.helpers.server import serve
-from tests.load.fuzz import draw, endpoint_params, fuzz, Param, _image_bytes, IMAGE_KINDS
+from tests.load.fuzz import IMAGE_KINDS, Param, _image_bytes, draw, endpoint_params, fuzz
+from tests.load.harness import make_client
 
 
 @pytest.mark.timeout(1500)
 def test_fuzz_every_endpoint_no_crash():
     ARTIFACTS.mkdir(exist_ok=True)
     with serve(env={"WORKBENCH_CHECK_WEIGHTS": "1"}, log_path=ARTIFACTS / "fuzz-server.log") as (url, _):
-        from gradio_client import Client
-
-        endpoints = endpoint_params(Client(url, verbose=False))
+        endpoints = endpoint_params(make_client(url))
         report = fuzz(url, per_endpoint=5, seed=1, max_seconds_per_endpoint=40)
     print(report.summary())
     assert report.crashes == []

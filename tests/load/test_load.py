@@ -5,7 +5,7 @@ import pytest
 from tests.conftest import ARTIFACTS
 from tests.helpers.server import serve
 from tests.load.fuzz import endpoint_params, status
-from tests.load.harness import run_parallel
+from tests.load.harness import make_client, run_parallel
 from tests.load.scenarios import SCENARIOS, available
 
 
@@ -13,9 +13,7 @@ from tests.load.scenarios import SCENARIOS, available
 def test_sixteen_clients_see_only_their_own_interventions():
     ARTIFACTS.mkdir(exist_ok=True)
     with serve(env={"WORKBENCH_CHECK_WEIGHTS": "1"}, log_path=ARTIFACTS / "load-server.log") as (url, _):
-        from gradio_client import Client
-
-        client = Client(url, verbose=False)
+        client = make_client(url)
         calls = available(SCENARIOS, set(endpoint_params(client)))
         if len(calls) < 2:
             pytest.skip("fewer than two intervention endpoints are served")

@@ -5,6 +5,7 @@ from tests.conftest import ARTIFACTS
 from tests.helpers.server import serve
 from tests.load.fuzz import endpoint_params
 from tests.load.scenarios import SOAK, available
+from tests.load.harness import make_client
 from tests.load.soak import soak
 
 
@@ -12,9 +13,7 @@ from tests.load.soak import soak
 def test_soak_memory_flat_and_caches_bounded():
     ARTIFACTS.mkdir(exist_ok=True)
     with serve(log_path=ARTIFACTS / "soak-server.log") as (url, proc):
-        from gradio_client import Client
-
-        calls = available(SOAK, set(endpoint_params(Client(url, verbose=False))))
+        calls = available(SOAK, set(endpoint_params(make_client(url))))
         rep = soak(url, proc.pid, calls, requests=150, warmup=60)
     print(rep.summary())
     assert rep.errors == []
