@@ -8,10 +8,7 @@ at `model.layers.24`, loaded through the same `load_pretrained` / `load_sae` cod
 from __future__ import annotations
 
 import json
-import os
-import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 

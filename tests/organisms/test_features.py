@@ -98,10 +98,10 @@ def test_top_images_beat_random_images_3x(org, explanations):
 
 
 # Measured by the recipe (summary.json, 25 held-out scenes per colour, best placement = image positions
-# after LM layer 0, 1.5x max activation, other colours' features zeroed): red 0.32, green 0.84,
-# blue 0.68, yellow 0.68. The issue's target is 0.8 for every colour; not reached on this organism.
+# after LM layer 0, 1.5x max activation, other colours' features zeroed): red 0.92, green 0.84,
+# blue 0.68, yellow 0.68. The issue's target is 0.8 for every colour; blue and yellow miss it.
 STEER_XFAIL = {c: "steering target (>= 0.8) not reached on this organism; see summary.json" for c in
-               ("red", "blue", "yellow")}
+               ("blue", "yellow")}
 
 
 @pytest.mark.parametrize("colour", list(S.COLOURS))

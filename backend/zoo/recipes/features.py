@@ -128,6 +128,19 @@ def fit_site(model, tok, hookpoint, *, seed, steps, log=print):
     return sae, evaluate(sae, va), hist
 
 
+def steering_features(expl, index, min_iou: float = 0.5) -> dict[str, int]:
+    """Per colour, the feature to clamp: among the features labelled with that colour at IoU ≥ 0.5, the
+    one with the highest mean non-zero activation (the colour's strongest carrier; a colour is often
+    split over several features by texture or shape); the best-IoU feature if none qualifies."""
+    mean = index.tensors["mean_act"]
+    out = {}
+    for c in S.COLOURS:
+        cands = [f for f, e in expl.items() if e.label == c and e.score >= min_iou]
+        out[c] = int(max(cands, key=lambda f: float(mean[f]))) if cands else \
+            int(max(expl, key=lambda f: expl[f].scores.get(c, 0.0)))
+    return out
+
+
 def colour_families(expl) -> dict[str, list[int]]:
     return {c: [int(f) for f, e in expl.items() if e.label == c] for c in S.COLOURS}
 
@@ -176,7 +189,7 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         cexpl = E.explain_all(cidx, sel_specs)
         cloc = E.localisation_summary(cexpl)
         cfams = colour_families(cexpl)
-        ccf = {c: cloc[c]["feature"] for c in S.COLOURS}
+        ccf = steering_features(cexpl, cidx)
         csw = steering_sweep(model, tok, cand, SAE_HOOKPOINT, ccf, cidx.tensors["max_act"], calib,
                              [("image", 1.5, True)],
                              {c: [f for cc, fs in cfams.items() if cc != c for f in fs] for c in S.COLOURS})
@@ -201,7 +214,7 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     rnd_specs = _scene_specs(seed + 4, N_RANDOM)
     rmaps = _random_maps(model, tok, sae, rnd_specs, SAE_HOOKPOINT)
     baseline = E.random_baseline(index, expl, rnd_specs, rmaps, top_n_features=50, seed=seed)
-    colour_features = {c: loc[c]["feature"] for c in S.COLOURS}
+    colour_features = steering_features(expl, index)
     fams = colour_families(expl)
     suppress_for = {c: [f for cc, fs in fams.items() if cc != c for f in fs] for c in S.COLOURS}
     max_act = index.tensors["max_act"]
@@ -219,7 +232,7 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     alt_loc = E.localisation_summary(alt_expl, concepts=tuple(S.COLOURS))
     alt_fams = colour_families(alt_expl)
     alt_sweep = steering_sweep(
-        model, tok, alt_sae, ALT_HOOKPOINT, {c: alt_loc[c]["feature"] for c in S.COLOURS},
+        model, tok, alt_sae, ALT_HOOKPOINT, steering_features(alt_expl, alt_index),
         alt_index.tensors["max_act"], heldout,
         [("prompt", best["multiple"], False), ("image", best["multiple"], best["suppress_other_colours"])],
         {c: [f for cc, fs in alt_fams.items() if cc != c for f in fs] for c in S.COLOURS})
