@@ -86,7 +86,7 @@ def test_stop_button_ends_the_race(app_url):
     from gradio_client import Client
 
     c = Client(app_url, verbose=False)
-    job = c.submit(MODEL, ["lora", "pissa", "full"], 5, 500, 8, 0, api_name="/race")
+    job = c.submit(MODEL, ["lora", "pissa", "full"], 3, 500, 8, 0, api_name="/race")
     seen = 0
     for out in job:
         seen += 1
