@@ -79,8 +79,11 @@ def adapt(model: nn.Module, method: str = "pissa", rank: int = 8, alpha: float |
         init = "pissa" if not niter else f"pissa_niter_{int(niter)}"
     else:
         init = True
-    torch.manual_seed(seed)  # LoRA's random A depends on the seed
-    pm = get_peft_model(base, _config(method, rank, alpha, targets, init))
+    # LoRA's random A and the fast SVD's random probes depend on the seed; the process-wide RNG
+    # is left as it was (other requests use it too)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        pm = get_peft_model(base, _config(method, rank, alpha, targets, init))
     if method in ("qlora", "loftq", "qpissa"):
         for layer in _lora_layers(pm).values():
             base_w = layer.get_base_layer().weight

@@ -64,20 +64,24 @@ class PissaSplit:
 
 
 @torch.no_grad()
-def pissa_split(weight, rank: int, init: str = "pissa", alpha: float | None = None) -> PissaSplit:
-    """PiSSA factors of one matrix, initialised by peft (`init` = "pissa" or "pissa_niter_N")."""
+def pissa_split(weight, rank: int, init: str = "pissa", alpha: float | None = None,
+                seed: int = 0) -> PissaSplit:
+    """PiSSA factors of one matrix, initialised by peft (`init` = "pissa" or "pissa_niter_N"; the
+    fast SVD's random probes are drawn from `seed`, so results are reproducible)."""
     from peft import LoraConfig, inject_adapter_in_model
 
     w = _as_matrix(weight)
     rank = _check_rank(rank, w)
     if not (init == "pissa" or init.startswith("pissa_niter_")):
         raise ValueError(f"init must be 'pissa' or 'pissa_niter_N', got {init!r}")
-    holder = nn.Module()
-    holder.layer = nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device)
-    holder.layer.weight.data.copy_(w)
     cfg = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank,
                      init_lora_weights=init, target_modules=["layer"])
-    inject_adapter_in_model(cfg, holder)
+    with torch.random.fork_rng(devices=[w.device] if w.is_cuda else []):
+        torch.manual_seed(seed)
+        holder = nn.Module()
+        holder.layer = nn.Linear(w.shape[1], w.shape[0], bias=False, device="meta")
+        holder.layer.weight = nn.Parameter(w.clone(), requires_grad=False)
+        inject_adapter_in_model(cfg, holder)
     layer = holder.layer
     return PissaSplit(lora_A=layer.lora_A["default"].weight.detach().clone(),
                       lora_B=layer.lora_B["default"].weight.detach().clone(),

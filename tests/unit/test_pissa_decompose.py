@@ -86,3 +86,13 @@ def test_non_matrix_refused():
         singular_spectrum(torch.randn(3, 4, 5))
     with pytest.raises(ValueError):
         pissa_split(torch.randn(8, 8), 4, init="olora")
+
+
+def test_fast_init_is_reproducible_and_leaves_the_global_rng_alone(spike):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a = pissa_split(spike, 8, init="pissa_niter_2")
+    b = pissa_split(spike, 8, init="pissa_niter_2")
+    assert torch.equal(a.lora_A, b.lora_A) and torch.equal(a.residual, b.residual)
+    assert torch.equal(torch.rand(3), expected)
