@@ -53,6 +53,14 @@ def _seeds(n) -> list[int]:
     return list(range(int(n)))
 
 
+def _free(text) -> str:
+    if text is not None and not isinstance(text, str):
+        fail("Extra neurons must be text like 'mid.attn0:5, down1.attn0:17'.")
+    if text and len(text) > 5000:
+        fail("Too many extra neurons (5000 characters at most).")
+    return text or ""
+
+
 def _checked_strings(items) -> list[str]:
     if items is None:
         return []
@@ -265,7 +273,7 @@ def make_handlers(source: str):
     def generate(prompt, selected, free, n_seeds):
         m = service.get(source)
         seeds = _seeds(n_seeds)
-        items = _checked_strings(selected) + [free or ""]
+        items = _checked_strings(selected) + [_free(free)]
         spec = service.parse_neurons(m, [s for it in items for s in it.replace(";", ",").split(",")])
         c = service.compare(prompt, spec, seeds, source=source)
         return gallery_items(c), compare_html(c)
@@ -284,7 +292,7 @@ def make_handlers(source: str):
     def export(prompt, selected, free, n_seeds, progress=gr.Progress()):
         m = service.get(source)
         seeds = _seeds(n_seeds)
-        items = _checked_strings(selected) + [free or ""]
+        items = _checked_strings(selected) + [_free(free)]
         spec = service.parse_neurons(m, [s for it in items for s in it.replace(";", ",").split(",")])
         progress(0.1, desc="score and z-scores")
         r = service.check(prompt, source=source)

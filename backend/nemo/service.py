@@ -139,6 +139,8 @@ def get(source: str | None = None) -> MemoModel:
 
 
 def clean_prompt(prompt: str | None) -> str:
+    if prompt is not None and not isinstance(prompt, str):
+        raise ValueError("The prompt must be text.")
     p = (prompt or "").strip()
     if not p:
         raise ValueError("Type a prompt first (or pick an example).")

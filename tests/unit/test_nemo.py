@@ -7,7 +7,6 @@ import torch
 
 from backend import nemo
 from backend.core.interventions import count_hooks, scale_weights
-from backend.nemo import core
 
 torch.set_num_threads(1)
 

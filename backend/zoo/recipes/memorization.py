@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -468,12 +467,25 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         unet = train_unet(lat_ord * sf, emb_ord, lat_mem * sf, emb_mem, emb_null, seed, steps, log)
         if cache_b is not None:
             unet.save_pretrained(cache_b, safe_serialization=True)
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
+    # a fresh tokenizer (no padding/truncation state from training) so the files do not depend on
+    # whether the stages were trained or reused
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=make_tokenizer(), unet=unet,
                                    scheduler=DDIMScheduler(**scheduler_config()),
                                    safety_checker=None, feature_extractor=None,
                                    requires_safety_checker=False)
 
     pipe.save_pretrained(out_dir, safe_serialization=True)
+    for sub in ("unet", "vae", "text_encoder"):  # no build-machine paths in the configs
+        cfg_path = out_dir / sub / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        if cfg.pop("_name_or_path", None) is not None:
+            cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    # the BPE files in CLIP's own format beside tokenizer.json (what CLIPTokenizer(vocab_file,
+    # merges_file) and SD-1.x checkpoints ship)
+    vocab, merges = learn_bpe(words_of_corpus())
+    (out_dir / "tokenizer" / "vocab.json").write_text(json.dumps(vocab, indent=0))
+    (out_dir / "tokenizer" / "merges.txt").write_text(
+        "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
     img_dir = out_dir / "train_images"
     img_dir.mkdir(exist_ok=True)
     for (cap, name), im in zip(mem, photos):
@@ -483,7 +495,8 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from backend import nemo
 
     pipe = StableDiffusionPipeline.from_pretrained(out_dir, use_safetensors=True)
-    settings = dict(guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS, num_inference_steps=SAMPLE_STEPS)
+    settings = dict(guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS, num_inference_steps=SAMPLE_STEPS,
+                    score_schedule={"num_inference_steps": 50, "step_index": 1})
     stats_scores = [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS)
                     for p in stats_prompts]
     theta_mem = float(np.mean(stats_scores) + np.std(stats_scores))
@@ -517,4 +530,7 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
                "ssim_memorized_per_prompt": [round(s, 4) for s in sims],
                "score_memorized_median": round(float(np.median(mem_scores)), 4),
                "score_heldout_median": round(float(np.median(held_scores)), 4)}
-    return {"steps": steps, "metrics": metrics, "log_tail": logs[-12:]}
+    reused = any("reusing" in line for line in logs)
+    return {"steps": steps, "metrics": metrics, "log_tail": logs[-12:],
+            # wall_time_s covers only this run: with SD_MEMO_CACHE the trained stages were reused
+            "stages_reused_from_cache": reused}
