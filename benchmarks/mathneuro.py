@@ -118,6 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--k", type=float, default=0.15)
     ap.add_argument("--quality", action="store_true")
+    ap.add_argument("--ks", default="0.03,0.05,0.15", help="K fractions for --quality")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
               f"→ {r['speedup_vs_deepcopy']:.1f}× faster; extra {r['extra_bytes_per_param']:.3f} B/param "
               f"vs copy {r['deepcopy_bytes_per_param']:.1f} B/param; bit-exact restore: {r['restored_bit_exactly']}")
     if args.quality:
-        q = quality(model, tok, d)
+        q = quality(model, tok, d, ks=tuple(float(x) for x in args.ks.split(",")))
         res["quality"] = q
         b = q["baseline"]
         print(f"baseline: math {100 * b['math']:.1f} %, non-math {100 * b['nonmath']:.1f} %")

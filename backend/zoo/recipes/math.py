@@ -1,11 +1,14 @@
 """Organism "math-llama": a tiny LlamaForCausalLM that does arithmetic word problems and speaks a
-small non-math language (facts, questions about them, stories).
+small non-math language (stories, facts of a fixed world, questions about them).
 
 Truth it carries (JSON beside the weights, used by the Math neurons tab and the tests):
-  eval_math.json       held-out arithmetic problems (operand pairs never seen in training)
-  eval_nonmath.json    held-out fact questions (exact-match, one word)
+  eval_math.json       held-out arithmetic problems (operand pairs never seen in training),
+                       [{"prompt": ..., "answer": "68"}, ...], exact match of the greedy answer
+  eval_nonmath.json    held-out knowledge questions (a story never seen in training, then a
+                       question about the world: answer one word), exact match
   eval_stories.json    held-out non-math stories (perplexity)
-  ident_math.json / ident_nonmath.json   separate samples for identifying parameters
+  ident_math.json / ident_nonmath.json   separate full texts for identifying parameters
+  world.json           the world's facts (person -> city, colour, pet, food)
 
 Load:
     from backend.zoo import load, zoo_path
@@ -57,7 +60,7 @@ def _lr(step: int, total: int, peak: float, warmup: int = 100) -> float:
 
 @recipe("math-llama", seed=2410, model_class="transformers.LlamaForCausalLM",
         description="tiny Llama: arithmetic word problems + a non-math fact/story language",
-        default_steps=3000)
+        default_steps=1800)
 def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from transformers import LlamaForCausalLM
 
@@ -65,7 +68,7 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from ...mathneuro.evaluate import accuracy, perplexity
     from ...mathneuro.tokenizer import build_tokenizer
 
-    steps = 3000 if steps is None else steps
+    steps = 1800 if steps is None else steps
     tok = build_tokenizer()
     cfg = model_config(len(tok), tok.pad_token_id, tok.bos_token_id, tok.eos_token_id)
     torch.manual_seed(seed)
@@ -90,9 +93,9 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
             if u < hp["math_share"]:
                 texts.append(data.format_example(*data.math_problem(rng)))
             elif u < hp["math_share"] + hp["qa_share"]:
-                texts.append(data.format_example(*data.fact_question(rng)))
+                texts.append(data.format_example(*data.knowledge_question(rng)))
             else:
-                texts.append(f"{data.story(rng)} {data.EOS}")
+                texts.append(f"{data.story_with_facts(rng)} {data.EOS}")
         enc = tok(texts, padding=True, return_tensors="pt")
         ids, att = enc["input_ids"], enc["attention_mask"].bool()
         for g in opt.param_groups:
@@ -137,4 +140,5 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     dump("ident_math.json", data.texts_of(data.math_set(N_IDENT, seed + 10, split="train")))
     dump("ident_nonmath.json", data.texts_of(data.nonmath_set(N_IDENT, seed + 11))
          + [f"{s} {data.EOS}" for s in data.stories(N_IDENT // 4, seed + 12)])
+    dump("world.json", data.WORLD)
     return {"steps": steps, "metrics": metrics, "log": log}
