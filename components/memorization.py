@@ -358,9 +358,8 @@ def build(ctx) -> None:
             n_seeds = gr.Slider(1, MAX_SEEDS, value=4, step=1, label="Seeds", elem_id="memo-seeds")
             gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate")
         with gr.Column(scale=2):
-            gallery = gr.Gallery(label="Training image, then each seed (s0, s1, …) with the neurons on, then off; "
-                                       "SSIM to the training image",
-                                 columns=5, height=360, format="png", elem_id="memo-gallery")
+            gallery = gr.Gallery(label="Training image · seeds with neurons on, then off",
+                                 columns=4, height="auto", format="png", elem_id="memo-gallery")
             cmp_out = gr.HTML(elem_id="memo-compare")
     with gr.Row():
         with gr.Column(scale=3):

@@ -22,8 +22,8 @@ def test_memorization_controls_and_screenshot(page, server_url):
     page.click("#memo-check")
     expect(page.locator("#memo-score")).to_contain_text("not memorized", timeout=LONG)
     # long examples are shown truncated: find the sample by its beginning
-    page.locator("#memo-ex-mem").get_by_text(d["memorized"][1][:24]).first.click()
-    expect(prompt).to_have_value(d["memorized"][1], timeout=LONG)
+    page.locator("#memo-ex-mem").get_by_text(d["memorized"][0][:24]).first.click()
+    expect(prompt).to_have_value(d["memorized"][0], timeout=LONG)
     page.click("#memo-check")
     expect(page.locator("#memo-score")).to_contain_text("training set", timeout=LONG)
     expect(page.locator("#memo-z .js-plotly-plot")).to_be_visible(timeout=LONG)
@@ -46,10 +46,10 @@ def test_memorization_controls_and_screenshot(page, server_url):
     page.click("#memo-generate")
     expect(page.locator("#memo-compare")).to_contain_text("mid.attn0:0", timeout=LONG)
 
-    page.locator("#memo-table-n input[type=number]").fill("2")
+    page.locator("#memo-table-n input[type=number]").fill("1")  # reuses the localisation above
     page.locator("#memo-table-n input[type=number]").press("Enter")
     page.click("#memo-table-btn")
-    expect(page.locator("#memo-summary")).to_contain_text("2 memorized prompts", timeout=LONG)
+    expect(page.locator("#memo-summary")).to_contain_text("1 memorized prompts", timeout=LONG)
     expect(page.locator("#memo-hist .js-plotly-plot")).to_be_visible(timeout=LONG)
 
     page.click("#memo-export")
