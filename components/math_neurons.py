@@ -28,6 +28,8 @@ METHOD_LABELS = {"MathNeuro": "mathneuro", "Wanda (no subtraction)": "wanda",
 LABEL_OF = {v: k for k, v in METHOD_LABELS.items()}
 COLORS = {"mathneuro": "#4f46e5", "wanda": "#e11d48", "random": "#64748b", "lape": "#d97706",
           "none": "#16a34a"}
+TEXT_POS = {"mathneuro": "top center", "wanda": "top right", "random": "bottom center",
+            "lape": "top left"}  # nearby points (random, LAPE, unmodified) keep readable labels
 SCALE_FACTORS = [0.0, 0.5, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0]
 CONSISTENCY_SIZES = (1, 4, 16, 64)
 
@@ -105,7 +107,7 @@ def figure2_plot(base: dict, results: dict, k: float) -> go.Figure:
     for m, r in results.items():
         fig.add_trace(go.Scatter(x=[100 * r["math"]], y=[100 * r["nonmath"]], mode="markers+text",
                                  name=LABEL_OF[m], text=[LABEL_OF[m].split(" ")[0]],
-                                 textposition="top center", marker=dict(size=13, color=COLORS[m])))
+                                 textposition=TEXT_POS[m], marker=dict(size=13, color=COLORS[m])))
     fig.update_layout(title=f"After pruning each set (top {100 * k:g} %): ideal = top left",
                       xaxis_title="math accuracy (%)", yaxis_title="non-math accuracy (%)",
                       xaxis=dict(range=[-5, 105]), yaxis=dict(range=[-5, 110]),
