@@ -7,6 +7,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from ..core import limits
 from . import faithfulness as fa
 from .forward import lm_forward
 from .methods import attribute_image, attribute_text
@@ -54,6 +55,7 @@ def sentiment_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
         targets = predicted_labels(model, tok, task, ids)
         cand = list(range(1, L + 1))
         for m in methods:
+            limits.check("the held-out evaluation")
             rel, score = attribute_text(model, ids, target=targets, position=-1, method=m,
                                         rules=rules if m == "mambalrp" else None, return_score=True)
             rel = rel.numpy()
@@ -88,6 +90,7 @@ def longrange_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
         with torch.no_grad():
             pred = lm_forward(model, ids)[:, -1].argmax(-1)
         for m in methods:
+            limits.check("the long-range evaluation")
             rel = attribute_text(model, ids, target=pred, method=m).numpy()
             for b, h in enumerate(group):
                 key = h["key_position"] + 1

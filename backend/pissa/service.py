@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from ..core import limits
 from ..core import store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.device import pick_device
@@ -165,6 +166,7 @@ def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEAT
         return cached
     rows, heat = [], []
     for i, name in enumerate(names):
+        limits.check("the error table")
         if progress:
             progress(i / max(1, len(names)), f"layer {name}")
         w = _weight(key, name)

@@ -45,3 +45,13 @@ def test_guarded_handlers_run_under_the_job_budget(monkeypatch):
     with pytest.raises(gr.Error, match="time limit"):
         guard.guarded(long_loop)()
     assert len(guard.INTERNAL_ERRORS) == before  # a spent budget is a message, not a defect
+
+
+def test_long_backend_loops_stop_when_the_budget_is_spent():
+    from backend.pissa import service as pissa
+
+    with limits.budget(1e-9):
+        time.sleep(0.001)
+        with pytest.raises(limits.JobTooLong, match="error table"):
+            pissa.error_table("pissa-toy", 7, ranks=(1, 3))
+    assert pissa.error_table("pissa-toy", 7, ranks=(1, 3))["rows"]  # unbounded outside a budget
