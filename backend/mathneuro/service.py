@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..core import store
+from ..core import limits, store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
 from ..core.presets import Preset, active, load_preset, load_pretrained
@@ -128,11 +128,16 @@ class Bench:
 
     def prune_all(self, top_k: float, n_samples: int, n_eval: int | None = UI_EVAL) -> dict[str, dict]:
         """The paper's Figure 2: each method's set pruned (factor 0)."""
-        return {m: self.evaluate(Setting(m, top_k, n_samples, 0.0), n_eval) for m in core.METHODS}
+        out = {}
+        for m in core.METHODS:
+            limits.check("the method comparison")
+            out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0), n_eval)
+        return out
 
     def scale_curve(self, s: Setting, factors: Sequence[float], n_eval: int | None = UI_EVAL) -> list[dict]:
         out = []
         for f in factors:
+            limits.check("the scale sweep")
             r = self.evaluate(Setting(s.method, s.top_k, s.n_samples, float(f), s.seed), n_eval)
             out.append({"factor": float(f), **r})
         return out

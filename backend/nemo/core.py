@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from backend.core import limits
 from backend.core.interventions import locked, scale_channels_many
 
 from .metrics import minmax_per_channel, pairwise_ssim, ssim
@@ -265,6 +266,7 @@ class _Checker:
         self.calls = 1
 
     def similarity(self, spec: Spec) -> float:
+        limits.check("the neuron search")
         self.calls += 1
         blocked = noise_differences(self.pipe, self.prompt, self.seeds, guidance_scale=self.g,
                                     spec=spec, **self.kw)
