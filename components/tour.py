@@ -2,7 +2,9 @@
 
 Every step is a real computation through the paper's backend on the zoo model (cached after the
 first run, per step), drawn as one figure with a caption that says what is on screen and why it
-matters. A tour is only offered when its backend and zoo organism are present.
+matters. A tour is only offered when its backend and zoo organism are present. Tours: MambaLRP
+(relevance), MathNeuro (math neurons), PiSSA (adapters) and all of them in a row; the multimodal-SAE
+and NeMo organisms arrived too late for a tour of their own.
 """
 from __future__ import annotations
 
@@ -322,6 +324,91 @@ def pissa_race():
     return _png(fig), cap, {"steps": len(losses["pissa"]), "loss": losses, "mean_loss_last10": last}
 
 
+# ----------------------------------------------------------------------------- Math neurons (MathNeuro)
+
+MATH_K, MATH_N = 0.15, 64
+
+
+def _math():
+    from backend.mathneuro import service as S
+
+    return S, S.bench("zoo")
+
+
+def math_baseline():
+    S, b = _math()
+    base = b.baseline()
+    ex = b.samples(S.Setting("mathneuro", MATH_K, MATH_N, 1.0), k=2)
+    fig, ax = _fig(10, 3.4)
+    names = ["arithmetic questions", "questions about a story"]
+    vals = [base["math"] * 100, base["nonmath"] * 100]
+    ax.barh(names[::-1], vals[::-1], color=[colors.PAIR[0], colors.PAIR[1]])  # story orange, arithmetic blue
+    for y, v in enumerate(vals[::-1]):
+        ax.text(v, y, f"  {v:.1f}%", va="center", fontsize=11)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("exact answers on held-out questions (%)")
+    ax.spines[["top", "right"]].set_visible(False)
+    m, n = ex[0], ex[1]
+    cap = (f"A tiny language model, trained here, answers two kinds of questions it never saw: arithmetic "
+           f"(“{html.escape(m['prompt'])}” → <b>{html.escape(m['before'])}</b>) and questions about a short "
+           f"story (“{html.escape(n['prompt'])}” → <b>{html.escape(n['before'])}</b>). It gets "
+           f"{base['math']:.0%} of the arithmetic and {base['nonmath']:.0%} of the story questions right. "
+           f"Question: are there weights that only matter for arithmetic?")
+    return _png(fig), cap, {"baseline": base, "examples": ex}
+
+
+def math_prune():
+    S, b = _math()
+    base = b.baseline()
+    mn = b.evaluate(S.Setting("mathneuro", MATH_K, MATH_N, 0.0))
+    rnd = b.evaluate(S.Setting("random", MATH_K, MATH_N, 0.0))
+    fig, ax = _fig(10, 4.0)
+    groups = ["unchanged", "MathNeuro weights off", "as many random weights off"]
+    x = np.arange(3)
+    ax.bar(x - 0.18, [base["math"] * 100, mn["math"] * 100, rnd["math"] * 100], 0.36, color=colors.PAIR[1],
+           label="arithmetic")
+    ax.bar(x + 0.18, [base["nonmath"] * 100, mn["nonmath"] * 100, rnd["nonmath"] * 100], 0.36,
+           color=colors.PAIR[0], label="story questions")
+    ax.set_xticks(x, groups)
+    ax.set_ylabel("exact answers (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    share = mn["n_params"]
+    d_math, d_story = base["math"] - mn["math"], base["nonmath"] - mn["nonmath"]
+    story = "barely move" if d_story < 0.03 else ("fall far less" if d_math > 3 * d_story else "fall too")
+    cap = (f"MathNeuro compares, weight by weight, how much each one is used on arithmetic and on ordinary "
+           f"text, and keeps those important <i>only</i> for arithmetic: {share:,} weights here. Switch them "
+           f"off and arithmetic falls from {base['math']:.0%} to <b>{mn['math']:.0%}</b>, while the story "
+           f"questions {story} ({base['nonmath']:.0%} → {mn['nonmath']:.0%}). Switching off as many "
+           f"random weights does little ({rnd['math']:.0%} arithmetic). Much of the model's arithmetic lives "
+           f"in a small set of weights that can be found.")
+    return _png(fig), cap, {"baseline": base, "mathneuro_pruned": mn, "random_pruned": rnd}
+
+
+def math_scale():
+    S, b = _math()
+    factors = [0.0, 0.5, 1.0, 1.1, 1.25, 1.5]
+    curve = b.scale_curve(S.Setting("mathneuro", MATH_K, MATH_N, 1.0), factors)
+    fig, ax = _fig(10, 4.0)
+    ax.plot(factors, [c["math"] * 100 for c in curve], "o-", color=colors.PAIR[1], lw=2, label="arithmetic")
+    ax.plot(factors, [c["nonmath"] * 100 for c in curve], "o-", color=colors.PAIR[0], lw=2, label="story questions")
+    ax.axvline(1.0, color=colors.NEUTRAL, ls=":", lw=1)
+    ax.set_xlabel("factor applied to the MathNeuro weights (0 = off, 1 = unchanged)")
+    ax.set_ylabel("exact answers (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    at = {c["factor"]: c for c in curve}
+    gain = (at[1.1]["math"] - at[1.0]["math"]) * 100
+    cap = (f"Turn the same weights down or up by a factor and re-test. Only the arithmetic line moves: "
+           f"story questions stay between {min(c['nonmath'] for c in curve):.0%} and "
+           f"{max(c['nonmath'] for c in curve):.0%}. The paper boosts them by 1.1; here that changes arithmetic "
+           f"by {gain:+.1f} points ({at[1.0]['math']:.1%} → {at[1.1]['math']:.1%}). One knob, one skill, "
+           f"the rest untouched.")
+    return _png(fig), cap, {"factors": factors, "curve": curve}
+
+
 # ----------------------------------------------------------------------------- registry
 
 TOURS = [
@@ -331,6 +418,11 @@ TOURS = [
         Step("A common baseline scatters it", rel_baseline),
         Step("The relevance adds up to the score", rel_conservation),
         Step("Delete the relevant words: the answer collapses", rel_faithfulness),
+    ]),
+    Tour("math", "Math neurons — where arithmetic lives (MathNeuro)", "math-llama", [
+        Step("The model answers two kinds of questions", math_baseline),
+        Step("Switch off the math-only weights", math_prune),
+        Step("Turn them down or up", math_scale),
     ]),
     Tour("adapters", "Adapters — start from what matters (PiSSA)", "pissa-toy", [
         Step("A layer has a few strong directions", pissa_spectrum),
@@ -417,9 +509,15 @@ def build(ctx) -> None:
     back.click(lambda t, k: _next(t, k, -1), [tour, step], step, api_visibility="private", queue=False)
     nxt.click(lambda t, k: _next(t, k, +1), [tour, step], step, api_visibility="private", queue=False)
     tour.input(lambda: 1, None, step, api_visibility="private", queue=False)
-    triggers = [tour.change, step.change]
+    def show_new_tour(tour_id, k, progress=gr.Progress()):
+        # the step box may still hold the previous tour's step (it is reset to 1 just after)
+        return show(tour_id, _next(tour_id, k, 0), progress)
+
+    triggers = [step.change]
     root = gr.context.Context.root_block
     if root is not None:
         triggers.append(root.load)
     gr.on(triggers, show, [tour, step], [head, caption, figure, numbers], trigger_mode="always_last",
           **model_event(api_name="tour_step"))
+    tour.change(show_new_tour, [tour, step], [head, caption, figure, numbers], trigger_mode="always_last",
+                **model_event(api_visibility="private"))

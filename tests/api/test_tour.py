@@ -21,6 +21,15 @@ def test_adapters_race_step_pissa_learns_faster(client):
     assert "PiSSA" in caption and image
 
 
+def test_math_prune_step_hits_arithmetic_not_story_questions(client):
+    _, caption, image, numbers = client.predict("math", 2, api_name="/tour_step")
+    base, mn, rnd = numbers["baseline"], numbers["mathneuro_pruned"], numbers["random_pruned"]
+    assert base["math"] - mn["math"] > 0.3                      # arithmetic falls a lot
+    assert base["math"] - mn["math"] > 3 * (base["nonmath"] - mn["nonmath"])
+    assert rnd["math"] > mn["math"] + 0.2                        # random weights of the same count do not
+    assert image
+
+
 @pytest.mark.parametrize("tour,step,msg", [("nope", 1, "not in the list of choices"), ("relevance", 0, "less than minimum"),
                                            ("adapters", 99, "steps 1 to"), ("all", None, "whole number")])
 def test_bad_input_is_a_clear_error(client, tour, step, msg):
