@@ -371,8 +371,9 @@ def math_prune():
            color=colors.PAIR[0], label="story questions")
     ax.set_xticks(x, groups)
     ax.set_ylabel("exact answers (%)")
-    ax.set_ylim(0, 100)
-    ax.legend(frameon=False)
+    ax.set_ylim(0, 118)
+    ax.set_yticks([0, 20, 40, 60, 80, 100])
+    ax.legend(frameon=False, loc="upper center", ncol=2)
     ax.spines[["top", "right"]].set_visible(False)
     share = mn["n_params"]
     d_math, d_story = base["math"] - mn["math"], base["nonmath"] - mn["nonmath"]
@@ -396,8 +397,9 @@ def math_scale():
     ax.axvline(1.0, color=colors.NEUTRAL, ls=":", lw=1)
     ax.set_xlabel("factor applied to the MathNeuro weights (0 = off, 1 = unchanged)")
     ax.set_ylabel("exact answers (%)")
-    ax.set_ylim(0, 100)
-    ax.legend(frameon=False)
+    ax.set_ylim(0, 118)
+    ax.set_yticks([0, 20, 40, 60, 80, 100])
+    ax.legend(frameon=False, loc="upper center", ncol=2)
     ax.spines[["top", "right"]].set_visible(False)
     at = {c["factor"]: c for c in curve}
     gain = (at[1.1]["math"] - at[1.0]["math"]) * 100
