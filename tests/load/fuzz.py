@@ -24,7 +24,10 @@ from typing import Any
 
 from tests.load.harness import make_client
 
-TEXTS = ["", " ", "a" * 100_000, "word " * 5000, "\x00\x01\x02\x1b[31m\x7f", "🔬🧠💥" * 50, "\udcff\udcfe",
+TEXTS = ["", " ", "a" * 100_000, "word " * 5000, "\x00\x01\x02\x1b[31m\x7f", "🔬🧠💥" * 50,
+         # Non-UTF-8 input as it reaches a server: bytes decoded as Latin-1 (mojibake, C1 controls)
+         # and the replacement / non-characters. (Lone surrogates cannot be sent as JSON text.)
+         b"\xff\xfe\xc3\x28\x80\x81".decode("latin-1"), "\ufffd\ufffe\uffff",
          "null", "None", "-1", "<script>alert(1)</script>", "../../etc/passwd", "a\nb\r\nc\t", "😀",
          "٩(◕‿◕｡)۶ ñ ü 中文 العربية", "' OR 1=1 --", "%s%s%n", "\u202e\u200b\ufeff"]
 NUMBERS = [float("nan"), float("inf"), float("-inf"), -1, -1e9, 0, 1e9, 1e308, -0.0, 0.5, 3.7, 2 ** 63]

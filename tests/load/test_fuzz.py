@@ -28,6 +28,10 @@ def test_fuzz_inputs_cover_the_hostile_kinds(tmp_path):
     txt = Param("prompt", "Textbox", {"type": "string"})
     drawn_nums = {repr(draw(nums, rng, tmp_path)) for _ in range(300)}
     assert {"nan", "inf", "-inf", "-1", "31.0"} <= drawn_nums
+    from tests.load.fuzz import TEXTS
+
+    for t in TEXTS:  # every hostile text must be sendable, or the client fails before the server
+        t.encode("utf-8")
     drawn_txt = [draw(txt, rng, tmp_path) for _ in range(300)]
     assert "" in drawn_txt and any(isinstance(t, str) and len(t) >= 100_000 for t in drawn_txt)
     assert all(isinstance(draw(img, rng, tmp_path), dict) for _ in range(5))
