@@ -40,6 +40,8 @@ class SAEConfig:
 class TopKSAE(nn.Module):
     def __init__(self, d_in: int, n_latents: int, k: int, *, hookpoint: str = "", dtype=torch.float32):
         super().__init__()
+        if int(d_in) <= 0:
+            raise ValueError(f"d_in must be positive, got {d_in}")
         if not (0 < k <= n_latents):
             raise ValueError(f"k must lie in 1..n_latents, got k={k}, n_latents={n_latents}")
         self.cfg = SAEConfig(d_in=d_in, n_latents=n_latents, k=k, hookpoint=hookpoint)
@@ -68,6 +70,8 @@ class TopKSAE(nn.Module):
         return self.cfg.k
 
     def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.d_in:
+            raise ValueError(f"this SAE reads vectors of size {self.d_in}, not {x.shape[-1]}")
         x = x.to(self.W_enc.dtype)
         return torch.relu((x - self.b_dec) @ self.W_enc.T + self.b_enc)
 
@@ -195,22 +199,32 @@ def _resolve_folder(path: Path, hookpoint: str | None) -> Path:
     raise SAEFormatError(f"{path}: no cfg.json")
 
 
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except Exception as e:  # safetensors raises its own error type for a corrupt header
+        raise SAEFormatError(f"{path.name} is not a readable safetensors file ({e})") from e
+
+
 def load_sae(path: str | os.PathLike, *, hookpoint: str | None = None, device: str | torch.device = "cpu",
              dtype: torch.dtype | None = None) -> TopKSAE:
     """An SAE from a local folder in the sparsify or SAELens layout (a multi-hookpoint repo folder
     is resolved by `hookpoint`). Weights are read from safetensors only."""
     folder = _resolve_folder(Path(path), hookpoint)
-    cfg = json.loads((folder / "cfg.json").read_text())
+    try:
+        cfg = json.loads((folder / "cfg.json").read_text())
+    except json.JSONDecodeError as e:
+        raise SAEFormatError(f"cfg.json is not valid JSON: {e}") from e
     layout = detect_layout(folder)
     if layout == "sparsify":
-        w = load_file(str(folder / SPARSIFY_WEIGHTS))
+        w = _read_weights(folder / SPARSIFY_WEIGHTS)
         W_enc, b_enc, W_dec, b_dec = w["encoder.weight"], w["encoder.bias"], w["W_dec"], w["b_dec"]
         if cfg.get("skip_connection") or cfg.get("transcode"):
             raise SAEFormatError("sparsify SAEs with a skip connection / transcoders are not supported")
         k = int(cfg["k"])
         hp = cfg.get("hookpoint") or (folder.name if folder.name.startswith("model.") else "")
     else:
-        w = load_file(str(folder / SAELENS_WEIGHTS))
+        w = _read_weights(folder / SAELENS_WEIGHTS)
         W_enc, b_enc, W_dec, b_dec = w["W_enc"].T, w["b_enc"], w["W_dec"], w["b_dec"]
         arch = cfg.get("architecture", "topk")
         if arch != "topk":

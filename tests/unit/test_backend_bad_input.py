@@ -101,3 +101,62 @@ def test_mathneuro_identify_and_scaled(top_k, n_math, factor):
                 model(torch.tensor([[1, 2, 3]]))
         clear_or_ok(use)
     assert unchanged(model, snap)
+
+
+@SETTINGS
+@given(d=st.integers(0, 12), n=st.integers(0, 40), k=NUMS, width=st.integers(0, 20))
+def test_sae_construction_and_encode(d, n, k, width):
+    from backend.sae.sae import TopKSAE
+
+    sae = clear_or_ok(TopKSAE, d, n, k if isinstance(k, int) else 3)
+    if sae is not None:
+        z = clear_or_ok(sae.encode, torch.randn(2, width))
+        if z is not None:
+            assert z.shape == (2, n) and int((z != 0).sum(-1).max()) <= sae.k
+
+
+@SETTINGS
+@given(files=st.sampled_from(["none", "cfg-only", "bad-cfg", "pickle", "garbage-safetensors"]))
+def test_load_sae_refuses_broken_folders(tmp_path_factory, files):
+    from backend.sae.sae import load_sae
+
+    folder = tmp_path_factory.mktemp("sae")
+    if files != "none":
+        (folder / "cfg.json").write_text("{not json" if files == "bad-cfg" else '{"d_in": 4, "num_latents": 8, "k": 2}')
+    if files == "pickle":
+        torch.save({"W_dec": torch.zeros(8, 4)}, folder / "sae.pt")
+    if files == "garbage-safetensors":
+        (folder / "sae.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises((*CLEAR, FileNotFoundError, OSError)) as info:
+        load_sae(folder)
+    assert str(info.value)
+
+
+@pytest.fixture(scope="module")
+def tiny_unet():
+    from diffusers import UNet2DConditionModel
+
+    torch.manual_seed(0)
+    return UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4, layers_per_block=1,
+                                block_out_channels=(8, 16), norm_num_groups=4, cross_attention_dim=12,
+                                attention_head_dim=2,
+                                down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D")).eval()
+
+
+@SETTINGS
+@given(spec=st.dictionaries(st.sampled_from(["down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_v",
+                                             "mid_block.attentions.0.transformer_blocks.0.attn2.to_v",
+                                             "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v",
+                                             "nope", ""]),
+                            st.lists(st.integers(-5, 40), max_size=5), max_size=3))
+def test_nemo_deactivate_validates_neurons(tiny_unet, spec):
+    from backend.nemo import deactivate
+
+    snap = snapshot(tiny_unet)
+
+    def use():
+        with deactivate(tiny_unet, spec):
+            tiny_unet(torch.randn(1, 4, 8, 8), 3, encoder_hidden_states=torch.randn(1, 5, 12))
+    clear_or_ok(use)
+    assert unchanged(tiny_unet, snap)
