@@ -299,8 +299,9 @@ def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None =
         raise ServiceError("steps must be between 1 and 500")
     task = task_for(key)
     model = task.model()
-    w0 = next(iter(linear_layers(model).values())).weight
-    rank = _check_rank(rank, w0)
+    # peft's PiSSA→LoRA conversion needs the rank to fit every adapted layer, the narrowest too.
+    narrowest = min((m.weight for m in linear_layers(model).values()), key=lambda w: min(w.shape))
+    rank = _check_rank(rank, narrowest)
     run = make_run(task, "pissa", seed=0, rank=rank, alpha=rank, lr=float(lr or task.default_lr))
     initial = {k: v.detach().clone() for k, v in get_peft_model_state_dict(run.model).items()}
     for _ in range(int(steps)):

@@ -145,3 +145,11 @@ def test_error_table_marks_layers_narrower_than_the_rank(client):
     assert rows["head"]["qpissa-1"] == "n/a"  # head is 10 × 128
     assert float(rows["fc2"]["qpissa-1"]) > float(rows["fc2"]["loftq-1"]) > 0
     assert "n/a on head" in md and "/2** layers" in md  # two layers compared
+
+
+def test_conversion_rank_above_the_narrowest_layer_is_a_clear_error(client):
+    """The toy's head has 10 outputs: a rank-15 conversion cannot fit it (found by the fuzzer)."""
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="rank must be between 1 and 10"):
+        client.predict(MODEL, 15, 5, api_name="/convert")
