@@ -22,6 +22,7 @@ import gradio as gr  # noqa: E402
 
 from components import tab_modules  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
+from components.gradio_fixes import atomic_image_cache  # noqa: E402
 from components.guard import guard_events  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
 
@@ -29,6 +30,7 @@ QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
 
 
 def build_app(source: str = SOURCE) -> gr.Blocks:
+    atomic_image_cache()
     modules = tab_modules()
     with gr.Blocks(title="Interpretability workbench", analytics_enabled=False) as demo:
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):

@@ -1,0 +1,38 @@
+import os
+import threading
+
+import numpy as np
+from gradio import processing_utils
+from PIL import Image
+
+from components.gradio_fixes import atomic_image_cache
+
+
+def test_cached_images_are_written_atomically_and_never_rewritten(tmp_path):
+    atomic_image_cache()
+    atomic_image_cache()  # idempotent
+    img = Image.fromarray((np.random.default_rng(0).random((64, 64, 3)) * 255).astype(np.uint8))
+    first = processing_utils.save_pil_to_cache(img, str(tmp_path), format="png")
+    mtime = os.stat(first).st_mtime_ns
+    sizes, errors = [], []
+
+    def writer():
+        for _ in range(20):
+            p = processing_utils.save_img_array_to_cache(np.asarray(img), str(tmp_path), format="png")
+            sizes.append(os.path.getsize(p))
+
+    def reader():
+        for _ in range(200):
+            try:
+                Image.open(first).load()
+            except Exception as e:  # a partial file would fail to decode
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=writer) for _ in range(4)] + [threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(sizes)) == 1 and sizes[0] > 0
+    assert os.stat(first).st_mtime_ns == mtime  # kept, not rewritten
+    assert not list(tmp_path.rglob("*.tmp"))
