@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..core.rng import seeded
 from .forward import Capture, RULES, backbone_forward, lm_forward, normalise_rules, parts
 from .hidden_attention import hidden_attention, rollout
 from .vision import VisionMamba
@@ -110,16 +111,13 @@ def _captum(method: str, score, x: torch.Tensor, args: tuple, baseline: torch.Te
                 internal_batch_size=x.shape[0] * steps_per_batch).detach()
         if method == "smoothgrad":
             std = float(x.std()) * SMOOTHGRAD_NOISE
-            # fixed noise seed: the same input gives the same map (cacheable, reproducible)
-            state = torch.random.get_rng_state()
-            torch.manual_seed(0)
-            try:
+            # fixed noise seed: the same input gives the same map (cacheable, reproducible), also
+            # while other requests draw from the global generator (backend.core.rng)
+            with seeded(0):
                 out = NoiseTunnel(InputXGradient(score)).attribute(
                     x, nt_type="smoothgrad", nt_samples=SMOOTHGRAD_SAMPLES, stdevs=std,
                     nt_samples_batch_size=min(SMOOTHGRAD_SAMPLES, steps_per_batch),
                     additional_forward_args=args)
-            finally:
-                torch.random.set_rng_state(state)
             return out.detach()
     raise ValueError(method)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..core.rng import seeded
 from backend.core.interventions import locked
 
 from .decompose import loftq_cpu, low_rank
@@ -79,10 +80,8 @@ def adapt(model: nn.Module, method: str = "pissa", rank: int = 8, alpha: float |
         init = "pissa" if not niter else f"pissa_niter_{int(niter)}"
     else:
         init = True
-    # LoRA's random A and the fast SVD's random probes depend on the seed; the process-wide RNG
-    # is left as it was (other requests use it too)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    # LoRA's random A and the fast SVD's random probes depend on the seed only (backend.core.rng)
+    with seeded(seed):
         pm = get_peft_model(base, _config(method, rank, alpha, targets, init))
     if method in ("qlora", "loftq", "qpissa"):
         for layer in _lora_layers(pm).values():
