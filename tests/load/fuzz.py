@@ -7,14 +7,19 @@ grayscale, RGBA, CMYK, animated, truncated, or not images at all. A call may suc
 error; what must never happen is a crash: the server stops answering, a handler defect is counted
 (components.guard.INTERNAL_ERRORS), a hook stays on a model, or a weight changes.
 
-    python -m tests.load.fuzz --per-endpoint 1000     # the full run (printed)
+    python -m tests.load.fuzz --per-family 1000       # the full run (printed)
+
+An endpoint family is the tab that registers the endpoints (components/<tab>.py): the issue's
+"≥ 1,000 inputs per endpoint family" is counted per tab, spread round-robin over its endpoints.
 """
 from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import math
 import random
+import re
 import sys
 import tempfile
 import time
@@ -75,6 +80,22 @@ def endpoint_params(client) -> dict[str, list[Param]]:
     return out
 
 
+COMPONENTS = Path(__file__).resolve().parents[2] / "components"
+
+
+def endpoint_families(names) -> dict[str, list[str]]:
+    """Group endpoint names ("/steer") by the component module whose source declares the api_name;
+    an endpoint no module declares (Gradio's own) is its own family."""
+    owner = {}
+    for src in sorted(COMPONENTS.glob("*.py")):
+        for api in re.findall(r"api_name\s*=\s*[\"']([\w\-]+)[\"']", src.read_text()):
+            owner.setdefault("/" + api, src.stem)
+    families: dict[str, list[str]] = {}
+    for n in names:
+        families.setdefault(owner.get(n, n.strip("/")), []).append(n)
+    return families
+
+
 def draw(p: Param, rng: random.Random, tmp: Path) -> Any:
     """One value for a parameter: mostly hostile, sometimes valid (so deeper code is reached)."""
     comp = p.component.lower()
@@ -115,9 +136,11 @@ class FuzzReport:
     succeeded: int = 0
     crashes: list[str] = field(default_factory=list)
     per_endpoint: dict[str, int] = field(default_factory=dict)
+    per_family: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
-        return (f"{self.calls} fuzz calls over {len(self.per_endpoint)} endpoints: "
+        return (f"{self.calls} fuzz calls over {len(self.per_endpoint)} endpoints in "
+                f"{len(self.per_family)} families: "
                 f"{self.succeeded} answered, {self.answered_error} refused with a message, "
                 f"{len(self.crashes)} crashes")
 
@@ -126,23 +149,34 @@ def status(client) -> dict:
     return client.predict(api_name="/status")[1]
 
 
-def fuzz(url: str, *, per_endpoint: int, seed: int = 0, skip: tuple[str, ...] = ("/status",),
-         max_seconds_per_endpoint: float = 120.0) -> FuzzReport:
+def fuzz(url: str, *, per_endpoint: int | None = None, per_family: int | None = None, seed: int = 0,
+         skip: tuple[str, ...] = ("/status",), max_seconds_per_endpoint: float = 120.0,
+         max_seconds_per_family: float = 900.0) -> FuzzReport:
+    """`per_endpoint` calls on each endpoint, or `per_family` calls on each family (round-robin over
+    its endpoints); each stops early when its time allowance is spent."""
     rng = random.Random(seed)
     client = make_client(url)
     report = FuzzReport()
     tmp = Path(tempfile.mkdtemp(prefix="wb-fuzz-"))
     before = status(client)["internal_errors"]
-    for name, params in endpoint_params(client).items():
-        if name in skip:
-            continue
+    params_of = {n: ps for n, ps in endpoint_params(client).items() if n not in skip}
+    families = endpoint_families(params_of)
+    if per_family is not None:
+        plan = [(fam, itertools.islice(itertools.cycle(names), per_family), max_seconds_per_family)
+                for fam, names in families.items()]
+    else:
+        fam_of = {n: fam for fam, names in families.items() for n in names}
+        plan = [(fam_of[n], [n] * (per_endpoint or 0), max_seconds_per_endpoint) for n in params_of]
+    for family, names, allowance in plan:
         t0 = time.perf_counter()
-        for _ in range(per_endpoint):
-            if time.perf_counter() - t0 > max_seconds_per_endpoint:
+        for name in names:
+            if time.perf_counter() - t0 > allowance:
                 break
+            params = params_of[name]
             args = [draw(p, rng, tmp) for p in params]
             report.calls += 1
             report.per_endpoint[name] = report.per_endpoint.get(name, 0) + 1
+            report.per_family[family] = report.per_family.get(family, 0) + 1
             try:
                 job = client.submit(*args, api_name=name)
                 job.result(timeout=60)
@@ -167,7 +201,9 @@ def fuzz(url: str, *, per_endpoint: int, seed: int = 0, skip: tuple[str, ...] = 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--per-endpoint", type=int, default=1000)
+    ap.add_argument("--per-family", type=int, default=1000, help="calls per endpoint family (tab)")
+    ap.add_argument("--per-endpoint", type=int, default=None, help="instead: calls per endpoint")
+    ap.add_argument("--seconds-per-family", type=float, default=3600)
     ap.add_argument("--seconds-per-endpoint", type=float, default=600)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -175,9 +211,14 @@ def main() -> None:
     from tests.helpers.server import serve
 
     with serve(env={"WORKBENCH_CHECK_WEIGHTS": "1"}) as (url, _):
-        rep = fuzz(url, per_endpoint=args.per_endpoint, seed=args.seed,
-                   max_seconds_per_endpoint=args.seconds_per_endpoint)
-    print(rep.summary())
+        t0 = time.perf_counter()
+        rep = fuzz(url, per_endpoint=args.per_endpoint,
+                   per_family=None if args.per_endpoint else args.per_family, seed=args.seed,
+                   max_seconds_per_endpoint=args.seconds_per_endpoint,
+                   max_seconds_per_family=args.seconds_per_family)
+    print(rep.summary(), f"in {time.perf_counter() - t0:.0f} s")
+    for fam, n in sorted(rep.per_family.items()):
+        print(f"family {fam:14s} {n}")
     for name, n in sorted(rep.per_endpoint.items()):
         print(f"  {name:28s} {n}")
     for c in rep.crashes[:50]:

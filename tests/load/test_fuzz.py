@@ -3,7 +3,7 @@ import pytest
 
 from tests.conftest import ARTIFACTS
 from tests.helpers.server import serve
-from tests.load.fuzz import IMAGE_KINDS, Param, _image_bytes, draw, endpoint_params, fuzz
+from tests.load.fuzz import IMAGE_KINDS, Param, _image_bytes, draw, endpoint_families, endpoint_params, fuzz
 from tests.load.harness import make_client
 
 
@@ -17,6 +17,17 @@ def test_fuzz_every_endpoint_no_crash():
     assert report.crashes == []
     assert set(report.per_endpoint) == set(endpoints) - {"/status"}
     assert report.calls >= 5 * len(report.per_endpoint) * 0.5
+    # every model-touching endpoint belongs to a tab's family (the full script counts per family)
+    fams = endpoint_families(set(endpoints) - {"/status"})
+    assert {"relevance", "features", "memorization", "math_neurons", "adapters"} <= set(fams)
+    assert set(report.per_family) == set(fams)
+
+
+def test_endpoint_families_are_the_tabs_that_declare_them():
+    fams = endpoint_families(["/steer", "/explain_text", "/mn_evaluate", "/race", "/memo_find", "/made_up"])
+    assert fams["features"] == ["/steer"] and fams["relevance"] == ["/explain_text"]
+    assert fams["math_neurons"] == ["/mn_evaluate"] and fams["adapters"] == ["/race"]
+    assert fams["memorization"] == ["/memo_find"] and fams["made_up"] == ["/made_up"]
 
 
 def test_fuzz_inputs_cover_the_hostile_kinds(tmp_path):
