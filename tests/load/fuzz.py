@@ -151,7 +151,7 @@ def status(client) -> dict:
 
 def fuzz(url: str, *, per_endpoint: int | None = None, per_family: int | None = None, seed: int = 0,
          skip: tuple[str, ...] = ("/status",), max_seconds_per_endpoint: float = 120.0,
-         max_seconds_per_family: float = 900.0) -> FuzzReport:
+         max_seconds_per_family: float = 900.0, progress: bool = False) -> FuzzReport:
     """`per_endpoint` calls on each endpoint, or `per_family` calls on each family (round-robin over
     its endpoints); each stops early when its time allowance is spent."""
     rng = random.Random(seed)
@@ -196,6 +196,9 @@ def fuzz(url: str, *, per_endpoint: int | None = None, per_family: int | None = 
             if s["integrity"]:
                 report.crashes.append(f"{name}: {s['integrity']}")
                 break
+        if progress:
+            print(f"family {family}: {report.per_family.get(family, 0)} calls in "
+                  f"{time.perf_counter() - t0:.0f} s, crashes so far {len(report.crashes)}", flush=True)
     return report
 
 
@@ -215,7 +218,7 @@ def main() -> None:
         rep = fuzz(url, per_endpoint=args.per_endpoint,
                    per_family=None if args.per_endpoint else args.per_family, seed=args.seed,
                    max_seconds_per_endpoint=args.seconds_per_endpoint,
-                   max_seconds_per_family=args.seconds_per_family)
+                   max_seconds_per_family=args.seconds_per_family, progress=True)
     print(rep.summary(), f"in {time.perf_counter() - t0:.0f} s")
     for fam, n in sorted(rep.per_family.items()):
         print(f"family {fam:14s} {n}")
