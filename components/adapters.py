@@ -17,16 +17,18 @@ from plotly.subplots import make_subplots
 from backend.core import gpu
 from backend.pissa import service
 from backend.pissa.race import RACE_METHODS, RaceConfig
-from components.common import fail, model_event
+from backend.core import colors as C
+from components.common import fail, model_event, themed
 
 TAB_ID = "adapters"
 TITLE = "Adapters"
 ORDER = 5
 SUMMARY = "PiSSA: principal singular vectors as adapter init; quantization error; live LoRA vs PiSSA race."
 
-COLORS = {"lora": "#e4572e", "pissa": "#4f46e5", "full": "#6b7280",
-          "qlora": "#9ca3af", "loftq-1": "#f59e0b", "loftq-5": "#d97706", "qpissa-1": "#6366f1",
-          "qpissa-5": "#312e81"}
+# The shared qualitative palette (backend.core.colors): LoRA orange, PiSSA blue as in the tour.
+COLORS = {"lora": C.PAIR[0], "pissa": C.PAIR[1], "full": C.NEUTRAL, "W": C.NEUTRAL,
+          "qlora": "#bbbbbb", "loftq-1": C.QUALITATIVE[1], "loftq-5": C.QUALITATIVE[3],
+          "qpissa-1": C.QUALITATIVE[5], "qpissa-5": C.QUALITATIVE[0]}
 NAMES = {"lora": "LoRA", "pissa": "PiSSA", "full": "full fine-tuning"}
 DASHES = ["solid", "dash", "dot", "dashdot"]
 RENDER_EVERY_S = 0.35  # well under the one-second promise, even on a busy machine
@@ -93,7 +95,7 @@ def spectrum_figure(a: dict) -> go.Figure:
     fig = go.Figure()
     fig.add_vrect(x0=0.5, x1=r + 0.5, fillcolor=COLORS["pissa"], opacity=0.12, line_width=0)
     fig.add_trace(go.Scatter(x=idx, y=sv, mode="lines+markers", name="W", marker=dict(size=4),
-                             line=dict(color="#111827")))
+                             line=dict(color=COLORS["W"])))
     fig.add_trace(go.Scatter(x=idx[:r], y=sv[:r], mode="markers", name=f"principal part (top {r}) → adapter AB",
                              marker=dict(size=8, color=COLORS["pissa"])))
     fig.add_trace(go.Scatter(x=np.arange(1, len(res) + 1), y=res, mode="lines", name="W_res (frozen)",
@@ -102,19 +104,19 @@ def spectrum_figure(a: dict) -> go.Figure:
                       xaxis_title="index i", yaxis_title="σᵢ (log scale)", yaxis_type="log",
                       height=360, margin=dict(l=50, r=20, t=50, b=45),
                       legend=dict(orientation="h", y=-0.22))
-    return fig
+    return themed(fig)
 
 
 def histogram_figure(a: dict) -> go.Figure:
     fig = go.Figure()
     fig.add_trace(go.Histogram(x=a["w_sample"], name=f"W (std {a['w_std']:.3g})", opacity=0.6,
-                               marker_color="#111827", nbinsx=80))
+                               marker_color=COLORS["W"], nbinsx=80))
     fig.add_trace(go.Histogram(x=a["w_res_sample"], name=f"W_res (std {a['w_res_std']:.3g})",
                                opacity=0.6, marker_color=COLORS["lora"], nbinsx=80))
     fig.update_layout(barmode="overlay", title="Distribution of entries: W vs W_res",
                       xaxis_title="value", yaxis_title="count", height=360,
                       margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.22))
-    return fig
+    return themed(fig)
 
 
 def layer_stats_md(a: dict) -> str:
@@ -140,7 +142,7 @@ def _analysis_png(a: dict, path: Path) -> None:
     ax[0].set_ylabel("singular value")
     ax[0].legend()
     ax[0].set_title(f"{a['layer']} spectrum (r = {a['rank']})")
-    ax[1].hist(a["w_sample"], bins=80, alpha=0.6, color="#111827", label="W")
+    ax[1].hist(a["w_sample"], bins=80, alpha=0.6, color=COLORS["W"], label="W")
     ax[1].hist(a["w_res_sample"], bins=80, alpha=0.6, color=COLORS["lora"], label="W_res")
     ax[1].legend()
     ax[1].set_title("entries of W and W_res")
@@ -180,14 +182,14 @@ def heatmap_figure(t: dict) -> go.Figure:
     h = t["heatmap"]
     z = np.array([[np.nan if v is None else v for v in row] for row in h["values"]], dtype=float)
     fig = go.Figure(go.Heatmap(z=z, x=[str(r) for r in h["ranks"]], y=list(range(len(h["layers"]))),
-                               colorscale="Viridis", zmin=0, zmax=1,
+                               colorscale=C.ACTIVATION_PLOTLY, zmin=0, zmax=1,
                                colorbar=dict(title="error<br>reduction")))
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(h["layers"]))), ticktext=h["layers"],
                      autorange="reversed")
     fig.update_layout(title=f"{h['method'].upper()} error-reduction ratio, layers × rank",
                       xaxis_title="rank r", height=max(300, 60 + 22 * len(h["layers"])),
                       margin=dict(l=140, r=20, t=50, b=45))
-    return fig
+    return themed(fig)
 
 
 def bars_figure(t: dict) -> go.Figure:
@@ -201,7 +203,7 @@ def bars_figure(t: dict) -> go.Figure:
     fig.update_layout(barmode="group", title=f"Error-reduction ratio at r = {t['rank']} (QLoRA = 0)",
                       yaxis_title="1 − ‖W − (Q + AB)‖* / ‖W − nf4(W)‖*", height=360,
                       margin=dict(l=60, r=20, t=50, b=80), legend=dict(orientation="h", y=-0.3))
-    return fig
+    return themed(fig)
 
 
 @gpu(duration=300)
@@ -255,7 +257,7 @@ def race_figure(curves: dict, title: str = "") -> go.Figure:
     fig.update_yaxes(type="log", row=1, col=2)
     fig.update_layout(title=title or "LoRA vs PiSSA", height=400, margin=dict(l=50, r=20, t=60, b=45),
                       legend=dict(orientation="h", y=-0.2), uirevision="race")
-    return fig
+    return themed(fig)
 
 
 def _race_png(curves: dict, path: Path, title: str) -> None:

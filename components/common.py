@@ -6,6 +6,7 @@ from typing import Any
 
 import gradio as gr
 
+from backend.core.colors import themed  # noqa: F401  (re-exported: every tab's plotly figures)
 from backend.core.device import pick_device
 
 # Every model-touching event joins this group: one model computation at a time per device, so
@@ -84,4 +85,19 @@ body.wb-presenter .wb-tour-figure img {max-height: 70vh !important;}
 .wb-linkrow {align-items: center; margin-top: 10px; opacity: 0.9;}
 .wb-tour-caption {font-size: 1.1rem; line-height: 1.5;}
 .wb-tour-step {font-weight: 600; color: var(--color-accent);}
+"""
+
+# Dark mode for figures. Plotly figures carry the shared template (backend.core.colors.themed:
+# transparent backgrounds, mid-grey grid), so only their text needs the page's colour: titles, axes,
+# legends, colour bars, annotations and point labels (hover labels keep plotly's own contrast).
+# Matplotlib PNGs keep their white card so their dark text stays readable.
+CSS += """
+.dark .js-plotly-plot .main-svg .infolayer text, .dark .js-plotly-plot .main-svg .xaxislayer-above text,
+.dark .js-plotly-plot .main-svg .yaxislayer-above text, .dark .js-plotly-plot .main-svg .textpoint text,
+.dark .js-plotly-plot .main-svg .annotation-text, .dark .js-plotly-plot .main-svg .g-gtitle text {
+  fill: #e5e7eb !important;}
+.dark .js-plotly-plot .main-svg .legend .bg {fill: transparent !important;}
+.dark .js-plotly-plot .modebar-btn path {fill: #9ca3af !important;}
+.dark [data-testid="image"] img, .dark .gallery-item img, .dark .thumbnail-item img {background: #ffffff;}
+.wb-token {color: #111827;}
 """

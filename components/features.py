@@ -16,7 +16,8 @@ import numpy as np
 
 from backend.sae import features as FT
 from backend.sae import scenes as S
-from components.common import fail, model_event
+from backend.core import colors as C
+from components.common import fail, model_event, themed
 
 TAB_ID = "features"
 TITLE = "Features"
@@ -47,9 +48,8 @@ def _atomic_write(path: Path, write) -> Path:
 
 # ------------------------------------------------------------------------------ rendering helpers
 def _cmap(values: np.ndarray) -> np.ndarray:
-    import matplotlib
-
-    return (matplotlib.colormaps["inferno"](np.clip(values, 0, 1))[..., :3] * 255).astype(np.uint8)
+    """Activations in [0, 1] → RGB through the shared sequential map (backend.core.colors)."""
+    return C.cmap_rgb(values, C.ACTIVATION_CMAP)
 
 
 def _big(img: np.ndarray, size: int = DISPLAY) -> np.ndarray:
@@ -70,11 +70,9 @@ def dimmed(image: np.ndarray, region: np.ndarray) -> np.ndarray:
 
 
 def colorbar_html(vmax: float, label: str = "activation") -> str:
-    stops = ", ".join(f"rgb{tuple(int(c) for c in _cmap(np.array([v]))[0])} {int(v * 100)}%"
-                      for v in np.linspace(0, 1, 9))
     return (f"<div style='display:flex;align-items:center;gap:8px;font-size:0.8rem'>"
             f"<span>0</span><div style='flex:1;max-width:320px;height:12px;border-radius:3px;"
-            f"background:linear-gradient(90deg,{stops})'></div><span>{vmax:.2f}</span>"
+            f"background:{C.css_gradient(C.ACTIVATION_CMAP)}'></div><span>{vmax:.2f}</span>"
             f"<span class='wb-muted'>{html.escape(label)}</span></div>")
 
 
@@ -87,12 +85,12 @@ def _hist_plot(page: dict):
     lo, hi = (int(nz[0]), int(nz[-1]) + 1) if len(nz) else (0, len(counts))
     x = list(range(hi - lo))
     labels = [f"{np.sqrt(edges[i] * edges[i + 1]):.2g}" for i in range(lo, hi)]
-    fig = go.Figure(go.Bar(x=x, y=counts[lo:hi], marker_color="#6366f1",
+    fig = go.Figure(go.Bar(x=x, y=counts[lo:hi], marker_color=C.QUALITATIVE[0],
                            hovertext=[f"{edges[i]:.3g}–{edges[i + 1]:.3g}: {counts[i]}" for i in range(lo, hi)]))
     fig.update_layout(title=f"density {page['density']:.2%}",
                       xaxis=dict(tickmode="array", tickvals=x, ticktext=labels, title="activation (log bins)"),
                       yaxis_title="tokens", height=260, margin=dict(l=40, r=10, t=40, b=40))
-    return fig
+    return themed(fig)
 
 
 def _concept_plot(page: dict):
@@ -100,13 +98,13 @@ def _concept_plot(page: dict):
 
     scores = page.get("concept_scores") or {}
     names = list(scores)
-    fam_colour = {"colour": "#ef4444", "shape": "#6366f1", "texture": "#10b981", "position": "#f59e0b"}
+    fam_colour = {fam: C.qualitative(i) for i, fam in enumerate(("colour", "shape", "texture", "position"))}
     fig = go.Figure(go.Bar(x=list(range(len(names))), y=[scores[n] for n in names],
-                           marker_color=[fam_colour.get(S.FAMILY_OF.get(n, ""), "#94a3b8") for n in names]))
+                           marker_color=[fam_colour.get(S.FAMILY_OF.get(n, ""), C.NEUTRAL) for n in names]))
     fig.update_layout(title="IoU per planted concept (top-5 images)",
                       xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names),
                       yaxis=dict(range=[0, 1], title="IoU"), height=260, margin=dict(l=40, r=10, t=40, b=60))
-    return fig
+    return themed(fig)
 
 
 def _page_png(page: dict, path: Path) -> Path:

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 
 from backend.mathneuro import service
 from backend.mathneuro.service import Setting
-from components.common import fail, model_event
+from backend.core import colors as C
+from components.common import fail, model_event, themed
 
 TAB_ID = "math_neurons"
 TITLE = "Math neurons"
@@ -26,8 +27,9 @@ SUMMARY = "MathNeuro: find math-specific parameters, prune or scale them, watch 
 METHOD_LABELS = {"MathNeuro": "mathneuro", "Wanda (no subtraction)": "wanda",
                  "Random (same count)": "random", "LAPE (MLP neurons)": "lape"}
 LABEL_OF = {v: k for k, v in METHOD_LABELS.items()}
-COLORS = {"mathneuro": "#4f46e5", "wanda": "#e11d48", "random": "#64748b", "lape": "#d97706",
-          "none": "#16a34a"}
+# Methods in the shared qualitative palette (the same colour in every figure and the PNG export).
+COLORS = {"mathneuro": C.QUALITATIVE[0], "wanda": C.QUALITATIVE[3], "random": C.NEUTRAL,
+          "lape": C.QUALITATIVE[1], "none": C.QUALITATIVE[2]}
 TEXT_POS = {"mathneuro": "top center", "wanda": "top right", "random": "bottom center",
             "lape": "top left"}  # nearby points (random, LAPE, unmodified) keep readable labels
 SCALE_FACTORS = [0.0, 0.5, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0]
@@ -112,7 +114,7 @@ def figure2_plot(base: dict, results: dict, k: float) -> go.Figure:
                       xaxis_title="math accuracy (%)", yaxis_title="non-math accuracy (%)",
                       xaxis=dict(range=[-5, 105]), yaxis=dict(range=[-5, 110]),
                       height=380, margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.2))
-    return fig
+    return themed(fig)
 
 
 def curve_plot(curve: list[dict], base: dict, s: Setting) -> go.Figure:
@@ -122,11 +124,11 @@ def curve_plot(curve: list[dict], base: dict, s: Setting) -> go.Figure:
                              name="math", line=dict(color=COLORS["mathneuro"])))
     fig.add_trace(go.Scatter(x=xs, y=[100 * r["nonmath"] for r in curve], mode="lines+markers",
                              name="non-math", line=dict(color=COLORS["lape"])))
-    fig.add_vline(x=1.0, line_dash="dot", line_color="#94a3b8")
+    fig.add_vline(x=1.0, line_dash="dot", line_color=C.NEUTRAL)
     fig.update_layout(title=f"Accuracy vs scale factor ({LABEL_OF[s.method]}, K = {100 * s.top_k:g} %)",
                       xaxis_title="scale factor (0 = pruned, 1 = unmodified)", yaxis_title="accuracy (%)",
                       height=360, margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.25))
-    return fig
+    return themed(fig)
 
 
 def layers_plot(layers: dict, s: Setting) -> go.Figure:
@@ -139,7 +141,7 @@ def layers_plot(layers: dict, s: Setting) -> go.Figure:
                       xaxis=dict(tickmode="array", tickvals=list(range(len(keys))),
                                  ticktext=[f"layer {k}" for k in keys], title="decoder layer"),
                       yaxis_title="selected (%)", height=320, margin=dict(l=50, r=20, t=50, b=45))
-    return fig
+    return themed(fig)
 
 
 def consistency_plot(cons: dict, s: Setting) -> go.Figure:
@@ -148,13 +150,13 @@ def consistency_plot(cons: dict, s: Setting) -> go.Figure:
     fig.add_trace(go.Scatter(x=xs, y=[100 * cons[str(x)]["mean"] for x in xs], mode="lines+markers",
                              name="mean overlap", line=dict(color=COLORS["mathneuro"])))
     fig.add_trace(go.Scatter(x=xs, y=[100 * cons[str(x)]["min"] for x in xs], mode="lines+markers",
-                             name="worst subset", line=dict(color="#94a3b8", dash="dot")))
+                             name="worst subset", line=dict(color=C.NEUTRAL, dash="dot")))
     fig.update_layout(title=f"Consistency: share of the {s.n_samples}-sample set found from n samples",
                       xaxis=dict(type="log", title="samples per side (random subsets)",
                                  tickmode="array", tickvals=xs, ticktext=[str(x) for x in xs]),
                       yaxis=dict(title="overlap (%)", range=[0, 103]), height=320,
                       margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.3))
-    return fig
+    return themed(fig)
 
 
 def samples_rows(samples: list[dict]) -> list[list[str]]:

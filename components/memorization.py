@@ -17,14 +17,15 @@ import numpy as np
 import plotly.graph_objects as go
 
 from backend.nemo import service
-from components.common import fail, model_event
+from backend.core import colors as C
+from components.common import fail, model_event, themed
 
 TAB_ID = "memorization"
 TITLE = "Memorization"
 ORDER = 3
 SUMMARY = "NeMo: detect memorized prompts in Stable Diffusion, localize the neurons, switch them off."
 
-LAYER_COLOURS = ["#4f46e5", "#0891b2", "#16a34a", "#d97706", "#db2777", "#7c3aed", "#475569"]
+LAYER_COLOURS = list(C.QUALITATIVE)  # the shared qualitative palette, one colour per layer
 Z_OUTLIER = 3.0
 MAX_SEEDS = 8
 
@@ -87,8 +88,8 @@ def score_html(r: dict) -> str:
             f"border-radius:7px;margin-top:8px'>"
             f"<div style='width:{pct:.1f}%;height:14px;background:{colour};border-radius:7px'></div>"
             f"<div title='θ_mem' style='position:absolute;left:{tpct:.1f}%;top:-3px;width:2px;height:20px;"
-            f"background:#0f172a'></div></div>"
-            f"<div class='wb-muted'>0 … 1 (SSIM); the black tick is θ<sub>mem</sub>. Largest neuron "
+            f"background:var(--body-text-color)'></div></div>"
+            f"<div class='wb-muted'>0 … 1 (SSIM); the tick is θ<sub>mem</sub>. Largest neuron "
             f"z-score: {r['max_z']:.1f}</div></div>")
 
 
@@ -106,7 +107,7 @@ def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
         out = [(x, v, c) for c, (x, v) in enumerate(zip(xs, z)) if v > Z_OUTLIER]
         if out:
             fig.add_trace(go.Scatter(x=[o[0] for o in out], y=[o[1] for o in out], mode="markers",
-                                     marker=dict(symbol="triangle-up", size=9, color="#0f172a"),
+                                     marker=dict(symbol="triangle-up", size=9, color=C.NEUTRAL),
                                      name=f"outlier (z > {Z_OUTLIER:g})", legendgroup="outlier",
                                      showlegend=not any(t.name.startswith("outlier") for t in fig.data),
                                      hovertext=[f"{layer}:{o[2]}" for o in out], hoverinfo="text"))
@@ -120,15 +121,15 @@ def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
         offset += len(z)
     if fx:
         fig.add_trace(go.Scatter(x=fx, y=fy, mode="markers", hovertext=ftxt, hoverinfo="text",
-                                 marker=dict(symbol="diamond", size=9, color="#e11d48",
-                                             line=dict(width=1, color="#0f172a")),
+                                 marker=dict(symbol="diamond", size=10, color=C.POSITIVE,
+                                             line=dict(width=1, color="#ffffff")),
                                  name="found by NeMo"))
     fig.add_hline(y=Z_OUTLIER, line_dash="dot", line_color="#94a3b8")
     fig.update_layout(height=320, margin=dict(l=40, r=10, t=30, b=40), bargap=0,
                       title=dict(text="z = |a − μ| / σ per value neuron", font=dict(size=13)),
                       xaxis=dict(tickvals=tickvals, ticktext=ticktext, title="layer (neurons in order)"),
                       yaxis=dict(title="z-score"), legend=dict(orientation="h", y=-0.25))
-    return fig
+    return themed(fig)
 
 
 def _big(img: np.ndarray, scale: int = 4) -> np.ndarray:
@@ -172,12 +173,12 @@ def hist_plot(rows: list[dict]) -> go.Figure:
     counts = [r["n_neurons"] for r in rows]
     top = max(counts + [1])
     fig = go.Figure(go.Histogram(x=counts, xbins=dict(start=-0.5, end=top + 0.5, size=1),
-                                 marker_color="#4f46e5", name="memorized prompts"))
+                                 marker_color=C.QUALITATIVE[0], name="memorized prompts"))
     fig.update_layout(height=260, margin=dict(l=40, r=10, t=30, b=40),
                       title=dict(text="Neurons per memorized prompt", font=dict(size=13)),
                       xaxis=dict(title="number of neurons found", dtick=1), yaxis=dict(title="prompts"),
                       showlegend=False)
-    return fig
+    return themed(fig)
 
 
 TABLE_HEADERS = ["prompt", "neurons", "SSIM on", "SSIM off", "SSIM random off", "diversity on",
@@ -238,7 +239,7 @@ def export_png(path: Path, c: dict | None, check: dict | None, table: dict | Non
         ax.set(ylabel="z-score", title=f"score {check['score']:.3f} vs θ_mem {check['theta_mem']:.3f}")
         ax.legend(fontsize=7, ncol=4)
     elif table is not None:
-        ax.hist([r["n_neurons"] for r in table["rows"]], bins=np.arange(-0.5, 12.5, 1), color="#4f46e5")
+        ax.hist([r["n_neurons"] for r in table["rows"]], bins=np.arange(-0.5, 12.5, 1), color=C.QUALITATIVE[0])
         ax.set(xlabel="neurons per memorized prompt", ylabel="prompts")
     fig.suptitle(f"NeMo · {c['prompt'] if c else ''}", fontsize=10)
     fig.tight_layout()

@@ -16,7 +16,8 @@ from backend.lrp import service as svc
 from backend.lrp.forward import RULES
 from backend.lrp.methods import LABELS, METHODS, SIGNED
 from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset
-from components.common import fail, model_event
+from backend.core import colors as C
+from components.common import fail, model_event, themed
 
 TAB_ID = "relevance"
 TITLE = "Relevance"
@@ -38,12 +39,8 @@ TEXT_EXAMPLES = [
 # ----------------------------------------------------------------------------- colours & rendering
 
 def _rgb(v: float) -> str:
-    """v in [-1, 1] → red (positive) / blue (negative) on white, like matplotlib's bwr."""
-    v = float(np.clip(v, -1, 1))
-    if v >= 0:
-        r, g, b = 255, int(255 * (1 - v)), int(255 * (1 - v))
-    else:
-        r, g, b = int(255 * (1 + v)), int(255 * (1 + v)), 255
+    """v in [-1, 1] → the shared diverging map (red = positive, blue = negative, white = 0)."""
+    r, g, b = C.cmap_rgb((float(np.clip(v, -1, 1)) + 1) / 2, C.SIGNED_CMAP)
     return f"rgb({r},{g},{b})"
 
 
@@ -56,12 +53,11 @@ def _scale(res: dict, normalise: bool) -> tuple[dict, float]:
 
 
 def colorbar_html(vmax: float, normalise: bool) -> str:
-    stops = ", ".join(_rgb(v) for v in np.linspace(-1, 1, 11))
     lo, hi = ("−1", "+1") if normalise else (f"−{vmax:.3g}", f"+{vmax:.3g}")
     what = "relevance ÷ each method's max |R|" if normalise else "relevance (one scale for all methods)"
     return (f"<div style='display:flex;align-items:center;gap:8px;margin:6px 0 2px 0;font-size:0.8rem'>"
             f"<span>{lo}</span><div style='width:220px;height:12px;border-radius:3px;"
-            f"background:linear-gradient(to right,{stops});border:1px solid #ccc'></div><span>{hi}</span>"
+            f"background:{C.css_gradient(C.SIGNED_CMAP)};border:1px solid #ccc'></div><span>{hi}</span>"
             f"<span class='wb-muted'>{what} · red supports the target, blue speaks against it</span></div>")
 
 
@@ -71,8 +67,8 @@ def heatmap_html(res: dict, normalise: bool = True, mark: set[int] | None = None
     for meth in res["methods"]:
         spans = []
         for i, (tok, v, raw) in enumerate(zip(res["tokens"], scaled[meth], res["relevance"][meth])):
-            border = "border-bottom:2px solid #111;" if mark and i in mark else ""
-            spans.append(f"<span title='#{i} {html.escape(tok)}: {raw:+.4g}' style='background:{_rgb(v)};"
+            border = "border-bottom:3px solid #111;font-weight:700;" if mark and i in mark else ""
+            spans.append(f"<span title='#{i} {html.escape(tok)}: {raw:+.4g}' class='wb-token' style='background:{_rgb(v)};"
                          f"padding:1px 3px;margin:1px;border-radius:3px;display:inline-block;{border}'>"
                          f"{html.escape(tok)}</span>")
         tag = "" if meth in SIGNED else " <span class='wb-muted'>(≥ 0 only)</span>"
@@ -87,8 +83,8 @@ def position_plot(res: dict, normalise: bool = True):
     scaled, _ = _scale(res, normalise)
     fig = go.Figure()
     x = list(range(len(res["tokens"])))
-    for meth in res["methods"]:
-        fig.add_bar(x=x, y=scaled[meth], name=LABELS[meth],
+    for i, meth in enumerate(res["methods"]):
+        fig.add_bar(x=x, y=scaled[meth], name=LABELS[meth], marker_color=C.qualitative(i),
                     customdata=np.asarray(res["relevance"][meth]),
                     hovertemplate="%{customdata:.4g}<extra>" + LABELS[meth] + "</extra>")
     fig.update_layout(barmode="group", height=380, margin=dict(l=40, r=10, t=40, b=40),
@@ -96,7 +92,7 @@ def position_plot(res: dict, normalise: bool = True):
                       legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
                       xaxis=dict(tickmode="array", tickvals=x, ticktext=[f"{t}" for t in res["tokens"]],
                                  tickangle=-45), yaxis_title="relevance")
-    return fig
+    return themed(fig)
 
 
 def conservation_md(res: dict) -> str:
@@ -129,7 +125,7 @@ def export_text(res: dict) -> tuple[str, str]:
     scaled, _ = _scale(res, True)
     M = np.stack([scaled[m] for m in res["methods"]])
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(res["tokens"])), 0.6 * len(res["methods"]) + 1.6), dpi=110)
-    im = ax.imshow(M, cmap="bwr", vmin=-1, vmax=1, aspect="auto")
+    im = ax.imshow(M, cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, aspect="auto")
     ax.set_yticks(range(len(res["methods"])), [LABELS[m] for m in res["methods"]])
     ax.set_xticks(range(len(res["tokens"])), res["tokens"], rotation=60, ha="right", fontsize=8)
     ax.set_title(f"explaining '{res['target']}' (logit {res['logit']:.3f})", fontsize=9)
@@ -145,17 +141,16 @@ def curves_plot(hres: dict):
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    colors = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
     for i, meth in enumerate(hres["methods"]):
         r = hres["results"][meth]
-        c = colors[i % len(colors)]
+        c = C.qualitative(i)
         fig.add_scatter(x=r["grid"], y=r["morf"], name=f"{LABELS[meth]} MoRF", line=dict(color=c))
         fig.add_scatter(x=r["grid"], y=r["lerf"], name=f"{LABELS[meth]} LeRF", line=dict(color=c, dash="dash"))
     fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=40),
                       legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=10)),
                       title=f"Target logit while removing words ({hres['n']} held-out sentences)",
                       xaxis_title="fraction of words replaced by <unk>", yaxis_title="target logit")
-    return fig
+    return themed(fig)
 
 
 def daf_table(hres: dict) -> list[list]:
@@ -174,7 +169,7 @@ def scatter_plot(hres: dict):
 
     fig = go.Figure()
     allv = []
-    for meth, color in (("mambalrp", "#d62728"), ("gi", "#1f77b4")):
+    for meth, color in (("mambalrp", C.PAIR[1]), ("gi", C.PAIR[0])):
         r = hres["results"].get(meth)
         if r is None:
             continue
@@ -184,11 +179,29 @@ def scatter_plot(hres: dict):
     if allv:
         lo, hi = min(allv), max(allv)
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="Σ R = f",
-                        line=dict(color="#555", dash="dot"))
+                        line=dict(color=C.NEUTRAL, dash="dot"))
     fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=40), title="Conservation on the held-out set",
                       legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
                       xaxis_title="Σ relevance", yaxis_title="target logit f")
-    return fig
+    return themed(fig)
+
+
+def longrange_plot(res: dict):
+    """Top-10 relevant tokens per method against their distance back from the answer."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for i, meth in enumerate(res["methods"]):
+        tops = res["top_tokens"][meth]
+        top = max(abs(tops[0]["relevance"]), 1e-12) if tops else 1.0
+        fig.add_scatter(x=[d["distance"] for d in tops], y=[d["relevance"] / top for d in tops],
+                        text=[d["token"] for d in tops], mode="markers+text", textposition="top center",
+                        name=LABELS[meth], marker=dict(color=C.qualitative(i)))
+    fig.update_layout(height=320, margin=dict(l=40, r=10, t=40, b=40),
+                      title=f"Explaining '{res['target']}': top-10 tokens",
+                      xaxis_title="distance back from the answer position (tokens)",
+                      yaxis_title="relevance / top relevance")
+    return themed(fig)
 
 
 def image_figure(res: dict) -> tuple[np.ndarray, str]:
@@ -209,7 +222,7 @@ def image_figure(res: dict) -> tuple[np.ndarray, str]:
     im = None
     for ax, meth in zip(axes[1:], res["methods"]):
         ax.imshow(res["image"], cmap="gray", vmin=0, vmax=1)
-        im = ax.imshow(maps[meth], cmap="bwr", vmin=-1, vmax=1, alpha=0.85)
+        im = ax.imshow(maps[meth], cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, alpha=0.85)
         if res.get("mask") is not None:
             ax.contour(np.asarray(res["mask"], float), levels=[0.5], colors="lime", linewidths=1)
         share = res.get("share_in_region") or {}
@@ -339,24 +352,12 @@ def build(ctx) -> None:
             gr.Markdown("<span class='wb-muted'>The long-range organism is not built.</span>")
 
     def run_long(t, ms, progress=gr.Progress()):
-        import plotly.graph_objects as go
-
         progress(0.2, desc="explaining")
         m = svc.load_longrange()
         res = _guard(svc.longrange, m, t, ms)
-        fig = go.Figure()
-        for meth in res["methods"]:
-            tops = res["top_tokens"][meth]
-            fig.add_scatter(x=[d["distance"] for d in tops], y=[d["relevance"] / max(abs(tops[0]["relevance"]), 1e-12)
-                                                               for d in tops],
-                            text=[d["token"] for d in tops], mode="markers+text", textposition="top center",
-                            name=LABELS[meth])
-        fig.update_layout(height=320, margin=dict(l=40, r=10, t=40, b=40),
-                          title=f"Explaining '{res['target']}': top-10 tokens",
-                          xaxis_title="distance back from the answer position (tokens)",
-                          yaxis_title="relevance / top relevance")
         mark = {d["position"] for d in res["top_tokens"].get("mambalrp", res["top_tokens"][res["methods"][0]])}
-        return heatmap_html(res, True, mark), fig, {"target": res["target"], "top_tokens": res["top_tokens"]}
+        return heatmap_html(res, True, mark), longrange_plot(res), {"target": res["target"],
+                                                                     "top_tokens": res["top_tokens"]}
 
     lr_btn.click(run_long, [lr_text, methods], [lr_heat, lr_plot, lr_json],
                  **model_event(api_name="explain_longrange"))
