@@ -45,11 +45,12 @@ class Step:
 class Tour:
     tour_id: str
     title: str
-    organism: str
+    organism: str | tuple[str, ...]
     steps: list[Step]
 
     def available(self) -> bool:
-        return (ZOO_ROOT / self.organism / "manifest.json").exists()
+        names = (self.organism,) if isinstance(self.organism, str) else self.organism
+        return all((ZOO_ROOT / name / "manifest.json").exists() for name in names)
 
 
 # ----------------------------------------------------------------------------- drawing helpers
@@ -60,7 +61,8 @@ def _fig(w: float = 10.0, h: float = 4.2):
 
 
 def _png(fig) -> np.ndarray:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # figures with colorbars use the constrained layout
+        fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", facecolor="white")
     plt.close(fig)
@@ -215,6 +217,413 @@ def rel_faithfulness():
            f"MambaLRP {d['mambalrp']:.2f}, Gradient × Input {d['gi']:.2f}, random {d['random']:.2f}.")
     return _png(fig), cap, {"n": h["n"], "delta_af": d,
                             "precision_at_k": {k: res[k]["precision_at_k"] for k in res}}
+
+
+# ----------------------------------------------------------------------------- image helpers
+
+def _img_ax(ax, img, title: str | None = None, fontsize: int = 10, color: str = "#222"):
+    """An image panel: pixels as they are (no smoothing), no axes, an optional title."""
+    ax.imshow(np.asarray(img), interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for s in ax.spines.values():
+        s.set_visible(False)
+    if title:
+        ax.set_title(title, fontsize=fontsize, color=color)
+
+
+def _colorbar(fig, mappable, axes, label: str):
+    cb = fig.colorbar(mappable, ax=axes, fraction=0.025, pad=0.015)
+    cb.set_label(label, fontsize=10)
+    cb.ax.tick_params(labelsize=9)
+    return cb
+
+
+# ----------------------------------------------------------------------------- Features (multimodal SAE)
+
+FEAT_COLOUR, FEAT_N_RANDOM, FEAT_N_STEER = "red", 20, 6  # the story's colour, random scenes, steered scenes
+
+def _feat():
+    from backend.sae import features as FT
+    from backend.sae import scenes as S
+
+    return FT, S, FT.get_organism("zoo")
+
+
+def _feat_setup():
+    """The story's feature (the organism's steering feature for 'red'), its best steering setting
+    as the organism's summary reports it, and held-out scenes with nothing red in them."""
+    FT, S, org = _feat()
+    st = org.summary.get("steering", {})
+    feature = int(st.get("colour_features", {}).get(FEAT_COLOUR, -1))
+    if feature < 0:  # no steering record: the feature whose label is the colour with the best IoU
+        feature = max((int(f) for f, lab in org.labels.items() if lab.get("label") == FEAT_COLOUR),
+                      key=lambda f: org.labels[str(f)].get("score", 0.0))
+    best = st.get("sweep", {}).get(st.get("best"), {})
+    setting = {"positions": best.get("positions", st.get("default_positions", "prompt")),
+               "multiple": float(best.get("multiple", st.get("value_multiple", 2.0))),
+               "suppress": bool(best.get("suppress_other_colours", st.get("suppress_other_colours", False)))}
+    clean = [i for i, s in enumerate(org.heldout_specs)
+             if not any(o["colour"] == FEAT_COLOUR for o in s["objects"])]
+    return FT, S, org, feature, setting, clean
+
+
+def _feat_scene():
+    """The tour's scene: the first held-out scene with two objects, none of them red, that the
+    model captions correctly."""
+    FT, S, org, feature, setting, clean = _feat_setup()
+    for i in clean:
+        spec = org.heldout_specs[i]
+        if len(spec["objects"]) != 2:
+            continue
+        out = FT.analyse_image(org, S.render(spec)[0], top_n=3)
+        if out["caption"] == S.caption(spec):
+            return i, out
+    i = clean[0]
+    return i, FT.analyse_image(org, S.render(org.heldout_specs[i])[0], top_n=3)
+
+
+def feat_scene():
+    import torch
+    from backend.sae.explain import upsample
+
+    FT, S, org, feature, setting, clean = _feat_setup()
+    i, out = _feat_scene()
+    img = out["image"]
+    shown = out["features"][:3]
+    fig, axes = plt.subplots(1, 1 + len(shown), figsize=(10, 3.6), dpi=100, layout="constrained",
+                             gridspec_kw={"width_ratios": [1.25] + [1] * len(shown)})
+    _img_ax(axes[0], img, "held-out scene", 11)
+    vmax = max(float(out["maps"][r["feature"]].max()) for r in shown) if shown else 1.0
+    im = None
+    for ax, r in zip(axes[1:], shown):
+        m = upsample(torch.as_tensor(out["maps"][r["feature"]]), img.shape[0])[0].numpy()
+        im = ax.imshow(m, cmap=colors.ACTIVATION_CMAP, vmin=0, vmax=vmax, interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        lab = org.labels.get(str(r["feature"]), {}).get("label") or "?"
+        ax.set_title(f"feature {r['feature']} (“{lab}”)", fontsize=10)
+    if im is not None:
+        _colorbar(fig, im, list(axes[1:]), "activation")
+    fig.suptitle(f"The model's caption: “{out['caption']}”", fontsize=12, x=0.02, ha="left")
+    truth = S.caption(org.heldout_specs[i])
+    right = "word for word right" if out["caption"] == truth else f"the truth is “{truth}”"
+    names = ", ".join(f"“{html.escape(org.labels.get(str(r['feature']), {}).get('label') or '?')}”" for r in shown)
+    cap = (f"A tiny image-captioning model (a miniature LLaVA, trained here on drawn scenes) looks at a "
+           f"scene it never saw in training and writes <b>“{html.escape(out['caption'])}”</b> — {right}. "
+           f"A <b>sparse autoencoder</b> splits the model's internal signal into {org.n_features} "
+           f"<b>features</b>; the maps show where on the scene the three strongest fire (bright = strong). "
+           f"They carry the labels {names}, given automatically — step 3 shows how.")
+    return _png(fig), cap, {"scene": i, "caption": out["caption"], "truth": truth,
+                            "features": out["features"]}
+
+
+def feat_page():
+    FT, S, org, feature, setting, clean = _feat_setup()
+    page = FT.feature_page(org, feature, n_top=5)
+    n = len(page["images"])
+    fig, axes = plt.subplots(2, max(n, 1), figsize=(10, 4.9), dpi=100, squeeze=False, layout="constrained")
+    vmax = float(page["maps"].max()) if n else 1.0
+    im = None
+    for j in range(n):
+        _img_ax(axes[0, j], page["images"][j], f"top image {j + 1}", 10)
+        im = axes[1, j].imshow(page["maps"][j], cmap=colors.ACTIVATION_CMAP, vmin=0, vmax=vmax,
+                               interpolation="bilinear")
+        axes[1, j].contour(page["regions"][j].astype(float), levels=[0.5], colors="white", linewidths=1.2)
+        axes[1, j].set_xticks([])
+        axes[1, j].set_yticks([])
+        if page["top"][j]["iou_label"] is not None:
+            axes[1, j].set_title(f"overlap with {FEAT_COLOUR}: {page['top'][j]['iou_label']:.2f}", fontsize=9)
+    axes[0, 0].set_ylabel("scene", fontsize=10)
+    axes[1, 0].set_ylabel("where it fires", fontsize=10)
+    if im is not None:
+        _colorbar(fig, im, list(axes[1]), "activation")
+    fig.suptitle(f"Feature {feature}: the {n} scenes (of {len(org.index_specs):,}) where it fires most",
+                 fontsize=12, x=0.02, ha="left")
+    # Mean activation on the story colour's pixels, on the other objects' pixels, on the background.
+    on, other, bg = [], [], []
+    for spec, amap in zip([org.index_specs[t["image_id"]] for t in page["top"]], page["maps"]):
+        masks = S.render(spec)[1]
+        colour = masks[FEAT_COLOUR]
+        objects = np.any([masks[c] for c in S.COLOURS], axis=0)
+        on += list(amap[colour])
+        other += list(amap[objects & ~colour])
+        bg += list(amap[~objects])
+    mean = {k: float(np.mean(v)) if v else 0.0 for k, v in (("colour", on), ("other", other), ("background", bg))}
+    shapes = sorted({o["shape"] + "s" for t in page["top"] for o in (S.parse_caption(t["caption"]) or [])
+                     if o.get("colour") == FEAT_COLOUR})
+    kinds = f" ({' and '.join(shapes)} alike)" if len(shapes) > 1 else ""
+    weaker = (f"the other objects get a weaker glow ({mean['other']:.1f})" if mean["other"] > 0.2 * mean["colour"]
+              else f"the other objects stay dark ({mean['other']:.1f})")
+    cap = (f"Now one feature, number {feature}. Top row: the {n} scenes, out of {len(org.index_specs):,}, that "
+           f"make it fire most. Bottom row: where it fires on each (bright = strong; the white line encloses "
+           f"its active region). It fires where the <b>{FEAT_COLOUR}</b> things are{kinds}: {mean['colour']:.1f} on "
+           f"average on {FEAT_COLOUR} pixels, while {weaker} and the background stays near zero "
+           f"({mean['background']:.1f}).")
+    return _png(fig), cap, {"feature": feature, "label": page["label"], "top": page["top"],
+                            "n_index_scenes": len(org.index_specs), "mean_activation": mean}
+
+
+def feat_iou():
+    import torch
+    from backend.sae import explain as E
+
+    FT, S, org, feature, setting, clean = _feat_setup()
+    page = FT.feature_page(org, feature, n_top=5)
+    scores = page["concept_scores"]
+    label = page["label"] or FEAT_COLOUR
+    top_iou = [t["iou_label"] for t in page["top"] if t["iou_label"] is not None]
+    # The same feature on random held-out scenes: its region against the same concept's pixels.
+    rng = np.random.default_rng(0)
+    pick = rng.choice(len(org.heldout_specs), size=min(FEAT_N_RANDOM, len(org.heldout_specs)), replace=False)
+    rnd = []
+    for i in pick:
+        spec = org.heldout_specs[int(i)]
+        img, masks = S.render(spec)
+        out = FT.analyse_image(org, img, top_n=org.n_features)
+        amap = out["maps"].get(feature)
+        region = (E.regions(torch.as_tensor(amap), img.shape[0])[0].numpy() if amap is not None
+                  else np.zeros(img.shape[:2], bool))
+        rnd.append(E.iou(region, masks[label]))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.0), dpi=100, gridspec_kw={"width_ratios": [2.2, 1]})
+    names = sorted(scores, key=lambda c: -scores[c])
+    vals = [scores[c] for c in names]
+    a1.bar(np.arange(len(names)), vals,
+           color=[colors.PAIR[0] if c == label else colors.NEUTRAL for c in names])
+    a1.set_xticks(np.arange(len(names)), names, rotation=40, ha="right", fontsize=10)
+    a1.set_ylabel("overlap score (IoU)")
+    a1.set_ylim(0, 1)
+    a1.set_title(f"feature {feature} vs every drawn concept (its top 5 scenes)", fontsize=11, loc="left")
+    t_mean, r_mean = float(np.mean(top_iou)) if top_iou else 0.0, float(np.mean(rnd)) if rnd else 0.0
+    a2.bar([0, 1], [t_mean, r_mean], color=[colors.PAIR[0], colors.NEUTRAL], width=0.6)
+    for x, v in enumerate([t_mean, r_mean]):
+        a2.text(x, v + 0.02, f"{v:.2f}", ha="center", fontsize=11)
+    a2.set_xticks([0, 1], ["its top 5\nscenes", f"{len(rnd)} random\nscenes"], fontsize=10)
+    a2.set_ylim(0, 1)
+    a2.set_title(f"overlap with “{label}”", fontsize=11, loc="left")
+    for a in (a1, a2):
+        a.spines[["top", "right"]].set_visible(False)
+    runner = names[1] if len(names) > 1 else ""
+    cap = (f"How the label is found, automatically: for each concept drawn in the scenes (4 colours, 3 shapes, "
+           f"2 textures, 4 positions) we measure how well the feature's active region covers that concept's "
+           f"pixels — the <b>overlap score</b> (IoU: 0 = no overlap, 1 = the same pixels). "
+           f"<b>{html.escape(label)}</b> wins with {scores.get(label, 0):.2f} (next: {html.escape(runner)}, "
+           f"{scores.get(runner, 0):.2f}), so the feature is named “{html.escape(label)}”. On {len(rnd)} random "
+           f"scenes the same region overlaps {html.escape(label)} pixels only {r_mean:.2f} on average: the match is not chance.")
+    return _png(fig), cap, {"feature": feature, "label": label, "concept_scores": scores,
+                            "top_iou": top_iou, "top_iou_mean": t_mean, "random_iou": rnd,
+                            "random_iou_mean": r_mean, "random_scenes": [int(i) for i in pick]}
+
+
+def feat_steer():
+    FT, S, org, feature, setting, clean = _feat_setup()
+    i0, _ = _feat_scene()
+    scenes = [i0] + [i for i in clean if i != i0][:FEAT_N_STEER - 1]
+    value = FT.default_clamp_value(org, feature, setting["multiple"])
+    rows = []
+    for i in scenes:
+        img = S.render(org.heldout_specs[i])[0]
+        out = FT.steer_caption(org, img, feature, value, positions=setting["positions"],
+                               suppress_family=setting["suppress"])
+        before, after = S.parse_caption(out["baseline"]), S.parse_caption(out["steered"])
+        rows.append({"scene": i, "before": out["baseline"], "after": out["steered"],
+                     "well_formed": out["well_formed"],
+                     "says_red": out["well_formed"] and any(o["colour"] == FEAT_COLOUR for o in after or []),
+                     "only_colour": bool(before and after and [{**o, "colour": FEAT_COLOUR} for o in before]
+                                         == [dict(o) for o in after])})
+    n = len(rows)
+    ncol = 3
+    nrow = (n + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol * 2, figsize=(10, 1.9 * nrow + 0.5), dpi=100, squeeze=False,
+                             gridspec_kw={"width_ratios": [1, 2.4] * ncol})
+    for ax in axes.ravel():
+        ax.axis("off")
+    import textwrap
+
+    for k, r in enumerate(rows):
+        a_img, a_txt = axes[k // ncol, 2 * (k % ncol)], axes[k // ncol, 2 * (k % ncol) + 1]
+        a_img.imshow(S.render(org.heldout_specs[r["scene"]])[0], interpolation="nearest")
+        a_img.axis("on")
+        a_img.set_xticks([])
+        a_img.set_yticks([])
+        a_txt.text(0.02, 0.97, "before:\n" + textwrap.fill(r["before"], 24), va="top", fontsize=8.5,
+                   color="#333", transform=a_txt.transAxes)
+        a_txt.text(0.02, 0.45, "after:\n" + textwrap.fill(r["after"], 24), va="top", fontsize=8.5,
+                   color=colors.POSITIVE if r["says_red"] else "#333", fontweight="bold",
+                   transform=a_txt.transAxes)
+    red = sum(r["says_red"] for r in rows)
+    clean_edit = sum(r["only_colour"] for r in rows if r["says_red"])
+    where = {"image": "on the image's positions", "prompt": "at every position of the prompt",
+             "all": "at every position"}.get(setting["positions"], setting["positions"])
+    fig.suptitle(f"Captions of scenes with nothing red, before and after turning feature {feature} up",
+                 fontsize=12, x=0.02, ha="left")
+    side = ("" if not red else
+            " Only the colour word changes: the rest of each caption stays right." if clean_edit == red else
+            f" It is a blunt edit, though: in "
+            f"{f'all {red}' if clean_edit == 0 else f'{red - clean_edit} of these {red}'} more than the colour changes — "
+            f"shapes, positions, even the number of objects: pushed this hard, the feature overrides much of what "
+            f"the model sees, not only the colour.")
+    cap = (f"Now the other direction. These {n} scenes have nothing red in them. While the model looks at each, "
+           f"we force feature {feature} to a high value ({value:.3g}, {setting['multiple']:g}× its strongest "
+           f"natural activation, {where}"
+           f"{', with the other colours’ features switched off' if setting['suppress'] else ''} — the setting "
+           f"that worked best on this model). The captions now say <b>red</b> in <b>{red} of {n}</b> "
+           f"scenes.{side}")
+    return _png(fig), cap, {"feature": feature, "value": value, "setting": setting, "rows": rows,
+                            "says_red": red, "n": n}
+
+
+
+# ----------------------------------------------------------------------------- Memorization (NeMo)
+
+MEMO_SEEDS = (0, 1, 2)
+MEMO_N_ORDINARY = 20
+
+
+def _memo():
+    from backend.nemo import service as N
+
+    m = N.get()
+    return N, m, m.memorized[0]["prompt"]
+
+
+def _as_img(x):
+    return np.clip(np.asarray(x, dtype=float), 0, 1)
+
+
+def memo_copy():
+    N, m, p = _memo()
+    mem = N.compare(p, {}, list(MEMO_SEEDS))
+    ordinary = m.ordinary_examples[0]
+    orr = N.compare(ordinary, {}, list(MEMO_SEEDS))
+    k = len(MEMO_SEEDS)
+    fig, axes = plt.subplots(2, k + 1, figsize=(10, 5.0), dpi=100)
+    _img_ax(axes[0, 0], _as_img(mem["train_image"]), "its training image", 10)
+    for j in range(k):
+        _img_ax(axes[0, j + 1], _as_img(mem["images_on"][j]),
+                f"start noise {j + 1}: similarity {mem['ssim_on'][j]:.2f}", 10)
+        _img_ax(axes[1, j + 1], _as_img(orr["images_on"][j]), f"start noise {j + 1}", 10)
+    axes[1, 0].axis("off")
+    import textwrap
+
+    axes[1, 0].text(0.0, 0.5, "an ordinary prompt:\n" + textwrap.fill(f"“{ordinary}”", 22), fontsize=9,
+                    va="center", transform=axes[1, 0].transAxes)
+    fig.suptitle(textwrap.fill(f"Prompt: “{p}”", 100), fontsize=11, x=0.02, ha="left")
+    sim = float(np.median(mem["ssim_on"]))
+    cap = (f"A tiny image generator of the Stable Diffusion kind, trained here, draws a picture from a prompt, "
+           f"starting from random noise. For the top prompt it draws the <b>same picture</b> from every starting "
+           f"noise, and that picture is a <b>copy of one of its training images</b> (left; similarity "
+           f"{sim:.2f} on a 0–1 scale, SSIM). We planted this: in training, this caption always came with "
+           f"that photo, many times over, so the model <b>memorized</b> it. An ordinary prompt (bottom) gives "
+           f"a different picture each time, as it should.")
+    return _png(fig), cap, {"prompt": p, "ssim_to_training_image": mem["ssim_on"], "ordinary": ordinary,
+                            "diversity": {"memorized": mem["diversity_on"], "ordinary": orr["diversity_on"]}}
+
+
+def memo_detect():
+    N, m, p = _memo()
+    mem = [N.check(x["prompt"]) for x in m.memorized]
+    ordinary = list(m.info.get("heldout", []))[:MEMO_N_ORDINARY] or m.ordinary_examples
+    orr = [N.check(x) for x in ordinary]
+    th = m.theta_mem
+    fig, ax = _fig(10, 3.6)
+    rng = np.random.default_rng(0)
+    for y, (rows, col, name) in enumerate(((orr, colors.NEUTRAL, f"{len(orr)} ordinary prompts"),
+                                           (mem, colors.POSITIVE, f"{len(mem)} memorized prompts"))):
+        s = [r["score"] for r in rows]
+        ax.scatter(s, y + rng.uniform(-0.15, 0.15, len(s)), s=46, color=col, alpha=0.85, label=name,
+                   edgecolor="white", linewidth=0.5)
+    ax.axvline(th, color="#222", ls="--", lw=1.2)
+    ax.text(th, 1.42, f"  threshold {th:.2f}", fontsize=10, va="center")
+    ax.set_yticks([0, 1], ["ordinary", "memorized"], fontsize=11)
+    ax.set_ylim(-0.5, 1.6)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("memorization score (agreement of the first denoising step across 5 start noises)")
+    ax.spines[["top", "right"]].set_visible(False)
+    hit = sum(r["score"] > th for r in mem)
+    false = sum(r["score"] > th for r in orr)
+    cap = (f"Can we tell a memorized prompt without a gallery of training images? At the very first denoising "
+           f"step, a memorized prompt already pulls every starting noise the same way; ordinary prompts do not. "
+           f"The <b>memorization score</b> measures that agreement, for the price of one step. Above the dashed "
+           f"threshold (set from ordinary prompts): <b>{hit} of {len(mem)}</b> memorized prompts, and "
+           f"{false} of {len(orr)} ordinary ones (false alarms).")
+    return _png(fig), cap, {"theta_mem": th, "memorized": {r["prompt"]: r["score"] for r in mem},
+                            "ordinary": {r["prompt"]: r["score"] for r in orr}, "flagged_memorized": hit,
+                            "flagged_ordinary": false}
+
+
+def memo_neurons():
+    N, m, p = _memo()
+    loc = N.find(p)
+    chk = N.check(p)
+    found = {N.core.short_name(k): set(v) for k, v in loc["neurons"].items()}
+    layers = chk["layers"]
+    total = sum(len(chk["z"][ly]) for ly in layers)
+    fig, ax = _fig(10, 4.2)
+    x0, ticks = 0, []
+    for ly in layers:
+        z = np.asarray(chk["z"][ly])
+        xs = x0 + np.arange(len(z))
+        on = np.array([c in found.get(ly, set()) for c in range(len(z))])
+        ax.bar(xs[~on], z[~on], color=colors.NEUTRAL, width=1.0, alpha=0.55)
+        ax.bar(xs[on], z[on], color=colors.POSITIVE, width=1.0)
+        ticks.append((x0 + len(z) / 2, f"{ly}\n{len(found.get(ly, ()))} of {len(z)} found"))
+        x0 += len(z) + 4
+        ax.axvline(x0 - 2, color="#bbb", lw=0.8)
+    ax.set_xticks([t for t, _ in ticks], [s for _, s in ticks], fontsize=9.5)
+    ax.set_ylabel("how unusual the neuron's activity is\n(z-score vs ordinary prompts)", fontsize=10)
+    ax.set_xlim(-2, x0 - 2)
+    ax.spines[["top", "right"]].set_visible(False)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=colors.POSITIVE, label=f"found by NeMo ({loc['n_neurons']})"),
+                       Patch(color=colors.NEUTRAL, alpha=0.55, label="other neurons")],
+              frameon=False, fontsize=10, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2)
+    n = loc["n_neurons"]
+    in_layers = [ly for ly in layers if found.get(ly)]
+    cap = (f"Which parts of the generator hold the copy? <b>NeMo</b> looks at the {total} neurons of the layers "
+           f"where the prompt's words enter the picture (cross-attention “value” layers; bars, one per neuron, "
+           f"grouped by layer), starts from those most unusually active for this prompt, then drops every one "
+           f"that is not needed. It keeps <b>{n} neurons</b> ({n / total:.0%} of them, red), in "
+           f"{' and '.join(in_layers)}. In the real Stable Diffusion the paper often needs fewer than ten; this tiny "
+           f"model spreads the memory over more.")
+    return _png(fig), cap, {"prompt": p, "n_neurons": n, "total_neurons": total, "neurons": loc["labels"],
+                            "per_layer": {ly: len(found.get(ly, ())) for ly in layers},
+                            "seconds": loc.get("seconds")}
+
+
+def memo_off():
+    from backend.nemo import core as C
+
+    N, m, p = _memo()
+    loc = N.find(p)
+    spec = loc["neurons"]
+    c = N.compare(p, spec, list(MEMO_SEEDS))
+    rnd = N.compare(p, C.random_like(m.pipe.unet, spec, seed=0), list(MEMO_SEEDS))
+    k = len(MEMO_SEEDS)
+    fig, axes = plt.subplots(3, k + 1, figsize=(10, 6.4), dpi=100)
+    _img_ax(axes[0, 0], _as_img(c["train_image"]), "training image", 10)
+    labels = [("neurons on", c["images_on"], c["ssim_on"]),
+              (f"the {loc['n_neurons']} found\nneurons off", c["images_off"], c["ssim_off"]),
+              (f"{loc['n_neurons']} random\nneurons off", rnd["images_off"], rnd["ssim_off"])]
+    for r, (name, imgs, ss) in enumerate(labels):
+        if r:
+            axes[r, 0].axis("off")
+        for j in range(k):
+            _img_ax(axes[r, j + 1], _as_img(imgs[j]), f"similarity {ss[j]:.2f}", 10)
+        axes[r, 1].set_ylabel(name, fontsize=10, rotation=0, ha="right", va="center", labelpad=8)
+    on, off, roff = (float(np.median(x)) for x in (c["ssim_on"], c["ssim_off"], rnd["ssim_off"]))
+    fig.suptitle(f"Similarity to the training image (SSIM, 0–1), with NeMo's neurons on and off",
+                 fontsize=12, x=0.02, ha="left")
+    cap = (f"Switch those {loc['n_neurons']} neurons off (middle row) and the copy disappears: similarity to the "
+           f"training image falls from {on:.2f} to <b>{off:.2f}</b> (median over {k} start noises), and the "
+           f"memorization score from {c['score_on']:.2f} to {c['score_off']:.2f}, below the threshold "
+           f"{c['theta_mem']:.2f}. Switching off as many <i>random</i> neurons (bottom) leaves the copy "
+           f"({roff:.2f}): it is these neurons that hold it. Nothing is retrained.")
+    return _png(fig), cap, {"prompt": p, "n_neurons": loc["n_neurons"], "ssim_on": c["ssim_on"],
+                            "ssim_off": c["ssim_off"], "ssim_random_off": rnd["ssim_off"],
+                            "score_on": c["score_on"], "score_off": c["score_off"],
+                            "score_random_off": rnd["score_off"], "theta_mem": c["theta_mem"]}
 
 
 # ----------------------------------------------------------------------------- Adapters (PiSSA)
@@ -420,6 +829,18 @@ TOURS = [
         Step("A common baseline scatters it", rel_baseline),
         Step("The relevance adds up to the score", rel_conservation),
         Step("Delete the relevant words: the answer collapses", rel_faithfulness),
+    ]),
+    Tour("features", "Features — what a feature means (multimodal SAE)", ("llava-scenes", "llava-scenes-sae"), [
+        Step("A scene and the model's caption", feat_scene),
+        Step("One feature lights up on red things", feat_page),
+        Step("Why it is called “red”", feat_iou),
+        Step("Turn it up: the model says red", feat_steer),
+    ]),
+    Tour("memorization", "Memorization — the neurons that hold a copy (NeMo)", "sd-memo", [
+        Step("This prompt gives a copy of a training image", memo_copy),
+        Step("A cheap signal flags it", memo_detect),
+        Step("NeMo finds the neurons", memo_neurons),
+        Step("Switch them off: the copy disappears", memo_off),
     ]),
     Tour("math", "Math neurons — where arithmetic lives (MathNeuro)", "math-llama", [
         Step("The model answers two kinds of questions", math_baseline),
