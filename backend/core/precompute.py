@@ -58,27 +58,55 @@ class ShardedJob:
     chunk_size: int
     compute: Callable[[int, int], Tensors]  # (start, end) -> partial result of that chunk
     merge: Callable[[list[Tensors]], Tensors] = merge_sum
+    signature: str = ""  # what else the parts depend on (settings, data hash): a mismatch recomputes
 
     def part_path(self, c: int) -> Path:
         return Path(self.out_dir) / "parts" / f"{self.name}-chunk-{c:05d}.safetensors"
 
-    def run(self, state=None, *, final_name: str | None = None) -> Tensors | None:
+    def part_ok(self, c: int) -> bool:
+        """A finished chunk: the file opens and records this chunk's span. A part that is missing,
+        truncated, or written for a different chunking is recomputed (and overwritten)."""
+        path = self.part_path(c)
+        if not path.exists():
+            return False
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(path), "pt") as f:
+                meta = f.metadata() or {}
+                keys = list(f.keys())
+            start, end = chunks(self.n_items, self.chunk_size)[c]
+            return (bool(keys) and meta.get("start") == str(start) and meta.get("end") == str(end)
+                    and meta.get("signature", "") == self.signature)
+        except Exception:  # unreadable (a torn copy, a foreign file): compute it again
+            return False
+
+    def run(self, state=None, *, final_name: str | None = None, stop_after: int | None = None
+            ) -> Tensors | None:
         """Compute this process's missing chunks, then (main process) merge and write.
 
-        Returns the merged result on the main process, None elsewhere."""
+        Returns the merged result on the main process, None elsewhere. `stop_after`: leave (SystemExit)
+        before computing more than that many chunks in this process, as a killed job would."""
         if state is None:
             from accelerate import PartialState
 
             state = PartialState(cpu=not torch.cuda.is_available())
         spans = chunks(self.n_items, self.chunk_size)
         (Path(self.out_dir) / "parts").mkdir(parents=True, exist_ok=True)
+        done = 0
         for c in range(state.process_index, len(spans), state.num_processes):
             path = self.part_path(c)
-            if path.exists():
+            if self.part_ok(c):
                 continue  # resumed: this chunk was finished by an earlier run
+            if stop_after is not None and done >= stop_after:
+                raise SystemExit(3)  # a simulated interruption (tests of resume)
+            done += 1
             part = {k: v.detach().cpu().contiguous() for k, v in self.compute(*spans[c]).items()}
             tmp = path.with_suffix(f".tmp{os.getpid()}")
-            save_file(part, str(tmp), metadata={"start": str(spans[c][0]), "end": str(spans[c][1])})
+            meta = {"start": str(spans[c][0]), "end": str(spans[c][1])}
+            if self.signature:
+                meta["signature"] = self.signature
+            save_file(part, str(tmp), metadata=meta)
             tmp.replace(path)  # atomic: an interrupted write never looks finished
         state.wait_for_everyone()
         if not state.is_main_process:

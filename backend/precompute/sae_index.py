@@ -1,0 +1,147 @@
+"""The SAE feature index (backend.sae.index) over a whole scene set, sharded across processes and
+merged exactly.
+
+    torchrun --nproc_per_node 2 -m backend.precompute.sae_index --out DIR --cpu [--images 2048]
+    accelerate launch --num_processes 8 -m backend.precompute.sae_index --out DIR
+
+Each chunk of images (fixed boundaries, `--chunk` images, one forward batch) is indexed on its own:
+per feature its top-k images with their per-patch maps, and the raw statistics (firing count, sum of
+activations in float64, max, histogram counts, token and image counts). The merge folds the chunks
+in chunk order: counts and histograms add up (integers: exact), maxima take the max (exact), the
+top-k lists merge by score with ties broken by the smaller image id. The merged state goes through
+`IndexBuilder.tensors()`, so DIR/feature_index.safetensors has exactly the format (tensors and
+metadata) that `FeatureIndex.load` and the Features tab read; copy it beside the SAE (or point the
+organism's folder at it) to use it.
+
+Resume: parts are written atomically under DIR/parts and a rerun skips the valid ones.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..core.precompute import ShardedJob, Tensors
+from ..sae.index import INDEX_FILE, FeatureIndex, IndexBuilder
+
+STATE_FILE = "sae-index-state.safetensors"
+SUM_KEYS = ("fire_count", "act_sum", "hist", "n_tokens", "n_images")
+
+
+def _state(b: IndexBuilder) -> Tensors:
+    return {"top_scores": b.top_scores, "top_ids": b.top_ids, "top_maps": b.top_maps,
+            "fire_count": b.fire_count, "act_sum": b.act_sum, "max_act": b.max_act, "hist": b.hist,
+            "n_tokens": torch.tensor([b.n_tokens]), "n_images": torch.tensor([b.n_images])}
+
+
+def merge_states(parts: list[Tensors], top_k: int) -> Tensors:
+    """Chunk states → one state. Exact: integer sums, max, and a top-k whose order is by score
+    (descending), then by image id (ascending), whatever the split."""
+    out: Tensors = {}
+    for k in SUM_KEYS:  # folded in chunk order (act_sum is float64)
+        acc = parts[0][k].clone()
+        for p in parts[1:]:
+            acc += p[k]
+        out[k] = acc
+    out["max_act"] = torch.stack([p["max_act"] for p in parts]).amax(0)
+    scores = torch.cat([p["top_scores"] for p in parts], 1)  # [F, m]; empty slots are -inf, id -1
+    ids = torch.cat([p["top_ids"] for p in parts], 1)
+    maps = torch.cat([p["top_maps"] for p in parts], 1)  # [F, m, P]
+    key_ids = torch.where(ids >= 0, ids, torch.iinfo(torch.long).max)  # empty slots sort last on ties
+    order = torch.argsort(key_ids, dim=1, stable=True)
+    order = order.gather(1, torch.argsort(scores.gather(1, order), dim=1, descending=True, stable=True))[:, :top_k]
+    out["top_scores"] = scores.gather(1, order)
+    out["top_ids"] = ids.gather(1, order)
+    out["top_maps"] = maps.gather(1, order[..., None].expand(-1, -1, maps.shape[-1]))
+    return out
+
+
+def to_index(state: Tensors, meta: dict) -> FeatureIndex:
+    """The merged state as the FeatureIndex the app loads (the builder's own `tensors()`)."""
+    F, K, P = state["top_maps"].shape
+    b = IndexBuilder(F, P, K, map_dtype=state["top_maps"].dtype)
+    b.top_scores, b.top_ids, b.top_maps = state["top_scores"], state["top_ids"], state["top_maps"]
+    b.fire_count, b.act_sum, b.max_act, b.hist = (state["fire_count"], state["act_sum"], state["max_act"],
+                                                  state["hist"])
+    b.n_tokens, b.n_images = int(state["n_tokens"][0]), int(state["n_images"][0])
+    return FeatureIndex(b.tensors(), {**meta, "n_images": b.n_images, "n_tokens": b.n_tokens})
+
+
+def signature(org, specs: list[dict], top_k: int, chunk: int) -> str:
+    h = hashlib.sha256(json.dumps(specs, sort_keys=True).encode())
+    h.update(json.dumps([org.name, org.hookpoint, org.sae.n_latents, top_k, chunk]).encode())
+    return h.hexdigest()[:16]
+
+
+def run(org, out: Path, *, n_images: int | None = None, top_k: int = 16, chunk: int = 64, state=None,
+        stop_after: int | None = None) -> FeatureIndex | None:
+    """Index `org.index_specs[:n_images]` with `org.sae` at `org.hookpoint`; returns the index on
+    the main process (also written to out/feature_index.safetensors), None on the others."""
+    from ..sae import scenes as S
+    from ..sae import vlm
+
+    specs = org.index_specs[:n_images] if n_images else org.index_specs
+    if not specs:
+        raise ValueError("this organism has no scene set to index")
+    sl, n_p = vlm.image_slice(org.model), vlm.n_image_tokens(org.model)
+
+    @torch.no_grad()
+    def compute(start: int, end: int) -> Tensors:
+        imgs = np.stack([S.render(s)[0] for s in specs[start:end]])
+        b = IndexBuilder(org.sae.n_latents, n_p, top_k)
+        for _, h in vlm.residuals(org.model, org.tokenizer, imgs, org.hookpoint, batch_size=end - start):
+            vals, idx = org.sae.encode_sparse(h[:, sl])
+            b.update(vals, idx, torch.arange(start, end))
+        return _state(b)
+
+    t0 = time.perf_counter()
+    job = ShardedJob("sae-index", Path(out), len(specs), chunk, compute, lambda p: merge_states(p, top_k),
+                     signature=signature(org, specs, top_k, chunk))
+    merged = job.run(state, final_name=STATE_FILE, stop_after=stop_after)
+    if merged is None:
+        return None
+    meta = {"grid": int(round(n_p ** 0.5)), "top_k": top_k, "hookpoint": org.hookpoint,
+            "ranking": "mean activation over image-patch tokens",
+            "density": "fraction of image-patch tokens where the feature is non-zero",
+            "build_s": round(time.perf_counter() - t0, 2), "scene_file": "index_scenes.json",
+            "precompute": {"chunk": chunk, "chunks": -(-len(specs) // chunk),
+                           "processes": int(getattr(state, "num_processes", 1))}}
+    index = to_index(merged, meta)
+    final = Path(out) / INDEX_FILE
+    tmp = final.with_suffix(".tmp")
+    index.save(tmp)
+    tmp.replace(final)
+    return index
+
+
+def main(argv: list[str] | None = None) -> None:
+    from accelerate import PartialState
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--organism", default="llava-scenes-sae", help="zoo SAE organism (scene set + SAE)")
+    ap.add_argument("--images", type=int, default=None, help="index the first N scenes (default: all)")
+    ap.add_argument("--top-k", type=int, default=16)
+    ap.add_argument("--chunk", type=int, default=64, help="images per chunk (= one forward batch)")
+    ap.add_argument("--cpu", action="store_true", help="run on CPUs (gloo) even if a GPU exists")
+    ap.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)  # resume tests
+    args = ap.parse_args(argv)
+    state = PartialState(cpu=args.cpu)
+    if args.cpu:
+        torch.set_num_threads(1)
+    from ..sae.features import load_organism
+
+    org = load_organism(args.organism)
+    index = run(org, args.out, n_images=args.images, top_k=args.top_k, chunk=args.chunk, state=state,
+                stop_after=args.stop_after)
+    if state.is_main_process and index is not None:
+        print(json.dumps({"written": str(args.out / INDEX_FILE), **index.meta}))
+
+
+if __name__ == "__main__":
+    main()
