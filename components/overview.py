@@ -79,6 +79,9 @@ def build(ctx) -> None:
                 btn = gr.Button(f"Open {title} →", size="sm", variant="primary" if ready else "secondary",
                                 interactive=ready)
                 buttons.append((btn, tab_id))
+                # Shown and wired by the Guided tour tab (components.tour) when it has this tab's tour.
+                gr.Button("Guided tour ▸", size="sm", elem_id=f"overview-tour-{tab_id}", visible=False)
+    gr.Button("Guided tour of every paper ▸", size="sm", elem_id="overview-tour-all", visible=False)
     for btn, tab_id in buttons:
         btn.click(lambda t=tab_id: gr.Tabs(selected=t), inputs=None, outputs=ctx.tabs,
                   api_visibility="private")

@@ -613,7 +613,7 @@ def memo_off():
             _img_ax(axes[r, j + 1], _as_img(imgs[j]), f"similarity {ss[j]:.2f}", 10)
         axes[r, 1].set_ylabel(name, fontsize=10, rotation=0, ha="right", va="center", labelpad=8)
     on, off, roff = (float(np.median(x)) for x in (c["ssim_on"], c["ssim_off"], rnd["ssim_off"]))
-    fig.suptitle(f"Similarity to the training image (SSIM, 0–1), with NeMo's neurons on and off",
+    fig.suptitle("Similarity to the training image (SSIM, 0–1), with NeMo's neurons on and off",
                  fontsize=12, x=0.02, ha="left")
     cap = (f"Switch those {loc['n_neurons']} neurons off (middle row) and the copy disappears: similarity to the "
            f"training image falls from {on:.2f} to <b>{off:.2f}</b> (median over {k} start noises), and the "
@@ -897,6 +897,37 @@ def _next(tour_id, step, delta: int):
     return max(1, min(n, k + delta))
 
 
+# The Overview's "Guided tour" buttons (components.overview, elem_id overview-tour-<tab id>) open a tour.
+OVERVIEW_TOUR = {"relevance": "relevance", "features": "features", "memorization": "memorization",
+                 "math_neurons": "math", "adapters": "adapters", "all": "all"}
+
+
+def _overview_buttons() -> dict[str, gr.Button]:
+    found: dict[str, gr.Button] = {}
+
+    def walk(block):
+        for child in getattr(block, "children", None) or []:
+            eid = getattr(child, "elem_id", None) or ""
+            if isinstance(child, gr.Button) and eid.startswith("overview-tour-"):
+                found[eid[len("overview-tour-"):]] = child
+            walk(child)
+    walk(gr.context.Context.root_block)
+    return found
+
+
+def _wire_overview(ctx, available: dict, tour, step) -> None:
+    """Show the Overview's tour buttons whose tour exists; a click opens this tab on that tour, step 1."""
+    if gr.context.Context.root_block is None or getattr(ctx, "tabs", None) is None:
+        return
+    for key, btn in _overview_buttons().items():
+        tour_id = OVERVIEW_TOUR.get(key)
+        if tour_id not in available:
+            continue
+        btn.visible = True
+        btn.click(lambda t=tour_id: (gr.Tabs(selected=TAB_ID), t, 1), None, [ctx.tabs, tour, step],
+                  api_visibility="private", queue=False)
+
+
 def build(ctx) -> None:
     available = tours()
     missing = [t.title.split(" — ")[0] for t in TOURS if not t.available()]
@@ -935,6 +966,8 @@ def build(ctx) -> None:
     def show_new_tour(tour_id, k, progress=gr.Progress()):
         # the step box may still hold the previous tour's step (it is reset to 1 just after)
         return show(tour_id, _next(tour_id, k, 0), progress)
+
+    _wire_overview(ctx, available, tour, step)
 
     triggers = [step.change]
     root = gr.context.Context.root_block

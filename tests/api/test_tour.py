@@ -30,6 +30,43 @@ def test_math_prune_step_hits_arithmetic_not_story_questions(client):
     assert image
 
 
+def _walk(client, tour_id, n):
+    steps = []
+    for k in range(1, n + 1):
+        head, caption, image, numbers = client.predict(tour_id, k, api_name="/tour_step")
+        assert f"Step {k} of {n}" in head
+        assert image and len(caption) > 150, (k, caption)
+        assert numbers["tour"] == tour_id and numbers["step"] == k
+        steps.append((caption, numbers))
+    return steps
+
+
+def test_features_tour_every_step_computes_the_red_feature_story(client):
+    (c1, scene), (c2, page), (c3, iou), (c4, steer) = _walk(client, "features", 4)
+    assert scene["caption"] and scene["features"]                         # the model's caption, features firing
+    assert page["label"] == "red" and steer["feature"] == page["feature"] == iou["feature"]
+    m = page["mean_activation"]
+    assert m["colour"] > m["other"] > m["background"]                     # brightest on the red pixels
+    assert iou["label"] == "red" and max(iou["concept_scores"], key=iou["concept_scores"].get) == "red"
+    assert iou["top_iou_mean"] > 2 * iou["random_iou_mean"]               # not chance
+    assert all("red" not in r["before"].split() for r in steer["rows"])    # scenes without red...
+    assert steer["says_red"] >= steer["n"] // 2                           # ...now captioned red
+    assert f"{steer['says_red']} of {steer['n']}" in c4
+
+
+def test_memorization_tour_every_step_reports_what_nemo_computes(client):
+    (c1, copy), (c2, det), (c3, neu), (c4, off) = _walk(client, "memorization", 4)
+    assert min(copy["ssim_to_training_image"]) > 0.5                      # the copy
+    assert det["flagged_memorized"] >= 0.8 * len(det["memorized"])
+    assert min(det["memorized"].values()) > sorted(det["ordinary"].values())[len(det["ordinary"]) // 2]
+    n = neu["n_neurons"]
+    assert 0 < n == off["n_neurons"] == sum(neu["per_layer"].values()) < neu["total_neurons"]
+    assert f"{n} neurons" in c3 and f"{n} neurons" in c4                    # the number computed, not a story
+    assert max(off["ssim_off"]) < 0.5 * min(off["ssim_on"])                # the copy disappears...
+    assert min(off["ssim_random_off"]) > 0.5                              # ...but not with random neurons
+    assert off["score_off"] < off["theta_mem"] < off["score_on"]
+
+
 @pytest.mark.parametrize("tour,step,msg", [("nope", 1, "not in the list of choices"), ("relevance", 0, "less than minimum"),
                                            ("adapters", 99, "steps 1 to"), ("all", None, "whole number")])
 def test_bad_input_is_a_clear_error(client, tour, step, msg):
