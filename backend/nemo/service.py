@@ -7,6 +7,7 @@ are applied only inside `deactivate`, so no request ever sees another's interven
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -21,6 +22,7 @@ from backend.core.cache import ByteLRUCache, make_key
 from backend.core.presets import Preset, active
 
 from . import core
+from . import stats as nstats
 from .metrics import diversity, ssim_images
 from .presets import TAB, load_preset_pipeline
 
@@ -77,11 +79,34 @@ class MemoModel:
         return list(self.info.get("heldout", []))[:6] or GENERIC_PROMPTS[:6]
 
     def stats(self) -> core.NeuronStats:
+        """μ, σ per neuron: from a precomputed file for this model when one is configured
+        (`stats_path`), else computed once over the ordinary prompts."""
         with self._lock:
             if self._stats is None:
-                prompts = self.info.get("non_memorized") or GENERIC_PROMPTS
-                self._stats = core.neuron_stats(self.pipe, prompts)
+                path = self.stats_path()
+                if path is not None:
+                    self._stats = nstats.load_stats(path, self.pipe.unet)
+                else:
+                    self._stats = core.neuron_stats(self.pipe, self.stats_prompts)
             return self._stats
+
+    @property
+    def stats_prompts(self) -> list[str]:
+        """The ordinary prompts the statistics are computed over when no file is given."""
+        return list(self.info.get("non_memorized") or GENERIC_PROMPTS)
+
+    def stats_path(self) -> Path | None:
+        """A statistics file written by `python -m backend.precompute.nemo_stats` for this model:
+        $WORKBENCH_NEMO_STATS, else the preset's extra["stats_file"]. A file made for another
+        model id is ignored (the statistics are then computed in-process)."""
+        name = os.environ.get(nstats.STATS_ENV) or self.preset.extra.get("stats_file")
+        if not name:
+            return None
+        path = Path(name)
+        if not path.is_file():
+            raise ValueError(f"{nstats.STATS_ENV}: no neuron statistics file at {path}")
+        owner = nstats.file_meta(path).get("model_id", "")
+        return path if owner in ("", self.model_id) else None
 
     def train_image(self, prompt: str) -> np.ndarray | None:
         for m in self.memorized:
