@@ -18,12 +18,14 @@ from backend.core import gpu
 from backend.pissa import service
 from backend.pissa.race import RACE_METHODS, RaceConfig
 from backend.core import colors as C
+from components import links
 from components.common import fail, model_event, themed
 
 TAB_ID = "adapters"
 TITLE = "Adapters"
 ORDER = 5
 SUMMARY = "PiSSA: principal singular vectors as adapter init; quantization error; live LoRA vs PiSSA race."
+LINK_RUNS = ("analyse",)  # a deep link reruns the layer analysis of its settings (components.links)
 
 # The shared qualitative palette (backend.core.colors): LoRA orange, PiSSA blue as in the tour.
 COLORS = {"lora": C.PAIR[0], "pissa": C.PAIR[1], "full": C.NEUTRAL, "W": C.NEUTRAL,
@@ -167,10 +169,16 @@ def analyse(key, layer, rank, init, progress=gr.Progress()):
 
 
 def on_model_change(key):
+    """The model's layers and a default one; when the page's deep link names this model and one of
+    its layers, that layer (the restore sets the model, which lands here)."""
     if not key:
         return gr.update(choices=[], value=None), gr.update()
     names = _call(service.layer_names, key)
     default = next((n for n in names if n.endswith("fc2") or n.endswith("q_proj")), names[0])
+    query = links.current_query()
+    if links.decode(query.get("pissa-model", "null")) == key:
+        wanted = links.decode(query.get("pissa-layer", "null"))
+        default = wanted if wanted in names else default
     return gr.update(choices=names, value=default), gr.update()
 
 
@@ -404,7 +412,9 @@ def build(ctx) -> None:
     with gr.Row():
         model = gr.Dropdown(opts, value=default, label="model", elem_id="pissa-model", scale=2)
         with gr.Column(scale=2, min_width=200):
-            layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer")
+            # custom values: a deep link may name a layer of another model than the default one
+            layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer",
+                                allow_custom_value=True)
             list_layers = gr.Button("List the model's layers", size="sm", elem_id="pissa-list-layers")
         rank = gr.Slider(1, 128, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2)
         init = gr.Radio([("full SVD (pissa)", "pissa"), ("fast SVD (pissa_niter_4)", "pissa_niter_4")],
@@ -472,7 +482,8 @@ def build(ctx) -> None:
     model.change(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_name="layers"))
     stale = [spec_plot, hist_plot, stats, analysis_files, error_df, bars_plot, heat_plot, error_md,
              error_files, race_plot, race_status, race_summary, race_files, conv_md, conv_json]
-    model.change(lambda: [None] * len(stale), outputs=stale, api_visibility="private")  # no stale results
+    # no stale results after the user picks another model (a restored link sets results of its own)
+    model.input(lambda: [None] * len(stale), outputs=stale, api_visibility="private")
     list_layers.click(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_visibility="private"))
     analyse_btn.click(analyse, inputs=[model, layer, rank, init],
                       outputs=[spec_plot, hist_plot, stats, analysis_files], **model_event(api_name="analyse"))

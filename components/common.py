@@ -100,4 +100,5 @@ CSS += """
 .dark .js-plotly-plot .modebar-btn path {fill: #9ca3af !important;}
 .dark [data-testid="image"] img, .dark .gallery-item img, .dark .thumbnail-item img {background: #ffffff;}
 .wb-token {color: #111827;}
+.wb-hidden {display: none !important;}
 """

@@ -17,12 +17,16 @@ import numpy as np
 from backend.sae import features as FT
 from backend.sae import scenes as S
 from backend.core import colors as C
+from components import links
 from components.common import fail, model_event, themed
 
 TAB_ID = "features"
 TITLE = "Features"
 ORDER = 2
 SUMMARY = "SAE features of a tiny LLaVA: top images, activation regions, concept labels, steering."
+# A deep link opens its feature page on load (`feature=ID` or the linked `features-id`), then reruns
+# these (components.links): the filtered list, the held-out scene's analysis and the steering.
+LINK_RUNS = ("features_list", "analyse_image", "steer")
 
 DISPLAY = 144  # px per thumbnail
 SORTS = ["density", "max activation", "IoU"]
@@ -334,7 +338,7 @@ def build(ctx) -> None:
                                  elem_id="features-id", minimum=0, maximum=n_features - 1)
                 open_btn = gr.Button("Open feature", variant="primary", elem_id="features-open")
             gr.Markdown("<span class='wb-muted'>Click a row or type an id. Deep link: "
-                        "<code>?tab=features&amp;feature=ID</code></span>")
+                        "<code>?tab=features&amp;feature=ID</code>, or “Link to this view” below.</span>")
         with gr.Column(scale=3):
             header = gr.HTML(elem_id="features-header")
             with gr.Row():
@@ -357,13 +361,16 @@ def build(ctx) -> None:
         with gr.Column(scale=1):
             upload = gr.Image(label="your image (resized to the model's input)", type="numpy", format="png",
                               height=220, elem_id="features-upload", sources=["upload", "clipboard"])
+            gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link: “Link to this "
+                        "view” carries the held-out scene number instead.</span>")
             example = gr.Dropdown([str(i) for i in range(min(n_held, 40))], value="0",
                                   label=f"…or a held-out scene (used when no image is uploaded)",
                                   elem_id="features-example", allow_custom_value=True)
             analyse_btn = gr.Button("Analyse image", variant="primary", elem_id="features-analyse")
         with gr.Column(scale=3):
             with gr.Row():
-                shown = gr.Image(label="input", format="png", height=200, interactive=False)
+                shown = gr.Image(label="input scene", format="png", height=200, interactive=False,
+                                 elem_id="features-shown")
                 with gr.Column():
                     cap = gr.Markdown()
                     firing = gr.Dataframe(headers=["feature", "concept", "mean activation"], interactive=False)
@@ -389,7 +396,8 @@ def build(ctx) -> None:
             steer_btn = gr.Button("Generate with and without", variant="primary", elem_id="features-steer")
         with gr.Column(scale=3):
             with gr.Row():
-                steer_img = gr.Image(label="input", format="png", height=180, interactive=False)
+                steer_img = gr.Image(label="steered scene", format="png", height=180, interactive=False,
+                                     elem_id="features-steer-img")
                 steer_md = gr.Markdown(elem_id="features-steer-out")
             with gr.Accordion("steering result (JSON)", open=False):
                 steer_json = gr.JSON(label="steering result")
@@ -415,13 +423,12 @@ def build(ctx) -> None:
                     [steer_img, steer_md, steer_json], **model_event(api_name="steer"))
 
     def from_url(source_, request: gr.Request):
-        wanted = request.query_params.get("feature") if request else None
+        params = request.query_params if request else {}
+        wanted = params.get("feature", params.get("features-id"))
         fid = first_id
         if wanted is not None:
-            try:
-                fid = int(wanted)
-            except ValueError:
-                fid = first_id
+            raw = links.decode(wanted)
+            fid = raw if isinstance(raw, int) and not isinstance(raw, bool) else first_id
             if not 0 <= fid < n_features:
                 fid = first_id
         return open_feature(source_, fid)

@@ -9,6 +9,16 @@ Values are JSON (a bare word is read as a string). On load every value is checke
 component (type, range, choices); a bad one is skipped with a notice, never an error. Each tab gets
 a "Link to this view" button that writes the URL of what it shows now.
 
+A link reproduces results, not only inputs: a tab module may declare `LINK_RUNS`, the api_names of
+its main events in the order a user would click them (e.g. `("explain_text",)`). When a URL carries
+any of a tab's linked inputs, those events run once the inputs are restored (through a hidden
+per-tab button whose click chains the tab's own handlers, so the computation, its concurrency group
+and its caching are the tab's own). A page opened without link values runs nothing extra.
+
+A component whose valid values are not its static choices (e.g. neuron tick boxes filled by a
+search) can accept linked values through `accept_link(comp, validate)`: `validate(list) -> list`
+raises ValueError for a bad value, and the restore shows the linked values as the choices.
+
 Presenter view and the theme switch are client-side only (a class on <body>), so they cost no
 round trip; links carry them as `presenter=1` and Gradio's own `__theme=dark`.
 """
@@ -51,8 +61,37 @@ PRESENTER_FROM_URL_JS = """() => {
 THEME_JS = """() => { document.body.classList.toggle('dark'); }"""
 
 
+RUN_PREFIX = "wb-linkrun"
+
+# After the restore: click the hidden "run" button of every tab whose inputs the URL carries.
+RUN_JS = """() => {
+  const q = new URLSearchParams(window.location.search);
+  const plan = %s;
+  window.wbLinkRuns = [];
+  for (const [btn, keys] of plan) {
+    if (!keys.some((k) => q.has(k))) { continue; }
+    // the tab's contents mount once the restore has selected it: wait for its button (10 s at most)
+    let tries = 0;
+    const go = () => {
+      const el = document.getElementById(btn);
+      if (el) { window.wbLinkRuns.push(btn); el.click(); }
+      else if (tries++ < 100) { setTimeout(go, 100); }
+      else { window.wbLinkRuns.push(btn + ' (missing)'); }
+    };
+    go();
+  }
+}"""
+
+
 class LinkValueError(ValueError):
     """A URL value that does not fit its component."""
+
+
+def accept_link(comp, validate):
+    """Let `comp` (a CheckboxGroup or multiselect Dropdown) take linked values outside its current
+    choices, checked by `validate(values) -> values` (ValueError = refused). Returns `comp`."""
+    comp._wb_link_validate = validate
+    return comp
 
 
 def walk(block) -> Iterator[Any]:
@@ -94,6 +133,14 @@ def coerce(comp, raw: Any) -> Any:
     if isinstance(comp, gr.CheckboxGroup) or (isinstance(comp, gr.Dropdown) and comp.multiselect):
         if not isinstance(raw, list) or not all(isinstance(x, (str, int, float)) for x in raw):
             raise LinkValueError(f"{what} needs a list of choices")
+        validate = getattr(comp, "_wb_link_validate", None)
+        if validate is not None:
+            if len(raw) > 1000 or any(len(str(x)) > 200 for x in raw):
+                raise LinkValueError(f"{what}: too many or too long values")
+            try:
+                return list(validate(list(raw)))
+            except (ValueError, KeyError, IndexError) as e:
+                raise LinkValueError(f"{what}: {str(e)[:120]}") from None
         allowed = _choice_values(comp)
         custom = isinstance(comp, gr.Dropdown) and comp.allow_custom_value
         bad = [x for x in raw if x not in allowed]
@@ -157,6 +204,7 @@ class TabLinks:
     tab: Any
     button: Any = None
     box: Any = None
+    run: Any = None
     inputs: list = field(default_factory=list)
 
 
@@ -176,6 +224,9 @@ class DeepLinks:
             entry.box = gr.Textbox(show_label=False, container=False, interactive=False, scale=4,
                                    placeholder="a link that reopens this tab with these settings",
                                    buttons=["copy"], elem_id=f"{LINK_PREFIX}-url-{tab_id}")
+            # Clicked by the page (RUN_JS) when a link carries this tab's inputs: reruns its results.
+            entry.run = gr.Button("run linked view", elem_id=f"{RUN_PREFIX}-{tab_id}",
+                                  elem_classes=["wb-hidden"], scale=0, min_width=0)
         self.tabs.append(entry)
         return entry
 
@@ -185,7 +236,7 @@ class DeepLinks:
         # time once the page's own load events have finished, so the link wins.
         self.load_written = {id(c) for fn in demo.fns.values()
                              if any(ev == "load" for _, ev in (fn.targets or [])) for c in (fn.outputs or [])}
-        mine = {id(t.box) for t in self.tabs}
+        mine = {id(t.box) for t in self.tabs} | {id(t.run) for t in self.tabs if t.run is not None}
         for entry in self.tabs:
             entry.inputs = []
             for comp in walk(entry.tab):
@@ -194,6 +245,32 @@ class DeepLinks:
                         and eid not in RESERVED and eid not in self.registry):
                     self.registry[eid] = comp
                     entry.inputs.append(comp)
+
+    def _wire_runs(self, demo, restore_dep) -> None:
+        """Chain each tab's LINK_RUNS handlers behind its hidden run button; the page clicks it after
+        the restore when the URL carries that tab's inputs."""
+        from components import tab_modules
+
+        runs = {m.TAB_ID: tuple(getattr(m, "LINK_RUNS", ()) or ()) for m in tab_modules()}
+        by_api = {fn.api_name: fn for fn in list(demo.fns.values()) if getattr(fn, "api_name", None)}
+        plan = []
+        for entry in self.tabs:
+            names = runs.get(entry.tab_id, ())
+            fns = [by_api[n] for n in names if n in by_api]
+            missing = [n for n in names if n not in by_api]
+            if missing:
+                raise ValueError(f"tab {entry.tab_id}: LINK_RUNS names unknown events {missing}")
+            if not fns or entry.run is None or not entry.inputs:
+                continue
+            dep = None
+            for bf in fns:
+                kw = dict(fn=bf.fn, inputs=list(bf.inputs or []), outputs=list(bf.outputs or []),
+                          api_visibility="private", concurrency_id=bf.concurrency_id,
+                          concurrency_limit=bf.concurrency_limit)
+                dep = entry.run.click(**kw) if dep is None else dep.then(**kw)
+            plan.append([entry.run.elem_id, [c.elem_id for c in entry.inputs]])
+        if plan:
+            restore_dep.then(None, js=RUN_JS % json.dumps(plan), api_visibility="private")
 
     def install(self, demo, tabs, default_tab: str) -> None:
         """Wire every link button and the restore-on-load. Call inside `with demo:`, after all tabs."""
@@ -221,7 +298,7 @@ class DeepLinks:
             if notices:
                 gr.Warning("Some link settings were ignored: " + "; ".join(notices[:5]))
             sel = wanted if wanted in ids else default_tab
-            return [gr.Tabs(selected=sel)] + [gr.update(value=values[c.elem_id]) if c.elem_id in values
+            return [gr.Tabs(selected=sel)] + [_restored(c, values[c.elem_id]) if c.elem_id in values
                                               else gr.update() for c in outputs]
 
         # A tab's own load event that writes a linked input (its defaults, its own URL handling) would
@@ -233,7 +310,26 @@ class DeepLinks:
                 if slots and not inspect.isgeneratorfunction(fn.fn) and not inspect.iscoroutinefunction(fn.fn):
                     fn.fn = _link_wins(fn.fn, slots, registry, len(fn.outputs))
 
-        demo.load(restore, outputs=[tabs] + outputs, api_visibility="private", show_progress="hidden")
+        dep = demo.load(restore, outputs=[tabs] + outputs, api_visibility="private", show_progress="hidden")
+        self._wire_runs(demo, dep)
+
+
+def _restored(comp, value):
+    """The update that shows a linked value (a validated custom list also becomes the choices)."""
+    if getattr(comp, "_wb_link_validate", None) is not None and isinstance(value, list):
+        return gr.update(choices=list(value), value=value)
+    return gr.update(value=value)
+
+
+def linked(keys: Iterable[str]) -> bool:
+    """Inside a request: whether the page's URL carries any of these link keys."""
+    query = _current_query()
+    return any(k in query for k in keys)
+
+
+def current_query() -> dict:
+    """Inside a request: the page URL's query parameters ({} elsewhere)."""
+    return _current_query()
 
 
 def _current_query() -> dict:

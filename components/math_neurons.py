@@ -17,12 +17,15 @@ import plotly.graph_objects as go
 from backend.mathneuro import service
 from backend.mathneuro.service import Setting
 from backend.core import colors as C
+from components import links
 from components.common import fail, model_event, themed
 
 TAB_ID = "math_neurons"
 TITLE = "Math neurons"
 ORDER = 4
 SUMMARY = "MathNeuro: find math-specific parameters, prune or scale them, watch math vs non-math accuracy."
+LINK_RUNS = ("mn_evaluate",)  # a deep link reruns the accuracies of its setting (components.links)
+LINKED = ("mn-method", "mn-k", "mn-factor", "mn-n", "mn-prompt")
 
 METHOD_LABELS = {"MathNeuro": "mathneuro", "Wanda (no subtraction)": "wanda",
                  "Random (same count)": "random", "LAPE (MLP neurons)": "lape"}
@@ -329,5 +332,10 @@ def build(ctx) -> None:
     export_btn.click(export, controls, files, **model_event(api_name="mn_export"))
     # First view: the default setting's accuracies, computed when the page loads (cached after).
     from gradio.context import Context
+    def first_view(*args):
+        if links.linked(LINKED):  # a deep link computes its own setting once its values are restored
+            return gr.skip(), gr.skip(), gr.skip()
+        return live(*args)
+
     if Context.root_block is not None:
-        Context.root_block.load(live, controls, live_out, **model_event(api_visibility="private"))
+        Context.root_block.load(first_view, controls, live_out, **model_event(api_visibility="private"))

@@ -18,12 +18,16 @@ import plotly.graph_objects as go
 
 from backend.nemo import service
 from backend.core import colors as C
+from components import links
 from components.common import fail, model_event, themed
 
 TAB_ID = "memorization"
 TITLE = "Memorization"
 ORDER = 3
 SUMMARY = "NeMo: detect memorized prompts in Stable Diffusion, localize the neurons, switch them off."
+# A deep link reruns these (components.links): the score of its prompt, then the generations with its
+# ticked neurons off. The ticked neurons travel in the link even before "Find neurons" ran.
+LINK_RUNS = ("memo_check", "memo_generate")
 
 LAYER_COLOURS = list(C.QUALITATIVE)  # the shared qualitative palette, one colour per layer
 Z_OUTLIER = 3.0
@@ -354,6 +358,14 @@ def build(ctx) -> None:
             found = gr.HTML(elem_id="memo-found")
             neurons = gr.CheckboxGroup(choices=[], value=[], label="Found neurons (ticked = switched off)",
                                        elem_id="memo-neurons")
+
+            def valid_neurons(values):  # linked tick boxes: labels of this model's value neurons
+                if not all(isinstance(v, str) for v in values):
+                    raise ValueError("neurons are labels like 'down1.attn0:17'")
+                service.parse_neurons(service.get(ctx.source), values)
+                return values
+
+            links.accept_link(neurons, valid_neurons)
             free = gr.Textbox(label="Also switch off (layer:channel, comma-separated)",
                               placeholder="e.g. mid.attn0:5, down1.attn0:17", elem_id="memo-free")
             n_seeds = gr.Slider(1, MAX_SEEDS, value=4, step=1, label="Seeds", elem_id="memo-seeds")

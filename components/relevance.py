@@ -23,6 +23,8 @@ TAB_ID = "relevance"
 TITLE = "Relevance"
 ORDER = 1
 SUMMARY = "MambaLRP: which tokens and pixels a Mamba model relies on, with baselines and faithfulness."
+# A deep link reruns these (components.links): the text explanation, then the linked held-out image.
+LINK_RUNS = ("explain_text", "image_example", "explain_image")
 
 DEFAULT_METHODS = ["mambalrp", "gi", "ig", "mambaattr"]
 RULE_LABELS = {"norm": "RMSNorm: detach the normaliser", "silu": "SiLU: x·stopgrad(σ(x))",
@@ -42,6 +44,11 @@ def _rgb(v: float) -> str:
     """v in [-1, 1] → the shared diverging map (red = positive, blue = negative, white = 0)."""
     r, g, b = C.cmap_rgb((float(np.clip(v, -1, 1)) + 1) / 2, C.SIGNED_CMAP)
     return f"rgb({r},{g},{b})"
+
+
+def _ink(v: float) -> str:
+    """Text colour that reads on the token's background: white on the dark ends of the map."""
+    return "#ffffff" if abs(float(v)) > 0.6 else "#111827"
 
 
 def _scale(res: dict, normalise: bool) -> tuple[dict, float]:
@@ -68,7 +75,7 @@ def heatmap_html(res: dict, normalise: bool = True, mark: set[int] | None = None
         spans = []
         for i, (tok, v, raw) in enumerate(zip(res["tokens"], scaled[meth], res["relevance"][meth])):
             border = "border-bottom:3px solid #111;font-weight:700;" if mark and i in mark else ""
-            spans.append(f"<span title='#{i} {html.escape(tok)}: {raw:+.4g}' class='wb-token' style='background:{_rgb(v)};"
+            spans.append(f"<span title='#{i} {html.escape(tok)}: {raw:+.4g}' class='wb-token' style='background:{_rgb(v)};color:{_ink(v)};"
                          f"padding:1px 3px;margin:1px;border-radius:3px;display:inline-block;{border}'>"
                          f"{html.escape(tok)}</span>")
         tag = "" if meth in SIGNED else " <span class='wb-muted'>(≥ 0 only)</span>"
@@ -371,9 +378,11 @@ def build(ctx) -> None:
                     "the share of positive relevance inside it.")
         with gr.Row():
             with gr.Column(scale=1):
-                gr.Markdown("**Image** · any size; converted to 16×16 grayscale")
-                image = gr.Image(show_label=False, type="numpy", format="png", image_mode="L", height=220,
-                                 elem_id="rel-image")
+                gr.Markdown("**Image** · any size; converted to 16×16 grayscale. <span class='wb-muted'>"
+                            "A link to this view carries the held-out example number, not an uploaded "
+                            "image.</span>")
+                image = gr.Image(label="input image (16×16 grayscale)", show_label=False, type="numpy",
+                                 format="png", image_mode="L", height=220, elem_id="rel-image")
                 with gr.Row():
                     ex_idx = gr.Slider(0, 199, value=0, step=1, label="Held-out example", elem_id="rel-ex-idx")
                     ex_btn = gr.Button("Load example", size="sm", interactive=img_ok, elem_id="rel-ex-load")
@@ -381,7 +390,8 @@ def build(ctx) -> None:
                                     elem_id="rel-image-explain")
             with gr.Column(scale=3):
                 gr.Markdown("**Heatmaps** · one symmetric scale, each map divided by its max |R|")
-                img_out = gr.Image(show_label=False, format="png", interactive=False, height=300,
+                img_out = gr.Image(label="relevance heatmaps: the input and one map per method",
+                                   show_label=False, format="png", interactive=False, height=300,
                                    buttons=["download", "fullscreen"], elem_id="rel-image-out")
                 img_md = gr.Markdown(elem_id="rel-image-md")
                 img_file = gr.File(label="Export PNG", elem_id="rel-image-png")

@@ -111,7 +111,7 @@ def cmap_rgb(values, cmap: str = ACTIVATION_CMAP) -> np.ndarray:
     import matplotlib
 
     v = np.clip(np.asarray(values, dtype=float), 0, 1)
-    return (matplotlib.colormaps[cmap](v)[..., :3] * 255).round().astype(np.uint8)
+    return (np.asarray(matplotlib.colormaps[cmap](v))[..., :3] * 255).round().astype(np.uint8)
 
 
 def css_gradient(cmap: str, lo: float = 0.0, hi: float = 1.0, n: int = 11) -> str:
