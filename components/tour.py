@@ -2,9 +2,10 @@
 
 Every step is a real computation through the paper's backend on the zoo model (cached after the
 first run, per step), drawn as one figure with a caption that says what is on screen and why it
-matters. A tour is only offered when its backend and zoo organism are present. Tours: MambaLRP
-(relevance), MathNeuro (math neurons), PiSSA (adapters) and all of them in a row; the multimodal-SAE
-and NeMo organisms arrived too late for a tour of their own.
+matters. A tour is only offered when its backend and zoo organisms are present. Tours: MambaLRP
+(relevance), multimodal SAE (features), NeMo (memorization), MathNeuro (math neurons), PiSSA
+(adapters) and all of them in a row. The Overview's "Guided tour" buttons open them. Each figure is
+saved for the light and the dark theme, and the page's theme picks one.
 """
 from __future__ import annotations
 
@@ -60,14 +61,73 @@ def _fig(w: float = 10.0, h: float = 4.2):
     return fig, ax
 
 
-def _png(fig) -> np.ndarray:
+# Every figure is drawn once and saved twice: as drawn (light page) and recoloured for the dark theme
+# (the background of a Gradio block in dark mode, light ink; data colours and images unchanged).
+DARK_BG, DARK_INK, DARK_RULE = "#1f2937", "#e5e7eb", "#9ca3af"
+
+
+def _dark_ink(color):
+    """The dark-theme version of an ink colour: grey or black ink becomes light; a dark saturated
+    colour (e.g. the red of a highlighted word) is lightened; anything else is kept (None)."""
+    from matplotlib.colors import to_rgba
+
+    r, g, b, a = to_rgba(color)
+    if a == 0:
+        return None
+    lum = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    if max(r, g, b) - min(r, g, b) < 0.15:
+        return DARK_INK if lum < 0.55 else None
+    if lum < 0.35:
+        return (r + (1 - r) * 0.45, g + (1 - g) * 0.45, b + (1 - b) * 0.45, a)
+    return None
+
+
+def _darken(fig) -> None:
+    from matplotlib.colors import to_rgba
+    from matplotlib.lines import Line2D
+    from matplotlib.text import Text
+
+    fig.patch.set_facecolor(DARK_BG)
+    for ax in fig.axes:
+        if to_rgba(ax.get_facecolor())[:3] == (1.0, 1.0, 1.0):
+            ax.set_facecolor(DARK_BG)
+        for sp in ax.spines.values():
+            sp.set_edgecolor(DARK_RULE)
+        ax.tick_params(which="both", color=DARK_RULE)
+    for t in fig.findobj(Text):
+        new = _dark_ink(t.get_color())
+        if new is not None:
+            t.set_color(new)
+    for ln in fig.findobj(Line2D):
+        c = ln.get_color()
+        from matplotlib.colors import to_rgb
+
+        r, g, b = to_rgb(c)
+        if max(r, g, b) - min(r, g, b) < 0.15 and 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.55:
+            ln.set_color(DARK_INK)
+
+
+def _save(fig, facecolor: str) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", facecolor=facecolor)
+    return buf.getvalue()
+
+
+def _png(fig) -> dict[str, bytes]:
+    """The figure as PNG bytes for the light and the dark theme."""
     if fig.get_layout_engine() is None:  # figures with colorbars use the constrained layout
         fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", facecolor="white")
-    plt.close(fig)
-    buf.seek(0)
-    return (plt.imread(buf)[..., :3] * 255).round().astype(np.uint8)
+    try:
+        light = _save(fig, "white")
+        _darken(fig)
+        dark = _save(fig, DARK_BG)
+    finally:
+        plt.close(fig)
+    return {"light": light, "dark": dark}
+
+
+def _decode(png: bytes) -> np.ndarray:
+    return (plt.imread(io.BytesIO(png))[..., :3] * 255).round().astype(np.uint8)
 
 
 def _token_bars(ax, tokens, values, title, highlight=None):
@@ -130,12 +190,12 @@ def rel_lrp():
     _token_bars(ax, res["tokens"], rel, f"MambaLRP: how much each word pushed the answer “{res['target']}”", i)
     ax.set_ylabel("relevance")
     word = html.escape(res["tokens"][i])
-    cap = (f"MambaLRP splits the model's score among the words of the review. A red bar pushed towards "
-           f"“{html.escape(res['target'])}”, a blue bar pushed against it. The word <b>{word}</b> gets "
-           f"<b>{share:.0%}</b> of all the relevance on words. In this model's training data the "
-           f"sentiment words were the only ones that decided the answer — the rest is filler — so this is "
-           f"the right answer, and we know it because we planted it. (The last bar is the question "
-           f"“sentiment:” itself, which always carries a share; “&lt;bos&gt;” marks the start.)")
+    cap = (f"<b>MambaLRP</b> divides the model's score among the words of the review: each bar is one word's "
+           f"share, its <i>relevance</i>. A red bar pushed towards “{html.escape(res['target'])}”, a blue bar "
+           f"pushed against it. The word <b>{word}</b> gets <b>{share:.0%}</b> of the relevance on the review's "
+           f"words. That is the right word to point at, and we can be sure of it: we built the training data so "
+           f"that only sentiment words decide the answer, and everything else is filler. (The last bar is the "
+           f"question “sentiment:” itself, which always takes a share; “&lt;bos&gt;” marks the start.)")
     return _png(fig), cap, {"tokens": res["tokens"], "relevance": rel, "top_word": res["tokens"][i],
                             "top_share": share}
 
@@ -151,8 +211,9 @@ def rel_baseline():
     gi = np.asarray(res["relevance"]["gi"])
     sup = res["word_positions"][int(np.argmax(np.asarray(res["relevance"]["mambalrp"])[res["word_positions"]]))]
     gi_sup = float(gi[sup] / max(np.abs(gi[res["word_positions"]]).sum(), 1e-12))
-    verdict = ("Mamba's gates and normalisations bend raw gradients; MambaLRP's rules straighten them, so "
-               "its explanation points at the word that actually mattered." if gi_sup < s_l else
+    verdict = ("Plain gradients are distorted by some of Mamba's internal parts (its gates and "
+               "normalisations); MambaLRP corrects for them, so its explanation points at the word that "
+               "actually mattered." if gi_sup < s_l else
                "On this review the baseline agrees with MambaLRP; the next steps compare them on many reviews.")
     cap = (f"The same question answered by <b>Gradient × Input</b>, the usual quick explanation (bottom). "
            f"Its strongest word is <b>{html.escape(res['tokens'][i_g])}</b> and the evidence word "
@@ -184,7 +245,8 @@ def rel_conservation():
     ax.set_xlabel("sum of all relevance")
     ax.spines[["top", "right"]].set_visible(False)
     err = [abs(s - logit) / abs(logit) for s in sums]
-    cap = (f"A check anyone can read: the relevance of all words should add up to the model's score, "
+    cap = (f"MambaLRP is a set of rules, one for each kind of part inside Mamba, for handing the score back "
+           f"to the words. A check anyone can read: the shares of all words should add up to the model's score, "
            f"{logit:.2f} (dashed line) — nothing invented, nothing lost. With all of MambaLRP's rules it "
            f"does (the difference, {abs(sums[0] - logit):.0e}, is rounding). Remove one rule and the books no longer balance: the sum is "
            f"{sums[1]:.1f} without the state-space rule and {sums[2]:.1f} without the gate rule. Each rule "
@@ -309,13 +371,31 @@ def feat_scene():
     truth = S.caption(org.heldout_specs[i])
     right = "word for word right" if out["caption"] == truth else f"the truth is “{truth}”"
     names = ", ".join(f"“{html.escape(org.labels.get(str(r['feature']), {}).get('label') or '?')}”" for r in shown)
+    # Does each label fit this scene? Overlap of the feature's active region with the label's pixels here.
+    from backend.sae import explain as E
+
+    masks = S.render(org.heldout_specs[i])[1]
+    fit = {}
+    for r in shown:
+        lab = org.labels.get(str(r["feature"]), {}).get("label")
+        if lab in masks:
+            region = E.regions(torch.as_tensor(out["maps"][r["feature"]]), img.shape[0])[0].numpy()
+            fit[r["feature"]] = E.iou(region, masks[lab])
+    misfits = [f for f, v in fit.items() if v < 0.2]
+    caveat = ""
+    if misfits:
+        f = misfits[0]
+        lab = html.escape(org.labels[str(f)]["label"])
+        faint = float(out["maps"][f].max()) < 0.5 * vmax
+        caveat = (f" Not every label fits every scene: feature {f} (“{lab}”) matches nothing in this one "
+                  f"(overlap {fit[f]:.2f}){' and glows only faintly' if faint else ''}.")
     cap = (f"A tiny image-captioning model (a miniature LLaVA, trained here on drawn scenes) looks at a "
            f"scene it never saw in training and writes <b>“{html.escape(out['caption'])}”</b> — {right}. "
            f"A <b>sparse autoencoder</b> splits the model's internal signal into {org.n_features} "
            f"<b>features</b>; the maps show where on the scene the three strongest fire (bright = strong). "
-           f"They carry the labels {names}, given automatically — step 3 shows how.")
+           f"They carry the labels {names}, given automatically — step 3 shows how.{caveat}")
     return _png(fig), cap, {"scene": i, "caption": out["caption"], "truth": truth,
-                            "features": out["features"]}
+                            "features": out["features"], "label_fit": fit}
 
 
 def feat_page():
@@ -647,7 +727,7 @@ def pissa_spectrum():
     cap = (f"Adapters fine-tune a big model cheaply by training a small add-on per layer. A layer is a "
            f"grid of numbers; its <b>singular values</b> (bars) measure how strong each of its independent "
            f"directions is. A few are much stronger than the rest: the top {PISSA_RANK} (orange) hold "
-           f"<b>{a['energy_top_r']:.0%}</b> of the layer's energy. <b>PiSSA</b> starts the add-on on exactly "
+           f"<b>{a['energy_top_r']:.0%}</b> of the layer's total strength (its “energy”). <b>PiSSA</b> starts the add-on on exactly "
            f"these directions; the usual <b>LoRA</b> starts it from random noise and zero.")
     return _png(fig), cap, {"layer": PISSA_LAYER, "shape": a["shape"], "rank": PISSA_RANK,
                             "energy_top_r": a["energy_top_r"], "singular_values": sv.tolist()}
@@ -866,8 +946,9 @@ def tours() -> dict[str, Tour]:
     return out
 
 
-def run_step(tour_id: str, step) -> tuple[str, str, np.ndarray, dict]:
-    """(header html, caption html, figure, numbers) of step `step` (1-based) of a tour; cached."""
+def run_step(tour_id: str, step, dark: bool = False) -> tuple[str, str, np.ndarray, dict]:
+    """(header html, caption html, figure, numbers) of step `step` (1-based) of a tour, its figure
+    drawn for the dark theme if `dark`; cached."""
     available = tours()
     if tour_id not in available:
         raise ValueError(f"No tour {str(tour_id)[:40]!r}; choose from {list(available)}.")
@@ -880,10 +961,11 @@ def run_step(tour_id: str, step) -> tuple[str, str, np.ndarray, dict]:
         raise ValueError(f"The {tour_id!r} tour has steps 1 to {len(tour.steps)}.")
     s = tour.steps[k - 1]
     # Steps shared by 'all' and a paper's tour share one cache entry (keyed by the step function).
-    fig, cap, numbers = CACHE.get_or_compute(f"{s.compute.__module__}.{s.compute.__qualname__}", s.compute)
+    figs, cap, numbers = CACHE.get_or_compute(f"{s.compute.__module__}.{s.compute.__qualname__}", s.compute)
     head = (f"<div class='wb-tour-head'><span class='wb-tour-step'>Step {k} of {len(tour.steps)}</span> · "
             f"{html.escape(s.title)}</div>")
-    return head, f"<div class='wb-explain wb-tour-caption'>{cap}</div>", fig, {"tour": tour_id, "step": k,
+    img = _decode(figs["dark" if dark else "light"])
+    return head, f"<div class='wb-explain wb-tour-caption'>{cap}</div>", img, {"tour": tour_id, "step": k,
                                                                             "title": s.title, **numbers}
 
 
@@ -900,6 +982,24 @@ def _next(tour_id, step, delta: int):
 # The Overview's "Guided tour" buttons (components.overview, elem_id overview-tour-<tab id>) open a tour.
 OVERVIEW_TOUR = {"relevance": "relevance", "features": "features", "memorization": "memorization",
                  "math_neurons": "math", "adapters": "adapters", "all": "all"}
+
+
+IS_DARK_JS = "(t, k, d) => [t, k, document.body.classList.contains('dark')]"
+IS_DARK_LATER_JS = ("async (t, k, d) => { await new Promise(r => setTimeout(r, 60)); "
+                    "return [t, k, document.body.classList.contains('dark')]; }")
+
+
+def _find_block(elem_id: str):
+    def walk(block):
+        for child in getattr(block, "children", None) or []:
+            if getattr(child, "elem_id", None) == elem_id:
+                return child
+            hit = walk(child)
+            if hit is not None:
+                return hit
+        return None
+    root = gr.context.Context.root_block
+    return walk(root) if root is not None else None
 
 
 def _overview_buttons() -> dict[str, gr.Button]:
@@ -954,18 +1054,21 @@ def build(ctx) -> None:
     with gr.Accordion("Numbers behind this figure (JSON export)", open=False, elem_id="tour-numbers-acc"):
         numbers = gr.JSON(show_label=False, elem_id="tour-numbers")
 
-    def show(tour_id, k, progress=gr.Progress()):
+    # The figure follows the page's theme: the browser says whether <body> is dark (components.links).
+    dark = gr.Checkbox(False, visible=False, label="dark theme")
+
+    def show(tour_id, k, is_dark=False, progress=gr.Progress()):
         progress(0.1, desc="computing this step (cached afterwards)")
-        h, c, fig, nums = run_step(tour_id, k)
+        h, c, fig, nums = run_step(tour_id, k, bool(is_dark))
         alt = f"{nums['title']}: " + html.unescape(re.sub("<[^>]+>", "", c))[:400]
         return h, c, gr.Image(value=fig, alt_text=alt), nums
 
     back.click(lambda t, k: _next(t, k, -1), [tour, step], step, api_visibility="private", queue=False)
     nxt.click(lambda t, k: _next(t, k, +1), [tour, step], step, api_visibility="private", queue=False)
     tour.input(lambda: 1, None, step, api_visibility="private", queue=False)
-    def show_new_tour(tour_id, k, progress=gr.Progress()):
+    def show_new_tour(tour_id, k, is_dark=False, progress=gr.Progress()):
         # the step box may still hold the previous tour's step (it is reset to 1 just after)
-        return show(tour_id, _next(tour_id, k, 0), progress)
+        return show(tour_id, _next(tour_id, k, 0), is_dark, progress)
 
     _wire_overview(ctx, available, tour, step)
 
@@ -973,7 +1076,13 @@ def build(ctx) -> None:
     root = gr.context.Context.root_block
     if root is not None:
         triggers.append(root.load)
-    gr.on(triggers, show, [tour, step], [head, caption, figure, numbers], trigger_mode="always_last",
+    outputs = [head, caption, figure, numbers]
+    gr.on(triggers, show, [tour, step, dark], outputs, trigger_mode="always_last", js=IS_DARK_JS,
           **model_event(api_name="tour_step"))
-    tour.change(show_new_tour, [tour, step], [head, caption, figure, numbers], trigger_mode="always_last",
+    tour.change(show_new_tour, [tour, step, dark], outputs, trigger_mode="always_last", js=IS_DARK_JS,
                 **model_event(api_visibility="private"))
+    # Redraw the figure when the header's light/dark button flips the theme (after its own handler).
+    toggle = _find_block("wb-theme-toggle")
+    if isinstance(toggle, gr.Button):
+        toggle.click(show, [tour, step, dark], outputs, trigger_mode="always_last", js=IS_DARK_LATER_JS,
+                     **model_event(api_visibility="private"))
