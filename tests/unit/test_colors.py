@@ -30,3 +30,141 @@ def test_helpers():
     assert colors.signed_limits([-3, 1, np.nan]) == 3.0
     assert colors.signed_limits([]) > 0
     assert colors.signed_colors([1, -1, 0]) == [colors.POSITIVE, colors.NEGATIVE, colors.POSITIVE]
+
+
+# ----------------------------------------------------------------------------- the shared plotly look
+import ast  # noqa: E402
+import inspect  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def test_qualitative_palette_is_distinct_and_not_black():
+    pal = colors.QUALITATIVE
+    assert len(set(pal)) == len(pal) >= 6
+    for c in pal:  # every colour reads on white and on a dark page: neither black nor white
+        r, g, b = (int(c[i:i + 2], 16) for i in (1, 3, 5))
+        lum = 0.2126 * r + 0.7152 * g + 0.0722 * b
+        assert 40 < lum < 235, c
+    assert colors.qualitative(len(pal)) == pal[0]
+
+
+def test_themed_figure_is_transparent_and_uses_the_palette():
+    fig = colors.themed(go.Figure(go.Bar(y=[1, 2])))
+    assert colors.is_themed(fig)
+    assert fig.layout.paper_bgcolor == fig.layout.plot_bgcolor == "rgba(0,0,0,0)"
+    assert list(fig.layout.template.layout.colorway) == list(colors.QUALITATIVE)
+    # it survives the JSON the browser gets
+    import json
+
+    out = json.loads(fig.to_json())
+    assert out["layout"]["paper_bgcolor"] == "rgba(0,0,0,0)"
+    assert out["layout"]["template"]["layout"]["font"]["color"] == colors.TEXT
+    assert not colors.is_themed(go.Figure(layout=dict(template="plotly")))
+
+
+def test_cmap_helpers_follow_the_shared_maps():
+    assert tuple(colors.cmap_rgb(0.5, colors.SIGNED_CMAP)) >= (230, 230, 230)  # white at zero
+    hi, lo = colors.cmap_rgb(1.0, colors.SIGNED_CMAP), colors.cmap_rgb(0.0, colors.SIGNED_CMAP)
+    assert hi[0] > hi[2] and lo[2] > lo[0]
+    assert colors.cmap_rgb(np.zeros((2, 3)), colors.ACTIVATION_CMAP).shape == (2, 3, 3)
+    assert colors.css_gradient(colors.ACTIVATION_CMAP).startswith("linear-gradient(")
+
+
+def _figures():
+    """Every plotly figure builder of the tabs, on small inputs of the shape the backends return."""
+    from backend.mathneuro.service import Setting
+    from components import adapters, features, math_neurons, memorization, relevance
+
+    toks = ["<bos>", "good", "film", "label:"]
+    res = {"tokens": toks, "methods": ["mambalrp", "gi"],
+           "relevance": {"mambalrp": [0.1, 1.0, -0.2, 0.0], "gi": [0.0, 0.3, 0.1, -0.1]}}
+    curve = {"grid": [0, 0.5, 1], "morf": [2, 1, 0], "lerf": [2, 2, 0], "sum_r": [1, 2], "logit": [1, 2]}
+    hres = {"methods": ["mambalrp", "gi"], "results": {"mambalrp": curve, "gi": curve}, "n": 2}
+    top = [{"distance": 40, "relevance": 2.0, "token": "key", "position": 1},
+           {"distance": 3, "relevance": 0.5, "token": "x", "position": 38}]
+    long_res = {"methods": ["mambalrp"], "top_tokens": {"mambalrp": top}, "target": "v"}
+    page = {"hist_counts": [0, 3, 5, 0], "hist_edges": [0.1, 0.2, 0.4, 0.8, 1.6], "density": 0.01,
+            "concept_scores": {"red": 0.8, "circle": 0.1}}
+    z = {"layers": ["down0.attn0", "mid.attn0"], "z": {"down0.attn0": [0.5, 4.0], "mid.attn0": [1.0, 0.2]}}
+    s = Setting("mathneuro", 0.05, 4, 0.0)
+    base = {"math": 0.7, "nonmath": 1.0}
+    a = {"singular_values": [4.0, 2.0, 1.0, 0.5], "residual_singular_values": [1.0, 0.5, 1e-9, 1e-9],
+         "rank": 2, "layer": "fc2", "shape": [4, 4], "w_sample": [0.1, -0.2, 0.3], "w_res_sample": [0.05, -0.1],
+         "w_std": 0.2, "w_res_std": 0.1}
+    err = {"heatmap": {"values": [[0.1, None], [0.3, 0.4]], "ranks": [2, 4], "layers": ["fc1", "fc2"],
+                       "method": "qpissa-1"},
+           "rows": [{"layer": "fc1", "loftq-1": 0.1, "loftq-5": 0.2, "qpissa-1": 0.3, "qpissa-5": None}],
+           "rank": 4}
+    race = {("lora", 0): {"step": [1, 2], "loss": [1.0, 0.5], "grad_norm": [1.0, 0.7]},
+            ("pissa", 0): {"step": [1, 2], "loss": [0.9, 0.3], "grad_norm": [1.1, 0.6]}}
+    return {
+        "relevance.position_plot": lambda: relevance.position_plot(res, True),
+        "relevance.curves_plot": lambda: relevance.curves_plot(hres),
+        "relevance.scatter_plot": lambda: relevance.scatter_plot(hres),
+        "relevance.longrange_plot": lambda: relevance.longrange_plot(long_res),
+        "features._hist_plot": lambda: features._hist_plot(page),
+        "features._concept_plot": lambda: features._concept_plot(page),
+        "memorization.z_plot": lambda: memorization.z_plot(z, ["down0.attn0:1"]),
+        "memorization.hist_plot": lambda: memorization.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
+        "math_neurons.figure2_plot": lambda: math_neurons.figure2_plot(base, {"mathneuro": base}, 0.05),
+        "math_neurons.curve_plot": lambda: math_neurons.curve_plot([{"factor": 0.0, **base},
+                                                                     {"factor": 1.0, **base}], base, s),
+        "math_neurons.layers_plot": lambda: math_neurons.layers_plot({"0": {"fraction": 0.03, "count": 5}}, s),
+        "math_neurons.consistency_plot": lambda: math_neurons.consistency_plot(
+            {"1": {"mean": 0.5, "min": 0.4}, "4": {"mean": 0.9, "min": 0.8}}, s),
+        "adapters.spectrum_figure": lambda: adapters.spectrum_figure(a),
+        "adapters.histogram_figure": lambda: adapters.histogram_figure(a),
+        "adapters.heatmap_figure": lambda: adapters.heatmap_figure(err),
+        "adapters.bars_figure": lambda: adapters.bars_figure(err),
+        "adapters.race_figure": lambda: adapters.race_figure(race),
+    }
+
+
+TAB_FILES = ["relevance", "features", "memorization", "math_neurons", "adapters"]
+
+
+def _figure_builders() -> set[str]:
+    """'module.function' of every top-level function of the tabs that creates a plotly figure; a
+    figure made inside a nested function (an event handler) fails the test: it could skip the look."""
+    import importlib
+
+    found = set()
+    for name in TAB_FILES:
+        tree = ast.parse(inspect.getsource(importlib.import_module(f"components.{name}")))
+        for top in tree.body:
+            for node in ast.walk(top):
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                    if called in ("Figure", "make_subplots") and getattr(f, "value", None) is not None \
+                            and getattr(f.value, "id", "") in ("go", "plotly") or called == "make_subplots":
+                        assert isinstance(top, ast.FunctionDef), f"{name}: a figure outside a function"
+                        nested = [n for n in ast.walk(top) if isinstance(n, (ast.FunctionDef, ast.Lambda))
+                                  and n is not top and node in list(ast.walk(n))]
+                        assert not nested, f"{name}.{top.name}: figure built in a nested handler"
+                        found.add(f"{name}.{top.name}")
+    return found
+
+
+def test_every_tab_figure_builder_is_checked():
+    assert _figure_builders() == set(_figures())
+
+
+@pytest.mark.parametrize("name", sorted(_figures()))
+def test_every_tab_figure_carries_the_shared_look(name):
+    fig = _figures()[name]()
+    assert isinstance(fig, go.Figure)
+    assert colors.is_themed(fig), name
+    # categorical traces use the shared palette (or its neutral / signed ends), never ad-hoc colours
+    allowed = {c.lower() for c in (*colors.QUALITATIVE, *colors.PAIR, colors.NEUTRAL, colors.POSITIVE,
+                                   colors.NEGATIVE, "#bbbbbb", "#ffffff")}
+    for tr in fig.data:
+        for c in (getattr(getattr(tr, "marker", None), "color", None), getattr(getattr(tr, "line", None), "color", None)):
+            cs = c if isinstance(c, (list, tuple)) else [c]
+            for x in cs:
+                if isinstance(x, str):
+                    assert x.lower() in allowed, (name, tr.name, x)
+    for tr in fig.data:
+        if tr.type == "heatmap":
+            assert tr.colorbar is not None and tr.showscale is not False, name

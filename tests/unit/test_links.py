@@ -87,3 +87,78 @@ def test_deep_links_collect_only_event_inputs_with_elem_ids():
     assert [c.elem_id for c in dl.tabs[0].inputs] == ["a-x"]
     assert [c.elem_id for c in dl.tabs[1].inputs] == ["b-z"]
     assert set(dl.registry) == {"a-x", "b-z"}
+
+
+def test_a_validated_list_takes_values_outside_its_choices():
+    with gr.Blocks():
+        g = links.accept_link(gr.CheckboxGroup(choices=[], value=[], elem_id="neurons"),
+                              lambda vals: [v for v in vals if v.startswith("L") or links_bad(v)])
+    assert links.coerce(g, ["L1:3", "L2:5"]) == ["L1:3", "L2:5"]
+    with pytest.raises(links.LinkValueError) as e:
+        links.coerce(g, ["nope"])
+    assert "neurons" in str(e.value) and "bad neuron" in str(e.value)
+    with pytest.raises(links.LinkValueError):
+        links.coerce(g, "L1:3")  # not a list
+    with pytest.raises(links.LinkValueError):
+        links.coerce(g, ["L1:3"] * 2000)  # bounded
+    # the restore shows linked values as the choices, ticked
+    upd = links._restored(g, ["L1:3"])
+    assert upd["choices"] == ["L1:3"] and upd["value"] == ["L1:3"]
+    plain = gr.Checkbox(elem_id="c")
+    assert "choices" not in links._restored(plain, True)
+
+
+def links_bad(v):
+    raise ValueError(f"bad neuron {v!r}")
+
+
+def test_link_runs_chain_a_tabs_events_behind_its_hidden_button(monkeypatch):
+    import types
+
+    import components
+
+    mods = [types.SimpleNamespace(TAB_ID="a", LINK_RUNS=("first", "second")),
+            types.SimpleNamespace(TAB_ID="b")]
+    monkeypatch.setattr(components, "tab_modules", lambda: mods)
+    dl = links.DeepLinks()
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("A", id="a") as ta:
+                x = gr.Textbox(elem_id="a-x")
+                y = gr.Textbox(elem_id="a-y")
+                gr.Button(elem_id="a-go").click(lambda v: v, x, y, api_name="first")
+                gr.Button(elem_id="a-go2").click(lambda v: v + "!", y, y, api_name="second")
+                dl.add_tab("a", ta)
+            with gr.Tab("B", id="b") as tb:
+                z = gr.Textbox(elem_id="b-z")
+                z.submit(lambda v: v, z, z)
+                dl.add_tab("b", tb)
+        dl.install(demo, tabs, default_tab="a")
+    run_a = dl.tabs[0].run
+    fns = list(demo.fns.values())
+    clicks = [f for f in fns if any(t[0] == run_a._id for t in f.targets or [])]
+    assert len(clicks) == 1 and clicks[0].inputs == [x] and clicks[0].outputs == [y]
+    then = [f for f in fns if f.trigger_after == clicks[0]._id]
+    assert len(then) == 1 and then[0].inputs == [y]
+    # the page clicks tab a's button when the URL carries a-x or a-y; tab b has no runs
+    js = [f.js for f in fns if f.js and "wbLinkRuns" in f.js]
+    assert len(js) == 1 and '"wb-linkrun-a", ["a-x", "a-y"]' in js[0] and "wb-linkrun-b" not in js[0]
+    # the hidden buttons are not linkable inputs
+    assert set(dl.registry) == {"a-x", "a-y", "b-z"}
+
+
+def test_link_runs_naming_an_unknown_event_fail_at_build(monkeypatch):
+    import types
+
+    import components
+
+    monkeypatch.setattr(components, "tab_modules", lambda: [types.SimpleNamespace(TAB_ID="a", LINK_RUNS=("nope",))])
+    dl = links.DeepLinks()
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("A", id="a") as ta:
+                x = gr.Textbox(elem_id="a-x")
+                x.submit(lambda v: v, x, x)
+                dl.add_tab("a", ta)
+        with pytest.raises(ValueError, match="nope"):
+            dl.install(demo, tabs, default_tab="a")
