@@ -7,6 +7,8 @@ reconstruction with feature f set to `value`:  h ← decode(z with z_f := value)
   generated afterwards are not edited, they read the edited prompt through attention.
 - "all":    the prompt pass and every generated token.
 - "image":  the image-patch positions of the prompt pass only.
+- "text":   the prompt pass's other positions only (<s> and the prompt words): with "image" it splits
+            "prompt" in two, to measure which half of the paper's placement steers and which breaks.
 `suppress` optionally zeroes other features at the same positions (e.g. the other colours' features,
 so the clamp swaps a colour instead of mixing two).
 The hook is removed and the model's lock released in `finally`.
@@ -22,7 +24,7 @@ from . import scenes as S
 from . import vlm
 from .sae import TopKSAE
 
-POSITION_MODES = ("prompt", "all", "image")
+POSITION_MODES = ("prompt", "all", "image", "text")
 
 
 def clamp_codes(sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_error: bool,
@@ -55,6 +57,10 @@ def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: floa
         if positions == "image":
             out = h.clone()
             out[..., sl, :] = new[..., sl, :]
+            return out
+        if positions == "text":
+            out = new.clone()
+            out[..., sl, :] = h[..., sl, :]
             return out
         return new
 

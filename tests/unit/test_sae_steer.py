@@ -54,6 +54,20 @@ def test_image_positions_mode_leaves_text_positions_alone(tiny):
     assert not torch.allclose(seen[:, sl], h[:, sl])
 
 
+def test_text_positions_mode_is_the_complement_of_image_mode(tiny):
+    model, tok, sae, imgs = tiny
+    h = capture(model, tok, imgs, HOOK)
+    with ST.clamp_feature(model, sae, HOOK, 2, 4.0, positions="text"):
+        seen = capture(model, tok, imgs, HOOK)
+    with ST.clamp_feature(model, sae, HOOK, 2, 4.0, positions="prompt"):
+        full = capture(model, tok, imgs, HOOK)
+    sl = vlm.image_slice(model)
+    torch.testing.assert_close(seen[:, sl], h[:, sl])
+    torch.testing.assert_close(seen[:, :sl.start], full[:, :sl.start])
+    torch.testing.assert_close(seen[:, sl.stop:], full[:, sl.stop:])
+    assert not torch.allclose(seen[:, sl.stop:], h[:, sl.stop:])
+
+
 def test_add_error_term_moves_only_along_the_feature(tiny):
     model, tok, sae, imgs = tiny
     h = capture(model, tok, imgs, HOOK)
