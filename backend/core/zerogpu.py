@@ -3,11 +3,22 @@
 `@gpu(duration=...)` is `spaces.GPU(duration=...)` when the `spaces` package is installed (on a
 ZeroGPU Space) and the identity otherwise, so the same function runs unchanged on a laptop, in CI
 and on a Space. `duration` may be a number of seconds or a callable of the function's arguments
-that estimates them (ZeroGPU accepts both).
+that estimates them (ZeroGPU accepts both). Every marked function carries `gpu_marked` and
+`gpu_duration` and is listed in `MARKED`, so a test can check that the tabs' entry points are marked
+(`is_marked`) and what they would ask for (`estimate`).
+
+How this meets ZeroGPU: models are moved to their device when they are loaded (backend.core.store
+loaders), never inside a marked function; marked functions return CPU tensors, numpy arrays or plain
+Python values. Under ZeroGPU a marked function called from the main process runs in a GPU worker
+process: its arguments and results are pickled (so no lambdas, locks or models as arguments at the
+outermost marked call) and what it caches stays in that worker; a marked function called from inside
+another marked function runs directly. The outermost mark therefore belongs on the Gradio handler,
+and the service-level marks give each computation's estimate (and cover callers outside Gradio).
 """
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Callable
 
 try:  # pragma: no cover - only present on Spaces
@@ -20,16 +31,69 @@ def spaces_available() -> bool:
     return _spaces is not None
 
 
+MAX_DURATION = 300  # seconds: the longest a single estimate asks for
+MARKED: dict[str, float | Callable] = {}  # "module.qualname" → duration, for every marked function
+
+
+def capped(seconds: float, lo: float = 10, hi: float = MAX_DURATION) -> int:
+    """An estimate rounded up to whole seconds within [lo, hi]."""
+    return int(min(hi, max(lo, -(-float(seconds) // 1))))
+
+
+def _safe(duration: float | Callable, default: float = 60) -> float | Callable:
+    """A callable estimate that never raises: bad inputs are the function's to report, not the
+    scheduler's, so an estimator that cannot read them asks for `default` seconds."""
+    if not callable(duration):
+        return duration
+
+    @functools.wraps(duration)
+    def estimate_(*args, **kwargs):
+        try:
+            return float(duration(*args, **kwargs))
+        except Exception:
+            return default
+
+    return estimate_
+
+
 def gpu(fn: Callable | None = None, *, duration: float | Callable = 60):
+    duration = _safe(duration)
+
     def wrap(f: Callable) -> Callable:
         if _spaces is not None:  # pragma: no cover
-            return _spaces.GPU(duration=duration)(f)
-
-        @functools.wraps(f)
-        def plain(*args, **kwargs):
-            return f(*args, **kwargs)
-
-        plain.gpu_duration = duration
-        return plain
+            g = _spaces.GPU(duration=duration)(f)
+        elif inspect.isgeneratorfunction(f):
+            @functools.wraps(f)
+            def g(*args, **kwargs):  # still a generator function, as Gradio and spaces expect
+                yield from f(*args, **kwargs)
+        else:
+            @functools.wraps(f)
+            def g(*args, **kwargs):
+                return f(*args, **kwargs)
+        try:
+            g.gpu_duration = duration
+            g.gpu_marked = True
+        except (AttributeError, TypeError):  # pragma: no cover - a wrapper that refuses attributes
+            pass
+        MARKED[f"{f.__module__}.{f.__qualname__}"] = duration
+        return g
 
     return wrap(fn) if fn is not None else wrap
+
+
+def is_marked(fn: Callable) -> bool:
+    """Whether `fn` (a function or a bound method) went through `gpu`."""
+    f = getattr(fn, "__func__", fn)
+    return bool(getattr(f, "gpu_marked", False)) or \
+        f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', '')}" in MARKED
+
+
+def estimate(fn: Callable, *args, **kwargs) -> float:
+    """The seconds `fn` asks ZeroGPU for with these arguments (bound methods: without self)."""
+    f = getattr(fn, "__func__", fn)
+    d = getattr(f, "gpu_duration", None)
+    if d is None:
+        raise ValueError(f"{getattr(f, '__qualname__', f)} is not marked with @gpu")
+    if hasattr(fn, "__self__"):
+        args = (fn.__self__, *args)
+    return float(d(*args, **kwargs) if callable(d) else d)

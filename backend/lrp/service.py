@@ -8,6 +8,7 @@ import torch
 
 from backend.core.cache import ByteLRUCache, make_key
 from backend.core.interventions import locked
+from backend.core.zerogpu import capped, gpu
 
 from . import evaluate as ev
 from . import faithfulness as fa
@@ -16,6 +17,16 @@ from .methods import LABELS, METHODS, attribute_image, attribute_text
 from .models import IMAGE_ZOO, LONG_ZOO, TEXT_ZOO, Loaded, load
 
 MAX_TOKENS = 256
+
+
+def _n_methods(methods) -> int:
+    return len(methods) if isinstance(methods, (list, tuple)) else 1
+
+
+def _gpu_s(m, text="", methods=(), *a, **k) -> int:
+    """ZeroGPU estimate: a few seconds per method (IG/SmoothGrad take tens of passes), more for
+    long text (up to MAX_TOKENS)."""
+    return capped(10 + _n_methods(methods) * (4 + len(str(text)) / 200))
 CACHE = ByteLRUCache(64 * 2**20, name="relevance")
 
 
@@ -95,6 +106,7 @@ def resolve_target(m: Loaded, ids: torch.Tensor, target: str | None) -> tuple[in
     return int(tid), str(m.tokenizer.convert_ids_to_tokens(tid)), tops
 
 
+@gpu(duration=_gpu_s)
 def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None = None) -> dict:
     """Token relevance of every selected method, the conservation check and the explained logit."""
     methods = check_methods(methods)
@@ -121,6 +133,7 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
     return CACHE.get_or_compute(key, compute)
 
 
+@gpu(duration=_gpu_s)
 def longrange(m: Loaded, text: str, methods, top: int = 10) -> dict:
     """Explain the predicted next token; where the `top` most relevant tokens sit (distance back)."""
     res = dict(explain_text(m, text, methods))  # a copy: the cached result stays as it was
@@ -135,6 +148,7 @@ def longrange(m: Loaded, text: str, methods, top: int = 10) -> dict:
     return res
 
 
+@gpu(duration=lambda m, methods=(), n=60, *a, **k: capped(10 + 0.5 * int(n) * _n_methods(methods)))
 def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> dict:
     """ΔA^F table, mean MoRF/LeRF curves, precision@k and the conservation scatter on the held-out set."""
     methods = check_methods(methods)
@@ -188,6 +202,7 @@ def match_example(m: Loaded, img: np.ndarray) -> int | None:
     return i if d[i] < 2.5 / 255 else None
 
 
+@gpu(duration=lambda m, image=None, methods=(), *a, **k: capped(10 + 5 * _n_methods(methods)))
 def explain_image(m: Loaded, image, methods, rules=RULES) -> dict:
     methods = check_methods(methods)
     rules = check_rules(rules)

@@ -18,6 +18,7 @@ import torch
 from ..core import limits, store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
+from ..core.zerogpu import capped, gpu
 from ..core.presets import Preset, active, load_preset, load_pretrained
 from . import core
 from .evaluate import accuracy, exact_match, generate
@@ -82,6 +83,7 @@ class Bench:
                 "ident_math": read("ident_math"), "ident_nonmath": read("ident_nonmath")}
 
     # ------------------------------------------------------------------------------- masks
+    @gpu(duration=lambda self, s, *a, **k: capped(10 + 0.5 * s.n_samples))  # 2 × n_samples forwards
     def masks(self, s: Setting) -> dict[str, torch.Tensor]:
         s.validate()
         key = make_key(self.model_id, "masks", s.masks_key())
@@ -102,6 +104,7 @@ class Bench:
         items = self.data["math" if kind == "math" else "nonmath"]
         return items[:n_eval] if n_eval else items
 
+    @gpu(duration=lambda self, s, n_eval=UI_EVAL, *a, **k: capped(15 + 0.1 * (n_eval or 1000) + 0.5 * s.n_samples))
     def evaluate(self, s: Setting, n_eval: int | None = UI_EVAL) -> dict[str, float]:
         """Math and non-math exact-match accuracy with the setting's masks scaled by its factor."""
         s.validate()
@@ -116,6 +119,7 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
+    @gpu(duration=lambda self, n_eval=UI_EVAL, *a, **k: capped(10 + 0.1 * (n_eval or 1000)))
     def baseline(self, n_eval: int | None = UI_EVAL) -> dict[str, float]:
         key = make_key(self.model_id, "baseline", n_eval)
 
@@ -126,6 +130,7 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
+    @gpu(duration=lambda self, top_k=0, n_samples=1, n_eval=UI_EVAL, *a, **k: capped(20 + 4 * (0.1 * (n_eval or 1000) + 0.5 * n_samples)))
     def prune_all(self, top_k: float, n_samples: int, n_eval: int | None = UI_EVAL) -> dict[str, dict]:
         """The paper's Figure 2: each method's set pruned (factor 0)."""
         out = {}
@@ -134,6 +139,7 @@ class Bench:
             out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0), n_eval)
         return out
 
+    @gpu(duration=lambda self, s, factors=(), n_eval=UI_EVAL, *a, **k: capped(15 + len(factors) * 0.1 * (n_eval or 1000)))
     def scale_curve(self, s: Setting, factors: Sequence[float], n_eval: int | None = UI_EVAL) -> list[dict]:
         out = []
         for f in factors:
@@ -143,9 +149,11 @@ class Bench:
         return out
 
     # ---------------------------------------------------------------------------- analysis
+    @gpu(duration=lambda self, s, *a, **k: capped(10 + 0.5 * s.n_samples))
     def layers(self, s: Setting) -> dict[str, dict]:
         return core.per_layer(self.masks(s))
 
+    @gpu(duration=lambda self, s, sizes=(1, 4, 16), n_subsets=3, *a, **k: capped(10 + n_subsets * sum(sizes)))
     def consistency(self, s: Setting, sizes: Sequence[int] = (1, 4, 16), n_subsets: int = 3) -> dict:
         key = make_key(self.model_id, "consistency", (s.masks_key(), tuple(sizes), n_subsets))
 
@@ -160,6 +168,7 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
+    @gpu(duration=lambda self, s, k=6, *a, **kw: capped(10 + 0.5 * s.n_samples + 2 * k))
     def samples(self, s: Setting, k: int = 6) -> list[dict]:
         """A few held-out questions (math and non-math), answered before and after."""
         items = self.data["math"][: k // 2 + k % 2] + self.data["nonmath"][: k // 2]
@@ -173,6 +182,7 @@ class Bench:
                  "answer": str(it["answer"]), "before": b, "after": a}
                 for i, (it, b, a) in enumerate(zip(items, before, after))]
 
+    @gpu(duration=lambda self, prompt, s, *a, **k: capped(10 + 0.5 * s.n_samples))
     def answer(self, prompt: str, s: Setting) -> dict:
         """Greedy answer to a user's own prompt, before and after the intervention."""
         masks = self.masks(s)

@@ -20,6 +20,7 @@ import numpy as np
 from backend.core import store
 from backend.core.cache import ByteLRUCache, make_key
 from backend.core.presets import Preset, active
+from backend.core.zerogpu import capped, gpu
 
 from . import core
 from . import stats as nstats
@@ -218,6 +219,7 @@ def parse_neurons(m: MemoModel, items: Sequence[str] | str | None) -> dict[str, 
 
 # ----------------------------------------------------------------------------- the tab's operations
 
+@gpu(duration=30)  # a noise-difference step per seed + one text-encoder pass
 def check(prompt: str, source: str | None = None) -> dict:
     """Memorization score vs θ_mem, and the per-layer z-scores of the prompt's value neurons."""
     m = get(source)
@@ -239,6 +241,7 @@ def check(prompt: str, source: str | None = None) -> dict:
     return _RESULTS.get_or_compute(key, compute)
 
 
+@gpu(duration=240)  # NeMo's search: dozens of noise-difference evaluations
 def find(prompt: str, progress: Callable[[float, str], None] | None = None,
          source: str | None = None) -> dict:
     """NeMo's localisation of one prompt → the neurons (as labels and as a spec) and the history."""
@@ -282,6 +285,7 @@ def alignment(image: np.ndarray, prompt: str) -> float | None:
     return float(np.mean(checks)) if checks else None
 
 
+@gpu(duration=lambda prompt, spec=None, seeds=(), *a, **k: capped(20 + 10 * len(seeds)))  # 2 generations per seed
 def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
             source: str | None = None) -> dict:
     """Generations for each seed with the neurons on and off, their SSIM to the training image,
@@ -315,6 +319,7 @@ def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
     return _RESULTS.get_or_compute(key, compute)
 
 
+@gpu(duration=300)  # every memorized prompt: localisation + generations
 def results_table(progress: Callable[[float, str], None] | None = None, source: str | None = None,
                   seeds: Sequence[int] = (0, 1, 2, 3), n_prompts: int | None = None) -> dict:
     """The paper's table for every memorized prompt of the organism: SSIM to the training image,

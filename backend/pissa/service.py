@@ -21,6 +21,7 @@ from ..core import store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.device import pick_device
 from ..core.interventions import locked
+from ..core.zerogpu import capped, gpu
 from ..core.presets import ZOO_ROOT, Preset, load_preset, load_pretrained, presets
 from . import PRESETS, TAB  # noqa: F401  (importing the package registers the presets)
 from .adapters import adapt, linear_layers
@@ -107,6 +108,7 @@ def _check_rank(rank, w: torch.Tensor) -> int:
 
 
 # --- one layer: spectrum, PiSSA split, histograms -----------------------------------------------
+@gpu(duration=30)  # one full SVD + one PiSSA init of a single matrix
 def layer_analysis(key: str, layer: str, rank: int, init: str = "pissa") -> dict:
     w = _weight(key, layer)
     rank = _check_rank(rank, w)
@@ -144,6 +146,8 @@ def layer_analysis(key: str, layer: str, rank: int, init: str = "pissa") -> dict
 
 
 # --- quantization error over layers and ranks ---------------------------------------------------
+@gpu(duration=lambda key, rank=8, layers=None, ranks=HEATMAP_RANKS, heat_method=("qpissa", 1), max_layers=64, *a, **k:
+     capped(10 + min(len(layers) if layers else max_layers, max_layers) * (1 + 0.3 * len(ranks))))
 def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEATMAP_RANKS,
                 heat_method: tuple[str, int] = ("qpissa", 1), max_layers: int = 64,
                 progress: Callable[[float, str], None] | None = None) -> dict:
@@ -238,6 +242,7 @@ def request_stop(session: str) -> bool:
 _END = object()
 
 
+@gpu(duration=lambda key, cfg, *a, **k: capped(20 + 0.02 * cfg.steps * len(cfg.methods) * len(cfg.seeds)))
 def race_stream(key: str, cfg: RaceConfig, session: str = "local",
                 heartbeat_s: float = 0.5) -> Iterator[dict]:
     """The race's events for one session; `request_stop(session)` ends it after the current step.
@@ -287,6 +292,7 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
 
 
 # --- PiSSA → LoRA conversion --------------------------------------------------------------------
+@gpu(duration=lambda key, rank=8, steps=20, *a, **k: capped(15 + 0.2 * int(steps)))
 def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None = None) -> dict:
     """Fine-tune with PiSSA for a few steps, convert the adapter to a plain LoRA (rank 2r) on the
     ORIGINAL weights with peft, and compare outputs of the two models on held-out inputs."""

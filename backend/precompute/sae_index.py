@@ -96,7 +96,7 @@ def run(org, out: Path, *, n_images: int | None = None, top_k: int = 16, chunk: 
         b = IndexBuilder(org.sae.n_latents, n_p, top_k)
         for _, h in vlm.residuals(org.model, org.tokenizer, imgs, org.hookpoint, batch_size=end - start):
             vals, idx = org.sae.encode_sparse(h[:, sl])
-            b.update(vals, idx, torch.arange(start, end))
+            b.update(vals.cpu(), idx.cpu(), torch.arange(start, end))  # the index state lives in host memory
         return _state(b)
 
     t0 = time.perf_counter()

@@ -19,6 +19,7 @@ from ..core import presets as P
 from ..core import store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
+from ..core.zerogpu import gpu
 from . import explain as E
 from . import scenes as S
 from . import steer as ST
@@ -208,6 +209,7 @@ def processor_codes(org: Organism, image: np.ndarray, prompt: str = "<image> des
     return org.sae.encode(grabbed[0][0][mask].float().to(org.sae.W_enc.device))
 
 
+@gpu(duration=20)  # one VLM prompt pass + SAE encode
 @torch.no_grad()
 def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
     """Which features fire where on one image: per-patch codes at the SAE hookpoint."""
@@ -269,6 +271,7 @@ def default_clamp_value(org: Organism, feature: int, multiple: float | None = No
     return round(mult * float(org.index.tensors["max_act"][int(feature)]), 3)
 
 
+@gpu(duration=40)  # two greedy captions (with and without the clamp)
 @torch.no_grad()
 def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, *, positions: str = "prompt",
                   add_error: bool = False, suppress_family: bool = False) -> dict:

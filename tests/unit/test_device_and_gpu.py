@@ -65,3 +65,110 @@ def test_gpu_shim_uses_spaces_when_present(monkeypatch):
     finally:
         monkeypatch.delitem(sys.modules, "spaces")
         importlib.reload(shim)
+
+
+# ------------------------------------------------------------------ ZeroGPU audit of the tabs' calls
+import ast  # noqa: E402
+import inspect  # noqa: E402
+import re  # noqa: E402
+
+from tests.conftest import ROOT  # noqa: E402
+
+# What the components call in the backend that never touches a model on the accelerator: loaders
+# (models are placed at load, outside any marked function), validators, index/metadata readers.
+NOT_GPU = {
+    "backend.lrp.service": {"load_text", "load_image", "load_longrange", "example_image"},
+    "backend.nemo.service": {"get", "describe", "parse_neurons"},
+    "backend.sae.features": {"get_organism", "feature_table", "feature_page", "page_json",
+                             "default_clamp_value", "steering_defaults"},
+    "backend.mathneuro.service": {"bench"},
+    "backend.mathneuro.service.Bench": set(),
+    "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop"},
+}
+
+
+def _backend_calls() -> dict[str, set[str]]:
+    """module → names the components reference on it (`service.check`, `svc.explain_text`,
+    `FT.steer_caption`, `_call(service.error_table, ...)`), plus Bench methods used on a bench."""
+    import importlib
+
+    from backend.mathneuro.service import Bench
+
+    bench_methods = {n for n, v in vars(Bench).items() if callable(v) and not n.startswith("_")}
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "components").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("backend."):
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    try:
+                        importlib.import_module(full)
+                    except ImportError:
+                        continue  # a name, not a module
+                    aliases[a.asname or a.name] = full
+        uses_bench = "backend.mathneuro" in path.read_text()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
+                continue
+            mod = aliases.get(node.value.id)
+            if mod in NOT_GPU:
+                obj = getattr(importlib.import_module(mod), node.attr, None)
+                if inspect.isfunction(obj) or inspect.isgeneratorfunction(obj) or hasattr(obj, "__wrapped__"):
+                    found.setdefault(mod, set()).add(node.attr)
+            elif uses_bench and node.attr in bench_methods and node.value.id not in aliases:
+                found.setdefault("backend.mathneuro.service.Bench", set()).add(node.attr)
+    return found
+
+
+def test_every_backend_entry_point_the_tabs_call_is_marked_for_zerogpu():
+    import importlib
+
+    from backend.core import zerogpu as shim
+
+    calls = _backend_calls()
+    # the audit sees every tab's backend
+    assert {"backend.lrp.service", "backend.nemo.service", "backend.sae.features",
+            "backend.mathneuro.service", "backend.mathneuro.service.Bench", "backend.pissa.service"} <= set(calls)
+    unmarked, checked = [], 0
+    for mod, names in sorted(calls.items()):
+        owner = (importlib.import_module(mod) if not mod.endswith(".Bench")
+                 else importlib.import_module(mod.rsplit(".", 1)[0]).Bench)
+        for name in sorted(names - NOT_GPU[mod]):
+            fn = getattr(owner, name)
+            checked += 1
+            if not shim.is_marked(fn):
+                unmarked.append(f"{mod}.{name}")
+                continue
+            # the model is placed at load: no marked function moves a model to a device
+            src = inspect.getsource(inspect.unwrap(fn))
+            assert not re.search(r"\.cuda\(|\b(model|pipe|unet|vae|text_encoder|sae)\.to\(", src), f"{mod}.{name}"
+    assert not unmarked, f"GPU entry points without @gpu: {unmarked}"
+    assert checked >= 20
+    # the race (a generator) stays a generator function after marking, as Gradio and spaces expect
+    from backend.pissa import service as pissa
+
+    assert inspect.isgeneratorfunction(pissa.race_stream)
+
+
+def test_gpu_estimates_grow_with_the_inputs_and_stay_bounded():
+    from backend.core import zerogpu as shim
+    from backend.lrp import service as lrp
+    from backend.mathneuro.service import Bench, Setting
+    from backend.nemo import service as nemo
+    from backend.pissa import service as pissa
+    from backend.pissa.race import RaceConfig
+
+    assert shim.estimate(nemo.compare, "p", {}, [0]) < shim.estimate(nemo.compare, "p", {}, list(range(8)))
+    assert shim.estimate(lrp.explain_text, None, "a b", ["gi"]) < shim.estimate(lrp.explain_text, None, "a b" * 200, ["gi", "ig", "mambalrp"])
+    s1, s64 = Setting("mathneuro", 5.0, 1, 0.0), Setting("mathneuro", 5.0, 64, 0.0)
+    assert shim.estimate(Bench.masks, None, s1) < shim.estimate(Bench.masks, None, s64)
+    small = RaceConfig(methods=("lora",), seeds=(0,), steps=50)
+    big = RaceConfig(methods=("lora", "pissa", "full"), seeds=(0, 1, 2), steps=2000)
+    assert shim.estimate(pissa.race_stream, "k", small) < shim.estimate(pissa.race_stream, "k", big)
+    for name, d in shim.MARKED.items():
+        if not callable(d):
+            assert 0 < d <= shim.MAX_DURATION, name
+    assert shim.estimate(pissa.race_stream, "k", "not a config") == 60  # bad input: a default, no crash
+    assert shim.estimate(pissa.error_table, "k", 8, ["a", "b"]) < shim.estimate(pissa.error_table, "k", 8)

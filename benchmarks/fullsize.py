@@ -1,0 +1,392 @@
+"""Full-size benchmarks: each tab's main computation on random weights built from the papers' real
+configs (no downloads), timed against its plain baseline in the same run, with peak GPU memory.
+
+    python -m benchmarks.fullsize                       # real sizes (a GPU machine)
+    python -m benchmarks.fullsize --scale tiny          # reduced configs (a CPU smoke run, < 1 min)
+    python -m benchmarks.fullsize --only lrp,pissa --json out.json
+
+| tab | computation | baseline |
+|---|---|---|
+| Relevance | one MambaLRP explanation (mamba-130m, mamba-1.4b configs; 512 tokens) | forward + backward (Gradient×Input through transformers' Mamba) |
+| Memorization | NeMo localisation of one prompt (SD-1.4 UNet + CLIP text encoder configs) | one UNet forward of the CFG batch (2 × seeds latents) |
+| Features | feature index throughput, images/s (LLaVA-NeXT-8B's Llama-3-8B LM up to layer 24, 576 image tokens, 131072 × 4096 TopK SAE, k = 256) | the bare LM forward to layer 24 |
+| Math neurons | MathNeuro identification per 100 math + 100 non-math samples (Llama-3.2-1B config) | a forward pass over the same 200 samples |
+| Adapters | PiSSA init (peft, pissa_niter_4, r = 16) of every linear layer (Llama-3.2-1B config) | a full SVD of every linear weight |
+
+The layers after the SAE's hookpoint do not change its input, so the index benchmark builds the LM
+with 25 layers (hookpoint `layers.24`) for both the index and its baseline. Random weights give the
+real shapes and FLOPs; NeMo's search length on random weights is not a memorized prompt's, so its
+row also reports the number of noise evaluations (the ratio per evaluation is the stable figure).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SCALES = ("tiny", "full")
+
+
+class default_dtype:
+    """Build modules directly in `dtype` (no float32 copy of an 8B model on the way)."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __enter__(self):
+        self.old = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype)
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self.old)
+
+
+# ------------------------------------------------------------------------------------ measuring
+def sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def measure(fn: Callable, dev: torch.device, repeats: int) -> dict:
+    """Median seconds over `repeats` runs after one warm-up, and the peak GPU memory of a run
+    (GiB, absolute and above what was allocated before it; None on a CPU)."""
+    fn()
+    sync(dev)
+    times, peak, extra = [], None, None
+    for _ in range(repeats):
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+            base = torch.cuda.memory_allocated(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+        t0 = time.perf_counter()
+        fn()
+        sync(dev)
+        times.append(time.perf_counter() - t0)
+        if dev.type == "cuda":
+            p = torch.cuda.max_memory_allocated(dev)
+            peak, extra = max(peak or 0, p / 2**30), max(extra or 0, (p - base) / 2**30)
+    return {"s": statistics.median(times), "peak_gib": peak, "extra_gib": extra}
+
+
+def row(tab: str, what: str, main: dict, base: dict, baseline: str, **extra) -> dict:
+    return {"tab": tab, "what": what, "s": main["s"], "baseline": baseline, "baseline_s": base["s"],
+            "ratio": main["s"] / base["s"], "peak_gib": main["peak_gib"], "extra_gib": main["extra_gib"],
+            "baseline_peak_gib": base["peak_gib"], **extra}
+
+
+# ------------------------------------------------------------------------------------ relevance
+def bench_lrp(scale: str, dev: torch.device, repeats: int) -> list[dict]:
+    from transformers import MambaConfig, MambaForCausalLM
+
+    from backend.lrp import attribute_text
+
+    sizes = [("mamba-130m", 768, 24), ("mamba-1.4b", 2048, 48)] if scale == "full" else [("mamba-tiny", 64, 2)]
+    tokens = 512 if scale == "full" else 32
+    vocab = 50280 if scale == "full" else 1000
+    rows = []
+    for name, d, n_layers in sizes:
+        torch.manual_seed(0)
+        cfg = MambaConfig(vocab_size=vocab, hidden_size=d, state_size=16, num_hidden_layers=n_layers,
+                          intermediate_size=2 * d, conv_kernel=4, time_step_rank=math.ceil(d / 16),
+                          use_conv_bias=True, residual_in_fp32=True)
+        model = MambaForCausalLM(cfg).to(dev).eval().requires_grad_(False)
+        ids = torch.randint(0, vocab, (1, tokens), device=dev)
+        target = 42
+
+        def fwd_bwd():  # Gradient×Input through transformers' own Mamba: the plain baseline
+            emb = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+            out = model(inputs_embeds=emb, use_cache=False).logits[0, -1, target]
+            (g,) = torch.autograd.grad(out, emb)
+            return (emb * g).sum(-1)
+
+        base = measure(fwd_bwd, dev, repeats)
+        lrp = measure(lambda: attribute_text(model, ids, target=target, method="mambalrp"), dev, repeats)
+        gi_fast = measure(lambda: attribute_text(model, ids, target=target, method="gi"), dev, repeats)
+        rows.append(row("Relevance", f"MambaLRP, {name}, {tokens} tokens", lrp, base, "forward+backward",
+                        target_ratio=1.3, ratio_to_gi_same_forward=lrp["s"] / gi_fast["s"]))
+        del model
+    return rows
+
+
+# ------------------------------------------------------------------------------------ memorization
+def sd_pipeline(scale: str, dev: torch.device):
+    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from backend.zoo.recipes.memorization import make_tokenizer
+
+    dtype = torch.float16 if dev.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    tok = make_tokenizer()
+    if scale == "full":
+        from tests.unit.test_nemo import SD14_UNET
+
+        unet = UNet2DConditionModel(**{k: v for k, v in SD14_UNET.items() if not k.startswith("_")})
+        tok.model_max_length = 77
+        te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=768, intermediate_size=3072,
+                                          num_hidden_layers=12, num_attention_heads=12,
+                                          max_position_embeddings=77))
+        vae = AutoencoderKL()
+    else:
+        unet = UNet2DConditionModel(block_out_channels=(32, 64), layers_per_block=1, sample_size=8,
+                                    down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                    up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+                                    cross_attention_dim=32, attention_head_dim=4, norm_num_groups=8)
+        tok.model_max_length = 16
+        te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=16))
+        vae = AutoencoderKL(block_out_channels=(8,), norm_num_groups=8, latent_channels=4, sample_size=8)
+    pipe = StableDiffusionPipeline(
+        vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
+        scheduler=DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
+                                steps_offset=1, clip_sample=False, set_alpha_to_one=False),
+        safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.to(dev, dtype)
+    for m in (pipe.unet, pipe.vae, pipe.text_encoder):
+        m.eval().requires_grad_(False)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def bench_nemo(scale: str, dev: torch.device, repeats: int) -> list[dict]:
+    from backend import nemo
+    from backend.nemo.service import GENERIC_PROMPTS
+
+    pipe = sd_pipeline(scale, dev)
+    seeds = 10 if scale == "full" else 2
+    max_k = 20 if scale == "full" else 2
+    stats = nemo.neuron_stats(pipe, GENERIC_PROMPTS)
+    prompt = GENERIC_PROMPTS[0]
+    unet = pipe.unet
+    p = next(unet.parameters())
+    cfg = unet.config
+    lat = torch.randn(2 * seeds, cfg.in_channels, cfg.sample_size, cfg.sample_size, device=dev, dtype=p.dtype)
+    text = nemo.encode_prompts(pipe, [prompt, ""]).to(dev, p.dtype).repeat_interleave(seeds, 0)
+
+    @torch.no_grad()
+    def forward():  # one UNet step on the CFG batch: the unit NeMo repeats
+        return unet(lat, 999, encoder_hidden_states=text).sample
+
+    base = measure(forward, dev, repeats)
+    evals = []
+
+    def localise():
+        loc = nemo.localize(pipe, prompt, stats, theta_mem=0.428, num_seeds=seeds, guidance_scale=7.0,
+                            max_k=max_k)
+        evals.append(loc.evaluations)
+
+    main = measure(localise, dev, max(1, repeats // 2))
+    n_eval = statistics.median(evals)
+    return [row("Memorization", f"NeMo localisation per prompt ({seeds} seeds)", main, base,
+                "forward (one UNet step, CFG batch)", noise_evaluations=n_eval,
+                ratio_per_evaluation=main["s"] / n_eval / base["s"])]
+
+
+# ------------------------------------------------------------------------------------ features
+def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
+    from transformers import LlamaConfig, LlamaModel
+
+    from backend.sae.index import IndexBuilder
+    from backend.sae.sae import TopKSAE
+
+    if scale == "full":  # Llama-3-8B (LLaVA-NeXT-8B's LM) up to layer 24; the lmms-lab SAE's shape
+        cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=25,
+                          num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,
+                          max_position_embeddings=8192)
+        n_latents, k, patches, prompt, batch = 131072, 256, 576, 24, 8
+    else:
+        cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2)
+        n_latents, k, patches, prompt, batch = 512, 8, 36, 8, 4
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    with torch.device(dev), default_dtype(dtype):
+        lm = LlamaModel(cfg).eval().requires_grad_(False)
+        sae = TopKSAE(cfg.hidden_size, n_latents, k, dtype=dtype).eval().requires_grad_(False)
+    x = torch.randn(batch, prompt + patches, cfg.hidden_size, device=dev, dtype=dtype) * 0.02
+    sl = slice(prompt, prompt + patches)
+    builder = IndexBuilder(n_latents, patches, 16)
+
+    @torch.no_grad()
+    def forward():
+        return lm(inputs_embeds=x, use_cache=False).last_hidden_state
+
+    grabbed = []
+    handle = lm.layers[-1].register_forward_hook(lambda m, i, o: grabbed.append(o[0] if isinstance(o, tuple) else o))
+
+    @torch.no_grad()
+    def index():
+        grabbed.clear()
+        lm(inputs_embeds=x, use_cache=False)
+        vals, idx = sae.encode_sparse(grabbed[0][:, sl])
+        builder.update(vals.float().cpu(), idx.cpu())  # the index state lives in host memory
+
+    try:
+        main = measure(index, dev, repeats)
+    finally:
+        handle.remove()
+    base = measure(forward, dev, repeats)
+    r = row("Features", f"feature index, {n_latents} latents, {patches} patches, batch {batch}", main, base,
+            "bare LM forward to the hookpoint", images_per_s=batch / main["s"],
+            baseline_images_per_s=batch / base["s"], index_state_gib=builder.state_bytes() / 2**30)
+    return [r]
+
+
+# ------------------------------------------------------------------------------------ math / adapters
+def llama_1b(scale: str, dev: torch.device, dtype=torch.float32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if scale == "full":  # meta-llama/Llama-3.2-1B
+        cfg = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                          num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
+                          tie_word_embeddings=True, max_position_embeddings=131072)
+    else:
+        cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    with torch.device(dev), default_dtype(dtype):
+        return LlamaForCausalLM(cfg).eval().requires_grad_(False)
+
+
+def bench_mathneuro(scale: str, dev: torch.device, repeats: int) -> list[dict]:
+    from backend.mathneuro import core
+
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    model = llama_1b(scale, dev, dtype)
+    n, length, batch = (100, 192, 25) if scale == "full" else (8, 16, 4)
+    g = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    math_ids = [torch.randint(0, vocab, (length,), generator=g) for _ in range(n)]
+    non_ids = [torch.randint(0, vocab, (length,), generator=g) for _ in range(n)]
+
+    @torch.no_grad()
+    def forward():
+        for s in range(0, 2 * n, batch):
+            chunk = (math_ids + non_ids)[s:s + batch]
+            model(input_ids=torch.stack(chunk).to(dev), use_cache=False)
+
+    base = measure(forward, dev, repeats)
+    main = measure(lambda: core.identify(model, math_ids, non_ids, 0.05, batch_size=batch), dev,
+                   max(1, repeats // 2))
+    scale_to_100 = 100 / n
+    main = {**main, "s": main["s"] * scale_to_100}
+    base = {**base, "s": base["s"] * scale_to_100}
+    return [row("Math neurons", f"MathNeuro identification per 100 + 100 samples of {length} tokens",
+                main, base, "forward over the same samples")]
+
+
+def bench_pissa(scale: str, dev: torch.device, repeats: int) -> list[dict]:
+    from peft import LoraConfig, get_peft_model
+
+    from backend.pissa.adapters import linear_layers
+
+    model = llama_1b(scale, dev, torch.float32)
+    rank = 16 if scale == "full" else 4
+    names = [n for n in linear_layers(model) if not n.endswith("lm_head")]
+    targets = sorted({n.rsplit(".", 1)[-1] for n in names})
+
+    def full_svd():
+        for n in names:
+            torch.linalg.svd(model.get_submodule(n).weight, full_matrices=False)
+
+    def pissa_init():
+        m = copy.deepcopy(model)
+        get_peft_model(m, LoraConfig(r=rank, lora_alpha=rank, target_modules=targets,
+                                     init_lora_weights="pissa_niter_4"))
+
+    def copy_only():
+        copy.deepcopy(model)
+
+    base = measure(full_svd, dev, 1)  # minutes at full size: one timed run after the warm-up
+    copy_s = measure(copy_only, dev, 1)["s"]
+    main = measure(pissa_init, dev, 1)
+    main = {**main, "s": main["s"] - copy_s}  # the model copy each init needs is not PiSSA's cost
+    return [row("Adapters", f"PiSSA init (pissa_niter_4, r={rank}) of {len(names)} linear layers", main, base,
+                "full SVD of every linear weight", layers=len(names))]
+
+
+BENCHES = {"lrp": bench_lrp, "nemo": bench_nemo, "sae_index": bench_sae_index, "mathneuro": bench_mathneuro,
+           "pissa": bench_pissa}
+
+
+def device_name(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return f"{torch.cuda.get_device_name(dev)} (CUDA {torch.version.cuda})"
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def table(rows: list[dict]) -> str:
+    head = "| tab | computation | time | baseline | baseline time | ratio | peak GPU GiB |\n|---|---|---|---|---|---|---|"
+    lines = [head]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['tab']} | FAILED: {r['error'][:200]} | | | | | |")
+            continue
+        peak = "n/a" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
+        extra = ""
+        if "images_per_s" in r:
+            extra = f" ({r['images_per_s']:.1f} vs {r['baseline_images_per_s']:.1f} images/s)"
+        if "noise_evaluations" in r:
+            extra = f" ({r['noise_evaluations']:g} evaluations; {r['ratio_per_evaluation']:.2f} per evaluation)"
+        lines.append(f"| {r['tab']} | {r['what']} | {r['s'] * 1000:.1f} ms | {r['baseline']} | "
+                     f"{r['baseline_s'] * 1000:.1f} ms | {r['ratio']:.2f}{extra} | {peak} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", choices=SCALES, default=None,
+                    help="full (real configs; the default with a GPU) or tiny (the default on a CPU)")
+    ap.add_argument("--device", default=None, help="cuda | cpu (default: cuda when available)")
+    ap.add_argument("--only", default="", help=f"comma-separated subset of {','.join(BENCHES)}")
+    ap.add_argument("--repeats", type=int, default=None, help="timed runs per measurement (median)")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads (tiny runs)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    args = ap.parse_args(argv)
+    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    scale = args.scale or ("full" if dev.type == "cuda" else "tiny")
+    repeats = args.repeats or (5 if scale == "full" else 1)
+    torch.set_num_threads(args.threads)
+    only = [s for s in args.only.split(",") if s] or list(BENCHES)
+    unknown = set(only) - set(BENCHES)
+    if unknown:
+        ap.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {list(BENCHES)}")
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    for name in only:
+        t = time.perf_counter()
+        try:
+            rows += BENCHES[name](scale, dev, repeats)
+        except Exception as e:  # one failing tab must not hide the others' figures
+            rows.append({"tab": name, "what": "failed", "error": f"{type(e).__name__}: {e}"})
+            print(f"[{name} failed: {type(e).__name__}: {e}]", file=sys.stderr, flush=True)
+        finally:
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        print(f"[{name}: {time.perf_counter() - t:.1f} s]", file=sys.stderr, flush=True)
+    out = {"device": device_name(dev), "scale": scale, "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": time.perf_counter() - t0,
+           "rows": rows}
+    print(f"device: {out['device']}   scale: {scale}   torch {torch.__version__}   {out['date']}")
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    if any("error" in r for r in rows):
+        sys.exit(1)
+    return out
+
+
+if __name__ == "__main__":
+    main()

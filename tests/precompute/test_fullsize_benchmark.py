@@ -1,0 +1,34 @@
+"""The full-size benchmark script runs end to end at tiny scale (the real sizes need a GPU)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.timeout(180)
+def test_fullsize_benchmark_runs_at_tiny_scale(tmp_path):
+    out = tmp_path / "rows.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "benchmarks.fullsize", "--scale", "tiny", "--device", "cpu",
+                        "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["scale"] == "tiny" and res["device"].startswith("CPU")
+    assert res["wall_s"] < 60
+    tabs = [row["tab"] for row in res["rows"]]
+    assert tabs == ["Relevance", "Memorization", "Features", "Math neurons", "Adapters"]
+    for row in res["rows"]:
+        assert row["s"] > 0 and row["baseline_s"] > 0 and row["ratio"] == pytest.approx(row["s"] / row["baseline_s"])
+    feats = res["rows"][2]
+    assert feats["images_per_s"] > 0 and feats["index_state_gib"] > 0
+    assert "| Relevance |" in r.stdout and "ratio" in r.stdout
+
+
+def test_fullsize_benchmark_rejects_unknown_names():
+    r = subprocess.run([sys.executable, "-m", "benchmarks.fullsize", "--only", "nope"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown benchmark" in r.stderr
