@@ -7,9 +7,10 @@ that estimates them (ZeroGPU accepts both). Every marked function carries `gpu_m
 `gpu_duration` and is listed in `MARKED`, so a test can check that the tabs' entry points are marked
 (`is_marked`) and what they would ask for (`estimate`).
 
-How this meets ZeroGPU: models are moved to their device when they are loaded (backend.core.store
-loaders), never inside a marked function; marked functions return CPU tensors, numpy arrays or plain
-Python values. Under ZeroGPU a marked function called from the main process runs in a GPU worker
+The rules for ZeroGPU: a model goes to its device when it is loaded (in the store's loader), never
+inside a marked function; marked functions return CPU tensors, numpy arrays or plain Python values.
+(The zoo loaders keep their tiny models on the CPU; docs/benchmarks.md lists what a GPU deployment
+still has to move.) Under ZeroGPU a marked function called from the main process runs in a GPU worker
 process: its arguments and results are pickled (so no lambdas, locks or models as arguments at the
 outermost marked call) and what it caches stays in that worker; a marked function called from inside
 another marked function runs directly. The outermost mark therefore belongs on the Gradio handler,
