@@ -265,7 +265,13 @@ def steering_defaults(org: Organism) -> dict:
 
 
 def default_clamp_value(org: Organism, feature: int, multiple: float | None = None) -> float:
-    mult = multiple if multiple is not None else float(org.summary.get("steering", {}).get("value_multiple", 2.0))
+    """`multiple` × the feature's max activation; without `multiple`, a colour feature gets the multiple
+    calibrated for its colour (summary "steering.calibrated"), any other feature the sweep's best one."""
+    st = org.summary.get("steering", {})
+    mult = multiple
+    if mult is None:
+        colour = {int(f): c for c, f in st.get("colour_features", {}).items()}.get(int(feature))
+        mult = float(st.get("calibrated", {}).get("multiples", {}).get(colour, st.get("value_multiple", 2.0)))
     if org.index is None:
         return 10.0
     return round(mult * float(org.index.tensors["max_act"][int(feature)]), 3)

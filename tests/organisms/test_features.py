@@ -97,36 +97,88 @@ def test_top_images_beat_random_images_3x(org, explanations):
     assert stat["top5_iou"] >= 3 * stat["random_iou"], stat
 
 
-# Measured by the recipe (summary.json, 25 held-out scenes per colour, best placement = image positions
-# after LM layer 0, 1.5x max activation, other colours' features zeroed): red 0.92, green 0.84,
-# blue 0.68, yellow 0.68. The issue's target is 0.8 for every colour; blue and yellow miss it.
-STEER_XFAIL = {c: "steering target (>= 0.8) not reached on this organism; see summary.json" for c in
-               ("blue", "yellow")}
+# Steering protocol (the same in the recipe's record, summary.json "steering"): the colour's feature
+# (strongest carrier among the features labelled with it), clamped at the image positions after LM
+# layer 0, other colours' features zeroed, at the per-colour value chosen on a calibration split (never
+# on held-out scenes); held-out scenes heldout[100:] without the colour, first 12 per colour.
+# The computation is deterministic (same captions at 1 or 2 threads, batched or one by one): the spread
+# seen earlier (red 0.58..0.92) came from the organism being rebuilt in the shared tree between runs
+# (red's feature went from 7, best IoU, to 10), which the recorded protocol result below now catches.
+# Measured by the recipe (25 held-out scenes per colour, heldout[:] without the colour, calibrated
+# multiples red 1.5, green 2, blue 1, yellow 1.25 x max activation): red 0.92, green 0.88, blue 0.68,
+# yellow 0.84 (this test's 12 scenes: 1.0, 0.92, 0.58, 0.83). The issue's target is 0.8: blue misses it.
+STEER_XFAIL = {c: "steering target (>= 0.8) not reached on this organism; see summary.json steering.calibrated"
+               for c in ("blue",)}
+N_TEST = 12
+TEST_START = 100
+
+
+def _steer_setting(org, colour):
+    st = org.summary["steering"]
+    best = st["sweep"][st["best"]]
+    cal = st.get("calibrated", {})
+    f = int(st["colour_features"][colour])
+    mult = float(cal.get("multiples", {}).get(colour, best["multiple"]))
+    sup = {colour: tuple(FT.family_rivals(org, f))} if best["suppress_other_colours"] else None
+    return f, mult * float(org.index.tensors["max_act"][f]), best["positions"], sup
 
 
 @pytest.mark.parametrize("colour", list(S.COLOURS))
 def test_clamping_a_colour_feature_steers_the_caption(org, colour):
-    """The measured best intervention (positions / value / rival colours zeroed) from the organism's
-    summary, re-run on held-out scenes that do not contain the colour."""
-    st = org.summary["steering"]
-    best = st["sweep"][st["best"]]
-    f = int(st["colour_features"][colour])
-    value = best["multiple"] * float(org.index.tensors["max_act"][f])
-    sup = {colour: tuple(FT.family_rivals(org, f))} if best["suppress_other_colours"] else None
-    res = ST.steering_success(org.model, org.tokenizer, org.sae, org.hookpoint, org.heldout_specs[100:],
-                              {colour: f}, {colour: value}, positions=best["positions"], n=12, suppress_for=sup)
-    if colour in STEER_XFAIL and res[colour]["success"] < 0.8:
-        pytest.xfail(f"{STEER_XFAIL[colour]} (this run: {res[colour]['success']:.2f})")
-    assert res[colour]["success"] >= 0.8, res
+    """The recorded intervention re-run on held-out scenes that do not contain the colour."""
+    f, value, positions, sup = _steer_setting(org, colour)
+    res = ST.steering_success(org.model, org.tokenizer, org.sae, org.hookpoint, org.heldout_specs[TEST_START:],
+                              {colour: f}, {colour: value}, positions=positions, n=N_TEST, suppress_for=sup)
+    got = res[colour]["success"]
+    tp = org.summary["steering"].get("test_protocol")
+    if tp:  # the build ran this exact protocol: a different number means a changed organism or code path
+        assert (tp["start"], tp["n"]) == (TEST_START, N_TEST)
+        want = tp["success"]["calibrated"][colour]
+        assert abs(got - want) <= 1 / N_TEST + 1e-9, (colour, got, want, res)
+    if colour in STEER_XFAIL and got < 0.8:
+        pytest.xfail(f"{STEER_XFAIL[colour]} (this run: {got:.2f})")
+    assert got >= 0.8, res
+
+
+def test_steering_is_deterministic(org):
+    """Greedy generation with the clamp is a pure function of organism, scenes and setting: the same
+    captions twice, at 1 and 2 threads, batched or scene by scene."""
+    f, value, positions, sup = _steer_setting(org, "blue")
+    specs = [s for s in org.heldout_specs[TEST_START:] if all(o["colour"] != "blue" for o in s["objects"])][:6]
+    imgs = np.stack([S.render(s)[0] for s in specs])
+
+    def run(threads, one_by_one):
+        prev = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            batches = [imgs[i:i + 1] for i in range(len(imgs))] if one_by_one else [imgs]
+            return sum((ST.steered_captions(org.model, org.tokenizer, org.sae, org.hookpoint, b, f, value,
+                                            positions=positions, suppress=sup["blue"] if sup else ())
+                        for b in batches), [])
+        finally:
+            torch.set_num_threads(prev)
+
+    first = run(1, False)
+    assert run(1, False) == first
+    assert run(2, False) == first
+    assert run(1, True) == first
 
 
 def test_clamping_at_every_prompt_position_is_measured(org):
-    """The paper's placement is part of the stored measurement, with the reason (residual norms)."""
+    """The paper's placement is part of the stored measurement, split into its image and text halves,
+    with the reason (the clamp swamps the small text-position residuals; the reconstruction alone does
+    not hurt)."""
     st = org.summary["steering"]
     assert any(v["positions"] == "prompt" for v in st["sweep"].values())
     assert any(v["positions"] == "prompt" for v in st["comparison"]["sweep"].values())
     norms = st["residual_norms"][org.hookpoint]
     assert norms["image"] > norms["bos"] and norms["image"] > norms["prompt_word"]
+    pl = st["placement"]["clamp"]
+    mean = {m: np.mean([v["success"] for v in r.values()]) for m, r in pl.items()}
+    assert mean["image"] > mean["prompt"] and mean["image"] > mean["text"], mean
+    assert np.mean([v["malformed"] for v in pl["text"].values()]) >= 0.5, pl["text"]
+    assert st["placement"]["reconstruction_only_prompt"]["colour_acc"] >= 0.95
+    assert "text positions" in st["placement"]["why"]
 
 
 def test_index_cli_rebuilds_the_stored_statistics(org, tmp_path):

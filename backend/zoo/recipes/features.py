@@ -145,6 +145,80 @@ def colour_families(expl) -> dict[str, list[int]]:
     return {c: [int(f) for f, e in expl.items() if e.label == c] for c in S.COLOURS}
 
 
+CALIB_MULTIPLES = (1.0, 1.25, 1.5, 2.0)
+N_CALIB = 40
+TEST_PROTOCOL = {"start": 100, "n": 12}  # tests/organisms/test_features.py: heldout[100:], 12 scenes per colour
+
+
+def calibrate_values(model, tok, sae, hookpoint, colour_features, max_act, calib, *, positions, multiple,
+                     suppress_for=None) -> dict:
+    """Per colour, the clamp value (as a multiple of the feature's max activation) that steers best on
+    the calibration split (scenes disjoint from the held-out ones it is reported on); ties go to the
+    multiple closest to the sweep's best."""
+    from backend.sae import steer as ST
+
+    rows = {c: {} for c in colour_features}
+    for m in CALIB_MULTIPLES:
+        vals = {c: m * float(max_act[f]) for c, f in colour_features.items()}
+        r = ST.steering_success(model, tok, sae, hookpoint, calib, colour_features, vals, positions=positions,
+                                n=N_CALIB, suppress_for=suppress_for)
+        for c in colour_features:
+            rows[c][f"{m:g}"] = r[c]["success"]
+    chosen = {c: float(max(CALIB_MULTIPLES, key=lambda m: (rows[c][f"{m:g}"], -abs(m - multiple))))
+              for c in colour_features}
+    return {"multiples": chosen, "calibration_success": rows, "n_calib": N_CALIB}
+
+
+@torch.no_grad()
+def placement_study(model, tok, sae, hookpoint, colour_features, max_act, heldout, *, multiple, suppress_for):
+    """Where the clamp must sit: the paper's placement (every prompt position) split into its image half
+    and its text half (<s> + prompt word), the plain SAE reconstruction at every prompt position (no
+    clamp), and per-position reconstruction error and norms."""
+    from backend.sae import steer as ST
+
+    out = {"multiple": multiple, "clamp": {}}
+    for mode in ("image", "text", "prompt"):
+        vals = {c: multiple * float(max_act[f]) for c, f in colour_features.items()}
+        r = ST.steering_success(model, tok, sae, hookpoint, heldout, colour_features, vals, positions=mode,
+                                n=N_STEER, suppress_for=suppress_for)
+        out["clamp"][mode] = {c: {k: v[k] for k in ("success", "malformed", "example")} for c, v in r.items()}
+        print("placement", mode, {c: v["success"] for c, v in r.items()}, flush=True)
+    specs = heldout[:64]
+    imgs = np.stack([S.render(s)[0] for s in specs])
+    h = next(iter(vlm.residuals(model, tok, imgs, hookpoint)))[1]
+    sl = vlm.image_slice(model)
+    rec = sae(h)
+    pos = {"bos": (slice(None), 0), "image": (slice(None), sl), "prompt_word": (slice(None), -1)}
+    out["reconstruction"] = {
+        k: {"norm": round(float(h[ix].norm(dim=-1).mean()), 3),
+            "error_norm": round(float((h[ix] - rec[ix]).norm(dim=-1).mean()), 3),
+            "relative_error": round(float((h[ix] - rec[ix]).pow(2).sum() / h[ix].pow(2).sum()), 4)}
+        for k, ix in pos.items()}
+
+    def recon_only(x):
+        return sae(x).to(x.dtype) if x.shape[-2] > 1 else None
+
+    with vlm.edit_residual(model, hookpoint, recon_only):
+        caps = vlm.generate_captions(model, tok, imgs)
+    out["reconstruction_only_prompt"] = {
+        "colour_acc": float(np.mean([S.attribute_accuracy(c, s)["colour"] for c, s in zip(caps, specs)])),
+        "malformed": float(np.mean([S.parse_caption(c) is None for c in caps])), "n": len(specs)}
+    word = out["reconstruction"]["prompt_word"]["norm"]
+    val = float(np.mean([multiple * float(max_act[f]) for f in colour_features.values()]))
+    out["why"] = (
+        f"The clamp value is on the image-feature scale (mean {val:.0f}); image-token residuals here have norm "
+        f"{out['reconstruction']['image']['norm']:.0f}, the text positions only "
+        f"{out['reconstruction']['bos']['norm']:.1f} (<s>) and {word:.1f} (prompt word). Writing the colour "
+        f"direction at that value into the text positions overwrites the state that decides the first caption "
+        f"words, so the caption is malformed (text-only clamp: min success "
+        f"{min(v['success'] for v in out['clamp']['text'].values()):.2f}, malformed "
+        f"{np.mean([v['malformed'] for v in out['clamp']['text'].values()]):.2f}); the SAE reconstruction "
+        f"itself at every prompt position is harmless (colour accuracy "
+        f"{out['reconstruction_only_prompt']['colour_acc']:.2f}). The image positions carry the colour that "
+        f"the caption reads through attention: clamping there alone steers.")
+    return out
+
+
 def steering_sweep(model, tok, sae, hookpoint, colour_features, max_act, heldout, configs, suppress_for=None):
     """configs: (positions, value multiple of the feature's max activation, suppress other colours?)."""
     from backend.sae import steer as ST
@@ -166,6 +240,7 @@ def steering_sweep(model, tok, sae, hookpoint, colour_features, max_act, heldout
         default_steps=1500)
 def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from backend.sae import explain as E
+    from backend.sae import steer as ST
     from backend.sae.index import INDEX_FILE, build_index
     from backend.zoo import zoo_path
     from transformers import AutoProcessor, LlavaForConditionalGeneration
@@ -225,6 +300,25 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     best_key = max(sweep, key=lambda k: (sweep[k]["min_success"],
                                          np.mean([v["success"] for v in sweep[k]["per_colour"].values()])))
     best = sweep[best_key]
+    sup_best = suppress_for if best["suppress_other_colours"] else None
+    cal = calibrate_values(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, calib,
+                           positions=best["positions"], multiple=best["multiple"], suppress_for=sup_best)
+    cal_vals = {c: cal["multiples"][c] * float(max_act[f]) for c, f in colour_features.items()}
+    cal_res = ST.steering_success(model, tok, sae, SAE_HOOKPOINT, heldout, colour_features, cal_vals,
+                                  positions=best["positions"], n=N_STEER, suppress_for=sup_best)
+    calibrated = {"positions": best["positions"], "suppress_other_colours": best["suppress_other_colours"],
+                  **cal, "min_success": min(v["success"] for v in cal_res.values()), "per_colour": cal_res}
+    print("calibrated", cal["multiples"], {c: v["success"] for c, v in cal_res.items()}, flush=True)
+    placement = placement_study(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, heldout,
+                                multiple=best["multiple"], suppress_for=suppress_for)
+    # The organism test's own protocol, recorded so a run can be compared with the build.
+    tp = {}
+    for name, mult in (("best", {c: best["multiple"] for c in colour_features}), ("calibrated", cal["multiples"])):
+        r = ST.steering_success(model, tok, sae, SAE_HOOKPOINT, heldout[TEST_PROTOCOL["start"]:], colour_features,
+                                {c: mult[c] * float(max_act[f]) for c, f in colour_features.items()},
+                                positions=best["positions"], n=TEST_PROTOCOL["n"], suppress_for=sup_best)
+        tp[name] = {c: v["success"] for c, v in r.items()}
+    test_protocol = {**TEST_PROTOCOL, "success": tp}
     # The same measurement with an SAE on the LM input (residual stream entering layer 0).
     alt_sae, alt_ev, _ = fit_site(model, tok, ALT_HOOKPOINT, seed=seed, steps=steps, log=lambda s: None)
     alt_index = build_index(model, tok, alt_sae, specs[:1024], hookpoint=ALT_HOOKPOINT, top_k=8)
@@ -250,6 +344,7 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     steering = {"hookpoint": SAE_HOOKPOINT, "value_multiple": best["multiple"], "colour_features": colour_features,
                 "default_positions": best["positions"], "suppress_other_colours": best["suppress_other_colours"],
                 "suppress_for": suppress_for, "best": best_key, "sweep": sweep, "residual_norms": norms,
+                "calibrated": calibrated, "placement": placement, "test_protocol": test_protocol,
                 "comparison": {"hookpoint": ALT_HOOKPOINT, "sae_eval": alt_ev, "colour_iou": alt_loc,
                                "sweep": alt_sweep}}
     summary = {"sae_eval": ev, "localisation": loc, "random_baseline": baseline, "steering": steering,
@@ -269,6 +364,10 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
                "steer_best": best_key, "steer_min_success_best": best["min_success"],
                "steer_success_best": {c: v["success"] for c, v in best["per_colour"].items()},
                "steer_min_success_by_config": {k: v["min_success"] for k, v in sweep.items()},
+               "steer_calibrated_multiples": cal["multiples"],
+               "steer_success_calibrated": {c: v["success"] for c, v in cal_res.items()},
+               "steer_placement_min_success": {k: min(v["success"] for v in r.values())
+                                               for k, r in placement["clamp"].items()},
                "alt_site_min_success": {k: v["min_success"] for k, v in alt_sweep.items()},
                "residual_norms": norms, "sae_train_s": round(t_sae, 1), "index_build_s": round(t_index, 1)}
     return {"steps": steps, "metrics": metrics, "hookpoint": SAE_HOOKPOINT, "n_latents": SAE_LATENTS, "k": SAE_K}
