@@ -395,7 +395,7 @@ def feat_scene():
            f"<b>features</b>; the maps show where on the scene the three strongest fire (bright = strong). "
            f"They carry the labels {names}, given automatically — step 3 shows how.{caveat}")
     return _png(fig), cap, {"scene": i, "caption": out["caption"], "truth": truth,
-                            "features": out["features"], "label_fit": fit}
+                            "features": out["features"], "label_fit": {str(f): v for f, v in fit.items()}}
 
 
 def feat_page():

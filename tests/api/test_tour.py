@@ -67,6 +67,19 @@ def test_memorization_tour_every_step_reports_what_nemo_computes(client):
     assert off["score_off"] < off["theta_mem"] < off["score_on"]
 
 
+def test_figure_is_drawn_for_the_page_theme(client):
+    from PIL import Image
+
+    light = client.predict("features", 2, False, api_name="/tour_step")
+    dark = client.predict("features", 2, True, api_name="/tour_step")
+    assert light[1] == dark[1] and light[3] == dark[3]                     # same computation, same words
+    paths = [r[2] if isinstance(r[2], str) else r[2].get("value", r[2]) for r in (light, dark)]
+    paths = [p.get("path", p) if isinstance(p, dict) else p for p in paths]
+    assert all(isinstance(p, str) for p in paths), (light[2], dark[2])
+    corner = [Image.open(p).convert("L").getpixel((2, 2)) for p in paths]
+    assert corner[0] > 240 and corner[1] < 80, corner
+
+
 @pytest.mark.parametrize("tour,step,msg", [("nope", 1, "not in the list of choices"), ("relevance", 0, "less than minimum"),
                                            ("adapters", 99, "steps 1 to"), ("all", None, "whole number")])
 def test_bad_input_is_a_clear_error(client, tour, step, msg):
