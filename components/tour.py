@@ -665,8 +665,8 @@ def memo_neurons():
            f"where the prompt's words enter the picture (cross-attention “value” layers; bars, one per neuron, "
            f"grouped by layer), starts from those most unusually active for this prompt, then drops every one "
            f"that is not needed. It keeps <b>{n} neurons</b> ({n / total:.0%} of them, red), in "
-           f"{' and '.join(in_layers)}. In the real Stable Diffusion the paper often needs fewer than ten; this tiny "
-           f"model spreads the memory over more.")
+           f"{' and '.join(in_layers)}. In the real Stable Diffusion the paper often finds just a handful per prompt, "
+           f"sometimes a single neuron; this tiny model spreads its memory over more.")
     return _png(fig), cap, {"prompt": p, "n_neurons": n, "total_neurons": total, "neurons": loc["labels"],
                             "per_layer": {ly: len(found.get(ly, ())) for ly in layers},
                             "seconds": loc.get("seconds")}
