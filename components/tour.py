@@ -322,8 +322,9 @@ def _feat_setup():
         feature = max((int(f) for f, lab in org.labels.items() if lab.get("label") == FEAT_COLOUR),
                       key=lambda f: org.labels[str(f)].get("score", 0.0))
     best = st.get("sweep", {}).get(st.get("best"), {})
+    calibrated = st.get("calibrated", {}).get("multiples", {}).get(FEAT_COLOUR)  # per-colour, when recorded
     setting = {"positions": best.get("positions", st.get("default_positions", "prompt")),
-               "multiple": float(best.get("multiple", st.get("value_multiple", 2.0))),
+               "multiple": float(calibrated or best.get("multiple", st.get("value_multiple", 2.0))),
                "suppress": bool(best.get("suppress_other_colours", st.get("suppress_other_colours", False)))}
     clean = [i for i, s in enumerate(org.heldout_specs)
              if not any(o["colour"] == FEAT_COLOUR for o in s["objects"])]
@@ -338,11 +339,11 @@ def _feat_scene():
         spec = org.heldout_specs[i]
         if len(spec["objects"]) != 2:
             continue
-        out = FT.analyse_image(org, S.render(spec)[0], top_n=3)
+        out = FT.analyse_image(org, S.render(spec)[0], top_n=org.n_features)
         if out["caption"] == S.caption(spec):
             return i, out
     i = clean[0]
-    return i, FT.analyse_image(org, S.render(org.heldout_specs[i])[0], top_n=3)
+    return i, FT.analyse_image(org, S.render(org.heldout_specs[i])[0], top_n=org.n_features)
 
 
 def feat_scene():
@@ -352,7 +353,15 @@ def feat_scene():
     FT, S, org, feature, setting, clean = _feat_setup()
     i, out = _feat_scene()
     img = out["image"]
-    shown = out["features"][:3]
+    # The strongest features with different labels (several features can share one).
+    shown, seen = [], set()
+    for r in out["features"]:
+        lab = org.labels.get(str(r["feature"]), {}).get("label") or "?"
+        if lab not in seen:
+            shown.append(r)
+            seen.add(lab)
+        if len(shown) == 3:
+            break
     fig, axes = plt.subplots(1, 1 + len(shown), figsize=(10, 3.6), dpi=100, layout="constrained",
                              gridspec_kw={"width_ratios": [1.25] + [1] * len(shown)})
     _img_ax(axes[0], img, "held-out scene", 11)
@@ -389,13 +398,13 @@ def feat_scene():
         faint = float(out["maps"][f].max()) < 0.5 * vmax
         caveat = (f" Not every label fits every scene: feature {f} (“{lab}”) matches nothing in this one "
                   f"(overlap {fit[f]:.2f}){' and glows only faintly' if faint else ''}.")
-    cap = (f"A tiny image-captioning model (a miniature LLaVA, trained here on drawn scenes) looks at a "
-           f"scene it never saw in training and writes <b>“{html.escape(out['caption'])}”</b> — {right}. "
-           f"A <b>sparse autoencoder</b> splits the model's internal signal into {org.n_features} "
-           f"<b>features</b>; the maps show where on the scene the three strongest fire (bright = strong). "
-           f"They carry the labels {names}, given automatically — step 3 shows how.{caveat}")
+    cap = (f"A tiny image-captioning model (a miniature LLaVA, trained here on drawn scenes) sees a scene it "
+           f"never saw in training and writes <b>“{html.escape(out['caption'])}”</b> — {right}. A <b>sparse "
+           f"autoencoder</b> splits what the model computes inside into {org.n_features} <b>features</b>; the maps "
+           f"show where the strongest ones with different labels fire on this scene (bright = strong), with the labels {names} that an "
+           f"automatic explainer gave them (step 3 shows how).{caveat}")
     return _png(fig), cap, {"scene": i, "caption": out["caption"], "truth": truth,
-                            "features": out["features"], "label_fit": {str(f): v for f, v in fit.items()}}
+                            "features": shown, "label_fit": {str(f): v for f, v in fit.items()}}
 
 
 def feat_page():
@@ -432,14 +441,12 @@ def feat_page():
     mean = {k: float(np.mean(v)) if v else 0.0 for k, v in (("colour", on), ("other", other), ("background", bg))}
     shapes = sorted({o["shape"] + "s" for t in page["top"] for o in (S.parse_caption(t["caption"]) or [])
                      if o.get("colour") == FEAT_COLOUR})
-    kinds = f" ({' and '.join(shapes)} alike)" if len(shapes) > 1 else ""
-    weaker = (f"the other objects get a weaker glow ({mean['other']:.1f})" if mean["other"] > 0.2 * mean["colour"]
-              else f"the other objects stay dark ({mean['other']:.1f})")
-    cap = (f"Now one feature, number {feature}. Top row: the {n} scenes, out of {len(org.index_specs):,}, that "
-           f"make it fire most. Bottom row: where it fires on each (bright = strong; the white line encloses "
-           f"its active region). It fires where the <b>{FEAT_COLOUR}</b> things are{kinds}: {mean['colour']:.1f} on "
-           f"average on {FEAT_COLOUR} pixels, while {weaker} and the background stays near zero "
-           f"({mean['background']:.1f}).")
+    kinds = f" ({', '.join(shapes[:-1])} and {shapes[-1]} alike)" if len(shapes) > 1 else ""
+    cap = (f"Feature {feature}, alone. Top row: the {n} of {len(org.index_specs):,} scenes that make it fire most; "
+           f"bottom row: where it fires on each (bright = strong, white line = its active region). It fires on the "
+           f"<b>{FEAT_COLOUR}</b> things{kinds}: {mean['colour']:.1f} on average on {FEAT_COLOUR} pixels, "
+           f"{'a weaker ' if mean['other'] > 0.2 * mean['colour'] else 'only '}{mean['other']:.1f} on the other "
+           f"objects and {mean['background']:.1f} on the background.")
     return _png(fig), cap, {"feature": feature, "label": page["label"], "top": page["top"],
                             "n_index_scenes": len(org.index_specs), "mean_activation": mean}
 
@@ -484,12 +491,12 @@ def feat_iou():
     for a in (a1, a2):
         a.spines[["top", "right"]].set_visible(False)
     runner = names[1] if len(names) > 1 else ""
-    cap = (f"How the label is found, automatically: for each concept drawn in the scenes (4 colours, 3 shapes, "
-           f"2 textures, 4 positions) we measure how well the feature's active region covers that concept's "
-           f"pixels — the <b>overlap score</b> (IoU: 0 = no overlap, 1 = the same pixels). "
-           f"<b>{html.escape(label)}</b> wins with {scores.get(label, 0):.2f} (next: {html.escape(runner)}, "
-           f"{scores.get(runner, 0):.2f}), so the feature is named “{html.escape(label)}”. On {len(rnd)} random "
-           f"scenes the same region overlaps {html.escape(label)} pixels only {r_mean:.2f} on average: the match is not chance.")
+    cap = (f"To name a feature automatically, we measure for every drawn concept (4 colours, 3 shapes, 2 textures, "
+           f"4 positions) how well the feature's active region covers that concept's pixels: the <b>overlap "
+           f"score</b> (IoU; 0 = none, 1 = the same pixels). <b>{html.escape(label)}</b> wins with "
+           f"{scores.get(label, 0):.2f} (next: {html.escape(runner)}, {scores.get(runner, 0):.2f}), so the feature "
+           f"is called “{html.escape(label)}”. On {len(rnd)} random scenes its region overlaps "
+           f"{html.escape(label)} pixels only {r_mean:.2f} on average: the match is not chance.")
     return _png(fig), cap, {"feature": feature, "label": label, "concept_scores": scores,
                             "top_iou": top_iou, "top_iou_mean": t_mean, "random_iou": rnd,
                             "random_iou_mean": r_mean, "random_scenes": [int(i) for i in pick]}
@@ -537,18 +544,27 @@ def feat_steer():
              "all": "at every position"}.get(setting["positions"], setting["positions"])
     fig.suptitle(f"Captions of scenes with nothing red, before and after turning feature {feature} up",
                  fontsize=12, x=0.02, ha="left")
+    changed = set()
+    for r in rows:
+        if not r["says_red"] or r["only_colour"]:
+            continue
+        b, a = S.parse_caption(r["before"]) or [], S.parse_caption(r["after"]) or []
+        if len(a) != len(b):
+            changed.add("the number of objects")
+        for attr, word in (("shape", "shapes"), ("position", "positions"), ("texture", "textures")):
+            if {o[attr] for o in a} != {o[attr] for o in b}:
+                changed.add(word)
+    order = ["shapes", "positions", "textures", "the number of objects"]
+    what = [w for w in order if w in changed]
+    what_s = ", ".join(what[:-1]) + (" and " if len(what) > 1 else "") + what[-1] if what else "other words"
     side = ("" if not red else
-            " Only the colour word changes: the rest of each caption stays right." if clean_edit == red else
-            f" It is a blunt edit, though: in "
-            f"{f'all {red}' if clean_edit == 0 else f'{red - clean_edit} of these {red}'} more than the colour changes — "
-            f"shapes, positions, even the number of objects: pushed this hard, the feature overrides much of what "
-            f"the model sees, not only the colour.")
-    cap = (f"Now the other direction. These {n} scenes have nothing red in them. While the model looks at each, "
-           f"we force feature {feature} to a high value ({value:.3g}, {setting['multiple']:g}× its strongest "
-           f"natural activation, {where}"
-           f"{', with the other colours’ features switched off' if setting['suppress'] else ''} — the setting "
-           f"that worked best on this model). The captions now say <b>red</b> in <b>{red} of {n}</b> "
-           f"scenes.{side}")
+            " Only the colour word changes; the rest of each caption stays right." if clean_edit == red else
+            f" A blunt edit, though: in {f'all {red}' if clean_edit == 0 else f'{red - clean_edit} of the {red}'},"
+            f" {what_s} change too — pushed this hard, the feature overrides much of what the model sees.")
+    cap = (f"These {n} scenes have nothing red. While the model looks at each, we force feature {feature} up to "
+           f"{value:.3g} ({setting['multiple']:g}× its strongest natural value, {where}"
+           f"{', with the other colours’ features switched off' if setting['suppress'] else ''}: the best setting "
+           f"measured on this model), and the captions now say <b>red</b> in <b>{red} of {n}</b>.{side}")
     return _png(fig), cap, {"feature": feature, "value": value, "setting": setting, "rows": rows,
                             "says_red": red, "n": n}
 
@@ -590,12 +606,11 @@ def memo_copy():
                     va="center", transform=axes[1, 0].transAxes)
     fig.suptitle(textwrap.fill(f"Prompt: “{p}”", 100), fontsize=11, x=0.02, ha="left")
     sim = float(np.median(mem["ssim_on"]))
-    cap = (f"A tiny image generator of the Stable Diffusion kind, trained here, draws a picture from a prompt, "
-           f"starting from random noise. For the top prompt it draws the <b>same picture</b> from every starting "
-           f"noise, and that picture is a <b>copy of one of its training images</b> (left; similarity "
-           f"{sim:.2f} on a 0–1 scale, SSIM). We planted this: in training, this caption always came with "
-           f"that photo, many times over, so the model <b>memorized</b> it. An ordinary prompt (bottom) gives "
-           f"a different picture each time, as it should.")
+    cap = (f"A tiny image generator of the Stable Diffusion kind, trained here, turns a prompt and random noise "
+           f"into a picture. For the top prompt it draws the <b>same picture</b> from every starting noise: a "
+           f"<b>copy of a training image</b> (left; similarity {sim:.2f} on a 0–1 scale), because in training this "
+           f"prompt always came with that photo — we planted the memorization. An ordinary prompt (bottom) gives a "
+           f"different picture each time.")
     return _png(fig), cap, {"prompt": p, "ssim_to_training_image": mem["ssim_on"], "ordinary": ordinary,
                             "diversity": {"memorized": mem["diversity_on"], "ordinary": orr["diversity_on"]}}
 
@@ -622,11 +637,11 @@ def memo_detect():
     ax.spines[["top", "right"]].set_visible(False)
     hit = sum(r["score"] > th for r in mem)
     false = sum(r["score"] > th for r in orr)
-    cap = (f"Can we tell a memorized prompt without a gallery of training images? At the very first denoising "
-           f"step, a memorized prompt already pulls every starting noise the same way; ordinary prompts do not. "
-           f"The <b>memorization score</b> measures that agreement, for the price of one step. Above the dashed "
-           f"threshold (set from ordinary prompts): <b>{hit} of {len(mem)}</b> memorized prompts, and "
-           f"{false} of {len(orr)} ordinary ones (false alarms).")
+    cap = (f"Can we spot a memorized prompt without searching the training images? At the very first denoising "
+           f"step a memorized prompt already pulls every starting noise the same way, and the <b>memorization "
+           f"score</b> measures that agreement for the price of one step. Above the dashed threshold (set from "
+           f"ordinary prompts): <b>{hit} of {len(mem)}</b> memorized prompts and {false} of {len(orr)} ordinary "
+           f"ones (false alarms).")
     return _png(fig), cap, {"theta_mem": th, "memorized": {r["prompt"]: r["score"] for r in mem},
                             "ordinary": {r["prompt"]: r["score"] for r in orr}, "flagged_memorized": hit,
                             "flagged_ordinary": false}
@@ -661,12 +676,12 @@ def memo_neurons():
               frameon=False, fontsize=10, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2)
     n = loc["n_neurons"]
     in_layers = [ly for ly in layers if found.get(ly)]
-    cap = (f"Which parts of the generator hold the copy? <b>NeMo</b> looks at the {total} neurons of the layers "
-           f"where the prompt's words enter the picture (cross-attention “value” layers; bars, one per neuron, "
-           f"grouped by layer), starts from those most unusually active for this prompt, then drops every one "
-           f"that is not needed. It keeps <b>{n} neurons</b> ({n / total:.0%} of them, red), in "
-           f"{' and '.join(in_layers)}. In the real Stable Diffusion the paper often finds just a handful per prompt, "
-           f"sometimes a single neuron; this tiny model spreads its memory over more.")
+    cap = (f"Which parts of the generator hold the copy? <b>NeMo</b> examines the {total} neurons where the "
+           f"prompt's words enter the picture (the cross-attention “value” layers; one bar per neuron), starts from "
+           f"those unusually active for this prompt and drops every one that is not needed: <b>{n} neurons</b> "
+           f"remain ({n / total:.0%}, red), in {' and '.join(in_layers)}. In the real Stable Diffusion the paper "
+           f"often finds just a handful per prompt, sometimes a single one; this tiny model spreads its memory "
+           f"over more.")
     return _png(fig), cap, {"prompt": p, "n_neurons": n, "total_neurons": total, "neurons": loc["labels"],
                             "per_layer": {ly: len(found.get(ly, ())) for ly in layers},
                             "seconds": loc.get("seconds")}
@@ -702,10 +717,10 @@ def memo_off():
            f"{'the copy disappears' if gone else 'the copy fades'}: similarity to the training image falls from "
            f"{on:.2f} to <b>{off:.2f}</b> (median over {k} start noises), and the memorization score from "
            f"{c['score_on']:.2f} to {c['score_off']:.2f}, {'below' if below else 'still above'} the threshold "
-           f"{c['theta_mem']:.2f}. Switching off as many <i>random</i> neurons (bottom) "
-           + (f"leaves the copy ({roff:.2f}): it is these neurons that hold it." if random_keeps else
-              f"also weakens the copy ({roff:.2f}): on this model the memory is not confined to NeMo's neurons.")
-           + " Nothing is retrained.")
+           f"{c['theta_mem']:.2f}. Switching off {loc['n_neurons']} <i>random</i> neurons instead (bottom) "
+           + (f"leaves the copy ({roff:.2f}), so it is these neurons that hold it — found and removed without "
+              f"any retraining." if random_keeps else
+              f"also weakens the copy ({roff:.2f}): on this model the memory is not confined to NeMo's neurons."))
     return _png(fig), cap, {"prompt": p, "n_neurons": loc["n_neurons"], "ssim_on": c["ssim_on"],
                             "ssim_off": c["ssim_off"], "ssim_random_off": rnd["ssim_off"],
                             "score_on": c["score_on"], "score_off": c["score_off"],

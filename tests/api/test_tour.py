@@ -46,7 +46,7 @@ def test_features_tour_every_step_computes_the_red_feature_story(client):
     assert scene["caption"] and scene["features"]                         # the model's caption, features firing
     assert page["label"] == "red" and steer["feature"] == page["feature"] == iou["feature"]
     m = page["mean_activation"]
-    assert m["colour"] > m["other"] > m["background"]                     # brightest on the red pixels
+    assert m["colour"] > 1.5 * m["other"] and m["colour"] > 5 * m["background"]   # brightest on red pixels
     assert iou["label"] == "red" and max(iou["concept_scores"], key=iou["concept_scores"].get) == "red"
     assert iou["top_iou_mean"] > 2 * iou["random_iou_mean"]               # not chance
     assert all("red" not in r["before"].split() for r in steer["rows"])    # scenes without red...
