@@ -25,7 +25,9 @@ TAB_ID = "adapters"
 TITLE = "Adapters"
 ORDER = 5
 SUMMARY = "PiSSA: principal singular vectors as adapter init; quantization error; live LoRA vs PiSSA race."
-LINK_RUNS = ("analyse",)  # a deep link reruns the layer analysis of its settings (components.links)
+# A deep link reruns the layer analysis of its settings (components.links); "layers" first, so a link
+# to another model than the default lists that model's layers and keeps the linked one.
+LINK_RUNS = ("layers", "analyse")
 
 # The shared qualitative palette (backend.core.colors): LoRA orange, PiSSA blue as in the tour.
 COLORS = {"lora": C.PAIR[0], "pissa": C.PAIR[1], "full": C.NEUTRAL, "W": C.NEUTRAL,

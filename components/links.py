@@ -70,13 +70,11 @@ RUN_JS = """() => {
   window.wbLinkRuns = [];
   for (const [btn, keys] of plan) {
     if (!keys.some((k) => q.has(k))) { continue; }
-    // the tab's contents mount once the restore has selected it: wait for its button (10 s at most)
-    let tries = 0;
+    // a tab's contents mount when it is first shown (the linked tab at once, another one of a
+    // multi-tab link when the user opens it): wait for its button, then run the tab's results
     const go = () => {
       const el = document.getElementById(btn);
-      if (el) { window.wbLinkRuns.push(btn); el.click(); }
-      else if (tries++ < 100) { setTimeout(go, 100); }
-      else { window.wbLinkRuns.push(btn + ' (missing)'); }
+      if (el) { window.wbLinkRuns.push(btn); el.click(); } else { setTimeout(go, 200); }
     };
     go();
   }

@@ -359,10 +359,20 @@ def build(ctx) -> None:
             neurons = gr.CheckboxGroup(choices=[], value=[], label="Found neurons (ticked = switched off)",
                                        elem_id="memo-neurons")
 
-            def valid_neurons(values):  # linked tick boxes: labels of this model's value neurons
+            sizes = dict(d["layers"])
+
+            def valid_neurons(values):
+                """Linked tick boxes: labels of this model's value neurons. Checked against the UNet's
+                config (no weights load while a page restores its link), else against the model."""
                 if not all(isinstance(v, str) for v in values):
                     raise ValueError("neurons are labels like 'down1.attn0:17'")
-                service.parse_neurons(service.get(ctx.source), values)
+                if not sizes:
+                    service.parse_neurons(service.get(ctx.source), values)
+                for v in values:
+                    layer, _, ch = v.rpartition(":")
+                    if layer not in sizes or not ch.isdigit() or int(ch) >= sizes[layer]:
+                        raise ValueError(f"{v[:40]!r} is not a value neuron of this model "
+                                         f"(layers: {', '.join(f'{k} 0–{n - 1}' for k, n in sizes.items())})")
                 return values
 
             links.accept_link(neurons, valid_neurons)

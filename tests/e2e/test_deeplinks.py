@@ -1,9 +1,13 @@
-"""A deep link copied from every tab restores the same values in a fresh browser.
+"""A deep link copied from every tab restores the same view, results included, in a fresh browser.
 
 The linked inputs of each tab and their defaults come from the app's config; every one is changed
-to another valid value, all in one link; each tab's "Link to this view" is copied (L1, which must
-carry exactly the tab's linked inputs with the changed values: the browser restored them); then each
-L1 is opened in a fresh page (a new session) and copied once more (L2): L2 must equal L1.
+to another valid value, all in one link; each tab is visited, its results (computed from the linked
+values by the tab's own events) are read — texts of its result blocks and the data of every plotly
+figure — and its "Link to this view" is copied (L1, which must carry exactly the tab's linked inputs
+with the changed values: the browser restored them). Then each L1 is opened in a fresh browser in
+dark mode (a new session): the same results must appear without a click, every figure must carry
+the shared transparent template, and the link copied there (L2) must equal L1. Each dark view is
+screenshotted (test-artifacts/deeplink-dark-<tab>.png).
 """
 import json
 import urllib.request
@@ -16,6 +20,42 @@ from tests.helpers.browser import chromium_page
 
 pytestmark = pytest.mark.timeout(600)
 TITLES: dict = {}
+
+# Result blocks per tab: each must show something after the link is opened, identical in both views.
+RESULTS = {
+    "relevance": ["#rel-conservation", "#rel-heatmap", "#rel-image-md"],
+    "features": ["#features-header", "#features-table", "#features-steer-out"],
+    "memorization": ["#memo-score", "#memo-compare"],
+    "math_neurons": ["#mn-acc", "#mn-samples"],
+    "adapters": ["#pissa-stats"],
+}
+# Values the generic changer cannot invent (its "<text> linked" would be refused by the models, and
+# the results compared below must exist): words of the zoo's vocabularies, and neuron tick boxes,
+# empty until a search fills them, yet a link may carry any of the zoo model's value neurons.
+EXTRA = {"rel-text": "this sequel is long and boring and the dialogue is awful", "rel-target": "positive",
+         "features-query": "red", "memo-prompt": "a red ring on a purple background",
+         "memo-free": "down0.attn0:3", "memo-neurons": ["mid.attn0:5", "down1.attn0:17"]}
+
+VIEW_JS = """(tab) => {
+  const root = document.getElementById('tab-' + tab);
+  const plots = [...root.querySelectorAll('.js-plotly-plot')].map((el) => ({
+    data: JSON.stringify((el.data || []).map((t) => [t.type, t.name, t.x, t.y, t.z])),
+    bg: el.layout && el.layout.paper_bgcolor, plotbg: el.layout && el.layout.plot_bgcolor,
+    font: el.layout && el.layout.template && el.layout.template.layout.font.color,
+    meta: el.layout && el.layout.meta && el.layout.meta.wb_template}));
+  return plots;
+}"""
+
+
+def result_view(page, tab) -> dict:
+    """The results a tab shows: its result blocks' texts (waited for) and its figures' data."""
+    sels = RESULTS.get(tab, [])
+    for sel in sels:
+        page.wait_for_function("(s) => { const el = document.querySelector(s); "
+                               "return el && el.innerText.trim().length > 0; }", arg=sel, timeout=120_000)
+    settle(page, 120_000)
+    return {"texts": {sel: page.locator(sel).first.inner_text() for sel in sels},
+            "plots": page.evaluate(VIEW_JS, tab)}
 
 
 def _config(url):
@@ -69,26 +109,34 @@ def _read_link(page, tab_id) -> dict:
     return dict(parse_qsl(urlparse(link).query))
 
 
-def links_of_all_tabs(page, url, query, tabs) -> dict:
-    """Open `url + query`, then visit every tab by its header and copy its link."""
+def links_of_all_tabs(page, url, query, tabs) -> tuple[dict, dict]:
+    """Open `url + query`, then visit every tab by its header, read its results and copy its link."""
     page.goto(url + query)
     page.wait_for_selector(".tab-wrapper, [role=tablist]", state="visible")
-    settle(page, 120_000)
-    out = {}
+    restored(page)
+    out, views = {}, {}
     for tab in tabs:
         page.locator(f"button[role=tab]:has-text('{TITLES[tab]}')").first.click()
         page.wait_for_selector(f"#tab-{tab}", state="visible")
         settle(page, 120_000)
+        views[tab] = result_view(page, tab)
         out[tab] = _read_link(page, tab)
         assert out[tab]["tab"] == tab
-    return out
+    return out, views
 
 
-def copy_link(page, url, query, tab_id) -> dict:
+def restored(page):
+    """Wait for the link's restore (its silent load event) to finish: it then starts the tab runs."""
+    page.wait_for_function("() => Array.isArray(window.wbLinkRuns)", timeout=120_000)
+    settle(page, 120_000)
+
+
+def copy_link(page, url, query, tab_id) -> tuple[dict, dict]:
     page.goto(url + query)
     page.wait_for_selector(f"#tab-{tab_id}", state="visible")
-    settle(page, 120_000)
-    return _read_link(page, tab_id)
+    restored(page)
+    view = result_view(page, tab_id)
+    return _read_link(page, tab_id), view
 
 
 def _choices(props):
@@ -126,6 +174,7 @@ def test_deep_link_from_every_tab_restores_in_a_fresh_browser(server_url):
     tabs = _tab_ids(cfg)
     TITLES.update({t: cfg[f"tab-{t}"]["props"]["label"] for t in tabs})
     assert "relevance" in tabs and "tour" in tabs
+    assert set(RESULTS) <= set(tabs)
     defaults = linked_defaults(server_url)
     assert set(defaults) == set(tabs)
     with chromium_page() as page:
@@ -140,28 +189,57 @@ def test_deep_link_from_every_tab_restores_in_a_fresh_browser(server_url):
                 # link holds a consistent pair, so change only the first one of a tab here.
                 if single_dropdown and dropdowns:
                     continue
-                v = other_value(comp, value)
+                v = EXTRA.get(key, other_value(comp, value))
                 if v is not None:
                     changed[tab][key] = v
                     dropdowns += single_dropdown
+        assert changed["memorization"]["memo-neurons"] == EXTRA["memo-neurons"]
         # One link may carry the inputs of every tab: restore them all at once, then copy each tab's link.
         everything = {k: json.dumps(v) for c in changed.values() for k, v in c.items()}
-        l1 = links_of_all_tabs(page, server_url, "?" + urlencode({"tab": tabs[0], **everything}), tabs)
+        l1, views = links_of_all_tabs(page, server_url, "?" + urlencode({"tab": tabs[0], **everything}), tabs)
         for tab in tabs:
             # the link carries exactly the inputs the config says it should
             assert set(l1[tab]) - {"tab"} == set(defaults[tab]), tab
             for k, v in changed[tab].items():
+                if cfg[k]["type"] == "dropdown" and tab == "adapters" and k == "pissa-layer":
+                    continue  # follows the linked model
                 assert json.loads(l1[tab][k]) == v, f"{tab}: {k} was not restored ({l1[tab][k]} != {v})"
     with chromium_page() as fresh_browser:
         for tab in tabs:
             fresh = fresh_browser.context.new_page()  # a new page, a new Gradio session
             fresh.set_default_timeout(90_000)
-            l2 = copy_link(fresh, server_url, "?" + urlencode(l1[tab]), tab)
+            l2, view = copy_link(fresh, server_url, "?" + urlencode({**l1[tab], "__theme": "dark"}), tab)
+            l2.pop("__theme", None)
             assert l2 == l1[tab], tab
-            if tab == tabs[-1]:
-                shot(fresh, f"deeplink-{tab}")
+            if tab in RESULTS:
+                # the results came back without a click, the same as in the view the link was copied from
+                assert fresh.evaluate("() => window.wbLinkRuns") == [f"wb-linkrun-{tab}"], tab
+                assert view["texts"] == views[tab]["texts"], tab
+                assert [p["data"] for p in view["plots"]] == [p["data"] for p in views[tab]["plots"]], tab
+                drawn = [p for p in view["plots"] if p["data"] != "[]"]
+                assert drawn, f"{tab}: no figure drawn"
+                for p in view["plots"]:  # every figure carries the shared, dark-safe template
+                    clear = {str(p["bg"]).replace(" ", ""), str(p["plotbg"]).replace(" ", "")}
+                    assert clear == {"rgba(0,0,0,0)"} and p["meta"] == "workbench", (tab, p)
+                assert fresh.evaluate("() => document.body.classList.contains('dark')")
+            shot(fresh, f"deeplink-dark-{tab}")
             fresh.close()
     assert sum(len(v) for v in changed.values()) >= 5, changed
+    # a link that names no tab input runs nothing
+    with chromium_page() as plain:
+        plain.goto(server_url + "?tab=math_neurons")
+        plain.wait_for_selector("#tab-math_neurons", state="visible")
+        restored(plain)
+        assert plain.evaluate("() => window.wbLinkRuns") == []
+
+
+def test_feature_parameter_opens_the_feature_page(server_url):
+    with chromium_page() as page:
+        page.set_default_timeout(90_000)
+        page.goto(server_url + "?tab=features&feature=5")
+        page.wait_for_selector("#tab-features", state="visible")
+        page.locator("#features-header").get_by_text("Feature 5").wait_for(timeout=60_000)
+        assert page.locator("#features-id input").input_value() == "5"
 
 
 def test_bad_link_values_are_ignored_with_a_notice(server_url):
