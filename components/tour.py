@@ -505,13 +505,16 @@ def feat_iou():
 def feat_steer():
     FT, S, org, feature, setting, clean = _feat_setup()
     i0, _ = _feat_scene()
-    scenes = [i0] + [i for i in clean if i != i0][:FEAT_N_STEER - 1]
     value = FT.default_clamp_value(org, feature, setting["multiple"])
     rows = []
-    for i in scenes:
+    for i in [i0] + [i for i in clean if i != i0]:
+        if len(rows) == FEAT_N_STEER:
+            break
         img = S.render(org.heldout_specs[i])[0]
         out = FT.steer_caption(org, img, feature, value, positions=setting["positions"],
                                suppress_family=setting["suppress"])
+        if FEAT_COLOUR in out["baseline"].split():  # the model already says it unaided: no test of steering
+            continue
         before, after = S.parse_caption(out["baseline"]), S.parse_caption(out["steered"])
         rows.append({"scene": i, "before": out["baseline"], "after": out["steered"],
                      "well_formed": out["well_formed"],
