@@ -396,7 +396,7 @@ def build(ctx) -> None:
             steer_btn = gr.Button("Generate with and without", variant="primary", elem_id="features-steer")
         with gr.Column(scale=3):
             with gr.Row():
-                steer_img = gr.Image(label="steered scene", format="png", height=180, interactive=False,
+                steer_img = gr.Image(label="scene given to the captioner", format="png", height=180, interactive=False,
                                      elem_id="features-steer-img")
                 steer_md = gr.Markdown(elem_id="features-steer-out")
             with gr.Accordion("steering result (JSON)", open=False):

@@ -19,6 +19,10 @@ A component whose valid values are not its static choices (e.g. neuron tick boxe
 search) can accept linked values through `accept_link(comp, validate)`: `validate(list) -> list`
 raises ValueError for a bad value, and the restore shows the linked values as the choices.
 
+Alt text: Gradio renders an image without alt text; every gr.Image / gr.Gallery with an elem_id and
+a label gets its label as the alt text of its pictures (gallery captions win where present), filled
+in the browser as pictures appear (`install` wires it).
+
 Presenter view and the theme switch are client-side only (a class on <body>), so they cost no
 round trip; links carry them as `presenter=1` and Gradio's own `__theme=dark`.
 """
@@ -79,6 +83,31 @@ RUN_JS = """() => {
     go();
   }
 }"""
+
+
+# Fill empty alt attributes from the image blocks' labels, now and whenever pictures change.
+ALT_JS = """() => {
+  const alts = %s;
+  const fill = () => {
+    for (const [id, text] of Object.entries(alts)) {
+      const root = document.getElementById(id);
+      if (!root) { continue; }
+      root.querySelectorAll('img:not([alt]), img[alt=""]').forEach((img) => img.setAttribute('alt', text));
+    }
+  };
+  fill();
+  new MutationObserver(fill).observe(document.body, {subtree: true, childList: true, attributes: true,
+                                                     attributeFilter: ['src']});
+}"""
+
+
+def image_alts(demo) -> dict[str, str]:
+    """{elem_id: alt text} for every image or gallery of the app that has an elem_id and a label."""
+    out = {}
+    for block in demo.blocks.values():
+        if isinstance(block, (gr.Image, gr.Gallery)) and block.elem_id and block.label:
+            out[block.elem_id] = str(block.label)
+    return out
 
 
 class LinkValueError(ValueError):
@@ -310,6 +339,9 @@ class DeepLinks:
 
         dep = demo.load(restore, outputs=[tabs] + outputs, api_visibility="private", show_progress="hidden")
         self._wire_runs(demo, dep)
+        alts = image_alts(demo)
+        if alts:
+            demo.load(None, js=ALT_JS % json.dumps(alts, ensure_ascii=False), api_visibility="private")
 
 
 def _restored(comp, value):

@@ -34,7 +34,9 @@ RESULTS = {
 # empty until a search fills them, yet a link may carry any of the zoo model's value neurons.
 EXTRA = {"rel-text": "this sequel is long and boring and the dialogue is awful", "rel-target": "positive",
          "features-query": "red", "memo-prompt": "a red ring on a purple background",
-         "memo-free": "down0.attn0:3", "memo-neurons": ["mid.attn0:5", "down1.attn0:17"]}
+         "memo-free": "down0.attn0:3", "memo-neurons": ["mid.attn0:5", "down1.attn0:17"],
+         # small but changed settings keep the first (uncached) computation short
+         "memo-seeds": 2, "mn-n": 8, "pissa-rank": 4}
 
 VIEW_JS = """(tab) => {
   const root = document.getElementById('tab-' + tab);
@@ -44,6 +46,20 @@ VIEW_JS = """(tab) => {
     font: el.layout && el.layout.template && el.layout.template.layout.font.color,
     meta: el.layout && el.layout.meta && el.layout.meta.wb_template}));
   return plots;
+}"""
+
+
+# Accessibility of a tab: every visible control is in the keyboard's tab order (tabIndex >= 0, not
+# disabled by a negative index), and every visible picture has alt text.
+A11Y_JS = """(tab) => {
+  const root = document.getElementById('tab-' + tab);
+  const shown = (el) => el.offsetParent !== null && getComputedStyle(el).visibility !== 'hidden';
+  const controls = [...root.querySelectorAll('button, input, select, textarea')].filter(shown);
+  const unreachable = controls.filter((el) => el.tabIndex < 0 && !el.disabled)
+    .map((el) => (el.closest('[id]') || {}).id + ':' + el.tagName + ':' + (el.type || ''));
+  const noAlt = [...root.querySelectorAll('img')].filter(shown).filter((i) => !i.getAttribute('alt'))
+    .map((i) => (i.closest('[id]') || {}).id);
+  return {controls: controls.length, unreachable, noAlt};
 }"""
 
 
@@ -222,6 +238,8 @@ def test_deep_link_from_every_tab_restores_in_a_fresh_browser(server_url):
                     clear = {str(p["bg"]).replace(" ", ""), str(p["plotbg"]).replace(" ", "")}
                     assert clear == {"rgba(0,0,0,0)"} and p["meta"] == "workbench", (tab, p)
                 assert fresh.evaluate("() => document.body.classList.contains('dark')")
+                a11y = fresh.evaluate(A11Y_JS, tab)
+                assert a11y["controls"] > 5 and a11y["unreachable"] == [] and a11y["noAlt"] == [], (tab, a11y)
             shot(fresh, f"deeplink-dark-{tab}")
             fresh.close()
     assert sum(len(v) for v in changed.values()) >= 5, changed
