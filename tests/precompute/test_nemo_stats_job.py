@@ -64,9 +64,13 @@ def test_sharded_stats_equal_single_process_resume_and_service_loads(memo, tmp_p
     pfile.write_text(json.dumps(prompts))
     solo = job.run(memo.pipe, prompts, tmp_path / "solo", chunk=CHUNK, model_id=memo.model_id, state=Solo())
 
-    # 2 processes killed after one chunk each, then resumed.
-    out = torchrun(tmp_path / "two", pfile, "--stop-after", 1)
-    assert out.returncode != 0
+    # Rank 0 of 2 killed after two chunks; then 2 processes resume the job from what is on disk.
+    class Rank0(Solo):
+        num_processes = 2
+
+    with pytest.raises(SystemExit):
+        job.run(memo.pipe, prompts, tmp_path / "two", chunk=CHUNK, model_id=memo.model_id, state=Rank0(),
+                stop_after=2)
     assert len(list((tmp_path / "two" / "parts").glob("*.safetensors"))) == 2
     assert not (tmp_path / "two" / ns.STATS_FILE).exists()
     out = torchrun(tmp_path / "two", pfile)
