@@ -209,14 +209,13 @@ def processor_codes(org: Organism, image: np.ndarray, prompt: str = "<image> des
     return org.sae.encode(grabbed[0][0][mask].float().to(org.sae.W_enc.device))
 
 
-@gpu(duration=20)  # one VLM prompt pass + SAE encode
-@torch.no_grad()
-def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
-    """Which features fire where on one image: per-patch codes at the SAE hookpoint."""
+def model_image(org: Organism, image: np.ndarray) -> np.ndarray:
+    """Any uploaded picture as the model sees it: uint8 RGB at the vision tower's size (grayscale is
+    repeated over the channels, alpha dropped)."""
     image = np.asarray(image)
     if image.ndim == 2:
         image = np.stack([image] * 3, -1)
-    if image.ndim != 3 or image.shape[-1] not in (3, 4):
+    if image.ndim != 3 or image.shape[-1] not in (3, 4) or min(image.shape[:2]) < 1:
         raise ValueError("expected an RGB image")
     image = image[..., :3].astype(np.uint8)
     size = org.model.config.vision_config.image_size
@@ -224,6 +223,14 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
         from PIL import Image
 
         image = np.asarray(Image.fromarray(image).convert("RGB").resize((size, size), Image.BILINEAR))
+    return image
+
+
+@gpu(duration=20)  # one VLM prompt pass + SAE encode
+@torch.no_grad()
+def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
+    """Which features fire where on one image: per-patch codes at the SAE hookpoint."""
+    image = model_image(org, image)
     key = make_key(org.model_id, image, ("analyse", top_n))
     hit = _RESULT_CACHE.get(key)
     if hit is not None:
@@ -284,7 +291,7 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
     """Caption with and without the clamp, side by side."""
     if not np.isfinite(value):
         raise ValueError("clamp value must be a finite number")
-    image = np.asarray(image)[..., :3].astype(np.uint8)
+    image = model_image(org, image)
     suppress = tuple(family_rivals(org, feature)) if suppress_family else ()
     key = make_key(org.model_id, image, ("steer", int(feature), float(value), positions, bool(add_error), suppress))
     hit = _RESULT_CACHE.get(key)

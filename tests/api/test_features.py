@@ -4,6 +4,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
@@ -100,3 +101,16 @@ def test_steering_and_parallel_clients(app_url, org):
         assert a["hookpoint"] == org.hookpoint
     named = sum(any(o["colour"] == c for o in (S.parse_caption(r["steered"]) or [])) for (c, *_), r in zip(jobs, par))
     assert named >= 2, par  # per-colour rates are the organism test's job; here: the clamp acts
+
+
+@pytest.mark.parametrize("shape", [(16, 16), (7, 300, 3), (40, 40, 4), (1, 1, 3)])
+def test_steering_takes_any_picture_the_upload_can_give(org, shape):
+    """Grayscale (an animated GIF's first frame arrives as one), RGBA, tiny or odd-sized uploads are
+    brought to the vision tower's input as for the feature analysis: a caption, not a crash."""
+    from backend.sae import features as FT
+
+    img = (np.arange(np.prod(shape)) % 251).astype(np.uint8).reshape(shape)
+    out = FT.steer_caption(org, img, 0, 1.0, positions="image")
+    assert isinstance(out["baseline"], str) and isinstance(out["steered"], str)
+    with pytest.raises(ValueError, match="RGB image"):
+        FT.steer_caption(org, np.zeros((2, 8, 8, 3), np.uint8), 0, 1.0)
