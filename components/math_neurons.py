@@ -103,16 +103,31 @@ def accuracy_html(base: dict, mod: dict, s: Setting, n_total: int) -> str:
             f"{rows}</table></div>")
 
 
+def _label_positions(points: list[tuple[float, float]], preferred: list[str]) -> list[str]:
+    """Text positions for point labels: a label moves to a free side when an earlier point sits
+    within a few percent (random pruning often lands on the unmodified point)."""
+    sides = ["bottom center", "top center", "middle right", "middle left"]
+    out: list[str] = []
+    for i, (x, y) in enumerate(points):
+        taken = {out[j] for j, (u, v) in enumerate(points[:i]) if abs(u - x) < 8 and abs(v - y) < 8}
+        out.append(preferred[i] if preferred[i] not in taken else next((p for p in sides if p not in taken),
+                                                                       preferred[i]))
+    return out
+
+
 def figure2_plot(base: dict, results: dict, k: float) -> go.Figure:
     """The paper's Figure 2: x = math accuracy, y = non-math accuracy after pruning each set."""
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[100 * base["math"]], y=[100 * base["nonmath"]], mode="markers+text",
-                             name="unmodified", text=["unmodified"], textposition="bottom center",
+    points = [(100 * base["math"], 100 * base["nonmath"])] + [(100 * r["math"], 100 * r["nonmath"])
+                                                             for r in results.values()]
+    where = _label_positions(points, ["bottom center"] + [TEXT_POS[m] for m in results])
+    fig.add_trace(go.Scatter(x=[points[0][0]], y=[points[0][1]], mode="markers+text",
+                             name="unmodified", text=["unmodified"], textposition=where[0],
                              marker=dict(size=14, color=COLORS["none"], symbol="star")))
-    for m, r in results.items():
-        fig.add_trace(go.Scatter(x=[100 * r["math"]], y=[100 * r["nonmath"]], mode="markers+text",
+    for (m, r), (x, y), pos in zip(results.items(), points[1:], where[1:]):
+        fig.add_trace(go.Scatter(x=[x], y=[y], mode="markers+text",
                                  name=LABEL_OF[m], text=[LABEL_OF[m].split(" ")[0]],
-                                 textposition=TEXT_POS[m], marker=dict(size=13, color=COLORS[m])))
+                                 textposition=pos, marker=dict(size=13, color=COLORS[m])))
     fig.update_layout(title=f"After pruning each set (top {100 * k:g} %): ideal = top left",
                       xaxis_title="math accuracy (%)", yaxis_title="non-math accuracy (%)",
                       xaxis=dict(range=[-5, 105]), yaxis=dict(range=[-5, 110]),

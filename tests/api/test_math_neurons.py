@@ -84,3 +84,18 @@ def test_parallel_clients_see_only_their_own_setting(app_url):
     fresh = load("math-llama").state_dict()
     shared = service.bench("zoo").model.state_dict()
     assert all(torch.equal(shared[k], v) for k, v in fresh.items())
+
+
+def test_figure2_labels_of_coinciding_points_do_not_overlap():
+    """Random pruning often lands on the unmodified point: their labels take different sides."""
+    from components.math_neurons import figure2_plot
+
+    base = {"math": 0.76, "nonmath": 1.0}
+    res = {"mathneuro": {"math": 0.1, "nonmath": 0.99}, "random": {"math": 0.75, "nonmath": 1.0},
+           "wanda": {"math": 0.2, "nonmath": 0.9}, "lape": {"math": 0.74, "nonmath": 0.99}}
+    fig = figure2_plot(base, res, 0.05)
+    pos = {t.name: (t.x[0], t.y[0], t.textposition) for t in fig.data}
+    near = [(a, b) for a in pos for b in pos if a < b and abs(pos[a][0] - pos[b][0]) < 8
+            and abs(pos[a][1] - pos[b][1]) < 8]
+    assert near, "the example must contain coinciding points"
+    assert all(pos[a][2] != pos[b][2] for a, b in near), pos
