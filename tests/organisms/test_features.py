@@ -104,11 +104,12 @@ def test_top_images_beat_random_images_3x(org, explanations):
 # The computation is deterministic (same captions at 1 or 2 threads, batched or one by one): the spread
 # seen earlier (red 0.58..0.92) came from the organism being rebuilt in the shared tree between runs
 # (red's feature went from 7, best IoU, to 10), which the recorded protocol result below now catches.
-# Measured by the recipe (25 held-out scenes per colour, heldout[:] without the colour, calibrated
-# multiples red 1.5, green 2, blue 1, yellow 1.25 x max activation): red 0.92, green 0.88, blue 0.68,
-# yellow 0.84 (this test's 12 scenes: 1.0, 0.92, 0.58, 0.83). The target is 0.8: blue misses it.
+# Measured by the recipe (25 held-out scenes per colour, the first ones of heldout.json without the
+# colour; multiples calibrated per colour: red 1, green 2, blue 2, yellow 1.25 x max activation):
+# red 0.76, green 0.96, blue 0.80, yellow 0.96 (this test's 12 scenes: 0.75, 1.0, 0.83, 0.83).
+# The target is 0.8: red misses it by one scene in 25.
 STEER_XFAIL = {c: "steering target (>= 0.8) not reached on this organism; see summary.json steering.calibrated"
-               for c in ("blue",)}
+               for c in ("red",)}
 N_TEST = 12
 TEST_START = 100
 
