@@ -254,7 +254,8 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
 
 # ------------------------------------------------------------------------------ layout
 def _site_words(cfg: dict) -> str:
-    pos = {"prompt": "every prompt position", "all": "every position", "image": "image positions"}[cfg["positions"]]
+    pos = {"prompt": "every prompt position", "all": "every position", "image": "image positions",
+           "text": "text positions of the prompt"}.get(cfg["positions"], cfg["positions"])
     return (f"{pos}, {cfg['multiple']:g}× max activation"
             + (", other colours' features zeroed" if cfg.get("suppress_other_colours") else ""))
 
@@ -297,7 +298,13 @@ def _summary_md(org) -> str:
         parts.append(f"top-50 features by density: mean IoU of the label concept on the top-5 images "
                      f"**{rb['top5_iou']:.3f}** vs random images **{rb['random_iou']:.3f}** "
                      f"(**{rb['ratio']}×**; paper 0.20 vs 0.005)")
-    if st.get("best") in st.get("sweep", {}):
+    cal = st.get("calibrated", {})
+    if cal.get("per_colour"):
+        per = " · ".join(f"{c} **{r['success']:.0%}**" for c, r in cal["per_colour"].items())
+        zeroed = ", other colours' features zeroed" if cal.get("suppress_other_colours") else ""
+        parts.append(f"steering ({cal['positions']} positions, clamp value calibrated per colour on scenes "
+                     f"apart from the held-out ones{zeroed}): colour named in held-out captions: {per}")
+    elif st.get("best") in st.get("sweep", {}):
         b = st["sweep"][st["best"]]
         parts.append(f"steering ({_site_words(b)}): colour named in ≥ **{b['min_success']:.0%}** of held-out "
                      f"scenes per colour")

@@ -114,3 +114,12 @@ def test_steering_takes_any_picture_the_upload_can_give(org, shape):
     assert isinstance(out["baseline"], str) and isinstance(out["steered"], str)
     with pytest.raises(ValueError, match="RGB image"):
         FT.steer_caption(org, np.zeros((2, 8, 8, 3), np.uint8), 0, 1.0)
+
+
+def test_tab_header_reports_the_calibrated_steering_per_colour(org):
+    from components.features import _summary_md, _steering_explain
+
+    md = _summary_md(org)
+    for colour, r in org.summary["steering"]["calibrated"]["per_colour"].items():
+        assert f"{colour} **{r['success']:.0%}**" in md
+    assert "<table" in _steering_explain(org)
