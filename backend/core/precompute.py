@@ -12,6 +12,7 @@ Launch on GPUs with `accelerate launch --num_processes N -m <job module> ...`; o
 """
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,27 @@ import torch
 from safetensors.torch import load_file, save_file
 
 Tensors = dict[str, torch.Tensor]
+
+
+def job_parser(doc: str | None, *, chunk: int, chunk_help: str | None = None) -> argparse.ArgumentParser:
+    """The options every sharded job shares; the job adds its own data options."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--chunk", type=int, default=chunk, help=chunk_help)
+    ap.add_argument("--cpu", action="store_true", help="run on CPUs (gloo) even if a GPU exists")
+    ap.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)  # resume tests
+    return ap
+
+
+def job_state(args: argparse.Namespace):
+    """accelerate's process state for a parsed job; on CPUs one thread per process, since the
+    processes already share the cores."""
+    from accelerate import PartialState
+
+    state = PartialState(cpu=args.cpu)
+    if args.cpu:
+        torch.set_num_threads(1)
+    return state
 
 
 def chunks(n_items: int, chunk_size: int) -> list[tuple[int, int]]:

@@ -14,13 +14,12 @@ prompts of the preset). Resume: parts are written atomically under DIR/parts; a 
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import torch
 
-from ..core.precompute import ShardedJob, merge_sum
+from ..core.precompute import ShardedJob, job_parser, job_state, merge_sum
 from ..nemo import core
 from ..nemo import stats as nstats
 
@@ -62,20 +61,12 @@ def run(pipe, prompts: list[str], out: Path, *, chunk: int = 16, model_id: str =
 
 
 def main(argv: list[str] | None = None) -> None:
-    from accelerate import PartialState
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True)
+    ap = job_parser(__doc__, chunk=16, chunk_help="prompts per chunk (= one text-encoder batch)")
     ap.add_argument("--source", default=None, help="zoo | hub (default: the active preset source)")
     ap.add_argument("--prompts", type=Path, default=None, help="one prompt per line, or a JSON list")
     ap.add_argument("--samples", type=int, default=None, help="use the first N prompts")
-    ap.add_argument("--chunk", type=int, default=16, help="prompts per chunk (= one text-encoder batch)")
-    ap.add_argument("--cpu", action="store_true", help="run on CPUs (gloo) even if a GPU exists")
-    ap.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)  # resume tests
     args = ap.parse_args(argv)
-    state = PartialState(cpu=args.cpu)
-    if args.cpu:
-        torch.set_num_threads(1)
+    state = job_state(args)
     from ..nemo import service
 
     m = service.get(args.source)

@@ -17,7 +17,6 @@ Resume: parts are written atomically under DIR/parts and a rerun skips the valid
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.precompute import ShardedJob, Tensors
+from ..core.precompute import ShardedJob, Tensors, job_parser, job_state
 from ..sae.index import INDEX_FILE, FeatureIndex, IndexBuilder
 
 STATE_FILE = "sae-index-state.safetensors"
@@ -120,20 +119,12 @@ def run(org, out: Path, *, n_images: int | None = None, top_k: int = 16, chunk: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    from accelerate import PartialState
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True)
+    ap = job_parser(__doc__, chunk=64, chunk_help="images per chunk (= one forward batch)")
     ap.add_argument("--organism", default="llava-scenes-sae", help="zoo SAE organism (scene set + SAE)")
     ap.add_argument("--images", type=int, default=None, help="index the first N scenes (default: all)")
     ap.add_argument("--top-k", type=int, default=16)
-    ap.add_argument("--chunk", type=int, default=64, help="images per chunk (= one forward batch)")
-    ap.add_argument("--cpu", action="store_true", help="run on CPUs (gloo) even if a GPU exists")
-    ap.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)  # resume tests
     args = ap.parse_args(argv)
-    state = PartialState(cpu=args.cpu)
-    if args.cpu:
-        torch.set_num_threads(1)
+    state = job_state(args)
     from ..sae.features import load_organism
 
     org = load_organism(args.organism)
