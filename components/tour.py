@@ -66,6 +66,19 @@ def _fig(w: float = 10.0, h: float = 4.2):
 DARK_BG, DARK_INK, DARK_RULE = "#1f2937", "#e5e7eb", "#9ca3af"
 
 
+def _luminance(r: float, g: float, b: float) -> float:
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def _grey(r: float, g: float, b: float) -> bool:
+    return max(r, g, b) - min(r, g, b) < 0.15
+
+
+def _dark_grey(r: float, g: float, b: float) -> bool:
+    """Grey or black ink that would vanish on the dark background."""
+    return _grey(r, g, b) and _luminance(r, g, b) < 0.55
+
+
 def _dark_ink(color):
     """The dark-theme version of an ink colour: grey or black ink becomes light; a dark saturated
     colour (e.g. the red of a highlighted word) is lightened; anything else is kept (None)."""
@@ -74,10 +87,9 @@ def _dark_ink(color):
     r, g, b, a = to_rgba(color)
     if a == 0:
         return None
-    lum = 0.2126 * r + 0.7152 * g + 0.0722 * b
-    if max(r, g, b) - min(r, g, b) < 0.15:
-        return DARK_INK if lum < 0.55 else None
-    if lum < 0.35:
+    if _grey(r, g, b):
+        return DARK_INK if _dark_grey(r, g, b) else None
+    if _luminance(r, g, b) < 0.35:
         return (r + (1 - r) * 0.45, g + (1 - g) * 0.45, b + (1 - b) * 0.45, a)
     return None
 
@@ -98,12 +110,8 @@ def _darken(fig) -> None:
         new = _dark_ink(t.get_color())
         if new is not None:
             t.set_color(new)
-    for ln in fig.findobj(Line2D):
-        c = ln.get_color()
-        from matplotlib.colors import to_rgb
-
-        r, g, b = to_rgb(c)
-        if max(r, g, b) - min(r, g, b) < 0.15 and 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.55:
+    for ln in fig.findobj(Line2D):  # only grey lines change; coloured data lines keep their colour
+        if _dark_grey(*to_rgba(ln.get_color())[:3]):
             ln.set_color(DARK_INK)
 
 
