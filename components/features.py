@@ -371,7 +371,7 @@ def build(ctx) -> None:
             gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link: “Link to this "
                         "view” carries the held-out scene number instead.</span>")
             example = gr.Dropdown([str(i) for i in range(min(n_held, 40))], value="0",
-                                  label=f"…or a held-out scene (used when no image is uploaded)",
+                                  label="…or a held-out scene (used when no image is uploaded)",
                                   elem_id="features-example", allow_custom_value=True)
             analyse_btn = gr.Button("Analyse image", variant="primary", elem_id="features-analyse")
         with gr.Column(scale=3):

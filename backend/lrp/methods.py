@@ -6,7 +6,7 @@ dimension per token; for the image model they act on the pixels and sum over col
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 

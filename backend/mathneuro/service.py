@@ -21,7 +21,7 @@ from ..core.interventions import locked
 from ..core.zerogpu import capped, gpu
 from ..core.presets import Preset, active, load_preset, load_pretrained
 from . import core
-from .evaluate import accuracy, exact_match, generate
+from .evaluate import accuracy, generate
 from .presets import TAB
 
 MASK_CACHE = ByteLRUCache(96 * 2**20, name="mathneuro-masks")

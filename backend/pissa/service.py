@@ -24,7 +24,7 @@ from ..core.interventions import locked
 from ..core.zerogpu import capped, gpu
 from ..core.presets import ZOO_ROOT, Preset, load_preset, load_pretrained, presets
 from . import PRESETS, TAB  # noqa: F401  (importing the package registers the presets)
-from .adapters import adapt, linear_layers
+from .adapters import linear_layers
 from .decompose import error_reduction_ratio, pissa_split, singular_spectrum
 from .race import DigitsTask, LMTask, RaceConfig, race
 
