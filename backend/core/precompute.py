@@ -13,6 +13,8 @@ Launch on GPUs with `accelerate launch --num_processes N -m <job module> ...`; o
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,35 @@ def job_parser(doc: str | None, *, chunk: int, chunk_help: str | None = None) ->
     ap.add_argument("--cpu", action="store_true", help="run on CPUs (gloo) even if a GPU exists")
     ap.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)  # resume tests
     return ap
+
+
+def texts_digest(texts) -> str:
+    """sha256 of a list of texts: what a job's parts were computed from (a changed input recomputes)."""
+    return hashlib.sha256(json.dumps(list(texts)).encode()).hexdigest()
+
+
+def read_texts(path: Path) -> list[str]:
+    """A job's input texts: one per line, or a JSON list of strings (or of {"prompt", "answer"}
+    items, read as the full text "prompt answer"). Blank entries are dropped."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        items = json.loads(text)
+        if not isinstance(items, list):
+            raise ValueError(f"{path}: expected a JSON list")
+        out = []
+        for it in items:
+            if isinstance(it, dict) and isinstance(it.get("prompt"), str):
+                it = f"{it['prompt']} {it.get('answer', '')}"
+            if not isinstance(it, str):
+                raise ValueError(f"{path}: expected strings or {{'prompt', 'answer'}} items, got {type(it).__name__}")
+            out.append(it)
+    else:
+        out = text.splitlines()
+    texts = [t.strip() for t in out if t.strip()]
+    if len(texts) < 2:
+        raise ValueError(f"{path}: at least two texts are needed")
+    return texts
 
 
 def job_state(args: argparse.Namespace):

@@ -13,8 +13,6 @@ The service uses it when WORKBENCH_NEMO_STATS names such a file for the loaded m
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -22,6 +20,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from ..core.precompute import texts_digest
 from .core import NeuronStats, layer_sizes
 
 STATS_FILE = "nemo-stats.safetensors"
@@ -29,7 +28,7 @@ STATS_ENV = "WORKBENCH_NEMO_STATS"
 
 
 def prompts_digest(prompts: Sequence[str]) -> str:
-    return hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()
+    return texts_digest(prompts)
 
 
 def partial_sums(acts: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

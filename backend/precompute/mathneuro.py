@@ -2,6 +2,11 @@
 on math and on non-math text, sharded across processes and merged exactly (a sum in chunk order).
 
     torchrun --nproc_per_node 2 -m backend.precompute.mathneuro --out DIR --cpu [--samples 64]
+    accelerate launch --num_processes 8 -m backend.precompute.mathneuro --out DIR --source hub \
+        --math gsm8k.json --nonmath race.json
+
+--math / --nonmath: the texts to score (one per line, or a JSON list of strings or of
+{"prompt", "answer"} items); default: the preset's own identification sets.
 
 Writes DIR/mathneuro-norms-math.safetensors and DIR/mathneuro-norms-nonmath.safetensors
 ({layer name: float64 vector}); `load_masks(model, DIR, top_k)` turns them into the same
@@ -9,28 +14,31 @@ Writes DIR/mathneuro-norms-math.safetensors and DIR/mathneuro-norms-nonmath.safe
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from ..core.precompute import ShardedJob, merge_sum
+from ..core.precompute import ShardedJob, job_parser, job_state, merge_sum, read_texts, texts_digest
 from ..mathneuro import core
 
 KINDS = ("math", "nonmath")
 
 
-def run(bench, out: Path, n: int | None = None, chunk: int = 8, state=None) -> dict[str, dict]:
+def run(bench, out: Path, n: int | None = None, chunk: int = 8, state=None, texts: dict | None = None,
+        stop_after: int | None = None) -> dict[str, dict]:
+    """`texts`: {"math": [...], "nonmath": [...]} to score instead of the preset's identification sets."""
     results = {}
     for kind in KINDS:
-        texts = bench.data[f"ident_{kind}"][:n] if n else bench.data[f"ident_{kind}"]
+        texts_ = (texts or {}).get(kind) or bench.data[f"ident_{kind}"]
+        texts_ = texts_[:n] if n else texts_
 
-        def compute(start: int, end: int, texts=texts):
-            return core.input_norms(bench.model, texts[start:end], tokenizer=bench.tok)
+        def compute(start: int, end: int, texts_=texts_):
+            return core.input_norms(bench.model, texts_[start:end], tokenizer=bench.tok)
 
-        job = ShardedJob(f"mathneuro-norms-{kind}", out, len(texts), chunk, compute, merge_sum)
-        results[kind] = job.run(state)
+        job = ShardedJob(f"mathneuro-norms-{kind}", out, len(texts_), chunk, compute, merge_sum,
+                         signature=texts_digest(texts_)[:16])
+        results[kind] = job.run(state, stop_after=stop_after)
     return results
 
 
@@ -42,20 +50,18 @@ def load_masks(model, folder: Path, top_k: float) -> dict[str, torch.Tensor]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from accelerate import PartialState
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True)
+    ap = job_parser(__doc__, chunk=8, chunk_help="texts per chunk (= one forward batch)")
     ap.add_argument("--samples", type=int, default=None, help="samples per set (default: all)")
-    ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--source", default=None, help="zoo | hub (default: the active preset source)")
-    ap.add_argument("--cpu", action="store_true", help="run on CPUs (gloo) even if a GPU exists")
+    ap.add_argument("--math", type=Path, default=None, help="math texts (default: the preset's identification set)")
+    ap.add_argument("--nonmath", type=Path, default=None, help="non-math texts (default: the preset's)")
     args = ap.parse_args(argv)
-    state = PartialState(cpu=args.cpu)
+    state = job_state(args)
     from ..mathneuro.service import bench
 
+    texts = {k: read_texts(p) for k, p in (("math", args.math), ("nonmath", args.nonmath)) if p}
     b = bench(args.source)
-    run(b, args.out, args.samples, args.chunk, state)
+    run(b, args.out, args.samples, args.chunk, state, texts=texts, stop_after=args.stop_after)
     if state.is_main_process:
         print(f"wrote {args.out}/mathneuro-norms-{{math,nonmath}}.safetensors")
 

@@ -20,22 +20,9 @@ from pathlib import Path
 import torch
 
 from ..core.precompute import ShardedJob, job_parser, job_state, merge_sum
+from ..core.precompute import read_texts as read_prompts
 from ..nemo import core
 from ..nemo import stats as nstats
-
-
-def read_prompts(path: Path) -> list[str]:
-    text = Path(path).read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        items = json.loads(text)
-        if not isinstance(items, list) or not all(isinstance(p, str) for p in items):
-            raise ValueError(f"{path}: expected a JSON list of prompts")
-    else:
-        items = text.splitlines()
-    prompts = [p.strip() for p in items if p.strip()]
-    if len(prompts) < 2:
-        raise ValueError(f"{path}: at least two prompts are needed")
-    return prompts
 
 
 def run(pipe, prompts: list[str], out: Path, *, chunk: int = 16, model_id: str = "", state=None,
