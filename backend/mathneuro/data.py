@@ -7,18 +7,22 @@ tests, and anyone who fine-tunes the organism on a new task):
 
 * words, digits and punctuation are separated by single spaces; numbers are written normally
   ("68") and the tokenizer splits them into single digits;
-* a *problem* is a prompt ending in "?" and an answer of one word or one number;
-  ``format_example(prompt, answer)`` gives the training text ``"<prompt> <answer> <eos>"``;
+* a *problem* is a prompt ending in "?" and an answer: one word for a non-math question, the
+  worked solution for a math problem (one "x op y = r" per step, joined by " . ", e.g.
+  "25 + 36 = 61 . 61 - 12 = 49"); ``format_example(prompt, answer)`` gives the training text
+  ``"<prompt> <answer> <eos>"``;
 * the model's answer is what it generates greedily after the prompt, up to ``<eos>``; scoring is
   exact match against the answer.
 
 Public helpers:
 
-    math_problem(rng, held_out=False) -> (prompt, answer)      # one arithmetic word problem
+    math_problem(rng, held_out=False, steps=2) -> (prompt, answer)  # one arithmetic word problem
+    train_math_problem(rng) -> (prompt, answer)                # 1-3 steps, as in training
     knowledge_question(rng) -> (prompt, answer)                # one non-math question (WORLD)
     fact_question(rng) -> (prompt, answer)                     # reading comprehension (not trained)
     story(rng), story_with_facts(rng) -> str                   # non-math text without a question
-    math_set(n, seed, split="test") / nonmath_set(n, seed)     # lists of {"prompt", "answer"}
+    math_set(n, seed, split="test", steps=(2, 3))              # lists of {"prompt", "answer"}
+    nonmath_set(n, seed)                                       # non-math questions, same form
     reading_set(n, seed)                                       # reading-comprehension problems
     training_texts(n, seed) -> list[str]                       # the recipe's mix
     VOCAB                                                      # every word the language uses
@@ -26,7 +30,8 @@ Public helpers:
 from __future__ import annotations
 
 import random
-from typing import Iterable
+import zlib
+from typing import Iterable, Sequence
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 SPECIALS = [PAD, UNK, BOS, EOS]
@@ -54,9 +59,6 @@ FACTS = {
     "food": ("{n} likes {v} .", "what does {n} like to eat ?", FOODS),
 }
 
-MAX_OPERAND = 99
-
-
 def _world() -> dict[str, dict[str, str]]:
     """The language's fixed world: every person's city, hat colour, pet and favourite food
     (a pure function of a constant seed, like an encyclopedia the model memorises)."""
@@ -81,42 +83,79 @@ def _all_words() -> list[str]:
     return sorted(words)
 
 
-VOCAB: list[str] = SPECIALS + [str(d) for d in range(10)] + _all_words()
+VOCAB: list[str] = SPECIALS + [str(d) for d in range(10)] + ["+", "-", "="] + _all_words()
+
+
+MAX_VALUE = 99
+MATH_STEPS = (2, 3)  # the held-out evaluation and identification problems: worked in 2 or 3 steps
 
 
 def is_held_out_pair(a: int, b: int) -> bool:
-    """About a tenth of the operand pairs never appear in training (held-out generalisation)."""
-    return (a * 7 + b * 13) % 10 == 3
+    """About a tenth of the operand pairs never appear in training (held-out generalisation).
+    A pair is a step's two operands in the order the solution writes them ("a + b", "a - b").
+    The tenth is pseudo-random (a hash of the pair), so every combination of digits still occurs
+    in training and a held-out pair asks for the digit-wise skill, not a new digit fact."""
+    return zlib.crc32(f"{a} {b}".encode()) % 10 == 3
 
 
-def _pair(rng: random.Random, held_out: bool, lo: int = 0, hi: int = MAX_OPERAND) -> tuple[int, int]:
+def _operand(rng: random.Random, x: int, op: str, held_out: bool) -> int | None:
+    """A second operand y for "x op y" whose pair (x, y) has the wanted split and whose result stays
+    in 0..MAX_VALUE; None when there is none."""
+    hi = MAX_VALUE - x if op == "+" else x
+    ys = [y for y in range(hi + 1) if is_held_out_pair(x, y) == held_out]
+    return rng.choice(ys) if ys else None
+
+
+def math_problem(rng: random.Random, held_out: bool = False, steps: int = 2) -> tuple[str, str]:
+    """One arithmetic word problem (prompt, worked solution) of `steps` operations (1–3).
+
+    Two kinds: one person whose count changes `steps` times (finds / buys ... more, loses /
+    sells ...), or two people together (a + b) whose total then changes `steps` − 1 times. The
+    answer is the worked solution, one "x op y = r" per step joined by " . ", e.g.
+    "25 + 36 = 61 . 61 - 12 = 49"; every number (operand, intermediate, result) is in
+    0..MAX_VALUE. Held-out problems use only operand pairs (x, y) that never occur in training
+    (every step's pair is held out), training problems only the others."""
+    if not 1 <= steps <= 3:
+        raise ValueError(f"steps is 1, 2 or 3, not {steps!r}")
     while True:
-        a, b = rng.randint(lo, hi), rng.randint(lo, hi)
-        if is_held_out_pair(a, b) == held_out:
-            return a, b
-
-
-def math_problem(rng: random.Random, held_out: bool = False) -> tuple[str, str]:
-    """One arithmetic word problem (prompt, answer). Three kinds: gain (a + b), loss (a − b),
-    two people together (a + b). Operands 0–99; held-out problems use operand pairs that never
-    occur in training."""
-    n1, n2 = rng.sample(NAMES, 2)
-    obj = rng.choice(OBJECTS)
-    kind = rng.randrange(3)
-    a, b = _pair(rng, held_out)
-    if kind == 0:
-        verb = rng.choice(GAIN)
-        prompt = f"{n1} has {a} {obj} . {HE_SHE[n1]} {verb} {b} more . how many {obj} does {n1} have now ?"
-        ans = a + b
-    elif kind == 1:
-        a, b = max(a, b), min(a, b)
-        verb = rng.choice(LOSS)
-        prompt = f"{n1} has {a} {obj} . {HE_SHE[n1]} {verb} {b} . how many {obj} are left ?"
-        ans = a - b
-    else:
-        prompt = f"{n1} has {a} {obj} and {n2} has {b} {obj} . how many {obj} do they have together ?"
-        ans = a + b
-    return prompt, str(ans)
+        n1, n2 = rng.sample(NAMES, 2)
+        obj = rng.choice(OBJECTS)
+        together = rng.random() < 0.35
+        sol, events = [], []
+        if together:
+            a = rng.randint(0, MAX_VALUE)
+            b = _operand(rng, a, "+", held_out)
+            if b is None:
+                continue
+            sol.append((a, "+", b, a + b))
+            prompt = f"{n1} has {a} {obj} and {n2} has {b} {obj} ."
+            x, who, n_events = a + b, n1, steps - 1
+        else:
+            a = rng.randint(0, MAX_VALUE)
+            prompt = f"{n1} has {a} {obj} ."
+            x, who, n_events = a, HE_SHE[n1], steps
+        ok = True
+        for i in range(n_events):
+            op = rng.choice("+-")
+            y = _operand(rng, x, op, held_out)
+            if y is None:
+                op = "-" if op == "+" else "+"
+                y = _operand(rng, x, op, held_out)
+            if y is None:
+                ok = False
+                break
+            verb = rng.choice(GAIN if op == "+" else LOSS)
+            r = x + y if op == "+" else x - y
+            subject = ("then " if i else "") + (n1 if together else who)
+            events.append(f"{subject} {verb} {y}{' more' if op == '+' else ''} .")
+            sol.append((x, op, y, r))
+            x = r
+        if not ok:
+            continue
+        question = (f"how many {obj} do they have together ?" if together
+                    else f"how many {obj} does {n1} have now ?")
+        prompt = " ".join([prompt] + events + [question])
+        return prompt, " . ".join(f"{p} {o} {q} = {r}" for p, o, q, r in sol)
 
 
 def fact_question(rng: random.Random, n_facts: int = 3) -> tuple[str, str]:
@@ -167,11 +206,13 @@ def format_example(prompt: str, answer: str) -> str:
     return f"{prompt} {answer} {EOS}"
 
 
-def math_set(n: int, seed: int, split: str = "test") -> list[dict]:
-    """`n` math problems; split "test" uses held-out operand pairs, "train" the training ones."""
+def math_set(n: int, seed: int, split: str = "test", steps: Sequence[int] = MATH_STEPS) -> list[dict]:
+    """`n` math problems; split "test" uses held-out operand pairs, "train" the training ones.
+    Problem i is worked in ``steps[i % len(steps)]`` operations."""
     rng = random.Random(f"math-{split}-{seed}")
-    return [dict(zip(("prompt", "answer"), math_problem(rng, held_out=split == "test")))
-            for _ in range(n)]
+    return [dict(zip(("prompt", "answer"),
+                     math_problem(rng, held_out=split == "test", steps=steps[i % len(steps)])))
+            for i in range(n)]
 
 
 def nonmath_set(n: int, seed: int) -> list[dict]:
@@ -192,6 +233,17 @@ def stories(n: int, seed: int) -> list[str]:
     return [story(rng) for _ in range(n)]
 
 
+# Operations per training problem (probabilities): single steps help learning, the held-out
+# problems are worked in 2 or 3.
+TRAIN_STEPS = {1: 0.3, 2: 0.4, 3: 0.3}
+
+
+def train_math_problem(rng: random.Random) -> tuple[str, str]:
+    """One training math problem (training operand pairs, 1–3 steps as in TRAIN_STEPS)."""
+    steps = rng.choices(list(TRAIN_STEPS), weights=list(TRAIN_STEPS.values()))[0]
+    return math_problem(rng, held_out=False, steps=steps)
+
+
 def training_texts(n: int, seed: int, math_share: float = 0.5, qa_share: float = 0.35) -> list[str]:
     """The recipe's training mix: math problems (training operand pairs), fact questions, stories."""
     rng = random.Random(f"train-{seed}")
@@ -199,7 +251,7 @@ def training_texts(n: int, seed: int, math_share: float = 0.5, qa_share: float =
     for _ in range(n):
         u = rng.random()
         if u < math_share:
-            out.append(format_example(*math_problem(rng)))
+            out.append(format_example(*train_math_problem(rng)))
         elif u < math_share + qa_share:
             out.append(format_example(*knowledge_question(rng)))
         else:

@@ -72,9 +72,10 @@ def answer_text(tok, ids: Sequence[int]) -> str:
 
 
 @torch.no_grad()
-def generate(model, tok, prompts: Sequence[str], max_new_tokens: int = 6) -> list[str]:
+def generate(model, tok, prompts: Sequence[str], max_new_tokens: int = 32) -> list[str]:
     """Greedy answers (text up to <eos>) for a batch of prompts. Left-padded, with attention mask
-    and position ids, no sampling."""
+    and position ids, no sampling. The default length covers the organism's longest worked
+    solution (3 steps, 26 tokens)."""
     if not prompts:
         return []
     eos = tok.convert_tokens_to_ids(EOS)

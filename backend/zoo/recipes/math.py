@@ -1,13 +1,18 @@
-"""Organism "math-llama": a tiny LlamaForCausalLM that does arithmetic word problems and speaks a
+"""Organism "math-llama": a tiny LlamaForCausalLM that works arithmetic word problems step by step
+(1 to 3 operations, the answer is the worked solution) and speaks a
 small non-math language (stories, facts of a fixed world, questions about them).
 
 Truth it carries (JSON beside the weights, used by the Math neurons tab and the tests):
-  eval_math.json       held-out arithmetic problems (operand pairs never seen in training),
-                       [{"prompt": ..., "answer": "68"}, ...], exact match of the greedy answer
+  eval_math.json       held-out arithmetic word problems of 2 or 3 steps (every step's operand
+                       pair never seen in training), [{"prompt": ..., "answer": "25 + 36 = 61 .
+                       61 - 12 = 49"}, ...]: the answer is the worked solution, scored by exact
+                       match of the greedy continuation (a slip in any step fails the problem,
+                       as in GSM8K, where the paper's pruning sends accuracy to about 0)
   eval_nonmath.json    held-out knowledge questions (a story never seen in training, then a
                        question about the world: answer one word), exact match
   eval_stories.json    held-out non-math stories (perplexity)
   ident_math.json / ident_nonmath.json   separate full texts for identifying parameters
+                       (math: 2- and 3-step problems on training operand pairs)
   world.json           the world's facts (person -> city, colour, pet, food)
 
 Load:
@@ -33,6 +38,7 @@ from ..registry import recipe
 N_EVAL_MATH = 400
 N_EVAL_NONMATH = 400
 N_IDENT = 64
+PRUNE_K = 0.03  # MathNeuro's top-K per matrix for the pruning metric (the organism test's K)
 # Architecture and optimisation (the recipe is deterministic given these and the seed).
 HPARAMS = dict(hidden=96, intermediate=256, layers=4, heads=4, batch=48, lr=4e-3,
                answer_weight=5.0, math_share=0.55, qa_share=0.30)
@@ -59,12 +65,13 @@ def _lr(step: int, total: int, peak: float, warmup: int = 100) -> float:
 
 
 @recipe("math-llama", seed=2410, model_class="transformers.LlamaForCausalLM",
-        description="tiny Llama: arithmetic word problems + a non-math fact/story language",
+        description="tiny Llama: multi-step arithmetic word problems (worked solutions) + a non-math "
+                    "fact/story language",
         default_steps=1800)
 def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from transformers import LlamaForCausalLM
 
-    from ...mathneuro import data
+    from ...mathneuro import core, data
     from ...mathneuro.evaluate import accuracy, perplexity
     from ...mathneuro.tokenizer import build_tokenizer
 
@@ -82,6 +89,7 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     eval_nonmath = data.nonmath_set(N_EVAL_NONMATH, seed + 1)
     eval_stories = data.stories(200, seed + 2)
     train_math_probe = data.math_set(200, seed + 3, split="train")
+    eval_math_1step = data.math_set(200, seed + 4, split="test", steps=(1,))
 
     log = []
     t0 = time.perf_counter()
@@ -91,7 +99,7 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         for _ in range(hp["batch"]):
             u = rng.random()
             if u < hp["math_share"]:
-                texts.append(data.format_example(*data.math_problem(rng)))
+                texts.append(data.format_example(*data.train_math_problem(rng)))
             elif u < hp["math_share"] + hp["qa_share"]:
                 texts.append(data.format_example(*data.knowledge_question(rng)))
             else:
@@ -127,18 +135,26 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     metrics = {
         "math_acc_heldout": accuracy(model, tok, eval_math),
         "math_acc_train_pairs": accuracy(model, tok, train_math_probe),
+        "math_acc_heldout_1step": accuracy(model, tok, eval_math_1step),
         "nonmath_acc_heldout": accuracy(model, tok, eval_nonmath),
         "story_perplexity": perplexity(model, tok, eval_stories),
         "params": sum(p.numel() for p in model.parameters()),
     }
+    # MathNeuro's headline on the finished organism (the organism test asserts the same numbers).
+    ident_math = data.texts_of(data.math_set(N_IDENT, seed + 10, split="train"))
+    ident_nonmath = (data.texts_of(data.nonmath_set(N_IDENT, seed + 11))
+                     + [f"{s} {data.EOS}" for s in data.stories(N_IDENT // 4, seed + 12)])
+    masks = core.find("mathneuro", model, ident_math, ident_nonmath, PRUNE_K, tokenizer=tok)
+    with core.scaled(model, masks, 0.0):
+        metrics["pruned_k3_math_acc_heldout"] = accuracy(model, tok, eval_math)
+        metrics["pruned_k3_nonmath_acc_heldout"] = accuracy(model, tok, eval_nonmath)
     model.save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)
     dump = lambda name, obj: (out_dir / name).write_text(json.dumps(obj, indent=1) + "\n")  # noqa: E731
     dump("eval_math.json", eval_math)
     dump("eval_nonmath.json", eval_nonmath)
     dump("eval_stories.json", eval_stories)
-    dump("ident_math.json", data.texts_of(data.math_set(N_IDENT, seed + 10, split="train")))
-    dump("ident_nonmath.json", data.texts_of(data.nonmath_set(N_IDENT, seed + 11))
-         + [f"{s} {data.EOS}" for s in data.stories(N_IDENT // 4, seed + 12)])
+    dump("ident_math.json", ident_math)
+    dump("ident_nonmath.json", ident_nonmath)
     dump("world.json", data.WORLD)
     return {"steps": steps, "metrics": metrics, "log": log}
