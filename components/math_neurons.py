@@ -327,7 +327,7 @@ def build(ctx) -> None:
         with gr.Column(scale=3):
             prompt = gr.Textbox(label="Ask your own question (the organism's language)", elem_id="mn-prompt",
                                 value="ann has 23 pens . she finds 45 more . how many pens does ann have now ?")
-            gr.Examples([["bob has 57 cards . he loses 19 . how many cards are left ?"],
+            gr.Examples([["bob has 57 cards . he loses 19 . then he finds 8 more . how many cards does bob have now ?"],
                          ["one day kim went to the lake . she was calm . where does ann live ?"]], inputs=[prompt])
             ask_btn = gr.Button("Answer", elem_id="mn-ask-btn")
             ask_out = gr.HTML(elem_id="mn-ask-out")
