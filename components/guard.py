@@ -18,6 +18,9 @@ import gradio as gr
 
 from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
+from backend.core.zerogpu import MAX_DURATION, gpu
+
+from .common import MODEL_GROUP
 
 log = logging.getLogger("workbench")
 INPUT_ERRORS = (ValueError, KeyError, IndexError, PresetError)
@@ -80,9 +83,33 @@ def guarded(fn):
     return plain
 
 
+# ZeroGPU seconds asked for by a model-touching handler of each tab: the longest of its services'
+# own estimates (backend.core.zerogpu) at the UI's largest settings on a full-size checkpoint, rounded
+# up. A handler that runs longer is stopped by ZeroGPU, so these err long.
+HANDLER_GPU_SECONDS = {"relevance": 120, "features": 120, "memorization": MAX_DURATION,
+                       "math_neurons": 180, "adapters": MAX_DURATION, "tour": 180}
+DEFAULT_GPU_SECONDS = 120
+
+
+def handler_gpu_seconds(fn) -> int:
+    tab = getattr(inspect.unwrap(fn), "__module__", "").rpartition(".")[2]
+    return HANDLER_GPU_SECONDS.get(tab, DEFAULT_GPU_SECONDS)
+
+
 def guard_events(demo: gr.Blocks) -> gr.Blocks:
+    """Guard every handler; mark every model-touching one (the MODEL_GROUP events) for ZeroGPU.
+
+    The ZeroGPU mark sits outermost, on the handler: under ZeroGPU a marked call from the main
+    process runs in a GPU worker process and its arguments are pickled, and a handler's arguments are
+    UI values, whereas the services it calls take models and callbacks. The services' own marks then
+    run directly inside the worker. The guard runs inside the mark, so a gr.Error travels back."""
     for block_fn in demo.fns.values():
-        if block_fn.fn is not None and not getattr(block_fn.fn, "_wb_guarded", False):
-            block_fn.fn = guarded(block_fn.fn)
-            block_fn.fn._wb_guarded = True
+        if block_fn.fn is None or getattr(block_fn.fn, "_wb_guarded", False):
+            continue
+        fn = guarded(block_fn.fn)
+        sync = not (inspect.iscoroutinefunction(block_fn.fn) or inspect.isasyncgenfunction(block_fn.fn))
+        if block_fn.concurrency_id == MODEL_GROUP and sync:
+            fn = gpu(duration=handler_gpu_seconds(block_fn.fn))(fn)
+        fn._wb_guarded = True
+        block_fn.fn = fn
     return demo

@@ -15,11 +15,15 @@ process: its arguments and results are pickled (so no lambdas, locks or models a
 outermost marked call) and what it caches stays in that worker; a marked function called from inside
 another marked function runs directly. The outermost mark therefore belongs on the Gradio handler,
 and the service-level marks give each computation's estimate (and cover callers outside Gradio).
+components.guard.guard_events puts that outermost mark on every model-touching handler.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
+import os
+import pickle
 from typing import Callable
 
 try:  # pragma: no cover - only present on Spaces
@@ -57,26 +61,82 @@ def _safe(duration: float | Callable, default: float = 60) -> float | Callable:
     return estimate_
 
 
+# WORKBENCH_ZEROGPU_CHECK=1: without `spaces`, the outermost marked call pickles its arguments and
+# its result (every item of a generator) as ZeroGPU would, so the boundary is tested on any machine.
+_CHECK = os.environ.get("WORKBENCH_ZEROGPU_CHECK", "") not in ("", "0")
+_INSIDE = contextvars.ContextVar("workbench_gpu_inside", default=False)
+BOUNDARY_CHECKS = {"calls": 0}  # outermost marked calls checked so far (tests read it)
+
+
+class BoundaryError(TypeError):
+    """What ZeroGPU could not pickle across its worker boundary."""
+
+
+def _check_pickle(what: str, name: str, obj) -> None:
+    try:
+        pickle.dumps(obj)
+    except Exception as e:
+        raise BoundaryError(f"{name}: its {what} cannot cross the ZeroGPU worker boundary "
+                            f"({type(e).__name__}: {e})") from e
+
+
+def _checked_call(name: str, f: Callable, args, kwargs):
+    if not _CHECK or _INSIDE.get():
+        return f(*args, **kwargs)
+    _check_pickle("arguments", name, (args, kwargs))
+    BOUNDARY_CHECKS["calls"] += 1
+    token = _INSIDE.set(True)
+    try:
+        out = f(*args, **kwargs)
+    finally:
+        _INSIDE.reset(token)
+    _check_pickle("result", name, out)
+    return out
+
+
+def _checked_gen(name: str, f: Callable, args, kwargs):
+    if not _CHECK or _INSIDE.get():
+        yield from f(*args, **kwargs)
+        return
+    _check_pickle("arguments", name, (args, kwargs))
+    BOUNDARY_CHECKS["calls"] += 1
+    it = f(*args, **kwargs)
+    try:
+        while True:
+            token = _INSIDE.set(True)  # set around each step only: the caller runs between steps
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            finally:
+                _INSIDE.reset(token)
+            _check_pickle("yielded value", name, item)
+            yield item
+    finally:
+        it.close()  # a consumer that stops early closes the inner generator too (its finally runs)
+
+
 def gpu(fn: Callable | None = None, *, duration: float | Callable = 60):
     duration = _safe(duration)
 
     def wrap(f: Callable) -> Callable:
+        name = f"{f.__module__}.{f.__qualname__}"
         if _spaces is not None:  # pragma: no cover
             g = _spaces.GPU(duration=duration)(f)
         elif inspect.isgeneratorfunction(f):
             @functools.wraps(f)
             def g(*args, **kwargs):  # still a generator function, as Gradio and spaces expect
-                yield from f(*args, **kwargs)
+                yield from _checked_gen(name, f, args, kwargs)
         else:
             @functools.wraps(f)
             def g(*args, **kwargs):
-                return f(*args, **kwargs)
+                return _checked_call(name, f, args, kwargs)
         try:
             g.gpu_duration = duration
             g.gpu_marked = True
         except (AttributeError, TypeError):  # pragma: no cover - a wrapper that refuses attributes
             pass
-        MARKED[f"{f.__module__}.{f.__qualname__}"] = duration
+        MARKED[name] = duration
         return g
 
     return wrap(fn) if fn is not None else wrap

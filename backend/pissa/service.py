@@ -21,6 +21,7 @@ from ..core import store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.device import pick_device
 from ..core.interventions import locked
+from ..core.stopflag import StopFlag
 from ..core.zerogpu import capped, gpu
 from ..core.presets import ZOO_ROOT, Preset, load_preset, load_pretrained, presets
 from . import PRESETS, TAB  # noqa: F401  (importing the package registers the presets)
@@ -32,8 +33,6 @@ RESULTS = ByteLRUCache(32 * 2**20, name="pissa-results")
 ERROR_VARIANTS = (("qlora", 1), ("loftq", 1), ("loftq", 5), ("qpissa", 1), ("qpissa", 5))
 HEATMAP_RANKS = (1, 2, 4, 8, 16, 32, 64)
 MAX_HIST = 20000
-_STOPS: dict[str, threading.Event] = {}
-_STOPS_GUARD = threading.Lock()
 
 
 class ServiceError(ValueError):
@@ -222,21 +221,10 @@ def task_for(key: str):
     return LMTask(model, ids, mask, name="difference")
 
 
-def stop_flag(session: str) -> threading.Event:
-    with _STOPS_GUARD:
-        ev = _STOPS.get(session)
-        if ev is None or ev.is_set():
-            ev = _STOPS[session] = threading.Event()
-        return ev
-
-
 def request_stop(session: str) -> bool:
-    with _STOPS_GUARD:
-        ev = _STOPS.get(session)
-    if ev is None:
-        return False
-    ev.set()
-    return True
+    """Stop the session's race after its current step; False when none is running. The flag is
+    seen across processes (backend.core.stopflag): under ZeroGPU the race runs in a GPU worker."""
+    return StopFlag(session).request()
 
 
 _END = object()
@@ -254,14 +242,14 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
     except ValueError as e:
         raise ServiceError(str(e)) from None
     preset_for(key)
-    flag = stop_flag(session)
+    flag = StopFlag(session).start()
     events: queue.Queue = queue.Queue()
     t0 = time.perf_counter()
 
     def work():
         try:
             task = task_for(key)
-            for ev in race(task, cfg, stop=flag):
+            for ev in race(task, cfg, stop=flag.is_set):
                 events.put(ev)
         except BaseException as e:  # handed to the consumer
             events.put({"error": e})
@@ -286,9 +274,7 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
     finally:
         flag.set()  # a consumer that went away (closed tab, cancelled job) stops the worker too
         worker.join(timeout=30)
-        with _STOPS_GUARD:
-            if _STOPS.get(session) is flag:
-                del _STOPS[session]
+        flag.finish()
 
 
 # --- PiSSA → LoRA conversion --------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 Every api test is followed by an integrity check of every model the app has loaded: no hook left
 on it and every weight bit-identical to the loaded one, whether the endpoint succeeded or failed.
+Every test that drives the app through `client` runs with the ZeroGPU boundary check on
+(backend.core.zerogpu): the outermost marked call of each request, a model-touching handler, pickles
+its arguments and results as ZeroGPU's worker queue would.
 """
 import os
 
@@ -31,6 +34,15 @@ def client(app_url):
     from gradio_client import Client
 
     return Client(app_url, verbose=False)
+
+
+@pytest.fixture(autouse=True)
+def zerogpu_boundary(request, monkeypatch):
+    if "client" in request.fixturenames:
+        from backend.core import zerogpu
+
+        monkeypatch.setattr(zerogpu, "_CHECK", True)
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -151,3 +151,14 @@ def test_shared_models_left_as_committed(client):
         state = m.state_dict()
         for k, v in saved.items():
             assert torch.equal(state[k], v), (preset.path_or_id, k)
+
+
+def test_requests_cross_the_zerogpu_boundary_check(client):
+    """The conftest's boundary check is live for client tests: a model request is checked once at its
+    outermost marked call (the handler), and passes."""
+    from backend.core import zerogpu
+
+    assert zerogpu._CHECK
+    before = zerogpu.BOUNDARY_CHECKS["calls"]
+    explain(client, "the movie was great", methods=("gi",))
+    assert zerogpu.BOUNDARY_CHECKS["calls"] == before + 1

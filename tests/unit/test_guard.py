@@ -85,3 +85,28 @@ def test_every_event_of_the_app_is_guarded():
     demo = app.build_app("zoo")
     fns = [f for f in demo.fns.values() if f.fn is not None]
     assert fns and all(getattr(f.fn, "_wb_guarded", False) for f in fns)
+
+
+def test_model_handlers_carry_the_outermost_zerogpu_mark():
+    """Under ZeroGPU the outermost marked call is pickled into a GPU worker: it must be the handler
+    (UI values as arguments), so every model-touching event's handler is marked, keeps its kind
+    (generators stay generators for Gradio's streaming) and its signature (Gradio injects Progress and
+    Request by parameter), and asks for a tab's duration; the other events are not marked."""
+    from backend.core.zerogpu import MAX_DURATION, estimate, is_marked
+    from components.common import MODEL_GROUP
+
+    demo = app.build_app("zoo")
+    fns = [f for f in demo.fns.values() if f.fn is not None]
+    model = [f for f in fns if f.concurrency_id == MODEL_GROUP]
+    other = [f for f in fns if f.concurrency_id != MODEL_GROUP]
+    assert len(model) >= 20 and other
+    for f in model:
+        assert is_marked(f.fn), f.api_name
+        inner = guard.inspect.unwrap(f.fn)
+        assert guard.inspect.isgeneratorfunction(f.fn) == guard.inspect.isgeneratorfunction(inner), f.api_name
+        assert guard.inspect.signature(f.fn) == guard.inspect.signature(inner), f.api_name
+        assert 10 <= estimate(f.fn) <= MAX_DURATION
+    assert not any(getattr(f.fn, "gpu_marked", False) for f in other)
+    tabs = {guard.inspect.unwrap(f.fn).__module__.rpartition(".")[2] for f in model}
+    assert {"relevance", "features", "memorization", "math_neurons", "adapters"} <= tabs, tabs
+    assert all(t in guard.HANDLER_GPU_SECONDS for t in tabs), tabs
