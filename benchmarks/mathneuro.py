@@ -68,7 +68,7 @@ def bench_intervention(model, masks, reps: int) -> dict:
     t_scaled = timeit(apply_restore, reps)
     t_copy = timeit(deepcopy_apply, reps)
     exact = all(torch.equal(v, snap[k]) for k, v in model.state_dict().items())
-    extra = core.saved_bytes(model, masks, with_index=True)  # values + cached int64 positions
+    extra = core.saved_bytes(model, masks, with_index=True)  # values + cached int32 positions
     return {
         "masked_weights": core.count(masks), "model_params": n_params,
         "scaled_apply_restore_ms_median": statistics.median(t_scaled),

@@ -274,10 +274,13 @@ def scaled(model: nn.Module, masks: Mapping[str, torch.Tensor], factor: float):
 
 def saved_bytes(model: nn.Module, masks: Mapping[str, torch.Tensor], *, with_index: bool = False) -> int:
     """What `scaled` keeps while active: the original values of the masked entries (and, with
-    `with_index`, their int64 positions, cached beside the mask)."""
+    `with_index`, the int32 positions cached beside a mask of at most 1/8 of its matrix)."""
     params = dict(model.named_parameters())
-    per = {n: params[n].element_size() + (8 if with_index else 0) for n in masks}
-    return sum(int(m.sum()) * per[n] for n, m in masks.items())
+    total = 0
+    for n, m in masks.items():
+        k = int(m.sum())
+        total += k * params[n].element_size() + (4 * k if with_index and 8 * k <= m.numel() else 0)
+    return total
 
 
 # ----------------------------------------------------------------------------------- analysis

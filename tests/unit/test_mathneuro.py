@@ -218,6 +218,16 @@ def test_saved_bytes_is_what_changes(model, tok, texts):
     assert core.saved_bytes(model, masks) == 4 * core.count(masks)
     n_params = sum(p.numel() for p in model.parameters())
     assert core.saved_bytes(model, masks, with_index=True) <= n_params  # ≤ 1 B per parameter
+    dense = core.wanda(model, texts[0], 0.2, tokenizer=tok)  # denser than 1/8: addressed by the mask
+    assert core.saved_bytes(model, dense, with_index=True) == core.saved_bytes(model, dense) <= n_params
+    snap = {k: v.clone() for k, v in model.state_dict().items()}
+    params = dict(model.named_parameters())
+    for ms in (masks, dense):  # both ways of addressing the entries prune exactly the mask, and restore
+        with core.scaled(model, ms, 0.0):
+            for name, m in ms.items():
+                assert bool((params[name][m] == 0).all())
+                assert torch.equal(params[name][~m], snap[name][~m])
+        assert all(torch.equal(v, snap[k]) for k, v in model.state_dict().items())
 
 
 def test_hooks_removed_after_a_failing_forward(model, tok):
