@@ -297,7 +297,7 @@ def build(ctx) -> None:
     with gr.Row():
         with gr.Column(scale=1, min_width=280):
             method = gr.Radio(list(METHOD_LABELS), value="MathNeuro", label="Method", elem_id="mn-method")
-            k_pct = gr.Slider(1, 30, value=5, step=1, label="K: top % per weight matrix", elem_id="mn-k")
+            k_pct = gr.Slider(1, 30, value=3, step=1, label="K: top % per weight matrix", elem_id="mn-k")
             factor = gr.Slider(0, 2, value=0, step=0.05, label="Scale factor (0 = prune, 1 = unmodified)",
                                elem_id="mn-factor")
             n_samples = gr.Slider(1, service.MAX_SAMPLES, value=service.MAX_SAMPLES, step=1,

@@ -847,7 +847,7 @@ def pissa_race():
 
 # ----------------------------------------------------------------------------- Math neurons (MathNeuro)
 
-MATH_K, MATH_N = 0.15, 64
+MATH_K, MATH_N = 0.03, 64  # the organism's operating point (tests/organisms/test_math_organism.py)
 
 
 def _math():
@@ -924,9 +924,10 @@ def math_scale():
     ax.spines[["top", "right"]].set_visible(False)
     at = {c["factor"]: c for c in curve}
     gain = (at[1.1]["math"] - at[1.0]["math"]) * 100
+    lo, hi = min(c["nonmath"] for c in curve), max(c["nonmath"] for c in curve)
+    story = f"at {lo:.0%}" if f"{lo:.0%}" == f"{hi:.0%}" else f"between {lo:.0%} and {hi:.0%}"
     cap = (f"Turn the same weights down or up by a factor and re-test. Only the arithmetic line moves: "
-           f"story questions stay between {min(c['nonmath'] for c in curve):.0%} and "
-           f"{max(c['nonmath'] for c in curve):.0%}. The paper boosts them by 1.1; here that changes arithmetic "
+           f"story questions stay {story}. The paper boosts them by 1.1; here that changes arithmetic "
            f"by {gain:+.1f} points ({at[1.0]['math']:.1%} → {at[1.1]['math']:.1%}). One knob, one skill, "
            f"the rest untouched.")
     return _png(fig), cap, {"factors": factors, "curve": curve}
