@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(600)
 torch.set_num_threads(1)
 
 SEEDS = [0, 1, 2, 3]
-N_LOCALIZED = 5  # localisation costs seconds per prompt: the tests use half; benchmarks/nemo.py all
+N_LOCALIZED = 10  # every memorized prompt (localisation takes well under a second each)
 
 
 @pytest.fixture(scope="module")
@@ -128,27 +128,16 @@ def test_refinement_shrinks_the_initial_selection(organism, localized):
         assert loc.found and 0 < loc.n_neurons < nemo.count(loc.initial)
 
 
-XFAIL_SCORE = pytest.mark.xfail(strict=False, reason=(
-    "not reached on every prompt: refinement stops when the blocked noise differences stop "
-    "matching the unblocked ones (SSIM ≤ θ_mem, as in the paper), which does not always bring the "
-    "seeds' mutual agreement below θ_mem; measured: 9 of all 10 prompts (benchmarks/nemo.py), "
-    "4 of the 5 localised here"))
-
-
-@XFAIL_SCORE
 def test_most_memorized_prompts_fall_below_theta(mitigation):
     assert np.mean(mitigation["below"]) >= 0.9, mitigation
 
 
-@pytest.mark.xfail(strict=True, reason="not reached: this organism spreads each memorization over "
-                   "many value neurons (measured median ~29 of 160, mostly in down1.attn0), where "
-                   "the paper finds ≤ 5 in Stable Diffusion 1.4")
 def test_few_neurons_per_prompt(localized):
+    # the paper: in Stable Diffusion 1.4 often 1-5 of 5,760; this organism's value neurons are
+    # trained lifetime-sparse (the recipe), so each memorized caption owns a few of its 160
     assert np.median([loc.n_neurons for loc in localized.values()]) <= 5
 
 
-@pytest.mark.xfail(strict=False, reason="borderline: with ~29 neurons off (the paper needs ≤ 5) ordinary "
-                   "generations move too; measured median SSIM 0.78 over 10 held-out prompts × 2 seeds")
 def test_ordinary_prompts_unaffected(organism, localized):
     m = organism
     sims = []
