@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -75,6 +76,7 @@ def zoo_benchmark(n_prompts: int | None) -> dict:
         "ssim_off_median": round(float(np.median(s_off)), 3),
         "ssim_random_off_median": round(float(np.median(s_rnd)), 3),
         "goal_s": 5.0,
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
     }
 
 

@@ -690,9 +690,11 @@ def memo_neurons():
     cap = (f"Which parts of the generator hold the copy? <b>NeMo</b> examines the {total} neurons where the "
            f"prompt's words enter the picture (the cross-attention “value” layers; one bar per neuron), starts from "
            f"those unusually active for this prompt and drops every one that is not needed: <b>{n} neurons</b> "
-           f"remain ({n / total:.0%}, red), in {' and '.join(in_layers)}. In the real Stable Diffusion the paper "
-           f"often finds just a handful per prompt, sometimes a single one; this tiny model spreads its memory "
-           f"over more.")
+           f"remain ({n / total:.0%}, red), in {' and '.join(in_layers)}. "
+           + ("As in the real Stable Diffusion, where the paper often finds just a handful per prompt, sometimes "
+              "a single one." if n <= 5 else
+              "In the real Stable Diffusion the paper often finds just a handful per prompt, sometimes a single "
+              "one; this tiny model spreads its memory over more."))
     return _png(fig), cap, {"prompt": p, "n_neurons": n, "total_neurons": total, "neurons": loc["labels"],
                             "per_layer": {ly: len(found.get(ly, ())) for ly in layers},
                             "seconds": loc.get("seconds")}
