@@ -1,13 +1,14 @@
 """Sharded precompute: wall time with 1 and with N processes for the same job, in one run.
 
-    python -m benchmarks.precompute [--procs 2] [--jobs mathneuro nemo sae] [--n 2000]
+    python -m benchmarks.precompute [--procs 2] [--jobs mathneuro nemo sae] [--n 2000] [--nemo-n 200000]
 
 Each job (backend.precompute.<job>) is launched with torchrun on CPUs, one thread per process, first
 with 1 process and then with N, over the same inputs; the merged outputs are checked to be
 bit-identical. Times are end to end (process start, model load, the sharded work, the merge).
 Inputs: `--n` MathNeuro texts per set (the organism's generators: training-split math problems and
-non-math questions) and `--n` NeMo prompts (ordinary captions of the sd-memo recipe); the feature
-index runs over the organism's whole scene set. The zoo's own sets (64 texts, 160 prompts) are too
+non-math questions) and `--nemo-n` NeMo prompts (ordinary captions of the sd-memo recipe; the
+statistics cost a text-encoder pass per prompt, so it takes ~10^5 prompts before the work outweighs
+loading the pipeline); the feature index runs over the organism's whole scene set. The zoo's own sets (64 texts, 160 prompts) are too
 small for a second process to pay for its start-up; a precompute job exists for large sets.
 """
 from __future__ import annotations
@@ -29,16 +30,17 @@ OUTPUTS = {"mathneuro": ("mathneuro-norms-math.safetensors", "mathneuro-norms-no
 JOBS = {"mathneuro": "mathneuro", "nemo": "nemo_stats", "sae": "sae_index"}
 
 
-def write_inputs(tmp: Path, n: int) -> dict[str, list[str]]:
+def write_inputs(tmp: Path, n: int, nemo_n: int) -> dict[str, list[str]]:
     """The extra arguments of each job, with its input files written under `tmp`."""
     import numpy as np
 
     from backend.mathneuro import data
-    from backend.zoo.recipes.memorization import ordinary_prompts
+    from backend.zoo.recipes.memorization import caption_of, random_attrs
 
     (tmp / "math.json").write_text(json.dumps(data.texts_of(data.math_set(n, 7, split="train"))))
     (tmp / "nonmath.json").write_text(json.dumps(data.texts_of(data.nonmath_set(n, 8))))
-    (tmp / "prompts.json").write_text(json.dumps(ordinary_prompts(np.random.default_rng(9), n, set())))
+    rng = np.random.default_rng(9)  # ordinary captions, repeats allowed (statistics over a prompt stream)
+    (tmp / "prompts.json").write_text(json.dumps([caption_of(*random_attrs(rng)) for _ in range(nemo_n)]))
     return {"mathneuro": ["--math", str(tmp / "math.json"), "--nonmath", str(tmp / "nonmath.json"),
                           "--chunk", "32", "--source", "zoo"],
             "nemo_stats": ["--prompts", str(tmp / "prompts.json"), "--chunk", "64", "--source", "zoo"],
@@ -75,11 +77,12 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--jobs", nargs="+", choices=sorted(JOBS), default=sorted(JOBS))
     ap.add_argument("--n", type=int, default=2000, help="MathNeuro texts per set and NeMo prompts")
+    ap.add_argument("--nemo-n", type=int, default=200_000, help="NeMo prompts")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wb-precompute-"))
-    extra = write_inputs(tmp, args.n)
+    extra = write_inputs(tmp, args.n, args.nemo_n)
     print(f"start {time.strftime('%H:%M:%S', time.gmtime())} UTC  load average {os.getloadavg()[0]:.2f}  "
-          f"cpus {os.cpu_count()}  n={args.n}")
+          f"cpus {os.cpu_count()}  n={args.n}  nemo prompts={args.nemo_n}")
     for job in args.jobs:
         module = JOBS[job]
         one = launch(module, 1, tmp / job / "one", extra[module], free_port())
