@@ -83,9 +83,9 @@ def guarded(fn):
     return plain
 
 
-# ZeroGPU seconds asked for by a model-touching handler of each tab: the longest of its services'
-# own estimates (backend.core.zerogpu) at the UI's largest settings on a full-size checkpoint, rounded
-# up. A handler that runs longer is stopped by ZeroGPU, so these err long.
+# ZeroGPU seconds asked for by a model-touching handler of each tab. ZeroGPU stops a handler that runs
+# longer, so these are generous upper bounds (the services' own estimates, backend.core.zerogpu, stay
+# for callers outside Gradio); they are not yet measured on full-size checkpoints, which needs a GPU.
 HANDLER_GPU_SECONDS = {"relevance": 120, "features": 120, "memorization": MAX_DURATION,
                        "math_neurons": 180, "adapters": MAX_DURATION, "tour": 180}
 DEFAULT_GPU_SECONDS = 120
