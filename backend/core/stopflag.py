@@ -53,6 +53,9 @@ class StopFlag:
         self.set()
         return True
 
-    def finish(self) -> None:
+    def finish(self, *, keep_stop: bool = False) -> None:
+        """The job is over (no longer `running`). `keep_stop`: leave the stop request in place, for a
+        worker that has not exited yet and must still see it."""
         self._running.unlink(missing_ok=True)
-        self._stop.unlink(missing_ok=True)
+        if not keep_stop:
+            self._stop.unlink(missing_ok=True)

@@ -274,7 +274,7 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
     finally:
         flag.set()  # a consumer that went away (closed tab, cancelled job) stops the worker too
         worker.join(timeout=30)
-        flag.finish()
+        flag.finish(keep_stop=worker.is_alive())  # a worker still busy keeps seeing the stop
 
 
 # --- PiSSA → LoRA conversion --------------------------------------------------------------------

@@ -31,6 +31,10 @@ def test_lifecycle():
     flag.finish()
     assert not flag.running() and not flag.is_set()
     assert not StopFlag(f"other-{s}").running()
+    flag.start().set()
+    flag.finish(keep_stop=True)  # a worker that has not exited yet still sees the stop
+    assert flag.is_set() and not flag.running() and not StopFlag(s).request()
+    flag.finish()
 
 
 def test_a_forked_process_stops_the_job_and_another_server_cannot():
