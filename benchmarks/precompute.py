@@ -8,8 +8,9 @@ bit-identical. Times are end to end (process start, model load, the sharded work
 Inputs: `--n` MathNeuro texts per set (the organism's generators: training-split math problems and
 non-math questions) and `--nemo-n` NeMo prompts (ordinary captions of the sd-memo recipe; the
 statistics cost a text-encoder pass per prompt, so it takes ~10^5 prompts before the work outweighs
-loading the pipeline); the feature index runs over the organism's whole scene set. The zoo's own sets (64 texts, 160 prompts) are too
-small for a second process to pay for its start-up; a precompute job exists for large sets.
+loading the pipeline); the feature index runs over the organism's whole scene set. The zoo's own
+sets (64 texts, 160 prompts) are too small for a second process to pay for its start-up; a
+precompute job exists for large sets.
 """
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--jobs", nargs="+", choices=sorted(JOBS), default=sorted(JOBS))
-    ap.add_argument("--n", type=int, default=2000, help="MathNeuro texts per set and NeMo prompts")
+    ap.add_argument("--n", type=int, default=2000, help="MathNeuro texts per set")
     ap.add_argument("--nemo-n", type=int, default=200_000, help="NeMo prompts")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wb-precompute-"))

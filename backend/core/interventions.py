@@ -105,6 +105,12 @@ def scale_channels_many(model: nn.Module, spec: Mapping[str, Sequence[int]], fac
 _INDEX_CACHE: dict[int, tuple["weakref.ref[torch.Tensor]", int, torch.Tensor | None]] = {}
 
 
+def indexable(n_masked: int, numel: int) -> bool:
+    """Whether a mask of `n_masked` entries in a matrix of `numel` is addressed by int32 positions:
+    positions (4 B) plus the saved fp32 values (4 B) stay within a byte per entry up to density 1/8."""
+    return 8 * n_masked <= numel < 2**31
+
+
 def flat_index(mask: torch.Tensor) -> torch.Tensor | None:
     """The flat positions of a bool mask as int32, cached per mask tensor while it lives and is not
     modified in place (its version counter is checked): a UI that toggles between a few cached masks
@@ -114,9 +120,7 @@ def flat_index(mask: torch.Tensor) -> torch.Tensor | None:
     hit = _INDEX_CACHE.get(key)
     if hit is not None and hit[0]() is mask and hit[1] == mask._version:
         return hit[2]
-    n = int(mask.sum())
-    # int32 positions (4 B) + the saved fp32 values (4 B): at most 1 B per entry up to density 1/8
-    idx = mask.reshape(-1).nonzero().squeeze(1).to(torch.int32) if 8 * n <= mask.numel() < 2**31 else None
+    idx = mask.reshape(-1).nonzero().squeeze(1).to(torch.int32) if indexable(int(mask.sum()), mask.numel()) else None
     ref = weakref.ref(mask, lambda _r, k=key: _INDEX_CACHE.pop(k, None))
     _INDEX_CACHE[key] = (ref, mask._version, idx)
     return idx

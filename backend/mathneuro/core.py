@@ -21,7 +21,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from ..core.interventions import model_lock, scale_weights
+from ..core.interventions import indexable, model_lock, scale_weights
 
 METHODS = ("mathneuro", "wanda", "random", "lape")
 Masks = dict[str, torch.Tensor]
@@ -279,7 +279,7 @@ def saved_bytes(model: nn.Module, masks: Mapping[str, torch.Tensor], *, with_ind
     total = 0
     for n, m in masks.items():
         k = int(m.sum())
-        total += k * params[n].element_size() + (4 * k if with_index and 8 * k <= m.numel() else 0)
+        total += k * params[n].element_size() + (4 * k if with_index and indexable(k, m.numel()) else 0)
     return total
 
 

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.precompute import ShardedJob, job_parser, job_state, merge_sum
-from ..core.precompute import read_texts as read_prompts
+from ..core.precompute import ShardedJob, job_parser, job_state, merge_sum, read_texts
 from ..nemo import core
 from ..nemo import stats as nstats
 
@@ -59,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     m = service.get(args.source)
     if not args.cpu and state.device.type != "cpu":
         m.pipe.to(state.device)
-    prompts = read_prompts(args.prompts) if args.prompts else m.stats_prompts
+    prompts = read_texts(args.prompts) if args.prompts else m.stats_prompts
     prompts = prompts[: args.samples] if args.samples else prompts
     run(m.pipe, prompts, args.out, chunk=args.chunk, model_id=m.model_id, state=state,
         stop_after=args.stop_after)

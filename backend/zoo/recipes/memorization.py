@@ -328,7 +328,6 @@ def train_text_encoder(tok, seed: int, steps: int, log, mem_caps=()):
                 acc = float(np.mean(accs[:7]))
                 mem_acc = accs[7] if n_mem else float("nan")
             log(f"text  step {step:5d} loss {loss.item():.3f} attribute acc {acc:.3f} caption id acc {mem_acc:.3f}")
-            continue
     te.eval().requires_grad_(False)
     return te, acc
 
