@@ -7,10 +7,16 @@ states into one preallocated buffer (one fused `addcmul` per step, no graph), an
 the adjoint recurrence g_t = ∂L/∂h_t + Ā_{t+1} ⊙ g_{t+1} the same way, giving
 ∂L/∂b_t = g_t and ∂L/∂Ā_t = g_t ⊙ h_{t-1} in two whole-tensor ops. Time runs along the first axis so
 every step touches contiguous memory.
+
+That loop is still one kernel launch per step, so on a GPU it is launch-bound, far above the memory
+floor; on CUDA, when Triton is installed, both directions run as one kernel each instead
+(scan_triton.py). CPU tensors, and any run with WORKBENCH_SCAN=loop (to compare the two), keep the loop.
 """
 from __future__ import annotations
 
 import torch
+
+from backend.lrp import scan_triton
 
 
 class _LinearRecurrence(torch.autograd.Function):
@@ -20,6 +26,10 @@ class _LinearRecurrence(torch.autograd.Function):
     def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         a = a.contiguous()
         b = b.contiguous()
+        if a.dtype == b.dtype and scan_triton.usable(a, b):
+            h = scan_triton.forward(a, b)
+            ctx.save_for_backward(a, h)
+            return h
         h = torch.empty_like(b)
         h[0] = b[0]
         for t in range(1, b.shape[0]):
@@ -31,6 +41,9 @@ class _LinearRecurrence(torch.autograd.Function):
     def backward(ctx, gh: torch.Tensor):
         a, h = ctx.saved_tensors
         gh = gh.contiguous()
+        if gh.dtype == a.dtype and scan_triton.usable(a, h, gh):
+            g, grad_a = scan_triton.backward(a, h, gh, ctx.needs_input_grad[0])
+            return grad_a, (g if ctx.needs_input_grad[1] else None)
         g = torch.empty_like(gh)
         n = gh.shape[0]
         g[n - 1] = gh[n - 1]
