@@ -217,7 +217,7 @@ def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
         sae = TopKSAE(cfg.hidden_size, n_latents, k, dtype=dtype).eval().requires_grad_(False)
     x = torch.randn(batch, prompt + patches, cfg.hidden_size, device=dev, dtype=dtype) * 0.02
     sl = slice(prompt, prompt + patches)
-    builder = IndexBuilder(n_latents, patches, 16)
+    builder = IndexBuilder(n_latents, patches, 16, device=dev)  # the state beside the SAE
 
     @torch.no_grad()
     def forward():
@@ -231,7 +231,7 @@ def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
         grabbed.clear()
         lm(inputs_embeds=x, use_cache=False)
         vals, idx = sae.encode_sparse(grabbed[0][:, sl])
-        builder.update(vals.float().cpu(), idx.cpu())  # the index state lives in host memory
+        builder.update(vals, idx)
 
     try:
         main = measure(index, dev, repeats)

@@ -40,3 +40,19 @@ def describe() -> str:
     if dev.type == "cpu":
         return f"cpu ({os.cpu_count()} cores, torch {torch.__version__})"
     return dev.type
+
+
+def place(module):
+    """Move a freshly loaded model to the compute device, once, at load: on a ZeroGPU Space the
+    move happens at start-up and the marked functions find the weights already there; on a CPU
+    machine it does nothing."""
+    dev = pick_device()
+    if dev.type != "cpu" and module is not None:
+        module.to(dev)
+    return module
+
+
+def device_of(module) -> torch.device:
+    """The device of a module's first parameter (the CPU for a module without any)."""
+    p = next(iter(module.parameters()), None) if module is not None else None
+    return p.device if p is not None else torch.device("cpu")

@@ -32,7 +32,7 @@ def predicted_labels(model, tok, task, ids: torch.Tensor) -> torch.Tensor:
     lab_ids = torch.tensor(tok.convert_tokens_to_ids(task["labels"]))
     with torch.no_grad():
         logits = lm_forward(model, ids)[:, -1][:, lab_ids]
-    return lab_ids[logits.argmax(-1)]
+    return lab_ids[logits.argmax(-1).cpu()]
 
 
 def precision_at_k(relevance: np.ndarray, evidence: list[int], candidates: list[int]) -> float:
@@ -88,7 +88,7 @@ def longrange_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
     for L, group in by_length(items, "tokens").items():
         ids = torch.tensor([tok.convert_tokens_to_ids(["<bos>"] + h["tokens"]) for h in group])
         with torch.no_grad():
-            pred = lm_forward(model, ids)[:, -1].argmax(-1)
+            pred = lm_forward(model, ids)[:, -1].argmax(-1).cpu()
         for m in methods:
             limits.check("the long-range evaluation")
             rel = attribute_text(model, ids, target=pred, method=m).numpy()
@@ -106,7 +106,7 @@ def region_eval(model, images: np.ndarray, labels: np.ndarray, masks: np.ndarray
     """Per method: share of positive relevance inside the object box; ΔA^F over patches."""
     x = torch.as_tensor(images, dtype=torch.float32)[:, None]
     with torch.no_grad():
-        pred = model(x).argmax(-1)
+        pred = model(x).argmax(-1).cpu()
     out = {}
     for m in methods:
         rels = torch.cat([attribute_image(model, x[i:i + batch], target=pred[i:i + batch], method=m)

@@ -70,7 +70,7 @@ def text_curves(model, input_ids, relevance, *, target: int, position: int = -1,
         for k in range(1, len(order) + 1):
             batch[k, torch.as_tensor(order[:k])] = neutral_id
         logits = lm_forward(model, batch)[:, pos, target]
-        out.append(logits.float().numpy())
+        out.append(logits.float().cpu().numpy())
     return Curves(morf=out[0], lerf=out[1])
 
 
@@ -92,8 +92,8 @@ def text_curves_batch(model, input_ids, relevance, *, targets, candidates, neutr
             order = _orders(rel[b], cand)[which]
             for k in range(1, n + 1):
                 batch[b * (n + 1) + k, torch.as_tensor(order[:k])] = neutral_id
-        logits = lm_forward(model, batch)[:, pos]
-        vals = logits[torch.arange(len(batch)), tg.repeat_interleave(n + 1)].float().numpy()
+        logits = lm_forward(model, batch)[:, pos].float().cpu()
+        vals = logits[torch.arange(len(batch)), tg.cpu().repeat_interleave(n + 1)].numpy()
         curves.append(vals.reshape(Bsz, n + 1))
     return [Curves(morf=curves[0][b], lerf=curves[1][b]) for b in range(Bsz)]
 
@@ -115,7 +115,7 @@ def image_curves(model: VisionMamba, image, relevance, *, target: int, neutral_v
             for idx in order[:k]:
                 r, c = divmod(int(idx), g)
                 batch[k, :, r * p:(r + 1) * p, c * p:(c + 1) * p] = neutral_value
-        out.append(model(batch)[:, target].float().numpy())
+        out.append(model(batch)[:, target].float().cpu().numpy())
     return Curves(morf=out[0], lerf=out[1])
 
 

@@ -149,8 +149,10 @@ def lm_forward(model, input_ids: torch.Tensor | None = None, *, inputs_embeds=No
                gamma: float = 0.0, capture: Capture | None = None) -> torch.Tensor:
     """Logits [B, L, V] of a MambaForCausalLM (or hidden states of a MambaModel) with the rules."""
     backbone, head = parts(model)
+    dev = backbone.embeddings.weight.device  # callers may build their ids on the host
     if inputs_embeds is None:
-        inputs_embeds = backbone.embeddings(input_ids)
+        inputs_embeds = backbone.embeddings(input_ids.to(dev))
+    inputs_embeds = inputs_embeds.to(dev)
     h = backbone_forward(backbone, inputs_embeds, rules, gamma=gamma, capture=capture)
     if head is None:
         return h

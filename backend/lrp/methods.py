@@ -166,12 +166,12 @@ def attribute_text(model, input_ids=None, *, inputs_embeds=None, target, positio
         if input_ids.dim() == 1:
             input_ids = input_ids[None]
         with torch.no_grad():
-            inputs_embeds = backbone.embeddings(input_ids)
-    x = inputs_embeds.detach().float()
+            inputs_embeds = backbone.embeddings(input_ids.to(backbone.embeddings.weight.device))
+    x = inputs_embeds.detach().float().to(backbone.embeddings.weight.device)
     if x.dim() == 2:
         x = x[None]
     Bsz, L = x.shape[:2]
-    args = (_targets(target, Bsz), _positions(position, Bsz, L))
+    args = (_targets(target, Bsz).to(x.device), _positions(position, Bsz, L).to(x.device))
     rules_ = method_rules(method, rules)
     score_value = None
     if method in ("mambalrp", "lrp_ln"):
@@ -186,12 +186,13 @@ def attribute_text(model, input_ids=None, *, inputs_embeds=None, target, positio
                                           method, args[1])
     else:
         rel = _random(x.shape[:2])
+    # results leave on the host: callers turn them into numpy, and under ZeroGPU they are pickled
     if return_score:
         if score_value is None:
             with torch.no_grad():
                 score_value = text_scorer(model)(x, *args)
-        return rel.float(), score_value.float()
-    return rel.float()
+        return rel.float().cpu(), score_value.float().cpu()
+    return rel.float().cpu()
 
 
 def attribute_image(model: VisionMamba, pixel_values: torch.Tensor, *, target, method: str = "mambalrp",
@@ -200,10 +201,10 @@ def attribute_image(model: VisionMamba, pixel_values: torch.Tensor, *, target, m
 
     Attention methods give patch relevance; it is spread over each patch's pixels."""
     _check_method(method)
-    x = torch.as_tensor(pixel_values).float()
+    x = torch.as_tensor(pixel_values).float().to(model.pos_embed.device)
     if x.dim() == 3:
         x = x[None]
-    args = (_targets(target, x.shape[0]),)
+    args = (_targets(target, x.shape[0]).to(x.device),)
     rules_ = method_rules(method, rules)
     score_value = None
     if method in ("mambalrp", "lrp_ln"):
@@ -227,8 +228,8 @@ def attribute_image(model: VisionMamba, pixel_values: torch.Tensor, *, target, m
         if score_value is None:
             with torch.no_grad():
                 score_value = vision_scorer(model)(x, *args)
-        return rel.float(), score_value.float()
-    return rel.float()
+        return rel.float().cpu(), score_value.float().cpu()
+    return rel.float().cpu()
 
 
 def attribute(model, input_ids=None, *, inputs_embeds=None, pixel_values=None, target: int,

@@ -14,6 +14,7 @@ import numpy as np
 
 from backend.core import presets as P
 from backend.core import store
+from backend.core.device import place
 
 TAB = "relevance"
 
@@ -80,6 +81,7 @@ def load(preset: P.Preset) -> Loaded:
             roots = [P.ZOO_ROOT] if preset.source == "zoo" else None
             tok = P.load_pretrained(AutoTokenizer, preset.location(), weights=False, roots=roots)
         model.requires_grad_(False)
+        place(model)
         task, held = _read_task(Path(preset.location())) if preset.source == "zoo" else ({}, None)
         return Loaded(preset, model, tok, task, held)
 

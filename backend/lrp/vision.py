@@ -46,7 +46,7 @@ class VisionMamba(nn.Module):
         return self.patch_embed(pixel_values).flatten(2).transpose(1, 2)
 
     def embed(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        x = self.patch_tokens(pixel_values) + self.pos_embed
+        x = self.patch_tokens(pixel_values.to(self.pos_embed.device)) + self.pos_embed
         return torch.cat([x, self.cls_token.expand(x.shape[0], -1, -1)], dim=1)
 
     def forward(self, pixel_values: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None):

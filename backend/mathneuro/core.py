@@ -98,10 +98,31 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
 
 
 def importance(model: nn.Module, norms: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """S = |W| · ‖X‖ (broadcast over output rows), one matrix per linear layer's weight."""
+    """S = |W| · ‖X‖ (broadcast over output rows), one matrix per linear layer's weight, on the
+    weights' device."""
     mods = dict(model.named_modules())
-    return {f"{name}.weight": mods[name].weight.detach().abs().float().cpu() * n.float()[None, :]
-            for name, n in norms.items()}
+    return {f"{name}.weight": _importance(mods[name].weight, n) for name, n in norms.items()}
+
+
+def _importance(weight: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
+    return weight.detach().abs().float() * norm.to(weight.device).float()[None, :]
+
+
+def masks_from_norms(model: nn.Module, norms: Mapping[str, torch.Tensor], top_k: float,
+                     minus: Mapping[str, torch.Tensor] | None = None) -> Masks:
+    """Host masks of the top-`top_k` importance per weight matrix (less the top-`top_k` under the
+    `minus` norms, when given), one matrix at a time: on a GPU only one layer's scores exist at
+    once, and the top-K runs beside the weights instead of on host copies of them."""
+    _check_k(top_k)
+    mods = dict(model.named_modules())
+    out = {}
+    for name, n in norms.items():
+        w = mods[name].weight
+        mask = top_fraction(_importance(w, n), top_k)
+        if minus is not None:
+            mask &= ~top_fraction(_importance(w, minus[name]), top_k)
+        out[f"{name}.weight"] = mask.cpu()
+    return out
 
 
 def _check_k(top_k: float) -> float:
@@ -115,7 +136,7 @@ def top_fraction(scores: torch.Tensor, top_k: float) -> torch.Tensor:
     """Bool mask of the top `top_k` fraction of a matrix's entries (flattened)."""
     k = max(1, int(round(_check_k(top_k) * scores.numel())))
     idx = torch.topk(scores.flatten(), k, sorted=False).indices
-    mask = torch.zeros(scores.numel(), dtype=torch.bool)
+    mask = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
     mask[idx] = True
     return mask.view(scores.shape)
 
@@ -126,9 +147,13 @@ def top_masks(scores: Mapping[str, torch.Tensor], top_k: float) -> Masks:
 
 # ------------------------------------------------------------------------------------- methods
 def scores(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = False):
-    layers = linear_layers(model, include_lm_head)
-    return importance(model, input_norms(model, samples, tokenizer=tokenizer,
-                                         batch_size=batch_size, layers=layers))
+    return importance(model, norms(model, samples, tokenizer=tokenizer, batch_size=batch_size,
+                                   include_lm_head=include_lm_head))
+
+
+def norms(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = False):
+    return input_norms(model, samples, tokenizer=tokenizer, batch_size=batch_size,
+                       layers=linear_layers(model, include_lm_head))
 
 
 def identify(model: nn.Module, math_texts: Sequence, nonmath_texts: Sequence, top_k: float, *,
@@ -136,11 +161,9 @@ def identify(model: nn.Module, math_texts: Sequence, nonmath_texts: Sequence, to
     """MathNeuro: {weight name: BoolTensor} of the parameters in the top-`top_k` fraction of
     Σ|W|·‖X‖ on math samples but not on non-math samples (per weight matrix)."""
     _check_k(top_k)
-    s_math = scores(model, math_texts, tokenizer=tokenizer, batch_size=batch_size,
-                    include_lm_head=include_lm_head)
-    s_non = scores(model, nonmath_texts, tokenizer=tokenizer, batch_size=batch_size,
-                   include_lm_head=include_lm_head)
-    return subtract(top_masks(s_math, top_k), top_masks(s_non, top_k))
+    kw = dict(tokenizer=tokenizer, batch_size=batch_size, include_lm_head=include_lm_head)
+    return masks_from_norms(model, norms(model, math_texts, **kw), top_k,
+                            minus=norms(model, nonmath_texts, **kw))
 
 
 def subtract(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> Masks:
@@ -150,8 +173,8 @@ def subtract(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> Ma
 def wanda(model, math_texts, top_k: float, *, tokenizer=None, batch_size: int = 32,
           include_lm_head: bool = False) -> Masks:
     """Baseline: the math top-K without removing what matters for non-math too."""
-    return top_masks(scores(model, math_texts, tokenizer=tokenizer, batch_size=batch_size,
-                            include_lm_head=include_lm_head), top_k)
+    return masks_from_norms(model, norms(model, math_texts, tokenizer=tokenizer, batch_size=batch_size,
+                                         include_lm_head=include_lm_head), top_k)
 
 
 def random_like(masks: Mapping[str, torch.Tensor], seed: int = 0) -> Masks:

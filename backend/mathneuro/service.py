@@ -18,6 +18,7 @@ import torch
 from ..core import limits, store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
+from ..core.device import place
 from ..core.zerogpu import capped, gpu
 from ..core.presets import Preset, active, load_preset, load_pretrained
 from . import core
@@ -61,7 +62,7 @@ class Bench:
     def __init__(self, preset: Preset):
         self.preset = preset
         self.model_id = preset.model_id
-        self.model = store.get_or_load(self.model_id, lambda: load_preset(preset).eval())
+        self.model = store.get_or_load(self.model_id, lambda: place(load_preset(preset).eval()))
         self.tok = store.get_or_load(self.model_id + "#tokenizer", self._load_tokenizer)
         self.data = store.get_or_load(self.model_id + "#data", self._load_data)
         self._guard = threading.Lock()

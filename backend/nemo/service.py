@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import torch
 
 from backend.core import store
 from backend.core.cache import ByteLRUCache, make_key
+from backend.core.device import pick_device
 from backend.core.presets import Preset, active
 from backend.core.zerogpu import capped, gpu
 
@@ -119,7 +121,10 @@ class MemoModel:
 
 
 def _load(preset: Preset) -> MemoModel:
-    pipe = load_preset_pipeline(preset)
+    dev = pick_device()
+    # the paper's checkpoints run in half precision on a GPU; the zoo's tiny pipeline stays fp32
+    half = preset.source == "hub" and dev.type == "cuda"
+    pipe = load_preset_pipeline(preset, device=dev, dtype=torch.float16 if half else None)
     folder, info = None, {}
     if preset.source == "zoo":
         folder = Path(preset.location())

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..core.device import device_of
 from .adapters import adapt, clone_model, default_targets
 
 RACE_METHODS = ("lora", "pissa", "full")
@@ -66,7 +67,7 @@ class DigitsTask(Task):
         return self.x[i], self.y[i]
 
     def loss(self, model, batch):
-        x, y = batch
+        x, y = (t.to(device_of(model)) for t in batch)  # the data stays on the host, once
         return nn.functional.cross_entropy(model(x), y)
 
 
@@ -97,7 +98,7 @@ class LMTask(Task):
         return self.seqs[i], self.mask[i]
 
     def loss(self, model, batch):
-        ids, mask = batch
+        ids, mask = (t.to(device_of(model)) for t in batch)
         logits = model(input_ids=ids).logits[:, :-1]
         target = ids[:, 1:]
         m = mask[:, :-1] if mask.shape[1] == ids.shape[1] else mask

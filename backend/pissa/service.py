@@ -19,7 +19,7 @@ import torch
 from ..core import limits
 from ..core import store
 from ..core.cache import ByteLRUCache, make_key
-from ..core.device import pick_device
+from ..core.device import pick_device, place
 from ..core.interventions import locked
 from ..core.stopflag import StopFlag
 from ..core.zerogpu import capped, gpu
@@ -66,7 +66,7 @@ def preset_for(key: str) -> Preset:
 
 def get_model(key: str):
     p = preset_for(key)
-    return store.get_or_load(p.model_id, lambda: load_preset(p).eval())
+    return store.get_or_load(p.model_id, lambda: place(load_preset(p).eval()))
 
 
 def get_tokenizer(key: str):

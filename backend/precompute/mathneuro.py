@@ -45,8 +45,7 @@ def run(bench, out: Path, n: int | None = None, chunk: int = 8, state=None, text
 def load_masks(model, folder: Path, top_k: float) -> dict[str, torch.Tensor]:
     """MathNeuro masks from precomputed statistics (top-K% on math minus top-K% on non-math)."""
     norms = {k: load_file(str(Path(folder) / f"mathneuro-norms-{k}.safetensors")) for k in KINDS}
-    top = {k: core.top_masks(core.importance(model, norms[k]), top_k) for k in KINDS}
-    return core.subtract(top["math"], top["nonmath"])
+    return core.masks_from_norms(model, norms["math"], top_k, minus=norms["nonmath"])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,7 @@ import torch
 from ..core import presets as P
 from ..core import store
 from ..core.cache import ByteLRUCache, make_key
+from ..core.device import device_of, pick_device, place
 from ..core.interventions import locked
 from ..core.zerogpu import gpu
 from . import explain as E
@@ -85,9 +86,9 @@ def load_zoo(sae_name: str = ZOO_SAE, root: Path | None = None) -> Organism:
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
     roots = [cap_dir.parent]
-    model = P.load_pretrained(LlavaForConditionalGeneration, cap_dir, roots=roots).eval()
+    model = place(P.load_pretrained(LlavaForConditionalGeneration, cap_dir, roots=roots).eval())
     processor = P.load_pretrained(AutoProcessor, cap_dir, weights=False, roots=roots)
-    sae = load_sae(P.validate_local_path(sae_dir, roots))
+    sae = load_sae(P.validate_local_path(sae_dir, roots), device=device_of(model))
     hook = sae.cfg.hookpoint or info.get("hookpoint", "")
     index = FeatureIndex.load(sae_dir / INDEX_FILE) if (sae_dir / INDEX_FILE).exists() else None
     return Organism(sae_name, sae_dir, model, processor.tokenizer, processor, sae, hook, index,
@@ -102,7 +103,8 @@ def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = 
     from the hub only the SAE's hookpoint folder is fetched, as safetensors."""
     from transformers import AutoProcessor
 
-    model = P.load_pretrained(model_class, model_id, dtype=torch.bfloat16 if torch.cuda.is_available() else None).eval()
+    half = pick_device().type == "cuda"
+    model = place(P.load_pretrained(model_class, model_id, dtype=torch.bfloat16 if half else None).eval())
     processor = P.load_pretrained(AutoProcessor, model_id, weights=False)
     if P.looks_local(sae_id):
         sae_dir = Path(P.resolve(sae_id))
@@ -245,6 +247,7 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
             v = org.model.config.vision_config
             codes = codes[: (v.image_size // v.patch_size) ** 2]
             caption = ""
+    codes = codes.float().cpu()  # the maps leave as numpy (and, under ZeroGPU, pickled)
     g = int(round(codes.shape[0] ** 0.5))
     mean = codes.mean(0)
     order = [int(f) for f in torch.argsort(mean, descending=True)[:top_n] if mean[f] > 0]

@@ -31,15 +31,21 @@ HIST_EDGES = torch.logspace(-2, 2, 41)  # 0.01 … 100, 40 log bins; outside val
 
 
 class IndexBuilder:
-    def __init__(self, n_features: int, n_patches: int, top_k: int = 16, *, map_dtype=torch.float16):
+    def __init__(self, n_features: int, n_patches: int, top_k: int = 16, *, map_dtype=torch.float16,
+                 device: torch.device | str | None = None):
+        # On a GPU the state sits beside the SAE: at 131k features it is gigabytes, and gathering it
+        # on the host for every batch costs more than the LM's forward.
         self.F, self.P, self.K = n_features, n_patches, top_k
-        self.top_scores = torch.full((n_features, top_k), -torch.inf)
-        self.top_ids = torch.full((n_features, top_k), -1, dtype=torch.long)
-        self.top_maps = torch.zeros((n_features, top_k, n_patches), dtype=map_dtype)
-        self.fire_count = torch.zeros(n_features, dtype=torch.long)
-        self.act_sum = torch.zeros(n_features, dtype=torch.float64)
-        self.max_act = torch.zeros(n_features)
-        self.hist = torch.zeros((n_features, len(HIST_EDGES) - 1), dtype=torch.long)
+        self.device = torch.device(device or "cpu")
+        with torch.device(self.device):
+            self.top_scores = torch.full((n_features, top_k), -torch.inf)
+            self.top_ids = torch.full((n_features, top_k), -1, dtype=torch.long)
+            self.top_maps = torch.zeros((n_features, top_k, n_patches), dtype=map_dtype)
+            self.fire_count = torch.zeros(n_features, dtype=torch.long)
+            self.act_sum = torch.zeros(n_features, dtype=torch.float64)
+            self.max_act = torch.zeros(n_features)
+            self.hist = torch.zeros((n_features, len(HIST_EDGES) - 1), dtype=torch.long)
+        self.edges = HIST_EDGES.to(self.device)
         self.n_tokens = 0
         self.n_images = 0
 
@@ -59,9 +65,10 @@ class IndexBuilder:
         B, P, k = vals.shape
         if P != self.P:
             raise ValueError(f"expected {self.P} patches, got {P}")
+        dev = self.device
         if image_ids is None:
             image_ids = torch.arange(self.n_images, self.n_images + B)
-        vals = vals.float()
+        vals, idx, image_ids = vals.to(dev).float(), idx.to(dev), image_ids.to(dev)
         live = vals > 0
         # statistics over tokens
         fidx = idx[live]
@@ -69,13 +76,13 @@ class IndexBuilder:
         self.fire_count += torch.bincount(fidx, minlength=self.F)
         self.act_sum.index_add_(0, fidx, fv.double())
         self.max_act.scatter_reduce_(0, fidx, fv, reduce="amax")
-        b = torch.bucketize(fv.clamp(HIST_EDGES[0], HIST_EDGES[-1] * 0.9999), HIST_EDGES) - 1
+        b = torch.bucketize(fv.clamp(HIST_EDGES[0].item(), HIST_EDGES[-1].item() * 0.9999), self.edges) - 1
         self.hist.view(-1).index_add_(0, fidx * self.hist.shape[1] + b.clamp(0, self.hist.shape[1] - 1),
                                       torch.ones_like(fidx))
         self.n_tokens += B * P
         self.n_images += B
         # image scores: mean activation over the patches, [B, F] built sparsely
-        scores = torch.zeros(B, self.F)
+        scores = torch.zeros(B, self.F, device=dev)
         scores.scatter_add_(1, idx.reshape(B, -1), (vals * live).reshape(B, -1))
         scores /= P
         # only a batch's own top-K per feature can enter the index: candidates ≤ F × K pairs
@@ -84,27 +91,40 @@ class IndexBuilder:
         ok = (cs > 0) & (cs > self.top_scores[:, -1:])
         if not ok.any():
             return
-        all_scores = torch.cat([self.top_scores, torch.where(ok, cs, torch.tensor(-torch.inf))], 1)
+        all_scores = torch.cat([self.top_scores, torch.where(ok, cs, -torch.inf)], 1)
         new_scores, sel = all_scores.topk(self.K, dim=1)  # sorted descending
-        from_old = sel < self.K
-        rows = torch.arange(self.F)[:, None].expand_as(sel)
-        old_sel = sel.clamp(max=self.K - 1)
-        new_b = cb[rows, (sel - self.K).clamp(min=0)]  # batch row of a new entry
-        valid = torch.isfinite(new_scores)
-        maps = self.top_maps[rows, old_sel].float()
-        take = ~from_old & valid
-        if take.any():
-            fs, bs = rows[take], new_b[take]
-            # per-patch maps only for the entries that made it: [pairs, P]
-            maps[take] = ((idx[bs] == fs[:, None, None]) * vals[bs]).sum(-1)
-        ids = torch.where(from_old, self.top_ids[rows, old_sel], image_ids[new_b])
+        take = (sel >= self.K) & torch.isfinite(new_scores)
+        # Only features that gained an image change their ids and maps; the others keep theirs
+        # (their new scores equal the old ones, ties included), so the map state is not rewritten.
+        rows = take.any(1).nonzero().squeeze(1)
+        s, tk, vd = sel[rows], take[rows], torch.isfinite(new_scores[rows])
+        old_sel = s.clamp(max=self.K - 1)
+        new_b = cb[rows[:, None], (s - self.K).clamp(min=0)]  # batch row of a new entry
+        maps = self.top_maps[rows[:, None], old_sel]
+        maps[tk] = self._pair_maps(vals, idx, rows[:, None].expand_as(s)[tk], new_b[tk]).to(maps.dtype)
+        maps[~vd] = 0
+        ids = torch.where(tk, image_ids[new_b], self.top_ids[rows[:, None], old_sel])
+        self.top_maps[rows] = maps
+        self.top_ids[rows] = torch.where(vd, ids, -1)
         self.top_scores = new_scores
-        self.top_ids = torch.where(valid, ids, torch.tensor(-1))
-        self.top_maps = (maps * valid[..., None]).to(self.top_maps.dtype)
+
+    def _pair_maps(self, vals: torch.Tensor, idx: torch.Tensor, fs: torch.Tensor, bs: torch.Tensor) -> torch.Tensor:
+        """Per-patch activation maps [pairs, P] of feature fs[i] in batch image bs[i]: each code entry
+        is routed to its (image, feature) pair, so the work is one pass over the B × P × k codes
+        rather than a pairs × P × k comparison (gigabytes at 131k features)."""
+        B, P, k = vals.shape
+        pair_of = torch.full((B, self.F), -1, dtype=torch.long, device=vals.device)
+        pair_of[bs, fs] = torch.arange(len(fs), device=vals.device)
+        e_pair = pair_of.gather(1, idx.reshape(B, -1)).reshape(B, P, k)
+        hit = e_pair >= 0
+        patch = torch.arange(P, device=vals.device)[None, :, None].expand(B, P, k)
+        out = torch.zeros(len(fs), P, device=vals.device)
+        out.index_put_((e_pair[hit], patch[hit]), vals[hit], accumulate=True)
+        return out
 
     def tensors(self) -> dict[str, torch.Tensor]:
         fires = self.fire_count.clamp(min=1)
-        return {
+        out = {
             "top_scores": self.top_scores.clamp(min=0).nan_to_num(0.0),
             "top_ids": self.top_ids,
             "top_maps": self.top_maps,
@@ -115,6 +135,7 @@ class IndexBuilder:
             "hist": self.hist,
             "hist_edges": HIST_EDGES.clone(),
         }
+        return {k: v.cpu() for k, v in out.items()}
 
 
 @dataclass
@@ -163,7 +184,7 @@ def build_index(model, tokenizer, sae: TopKSAE, specs: list[dict], *, hookpoint:
 
     sl = vlm.image_slice(model)
     n_p = vlm.n_image_tokens(model)
-    builder = IndexBuilder(sae.n_latents, n_p, top_k)
+    builder = IndexBuilder(sae.n_latents, n_p, top_k, device=sae.W_enc.device)
     t0 = time.perf_counter()
     for i in range(0, len(specs), batch_size):
         chunk = specs[i:i + batch_size]

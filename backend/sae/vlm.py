@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from ..core.device import device_of
 from ..core.interventions import model_lock
 from . import scenes as S
 
@@ -88,7 +89,7 @@ def n_image_tokens(model) -> int:
 def prompt_ids(tokenizer, model, batch: int = 1) -> torch.Tensor:
     ids = [tokenizer.bos_token_id] + [model.config.image_token_index] * n_image_tokens(model) \
         + [tokenizer.convert_tokens_to_ids(PROMPT_WORD)]
-    return torch.tensor([ids] * batch)
+    return torch.tensor([ids] * batch, device=device_of(model))
 
 
 def image_slice(model) -> slice:
@@ -134,7 +135,7 @@ def generate_captions(model, tokenizer, images: np.ndarray, *, max_new_tokens: i
     for i in range(0, len(images), batch_size):
         imgs = images[i:i + batch_size]
         ids = prompt_ids(tokenizer, model, len(imgs))
-        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixel_values(imgs),
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixel_values(imgs).to(ids.device),
                              max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id,
                              eos_token_id=tokenizer.eos_token_id)
         for row in gen[:, ids.shape[1]:]:
@@ -206,7 +207,7 @@ def residuals(model, tokenizer, images: np.ndarray, hookpoint: str, *, batch_siz
             imgs = images[i:i + batch_size]
             ids = prompt_ids(tokenizer, model, len(imgs))
             grabbed.clear()
-            model(input_ids=ids, pixel_values=pixel_values(imgs), attention_mask=torch.ones_like(ids))
+            model(input_ids=ids, pixel_values=pixel_values(imgs).to(ids.device), attention_mask=torch.ones_like(ids))
             yield i, grabbed[0]
 
 
