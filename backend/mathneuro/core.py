@@ -67,7 +67,10 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
     """Σ_samples ‖X_j‖₂ per input feature j of every linear layer (norm over each sample's own
     tokens; padding excluded). Forward passes only; the hooks are removed whatever happens."""
     layers = dict(layers if layers is not None else linear_layers(model))
-    acc = {name: torch.zeros(m.in_features, dtype=torch.float64) for name, m in layers.items()}
+    # summed beside the weights and fetched once at the end: a host copy per layer and batch would
+    # synchronise the GPU hundreds of times per pass
+    acc = {name: torch.zeros(m.in_features, dtype=torch.float64, device=m.weight.device)
+           for name, m in layers.items()}
     state: dict[str, torch.Tensor] = {}
 
     def make_hook(name: str):
@@ -75,7 +78,7 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
             x = args[0]
             mask = state["mask"].to(x.device, x.dtype).unsqueeze(-1)  # (B, T, 1)
             sq = (x.float() ** 2 * mask).sum(dim=1)  # (B, in)
-            acc[name] += sq.sqrt().sum(dim=0).double().cpu()
+            acc[name] += sq.sqrt().sum(dim=0).double()
         return hook
 
     handles = []
@@ -94,7 +97,7 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
             for h in handles:
                 h.remove()
             model.train(was_training)
-    return acc
+    return {name: a.cpu() for name, a in acc.items()}
 
 
 def importance(model: nn.Module, norms: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
