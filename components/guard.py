@@ -84,8 +84,12 @@ def guarded(fn):
 
 
 # ZeroGPU seconds asked for by a model-touching handler of each tab. ZeroGPU stops a handler that runs
-# longer, so these are generous upper bounds (the services' own estimates, backend.core.zerogpu, stay
-# for callers outside Gradio); they are not yet measured on full-size checkpoints, which needs a GPU.
+# longer, so these are upper bounds with a wide margin (the services' own estimates,
+# backend.core.zerogpu, stay for callers outside Gradio). Measured on an H100 (docs/benchmarks.md):
+# the zoo's service calls take 8-413 ms; at full size one MambaLRP explanation of mamba-1.4b takes
+# 0.17 s, a NeMo localisation of one SD-1.4 prompt 4.3 s, MathNeuro identification 1.4 s per
+# 200 samples of a 1B model and a PiSSA init of all its layers 0.5 s. The Memorization and Adapters
+# handlers run whole tables and races, hence the maximum.
 HANDLER_GPU_SECONDS = {"relevance": 120, "features": 120, "memorization": MAX_DURATION,
                        "math_neurons": 180, "adapters": MAX_DURATION, "tour": 180}
 DEFAULT_GPU_SECONDS = 120
