@@ -67,7 +67,7 @@ class DigitsTask(Task):
         return self.x[i], self.y[i]
 
     def loss(self, model, batch):
-        x, y = (t.to(device_of(model)) for t in batch)  # the data stays on the host, once
+        x, y = (t.to(device_of(model)) for t in batch)  # the data stays on the host; batches follow the model
         return nn.functional.cross_entropy(model(x), y)
 
 
