@@ -10,12 +10,11 @@ Data of the zoo organism: `backend.mathneuro.data`; scoring: `backend.mathneuro.
 the tab's service layer (model loading, cached evaluations): `backend.mathneuro.service`.
 """
 from .core import (METHODS, activation_probability, consistency, count, find, identify,
-                   importance, input_norms, lape, layer_of, linear_layers, overlap, per_layer,
-                   per_module, random_like, saved_bytes, scaled, scores, subtract, top_fraction,
-                   top_masks, wanda)
+                   importance, input_norms, lape, layer_of, linear_layers, masks_from_norms, overlap,
+                   per_layer, per_module, random_like, saved_bytes, scaled, top_fraction, wanda)
 from .presets import HUB_PRESET, TAB, ZOO_PRESET
 
 __all__ = ["METHODS", "activation_probability", "consistency", "count", "find", "identify",
-           "importance", "input_norms", "lape", "layer_of", "linear_layers", "overlap", "per_layer",
-           "per_module", "random_like", "saved_bytes", "scaled", "scores", "subtract",
-           "top_fraction", "top_masks", "wanda", "HUB_PRESET", "TAB", "ZOO_PRESET"]
+           "importance", "input_norms", "lape", "layer_of", "linear_layers", "masks_from_norms",
+           "overlap", "per_layer", "per_module", "random_like", "saved_bytes", "scaled",
+           "top_fraction", "wanda", "HUB_PRESET", "TAB", "ZOO_PRESET"]

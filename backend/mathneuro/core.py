@@ -147,16 +147,7 @@ def top_fraction(scores: torch.Tensor, top_k: float) -> torch.Tensor:
     return mask.view(scores.shape)
 
 
-def top_masks(scores: Mapping[str, torch.Tensor], top_k: float) -> Masks:
-    return {name: top_fraction(s, top_k) for name, s in scores.items()}
-
-
 # ------------------------------------------------------------------------------------- methods
-def scores(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = False):
-    return importance(model, norms(model, samples, tokenizer=tokenizer, batch_size=batch_size,
-                                   include_lm_head=include_lm_head))
-
-
 def norms(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = False):
     return input_norms(model, samples, tokenizer=tokenizer, batch_size=batch_size,
                        layers=linear_layers(model, include_lm_head))
@@ -170,10 +161,6 @@ def identify(model: nn.Module, math_texts: Sequence, nonmath_texts: Sequence, to
     kw = dict(tokenizer=tokenizer, batch_size=batch_size, include_lm_head=include_lm_head)
     return masks_from_norms(model, norms(model, math_texts, **kw), top_k,
                             minus=norms(model, nonmath_texts, **kw))
-
-
-def subtract(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> Masks:
-    return {name: m & ~b[name] if name in b else m.clone() for name, m in a.items()}
 
 
 def wanda(model, math_texts, top_k: float, *, tokenizer=None, batch_size: int = 32,
