@@ -21,6 +21,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
+from ..core.device import device_of
 from ..core.interventions import indexable, model_lock, scale_weights
 
 METHODS = ("mathneuro", "wanda", "random", "lape")
@@ -88,7 +89,7 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
             model.eval()
             for name, m in layers.items():
                 handles.append(m.register_forward_pre_hook(make_hook(name)))
-            dev = next(model.parameters()).device
+            dev = device_of(model)
             for ids, mask in _batches(samples, tokenizer, batch_size):
                 state["mask"] = mask
                 # Right padding + causal attention: pads never reach the real tokens.
@@ -217,7 +218,7 @@ def activation_probability(model, samples, *, tokenizer=None, batch_size: int = 
         try:
             for g, _, _ in triples:
                 handles.append(mods[g].register_forward_hook(make_hook(g)))
-            dev = next(model.parameters()).device
+            dev = device_of(model)
             for ids, mask in _batches(samples, tokenizer, batch_size):
                 state["mask"] = mask
                 count["n"] += int(mask.sum())

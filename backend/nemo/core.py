@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from backend.core import limits
+from backend.core.device import device_of
 from backend.core.interventions import locked, scale_channels_many
 
 from .metrics import minmax_per_channel, pairwise_ssim, ssim
@@ -89,7 +90,7 @@ def encode_prompts(pipe, prompts: Sequence[str]) -> torch.Tensor:
     tok = pipe.tokenizer
     ids = tok(list(prompts), padding="max_length", max_length=tok.model_max_length,
               truncation=True, return_tensors="pt").input_ids
-    device = next(pipe.text_encoder.parameters()).device
+    device = device_of(pipe.text_encoder)
     with torch.no_grad():
         return pipe.text_encoder(ids.to(device))[0]
 
@@ -173,7 +174,7 @@ def generate(pipe, prompt: str, seeds: Iterable[int], *, guidance_scale: float =
         for t in sched.timesteps:
             eps = _eps(unet, sched.scale_model_input(latents, t), t, cond, uncond, guidance_scale)
             latents = sched.step(eps, t, latents).prev_sample
-    vdev = next(vae.parameters()).device
+    vdev = device_of(vae)
     vdtype = next(vae.parameters()).dtype
     with locked(vae):
         img = vae.decode((latents / vae.config.scaling_factor).to(vdev, vdtype)).sample.float().cpu()

@@ -112,7 +112,7 @@ def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = 
         from huggingface_hub import snapshot_download
 
         sae_dir = Path(snapshot_download(P.validate_hub_id(sae_id), allow_patterns=[f"{hookpoint}/*"]))
-    sae = load_sae(sae_dir, hookpoint=hookpoint, device=next(model.parameters()).device)
+    sae = load_sae(sae_dir, hookpoint=hookpoint, device=device_of(model))
     return Organism(f"hub:{sae_id}", sae_dir, model, processor.tokenizer, processor, sae,
                     vlm.resolve_hookpoint(model, hookpoint), model_id=f"hub:{model_id}|{sae_id}")
 
@@ -202,7 +202,7 @@ def processor_codes(org: Organism, image: np.ndarray, prompt: str = "<image> des
     """SAE codes [n_image_tokens, F] at the hookpoint for one image, through the model's own
     processor (the path the hub checkpoint uses; image positions = the image-token ids)."""
     inputs = org.processor(images=[image], text=[prompt], return_tensors="pt")
-    dev = next(org.model.parameters()).device
+    dev = device_of(org.model)
     inputs = {k: v.to(dev) for k, v in inputs.items()}
     grabbed = []
     with vlm.edit_residual(org.model, org.hookpoint, lambda h: grabbed.append(h.detach()) or None):
