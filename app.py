@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import traceback
 
 from backend.core import netenv
 from backend.core.presets import active_source
@@ -26,6 +28,7 @@ from components.gradio_fixes import atomic_image_cache  # noqa: E402
 from components.guard import guard_events  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
 
+log = logging.getLogger("workbench")
 QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
 
 
@@ -44,8 +47,8 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
             ctx = TabContext(tabs=tabs, source=source, registry=modules)
             for mod in modules:
                 with gr.Tab(mod.TITLE, id=mod.TAB_ID, elem_id=f"tab-{mod.TAB_ID}") as tab:
-                    mod.build(ctx)
-                    links.add_tab(mod.TAB_ID, tab)  # the "Link to this view" row
+                    ok = build_tab(mod, ctx)
+                    links.add_tab(mod.TAB_ID, tab, runs=ok)  # the "Link to this view" row
 
         # Deep links: ?tab=ID opens that tab; ?<elem_id>=<json> restores every linked input of every
         # tab (components.links); invalid values are skipped with a notice.
@@ -54,6 +57,32 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     # Bounded queue; model-touching events set their own per-device group (components.common).
     demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
     return demo
+
+
+def build_tab(mod, ctx: TabContext) -> bool:
+    """Build one tab; a tab that cannot start (a missing checkpoint, data or package) shows why in its
+    place, and the other tabs still serve. Returns whether the tab built."""
+    with gr.Column() as body:
+        try:
+            mod.build(ctx)
+            return True
+        except Exception as exc:  # noqa: BLE001 - any failure of one tab must not take the app down
+            log.error("tab %s could not start: %s", mod.TAB_ID, "".join(
+                traceback.format_exception_only(type(exc), exc)).strip())
+            failure = exc
+    # What the tab managed to build before failing stays hidden: half a tab would only mislead.
+    body.visible = False
+    gr.Markdown(tab_failure_text(mod.TITLE, ctx.source, failure), elem_classes=["wb-explain"],
+                elem_id=f"wb-tab-failed-{mod.TAB_ID}")
+    return False
+
+
+def tab_failure_text(title: str, source: str, exc: BaseException) -> str:
+    reason = str(exc).strip() or type(exc).__name__
+    hint = ("The other tabs work. With hub checkpoints this usually means a checkpoint or data set is not in "
+            "the Hugging Face cache and the hub cannot be reached, or a gated repository needs a token "
+            "(`HF_TOKEN`)." if source == "hub" else "The other tabs work; the server log has the details.")
+    return f"### {title} could not start\n\n**Why:** {reason[:600]}\n\n{hint}"
 
 
 def launch_kwargs() -> dict:

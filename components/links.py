@@ -233,6 +233,7 @@ class TabLinks:
     box: Any = None
     run: Any = None
     inputs: list = field(default_factory=list)
+    runs: bool = True  # False for a tab that failed to build: its LINK_RUNS events may not exist
 
 
 class DeepLinks:
@@ -242,9 +243,10 @@ class DeepLinks:
         self.tabs: list[TabLinks] = []
         self.registry: dict[str, Any] = {}
 
-    def add_tab(self, tab_id: str, tab) -> TabLinks:
-        """Call inside the gr.Tab, after the tab's own build(): adds the 'Link to this view' row."""
-        entry = TabLinks(tab_id, tab)
+    def add_tab(self, tab_id: str, tab, runs: bool = True) -> TabLinks:
+        """Call inside the gr.Tab, after the tab's own build(): adds the 'Link to this view' row.
+        `runs=False` (a tab that failed to build) skips its LINK_RUNS: its events may not exist."""
+        entry = TabLinks(tab_id, tab, runs=runs)
         with gr.Row(elem_classes=["wb-linkrow"]):
             entry.button = gr.Button("Link to this view", size="sm", scale=0, min_width=170,
                                      elem_id=f"{LINK_PREFIX}-btn-{tab_id}")
@@ -282,7 +284,7 @@ class DeepLinks:
         by_api = {fn.api_name: fn for fn in list(demo.fns.values()) if getattr(fn, "api_name", None)}
         plan = []
         for entry in self.tabs:
-            names = runs.get(entry.tab_id, ())
+            names = runs.get(entry.tab_id, ()) if entry.runs else ()
             fns = [by_api[n] for n in names if n in by_api]
             missing = [n for n in names if n not in by_api]
             if missing:

@@ -52,3 +52,27 @@ def test_importing_app_switches_analytics_and_telemetry_off():
     assert got["GRADIO_ANALYTICS_ENABLED"] == "False"
     assert got["HF_HUB_DISABLE_TELEMETRY"] in ("1", "True")
     assert got["HF_HUB_OFFLINE"] in ("1", "True")
+
+
+def test_a_tab_that_cannot_start_shows_why_and_the_app_still_builds(monkeypatch):
+    """A tab whose build raises (e.g. a hub checkpoint missing from the cache) must not kill the app:
+    its place shows the reason, what it half-built is hidden, and every other tab builds."""
+    mods = tab_modules()
+    broken = next(m for m in mods if m.TAB_ID == "memorization")
+
+    def explode(ctx):
+        gr.Markdown("half built")
+        raise RuntimeError("CompVis/stable-diffusion-v1-4 is not in the cache")
+
+    monkeypatch.setattr(broken, "build", explode)
+    demo = app.build_app("zoo")
+    tabs = {b.id for b in demo.blocks.values() if isinstance(b, gr.Tab)}
+    assert tabs == {m.TAB_ID for m in mods}
+    notes = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "wb-tab-failed-memorization"]
+    assert len(notes) == 1
+    assert "could not start" in notes[0].value and "not in the cache" in notes[0].value
+    half = [b for b in demo.blocks.values() if isinstance(b, gr.Markdown) and b.value == "half built"]
+    parent = half[0].parent
+    while parent is not None and not isinstance(parent, gr.Column):
+        parent = parent.parent
+    assert parent is not None and parent.visible is False
