@@ -29,16 +29,33 @@ Masks = dict[str, torch.Tensor]
 
 
 # ----------------------------------------------------------------------------------------- inputs
-def linear_layers(model: nn.Module, include_lm_head: bool = False) -> dict[str, nn.Linear]:
-    """Every `nn.Linear` of the model by module name; the output embedding (lm_head) is left out
-    unless asked for (as in Wanda-style pruning, which works on the decoder layers)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+def tied_head(model: nn.Module) -> nn.Module | None:
+    """The output embedding when it shares its weight with the input embedding, else None."""
+    get_out = getattr(model, "get_output_embeddings", None)
+    get_in = getattr(model, "get_input_embeddings", None)
+    head = get_out() if get_out else None
+    emb = get_in() if get_in else None
+    if head is None or emb is None or getattr(head, "weight", None) is None:
+        return None
+    w, e = head.weight, emb.weight
+    same = w is e or (w.shape == e.shape and w.device == e.device and w.data_ptr() == e.data_ptr())
+    return head if same else None
+
+
+def linear_layers(model: nn.Module, include_lm_head: bool = True) -> dict[str, nn.Linear]:
+    """Every `nn.Linear` of the model by module name, the paper's set: an untied output
+    embedding (lm_head) included, a tied one skipped (its weight is the input embedding, which
+    scaling it would change too). `include_lm_head=False` leaves an untied head out as well."""
+    get_out = getattr(model, "get_output_embeddings", None)
+    head = get_out() if get_out else None
+    skip = head if (not include_lm_head or tied_head(model) is not None) else None
     return {name: m for name, m in model.named_modules()
-            if isinstance(m, nn.Linear) and (include_lm_head or m is not head)}
+            if isinstance(m, nn.Linear) and (skip is None or m is not skip)}
 
 
 def _batches(samples: Sequence, tokenizer, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(ids, mask) right-padded batches from strings (needs a tokenizer), id lists or 1-D tensors."""
+    """(ids, mask) padded batches from strings (needs a tokenizer; padded on its own side), id
+    lists or 1-D tensors (padded on the right)."""
     if len(samples) == 0:
         raise ValueError("no samples given")
     for i in range(0, len(samples), batch_size):
@@ -77,8 +94,9 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
     def make_hook(name: str):
         def hook(_m, args):
             x = args[0]
-            mask = state["mask"].to(x.device, x.dtype).unsqueeze(-1)  # (B, T, 1)
-            sq = (x.float() ** 2 * mask).sum(dim=1)  # (B, in)
+            mask = state["mask"].to(x.device).unsqueeze(-1)  # (B, T, 1)
+            # where, not a product: a fully masked pad row may hold NaN, and NaN * 0 is NaN
+            sq = torch.where(mask, x.float() ** 2, 0.0).sum(dim=1)  # (B, in)
             acc[name] += sq.sqrt().sum(dim=0).double()
         return hook
 
@@ -92,13 +110,21 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
             dev = device_of(model)
             for ids, mask in _batches(samples, tokenizer, batch_size):
                 state["mask"] = mask
-                # Right padding + causal attention: pads never reach the real tokens.
-                model(input_ids=ids.to(dev), use_cache=False)
+                _forward(model, ids, mask, dev)
         finally:
             for h in handles:
                 h.remove()
             model.train(was_training)
     return {name: a.cpu() for name, a in acc.items()}
+
+
+def _forward(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, dev):
+    """One forward of a padded batch that gives each sample what it gets alone: the attention
+    mask keeps pads out (left padding would otherwise be attended to) and the position ids count
+    real tokens only (left padding would otherwise shift every position)."""
+    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    return model(input_ids=ids.to(dev), attention_mask=mask.long().to(dev), position_ids=pos.to(dev),
+                 use_cache=False)
 
 
 def importance(model: nn.Module, norms: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -140,24 +166,27 @@ def _check_k(top_k: float) -> float:
 
 
 def top_fraction(scores: torch.Tensor, top_k: float) -> torch.Tensor:
-    """Bool mask of the top `top_k` fraction of a matrix's entries (flattened)."""
-    k = max(1, int(round(_check_k(top_k) * scores.numel())))
-    idx = torch.topk(scores.flatten(), k, sorted=False).indices
+    """Bool mask of the top `top_k` fraction of a matrix's entries (flattened): int(K·N) entries,
+    rounded down as the paper's code counts them (a matrix smaller than 1/K gets none)."""
+    k = int(_check_k(top_k) * scores.numel())
     mask = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
-    mask[idx] = True
+    if k:
+        mask[torch.topk(scores.flatten(), k, sorted=False).indices] = True
     return mask.view(scores.shape)
 
 
 # ------------------------------------------------------------------------------------- methods
-def norms(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = False):
+def norms(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = True):
     return input_norms(model, samples, tokenizer=tokenizer, batch_size=batch_size,
                        layers=linear_layers(model, include_lm_head))
 
 
 def identify(model: nn.Module, math_texts: Sequence, nonmath_texts: Sequence, top_k: float, *,
-             tokenizer=None, batch_size: int = 32, include_lm_head: bool = False) -> Masks:
+             tokenizer=None, batch_size: int = 32, include_lm_head: bool = True) -> Masks:
     """MathNeuro: {weight name: BoolTensor} of the parameters in the top-`top_k` fraction of
-    Σ|W|·‖X‖ on math samples but not on non-math samples (per weight matrix)."""
+    Σ|W|·‖X‖ on math samples but not on non-math samples (per weight matrix), over every linear
+    layer an untied lm_head included (`linear_layers`). Norms are summed in float32/float64 as the
+    activations come, not rounded to the model's bf16."""
     _check_k(top_k)
     kw = dict(tokenizer=tokenizer, batch_size=batch_size, include_lm_head=include_lm_head)
     return masks_from_norms(model, norms(model, math_texts, **kw), top_k,
@@ -165,7 +194,7 @@ def identify(model: nn.Module, math_texts: Sequence, nonmath_texts: Sequence, to
 
 
 def wanda(model, math_texts, top_k: float, *, tokenizer=None, batch_size: int = 32,
-          include_lm_head: bool = False) -> Masks:
+          include_lm_head: bool = True) -> Masks:
     """Baseline: the math top-K without removing what matters for non-math too."""
     return masks_from_norms(model, norms(model, math_texts, tokenizer=tokenizer, batch_size=batch_size,
                                          include_lm_head=include_lm_head), top_k)
@@ -222,7 +251,7 @@ def activation_probability(model, samples, *, tokenizer=None, batch_size: int = 
             for ids, mask in _batches(samples, tokenizer, batch_size):
                 state["mask"] = mask
                 count["n"] += int(mask.sum())
-                model(input_ids=ids.to(dev), use_cache=False)
+                _forward(model, ids, mask, dev)
         finally:
             for h in handles:
                 h.remove()

@@ -72,10 +72,16 @@ def manual_norms(model, tok, samples):
     return acc
 
 
-def test_linear_layers_skip_lm_head(model):
-    names = core.linear_layers(model)
-    assert "lm_head" not in names and len(names) == 2 * 7
-    assert "lm_head" in core.linear_layers(model, include_lm_head=True)
+def test_linear_layers_take_an_untied_head_and_skip_a_tied_one(model):
+    names = core.linear_layers(model)  # the paper's set: every nn.Linear, the untied head included
+    assert "lm_head" in names and len(names) == 2 * 7 + 1
+    assert "lm_head" not in core.linear_layers(model, include_lm_head=False)
+    assert core.tied_head(model) is None
+    from transformers import LlamaForCausalLM
+
+    tied = LlamaForCausalLM(model.config.__class__(**{**model.config.to_dict(), "tie_word_embeddings": True}))
+    assert core.tied_head(tied) is tied.lm_head
+    assert "lm_head" not in core.linear_layers(tied) and len(core.linear_layers(tied)) == 2 * 7
 
 
 def test_input_norms_match_per_sample_computation_and_ignore_padding(model, tok, texts):
@@ -108,7 +114,7 @@ def test_identify_is_top_math_minus_top_nonmath(model, tok, texts):
         # |W|·‖X‖ recomputed from the definition
         w = params[name].detach().abs()
         torch.testing.assert_close(s_m[name], w * manual_norms(model, tok, m)[name[:-7]].float()[None])
-        kk = int(round(k * mask.numel()))
+        kk = int(k * mask.numel())  # floor, as the paper's code counts
         top_m = torch.zeros(mask.numel(), dtype=torch.bool)
         top_m[s_m[name].flatten().argsort(descending=True)[:kk]] = True
         top_n = torch.zeros(mask.numel(), dtype=torch.bool)
@@ -119,15 +125,44 @@ def test_identify_is_top_math_minus_top_nonmath(model, tok, texts):
     assert count_hooks(model) == 0
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padded_batches_give_the_masks_of_one_sample_at_a_time(side, texts):
+    """Batch 1 and batch 32 with either padding side: identical norms (to float precision) and
+    identical masks, on an untied Llama whose lm_head is scored too."""
+    from transformers import PreTrainedTokenizerFast
+
+    m = tiny_llama(seed=3)
+    tok = build_tokenizer()
+    tok.padding_side = side
+    # lengths from 9 to 40 tokens in one batch: heavy padding on the chosen side
+    rng = random.Random(0)
+    math = [t for t in data.texts_of(data.math_set(24, 1, split="train", steps=(1, 2, 3)))]
+    non = [data.story_with_facts(rng) if i % 2 else data.story(rng) for i in range(24)]
+    assert isinstance(tok, PreTrainedTokenizerFast)
+    one_m = core.input_norms(m, math, tokenizer=tok, batch_size=1)
+    all_m = core.input_norms(m, math, tokenizer=tok, batch_size=32)
+    assert "lm_head" in all_m
+    for n in one_m:
+        torch.testing.assert_close(all_m[n], one_m[n], rtol=1e-5, atol=1e-6)
+    a = core.identify(m, math, non, 0.1, tokenizer=tok, batch_size=1)
+    b = core.identify(m, math, non, 0.1, tokenizer=tok, batch_size=32)
+    assert set(a) == set(b) and "lm_head.weight" in a
+    assert all(torch.equal(a[n], b[n]) for n in a), [n for n in a if not torch.equal(a[n], b[n])]
+    ids = [tok(t)["input_ids"] for t in math]  # token ids: padded on the right, same result
+    torch.testing.assert_close(core.input_norms(m, ids, tokenizer=tok, batch_size=32)["lm_head"],
+                               one_m["lm_head"], rtol=1e-5, atol=1e-6)
+    assert count_hooks(m) == 0
+
+
 def test_same_data_for_both_sides_gives_an_empty_set(model, tok, texts):
     masks = core.identify(model, texts[0], texts[0], 0.1, tokenizer=tok)
     assert core.count(masks) == 0
 
 
-def test_top_fraction_counts():
+def test_top_fraction_counts_round_down():
     s = torch.rand(10, 20)
-    for k in (0.01, 0.15, 0.5, 1.0):
-        assert int(core.top_fraction(s, k).sum()) == max(1, round(k * 200))
+    for k, n in ((0.001, 0), (0.004, 0), (0.01, 2), (0.0149, 2), (0.15, 30), (0.5, 100), (1.0, 200)):
+        assert int(core.top_fraction(s, k).sum()) == n == int(k * 200)
     for bad in (0, -0.1, 1.5, 15, float("nan")):
         with pytest.raises(ValueError, match="fraction"):
             core.top_fraction(s, bad)
@@ -246,10 +281,10 @@ def test_overlap_per_layer_and_consistency(model, tok, texts):
     mn = core.identify(model, *texts, 0.15, tokenizer=tok)
     assert core.overlap(mn, mn) == 1.0
     layers = core.per_layer(mn)
-    assert set(layers) == {"0", "1"}
+    assert set(layers) == {"0", "1", "other"}  # "other": the untied lm_head
     assert sum(r["count"] for r in layers.values()) == core.count(mn)
     mods = core.per_module(mn)
-    assert set(mods) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert set(mods) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}
     cons = core.consistency(model, *texts, 0.15, tokenizer=tok, n_samples=(1, 6), n_subsets=2,
                             reference=mn)
     assert cons[6]["mean"] == pytest.approx(1.0)  # all samples: the reference itself
