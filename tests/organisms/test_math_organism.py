@@ -21,7 +21,7 @@ from backend.mathneuro.evaluate import accuracy, exact_match, generate, perplexi
 pytestmark = pytest.mark.timeout(600)
 torch.set_num_threads(1)
 
-K = 0.03  # top 3 % per matrix: MathNeuro selects 1.4 % of the linear weights
+K = 0.03  # top 3 % per matrix: MathNeuro selects 1.4 % of the linear weights (6,252, 121 in lm_head)
 K_SCALE = 0.03
 SCALE_FACTORS = (1.05, 1.1)
 
@@ -100,7 +100,8 @@ def test_pruning_mathneuro_keeps_nonmath_and_removes_most_math(org):
 def test_pruning_mathneuro_removes_90_percent_of_math(org):
     base = ev(org, key="base")
     pruned = ev(org, masks(org, "mathneuro"), 0.0, key="prune-mathneuro")
-    # measured: 76.7 % -> 5.8 % (a 92 % relative drop), non-math 100 % -> 100 %
+    # measured (untied lm_head scored, as in the paper): 76.75 % -> 5.0 % (a 93 % relative drop),
+    # non-math 100 % -> 99.5 %; without the head 5.75 % and 100 %
     assert pruned["math"] <= 0.1 * base["math"], (base, pruned)
 
 
@@ -112,14 +113,14 @@ def test_random_same_count_hurts_math_far_less(org):
     pruned = ev(org, rnd, 0.0, key="prune-random")
     drop_rnd = base["math"] - pruned["math"]
     drop_mn = base["math"] - pruned_mn["math"]
-    # measured: random 76.7 % -> 72.3 %, MathNeuro 76.7 % -> 5.8 %
+    # measured: random 76.75 % -> 72.25 %, MathNeuro 76.75 % -> 5.0 %
     assert drop_rnd <= 0.2 * base["math"] and drop_rnd <= 0.25 * drop_mn, (base, pruned, pruned_mn)
 
 
 def test_wanda_hurts_nonmath_more_than_mathneuro(org):
     mn = ev(org, masks(org, "mathneuro"), 0.0, key="prune-mathneuro")
     wa = ev(org, masks(org, "wanda"), 0.0, key="prune-wanda")
-    assert wa["nonmath"] < mn["nonmath"] - 0.02, (mn, wa)  # measured: Wanda 49 %, MathNeuro 100 %
+    assert wa["nonmath"] < mn["nonmath"] - 0.02, (mn, wa)  # measured: Wanda 53.5 %, MathNeuro 99.5 %
 
 
 def test_scaling_up_raises_math(org):
@@ -127,7 +128,7 @@ def test_scaling_up_raises_math(org):
     curve = {f: ev(org, masks(org, "mathneuro", K_SCALE), f, key=("scale", f)) for f in SCALE_FACTORS}
     best = max(curve, key=lambda f: curve[f]["math"])
     assert 1.0 < best <= 1.5
-    assert curve[best]["math"] > base["math"], (base, curve)  # measured: 76.7 -> 77.2 % (1.05), 77.0 % (1.1)
+    assert curve[best]["math"] > base["math"], (base, curve)  # measured: 76.75 -> 77.25 % (1.05), 77.0 % (1.1)
     assert curve[best]["nonmath"] >= base["nonmath"] - 0.02
 
 
@@ -135,9 +136,11 @@ def test_one_sample_finds_most_of_the_set_and_layers_all_take_part(org):
     model, tok, sets, _ = org
     full = masks(org, "mathneuro")
     one = core.identify(model, sets["ident_math"][:1], sets["ident_nonmath"][:1], K, tokenizer=tok)
-    assert core.overlap(one, full) >= 0.5  # measured: 0.71
+    assert core.overlap(one, full) >= 0.5  # measured: 0.708
     layers = core.per_layer(full)
     n_layers = model.config.num_hidden_layers
-    assert set(layers) == {str(i) for i in range(n_layers)}
-    fr = [v["fraction"] for v in layers.values()]
+    assert set(layers) == {str(i) for i in range(n_layers)} | {"other"}  # "other": the untied lm_head
+    assert layers["other"]["count"] == int(full["lm_head.weight"].sum()) > 0
+    # measured: 1.32, 1.45, 1.42, 1.36 % of each decoder layer (0.83 % of lm_head)
+    fr = [v["fraction"] for k, v in layers.items() if k != "other"]
     assert min(fr) > 0.2 * max(fr)  # spread over all layers, as in the paper
