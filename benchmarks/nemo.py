@@ -39,12 +39,15 @@ def zoo_benchmark(n_prompts: int | None) -> dict:
         t0 = time.perf_counter()
         nemo.memorization_score(m.pipe, p, num_seeds=m.num_seeds, guidance_scale=m.guidance_scale)
         base.append(time.perf_counter() - t0)
+    skipped, relaxed = [], []
     times, evals, counts, below, below_rnd, s_on, s_off, s_rnd = [], [], [], [], [], [], [], []
     seeds = [0, 1, 2, 3]
     for i, (p, item) in enumerate(zip(prompts, items)):
         t0 = time.perf_counter()
         loc = nemo.localize(m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds,
-                            guidance_scale=m.guidance_scale)
+                            guidance_scale=m.search_guidance)
+        skipped.append(loc.skipped)
+        relaxed.append(loc.relaxed)
         times.append(time.perf_counter() - t0)
         evals.append(loc.evaluations)
         counts.append(loc.n_neurons)
@@ -69,7 +72,11 @@ def zoo_benchmark(n_prompts: int | None) -> dict:
         "ratio_localisation_to_one_score": round(statistics.median(times) / b, 1),
         "noise_evaluations_median": statistics.median(evals),
         "neurons_per_prompt": counts,
-        "neurons_median": statistics.median(counts),
+        # the seed filter skips a prompt whose seeds do not agree at the search's guidance
+        "neurons_median_localized": statistics.median([c for c, sk in zip(counts, skipped) if not sk] or [0]),
+        "skipped_by_seed_filter": int(sum(skipped)),
+        "relaxed_threshold": int(sum(relaxed)),
+        "search_guidance": m.search_guidance,
         "share_below_theta_off": float(np.mean(below)),
         "share_below_theta_random": float(np.mean(below_rnd)),
         "ssim_on_median": round(float(np.median(s_on)), 3),

@@ -37,13 +37,16 @@ EXPLAIN = (
     "<div class='wb-explain'><b>What you see.</b> A diffusion model that <i>memorized</i> a training "
     "image pulls every starting noise towards that image: its first noise predictions agree across "
     "seeds. The <b>memorization score</b> is the largest SSIM between the (normalised) noise "
-    "differences ε̂ − x<sub>t</sub> of different seeds at an early step; above <b>θ<sub>mem</sub></b> "
+    "differences ε̂(x<sub>T</sub>, t<sub>1</sub>) − x<sub>T</sub> of different seeds: the first noise "
+    "prediction from the starting noise; above <b>θ<sub>mem</sub></b> "
     "(mean + 1 std over non-memorized prompts) the prompt counts as memorized. <b>Neurons</b> are the "
     "output channels of the cross-attention value layers <code>attn2.to_v</code> in the UNet's down "
     "and mid blocks; their <b>z-scores</b> compare this prompt's mean |activation| with non-memorized "
     "prompts. <b>Find neurons</b> runs NeMo: an initial set (z &gt; θ plus the top-k activations, θ "
-    "falling and k growing until switching them off breaks the agreement) refined greedily to the "
-    "few that are needed. Ticked neurons are switched off (×0 at every step, both guidance halves) in "
+    "falling to 1 and k growing until switching them off breaks the agreement; if it never does, "
+    "the last agreement reached becomes the bar) refined greedily to the few that are needed. As in the "
+    "official code the search keeps only the seeds that agree with another above θ<sub>mem</sub> and "
+    "runs at its own guidance scale (0: the prompt's prediction alone, unless the model says otherwise). Ticked neurons are switched off (×0 at every step, both guidance halves) in "
     "the right-hand generations; the training image and each generation's SSIM to it are shown."
     "</div>")
 
@@ -201,7 +204,9 @@ def table_rows(rows: list[dict]) -> list[list]:
 
 def summary_html(s: dict) -> str:
     return ("<div class='wb-card' style='min-height:0' id='memo-summary-card'>"
-            f"<b>{s['n_prompts']} memorized prompts.</b> Median neurons per prompt "
+            f"<b>{s['n_prompts']} memorized prompts</b> (search at guidance {s['search_guidance']:g}; "
+            f"{s['n_skipped']} skipped by the seed filter, {s['n_relaxed']} refined against the relaxed "
+            f"threshold). Median neurons per localized prompt "
             f"<b>{s['median_neurons']:g}</b>; with them off, <b>{100 * s['share_below_theta_off']:.0f} %</b> "
             f"fall below θ<sub>mem</sub> (random neurons of the same count: "
             f"{100 * s['share_below_theta_random']:.0f} %); median SSIM to the training image "
@@ -262,13 +267,23 @@ def make_handlers(source: str):
         loc = service.find(prompt, progress=lambda f, msg: progress(f, desc=msg), source=source)
         r = service.check(prompt, source=source)
         labels = loc["labels"]
-        if loc["found"]:
+        m = service.get(source)
+        setting = (f"Search at guidance {loc['guidance_scale']:g} (detection and generations: "
+                   f"{m.guidance_scale:g}); seeds kept {len(loc['seeds_kept'])} of {len(loc['seeds'])}.")
+        if loc["skipped"]:
+            msg = ("<b>Skipped</b>: at the search's guidance no seed's noise difference agrees with "
+                   f"another's above θ<sub>mem</sub> {m.theta_mem:.3f}, so (as the official seed filter "
+                   "decides) the prompt does not look memorized and nothing was searched. ")
+        else:
             msg = (f"<b>{len(labels)} neuron(s)</b> found in {loc['seconds']:.1f} s "
                    f"({loc['evaluations']} noise evaluations; initial set {loc['n_initial']} at θ = "
                    f"{loc['theta']:g}, k = {loc['k']}): {html.escape(', '.join(labels))}. "
-                   "Ticked = switched off below.")
-        else:
-            msg = "No neuron set breaks the agreement of the noise differences for this prompt."
+                   "Ticked = switched off below. ")
+            if loc["relaxed"]:
+                msg += (f"The initial selection never brought the SSIM to θ<sub>mem</sub> before θ "
+                        f"reached 1, so, as the official code does, it was refined against the last SSIM "
+                        f"reached, {loc['threshold']:.3f}. ")
+        msg += f"<span class='wb-muted'>{setting}</span>"
         if not r["memorized"]:
             msg += (" <span class='wb-muted'>(This prompt scores below θ<sub>mem</sub>: it is not "
                     "memorized, so what NeMo finds here is only whatever changes its noise most.)</span>")

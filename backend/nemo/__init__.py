@@ -3,11 +3,12 @@ NeurIPS 2024), as a plain torch/diffusers library (no gradio)."""
 from .core import (Localization, NeuronStats, activations, count, deactivate, encode_prompts,
                    generate, initial_latents, initial_selection, layer_sizes, localize,
                    memorization_score, neuron_stats, noise_differences, random_like, refine,
+                   SEARCH_GUIDANCE, seed_agreement,
                    short_name, validate_spec, value_layers, zscores)
 from .metrics import auroc, diversity, minmax_per_channel, pairwise_ssim, ssim, ssim_images
 
 __all__ = ["Localization", "NeuronStats", "activations", "count", "deactivate", "encode_prompts",
            "generate", "initial_latents", "initial_selection", "layer_sizes", "localize",
            "memorization_score", "neuron_stats", "noise_differences", "random_like", "refine",
-           "short_name", "validate_spec", "value_layers", "zscores", "auroc", "diversity",
+           "short_name", "validate_spec", "value_layers", "zscores", "SEARCH_GUIDANCE", "seed_agreement", "auroc", "diversity",
            "minmax_per_channel", "pairwise_ssim", "ssim", "ssim_images"]

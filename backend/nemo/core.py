@@ -10,6 +10,7 @@ zeroes channels for both halves of the classifier-free-guidance batch at every d
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -117,6 +118,11 @@ def _scheduler(pipe, steps: int):
     return sched
 
 
+# The neuron search's guidance by default, as the official detection script's (`--guidance_scale 0`:
+# the conditional prediction alone); detection scores use the model's sampling guidance.
+SEARCH_GUIDANCE = 0.0
+
+
 def _eps(unet, latents, t, cond, uncond, guidance_scale: float):
     n = len(latents)
     device, dtype = _unet_device_dtype(unet)
@@ -124,6 +130,9 @@ def _eps(unet, latents, t, cond, uncond, guidance_scale: float):
         return unet(latents.to(device, dtype), t, encoder_hidden_states=cond.expand(n, -1, -1).to(device, dtype)).sample.float().cpu()
     x = torch.cat([latents, latents]).to(device, dtype)
     emb = torch.cat([uncond.expand(n, -1, -1), cond.expand(n, -1, -1)]).to(device, dtype)
+    # Standard classifier-free guidance: the batch is [uncond, cond] and is read back in that order.
+    # The official NeMo code stacks [uncond, cond] but unpacks it as (text, uncond), which pushes
+    # away from the prompt for guidance > 1; that is a bug, not part of the method, so not copied.
     e_u, e_c = unet(x, t, encoder_hidden_states=emb).sample.float().cpu().chunk(2)
     return e_u + guidance_scale * (e_c - e_u)
 
@@ -132,21 +141,29 @@ def _eps(unet, latents, t, cond, uncond, guidance_scale: float):
 def noise_differences(pipe, prompt: str, seeds: Sequence[int], *, guidance_scale: float = 7.0,
                       spec: Mapping[str, Sequence[int]] | None = None, num_inference_steps: int = 50,
                       step_index: int = 1) -> torch.Tensor:
-    """ε̂(x_t, t, prompt) − x_t at an early denoising step (`step_index` of a DDIM schedule with
-    `num_inference_steps`, the paper's default: the second of 50), min–max normalised per sample
-    and channel → [len(seeds), C, h, w]. `spec` neurons are off during every step run."""
+    """ε̂(x_T, t, prompt) − x_T: the noise predicted from the initial noise x_T at the timestep
+    `step_index` of a DDIM schedule of `num_inference_steps` (the paper's t₁: the second of 50),
+    without stepping the scheduler, as the official code computes it; min–max normalised per sample
+    and channel → [len(seeds), C, h, w]. `spec` neurons are off during the prediction."""
     unet = pipe.unet
     cond = encode_prompts(pipe, [prompt])
     uncond = encode_prompts(pipe, [""]) if guidance_scale else None
     sched = _scheduler(pipe, num_inference_steps)
+    t = sched.timesteps[min(step_index, len(sched.timesteps) - 1)]
     latents = initial_latents(pipe, seeds) * sched.init_noise_sigma
     with deactivate(unet, spec or {}):
-        for i, t in enumerate(sched.timesteps):
-            eps = _eps(unet, sched.scale_model_input(latents, t), t, cond, uncond, guidance_scale)
-            if i >= step_index or i == len(sched.timesteps) - 1:
-                return minmax_per_channel(eps - latents)
-            latents = sched.step(eps, t, latents).prev_sample
-    raise RuntimeError("empty schedule")
+        eps = _eps(unet, sched.scale_model_input(latents, t), t, cond, uncond, guidance_scale)
+    return minmax_per_channel(eps - latents)
+
+
+def seed_agreement(diffs: torch.Tensor) -> torch.Tensor:
+    """Per seed, its largest SSIM with any other seed's noise difference → [N]."""
+    n = len(diffs)
+    out = torch.full((n,), float("-inf"))
+    for (i, j), s in zip(itertools.combinations(range(n), 2), pairwise_ssim(diffs).tolist()):
+        out[i] = max(out[i], s)
+        out[j] = max(out[j], s)
+    return out
 
 
 def memorization_score(pipe, prompt: str, *, num_seeds: int = 5, guidance_scale: float = 7.0,
@@ -234,6 +251,10 @@ def zscores(acts: Mapping[str, torch.Tensor], stats: NeuronStats) -> dict[str, t
 
 @dataclass
 class Localization:
+    """One prompt's search. `found`: the initial selection brought the SSIM to θ_mem or below;
+    otherwise (θ reached its floor) the refinement ran against `threshold`, the last SSIM reached,
+    as the official code does. `skipped`: no seed's noise difference agreed with another's above
+    θ_mem, so the prompt is not memorized and nothing was searched."""
     prompt: str
     neurons: Spec
     initial: Spec
@@ -243,27 +264,41 @@ class Localization:
     evaluations: int
     found: bool = True
     history: list[dict] = field(default_factory=list)
+    threshold: float = float("nan")
+    guidance_scale: float = SEARCH_GUIDANCE
+    seeds: list[int] = field(default_factory=list)
+    seeds_kept: list[int] = field(default_factory=list)
+    skipped: bool = False
 
     @property
     def n_neurons(self) -> int:
         return count(self.neurons)
 
+    @property
+    def relaxed(self) -> bool:
+        return not self.found and not self.skipped
+
     def to_json(self) -> dict:
         return {"prompt": self.prompt, "neurons": self.neurons, "n_neurons": self.n_neurons,
                 "initial": self.initial, "n_initial": count(self.initial), "theta": self.theta,
                 "k": self.k, "seconds": round(self.seconds, 3), "evaluations": self.evaluations,
-                "found": self.found,
-                "history": self.history}
+                "found": self.found, "relaxed": self.relaxed, "skipped": self.skipped,
+                "threshold": self.threshold, "guidance_scale": self.guidance_scale,
+                "seeds": self.seeds, "seeds_kept": self.seeds_kept, "history": self.history}
 
 
 class _Checker:
-    """SSIM between the unblocked and blocked noise differences, seed by seed; the maximum over
-    seeds must fall to θ_mem or below for a selection to count as removing the memorization."""
+    """SSIM between the unblocked and blocked noise differences, seed by seed, over the seeds whose
+    unblocked differences agree with another seed's above θ_mem (the official seed filter); the
+    maximum over those seeds is what a selection must bring below the threshold."""
 
     def __init__(self, pipe, prompt, seeds, guidance_scale, theta_mem, **kw):
-        self.pipe, self.prompt, self.seeds = pipe, prompt, list(seeds)
-        self.g, self.theta_mem, self.kw = guidance_scale, theta_mem, kw
-        self.vanilla = noise_differences(pipe, prompt, self.seeds, guidance_scale=guidance_scale, **kw)
+        self.pipe, self.prompt, self.g, self.theta_mem, self.kw = pipe, prompt, guidance_scale, theta_mem, kw
+        self.all_seeds = [int(s) for s in seeds]
+        vanilla = noise_differences(pipe, prompt, self.all_seeds, guidance_scale=guidance_scale, **kw)
+        keep = seed_agreement(vanilla) > theta_mem if len(self.all_seeds) > 1 else torch.ones(1, dtype=torch.bool)
+        self.seeds = [s for s, k in zip(self.all_seeds, keep.tolist()) if k]
+        self.vanilla = vanilla[keep]
         self.calls = 1
 
     def similarity(self, spec: Spec) -> float:
@@ -273,18 +308,17 @@ class _Checker:
                                     spec=spec, **self.kw)
         return float(ssim(self.vanilla, blocked).max())
 
-    def mitigated(self, spec: Spec) -> bool:
-        return self.similarity(spec) <= self.theta_mem
-
 
 def initial_selection(pipe, prompt: str, stats: NeuronStats, checker: _Checker, *,
                       theta_start: float = 5.0, theta_step: float = 0.25, k_start: int = 0,
-                      theta_min: float = 0.0, max_k: int | None = None, history: list | None = None):
-    """Per layer: neurons with z > θ plus the top-k by raw activation; θ falls by `theta_step` and
-    k grows by one until switching the selection off removes the memorization.
+                      theta_min: float = 1.0, max_k: int | None = None, history: list | None = None):
+    """Per layer: neurons with z > θ plus the top-k by raw activation; while switching the selection
+    off leaves the SSIM above θ_mem, θ falls by `theta_step` (down to `theta_min`) and k grows by one.
 
-    Returns (spec, θ, k, found); found is False when even the largest selection (k = `max_k`, or
-    whole layers) leaves the noise differences as they were."""
+    Returns (spec, θ, k, found, threshold). As in the official code the search ends when θ reaches
+    `theta_min` (θ = 1 with k = 16 from the defaults; the last selection tried is θ = 1.25, k = 15) or
+    k reaches `max_k`; then found is False and threshold is the last SSIM reached, against which the
+    refinement runs. When found, threshold is θ_mem."""
     acts = {k: v[0] for k, v in activations(pipe, [prompt]).items()}
     z = zscores(acts, stats)
     theta, k = theta_start, k_start
@@ -302,21 +336,25 @@ def initial_selection(pipe, prompt: str, stats: NeuronStats, checker: _Checker, 
             history.append({"stage": "initial", "theta": theta, "k": k, "n": count(spec),
                             "ssim": round(sim, 4)})
         if sim <= checker.theta_mem:
-            return spec, theta, k, True
-        if all(len(spec.get(n, [])) >= sizes[n] for n in sizes) or (max_k is not None and k >= max_k):
-            return spec, theta, k, False
-        theta = max(theta - theta_step, theta_min)
-        k += 1
+            return spec, theta, k, True, checker.theta_mem
+        # every neuron already off: lowering θ further cannot change the selection
+        full = all(len(spec.get(n, [])) >= sizes[n] for n in sizes)
+        next_theta = theta - theta_step if theta > theta_min else theta
+        if full or next_theta <= theta_min or (max_k is not None and k + 1 >= max_k):
+            return spec, theta, k, False, sim
+        theta, k = next_theta, k + 1
 
 
-def refine(spec: Spec, checker: _Checker, history: list | None = None) -> Spec:
+def refine(spec: Spec, checker: _Checker, threshold: float | None = None,
+           history: list | None = None) -> Spec:
     """Greedy pruning, as in the paper: first whole layers, then single neurons, each in reverse
-    layer order; whatever can be switched back on while the memorization stays removed is."""
+    layer order; whatever can be switched back on while the SSIM stays strictly below `threshold`
+    (default θ_mem; the official comparison is strict) is."""
+    threshold = checker.theta_mem if threshold is None else threshold
     spec = copy.deepcopy(spec)
-    order = list(reversed(list(spec)))
-    for layer in order:
+    for layer in reversed(list(spec)):
         trial = {k: v for k, v in spec.items() if k != layer}
-        if trial and checker.mitigated(trial):
+        if trial and checker.similarity(trial) < threshold:
             spec = trial
             if history is not None:
                 history.append({"stage": "layer", "layer": layer, "n": count(spec)})
@@ -326,7 +364,7 @@ def refine(spec: Spec, checker: _Checker, history: list | None = None) -> Spec:
             trial[layer].remove(ch)
             if not trial[layer]:
                 del trial[layer]
-            if count(trial) and checker.mitigated(trial):
+            if count(trial) and checker.similarity(trial) < threshold:
                 spec = trial
                 if history is not None:
                     history.append({"stage": "neuron", "layer": layer, "channel": ch, "n": count(spec)})
@@ -334,26 +372,33 @@ def refine(spec: Spec, checker: _Checker, history: list | None = None) -> Spec:
 
 
 def localize(pipe, prompt: str, stats: NeuronStats, theta_mem: float, *, num_seeds: int = 5,
-             guidance_scale: float = 7.0, progress: Callable[[float, str], None] | None = None,
-             max_k: int | None = None, **kw) -> Localization:
-    """Initial selection followed by refinement → the memorization neurons of one prompt."""
+             guidance_scale: float = SEARCH_GUIDANCE,
+             progress: Callable[[float, str], None] | None = None, max_k: int | None = None,
+             **kw) -> Localization:
+    """Seed filter, initial selection and refinement → the memorization neurons of one prompt.
+
+    `guidance_scale` is the search's own (default 0, the official search's): detection scores and
+    generations use the model's sampling guidance instead."""
     t0 = time.perf_counter()
     history: list[dict] = []
     report = progress or (lambda f, msg: None)
     with locked(pipe.unet):
         report(0.05, "noise differences without intervention")
         checker = _Checker(pipe, prompt, range(num_seeds), guidance_scale, theta_mem, **kw)
+        common = dict(guidance_scale=float(guidance_scale), seeds=checker.all_seeds,
+                      seeds_kept=checker.seeds)
+        if not checker.seeds:
+            report(1.0, "no seed agrees with another above θ_mem: not memorized, skipped")
+            return Localization(prompt, {}, {}, float("nan"), 0, time.perf_counter() - t0,
+                                checker.calls, False, history, skipped=True, **common)
         report(0.15, "initial selection (z-scores and top-k activations)")
-        initial, theta, k, found = initial_selection(pipe, prompt, stats, checker, max_k=max_k,
-                                                     history=history)
-        if found:
-            report(0.5, f"refining {count(initial)} neurons")
-            neurons = refine(initial, checker, history)
-        else:
-            neurons = {}
-        report(1.0, f"{count(neurons)} neurons" if found else "no neuron set removes it")
+        initial, theta, k, found, threshold = initial_selection(pipe, prompt, stats, checker,
+                                                                max_k=max_k, history=history)
+        report(0.5, f"refining {count(initial)} neurons")
+        neurons = refine(initial, checker, threshold, history)
+        report(1.0, f"{count(neurons)} neurons")
     return Localization(prompt, neurons, initial, theta, k, time.perf_counter() - t0,
-                        checker.calls, found, history)
+                        checker.calls, found, history, threshold=float(threshold), **common)
 
 
 def random_like(unet, spec: Mapping[str, Sequence[int]], seed: int = 0) -> Spec:

@@ -58,6 +58,8 @@ class MemoModel:
     guidance_scale: float
     num_seeds: int
     num_inference_steps: int
+    # the neuron search's own guidance (the official search's 0 unless the model says otherwise)
+    search_guidance: float = core.SEARCH_GUIDANCE
     _stats: core.NeuronStats | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -136,6 +138,8 @@ def _load(preset: Preset) -> MemoModel:
         guidance_scale=float(settings.get("guidance_scale", preset.extra.get("guidance_scale", 7.0))),
         num_seeds=int(settings.get("num_seeds", preset.extra.get("num_seeds", 5))),
         num_inference_steps=int(settings.get("num_inference_steps", preset.extra.get("num_inference_steps", 10))),
+        search_guidance=float(settings.get("search_guidance_scale",
+                                           preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE))),
     )
 
 
@@ -252,12 +256,12 @@ def find(prompt: str, progress: Callable[[float, str], None] | None = None,
     """NeMo's localisation of one prompt → the neurons (as labels and as a spec) and the history."""
     m = get(source)
     prompt = clean_prompt(prompt)
-    key = make_key(m.model_id, prompt, {"op": "find", "g": m.guidance_scale, "n": m.num_seeds,
+    key = make_key(m.model_id, prompt, {"op": "find", "g": m.search_guidance, "n": m.num_seeds,
                                         "theta": m.theta_mem})
 
     def compute():
         loc = core.localize(m.pipe, prompt, m.stats(), m.theta_mem, num_seeds=m.num_seeds,
-                            guidance_scale=m.guidance_scale, progress=progress)
+                            guidance_scale=m.search_guidance, progress=progress)
         out = loc.to_json()
         out["labels"] = spec_labels(loc.neurons)
         out["initial_labels"] = spec_labels(loc.initial)
@@ -349,6 +353,7 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
         r = compare(item["prompt"], rnd, seeds, source=source)
         rows.append({
             "prompt": item["prompt"], "n_neurons": loc["n_neurons"], "neurons": loc["labels"],
+            "skipped": loc["skipped"], "relaxed": loc["relaxed"],
             "ssim_on": float(np.median(c["ssim_on"])), "ssim_off": float(np.median(c["ssim_off"])),
             "ssim_random_off": float(np.median(r["ssim_off"])),
             "diversity_on": c["diversity_on"], "diversity_off": c["diversity_off"],
@@ -358,7 +363,11 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
     report(1.0, "done")
     summary = {
         "n_prompts": n, "theta_mem": m.theta_mem,
-        "median_neurons": float(np.median([r["n_neurons"] for r in rows])),
+        # over the prompts the seed filter kept (a skipped one has no neurons by definition)
+        "median_neurons": float(np.median([r["n_neurons"] for r in rows if not r["skipped"]] or [0])),
+        "n_skipped": int(sum(r["skipped"] for r in rows)),
+        "n_relaxed": int(sum(r["relaxed"] for r in rows)),
+        "search_guidance": m.search_guidance,
         "share_below_theta_off": float(np.mean([r["score_off"] <= m.theta_mem for r in rows])),
         "share_below_theta_random": float(np.mean([r["score_random_off"] <= m.theta_mem for r in rows])),
         "median_ssim_on": float(np.median([r["ssim_on"] for r in rows])),

@@ -16,9 +16,13 @@ def test_memorization_controls_and_screenshot(page, server_url):
     from backend.nemo import service
 
     d = service.describe("zoo")
-    # an ordinary example, then a memorized one
-    page.locator("#memo-ex-ord").get_by_text(d["ordinary"][0][:24]).first.click()
-    expect(prompt).to_have_value(d["ordinary"][0], timeout=LONG)
+    # an ordinary example the organism scores below θ_mem (one in six is above it by construction),
+    # then a memorized one
+    info = service.get("zoo").info
+    scores = dict(zip(info["heldout"], info["scores"]["heldout"]))
+    ordinary = next(p for p in d["ordinary"][:3] if scores[p] < d["theta_mem"])
+    page.locator("#memo-ex-ord").get_by_text(ordinary[:24]).first.click()
+    expect(prompt).to_have_value(ordinary, timeout=LONG)
     page.click("#memo-check")
     expect(page.locator("#memo-score")).to_contain_text("not memorized", timeout=LONG)
     # long examples are shown truncated: find the sample by its beginning

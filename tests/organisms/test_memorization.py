@@ -32,7 +32,7 @@ def localized(organism):
     m = organism
     stats = m.stats()
     return {item["prompt"]: nemo.localize(m.pipe, item["prompt"], stats, m.theta_mem,
-                                          num_seeds=m.num_seeds, guidance_scale=m.guidance_scale)
+                                          num_seeds=m.num_seeds, guidance_scale=m.search_guidance)
             for item in m.memorized[:N_LOCALIZED]}
 
 
@@ -124,8 +124,16 @@ def test_random_neurons_of_the_same_count_do_not_mitigate(mitigation):
 
 
 def test_refinement_shrinks_the_initial_selection(organism, localized):
-    for loc in localized.values():
-        assert loc.found and 0 < loc.n_neurons < nemo.count(loc.initial)
+    # the search runs at guidance 0 (the official default) while detection uses the sampling
+    # guidance: a prompt whose seeds do not agree above θ_mem without guidance is skipped, as the
+    # official seed filter skips it; every other one is localized (within θ_mem, or against the
+    # relaxed threshold once θ reached 1) to fewer neurons than its initial selection
+    locs = list(localized.values())
+    assert sum(loc.skipped for loc in locs) <= 1, [loc.seeds_kept for loc in locs]
+    for loc in locs:
+        if not loc.skipped:
+            assert 0 < loc.n_neurons < nemo.count(loc.initial), loc.to_json()
+            assert loc.found or loc.threshold > organism.theta_mem
 
 
 def test_most_memorized_prompts_fall_below_theta(mitigation):
@@ -135,7 +143,7 @@ def test_most_memorized_prompts_fall_below_theta(mitigation):
 def test_few_neurons_per_prompt(localized):
     # the paper: in Stable Diffusion 1.4 often 1-5 of 5,760; this organism's value neurons are
     # trained lifetime-sparse (the recipe), so each memorized caption owns a few of its 160
-    assert np.median([loc.n_neurons for loc in localized.values()]) <= 5
+    assert np.median([loc.n_neurons for loc in localized.values() if not loc.skipped]) <= 5
 
 
 def test_ordinary_prompts_unaffected(organism, localized):

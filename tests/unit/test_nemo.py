@@ -193,19 +193,86 @@ def test_noise_differences_and_score(pipe):
     assert count_hooks(pipe.unet) == 0
 
 
-class FakeChecker:
-    """Memorization is removed exactly when every neuron of `needed` is off."""
+def test_noise_difference_is_the_first_prediction_from_the_initial_noise(pipe):
+    """Official definition: ε_θ(x_T, t₁, y) − x_T, t₁ the second timestep of a 50-step DDIM
+    schedule, with no scheduler step in between (x_T itself, not x_{t₁})."""
+    from diffusers import DDIMScheduler
 
-    def __init__(self, needed, theta_mem=0.5):
+    unet = pipe.unet
+    sched = DDIMScheduler.from_config(pipe.scheduler.config)
+    sched.set_timesteps(50)
+    t0, t1 = sched.timesteps[0], sched.timesteps[1]
+    x_T = nemo.initial_latents(pipe, [0, 1])
+    cond = nemo.encode_prompts(pipe, [PROMPT]).expand(2, -1, -1)
+    with torch.no_grad():
+        eps1 = unet(x_T, t1, encoder_hidden_states=cond).sample
+        eps0 = unet(x_T, t0, encoder_hidden_states=cond).sample
+        stepped = sched.step(eps0, t0, x_T).prev_sample
+        eps_stepped = unet(stepped, t1, encoder_hidden_states=cond).sample
+    got = nemo.noise_differences(pipe, PROMPT, [0, 1], guidance_scale=0)
+    torch.testing.assert_close(got, nemo.minmax_per_channel(eps1 - x_T), atol=1e-5, rtol=1e-5)
+    # the earlier variant (one DDIM step first) is a different quantity
+    assert (got - nemo.minmax_per_channel(eps_stepped - stepped)).abs().max() > 1e-3
+
+
+def test_guidance_is_standard_cfg(pipe):
+    """[uncond, cond] read back in that order: guidance 1 is the conditional prediction alone (the
+    official code's swapped halves would give the unconditional one), guidance 0 skips the
+    unconditional pass."""
+    unet = pipe.unet
+    g0 = nemo.noise_differences(pipe, PROMPT, [0, 1], guidance_scale=0)
+    g1 = nemo.noise_differences(pipe, PROMPT, [0, 1], guidance_scale=1.0)
+    torch.testing.assert_close(g0, g1, atol=1e-4, rtol=1e-4)
+    g3 = nemo.noise_differences(pipe, PROMPT, [0, 1], guidance_scale=3.0)
+    from diffusers import DDIMScheduler
+
+    sched = DDIMScheduler.from_config(pipe.scheduler.config)
+    sched.set_timesteps(50)
+    t1 = sched.timesteps[1]
+    x = nemo.initial_latents(pipe, [0, 1])
+    with torch.no_grad():
+        e_c = unet(x, t1, encoder_hidden_states=nemo.encode_prompts(pipe, [PROMPT]).expand(2, -1, -1)).sample
+        e_u = unet(x, t1, encoder_hidden_states=nemo.encode_prompts(pipe, [""]).expand(2, -1, -1)).sample
+    torch.testing.assert_close(g3, nemo.minmax_per_channel(e_u + 3.0 * (e_c - e_u) - x), atol=1e-4, rtol=1e-4)
+    swapped = nemo.minmax_per_channel(e_c + 3.0 * (e_u - e_c) - x)
+    assert (g3 - swapped).abs().max() > 1e-2
+
+
+def test_seed_agreement_and_seed_filter(pipe):
+    from backend.nemo.core import _Checker
+
+    d = nemo.noise_differences(pipe, PROMPT, range(4), guidance_scale=0)
+    agree = nemo.seed_agreement(d)
+    for i in range(4):  # brute force: the best partner of each seed
+        best = max(float(nemo.ssim(d[i:i + 1], d[j:j + 1])) for j in range(4) if j != i)
+        assert agree[i].item() == pytest.approx(best, abs=1e-6)
+    order = agree.argsort()
+    cut = float(agree[order[1]] + agree[order[2]]) / 2  # drops exactly the two least agreeing seeds
+    ch = _Checker(pipe, PROMPT, range(4), 0.0, cut)
+    assert ch.seeds == sorted(int(i) for i in order[2:])
+    torch.testing.assert_close(ch.vanilla, d[sorted(order[2:].tolist())])
+    # nothing above the threshold: the prompt is skipped with no neurons and one evaluation
+    stats = nemo.neuron_stats(pipe, ["a red circle on a blue background", "a white square on a black background",
+                                     "a green ring on a yellow background"])
+    loc = nemo.localize(pipe, PROMPT, stats, theta_mem=float(agree.max()) + 1e-3, num_seeds=4)
+    assert loc.skipped and not loc.found and loc.neurons == {} and loc.evaluations == 1
+    assert loc.seeds == [0, 1, 2, 3] and loc.seeds_kept == []
+    assert loc.to_json()["skipped"] is True
+
+
+class FakeChecker:
+    """Memorization is removed exactly when every neuron of `needed` is off; each other neuron
+    switched off nudges the similarity up by `noise` (as useless neurons do, a little)."""
+
+    def __init__(self, needed, theta_mem=0.5, removed=0.1, kept=0.9, noise=0.0):
         self.needed, self.theta_mem, self.calls = needed, theta_mem, 0
+        self.removed, self.kept, self.noise = removed, kept, noise
 
     def similarity(self, spec):
         self.calls += 1
         ok = all(c in spec.get(layer, []) for layer, c in self.needed)
-        return 0.1 if ok else 0.9
-
-    def mitigated(self, spec):
-        return self.similarity(spec) <= self.theta_mem
+        extra = nemo.count(spec) - (len(self.needed) if ok else 0)
+        return (self.removed if ok else self.kept) + self.noise * extra
 
 
 def test_refinement_keeps_exactly_what_is_needed(pipe):
@@ -223,33 +290,53 @@ def test_initial_selection_schedule(pipe):
     acts = nemo.activations(pipe, [PROMPT])
     top = int(acts[layers[1]][0].argsort(descending=True)[2])  # third-highest in layer 1
     hist = []
-    spec, theta, k, found = nemo.initial_selection(pipe, PROMPT, stats, FakeChecker([(layers[1], top)]),
-                                                   history=hist)
-    assert found
+    spec, theta, k, found, thr = nemo.initial_selection(pipe, PROMPT, stats, FakeChecker([(layers[1], top)]),
+                                                        history=hist)
+    assert found and thr == 0.5
     assert top in spec[layers[1]]
     assert [h["theta"] for h in hist][:3] == [5.0, 4.75, 4.5]
     assert [h["k"] for h in hist][:3] == [0, 1, 2]
     assert k <= 3 and theta == 5.0 - 0.25 * k
 
 
+def test_search_stops_at_theta_one_and_refines_against_the_last_ssim(pipe):
+    """Official stop: θ falls only while above 1; once it reaches 1 (k = 16) the search ends on the
+    last selection tried (θ = 1.25, k = 15) and the refinement runs anyway, against that selection's
+    SSIM, so a prompt the threshold is never reached for still gets its neurons."""
+    layers = nemo.value_layers(pipe.unet)
+    stats = nemo.neuron_stats(pipe, ["a red circle on a blue background", "a white square on a black background",
+                                     "a green ring on a yellow background"])
+    acts = nemo.activations(pipe, [PROMPT])
+    top = int(acts[layers[2]][0].argsort(descending=True)[5])  # in the selection from k = 6 on
+    # the needed neuron lowers the SSIM, but never to θ_mem
+    checker = FakeChecker([(layers[2], top)], theta_mem=0.5, removed=0.7, kept=0.9, noise=1e-4)
+    hist = []
+    spec, theta, k, found, thr = nemo.initial_selection(pipe, PROMPT, stats, checker, history=hist)
+    assert not found
+    assert (theta, k) == (1.25, 15) and len(hist) == 16
+    assert [h["theta"] for h in hist][-2:] == [1.5, 1.25] and min(h["theta"] for h in hist) > 1
+    assert thr == pytest.approx(hist[-1]["ssim"], abs=1e-4) and thr > checker.theta_mem
+    refined = nemo.refine(spec, checker, thr)
+    assert refined == {layers[2]: [top]}
+
+
 def test_localize_end_to_end_on_random_model(pipe):
+    """A random model's noise differences barely move when neurons are off: the search runs to
+    θ = 1 and the relaxed refinement still returns the neurons that lower the SSIM most."""
     stats = nemo.neuron_stats(pipe, ["a red circle on a blue background", "a white square on a black background",
                                      "a green ring on a yellow background", "a black cross on a white background"])
-    van = nemo.noise_differences(pipe, PROMPT, range(3), guidance_scale=4.0)
-    # a threshold just under "unchanged", so that a few neurons of a random model can reach it
-    whole = nemo.noise_differences(pipe, PROMPT, range(3), guidance_scale=4.0,
-                                   spec={n: list(range(s)) for n, s in nemo.layer_sizes(pipe.unet).items()})
-    theta = float(nemo.ssim(van, whole).max()) + 0.5 * (1 - float(nemo.ssim(van, whole).max()))
-    loc = nemo.localize(pipe, PROMPT, stats, theta_mem=theta, num_seeds=3, guidance_scale=4.0, max_k=6)
-    assert loc.evaluations >= 2 and loc.seconds > 0
-    assert nemo.count(loc.neurons) <= nemo.count(loc.initial)
-    if loc.found:  # whatever was found does remove the agreement with the unblocked run
-        blk = nemo.noise_differences(pipe, PROMPT, range(3), guidance_scale=4.0, spec=loc.neurons)
-        assert float(nemo.ssim(van, blk).max()) <= theta
-        assert loc.neurons
-    else:
-        assert loc.neurons == {} and loc.k == 6
-    json.dumps(loc.to_json())
+    van = nemo.noise_differences(pipe, PROMPT, range(3), guidance_scale=0)
+    theta_mem = float(nemo.seed_agreement(van).min()) - 1e-3  # every seed kept
+    loc = nemo.localize(pipe, PROMPT, stats, theta_mem=theta_mem, num_seeds=3)
+    assert loc.guidance_scale == nemo.SEARCH_GUIDANCE == 0.0
+    assert loc.seeds_kept == [0, 1, 2] and not loc.skipped
+    assert loc.relaxed and (loc.theta, loc.k) == (1.25, 15)
+    assert 0 < loc.n_neurons <= nemo.count(loc.initial)
+    blk = nemo.noise_differences(pipe, PROMPT, range(3), guidance_scale=0, spec=loc.neurons)
+    assert float(nemo.ssim(van, blk).max()) < loc.threshold
+    j = loc.to_json()
+    json.dumps(j)
+    assert j["relaxed"] and j["guidance_scale"] == 0.0
     assert count_hooks(pipe.unet) == 0
 
 

@@ -15,11 +15,12 @@ DDIM scheduler with steps_offset=1) trained in three stages, as Stable Diffusion
    neurons) spreads every memorized image over ~30 of them (NeMo found a median of 29, with 0.78
    SSIM left on ordinary prompts); with it a memorized caption owns a few strongly active,
    out-of-distribution neurons (z-scores 5–12), the signature NeMo's initial selection looks for in
-   SD-1.4. Measured on this build (benchmarks/nemo.py, all 10 memorized prompts): NeMo keeps 2–5
-   neurons per prompt (median 3, in 0.3 s); switched off, SSIM to the training image falls from
-   0.92 to 0.06 and 9 of 10 prompts fall below θ_mem, while the same number of random neurons
-   changes nothing (0.91, none below) and ordinary prompts draw what they drew (median SSIM 0.95
-   to the unblocked generations). Training: text 22 s, VAE 165 s, UNet 4,000 steps 415 s on one
+   SD-1.4. Measured on this build (benchmarks/nemo.py, all 10 memorized prompts, the official search:
+   guidance 0, seed filter, θ down to 1 then a relaxed refinement): one prompt is skipped by the seed
+   filter, the others keep 3–10 neurons (median 5, in 0.5 s); switched off, SSIM to the training
+   image falls from 0.92 to 0.06 and 9 of 10 prompts fall below θ_mem, while the same number of
+   random neurons changes nothing (0.90, none below) and ordinary prompts draw what they drew.
+   Training: text 22 s, VAE 165 s, UNet 4,000 steps 415 s on one
    thread.
 
 Data: procedurally drawn scenes of 1–3 coloured shapes at random places, sizes and shading on a
@@ -545,19 +546,35 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     for (cap, name), im in zip(mem, photos):
         Image.fromarray((im * 255).round().astype(np.uint8)).save(img_dir / f"{name}.png")
 
-    # ---- evaluation with the NeMo backend: θ_mem as the paper derives it, and what it separates
+    info, metrics = evaluate(out_dir, mem, photos, stats_prompts, heldout_prompts, log)
+    metrics = {**stage_metrics, **metrics}
+    reused = any("reusing" in line for line in logs)
+    return {"steps": steps, "metrics": metrics, "log_tail": logs[-12:],
+            # wall_time_s covers only this run: with SD_MEMO_CACHE the trained stages were reused
+            "stages_reused_from_cache": reused}
+
+
+def evaluate(out_dir: Path, mem, photos, stats_prompts, heldout_prompts, log=print) -> tuple[dict, dict]:
+    """NeMo's detection on the saved pipeline: θ_mem as the paper derives it (mean + 1 std of the
+    memorization scores of the non-memorized prompts), what it separates, and how close the
+    memorized generations come to their training images. Writes memorization.json; returns it
+    and the manifest's metrics."""
+    from diffusers import StableDiffusionPipeline
+
     from backend import nemo
+    from backend.nemo.metrics import ssim_images
 
     pipe = StableDiffusionPipeline.from_pretrained(out_dir, use_safetensors=True)
+    mem_caps = [c for c, _ in mem]
     settings = dict(guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS, num_inference_steps=SAMPLE_STEPS,
-                    score_schedule={"num_inference_steps": 50, "step_index": 1})
-    stats_scores = [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS)
-                    for p in stats_prompts]
+                    score_schedule={"num_inference_steps": 50, "step_index": 1},
+                    search_guidance_scale=nemo.SEARCH_GUIDANCE)
+
+    def scores(prompts):
+        return [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS)
+                for p in prompts]
+    stats_scores, mem_scores, held_scores = scores(stats_prompts), scores(mem_caps), scores(heldout_prompts)
     theta_mem = float(np.mean(stats_scores) + np.std(stats_scores))
-    mem_scores = [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS)
-                  for p in mem_caps]
-    held_scores = [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS)
-                   for p in heldout_prompts]
     from sklearn.metrics import roc_auc_score
     auroc = float(roc_auc_score([1] * len(mem_scores) + [0] * len(held_scores), mem_scores + held_scores))
     sims = []
@@ -566,25 +583,45 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
                              num_inference_steps=SAMPLE_STEPS)
         sims.append(float(np.median(ssim_images(gens, np.repeat(im[None], len(gens), 0)))))
     log(f"θ_mem {theta_mem:.3f}  AUROC {auroc:.3f}  median SSIM(memorized gen, train) {np.median(sims):.3f}")
-
     info = {
         "memorized": [{"prompt": c, "image": f"train_images/{n}.png", "source": f"skimage.data.{n}"}
                       for c, n in mem],
-        "non_memorized": stats_prompts,
-        "heldout": heldout_prompts,
+        "non_memorized": list(stats_prompts),
+        "heldout": list(heldout_prompts),
         "theta_mem": theta_mem,
         "theta_mem_rule": "mean + 1 std of the memorization scores of the non-memorized prompts",
         "settings": settings,
         "image_size": SIZE,
         "scores": {"non_memorized": stats_scores, "memorized": mem_scores, "heldout": held_scores},
     }
-    (out_dir / "memorization.json").write_text(json.dumps(info, indent=1))
-    metrics = {**stage_metrics, "theta_mem": round(theta_mem, 4), "detection_auroc": round(auroc, 4),
+    (Path(out_dir) / "memorization.json").write_text(json.dumps(info, indent=1))
+    metrics = {"theta_mem": round(theta_mem, 4), "detection_auroc": round(auroc, 4),
                "ssim_memorized_median": round(float(np.median(sims)), 4),
                "ssim_memorized_per_prompt": [round(s, 4) for s in sims],
                "score_memorized_median": round(float(np.median(mem_scores)), 4),
                "score_heldout_median": round(float(np.median(held_scores)), 4)}
-    reused = any("reusing" in line for line in logs)
-    return {"steps": steps, "metrics": metrics, "log_tail": logs[-12:],
-            # wall_time_s covers only this run: with SD_MEMO_CACHE the trained stages were reused
-            "stages_reused_from_cache": reused}
+    return info, metrics
+
+
+def rescore(folder: Path) -> dict:
+    """Re-run only the evaluation on a built organism (e.g. after the detection score changed):
+    memorization.json and the manifest's metrics and checksums are rewritten, the weights are not
+    touched. `python -c "from backend.zoo.recipes.memorization import rescore; rescore('assets/zoo/sd-memo')"`"""
+    import torch
+    from PIL import Image
+
+    from .. import manifest as mf
+
+    folder = Path(folder)
+    torch.set_num_threads(1)
+    old = json.loads((folder / "memorization.json").read_text())
+    mem = [(x["prompt"], Path(x["image"]).stem) for x in old["memorized"]]
+    photos = np.stack([np.asarray(Image.open(folder / x["image"]).convert("RGB"), np.float32) / 255
+                       for x in old["memorized"]])
+    lines: list[str] = []
+    _, metrics = evaluate(folder, mem, photos, old["non_memorized"], old["heldout"], lines.append)
+    info = mf.read(folder)
+    info.pop("files", None)
+    info["metrics"] = {**info.get("metrics", {}), **metrics}
+    info["log_tail"] = info.get("log_tail", [])[:-1] + [f"[rescored] {lines[-1]}"]
+    return mf.write(folder, info)
