@@ -1,8 +1,17 @@
-"""The SAE feature index (backend.sae.index) over a whole scene set, sharded across processes and
-merged exactly.
+"""The SAE feature index (backend.sae.index) over a whole image set, sharded across processes and
+merged exactly: the zoo organism's scene set, or a hub VLM + SAE over an image folder or dataset.
 
     torchrun --nproc_per_node 2 -m backend.precompute.sae_index --out DIR --cpu [--images 2048]
     accelerate launch --num_processes 8 -m backend.precompute.sae_index --out DIR
+    accelerate launch --num_processes 8 -m backend.precompute.sae_index --source hub \
+        --image-folder IMAGES --out DIR [--model ID --sae ID --hookpoint model.layers.24]
+    (or --dataset NAME --split train --image-column image, with the `datasets` package)
+
+With --source hub the index is over the base image's patches of LLaVA-NeXT (see
+backend.sae.features), each image's forward pass stopped at the hookpoint; a chunk (--chunk images)
+runs in batches of --batch images. Point the app at the result with
+WORKBENCH_SAE_INDEX=DIR/feature_index.safetensors (the tab also finds it beside the SAE, or where
+its own build writes).
 
 Each chunk of images (fixed boundaries, `--chunk` images, one forward batch) is indexed on its own:
 per feature its top-k images with their per-patch maps, and the raw statistics (firing count, sum of
@@ -118,18 +127,85 @@ def run(org, out: Path, *, n_images: int | None = None, top_k: int = 16, chunk: 
     return index
 
 
+def hub_signature(org, source, top_k: int, chunk: int, batch: int) -> str:
+    h = hashlib.sha256(source.digest().encode())
+    h.update(json.dumps([org.model_id, org.hookpoint, org.sae.n_latents, top_k, chunk, batch]).encode())
+    return h.hexdigest()[:16]
+
+
+def run_hub(org, source, out: Path, *, top_k: int = 16, chunk: int = 64, batch: int = 4, state=None,
+            stop_after: int | None = None) -> FeatureIndex | None:
+    """Index the images of `source` with a hub organism (backend.sae.features.load_hub); the same
+    file, format and metadata as the tab's own build (`features.index_images`)."""
+    from ..sae import features as FT
+    from ..sae.index import build_streaming
+
+    if len(source) == 0:
+        raise ValueError("no images to index")
+    v = org.model.config.vision_config
+    n_p = (v.image_size // v.patch_size) ** 2
+
+    def compute(start: int, end: int) -> Tensors:
+        b = build_streaming(lambda a, z: FT.encode_images(org, [source.load(start + i) for i in range(a, z)]),
+                            end - start, org.sae.n_latents, n_p, top_k=top_k, batch_size=batch)
+        # build_streaming numbers the images from 0: shift them to their place in the source
+        b.top_ids = torch.where(b.top_ids >= 0, b.top_ids + start, b.top_ids)
+        return _state(b)
+
+    t0 = time.perf_counter()
+    job = ShardedJob("sae-index", Path(out), len(source), chunk, compute, lambda p: merge_states(p, top_k),
+                     signature=hub_signature(org, source, top_k, chunk, batch))
+    merged = job.run(state, final_name=STATE_FILE, stop_after=stop_after)
+    if merged is None:
+        return None
+    meta = FT.index_meta(org, source, top_k, build_s=round(time.perf_counter() - t0, 2),
+                         precompute={"chunk": chunk, "batch": batch, "chunks": -(-len(source) // chunk),
+                                     "processes": int(getattr(state, "num_processes", 1))})
+    index = to_index(merged, meta)
+    final = Path(out) / INDEX_FILE
+    tmp = final.with_suffix(".tmp")
+    index.save(tmp)
+    tmp.replace(final)
+    return index
+
+
 def main(argv: list[str] | None = None) -> None:
-    ap = job_parser(__doc__, chunk=64, chunk_help="images per chunk (= one forward batch)")
+    ap = job_parser(__doc__, chunk=64, chunk_help="images per chunk (zoo: one forward batch)")
+    ap.add_argument("--source", choices=("zoo", "hub"), default="zoo")
     ap.add_argument("--organism", default="llava-scenes-sae", help="zoo SAE organism (scene set + SAE)")
-    ap.add_argument("--images", type=int, default=None, help="index the first N scenes (default: all)")
+    ap.add_argument("--images", type=int, default=None, help="index the first N images (default: all)")
     ap.add_argument("--top-k", type=int, default=16)
+    hub = ap.add_argument_group("hub (--source hub)")
+    hub.add_argument("--model", default=None, help="hub id or allowed local folder of the VLM (default: the preset's)")
+    hub.add_argument("--sae", default=None, help="hub id or allowed local folder of the SAE repo (default: the preset's)")
+    hub.add_argument("--hookpoint", default=None, help="the SAE's hookpoint folder (default: model.layers.24)")
+    hub.add_argument("--image-folder", type=Path, default=None, help="index the images of this folder (recursively)")
+    hub.add_argument("--dataset", default=None, help="or a `datasets` image dataset (name or local path)")
+    hub.add_argument("--split", default="train")
+    hub.add_argument("--image-column", default="image")
+    hub.add_argument("--batch", type=int, default=4, help="images per forward pass")
     args = ap.parse_args(argv)
     state = job_state(args)
-    from ..sae.features import load_organism
+    from ..sae import features as FT
 
-    org = load_organism(args.organism)
-    index = run(org, args.out, n_images=args.images, top_k=args.top_k, chunk=args.chunk, state=state,
-                stop_after=args.stop_after)
+    if args.source == "hub":
+        from ..sae.index import ImageSource
+
+        if (args.image_folder is None) == (args.dataset is None):
+            ap.error("--source hub needs exactly one of --image-folder or --dataset")
+        source = (ImageSource.folder(args.image_folder, args.images) if args.image_folder is not None
+                  else ImageSource.dataset(args.dataset, args.split, args.image_column, args.images))
+        if args.cpu:
+            import os
+
+            os.environ["WORKBENCH_DEVICE"] = "cpu"  # the loaders place models by this
+        org = FT.load_hub(args.model or FT.HUB_MODEL, args.sae or FT.HUB_SAE, args.hookpoint or FT.HUB_HOOKPOINT)
+        index = run_hub(org, source, args.out, top_k=args.top_k, chunk=args.chunk, batch=args.batch, state=state,
+                        stop_after=args.stop_after)
+    else:
+        org = FT.load_organism(args.organism)
+        index = run(org, args.out, n_images=args.images, top_k=args.top_k, chunk=args.chunk, state=state,
+                    stop_after=args.stop_after)
     if state.is_main_process and index is not None:
         print(json.dumps({"written": str(args.out / INDEX_FILE), **index.meta}))
 

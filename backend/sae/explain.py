@@ -20,15 +20,19 @@ from . import scenes as S
 REL_THRESHOLD = 0.5
 
 
-def upsample(maps: torch.Tensor, size: int) -> torch.Tensor:
-    """[n, g, g] per-patch maps → [n, size, size] (bilinear)."""
+def upsample(maps: torch.Tensor, size) -> torch.Tensor:
+    """[n, gh, gw] per-patch maps → [n, H, W] (bilinear); `size` is H = W or (H, W). A square map
+    over a picture of another shape (LLaVA-NeXT's base image is the picture squashed to a square)
+    is stretched back onto the picture."""
+    maps = torch.as_tensor(maps)
     if maps.ndim == 2:
         maps = maps[None]
-    return F.interpolate(maps.float()[:, None], size=(size, size), mode="bilinear", align_corners=False)[:, 0]
+    hw = (int(size), int(size)) if isinstance(size, (int, np.integer)) else tuple(int(x) for x in size)
+    return F.interpolate(maps.float()[:, None], size=hw, mode="bilinear", align_corners=False)[:, 0]
 
 
-def regions(maps: torch.Tensor, size: int, rel: float = REL_THRESHOLD) -> torch.Tensor:
-    """Boolean activation regions [n, size, size]; an all-zero map gives an empty region."""
+def regions(maps: torch.Tensor, size, rel: float = REL_THRESHOLD) -> torch.Tensor:
+    """Boolean activation regions [n, H, W]; an all-zero map gives an empty region."""
     up = upsample(maps, size)
     mx = up.flatten(1).max(1).values.view(-1, 1, 1)
     return (up >= rel * mx) & (mx > 0)

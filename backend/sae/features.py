@@ -3,11 +3,24 @@ pages, image analysis and steering the tab shows. No gradio here.
 
 Zoo preset: `llava-scenes` (captioner) + `llava-scenes-sae` (SAE, index, labels).
 Hub preset: `llava-hf/llama3-llava-next-8b-hf` + SAE `lmms-lab/llama3-llava-next-8b-hf-sae-131k`
-at `model.layers.24`, loaded through the same `load_pretrained` / `load_sae` code.
+at `model.layers.24`, loaded through the same `load_pretrained` / `load_sae` code. Its feature index
+is built over an image folder (or `datasets` split): here for small sets (`build_hub_index`, with
+progress and cancel), or by `backend.precompute.sae_index` (sharded, resumable) for large ones; the
+tab loads the file named by $WORKBENCH_SAE_INDEX, else one beside the SAE, else the one a build wrote
+to `default_index_path`.
+
+Image positions on LLaVA-NeXT (anyres; see `vlm.ImageLayout`): the base image (the whole picture
+resized to the vision tower's square, g × g patches) comes first in the prompt, then the
+high-resolution tiles stitched over the picture, each row ended by a newline token. The index and
+the feature list use the base image's g × g patches (a fixed grid for every image, and under causal
+attention their residuals do not depend on the tiles); the image analysis also draws the tiles' finer
+map over the picture. Newline tokens are never part of a patch map.
 """
 from __future__ import annotations
 
 import json
+import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +38,7 @@ from . import explain as E
 from . import scenes as S
 from . import steer as ST
 from . import vlm
-from .index import INDEX_FILE, FeatureIndex
+from .index import INDEX_ENV, INDEX_FILE, Cancelled, FeatureIndex, ImageSource, build_streaming, find_index
 from .sae import TopKSAE, load_sae
 
 TAB = "features"
@@ -45,6 +58,14 @@ HUB_PRESET = P.register(P.Preset(TAB, "hub", HUB_MODEL, "transformers.LlavaNextF
 PAGE_CACHE = ByteLRUCache(32 * 2**20, name="features-pages")
 _RESULT_CACHE = ByteLRUCache(16 * 2**20, name="features-results")
 LABEL_MIN_IOU = 0.05  # below this the best concept explains nothing: shown as "no concept"
+THUMB = 160  # px, the longer side of a hub image on a feature page
+MAX_SIDE = 4096  # px, the largest uploaded image side accepted in hub mode
+CONCEPT_LABELS = ("concept-iou: the planted concept whose masks best match the feature's activation "
+                  "regions (IoU over the top-5 images)")
+NO_LABELS = ("none: the concept explainer needs planted concept masks, which real images do not have; "
+             "features here are unlabelled. A model explainer (backend.sae.explain.ModelExplainer, the "
+             "paper's method: a large VLM names what the highlighted top images share) can fill labels.json "
+             "beside the index.")
 
 
 def shown_label(lab: dict) -> str:
@@ -67,10 +88,25 @@ class Organism:
     index_specs: list[dict] = field(default_factory=list)
     heldout_specs: list[dict] = field(default_factory=list)
     model_id: str = ""
+    source: str = "zoo"
+    index_path: Path | None = None  # where the loaded index came from
+    index_out: Path | None = None  # where a build from the tab writes (hub)
+    index_note: str = ""  # why a file found was not used
+    label_source: str = CONCEPT_LABELS
+    ids: tuple[str, str] = ("", "")  # hub: (model id, SAE id) as the preset names them
+    version: int = 0  # bumped when a new index is installed: part of every cache key
 
     @property
     def n_features(self) -> int:
         return self.sae.n_latents
+
+    @property
+    def is_hub(self) -> bool:
+        return self.source == "hub"
+
+    @property
+    def cache_id(self) -> str:
+        return f"{self.model_id}#{self.version}"
 
 
 def _read_json(path: Path, default):
@@ -97,31 +133,165 @@ def load_zoo(sae_name: str = ZOO_SAE, root: Path | None = None) -> Organism:
                     vlm.load_scene_set(cap_dir), model_id=f"zoo:{sae_name}")
 
 
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "--" for c in text)
+
+
+def default_index_path(model_id: str, sae_id: str, hookpoint: str) -> Path:
+    """Where a build writes the index of a hub model + SAE when $WORKBENCH_SAE_INDEX names nothing:
+    the workbench's cache folder (a hub snapshot is not a place to write into)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "workbench" / "sae-index"
+    return base / f"{_slug(model_id)}__{_slug(sae_id)}__{_slug(hookpoint)}" / INDEX_FILE
+
+
+def index_target() -> Path | None:
+    """$WORKBENCH_SAE_INDEX as a file path (a folder names the index file inside it)."""
+    name = os.environ.get(INDEX_ENV, "").strip()
+    if not name:
+        return None
+    p = Path(name).expanduser()
+    return p / INDEX_FILE if p.is_dir() or not p.suffix else p
+
+
 def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = HUB_HOOKPOINT,
              *, model_class: str = "transformers.LlavaNextForConditionalGeneration") -> Organism:
     """The paper's checkpoint and SAE. Local folders (validated against the allowed roots) or hub ids;
-    from the hub only the SAE's hookpoint folder is fetched, as safetensors."""
+    from the hub only the SAE's hookpoint folder is fetched, as safetensors. The feature index, if
+    one exists: $WORKBENCH_SAE_INDEX, else beside the SAE (its hookpoint folder, then the repo), else
+    the file an earlier build wrote (`default_index_path`)."""
     from transformers import AutoProcessor
 
     half = pick_device().type == "cuda"
-    model = place(P.load_pretrained(model_class, model_id, dtype=torch.bfloat16 if half else None).eval())
+    # float32 on the CPU: the checkpoint's float16 would otherwise be kept, and half precision on a
+    # CPU is slow where it is supported at all
+    model = place(P.load_pretrained(model_class, model_id, dtype=torch.bfloat16 if half else torch.float32).eval())
     processor = P.load_pretrained(AutoProcessor, model_id, weights=False)
     if P.looks_local(sae_id):
         sae_dir = Path(P.resolve(sae_id))
-    else:  # pragma: no cover - needs the network
+    else:  # the hub, or its offline cache
         from huggingface_hub import snapshot_download
 
-        sae_dir = Path(snapshot_download(P.validate_hub_id(sae_id), allow_patterns=[f"{hookpoint}/*"]))
+        sae_dir = Path(snapshot_download(P.validate_hub_id(sae_id), allow_patterns=[f"{hookpoint}/*", "*.json"]))
     sae = load_sae(sae_dir, hookpoint=hookpoint, device=device_of(model))
-    return Organism(f"hub:{sae_id}", sae_dir, model, processor.tokenizer, processor, sae,
-                    vlm.resolve_hookpoint(model, hookpoint), model_id=f"hub:{model_id}|{sae_id}")
+    org = Organism(f"hub:{sae_id}", sae_dir, model, processor.tokenizer, processor, sae,
+                   vlm.resolve_hookpoint(model, hookpoint), model_id=f"hub:{model_id}|{sae_id}", source="hub",
+                   label_source=NO_LABELS, ids=(str(model_id), str(sae_id)))
+    org.summary = {"hub_hookpoint": hookpoint}
+    org.index_out = index_target() or default_index_path(str(model_id), str(sae_id), hookpoint)
+    refresh_index(org)
+    return org
+
+
+def _stamp(path: Path | None):
+    try:
+        return (str(path), path.stat().st_mtime_ns) if path is not None else None
+    except OSError:
+        return None
+
+
+def refresh_index(org: Organism) -> None:
+    """A hub organism picks up an index written since it was loaded (by the tab's build, which may
+    run in another process, or by the precompute job): a stat per call, a load only on change."""
+    if not org.is_hub:
+        return
+    found = find_index(index_target(), org.folder / org.summary.get("hub_hookpoint", HUB_HOOKPOINT),
+                       org.folder, org.index_out)
+    if found is None or _stamp(found) == org.summary.get("index_stamp"):
+        return
+    try:
+        install_index(org, FeatureIndex.load(found), found)
+    except Exception as e:  # a torn or foreign file: keep what is loaded, and say why
+        org.index_note = f"{found}: {e}"
+        org.summary["index_stamp"] = _stamp(found)
+
+
+def install_index(org: Organism, index: FeatureIndex, path: Path | None = None) -> None:
+    """Use `index` from now on (checked against the SAE and, for a hub index, its image source);
+    labels come from a labels.json beside the file when there is one."""
+    if index.n_features != org.n_features:
+        raise ValueError(f"the index has {index.n_features} features but the SAE has {org.n_features}")
+    if org.is_hub and index.source is None:
+        raise ValueError("the index records no image folder or dataset")
+    labels = _read_json(Path(path).parent / "labels.json", {}) if path is not None else {}
+    with locked(org.model):  # readers take the pieces together, never a half-swapped pair
+        org.index, org.index_path = index, path
+        if org.is_hub:
+            org.labels = labels
+            org.label_source = "labels.json beside the index" if labels else NO_LABELS
+        org.index_note = ""
+        org.summary["index_stamp"] = _stamp(path)
+        org.version += 1
+
+
+def index_meta(org: Organism, source: ImageSource, top_k: int, **extra) -> dict:
+    """The metadata of a hub index (the same from the tab and from the sharded job)."""
+    v = org.model.config.vision_config
+    model_id, sae_id = org.ids
+    return {"grid": v.image_size // v.patch_size, "top_k": top_k, "hookpoint": org.hookpoint,
+            "model": model_id, "sae": sae_id, "prompt": vlm.HUB_PROMPT,
+            "ranking": "mean activation over the base image's patch tokens",
+            "density": "fraction of base-image patch tokens where the feature is non-zero",
+            "positions": positions_text(org), "source": source.describe(), **extra}
+
+
+def build_hub_index(org: Organism, source: ImageSource, *, top_k: int = 16, batch_size: int = 4,
+                    progress=None, should_stop=None, out: Path | None = None) -> FeatureIndex:
+    """Index a (small) image set and use it from now on (see `index_images`)."""
+    path = Path(out or org.index_out)
+    index = index_images(org, source, top_k=top_k, batch_size=batch_size, progress=progress,
+                         should_stop=should_stop, out=path)
+    install_index(org, index, path)
+    return index
+
+
+@gpu(duration=600)  # a small set: ~1 s per image on a GPU for the 8B model
+def index_images(org: Organism, source: ImageSource, *, top_k: int = 16, batch_size: int = 4,
+                 progress=None, should_stop=None, out: Path | None = None) -> FeatureIndex:
+    """Index a (small) image set in this process, batch by batch, written atomically to `out`
+    (default `org.index_out`) in the format the sharded job writes. Under ZeroGPU this runs in a
+    GPU worker: the server process picks the file up (`refresh_index`), so nothing here needs to
+    reach it. `progress(done, total)`; `should_stop()` → `Cancelled`, nothing written."""
+    import time
+
+    if not org.is_hub:
+        raise ValueError("the zoo organism's index is built by its recipe (python -m backend.sae.cli build)")
+    if len(source) == 0:
+        raise ValueError("no images to index")
+    v = org.model.config.vision_config
+    g = v.image_size // v.patch_size
+    t0 = time.perf_counter()
+    builder = build_streaming(lambda a, b: encode_images(org, [source.load(i) for i in range(a, b)]),
+                              len(source), org.n_features, g * g, top_k=top_k, batch_size=batch_size,
+                              device=org.sae.W_enc.device, progress=progress, should_stop=should_stop)
+    index = FeatureIndex(builder.tensors(), index_meta(org, source, top_k, n_images=builder.n_images,
+                                                       n_tokens=builder.n_tokens,
+                                                       build_s=round(time.perf_counter() - t0, 2)))
+    path = Path(out or org.index_out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    index.save(tmp)
+    tmp.replace(path)
+    return index
+
+
+def index_command(org: Organism, images: str = "IMAGE_FOLDER") -> str:
+    """The exact command that builds this organism's index (sharded with accelerate; resumable)."""
+    if not org.is_hub:
+        return f"python -m backend.sae.cli build --organism {org.name.removeprefix('zoo:')}"
+    model_id, sae_id = org.ids
+    out = org.index_out.parent if org.index_out is not None else Path("OUT")
+    return (f"accelerate launch -m backend.precompute.sae_index --source hub --model {shlex.quote(model_id)} "
+            f"--sae {shlex.quote(sae_id)} --hookpoint {shlex.quote(org.summary.get('hub_hookpoint', HUB_HOOKPOINT))} "
+            f"--image-folder {images} --out {shlex.quote(str(out))}")
 
 
 def get_organism(source: str = "zoo") -> Organism:
     preset = P.active(TAB, source)
     if preset.source == "hub":
-        return store.get_or_load(preset.model_id, lambda: load_hub(preset.path_or_id, preset.extra["sae"],
-                                                                   preset.extra["hookpoint"]))
+        org = store.get_or_load(preset.model_id, lambda: load_hub(preset.path_or_id, preset.extra["sae"],
+                                                                  preset.extra["hookpoint"]))
+        refresh_index(org)
+        return org
     return store.get_or_load(preset.model_id, load_zoo)
 
 
@@ -155,37 +325,62 @@ def feature_table(org: Organism, query: str = "", sort: str = "density", limit: 
 
 
 # ---------------------------------------------------------------------------------- feature page
+def image_of(org: Organism, image_id: int) -> np.ndarray:
+    """Image `image_id` of the index's set: a re-rendered scene (zoo) or a file / dataset row (hub)."""
+    if org.index is not None and org.index.source is not None:
+        return org.index.source.load(int(image_id))
+    return S.render(org.index_specs[int(image_id)])[0]
+
+
+def thumbnail(image: np.ndarray, side: int = THUMB) -> np.ndarray:
+    """A hub image with its longer side at `side` px, aspect kept."""
+    from PIL import Image
+
+    h, w = image.shape[:2]
+    scale = side / max(h, w)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    return np.asarray(Image.fromarray(image).resize(size, Image.BILINEAR))
+
+
 def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
     """A feature's page from the index only (no model call): top images with their maps and
-    regions, histogram, density, label. Cached per (organism, feature)."""
+    regions, histogram, density, label. Cached per (organism, index version, feature)."""
     if org.index is None:
-        raise ValueError("this preset has no feature index")
+        raise ValueError(f"this preset has no feature index yet; build one: {index_command(org)}")
     if not 0 <= int(feature) < org.index.n_features:
         raise IndexError(f"feature must be in 0..{org.index.n_features - 1}")
-    key = make_key(org.model_id, ("page", int(feature), n_top))
+    key = make_key(org.cache_id, ("page", int(feature), n_top))
     hit = PAGE_CACHE.get(key)
     if hit is not None:
         return hit
     f = int(feature)
     ids, maps, scores = org.index.top(f, n_top)
-    specs = [org.index_specs[i] for i in ids]
-    imgs = [S.render(s)[0] for s in specs]
-    size = imgs[0].shape[0] if imgs else S.IMAGE_SIZE
-    up = E.upsample(maps, size).numpy() if len(ids) else np.zeros((0, size, size), np.float32)
-    reg = E.regions(maps, size).numpy() if len(ids) else np.zeros((0, size, size), bool)
-    t = org.index.tensors
     lab = org.labels.get(str(f), {})
+    if org.index.source is not None:  # hub images: any size; the base-image map covers the whole picture
+        imgs = [thumbnail(image_of(org, i)) for i in ids]
+        up = [E.upsample(m, im.shape[:2])[0].numpy() for m, im in zip(maps, imgs)]
+        reg = [E.regions(m, im.shape[:2])[0].numpy() for m, im in zip(maps, imgs)]
+        top = [{"image_id": int(i), "score": round(float(sc), 4), "caption": org.index.source.name(int(i)),
+                "iou_label": None} for i, sc in zip(ids, scores)]
+    else:
+        specs = [org.index_specs[i] for i in ids]
+        imgs = [S.render(sp)[0] for sp in specs]
+        size = imgs[0].shape[0] if imgs else S.IMAGE_SIZE
+        up = E.upsample(maps, size).numpy() if len(ids) else np.zeros((0, size, size), np.float32)
+        reg = E.regions(maps, size).numpy() if len(ids) else np.zeros((0, size, size), bool)
+        top = [{"image_id": int(i), "score": round(float(sc), 4), "caption": S.caption(sp),
+                "iou_label": round(E.iou(r, S.render(sp)[1][lab["label"]]), 4) if lab.get("label") in S.CONCEPTS else None}
+               for i, sc, sp, r in zip(ids, scores, specs, reg)]
+    t = org.index.tensors
     page = {
         "feature": f,
         "label": shown_label(lab), "family": lab.get("family", "") if shown_label(lab) else "",
         "iou": float(lab.get("score", 0.0)),
         "concept_scores": lab.get("scores", {}),
+        "labelled_by": org.label_source,
         "density": float(t["density"][f]), "max_act": float(t["max_act"][f]), "mean_act": float(t["mean_act"][f]),
         "hist_counts": t["hist"][f].tolist(), "hist_edges": t["hist_edges"].tolist(),
-        "top": [{"image_id": int(i), "score": round(float(s), 4), "caption": S.caption(sp),
-                 "iou_label": round(E.iou(r, S.render(sp)[1][lab["label"]]), 4) if lab.get("label") in S.CONCEPTS else None}
-                for i, s, sp, r in zip(ids, scores, specs, reg)],
-        "images": imgs, "maps": up, "regions": reg,
+        "top": top, "images": imgs, "maps": up, "regions": reg,
     }
     PAGE_CACHE.put(key, page)
     return page
@@ -198,28 +393,44 @@ def page_json(page: dict) -> dict:
 
 # ---------------------------------------------------------------------------------- analysis
 @torch.no_grad()
-def processor_codes(org: Organism, image: np.ndarray, prompt: str = "<image> describe") -> torch.Tensor:
-    """SAE codes [n_image_tokens, F] at the hookpoint for one image, through the model's own
-    processor (the path the hub checkpoint uses; image positions = the image-token ids)."""
-    inputs = org.processor(images=[image], text=[prompt], return_tensors="pt")
-    dev = device_of(org.model)
-    inputs = {k: v.to(dev) for k, v in inputs.items()}
-    grabbed = []
-    with vlm.edit_residual(org.model, org.hookpoint, lambda h: grabbed.append(h.detach()) or None):
-        org.model(**inputs)
-    mask = inputs["input_ids"][0] == org.model.config.image_token_index
-    return org.sae.encode(grabbed[0][0][mask].float().to(org.sae.W_enc.device))
+def processor_codes(org: Organism, image: np.ndarray, text: str = vlm.HUB_PROMPT) -> tuple[torch.Tensor, vlm.ImageLayout]:
+    """SAE codes [T, F] at the hookpoint for one image through the model's own processor and chat
+    template (the path the hub checkpoint uses), and where the image sits in the prompt."""
+    with locked(org.model):
+        h, _, layouts = vlm.hub_residuals(org.model, org.processor, [image], org.hookpoint, text)
+    return org.sae.encode(h[0].float().to(org.sae.W_enc.device)), layouts[0]
+
+
+@torch.no_grad()
+def encode_images(org: Organism, images) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse codes (vals, idx) [B, g*g, k] at the base image's patches of a hub VLM, the forward
+    pass stopped at the hookpoint: what the index holds for each image."""
+    with locked(org.model):
+        h, _, layouts = vlm.hub_residuals(org.model, org.processor, list(images), org.hookpoint)
+    rows = torch.stack([h[i, lay.base.to(h.device)] for i, lay in enumerate(layouts)])
+    return org.sae.encode_sparse(rows.float().to(org.sae.W_enc.device))
 
 
 def model_image(org: Organism, image: np.ndarray) -> np.ndarray:
-    """Any uploaded picture as the model sees it: uint8 RGB at the vision tower's size (grayscale is
-    repeated over the channels, alpha dropped)."""
+    """Any uploaded picture as uint8 RGB (grayscale repeated over the channels, alpha dropped). The
+    zoo model sees it at its vision tower's size; a hub (anyres) model takes any size, up to
+    MAX_SIDE px a side."""
     image = np.asarray(image)
     if image.ndim == 2:
         image = np.stack([image] * 3, -1)
     if image.ndim != 3 or image.shape[-1] not in (3, 4) or min(image.shape[:2]) < 1:
         raise ValueError("expected an RGB image")
+    if image.dtype != np.uint8:
+        if not np.isfinite(image).all():
+            raise ValueError("the image holds NaN or infinite values")
+        image = image.clip(0, 255)
     image = image[..., :3].astype(np.uint8)
+    if org.is_hub:
+        if max(image.shape[:2]) > MAX_SIDE:
+            raise ValueError(f"the image is {image.shape[1]}×{image.shape[0]} px; at most {MAX_SIDE} px a side")
+        if min(image.shape[:2]) < 2:
+            raise ValueError("the image must be at least 2 px on each side")
+        return np.ascontiguousarray(image)
     size = org.model.config.vision_config.image_size
     if image.shape[:2] != (size, size):
         from PIL import Image
@@ -228,33 +439,53 @@ def model_image(org: Organism, image: np.ndarray) -> np.ndarray:
     return image
 
 
+def positions_text(org: Organism, layout: vlm.ImageLayout | None = None) -> str:
+    """Which tokens are the 'image positions' of this model, in words."""
+    v = org.model.config.vision_config
+    g = v.image_size // v.patch_size
+    if not vlm.is_anyres(org.model):
+        return f"the {g}×{g} image-patch tokens of the single {v.image_size}px crop"
+    tiles = (f"; this image: {layout.tile_shape[0]}×{layout.tile_shape[1]} tile patches and "
+             f"{len(layout.newlines)} newline tokens" if layout is not None and len(layout.tiles) else "")
+    return (f"LLaVA-NeXT anyres: first the base image (the whole picture resized to {v.image_size}px, "
+            f"{g}×{g} patches), then the high-resolution tiles stitched over the picture and cropped to its "
+            f"aspect ratio, each row ended by a newline token{tiles}. Feature maps, ranking and the index use "
+            f"the base image's {g}×{g} patches; the tile map is the tiles' patches in their stitched grid; "
+            f"newline tokens are left out of every map")
+
+
 @gpu(duration=20)  # one VLM prompt pass + SAE encode
 @torch.no_grad()
 def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
     """Which features fire where on one image: per-patch codes at the SAE hookpoint."""
     image = model_image(org, image)
-    key = make_key(org.model_id, image, ("analyse", top_n))
+    key = make_key(org.cache_id, image, ("analyse", top_n))
     hit = _RESULT_CACHE.get(key)
     if hit is not None:
         return hit
+    tile_codes, tile_shape, layout = None, (0, 0), None
     with locked(org.model):
-        if org.model_id.startswith("zoo:"):
+        if not org.is_hub:
             h = next(vlm.residuals(org.model, org.tokenizer, image[None], org.hookpoint))[1]
             codes = org.sae.encode(h[0, vlm.image_slice(org.model)])  # [P, F]
             caption = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
-        else:  # the base image's patches come first (LLaVA-NeXT appends the high-resolution tiles)
-            codes = processor_codes(org, image)
-            v = org.model.config.vision_config
-            codes = codes[: (v.image_size // v.patch_size) ** 2]
-            caption = ""
+        else:
+            all_codes, layout = processor_codes(org, image)
+            codes = all_codes[layout.base.to(all_codes.device)]
+            if len(layout.tiles):
+                tile_codes, tile_shape = all_codes[layout.tiles.to(all_codes.device)].float().cpu(), layout.tile_shape
+            caption = vlm.hub_generate(org.model, org.processor, image)
     codes = codes.float().cpu()  # the maps leave as numpy (and, under ZeroGPU, pickled)
     g = int(round(codes.shape[0] ** 0.5))
     mean = codes.mean(0)
     order = [int(f) for f in torch.argsort(mean, descending=True)[:top_n] if mean[f] > 0]
     out = {"image": image, "caption": caption,
            "features": [{"feature": f, "mean_act": round(float(mean[f]), 4),
-                         "label": org.labels.get(str(f), {}).get("label", "")} for f in order],
-           "maps": {f: codes[:, f].reshape(g, g).numpy() for f in order}}
+                         "label": shown_label(org.labels.get(str(f), {}))} for f in order],
+           "maps": {f: codes[:, f].reshape(g, g).numpy() for f in order},
+           "tile_maps": ({f: tile_codes[:, f].reshape(tile_shape).numpy() for f in order}
+                         if tile_codes is not None else {}),
+           "positions": positions_text(org, layout)}
     _RESULT_CACHE.put(key, out)
     return out
 
@@ -296,18 +527,27 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
         raise ValueError("clamp value must be a finite number")
     image = model_image(org, image)
     suppress = tuple(family_rivals(org, feature)) if suppress_family else ()
-    key = make_key(org.model_id, image, ("steer", int(feature), float(value), positions, bool(add_error), suppress))
+    if not 0 <= int(feature) < org.n_features:
+        raise ValueError(f"feature must be in 0..{org.n_features - 1}")
+    key = make_key(org.cache_id, image, ("steer", int(feature), float(value), positions, bool(add_error), suppress))
     hit = _RESULT_CACHE.get(key)
     if hit is not None:
         return hit
     with locked(org.model):
-        base = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
-        steered = ST.steered_captions(org.model, org.tokenizer, org.sae, org.hookpoint, image[None], int(feature),
-                                      float(value), positions=positions, add_error=add_error,
-                                      suppress=suppress)[0]
+        if org.is_hub:
+            base = vlm.hub_generate(org.model, org.processor, image)
+            steered = ST.hub_steered_caption(org.model, org.processor, org.sae, org.hookpoint, image, int(feature),
+                                             float(value), positions=positions, add_error=add_error,
+                                             suppress=suppress)
+        else:
+            base = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
+            steered = ST.steered_captions(org.model, org.tokenizer, org.sae, org.hookpoint, image[None], int(feature),
+                                          float(value), positions=positions, add_error=add_error,
+                                          suppress=suppress)[0]
     out = {"feature": int(feature), "value": float(value), "positions": positions, "add_error": bool(add_error),
            "suppressed": list(suppress),
            "hookpoint": org.hookpoint, "baseline": base, "steered": steered,
-           "well_formed": S.parse_caption(steered) is not None}
+           # the zoo's captions follow a template that can be checked; free text cannot
+           "well_formed": None if org.is_hub else S.parse_caption(steered) is not None}
     _RESULT_CACHE.put(key, out)
     return out

@@ -6,18 +6,19 @@ max / mean non-zero activation, and a histogram of non-zero activations (fixed l
 no second pass is needed). The state is F × K × P maps plus F × bins counts: it does not grow with
 the number of images streamed (`state_bytes()` is constant after construction).
 
-Rebuild from the command line:
-
-    python -m backend.sae.index build [--organism llava-scenes-sae] [--out FILE] [--n-images N]
-    python -m backend.sae.index show FEATURE [--organism llava-scenes-sae]
+The index of a zoo organism is over its scene set (image ids = scene numbers); the index of a hub
+VLM is over an image folder or dataset (`ImageSource`, recorded in the file's metadata; image ids =
+positions in the source). This module knows nothing of organisms (backend.sae.features loads them);
+the command line is `python -m backend.sae.cli` (one process) and `backend.precompute.sae_index`
+(sharded, resumable).
 """
 from __future__ import annotations
 
-import argparse
+import hashlib
 import json
-import sys
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,8 @@ from safetensors.torch import load_file, save_file
 from .sae import TopKSAE
 
 INDEX_FILE = "feature_index.safetensors"
+INDEX_ENV = "WORKBENCH_SAE_INDEX"  # a feature index file (or a folder holding one) the Features tab loads
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
 HIST_EDGES = torch.logspace(-2, 2, 41)  # 0.01 … 100, 40 log bins; outside values clamp to the ends
 
 
@@ -152,6 +155,11 @@ class FeatureIndex:
     def grid(self) -> int:
         return int(self.meta["grid"])
 
+    @property
+    def source(self) -> "ImageSource | None":
+        """The image folder / dataset a hub index was built over (None for a zoo scene index)."""
+        return ImageSource.from_meta(self.meta)
+
     def top(self, feature: int, n: int = 5) -> tuple[list[int], torch.Tensor, list[float]]:
         """(image ids, maps [n, grid, grid], scores) of a feature's top-n images (valid ones only)."""
         if not 0 <= feature < self.n_features:
@@ -202,41 +210,126 @@ def build_index(model, tokenizer, sae: TopKSAE, specs: list[dict], *, hookpoint:
     return FeatureIndex(builder.tensors(), meta)
 
 
-def _main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m backend.sae.index", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="rebuild the feature index of an SAE organism")
-    b.add_argument("--organism", default="llava-scenes-sae")
-    b.add_argument("--out", type=Path, default=None, help="file to write (default: a copy beside, "
-                   "feature_index.rebuilt.safetensors, so the committed organism's checksums stay valid)")
-    b.add_argument("--n-images", type=int, default=None, help="use the first N scenes of the index set")
-    b.add_argument("--top-k", type=int, default=16)
-    s = sub.add_parser("show", help="print one feature's page from the stored index")
-    s.add_argument("feature", type=int)
-    s.add_argument("--organism", default="llava-scenes-sae")
-    s.add_argument("--file", type=Path, default=None)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    from . import features as feats
-
-    org = feats.load_organism(args.organism)
-    if args.cmd == "build":
-        specs = org.index_specs[: args.n_images] if args.n_images else org.index_specs
-        idx = build_index(org.model, org.tokenizer, org.sae, specs, hookpoint=org.hookpoint, top_k=args.top_k)
-        out = args.out or org.folder / "feature_index.rebuilt.safetensors"
-        idx.save(out)
-        print(json.dumps({"written": str(out), **idx.meta}, indent=2))
-        return 0
-    index = FeatureIndex.load(args.file) if args.file else org.index
-    ids, _, scores = index.top(args.feature, 5)
-    t = index.tensors
-    print(json.dumps({"feature": args.feature, "density": float(t["density"][args.feature]),
-                      "max_act": float(t["max_act"][args.feature]), "top_images": ids,
-                      "top_scores": [round(s, 4) for s in scores],
-                      "label": org.labels.get(str(args.feature), {})}, indent=2))
-    return 0
+class Cancelled(Exception):
+    """An index build stopped on request; nothing is written."""
 
 
-if __name__ == "__main__":
-    sys.exit(_main())
+@torch.no_grad()
+def build_streaming(encode, n_items: int, n_latents: int, n_patches: int, *, top_k: int = 16,
+                    batch_size: int = 8, device=None, progress=None, should_stop=None) -> IndexBuilder:
+    """Feed `encode(start, end) -> (vals, idx) [B, P, k]` batch by batch into one IndexBuilder.
+    `progress(done, total)` after each batch; `should_stop()` is checked before each batch and a
+    true answer raises `Cancelled` (the shared model is not touched by this loop itself)."""
+    builder = IndexBuilder(n_latents, n_patches, top_k, device=device)
+    for start in range(0, n_items, batch_size):
+        if should_stop is not None and should_stop():
+            raise Cancelled(f"stopped after {start} of {n_items} images")
+        end = min(start + batch_size, n_items)
+        vals, idx = encode(start, end)
+        builder.update(vals, idx, torch.arange(start, end))
+        if progress is not None:
+            progress(end, n_items)
+    return builder
+
+
+# ---------------------------------------------------------------------------------- image sources
+@dataclass
+class ImageSource:
+    """The images an index was built over: a folder (files in sorted relative-path order) or a
+    `datasets` split with an image column. Image id i of the index is item i of the source."""
+    kind: str  # "folder" | "dataset"
+    root: str  # the folder, or the dataset's name
+    files: list[str] = field(default_factory=list)
+    split: str = "train"
+    column: str = "image"
+    n: int | None = None  # a dataset's first n rows
+
+    @classmethod
+    def folder(cls, path, limit: int | None = None) -> "ImageSource":
+        root = Path(path).resolve()
+        if not root.is_dir():
+            raise ValueError(f"{path} is not a folder")
+        files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                       if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if limit:
+            files = files[:limit]
+        if not files:
+            raise ValueError(f"{path} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+        return cls("folder", str(root), files)
+
+    @classmethod
+    def dataset(cls, name: str, split: str = "train", column: str = "image", limit: int | None = None
+                ) -> "ImageSource":
+        src = cls("dataset", name, split=split, column=column)
+        rows = len(src._rows())
+        src.n = min(rows, limit) if limit else rows
+        return src
+
+    def _rows(self):
+        try:
+            import datasets
+        except ImportError as e:
+            raise ValueError("image datasets need the `datasets` package; index an image folder instead") from e
+        ds = getattr(self, "_ds", None)
+        if ds is None:
+            ds = datasets.load_dataset(self.root, split=self.split)
+            if self.column not in ds.column_names:
+                raise ValueError(f"{self.root} has no column {self.column!r} (columns: {ds.column_names})")
+            object.__setattr__(self, "_ds", ds)
+        return ds
+
+    def __len__(self) -> int:
+        return len(self.files) if self.kind == "folder" else int(self.n or 0)
+
+    def name(self, i: int) -> str:
+        return self.files[i] if self.kind == "folder" else f"{self.root}[{self.split}][{i}]"
+
+    def load(self, i: int) -> np.ndarray:
+        """Image i as uint8 RGB [H, W, 3]."""
+        from PIL import Image
+
+        if not 0 <= i < len(self):
+            raise IndexError(f"image {i} out of range 0..{len(self) - 1}")
+        if self.kind == "folder":
+            path = Path(self.root) / self.files[i]
+            try:
+                with Image.open(path) as im:
+                    return np.asarray(im.convert("RGB"))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"{self.files[i]} is not a readable image ({e})") from e
+        return np.asarray(self._rows()[i][self.column].convert("RGB"))
+
+    def describe(self) -> dict:
+        if self.kind == "folder":
+            return {"kind": "folder", "root": self.root, "files": self.files}
+        return {"kind": "dataset", "root": self.root, "split": self.split, "column": self.column, "n": len(self)}
+
+    def digest(self) -> str:
+        """What an index's images are: names plus, for files, their sizes (an edited folder recomputes)."""
+        h = hashlib.sha256(json.dumps({k: v for k, v in self.describe().items() if k != "files"}).encode())
+        for f in self.files:
+            h.update(f.encode())
+            h.update(str(os.path.getsize(Path(self.root) / f)).encode())
+        return h.hexdigest()[:16]
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> "ImageSource | None":
+        d = meta.get("source")
+        if not isinstance(d, dict) or d.get("kind") not in ("folder", "dataset"):
+            return None
+        if d["kind"] == "folder":
+            return cls("folder", d["root"], list(d.get("files", [])))
+        return cls("dataset", d["root"], split=d.get("split", "train"), column=d.get("column", "image"), n=d.get("n"))
+
+
+def find_index(*candidates) -> Path | None:
+    """The first existing index among files or folders holding `INDEX_FILE`."""
+    for c in candidates:
+        if not c:
+            continue
+        p = Path(c)
+        if p.is_dir():
+            p = p / INDEX_FILE
+        if p.is_file():
+            return p
+    return None

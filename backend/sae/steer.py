@@ -41,13 +41,15 @@ def clamp_codes(sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_e
 
 @contextmanager
 def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: float, *,
-                  positions: str = "prompt", add_error: bool = False, image_positions: slice | None = None,
+                  positions: str = "prompt", add_error: bool = False,
+                  image_positions: slice | torch.Tensor | None = None,
                   suppress: tuple[int, ...] = ()):
     if positions not in POSITION_MODES:
         raise ValueError(f"positions must be one of {POSITION_MODES}, not {positions!r}")
     if not 0 <= int(feature) < sae.n_latents:
         raise IndexError(f"feature {feature} out of range 0..{sae.n_latents - 1}")
-    sl = image_positions or vlm.image_slice(model)
+    # a slice (the zoo's fixed prompt) or the positions of one prompt's image tokens (hub, anyres)
+    sl = image_positions if image_positions is not None else vlm.image_slice(model)
 
     def fn(h: torch.Tensor):
         prompt_pass = h.shape[-2] > 1
@@ -74,6 +76,24 @@ def steered_captions(model, tokenizer, sae, hookpoint: str, images: np.ndarray, 
     with clamp_feature(model, sae, hookpoint, feature, value, positions=positions, add_error=add_error,
                        suppress=suppress):
         return vlm.generate_captions(model, tokenizer, images)
+
+
+@torch.no_grad()
+def hub_steered_caption(model, processor, sae, hookpoint: str, image, feature: int, value: float, *,
+                        positions: str = "prompt", add_error: bool = False, suppress: tuple[int, ...] = (),
+                        text: str = vlm.HUB_PROMPT, max_new_tokens: int = 24) -> str:
+    """The same clamp on a hub VLM, prompted through its processor and chat template (LLaVA-NeXT's
+    image_sizes included); "image" positions are all of the prompt's image tokens (base image,
+    tiles and row newlines)."""
+    inputs = vlm.hub_inputs(model, processor, [image], text)
+    sizes = inputs.get("image_sizes")
+    lay = vlm.image_layout(model, inputs["input_ids"][0], None if sizes is None else sizes[0])
+    tok = processor.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    with clamp_feature(model, sae, hookpoint, feature, value, positions=positions, add_error=add_error,
+                       image_positions=lay.image.to(inputs["input_ids"].device), suppress=suppress):
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+    return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
 
 
 def names_colour(caption: str, colour: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -213,3 +214,136 @@ def residuals(model, tokenizer, images: np.ndarray, hookpoint: str, *, batch_siz
 
 def load_scene_set(folder: Path, name: str = "heldout.json") -> list[dict]:
     return json.loads((Path(folder) / name).read_text())["scenes"]
+
+
+# ---------------------------------------------------------------------------------- hub VLMs (LLaVA-NeXT)
+HUB_PROMPT = "Describe the image in one sentence."
+
+
+class _Reached(Exception):
+    """Raised by a hook at the hookpoint to skip the layers after it (their output is not needed)."""
+
+
+@contextmanager
+def stop_at(model, hookpoint: str, grabbed: list):
+    """Record the residual at a hookpoint and end the forward pass there: reading layer 24 of a
+    32-layer LM need not run layers 25-31 and the LM head. Use: `with stop_at(...): run(model)`;
+    the pass leaves through `_Reached`, which this context swallows."""
+    def keep(h):
+        grabbed.append(h.detach())
+        raise _Reached
+
+    try:
+        with edit_residual(model, hookpoint, keep):
+            yield
+    except _Reached:
+        pass
+
+
+def is_anyres(model) -> bool:
+    return getattr(model.config, "image_grid_pinpoints", None) is not None
+
+
+def chat_prompt(processor, text: str = HUB_PROMPT) -> str:
+    """One user turn with an image, and the assistant's header: the checkpoint's own chat template."""
+    msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+    return processor.apply_chat_template(msgs, add_generation_prompt=True)
+
+
+def as_rgb(image) -> "PIL.Image.Image":  # noqa: F821 - PIL is imported lazily
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    arr = np.asarray(image)
+    if arr.ndim == 2:
+        arr = np.stack([arr] * 3, -1)
+    return Image.fromarray(arr[..., :3].astype(np.uint8)).convert("RGB")
+
+
+def hub_inputs(model, processor, images, text: str = HUB_PROMPT) -> dict:
+    """The processor's inputs for a batch of images (any sizes) with one prompt each, on the model's
+    device: input_ids, attention_mask, pixel_values and, for LLaVA-NeXT, image_sizes (anyres)."""
+    prompt = chat_prompt(processor, text)
+    imgs = [as_rgb(im) for im in images]
+    kw = {}
+    if len(imgs) > 1:  # images of different sizes have different token counts
+        tok = processor.tokenizer
+        if tok.pad_token is None:  # Llama-3 has none; padding sits after the causal prefix, never read
+            tok.pad_token = tok.eos_token
+        # on the right: each row keeps the positions it has alone, so its residuals do not depend
+        # on the batch it came in
+        kw = {"padding": True, "padding_side": "right"}
+    inputs = processor(images=imgs, text=[prompt] * len(imgs), return_tensors="pt", **kw)
+    dev = device_of(model)
+    dtype = next(model.parameters()).dtype
+    return {k: (v.to(dev, dtype) if k == "pixel_values" else v.to(dev)) for k, v in inputs.items()}
+
+
+@dataclass
+class ImageLayout:
+    """Where one image sits in a prompt, as sequence positions.
+
+    LLaVA (plain): every image token is a patch of the single crop: `base` holds them all.
+    LLaVA-NeXT (anyres): the image tokens are, in this order, (1) the base image, the whole picture
+    resized to the vision tower's square input, `grid` × `grid` patches row by row; (2) the
+    high-resolution tiles stitched into one grid over the picture and cropped to its aspect ratio
+    (`tile_shape` rows × columns, row by row), each row followed by (3) one learned newline token.
+    The base image comes first, so under causal attention its residuals never see the tiles."""
+    base: torch.Tensor
+    grid: int
+    tiles: torch.Tensor
+    tile_shape: tuple[int, int]
+    newlines: torch.Tensor
+    image: torch.Tensor  # every image-token position (base, tiles and newlines)
+
+    @property
+    def patches(self) -> torch.Tensor:
+        """The image positions whose codes make patch maps: base and tiles, newlines left out."""
+        return torch.cat([self.base, self.tiles])
+
+
+def image_layout(model, input_ids: torch.Tensor, image_size_hw=None) -> ImageLayout:
+    """The layout of one row of input_ids (see `ImageLayout`); `image_size_hw` is the original
+    (height, width) the processor reported in `image_sizes` (needed for anyres)."""
+    pos = (input_ids == model.config.image_token_index).nonzero().flatten().cpu()
+    v = model.config.vision_config
+    g = v.image_size // v.patch_size
+    empty = pos[:0]
+    if not is_anyres(model) or image_size_hw is None or len(pos) == g * g:
+        return ImageLayout(pos[: g * g], g, empty, (0, 0), empty, pos)
+    from transformers.models.llava_next.modeling_llava_next import get_anyres_image_grid_shape, unpad_image
+
+    hw = [int(x) for x in (image_size_hw.tolist() if hasattr(image_size_hw, "tolist") else image_size_hw)]
+    nh, nw = get_anyres_image_grid_shape(hw, model.config.image_grid_pinpoints, v.image_size)
+    th, tw = unpad_image(torch.empty(0, nh * g, nw * g), hw).shape[1:]
+    if len(pos) != g * g + th * (tw + 1):
+        raise ValueError(f"{len(pos)} image tokens do not match a {g}×{g} base image and {th}×{tw} tiles "
+                         "with one newline per row")
+    rest = pos[g * g:].view(th, tw + 1)
+    return ImageLayout(pos[: g * g], g, rest[:, :tw].reshape(-1), (int(th), int(tw)), rest[:, tw], pos)
+
+
+@torch.no_grad()
+def hub_residuals(model, processor, images, hookpoint: str, text: str = HUB_PROMPT
+                  ) -> tuple[torch.Tensor, dict, list[ImageLayout]]:
+    """(activations [B, T, d] at the hookpoint, the inputs, each row's layout), the pass stopped
+    right after the hookpoint. The caller holds the model's lock."""
+    inputs = hub_inputs(model, processor, images, text)
+    grabbed: list[torch.Tensor] = []
+    with stop_at(model, hookpoint, grabbed):
+        model(**inputs, use_cache=False)
+    sizes = inputs.get("image_sizes")
+    layouts = [image_layout(model, inputs["input_ids"][i], None if sizes is None else sizes[i])
+               for i in range(len(images))]
+    return grabbed[0], inputs, layouts
+
+
+@torch.no_grad()
+def hub_generate(model, processor, image, *, text: str = HUB_PROMPT, max_new_tokens: int = 24) -> str:
+    """A greedy answer to the prompt about one image (the caller holds the model's lock)."""
+    inputs = hub_inputs(model, processor, [image], text)
+    tok = processor.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+    return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()

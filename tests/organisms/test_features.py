@@ -183,7 +183,7 @@ def test_clamping_at_every_prompt_position_is_measured(org):
 
 def test_index_cli_rebuilds_the_stored_statistics(org, tmp_path):
     out = tmp_path / "idx.safetensors"
-    r = subprocess.run([sys.executable, "-m", "backend.sae.index", "build", "--n-images", "128", "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "backend.sae.cli", "build", "--n-images", "128", "--out", str(out)],
                        capture_output=True, text=True, timeout=240, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     rebuilt = FeatureIndex.load(out)

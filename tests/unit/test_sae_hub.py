@@ -1,48 +1,51 @@
-"""The hub preset (LLaVA-NeXT-8B + lmms-lab SAE at model.layers.24) through the same loaders, on
-tiny stand-ins saved locally under the hub's names (no network)."""
+"""The Features tab's hub preset (LLaVA-NeXT-8B + lmms-lab SAE at model.layers.24) on stand-ins of
+both repositories in an offline Hugging Face cache under the real ids: anyres image positions, the
+feature index built in-process (progress, cancel) and by the sharded job's command line, feature
+pages over an image folder, analysis and steering (image_sizes), through the service and the tab's
+handlers."""
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from backend.core import presets as P
 from backend.core.interventions import count_hooks
 from backend.sae import features as FT
 from backend.sae import steer as ST
-from backend.sae.sae import TopKSAE
+from backend.sae import vlm
+from backend.sae.index import INDEX_ENV, INDEX_FILE, Cancelled, FeatureIndex, ImageSource
+from tests.conftest import ROOT
+from tests.helpers.standins import build_cache, cache_env, digest, put
+from tests.helpers.standins import features as SF
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def standins(tmp_path_factory, monkeypatch_module=None):
-    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaNextConfig, LlavaNextForConditionalGeneration,
-                              LlavaNextImageProcessorPil, LlavaNextProcessor)
+def hub(tmp_path_factory):
+    """The stand-in cache as the hub, an image folder, and the hub organism loaded from them."""
+    import huggingface_hub.constants as HC
 
-    from backend.sae import vlm
+    root = tmp_path_factory.mktemp("features-hub")
+    cache = build_cache(root / "cache", SF.REPOS)
+    images = root / "images"
+    SF.sample_images(images, 6)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(HC, "HF_HUB_CACHE", str(cache))
+    mp.setattr(HC, "HF_HUB_OFFLINE", True)
+    mp.setenv(INDEX_ENV, str(root / "index" / INDEX_FILE))
+    org = FT.load_hub()
+    yield {"root": root, "cache": cache, "images": images, "org": org}
+    mp.undo()
 
-    root = tmp_path_factory.mktemp("hub")
-    torch.manual_seed(0)
-    tok = vlm.make_tokenizer()
-    grid = [[32, 32], [32, 64], [64, 32]]
-    cfg = LlavaNextConfig(
-        vision_config=CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                       num_attention_heads=2, image_size=32, patch_size=8),
-        text_config=LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=25,
-                                num_attention_heads=2, num_key_value_heads=2),
-        image_token_index=tok.convert_tokens_to_ids("<image>"), image_grid_pinpoints=grid, vision_feature_layer=-1)
-    model_dir = root / "llava-hf" / "llama3-llava-next-8b-hf"
-    LlavaNextForConditionalGeneration(cfg).save_pretrained(model_dir)
-    ip = LlavaNextImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
-                                    image_grid_pinpoints=grid)
-    LlavaNextProcessor(image_processor=ip, tokenizer=tok, patch_size=8, vision_feature_select_strategy="default",
-                       num_additional_image_tokens=1).save_pretrained(model_dir)
-    sae_repo = root / "lmms-lab" / "llama3-llava-next-8b-hf-sae-131k"
-    sae = TopKSAE(16, 64, 8)
-    with torch.no_grad():
-        sae.W_enc.normal_()
-    sae.save(sae_repo / "model.layers.24", layout="sparsify", hookpoint="")  # lmms-lab: one folder per hookpoint
-    TopKSAE(16, 64, 8).save(sae_repo / "model.layers.8", layout="sparsify", hookpoint="")
-    return root, model_dir, sae_repo
+
+def picture(hub, i=1):
+    return np.asarray(Image.open(sorted(hub["images"].glob("*.png"))[i]).convert("RGB"))
 
 
 def test_hub_preset_is_registered():
@@ -53,33 +56,125 @@ def test_hub_preset_is_registered():
     assert P.active("features", "zoo").path_or_id == "llava-scenes"
 
 
-def test_hub_code_path_on_local_standins(standins, monkeypatch):
-    root, model_dir, sae_repo = standins
-    monkeypatch.setenv("WORKBENCH_MODEL_ROOTS", str(root))
-    org = FT.load_hub(str(model_dir), str(sae_repo), "model.layers.24")
+def test_standins_are_real_classes_and_deterministic(hub, tmp_path):
+    org = hub["org"]
+    assert type(org.model).__name__ == "LlavaNextForConditionalGeneration"
+    assert type(org.processor).__name__ == "LlavaNextProcessor" and org.processor.image_processor.image_grid_pinpoints
+    pieces = org.tokenizer.tokenize("a person standing close to an elephant")
+    assert "Ġperson" in pieces and "Ġelephant" in pieces  # byte-level BPE with English words
+    assert org.tokenizer.pad_token is None or org.tokenizer.pad_token == org.tokenizer.eos_token
     assert org.hookpoint == "model.language_model.layers.24"
-    assert org.sae.n_latents == 64 and org.sae.k == 8 and org.sae.cfg.hookpoint == "model.layers.24"
-    img = (np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)
-    codes = FT.processor_codes(org, img)
-    assert codes.shape[1] == 64 and codes.shape[0] >= 16
-    assert ((codes > 0).sum(-1) <= 8).all()
+    assert org.sae.n_latents == SF.N_LATENTS and org.sae.cfg.hookpoint == "model.layers.24"
+    snap = put(tmp_path, SF.SAE_ID, SF.build_sae)
+    assert sorted(p.name for p in snap.iterdir() if p.is_dir()) == ["model.layers.24", "model.layers.8"]
+    assert digest(snap) == digest(put(tmp_path / "again", SF.SAE_ID, SF.build_sae))
+
+
+def test_anyres_layout_and_stopped_pass_match_the_full_forward(hub):
+    org = hub["org"]
+    imgs = [picture(hub, 0), picture(hub, 1)]  # 40×40 and 30×70: different tile grids
+    h, inputs, lays = vlm.hub_residuals(org.model, org.processor, imgs, org.hookpoint)
+    g = org.model.config.vision_config.image_size // org.model.config.vision_config.patch_size
+    for row, lay in enumerate(lays):
+        n_img = int((inputs["input_ids"][row] == org.model.config.image_token_index).sum())
+        th, tw = lay.tile_shape
+        assert len(lay.base) == g * g and len(lay.tiles) == th * tw and len(lay.newlines) == th
+        assert n_img == g * g + th * (tw + 1) and lay.base.max() < lay.tiles.min()  # base image first
+    assert lays[0].tile_shape != lays[1].tile_shape
+    with torch.no_grad():  # one image at a time, the whole model: layer 24's output is hidden_states[25]
+        for row, im in enumerate(imgs):
+            one = vlm.hub_inputs(org.model, org.processor, [im])
+            full = org.model(**one, output_hidden_states=True).hidden_states[25][0]
+            n = one["input_ids"].shape[1]
+            torch.testing.assert_close(h[row, :n], full, rtol=1e-4, atol=1e-5)  # right padding: same rows
+
+
+def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
+    monkeypatch.setenv(INDEX_ENV, str(tmp_path / "none" / INDEX_FILE))
+    org = FT.load_hub()
+    assert org.index is None and org.label_source == FT.NO_LABELS
+    cmd = FT.index_command(org, "photos/")
+    assert cmd.startswith("accelerate launch -m backend.precompute.sae_index --source hub")
+    assert "--image-folder photos/" in cmd and str(tmp_path / "none") in cmd
+    with pytest.raises(ValueError, match="build one: accelerate launch"):
+        FT.feature_page(org, 0)
+    assert FT.feature_table(org) == []
+
+
+def test_analyse_and_steer_with_image_sizes(hub):
+    org = hub["org"]
+    img = picture(hub, 1)
     out = FT.analyse_image(org, img, top_n=4)
-    assert len(out["features"]) >= 1 and next(iter(out["maps"].values())).shape == (4, 4)
-    # clamping at the paper's hookpoint changes the next-token logits, and leaves nothing behind
-    inputs = org.processor(images=[img], text=["<image> describe"], return_tensors="pt")
+    g = org.model.config.vision_config.image_size // org.model.config.vision_config.patch_size
+    assert out["features"] and all(m.shape == (g, g) for m in out["maps"].values())
+    assert out["tile_maps"] and {m.shape for m in out["tile_maps"].values()} == {(4, 10)}
+    assert "base image" in out["positions"] and "newline" in out["positions"]
+    assert out["image"].shape == img.shape  # anyres: the picture keeps its size
+    f = out["features"][0]["feature"]
     n0 = count_hooks(org.model)
+    res = FT.steer_caption(org, img, f, 40.0)
+    assert res["baseline"] != res["steered"] and res["well_formed"] is None
+    assert count_hooks(org.model) == n0
+    # "image" positions = every image token (base, tiles, newlines): text logits move, hooks gone
+    inputs = vlm.hub_inputs(org.model, org.processor, [img])
     with torch.no_grad():
         base = org.model(**inputs).logits
-        with ST.clamp_feature(org.model, org.sae, "model.layers.24", 3, 50.0, positions="prompt"):
+        with ST.clamp_feature(org.model, org.sae, "model.layers.24", f, 40.0, positions="image",
+                              image_positions=vlm.image_layout(org.model, inputs["input_ids"][0],
+                                                               inputs["image_sizes"][0]).image):
             steered = org.model(**inputs).logits
         again = org.model(**inputs).logits
     assert not torch.allclose(base, steered)
     torch.testing.assert_close(base, again)
     assert count_hooks(org.model) == n0
+    with pytest.raises(ValueError, match="at most"):
+        FT.analyse_image(org, np.zeros((5000, 8, 3), np.uint8))
 
 
-def test_paths_outside_allowed_roots_are_refused(standins, monkeypatch):
-    root, model_dir, sae_repo = standins
+def test_index_in_process_with_progress_and_cancel_equals_the_job(hub):
+    org = hub["org"]
+    src = ImageSource.folder(hub["images"])
+    out = hub["root"] / "index" / INDEX_FILE
+    with pytest.raises(Cancelled):  # cancelled after the first batch: nothing written, nothing installed
+        seen = []
+        FT.build_hub_index(org, src, batch_size=2, progress=lambda d, n: seen.append(d),
+                           should_stop=lambda: bool(seen))
+    assert seen == [2] and not out.exists() and org.index is None
+    steps = []
+    idx = FT.build_hub_index(org, src, batch_size=2, progress=lambda d, n: steps.append((d, n)))
+    assert steps == [(2, 6), (4, 6), (6, 6)] and out.exists() and org.index is idx
+    assert idx.meta["n_images"] == 6 and idx.meta["source"]["files"] == src.files
+    assert idx.tensors["top_maps"].shape[1:] == (16, 16) and idx.meta["grid"] == 4
+
+    # The sharded job's command line, one process, 3 chunks of one batch each: the same file
+    job_out = hub["root"] / "job"
+    env = {**os.environ, **cache_env(hub["cache"]), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "backend.precompute.sae_index", "--source", "hub", "--image-folder",
+                        str(hub["images"]), "--out", str(job_out), "--chunk", "2", "--batch", "2", "--cpu"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["written"] == str(job_out / INDEX_FILE)
+    job = FeatureIndex.load(job_out / INDEX_FILE)
+    for k in idx.tensors:
+        assert torch.equal(job.tensors[k], idx.tensors[k]), k
+    assert job.meta["source"] == idx.meta["source"] and job.meta["positions"] == idx.meta["positions"]
+
+    # a feature page over the folder's images, maps stretched over each picture's own shape
+    f = int(idx.tensors["density"].argmax())
+    page = FT.feature_page(org, f)
+    assert page["top"] and {t["caption"] for t in page["top"]} <= set(src.files)
+    assert all(m.shape == im.shape[:2] for m, im in zip(page["maps"], page["images"]))
+    assert page["labelled_by"] == FT.NO_LABELS and page["label"] == ""
+    rows = FT.feature_table(org)
+    assert {r["feature"] for r in rows} == {int(i) for i in (idx.tensors["fire_count"] > 0).nonzero().flatten()}
+
+    # a fresh load finds the file where the setting names it
+    assert FT.load_hub().index_path == out
+
+
+def test_paths_outside_allowed_roots_are_refused(hub, monkeypatch):
+    snap = hub["cache"] / "models--llava-hf--llama3-llava-next-8b-hf" / "snapshots"
+    folder = next(snap.iterdir())
     monkeypatch.delenv("WORKBENCH_MODEL_ROOTS", raising=False)
     with pytest.raises(P.PresetError):
-        FT.load_hub(str(model_dir), str(sae_repo), "model.layers.24")
+        FT.load_hub(str(folder), SF.SAE_ID, "model.layers.24")
