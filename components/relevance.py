@@ -12,10 +12,12 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
+from backend.lrp import sentences as S
 from backend.lrp import service as svc
 from backend.lrp.forward import RULES
 from backend.lrp.methods import LABELS, METHODS, SIGNED
-from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset
+from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text_presets
+from backend.lrp.tokens import SPACE_MARK, visible
 from backend.core import colors as C
 from components.common import fail, model_event, themed
 
@@ -30,6 +32,10 @@ DEFAULT_METHODS = ["mambalrp", "gi", "ig", "mambaattr"]
 RULE_LABELS = {"norm": "RMSNorm: detach the normaliser", "silu": "SiLU: x·stopgrad(σ(x))",
                "ssm": "SSM: detach Ā, B̄, C", "gate": "Gate: half rule"}
 PAPER_DAF = {"mambalrp": 1.978, "ig": 0.857, "lrp_ln": 0.877, "gi": 0.078, "random": -0.012}
+HUB_LONG_EXAMPLE = ("The secret code is 4817. Remember it, because you will need it at the end. "
+                    "Meanwhile the weather turned cold, the trains ran late, and the market was busy "
+                    "with people buying bread, apples and coffee before the holiday. The secret code is")
+HELD_SOURCES = {"zoo": "zoo held-out set", "file": "my sentence file", "sst2": "SST-2 from the hub"}
 TEXT_EXAMPLES = [
     "the plot was dull but the cast was brilliant and the music was lovely",
     "a really charming film with a weak ending",
@@ -68,6 +74,17 @@ def colorbar_html(vmax: float, normalise: bool) -> str:
             f"<span class='wb-muted'>{what} · red supports the target, blue speaks against it</span></div>")
 
 
+def token_html(tok: str) -> str:
+    """A token's text with its leading spaces drawn as faint marks (' was' → ·was), so the word
+    boundaries a byte-level BPE keeps stay visible without the raw 'Ġ' pieces."""
+    shown = visible(tok)
+    lead = len(shown) - len(shown.lstrip(SPACE_MARK))
+    rest = html.escape(shown[lead:]) or "&nbsp;"
+    if not lead:
+        return rest
+    return f"<span class='wb-space' style='opacity:0.45'>{SPACE_MARK * lead}</span>{rest}"
+
+
 def heatmap_html(res: dict, normalise: bool = True, mark: set[int] | None = None) -> str:
     scaled, vmax = _scale(res, normalise)
     rows = []
@@ -75,9 +92,9 @@ def heatmap_html(res: dict, normalise: bool = True, mark: set[int] | None = None
         spans = []
         for i, (tok, v, raw) in enumerate(zip(res["tokens"], scaled[meth], res["relevance"][meth])):
             border = "border-bottom:3px solid #111;font-weight:700;" if mark and i in mark else ""
-            spans.append(f"<span title='#{i} {html.escape(tok)}: {raw:+.4g}' class='wb-token' style='background:{_rgb(v)};color:{_ink(v)};"
+            spans.append(f"<span title='#{i} {html.escape(visible(tok))}: {raw:+.4g}' class='wb-token' style='background:{_rgb(v)};color:{_ink(v)};"
                          f"padding:1px 3px;margin:1px;border-radius:3px;display:inline-block;{border}'>"
-                         f"{html.escape(tok)}</span>")
+                         f"{token_html(tok)}</span>")
         tag = "" if meth in SIGNED else " <span class='wb-muted'>(≥ 0 only)</span>"
         rows.append(f"<div style='margin:4px 0'><div style='font-weight:600;font-size:0.85rem'>"
                     f"{html.escape(LABELS[meth])}{tag}</div><div style='line-height:1.9'>{''.join(spans)}</div></div>")
@@ -97,14 +114,17 @@ def position_plot(res: dict, normalise: bool = True):
     fig.update_layout(barmode="group", height=380, margin=dict(l=40, r=10, t=40, b=40),
                       title="Relevance by position" + (" (normalised per method)" if normalise else ""),
                       legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
-                      xaxis=dict(tickmode="array", tickvals=x, ticktext=[f"{t}" for t in res["tokens"]],
+                      xaxis=dict(tickmode="array", tickvals=x, ticktext=[visible(t) for t in res["tokens"]],
                                  tickangle=-45), yaxis_title="relevance")
     return themed(fig)
 
 
 def conservation_md(res: dict) -> str:
     f = res["logit"]
-    lines = [f"**Target** `{html.escape(res['target'])}` · logit f = **{f:.4f}**", "",
+    lines = [f"**Target** `{html.escape(visible(res['target']))}` · logit f = **{f:.4f}**", ""]
+    if res.get("target_note"):
+        lines += [f"<span class='wb-muted'>{html.escape(res['target_note'])}</span>", ""]
+    lines += [
              "| method | Σ relevance | Σ R − f | \\|Σ R − f\\| / \\|f\\| |", "|---|---|---|---|"]
     for meth in res["methods"]:
         s = res["sum_relevance"][meth]
@@ -113,6 +133,11 @@ def conservation_md(res: dict) -> str:
     lines.append("<span class='wb-muted'>With every rule on and zero biases, MambaLRP's relevance sums to "
                  "the logit (conservation); drop a rule to see it break. Attention methods are not "
                  "meant to sum to f.</span>")
+    if res.get("conv_bias"):
+        lines.append("")
+        lines.append("<span class='wb-muted'>This model's conv1d layers have biases (as Mamba-130M's "
+                     "do): the biases absorb a share of the logit, so Σ R − f is not zero here even "
+                     "with every rule on; that gap is the biases' share, not a broken rule.</span>")
     return "\n".join(lines)
 
 
@@ -128,14 +153,16 @@ def export_text(res: dict) -> tuple[str, str]:
 
     d = _tmpdir()
     jpath = d / "relevance.json"
-    jpath.write_text(json.dumps({k: v for k, v in res.items()}, indent=1, default=float))
+    data = dict(res)
+    data["tokens_shown"] = [visible(t) for t in res["tokens"]]  # leading space → "·"
+    jpath.write_text(json.dumps(data, indent=1, default=float))
     scaled, _ = _scale(res, True)
     M = np.stack([scaled[m] for m in res["methods"]])
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(res["tokens"])), 0.6 * len(res["methods"]) + 1.6), dpi=110)
     im = ax.imshow(M, cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, aspect="auto")
     ax.set_yticks(range(len(res["methods"])), [LABELS[m] for m in res["methods"]])
-    ax.set_xticks(range(len(res["tokens"])), res["tokens"], rotation=60, ha="right", fontsize=8)
-    ax.set_title(f"explaining '{res['target']}' (logit {res['logit']:.3f})", fontsize=9)
+    ax.set_xticks(range(len(res["tokens"])), [visible(t) for t in res["tokens"]], rotation=60, ha="right", fontsize=8)
+    ax.set_title(f"explaining '{visible(res['target'])}' (logit {res['logit']:.3f})", fontsize=9)
     fig.colorbar(im, ax=ax, label="relevance / max|R|", fraction=0.03)
     fig.tight_layout()
     ppath = d / "relevance.png"
@@ -156,7 +183,8 @@ def curves_plot(hres: dict):
     fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=40),
                       legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=10)),
                       title=f"Target logit while removing words ({hres['n']} held-out sentences)",
-                      xaxis_title="fraction of words replaced by <unk>", yaxis_title="target logit")
+                      xaxis_title=f"fraction of words replaced by {hres.get('neutral', '<unk>')}",
+                      yaxis_title="target logit")
     return themed(fig)
 
 
@@ -165,8 +193,9 @@ def daf_table(hres: dict) -> list[list]:
     for meth in sorted(hres["methods"], key=lambda m: -hres["results"][m]["delta_af"]):
         r = hres["results"][meth]
         paper = PAPER_DAF.get(meth)
+        prec = r.get("precision_at_k")
         rows.append([LABELS[meth], round(r["delta_af"], 3), round(r["delta_af_se"], 3), round(r["a_lerf"], 3),
-                     round(r["a_morf"], 3), round(r["precision_at_k"], 3),
+                     round(r["a_morf"], 3), "" if prec is None else round(prec, 3),
                      "" if paper is None else paper])
     return rows
 
@@ -202,10 +231,10 @@ def longrange_plot(res: dict):
         tops = res["top_tokens"][meth]
         top = max(abs(tops[0]["relevance"]), 1e-12) if tops else 1.0
         fig.add_scatter(x=[d["distance"] for d in tops], y=[d["relevance"] / top for d in tops],
-                        text=[d["token"] for d in tops], mode="markers+text", textposition="top center",
+                        text=[visible(d["token"]) for d in tops], mode="markers+text", textposition="top center",
                         name=LABELS[meth], marker=dict(color=C.qualitative(i)))
     fig.update_layout(height=320, margin=dict(l=40, r=10, t=40, b=40),
-                      title=f"Explaining '{res['target']}': top-10 tokens",
+                      title=f"Explaining '{visible(res['target'])}': top-10 tokens",
                       xaxis_title="distance back from the answer position (tokens)",
                       yaxis_title="relevance / top relevance")
     return themed(fig)
@@ -252,16 +281,59 @@ def image_figure(res: dict) -> tuple[np.ndarray, str]:
 
 # ----------------------------------------------------------------------------- event handlers
 
+def _is_zoo_sentiment_preset(p) -> bool:
+    return p.source == "zoo" and p.path_or_id == "mamba-sentiment"
+
+
 def _guard(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
-    except svc.InputError as e:
+    except (svc.InputError, S.DataError) as e:
         fail(str(e))
+
+
+def heldout_note(hres: dict) -> str:
+    """What data and targets the held-out numbers come from."""
+    src = {"zoo": "the zoo organism's held-out sentences (planted evidence words)",
+           "sst2": "SST-2 validation sentences from the hub", "file": "your sentence file"}
+    parts = [f"**Data:** {src.get(hres.get('source', 'zoo'), hres.get('source'))} · {hres['n']} sentences"]
+    if hres.get("target") == "label":
+        words = ", ".join(f"{html.escape(k)} → `{html.escape(visible(v))}`" for k, v in hres["label_tokens"].items())
+        parts.append(f"**Target:** each sentence's label word ({words})")
+    elif hres.get("target") == "predicted":
+        top = ", ".join(f"`{html.escape(visible(k))}` ×{v}" for k, v in list(hres["targets_used"].items())[:6])
+        parts.append(f"**Target:** the model's own next-token prediction ({top})")
+    if hres.get("suffix"):
+        parts.append(f"**Prompt after each sentence:** `{html.escape(hres['suffix'])}` (its tokens are never removed)")
+    if hres.get("neutral"):
+        parts.append(f"Removed tokens are replaced by `{html.escape(hres['neutral'])}`.")
+    if hres.get("skipped"):
+        parts.append("Skipped: " + ", ".join(f"{v} ({k})" for k, v in hres["skipped"].items()) + ".")
+    for note in hres.get("notes", []):
+        parts.append(f"<span class='wb-muted'>{html.escape(note)}</span>")
+    if hres.get("source") != "zoo":
+        parts.append("<span class='wb-muted'>No planted evidence here, so no precision@k. The paper's "
+                     "ΔA^F figures are for Mamba-130M fine-tuned on SST-2; a base checkpoint explains "
+                     "its own next-token predictions.</span>")
+    return "  \n".join(parts)
+
+
+def read_heldout(data: str, upload) -> list[dict]:
+    """The sentences the held-out section runs on: an uploaded file or SST-2 from the hub."""
+    if data == "sst2":
+        return S.load_sst2()
+    if not upload:
+        raise S.DataError("Upload a sentence file (one per line, or CSV/TSV/JSONL with a 'sentence' or "
+                          "'text' column and an optional 'label').")
+    path = upload if isinstance(upload, str) else getattr(upload, "name", None) or upload.get("path")
+    return S.read_sentences(path)
 
 
 def build(ctx) -> None:
     source = ctx.source
     text_p = text_preset(source)
+    text_choices = text_presets(source)
+    hub = text_p.source == "hub"
     gr.HTML(
         "<div class='wb-explain'><b>MambaLRP</b> (Jafari et al., 2024) explains a Mamba model's output "
         "as relevance per input token (or pixel). It is Gradient×Input on a forward pass whose values "
@@ -272,7 +344,9 @@ def build(ctx) -> None:
     zoo_note = (" — the zoo organism: 1–3 polar words among distractors decide the label by majority; "
                 "the truth is where they are." if text_p.source == "zoo" else "")
     gr.Markdown(f"<span class='wb-muted'>Text model: <b>{html.escape(text_p.label or text_p.path_or_id)}</b>"
-                f"{zoo_note}</span>")
+                f"{zoo_note}" + (" — pick the checkpoint below. Tokens are shown as the text they stand "
+                                 "for; a faint · marks a token that begins with a space." if hub else "")
+                + "</span>")
 
     # ---------------------------------------------------------------- text
     with gr.Row():
@@ -280,12 +354,15 @@ def build(ctx) -> None:
             text = gr.Textbox(label="Text", value=TEXT_EXAMPLES[0], lines=2, elem_id="rel-text")
             gr.Examples(TEXT_EXAMPLES, inputs=[text], label="Examples")
         with gr.Column(scale=2):
+            model = gr.Dropdown([(p.label or p.path_or_id, p.path_or_id) for p in text_choices],
+                                value=text_p.path_or_id, label="Text model", interactive=len(text_choices) > 1,
+                                elem_id="rel-model")
             methods = gr.CheckboxGroup([(LABELS[m], m) for m in METHODS], value=DEFAULT_METHODS,
                                        label="Methods", elem_id="rel-methods")
             rules = gr.CheckboxGroup([(RULE_LABELS[r], r) for r in RULES], value=list(RULES),
                                      label="MambaLRP rules (untick to ablate)", elem_id="rel-rules")
             with gr.Row():
-                target = gr.Textbox(label="Target token (blank = the model's prediction)", value="",
+                target = gr.Textbox(label="Target word or token (blank = the model's prediction)", value="",
                                     elem_id="rel-target", scale=2)
                 normalise = gr.Checkbox(label="Normalise per method", value=True, elem_id="rel-normalise")
             explain = gr.Button("Explain", variant="primary", elem_id="rel-explain")
@@ -301,54 +378,87 @@ def build(ctx) -> None:
     with gr.Accordion("Result as data", open=False):
         summary = gr.JSON(label="Result (raw)", open=False, elem_id="rel-result")
 
-    def run_text(t, ms, rs, tgt, norm, progress=gr.Progress()):
+    def run_text(t, ms, rs, tgt, norm, model_id=None, progress=gr.Progress()):
         progress(0.1, desc="loading model")
-        m = svc.load_text(source)
+        m = _guard(svc.load_text, source, model_id)
         progress(0.3, desc="explaining")
         res = _guard(svc.explain_text, m, t, ms, rs, tgt or None)
         jpath, ppath = export_text(res)
         return heatmap_html(res, norm), position_plot(res, norm), conservation_md(res), jpath, ppath, res
 
-    explain.click(run_text, [text, methods, rules, target, normalise],
+    explain.click(run_text, [text, methods, rules, target, normalise, model],
                   [heat, bars, cons, jfile, pfile, summary], **model_event(api_name="explain_text"))
 
     # ---------------------------------------------------------------- held-out evaluation
     with gr.Accordion("Held-out evaluation: faithfulness (ΔA^F) and conservation", open=False,
                       elem_id="rel-heldout-acc"):
-        gr.Markdown("Words are replaced by `<unk>` in order of relevance, most relevant first (MoRF) or "
+        gr.Markdown("Tokens are replaced by a neutral token (`<unk>`; for GPT-NeoX vocabularies "
+                    "`<|endoftext|>`) in order of relevance, most relevant first (MoRF) or "
                     "least relevant first (LeRF); the area between the two logit curves is ΔA^F "
-                    "(higher = more faithful). Precision@k: share of the top-k words that are the "
+                    "(higher = more faithful). Precision@k (zoo only): share of the top-k words that are the "
                     "label-supporting evidence words (k = their number). Paper (SST-2, Mamba-130M): "
                     "MambaLRP 1.978, IG 0.857, LRP (LN-rule) 0.877, GI 0.078, random −0.012.")
+        held_sources = (["zoo"] if not hub and _is_zoo_sentiment_preset(text_p) else []) + ["file", "sst2"]
         with gr.Row():
-            n_sent = gr.Slider(20, 240, value=60, step=10, label="Held-out sentences", elem_id="rel-n")
+            held_data = gr.Radio([(HELD_SOURCES[k], k) for k in held_sources], value=held_sources[0],
+                                 label="Sentences", elem_id="rel-held-data")
+            held_target = gr.Radio([("the model's prediction", "predicted"), ("each sentence's label", "label")],
+                                   value="predicted", label="Target", elem_id="rel-held-target")
+        with gr.Row():
+            held_file = gr.File(label="Sentence file (.txt lines · .csv/.tsv/.jsonl with 'sentence' or "
+                                      "'text' and optional 'label')",
+                                file_types=[".txt", ".csv", ".tsv", ".jsonl", ".json"], elem_id="rel-held-file")
+            with gr.Column():
+                held_words = gr.Textbox(label="Label words (label=word, …; blank: 0/1 → negative/positive, "
+                                              "other labels are their own word)", value="",
+                                        elem_id="rel-held-words")
+                held_suffix = gr.Textbox(label="Prompt after each sentence (optional, e.g. ' Sentiment:')",
+                                         value="", elem_id="rel-held-suffix")
+        with gr.Row():
+            n_sent = gr.Slider(20, 240, value=60, step=10, label="Held-out sentences (at most)", elem_id="rel-n")
             run_held = gr.Button("Run held-out evaluation", elem_id="rel-heldout")
+        held_note = gr.Markdown(elem_id="rel-held-note")
         table = gr.Dataframe(headers=["method", "ΔA^F", "± s.e.", "A LeRF", "A MoRF", "precision@k",
                                       "paper ΔA^F"], interactive=False, elem_id="rel-daf")
         with gr.Row():
             curves = gr.Plot(label="MoRF / LeRF", elem_id="rel-curves")
             scatter = gr.Plot(label="Σ R vs logit", elem_id="rel-scatter")
 
-    def run_heldout(ms, n, progress=gr.Progress()):
-        m = svc.load_text(source)
-        res = _guard(svc.heldout_sentiment, m, ms, n,
-                     progress=lambda f, d: progress(f, desc=d))
-        return daf_table(res), curves_plot(res), scatter_plot(res)
+    def run_heldout(ms, n, data=None, upload=None, tgt="predicted", words="", suffix="", model_id=None,
+                    progress=gr.Progress()):
+        m = _guard(svc.load_text, source, model_id)
+        report = lambda f, d: progress(f, desc=d)  # noqa: E731
+        data = data or held_sources[0]
+        if data == "zoo":
+            res = dict(_guard(svc.heldout_sentiment, m, ms, n, progress=report), source="zoo")
+        else:
+            progress(0.02, desc="reading sentences")
+            items = _guard(read_heldout, data, upload)
+            res = _guard(svc.heldout_sentences, m, items, ms, target=tgt or "predicted", label_words=words,
+                         suffix=suffix, n=n, source=data, progress=report)
+        return daf_table(res), curves_plot(res), scatter_plot(res), heldout_note(res)
 
-    run_held.click(run_heldout, [methods, n_sent], [table, curves, scatter],
-                   **model_event(api_name="heldout_eval"))
+    run_held.click(run_heldout, [methods, n_sent, held_data, held_file, held_target, held_words, held_suffix, model],
+                   [table, curves, scatter, held_note], **model_event(api_name="heldout_eval"))
 
     # ---------------------------------------------------------------- long range
     with gr.Accordion("Long-range: where does the answer come from?", open=False, elem_id="rel-long-acc"):
-        long_ok = available(LONG_ZOO)
-        lr_example = ""
-        if long_ok:
+        long_ok = hub or available(LONG_ZOO)
+        lr_example = HUB_LONG_EXAMPLE if hub else ""
+        if long_ok and not hub:
             lm = svc.load_longrange()
             lr_example = " ".join(lm.heldout[0]["tokens"][:-1])
-        gr.Markdown("The zoo long-range model sees one `key` token near the start, then 40–60 noise "
-                    "tokens, and must answer with the key's value. The explanation of its predicted "
-                    "answer should sit on the key, far back. Underlined: the top-10 relevant tokens.")
-        lr_text = gr.Textbox(label="Sequence (answer: is appended)", value=lr_example, lines=3,
+        if hub:
+            gr.Markdown("Runs on the **selected hub checkpoint** above (the zoo's long-range organism is not "
+                        "used in hub mode): type a text whose next token depends on something far back, "
+                        "e.g. a code stated at the start and asked for at the end. The plot shows where "
+                        "the 10 most relevant tokens sit, counted back from the predicted token.")
+        else:
+            gr.Markdown("The zoo long-range model sees one `key` token near the start, then 40–60 noise "
+                        "tokens, and must answer with the key's value. The explanation of its predicted "
+                        "answer should sit on the key, far back. Underlined: the top-10 relevant tokens.")
+        lr_text = gr.Textbox(label="Text (the predicted next token is explained)" if hub else
+                             "Sequence (answer: is appended)", value=lr_example, lines=3,
                              elem_id="rel-long-text", interactive=long_ok)
         lr_btn = gr.Button("Explain the predicted next token", interactive=long_ok, elem_id="rel-long-explain")
         lr_heat = gr.HTML(elem_id="rel-long-heatmap")
@@ -358,20 +468,25 @@ def build(ctx) -> None:
         if not long_ok:
             gr.Markdown("<span class='wb-muted'>The long-range organism is not built.</span>")
 
-    def run_long(t, ms, progress=gr.Progress()):
+    def run_long(t, ms, model_id=None, progress=gr.Progress()):
         progress(0.2, desc="explaining")
-        m = svc.load_longrange()
+        m = _guard(svc.load_text, source, model_id) if hub else svc.load_longrange()
         res = _guard(svc.longrange, m, t, ms)
         mark = {d["position"] for d in res["top_tokens"].get("mambalrp", res["top_tokens"][res["methods"][0]])}
         return heatmap_html(res, True, mark), longrange_plot(res), {"target": res["target"],
                                                                      "top_tokens": res["top_tokens"]}
 
-    lr_btn.click(run_long, [lr_text, methods], [lr_heat, lr_plot, lr_json],
+    lr_btn.click(run_long, [lr_text, methods, model], [lr_heat, lr_plot, lr_json],
                  **model_event(api_name="explain_longrange"))
 
     # ---------------------------------------------------------------- image
-    with gr.Accordion("Image: Vision-Mamba-style classifier", open=True, elem_id="rel-image-acc"):
+    with gr.Accordion("Image: Vision-Mamba-style classifier (zoo organism)" if hub else
+                      "Image: Vision-Mamba-style classifier", open=True, elem_id="rel-image-acc"):
         img_ok = available(IMAGE_ZOO)
+        if hub:
+            gr.Markdown("<b>Not a paper checkpoint:</b> the image classifier is this project's own "
+                        "Vision-Mamba organism (trained here, from the zoo); no hub checkpoint is registered "
+                        "for images, so this section runs on it in hub mode too.", elem_id="rel-image-hub-note")
         gr.Markdown("A patch embedding feeds `MambaModel(inputs_embeds=…)`; the class is the shape of "
                     "the one bright 4×4 object (ring / cross / stripes) on one patch, among noise and distractor strokes on other patches. "
                     "For held-out examples the green box is the ground-truth patch, and each title gives "

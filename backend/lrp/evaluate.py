@@ -121,3 +121,44 @@ def region_eval(model, images: np.ndarray, labels: np.ndarray, masks: np.ndarray
             r.update(fa.summarize(curves))
         out[m] = r
     return out
+
+
+def sentences_eval(model, groups: list[tuple[torch.Tensor, torch.Tensor | None, list[int]]], methods, *,
+                   neutral_id: int, predict_among: list[int] | None = None, rules=None,
+                   progress=None) -> tuple[dict, list[int]]:
+    """Faithfulness and conservation on sentences without planted evidence. `groups`: batches of
+    equal-length ids [B, L] with their target ids [B] (None = the model's own prediction, among
+    `predict_among` when given) and the positions that may be removed. Returns per method the
+    ΔA^F summary and the (Σ R, logit) pairs, and the targets used (in the groups' order)."""
+    out = {m: {"sum_r": [], "logit": [], "curves": []} for m in methods}
+    used: list[int] = []
+    done, total = 0, len(groups) * len(methods)
+    for ids, targets, cand in groups:
+        if targets is None:
+            with torch.no_grad():
+                logits = lm_forward(model, ids)[:, -1].float().cpu()
+            if predict_among:
+                among = torch.tensor(predict_among)
+                targets = among[logits[:, among].argmax(-1)]
+            else:
+                targets = logits.argmax(-1)
+        used += [int(t) for t in targets]
+        for m in methods:
+            limits.check("the held-out evaluation")
+            rel, score = attribute_text(model, ids, target=targets, position=-1, method=m,
+                                        rules=rules if m == "mambalrp" else None, return_score=True)
+            rel = rel.numpy()
+            out[m]["sum_r"] += [float(v) for v in rel.sum(1)]
+            out[m]["logit"] += [float(v) for v in score]
+            out[m]["curves"] += fa.text_curves_batch(model, ids, rel, targets=targets, candidates=cand,
+                                                     neutral_id=neutral_id)
+            done += 1
+            if progress is not None:
+                progress(done / total, f"{m}: sentences of {ids.shape[1]} tokens")
+    result = {}
+    for m, d in out.items():
+        s, f = np.array(d["sum_r"]), np.array(d["logit"])
+        result[m] = {"precision_at_k": None,
+                     "conservation_median_rel_err": float(np.median(np.abs(s - f) / np.abs(f).clip(1e-12))),
+                     "sum_r": d["sum_r"], "logit": d["logit"], "n": len(d["sum_r"]), **fa.summarize(d["curves"])}
+    return result, used

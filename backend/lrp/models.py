@@ -92,6 +92,15 @@ def text_preset(source: str | None = None) -> P.Preset:
     return P.active(TAB, source)
 
 
+def text_presets(source: str | None = None) -> list[P.Preset]:
+    """The text models a user can pick under a source: its causal Mamba LMs (the zoo's sentiment
+    organism; in hub mode every registered checkpoint). The default comes first."""
+    first = text_preset(source)
+    same = [p for p in P.presets(TAB) if p.source == first.source and p.model_class.endswith("MambaForCausalLM")
+            and p != LONG_ZOO]
+    return [first] + [p for p in same if p != first]
+
+
 def available(preset: P.Preset) -> bool:
     if preset.source == "hub":
         return True

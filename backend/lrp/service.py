@@ -15,8 +15,11 @@ from . import faithfulness as fa
 from .forward import RULES, lm_forward
 from .methods import LABELS, METHODS, attribute_image, attribute_text
 from .models import IMAGE_ZOO, LONG_ZOO, TEXT_ZOO, Loaded, load
+from .sentences import DataError
+from .tokens import WordError, resolve_word, token_text, token_texts
 
 MAX_TOKENS = 256
+HELD_MAX_TOKENS = 64  # held-out sentences longer than this are skipped (each costs 2·L forwards)
 
 
 def _n_methods(methods) -> int:
@@ -78,32 +81,47 @@ def text_ids(m: Loaded, text: str) -> tuple[torch.Tensor, list[str], list[int]]:
         words_pos = list(range(1, len(toks) - 1))
     else:
         ids = tok(text, add_special_tokens=False)["input_ids"]
-        toks = tok.convert_ids_to_tokens(ids)
+        toks = token_texts(tok, ids)  # ' was', not the piece 'Ġwas'
         words_pos = list(range(0, len(ids) - 1))
     if len(ids) > MAX_TOKENS:
         raise InputError(f"The input has {len(ids)} tokens; the limit is {MAX_TOKENS}.")
     return torch.tensor(ids), [str(t) for t in toks], words_pos
 
 
-def resolve_target(m: Loaded, ids: torch.Tensor, target: str | None) -> tuple[int, str, dict]:
-    """The explained token: the predicted next token unless one is named."""
+def target_token(m: Loaded, target: str) -> tuple[int, str, str]:
+    """A typed target as the model's token: (id, its text, a note when the word splits)."""
+    try:
+        return resolve_word(m.tokenizer, target)
+    except WordError as e:
+        raise InputError(str(e)) from None
+
+
+def resolve_target(m: Loaded, ids: torch.Tensor, target: str | None) -> tuple[int, str, dict, str]:
+    """The explained token: the predicted next token unless one is named; returns its id, its text,
+    the top-5 next tokens (text → logit) and a note about how a typed word was read."""
     with torch.no_grad():
         logits = lm_forward(m.model, ids[None])[0, -1]
     top = torch.topk(logits, 5)
-    tops = {m.tokenizer.convert_ids_to_tokens(int(i)): float(v) for v, i in zip(top.values, top.indices)}
+    tops = {token_text(m.tokenizer, int(i)): float(v) for v, i in zip(top.values, top.indices)}
     if target and str(target).strip() and str(target).strip() != "(predicted)":
-        name = str(target).strip()
-        tid = m.tokenizer.convert_tokens_to_ids(name)
-        unk = getattr(m.tokenizer, "unk_token_id", None)
-        if tid is None or (unk is not None and tid == unk and name != m.tokenizer.unk_token):
-            raise InputError(f"{name!r} is not a token of this model's vocabulary.")
-        return int(tid), name, tops
+        tid, name, note = target_token(m, str(target))
+        if tid >= logits.shape[-1]:
+            raise InputError(f"{name!r} has id {tid}, outside this model's {logits.shape[-1]} logits.")
+        return tid, name, tops, note
     if _is_zoo_sentiment(m):  # the label the model prefers
         lab = m.tokenizer.convert_tokens_to_ids(m.task["labels"])
         tid = lab[int(torch.argmax(logits[lab]))]
     else:
         tid = int(top.indices[0])
-    return int(tid), str(m.tokenizer.convert_ids_to_tokens(tid)), tops
+    return int(tid), token_text(m.tokenizer, tid), tops, ""
+
+
+def conv_bias(model) -> bool:
+    """Whether some conv1d has a non-zero bias (mamba-130m does): it absorbs a share of the logit,
+    so Σ relevance differs from f by that share even with every rule on."""
+    layers = getattr(getattr(model, "backbone", None), "layers", [])
+    return any(getattr(l.mixer.conv1d, "bias", None) is not None and bool(l.mixer.conv1d.bias.abs().max() > 0)
+               for l in layers)
 
 
 @gpu(duration=_gpu_s)
@@ -117,16 +135,17 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
 
     def compute():
         with locked(m.model):
-            tid, tname, tops = resolve_target(m, ids, target)
+            tid, tname, tops, note = resolve_target(m, ids, target)
             rel, logit = {}, None
             for meth in methods:
                 r, s = attribute_text(m.model, ids[None], target=tid, method=meth,
                                       rules=rules if meth == "mambalrp" else None, return_score=True)
                 rel[meth] = r[0].numpy().astype(float).tolist()
                 logit = float(s[0])
-        return {"tokens": toks, "ids": ids.tolist(), "target": tname, "target_id": tid, "logit": logit,
+        return {"tokens": toks, "ids": ids.tolist(), "target": tname, "target_id": tid, "target_note": note,
+                "logit": logit,
                 "top_next": tops, "methods": methods, "labels": {k: LABELS[k] for k in methods},
-                "rules": rules, "relevance": rel, "word_positions": words_pos,
+                "rules": rules, "relevance": rel, "word_positions": words_pos, "conv_bias": conv_bias(m.model),
                 "sum_relevance": {k: float(np.sum(v)) for k, v in rel.items()},
                 "model": m.model_id}
 
@@ -163,6 +182,125 @@ def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> dict:
                                     progress=progress)
         return {"n": n, "methods": methods + ["random"],
                 "labels": {k: LABELS[k] for k in methods + ["random"]}, "results": res}
+
+    return CACHE.get_or_compute(key, compute)
+
+
+def neutral_id(m: Loaded) -> tuple[int, str]:
+    """The token that replaces removed words: the zoo's <unk>, else the tokenizer's unk (GPT-NeoX:
+    <|endoftext|>), pad or id 0."""
+    tok = m.tokenizer
+    if m.task.get("neutral_token"):
+        return int(tok.convert_tokens_to_ids(m.task["neutral_token"])), m.task["neutral_token"]
+    for name in ("unk_token", "pad_token", "eos_token"):
+        tid = getattr(tok, f"{name}_id", None)
+        if tid is not None:
+            return int(tid), str(getattr(tok, name))
+    return 0, token_text(tok, 0)
+
+
+def label_targets(m: Loaded, words: dict[str, str]) -> tuple[dict[str, int], list[str]]:
+    """Label → target id through the label words; notes for words that split. Two labels whose
+    words start with the same token cannot be told apart and are refused."""
+    ids, notes = {}, []
+    for lab, word in words.items():
+        tid, text, note = target_token(m, word)
+        ids[lab] = tid
+        if note:
+            notes.append(f"label {lab}: {note}")
+    seen: dict[int, str] = {}
+    for lab, tid in ids.items():
+        if tid in seen:
+            raise InputError(f"Labels {seen[tid]!r} and {lab!r} map to the same token "
+                             f"{token_text(m.tokenizer, tid)!r}; name other label words (e.g. 0=bad, 1=good).")
+        seen[tid] = lab
+    return ids, notes
+
+
+def _sentence_ids(m: Loaded, text: str, suffix: str) -> tuple[torch.Tensor, list[int]]:
+    ids, _, words = text_ids(m, text)
+    if suffix and m.preset.source != "zoo":
+        extra = m.tokenizer(suffix, add_special_tokens=False)["input_ids"]
+        words = list(range(len(ids)))  # every sentence token may go; the prompt stays
+        ids = torch.cat([ids, torch.tensor(extra, dtype=ids.dtype)])
+    return ids, words
+
+
+def _held_gpu_s(m, items=(), methods=(), *a, n=60, **k) -> int:
+    return capped(10 + 0.5 * min(int(n), len(items) or 1) * _n_methods(methods))
+
+
+@gpu(duration=_held_gpu_s)
+def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "predicted",
+                      label_words: str | None = None, suffix: str = "", n: int = 60, source: str = "file",
+                      progress=None) -> dict:
+    """ΔA^F table, mean MoRF/LeRF curves and the conservation scatter on sentences the user gives
+    (`items` from backend.lrp.sentences). `target`: "label" (each sentence's label word) or
+    "predicted" (the model's own next token; for the zoo organism, the label it prefers)."""
+    from .sentences import parse_label_words
+
+    methods = check_methods(methods)
+    if target not in ("label", "predicted"):
+        raise InputError("The target is 'label' or 'predicted'.")
+    if not items:
+        raise InputError("No sentences: upload a file or load SST-2 first.")
+    suffix = str(suffix or "")
+    notes, skipped = [], {"no label": 0, "too long": 0, "empty": 0}
+    label_ids: dict[str, int] = {}
+    if target == "label":
+        if not any(it.get("label") is not None for it in items):
+            raise InputError("These sentences have no labels; choose the model's prediction as the target.")
+        try:
+            words = parse_label_words(label_words, [it.get("label") for it in items])
+        except DataError as e:
+            raise InputError(str(e)) from None
+        label_ids, notes = label_targets(m, words)
+    rows = []
+    for it in items:
+        if len(rows) >= int(n):
+            break
+        if target == "label" and it.get("label") is None:
+            skipped["no label"] += 1
+            continue
+        try:
+            ids, cand = _sentence_ids(m, it["text"], suffix)
+        except InputError:
+            skipped["empty"] += 1
+            continue
+        if len(ids) > HELD_MAX_TOKENS or not cand:
+            skipped["too long" if cand else "empty"] += 1
+            continue
+        rows.append((ids, cand, label_ids.get(it.get("label")) if target == "label" else None))
+    if len(rows) < 2:
+        raise InputError(f"At least two usable sentences are needed (found {len(rows)}; skipped "
+                         + ", ".join(f"{v} {k}" for k, v in skipped.items() if v) + ").")
+    groups: dict[tuple, list] = {}
+    for ids, cand, tid in rows:
+        groups.setdefault((len(ids), tuple(cand)), []).append((ids, tid))
+    batches = [(torch.stack([r[0] for r in g]),
+                None if target == "predicted" else torch.tensor([r[1] for r in g]), list(key[1]))
+               for key, g in groups.items()]
+    nid, nname = neutral_id(m)
+    among = m.tokenizer.convert_tokens_to_ids(m.task["labels"]) if _is_zoo_sentiment(m) else None
+    key = make_key(m.model_id, [r[0].tolist() for r in rows],
+                   {"methods": methods, "target": target, "labels": label_ids, "rows": [r[2] for r in rows]},
+                   revision=m.preset.revision)
+
+    def compute():
+        with locked(m.model):
+            res, used = ev.sentences_eval(m.model, batches, methods + ["random"], neutral_id=nid,
+                                          predict_among=among, progress=progress)
+        counts: dict[str, int] = {}
+        for t in used:
+            name = token_text(m.tokenizer, t)
+            counts[name] = counts.get(name, 0) + 1
+        return {"n": len(rows), "methods": methods + ["random"],
+                "labels": {k: LABELS[k] for k in methods + ["random"]}, "results": res,
+                "source": source, "target": target, "label_tokens": {k: token_text(m.tokenizer, v)
+                                                                      for k, v in label_ids.items()},
+                "targets_used": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+                "neutral": nname, "suffix": suffix, "skipped": {k: v for k, v in skipped.items() if v},
+                "notes": notes, "model": m.model_id}
 
     return CACHE.get_or_compute(key, compute)
 
@@ -237,10 +375,18 @@ def explain_image(m: Loaded, image, methods, rules=RULES) -> dict:
     return CACHE.get_or_compute(key, compute)
 
 
-def load_text(source: str | None = None) -> Loaded:
-    from .models import text_preset
+def load_text(source: str | None = None, model: str | None = None) -> Loaded:
+    """The tab's text model: the source's first (default) or the one named (a preset's hub id or
+    zoo folder among `models.text_presets(source)`)."""
+    from .models import text_preset, text_presets
 
-    return load(text_preset(source))
+    if not model:
+        return load(text_preset(source))
+    for p in text_presets(source):
+        if p.path_or_id == model:
+            return load(p)
+    raise InputError(f"{model!r} is not one of this tab's text models "
+                     f"({', '.join(p.path_or_id for p in text_presets(source))}).")
 
 
 def load_longrange() -> Loaded:
@@ -251,5 +397,5 @@ def load_image() -> Loaded:
     return load(IMAGE_ZOO)
 
 
-__all__ = ["InputError", "explain_text", "longrange", "heldout_sentiment", "explain_image",
+__all__ = ["InputError", "explain_text", "longrange", "heldout_sentiment", "heldout_sentences", "explain_image",
            "example_image", "load_text", "load_longrange", "load_image", "TEXT_ZOO", "fa"]

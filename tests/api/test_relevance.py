@@ -80,7 +80,8 @@ def test_bad_input_is_a_clear_error(client):
 
 
 def test_heldout_evaluation_table(client):
-    table, curves, scatter = client.predict(["mambalrp", "gi"], 30, api_name="/heldout_eval")
+    table, curves, scatter, note = client.predict(["mambalrp", "gi"], 30, api_name="/heldout_eval")
+    assert "zoo organism's held-out sentences" in note and "30 sentences" in note
     rows = table["data"] if isinstance(table, dict) else table
     by = {r[0]: r for r in rows}
     assert set(by) == {"MambaLRP", "Gradient×Input", "Random"}
@@ -88,6 +89,23 @@ def test_heldout_evaluation_table(client):
     assert by["MambaLRP"][1] > by["Gradient×Input"][1]
     assert by["MambaLRP"][5] >= 0.9  # evidence precision@k
     assert curves is not None and scatter is not None
+
+
+def test_heldout_on_an_uploaded_file_and_sst2_offline(client, tmp_path):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    path = tmp_path / "mine.jsonl"
+    rows = [("a lovely and superb film", "positive"), ("the plot was dull and awful", "negative"),
+            ("weak script but a brilliant cast", "positive"), ("a boring sequel", "negative")]
+    path.write_text("".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in rows))
+    table, curves, scatter, note = client.predict(["mambalrp", "gi"], 20, "file", handle_file(str(path)), "label",
+                                                  "", "", api_name="/heldout_eval")
+    by = {r[0]: r for r in (table["data"] if isinstance(table, dict) else table)}
+    assert set(by) == {"MambaLRP", "Gradient×Input", "Random"} and by["MambaLRP"][5] in ("", None)
+    assert "your sentence file" in note and "4 sentences" in note and "`positive`" in note
+    with pytest.raises(AppError, match="(?i)offline|datasets"):
+        client.predict(["mambalrp"], 20, "sst2", None, "predicted", "", "", api_name="/heldout_eval")
 
 
 def test_long_range_points_at_the_key(client):
