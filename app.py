@@ -47,8 +47,10 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
             ctx = TabContext(tabs=tabs, source=source, registry=modules)
             for mod in modules:
                 with gr.Tab(mod.TITLE, id=mod.TAB_ID, elem_id=f"tab-{mod.TAB_ID}") as tab:
-                    ok = build_tab(mod, ctx)
-                    links.add_tab(mod.TAB_ID, tab, runs=ok)  # the "Link to this view" row
+                    # The "Link to this view" row first, at the top of the tab; its inputs are
+                    # collected once every tab is built (links.install).
+                    entry = links.add_tab(mod.TAB_ID, tab)
+                    entry.runs = build_tab(mod, ctx)
 
         # Deep links: ?tab=ID opens that tab; ?<elem_id>=<json> restores every linked input of every
         # tab (components.links); invalid values are skipped with a notice.

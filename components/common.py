@@ -57,6 +57,12 @@ CSS = """
 .wb-explain {border-left:3px solid var(--color-accent); padding:6px 12px; margin:4px 0 10px 0;
   background: var(--background-fill-secondary); border-radius:0 8px 8px 0; font-size:0.92rem;}
 footer {display:none !important;}
+.wb-instrument {display:flex !important; flex-direction:column;}
+.wb-instrument > .wb-card-wrap {flex-grow:1;}
+.wb-instrument > button {flex-grow:0 !important;}
+.wb-card-wrap {display:flex !important; flex-direction:column;}
+.wb-card-wrap > .html-container, .wb-card-wrap *:has(> .wb-card), .wb-card-wrap .wb-card {
+  flex-grow:1; display:flex; flex-direction:column;}
 """
 
 # Presenter view (a class on <body> set by the header switch, components.links): hide what only an

@@ -51,8 +51,22 @@ ABSOLUTE_JS = """(q) => {
   let u = window.location.origin + window.location.pathname + q;
   if (document.body.classList.contains('wb-presenter')) { u += '&presenter=1'; }
   if (document.body.classList.contains('dark')) { u += '&__theme=dark'; }
+  // Copy it and say so on the button for two seconds; where the clipboard is refused (an insecure
+  // origin, a denied permission) the URL stays selectable in the box beside it.
+  const tab = new URLSearchParams(q).get('tab');
+  const btn = document.getElementById('%s-btn-' + tab);
+  const say = (text) => {
+    if (!btn) { return; }
+    const old = btn.dataset.label || btn.textContent;
+    btn.dataset.label = old;
+    btn.textContent = text;
+    setTimeout(() => { btn.textContent = old; }, 2000);
+  };
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(u).then(() => say('Copied ✓'), () => say('Copy it from the box'));
+  } else { say('Copy it from the box'); }
   return u;
-}"""
+}""" % LINK_PREFIX
 
 PRESENTER_JS = """(on) => {
   document.body.classList.toggle('wb-presenter', !!on);
@@ -235,6 +249,7 @@ class TabLinks:
     box: Any = None
     run: Any = None
     inputs: list = field(default_factory=list)
+    defaults: list = field(default_factory=list)  # each input's value when the app was built
     runs: bool = True  # False for a tab that failed to build: its LINK_RUNS events may not exist
 
 
@@ -276,6 +291,7 @@ class DeepLinks:
                         and eid not in RESERVED and eid not in self.registry):
                     self.registry[eid] = comp
                     entry.inputs.append(comp)
+                    entry.defaults.append(_plain(getattr(comp, "value", None)))
 
     def _wire_runs(self, demo, restore_dep) -> None:
         """Chain each tab's LINK_RUNS handlers behind its hidden run button; the page clicks it after
@@ -315,8 +331,10 @@ class DeepLinks:
         for entry in self.tabs:
             names = [c.elem_id for c in entry.inputs]
 
-            def make(*values, _tab=entry.tab_id, _names=tuple(names)):
-                return build_query(_tab, zip(_names, values))
+            def make(*values, _tab=entry.tab_id, _names=tuple(names), _defaults=tuple(entry.defaults)):
+                # Only what the user changed: a short link, and a later change of a default reaches it.
+                changed = [(n, v) for n, v, d in zip(_names, values, _defaults) if _plain(v) != d]
+                return build_query(_tab, changed)
 
             entry.button.click(make, inputs=entry.inputs, outputs=entry.box, api_visibility="private",
                                show_progress="hidden", queue=False).then(
@@ -351,6 +369,14 @@ class DeepLinks:
         alts = image_alts(demo)
         if alts:
             demo.load(None, js=ALT_JS % json.dumps(alts, ensure_ascii=False), api_visibility="private")
+
+
+def _plain(value):
+    """A value in the form it takes in a URL, so a default and the same value sent back compare equal."""
+    try:
+        return json.loads(encode(value))
+    except (TypeError, ValueError):
+        return value
 
 
 def _restored(comp, value):

@@ -58,6 +58,16 @@ def system_status(source: str) -> dict:
     }
 
 
+def runtime_summary(status: dict) -> str:
+    """One plain line on the server's health, above the raw JSON."""
+    loaded = sum(m["state"] == "loaded" for m in status["models"])
+    used = sum(c.get("bytes", 0) for c in status["caches"])
+    problems = len(status["integrity"]) + status["internal_errors"]
+    health = "no problems found" if problems == 0 else f"**{problems} problem(s)**: see the JSON below"
+    return (f"{loaded} model(s) loaded on {html.escape(status['device'])}; caches hold "
+            f"{used / 2**20:.1f} MiB; integrity checks: {health}.")
+
+
 def build(ctx) -> None:
     built = {getattr(m, "TAB_ID", None) for m in ctx.registry}
     gr.HTML(
@@ -70,12 +80,13 @@ def build(ctx) -> None:
     buttons = []
     with gr.Row(equal_height=True):
         for tab_id, title, paper, blurb in INSTRUMENTS:
-            with gr.Column(min_width=180):
+            # A flex column whose card grows: every card ends at one height, so the buttons line up.
+            with gr.Column(min_width=180, elem_classes=["wb-instrument"]):
                 ready = tab_id in built
                 badge = "" if ready else "<span class='wb-badge'>coming</span>"
                 gr.HTML(f"<div class='wb-card'><h3>{html.escape(title)}{badge}</h3>"
                         f"<div class='wb-paper'>{html.escape(paper)}</div>"
-                        f"<p>{html.escape(blurb)}</p></div>")
+                        f"<p>{html.escape(blurb)}</p></div>", elem_classes=["wb-card-wrap"])
                 btn = gr.Button(f"Open {title} →", size="sm", variant="primary" if ready else "secondary",
                                 interactive=ready)
                 buttons.append((btn, tab_id))
@@ -86,21 +97,22 @@ def build(ctx) -> None:
         btn.click(lambda t=tab_id: gr.Tabs(selected=t), inputs=None, outputs=ctx.tabs,
                   api_visibility="private")
 
-    with gr.Row():
-        with gr.Column(scale=3):
-            gr.Markdown("#### Models")
-            models = gr.Dataframe(headers=["tab", "source", "checkpoint", "class", "state"],
-                                  value=_model_table(ctx.source), interactive=False, wrap=True)
-        with gr.Column(scale=2):
-            gr.Markdown("#### Runtime")
-            runtime = gr.JSON(value=system_status(ctx.source), label="status", open=False)
-            refresh = gr.Button("Refresh", size="sm")
+    gr.Markdown("#### Models")
+    models = gr.Dataframe(headers=["tab", "source", "checkpoint", "class", "state"],
+                          value=_model_table(ctx.source), interactive=False, wrap=True,
+                          column_widths=["14%", "9%", "37%", "28%", "12%"], elem_id="overview-models")
     gr.Markdown(
         f"<span class='wb-muted'>Preset source: <b>{ctx.source}</b> · device: "
         f"<b>{html.escape(device.describe())}</b> · switch to the papers' checkpoints with "
         "<code>WORKBENCH_PRESET=hub python app.py</code> on a GPU machine.</span>")
+    # Runtime details are for whoever runs the server, not for an audience: closed by default.
+    with gr.Accordion("Runtime details (for the server's operator)", open=False):
+        summary = gr.Markdown(runtime_summary(system_status(ctx.source)), elem_id="overview-runtime")
+        runtime = gr.JSON(value=system_status(ctx.source), label="status", open=False)
+        refresh = gr.Button("Refresh", size="sm")
 
     def refresh_fn():
-        return _model_table(ctx.source), system_status(ctx.source)
+        status = system_status(ctx.source)
+        return _model_table(ctx.source), status, runtime_summary(status)
 
-    refresh.click(refresh_fn, outputs=[models, runtime], api_name="status")
+    refresh.click(refresh_fn, outputs=[models, runtime, summary], api_name="status")

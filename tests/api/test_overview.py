@@ -2,7 +2,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 def test_status_endpoint_reports_device_models_and_caches(client):
-    table, status = client.predict(api_name="/status")
+    table, status, summary = client.predict(api_name="/status")
+    assert "model(s) loaded" in summary and "integrity checks: no problems found" in summary
     assert status["preset_source"] == "zoo"
     assert "cpu" in status["device"] or "cuda" in status["device"]
     assert isinstance(status["caches"], list) and isinstance(status["models"], list)

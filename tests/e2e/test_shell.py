@@ -22,9 +22,16 @@ def test_every_tab_renders(page, server_url, tab_id):
 
 def test_overview_refresh_and_open_buttons(page, server_url):
     open_tab(page, server_url, "overview")
+    # runtime details are closed for an audience, one click away for the operator
+    assert not page.get_by_role("button", name="Refresh").is_visible()
+    page.get_by_text("Runtime details (for the server's operator)").click()
     page.get_by_role("button", name="Refresh").click()
     settle(page)
-    assert page.get_by_text("preset_source").count() >= 1
+    assert page.get_by_text("integrity checks: no problems found").count() >= 1
+    # the cards end at one height, so every "Open" button sits on one line
+    tops = page.evaluate("() => Array.from(document.querySelectorAll('.wb-instrument button'))"
+                         ".filter(b => b.textContent.trim().startsWith('Open')).map(b => b.getBoundingClientRect().top)")
+    assert len(tops) == 5 and max(tops) - min(tops) < 1, tops
     ready = [m for m in tab_modules() if m.TAB_ID != "overview"]
     if ready:  # the first built instrument opens from its card
         page.get_by_role("button", name=f"Open {ready[0].TITLE} →").click()

@@ -175,3 +175,25 @@ def test_every_zoo_tab_declares_link_runs_that_exist():
     for mod in tab_modules():
         missing = [n for n in getattr(mod, "LINK_RUNS", ()) or () if n not in names]
         assert missing == [], (mod.TAB_ID, missing)
+
+
+def test_link_leaves_out_inputs_still_at_their_defaults_and_is_copied():
+    dl = links.DeepLinks()
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("A", id="a") as ta:
+                entry = dl.add_tab("a", ta)
+                x = gr.Textbox("the plot was dull", elem_id="a-x")
+                n = gr.Slider(1, 10, value=3, step=1, elem_id="a-n")
+                m = gr.CheckboxGroup(["gi", "ig"], value=["gi"], elem_id="a-m")
+                gr.Button().click(lambda *v: v[0], [x, n, m], x)
+        dl.install(demo, tabs, default_tab="a")
+    make = next(fn for fn in demo.fns.values()
+                if entry.button._id in [t for t, _ in (fn.targets or [])] and fn.fn is not None).fn
+    assert make("the plot was dull", 3, ["gi"]) == "?tab=a"
+    assert make("the plot was dull", 5, ["gi"]) == "?tab=a&a-n=5"
+    assert make("good", 3, ["gi", "ig"]) == "?" + links.urlencode([("tab", "a"), ("a-x", '"good"'),
+                                                                   ("a-m", '["gi","ig"]')])
+    # the page copies the absolute URL and confirms on the button
+    copy = [fn for fn in demo.fns.values() if getattr(fn, "js", None) and "clipboard" in str(fn.js)]
+    assert copy and "Copied" in copy[0].js and "wb-link-btn-" in copy[0].js
