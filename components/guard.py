@@ -31,11 +31,15 @@ JOB_SECONDS = float(os.environ.get("WORKBENCH_JOB_SECONDS", "300"))
 
 
 def _translate(exc: BaseException, where: str) -> BaseException:
+    # Refused input is routine: one log line, not Gradio's full traceback for every bad value.
     if isinstance(exc, gr.Error):
+        log.info("input refused in %s: %s", where, str(exc.message)[:200])
+        exc.print_exception = False
         return exc
     if isinstance(exc, (JobTooLong, *INPUT_ERRORS)):
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        return gr.Error(str(msg) or type(exc).__name__)
+        log.info("input refused in %s: %s", where, str(msg)[:200])
+        return gr.Error(str(msg) or type(exc).__name__, print_exception=False)
     log.exception("internal error in %s", where)
     with _LOCK:
         INTERNAL_ERRORS.append(f"{where}: {type(exc).__name__}: {exc}")

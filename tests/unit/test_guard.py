@@ -54,6 +54,8 @@ def test_input_errors_become_clear_messages(kind, exc, expected):
         _run_all(fn, 0)
     assert expected in str(info.value.message)
     assert len(guard.INTERNAL_ERRORS) == before
+    # a refused input is one log line (the guard's), not Gradio's traceback
+    assert info.value.print_exception is False
 
 
 @pytest.mark.parametrize("kind", range(4))
@@ -64,6 +66,7 @@ def test_defects_are_counted_and_hidden(kind):
         _run_all(fn, 0)
     assert "Internal error (RuntimeError)" in info.value.message
     assert "secret" not in info.value.message
+    assert info.value.print_exception is True  # a defect keeps its traceback in the log
     assert len(guard.INTERNAL_ERRORS) == before + 1
     guard.INTERNAL_ERRORS.pop()
 
