@@ -108,3 +108,16 @@ CSS += """
 .wb-token {color: #111827;}
 .wb-hidden {display: none !important;}
 """
+
+# Keyboard users see where they are: a visible ring on every focused text field, checkbox, radio,
+# button and tab header (Gradio's own is a faint border). The header's Presenter box keeps a visible
+# outline when unchecked, on light and dark backgrounds.
+CSS += """
+.gradio-container input:focus-visible, .gradio-container textarea:focus-visible,
+.gradio-container select:focus-visible, .gradio-container button:focus-visible,
+.gradio-container [role="tab"]:focus-visible, .gradio-container input[type="checkbox"]:focus-visible,
+.gradio-container input[type="radio"]:focus-visible {
+  outline: 3px solid var(--color-accent) !important; outline-offset: 2px !important;}
+.gradio-container input[type="checkbox"]:not(:checked) {border: 1.5px solid var(--body-text-color-subdued) !important;}
+#wb-presenter-toggle input[type="checkbox"] {border-width: 2px !important; width: 18px; height: 18px;}
+"""
