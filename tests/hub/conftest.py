@@ -1,0 +1,28 @@
+"""The whole app in hub mode, as a Space runs it, on tiny stand-ins of every hub checkpoint placed in
+an offline Hugging Face cache under the real hub ids (tests/helpers/standins): the app is served
+from a child process with HF_HUB_OFFLINE=1 and WORKBENCH_PRESET=hub, and nothing else differs."""
+import pytest
+
+from tests.conftest import ARTIFACTS
+from tests.helpers.server import serve
+from tests.helpers.standins import build_cache, cache_env
+
+
+@pytest.fixture(scope="session")
+def hub_cache(tmp_path_factory):
+    return build_cache(tmp_path_factory.mktemp("hf") / "hub")
+
+
+@pytest.fixture(scope="session")
+def hub_server(hub_cache):
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = ARTIFACTS / "hub-server.log"
+    with serve(env=cache_env(hub_cache), log_path=log) as (url, _proc):
+        yield url, log
+
+
+@pytest.fixture(scope="session")
+def hub_client(hub_server):
+    from gradio_client import Client
+
+    return Client(hub_server[0], verbose=False)
