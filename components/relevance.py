@@ -121,7 +121,7 @@ def position_plot(res: dict, normalise: bool = True):
 
 def conservation_md(res: dict) -> str:
     f = res["logit"]
-    lines = [f"**Target** `{html.escape(visible(res['target']))}` · logit f = **{f:.4f}**", ""]
+    lines = [f"**Target** {_code(visible(res['target']))} · logit f = **{f:.4f}**", ""]
     if res.get("target_note"):
         lines += [f"<span class='wb-muted'>{html.escape(res['target_note'])}</span>", ""]
     lines += [
@@ -292,21 +292,29 @@ def _guard(fn, *args, **kwargs):
         fail(str(e))
 
 
+def _code(text: str) -> str:
+    """Markdown code span of any text: code spans show '<' as it is, so no HTML escaping; a
+    backtick inside is fenced by a longer run."""
+    text = str(text)
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+
+
 def heldout_note(hres: dict) -> str:
     """What data and targets the held-out numbers come from."""
     src = {"zoo": "the zoo organism's held-out sentences (planted evidence words)",
            "sst2": "SST-2 validation sentences from the hub", "file": "your sentence file"}
     parts = [f"**Data:** {src.get(hres.get('source', 'zoo'), hres.get('source'))} · {hres['n']} sentences"]
     if hres.get("target") == "label":
-        words = ", ".join(f"{html.escape(k)} → `{html.escape(visible(v))}`" for k, v in hres["label_tokens"].items())
+        words = ", ".join(f"{html.escape(k)} → {_code(visible(v))}" for k, v in hres["label_tokens"].items())
         parts.append(f"**Target:** each sentence's label word ({words})")
     elif hres.get("target") == "predicted":
-        top = ", ".join(f"`{html.escape(visible(k))}` ×{v}" for k, v in list(hres["targets_used"].items())[:6])
+        top = ", ".join(f"{_code(visible(k))} ×{v}" for k, v in list(hres["targets_used"].items())[:6])
         parts.append(f"**Target:** the model's own next-token prediction ({top})")
     if hres.get("suffix"):
-        parts.append(f"**Prompt after each sentence:** `{html.escape(hres['suffix'])}` (its tokens are never removed)")
+        parts.append(f"**Prompt after each sentence:** {_code(hres['suffix'])} (its tokens are never removed)")
     if hres.get("neutral"):
-        parts.append(f"Removed tokens are replaced by `{html.escape(hres['neutral'])}`.")
+        parts.append(f"Removed tokens are replaced by {_code(hres['neutral'])}.")
     if hres.get("skipped"):
         parts.append("Skipped: " + ", ".join(f"{v} ({k})" for k, v in hres["skipped"].items()) + ".")
     for note in hres.get("notes", []):

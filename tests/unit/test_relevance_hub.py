@@ -246,7 +246,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
     table, curves, scatter, note = fns["heldout_eval"](["mambalrp", "gi"], 20, "file", str(path), "label",
                                                        "0=bad, 1=good", "", M130)
     assert {row[0] for row in table} == {"MambaLRP", "Gradient×Input", "Random"}
-    assert "your sentence file" in note and "5 sentences" in note and "`·good`" in note
+    assert "your sentence file" in note and "5 sentences" in note and "`·good`" in note and "`<|endoftext|>`" in note
     _, _, _, note = fns["heldout_eval"](["mambalrp"], 20, "file", str(path), "predicted", "", "", M130)
     assert "own next-token prediction" in note
     with pytest.raises(gr.Error, match="Upload a sentence file"):
