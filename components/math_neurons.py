@@ -14,7 +14,9 @@ from pathlib import Path
 import gradio as gr
 import plotly.graph_objects as go
 
+from backend.core.presets import active
 from backend.mathneuro import service
+from backend.mathneuro.presets import TAB
 from backend.mathneuro.service import Setting
 from backend.core import colors as C
 from components import links
@@ -26,6 +28,7 @@ ORDER = 4
 SUMMARY = "MathNeuro: find math-specific parameters, prune or scale them, watch math vs non-math accuracy."
 LINK_RUNS = ("mn_evaluate",)  # a deep link reruns the accuracies of its setting (components.links)
 LINKED = ("mn-method", "mn-k", "mn-factor", "mn-n", "mn-prompt")
+NONMATH_TYPES = [".jsonl", ".json", ".csv", ".tsv", ".txt"]
 
 METHOD_LABELS = {"MathNeuro": "mathneuro", "Wanda (no subtraction)": "wanda",
                  "Random (same count)": "random", "LAPE (MLP neurons)": "lape"}
@@ -53,7 +56,41 @@ EXPLAIN = (
     "every evaluation.</div>")
 
 
-def _setting(method_label, k_pct, factor, n_samples) -> Setting:
+def explain_hub(preset) -> str:
+    """The hub preset's explanation: what is loaded and how answers are scored."""
+    n = service.UI_EVAL
+    return (
+        "<div class='wb-explain'><b>What you see.</b> MathNeuro scores every weight of every linear "
+        "layer by <i>|W<sub>ij</sub>| · ‖X<sub>j</sub>‖</i> summed over samples (forward passes only; a "
+        "tied lm_head is skipped), takes the top K % per matrix on <b>math</b> samples and removes those "
+        "that are also top K % on <b>non-math</b> samples. Scale those weights by the factor (0 prunes, "
+        "1.1 is the paper's boost) and the model answers again.<br>"
+        f"<b>Model:</b> <code>{html.escape(preset.path_or_id)}</code> ({html.escape(preset.label)}), every "
+        "question in its own chat template, answered greedily. "
+        f"<b>Math:</b> GSM8K (shipped, MIT): samples from the train split identify, the first {n} test "
+        "problems score; a problem is right when the last number of the model's answer equals the number "
+        "after “####” in the reference. <b>Non-math:</b> the file you name below (JSONL / CSV with prompt or "
+        "question + answer, optionally choices, or plain text one per line), or the deployment's set "
+        f"(<code>{service.NONMATH_ENV}</code>, or RACE + MMLU through <code>datasets</code> where the hub "
+        "is reachable); multiple choice is scored by the letter the model names first, other answers by "
+        "their normalised text, plain text by next-token accuracy. Its first half identifies, the rest "
+        "scores. Baselines: Wanda, random weights (same count per matrix), LAPE. The model is restored "
+        "bit-exactly after every evaluation.</div>")
+
+
+def data_html(info: dict) -> str:
+    """The data status card: what the tab is using right now (or what it still needs)."""
+    non = (f"<b>non-math:</b> {html.escape(info['nonmath'])} · scored by {html.escape(info['nonmath_rule'])}"
+           if info.get("nonmath") else
+           f"<b>non-math: none loaded</b> ({html.escape(info.get('nonmath_error') or 'no set named')}). "
+           "Name a non-math file above to identify and evaluate.")
+    tmpl = f" · prompts in {html.escape(info['template'])}" if info.get("template") else ""
+    return (f"<div class='wb-card' style='min-height:0'><b>model:</b> <code>{html.escape(info['model'])}</code>"
+            f"{tmpl}<br><b>math:</b> {html.escape(info['math'])} · scored by {html.escape(info['math_rule'])}"
+            f"<br>{non}</div>")
+
+
+def _setting(method_label, k_pct, factor, n_samples, nonmath=None) -> Setting:
     if method_label not in METHOD_LABELS:
         fail(f"Unknown method {method_label!r}.")
     try:
@@ -68,7 +105,7 @@ def _setting(method_label, k_pct, factor, n_samples) -> Setting:
         fail("The scale factor must be between 0 and 2 (0 prunes).")
     if not (1 <= n <= service.MAX_SAMPLES):
         fail(f"The number of samples must be between 1 and {service.MAX_SAMPLES}.")
-    return Setting(METHOD_LABELS[method_label], k / 100.0, n, f)
+    return Setting(METHOD_LABELS[method_label], k / 100.0, n, f, nonmath=nonmath or service.DEFAULT_NONMATH)
 
 
 def _bench(source):
@@ -78,6 +115,15 @@ def _bench(source):
         fail(f"The math model is not available: {e}")
     except Exception as e:  # noqa: BLE001 - shown to the user, not a trace
         fail(f"Could not load the math model: {type(e).__name__}: {e}")
+
+
+def _run(fn, *args, **kwargs):
+    """A service call whose data problems (no non-math set, a file no longer loaded) are shown as
+    messages."""
+    try:
+        return fn(*args, **kwargs)
+    except (service.NoNonMath, ValueError) as e:
+        fail(str(e))
 
 
 # ----------------------------------------------------------------------------------- renderers
@@ -158,7 +204,8 @@ def layers_plot(layers: dict, s: Setting) -> go.Figure:
                            marker_color=COLORS[s.method]))
     fig.update_layout(title=f"{LABEL_OF[s.method]}: share of each layer's linear weights selected",
                       xaxis=dict(tickmode="array", tickvals=list(range(len(keys))),
-                                 ticktext=[f"layer {k}" for k in keys], title="decoder layer"),
+                                 ticktext=[f"layer {k}" if k.isdigit() else "lm_head" for k in keys],
+                                 title="decoder layer"),
                       yaxis_title="selected (%)", height=320, margin=dict(l=50, r=20, t=50, b=45))
     return themed(fig)
 
@@ -179,10 +226,10 @@ def consistency_plot(cons: dict, s: Setting) -> go.Figure:
 
 
 def samples_rows(samples: list[dict]) -> list[list[str]]:
-    def mark(ans, ref):
-        return f"{ans} {'✓' if ans == ref else '✗'}"
-    return [[r["kind"], r["prompt"], r["answer"], mark(r["before"], r["answer"]), mark(r["after"], r["answer"])]
-            for r in samples]
+    def mark(ans, ok):  # ok is None for plain text, which has no reference to match
+        return f"{ans or '∅'}" + ("" if ok is None else f" {'✓' if ok else '✗'}")
+    return [[r["kind"], r["prompt"], r["answer"], mark(r["before"], r.get("ok_before", r["before"] == r["answer"])),
+             mark(r["after"], r.get("ok_after", r["after"] == r["answer"]))] for r in samples]
 
 
 def export_png(state: dict, path: Path) -> None:
@@ -210,7 +257,7 @@ def export_png(state: dict, path: Path) -> None:
     ax = axes[2]
     layers = state.get("layers") or {}
     ax.bar(range(len(layers)), [100 * v["fraction"] for v in layers.values()], color=COLORS["mathneuro"])
-    ax.set_xticks(range(len(layers)), [f"L{k}" for k in layers])
+    ax.set_xticks(range(len(layers)), [f"L{k}" if k.isdigit() else "head" for k in layers])
     ax.set(ylabel="selected (%)", title="parameters per layer")
     fig.suptitle(f"MathNeuro · {state['setting']['method']} · K = {100 * state['setting']['top_k']:g} % · "
                  f"factor {state['setting']['factor']:g}")
@@ -221,65 +268,66 @@ def export_png(state: dict, path: Path) -> None:
 
 # ------------------------------------------------------------------------------------ handlers
 def make_handlers(source: str):
-    def live(method_label, k_pct, factor, n_samples):
-        s = _setting(method_label, k_pct, factor, n_samples)
+    def live(method_label, k_pct, factor, n_samples, nonmath=None):
+        s = _setting(method_label, k_pct, factor, n_samples, nonmath)
         b = _bench(source)
-        base = b.baseline()
-        mod = b.evaluate(s)
+        base = _run(b.baseline, nonmath=s.nonmath)
+        mod = _run(b.evaluate, s)
         n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
-        return (accuracy_html(base, mod, s, n_total), samples_rows(b.samples(s)),
-                layers_plot(b.layers(s), s))
+        return (accuracy_html(base, mod, s, n_total), samples_rows(_run(b.samples, s)),
+                layers_plot(_run(b.layers, s), s))
 
-    def figure2(k_pct, n_samples, progress=gr.Progress()):
-        s = _setting("MathNeuro", k_pct, 0.0, n_samples)
+    def figure2(k_pct, n_samples, nonmath=None, progress=gr.Progress()):
+        s = _setting("MathNeuro", k_pct, 0.0, n_samples, nonmath)
         b = _bench(source)
-        base = b.baseline()
+        base = _run(b.baseline, nonmath=s.nonmath)
         results = {}
         for i, m in enumerate(service.core.METHODS):
             progress((i, len(service.core.METHODS)), desc=f"pruning the {LABEL_OF[m]} set")
-            results[m] = b.evaluate(Setting(m, s.top_k, s.n_samples, 0.0))
+            results[m] = _run(b.evaluate, s.but(method=m))
         return figure2_plot(base, results, s.top_k)
 
-    def curve(method_label, k_pct, n_samples, progress=gr.Progress()):
-        s = _setting(method_label, k_pct, 1.0, n_samples)
+    def curve(method_label, k_pct, n_samples, nonmath=None, progress=gr.Progress()):
+        s = _setting(method_label, k_pct, 1.0, n_samples, nonmath)
         b = _bench(source)
         out = []
         for i, f in enumerate(SCALE_FACTORS):
             progress((i, len(SCALE_FACTORS)), desc=f"factor {f:g}")
-            out.append({"factor": f, **b.evaluate(Setting(s.method, s.top_k, s.n_samples, f))})
-        return curve_plot(out, b.baseline(), s)
+            out.append({"factor": f, **_run(b.evaluate, s.but(factor=f))})
+        return curve_plot(out, _run(b.baseline, nonmath=s.nonmath), s)
 
-    def consistency(k_pct, n_samples, progress=gr.Progress()):
-        s = _setting("MathNeuro", k_pct, 0.0, n_samples)
+    def consistency(k_pct, n_samples, nonmath=None, progress=gr.Progress()):
+        s = _setting("MathNeuro", k_pct, 0.0, n_samples, nonmath)
         progress(0.1, desc="identifying on random subsets")
-        cons = _bench(source).consistency(s, sizes=CONSISTENCY_SIZES)
+        cons = _run(_bench(source).consistency, s, sizes=CONSISTENCY_SIZES)
         return consistency_plot(cons, s)
 
-    def ask(prompt, method_label, k_pct, factor, n_samples):
+    def ask(prompt, method_label, k_pct, factor, n_samples, nonmath=None):
         prompt = (prompt or "").strip()
         if not prompt:
-            fail("Type a question first, e.g. 'ann has 23 pens . she finds 45 more . how many pens does ann have now ?'")
+            fail(f"Type a question first, e.g. '{ASK_EXAMPLES[source][0]}'")
         if len(prompt) > 400:
             fail("The question is too long (400 characters at most).")
-        s = _setting(method_label, k_pct, factor, n_samples)
-        r = _bench(source).answer(prompt, s)
+        s = _setting(method_label, k_pct, factor, n_samples, nonmath)
+        r = _run(_bench(source).answer, prompt, s)
         return (f"<div class='wb-card' style='min-height:0'><b>unmodified:</b> {html.escape(r['before'] or '∅')}"
                 f" &nbsp;·&nbsp; <b>modified:</b> {html.escape(r['after'] or '∅')}</div>")
 
-    def export(method_label, k_pct, factor, n_samples, progress=gr.Progress()):
-        s = _setting(method_label, k_pct, factor, n_samples)
+    def export(method_label, k_pct, factor, n_samples, nonmath=None, progress=gr.Progress()):
+        s = _setting(method_label, k_pct, factor, n_samples, nonmath)
         b = _bench(source)
         progress(0.2, desc="collecting results")
         state = {
             "model": b.model_id,
+            "data": service.describe(b, s.nonmath),
             "setting": {"method": s.method, "top_k": s.top_k, "factor": s.factor, "n_samples": s.n_samples},
-            "baseline": b.baseline(),
-            "modified": b.evaluate(s),
-            "figure2": {m: b.evaluate(Setting(m, s.top_k, s.n_samples, 0.0)) for m in service.core.METHODS},
-            "scale_curve": b.scale_curve(Setting(s.method, s.top_k, s.n_samples), SCALE_FACTORS),
-            "layers": b.layers(s),
-            "modules": service.core.per_module(b.masks(s)),
-            "samples": b.samples(s),
+            "baseline": _run(b.baseline, nonmath=s.nonmath),
+            "modified": _run(b.evaluate, s),
+            "figure2": {m: _run(b.evaluate, s.but(method=m, factor=0.0)) for m in service.core.METHODS},
+            "scale_curve": _run(b.scale_curve, s.but(factor=1.0), SCALE_FACTORS),
+            "layers": _run(b.layers, s),
+            "modules": service.core.per_module(_run(b.masks, s)),
+            "samples": _run(b.samples, s),
         }
         out = Path(tempfile.mkdtemp(prefix="mathneuro-"))
         jpath = out / "mathneuro.json"
@@ -288,12 +336,42 @@ def make_handlers(source: str):
         export_png(state, ppath)
         return [str(jpath), str(ppath)]
 
-    return live, figure2, curve, consistency, ask, export
+    def name_nonmath(file):
+        """A user's non-math file: loaded, checked, and named in this session's state."""
+        if file is None:
+            fail("Choose a non-math file first (JSONL, JSON, CSV or plain text).")
+        path = file if isinstance(file, str) else getattr(file, "name", None) or file.get("path")
+        b = _bench(source)
+        try:
+            key = service.register_nonmath(source, path, name=Path(str(path)).name)
+        except (ValueError, UnicodeDecodeError) as e:
+            fail(f"Could not read that non-math file: {e}")
+        return key, data_html(service.describe(b, key))
+
+    return live, figure2, curve, consistency, ask, export, name_nonmath
+
+
+ASK_EXAMPLES = {
+    "zoo": ["ann has 23 pens . she finds 45 more . how many pens does ann have now ?",
+            "bob has 57 cards . he loses 19 . then he finds 8 more . how many cards does bob have now ?",
+            "one day kim went to the lake . she was calm . where does ann live ?"],
+    "hub": ["Tom has 23 pens and finds 45 more. How many pens does he have now?",
+            "A baker makes 12 trays of 8 rolls and sells 57 rolls. How many rolls are left?",
+            "What is the capital of Norway?"],
+}
 
 
 def build(ctx) -> None:
-    live, figure2, curve, consistency, ask, export = make_handlers(ctx.source)
-    gr.HTML(EXPLAIN)
+    source = "hub" if ctx.source == "hub" else "zoo"
+    live, figure2, curve, consistency, ask, export, name_nonmath = make_handlers(ctx.source)
+    gr.HTML(EXPLAIN if source == "zoo" else explain_hub(active(TAB, ctx.source)))
+    nonmath = gr.State(service.DEFAULT_NONMATH)
+    with gr.Row(visible=source == "hub"):
+        with gr.Column(scale=1, min_width=280):
+            nm_file = gr.File(label="Non-math data (JSONL / CSV / text)", file_types=NONMATH_TYPES,
+                              type="filepath", elem_id="mn-nonmath-file")
+        with gr.Column(scale=2):
+            data_box = gr.HTML(elem_id="mn-data")
     with gr.Row():
         with gr.Column(scale=1, min_width=280):
             method = gr.Radio(list(METHOD_LABELS), value="MathNeuro", label="Method", elem_id="mn-method")
@@ -308,7 +386,9 @@ def build(ctx) -> None:
         with gr.Column(scale=2):
             acc = gr.HTML(elem_id="mn-acc")
             table = gr.Dataframe(headers=["set", "question", "reference", "unmodified", "modified"],
-                                 interactive=False, wrap=True, label="Sample answers (greedy, ✓ = exact match)",
+                                 interactive=False, wrap=True,
+                                 label=("Sample answers (greedy, ✓ = exact match)" if source == "zoo" else
+                                        "Sample answers (greedy, ✓ = right under the set's rule)"),
                                  column_widths=["10%", "54%", "12%", "12%", "12%"], elem_id="mn-samples")
     with gr.Row():
         with gr.Column():
@@ -325,33 +405,51 @@ def build(ctx) -> None:
             cons_out = gr.Plot(label="Consistency", elem_id="mn-cons")
     with gr.Row():
         with gr.Column(scale=3):
-            prompt = gr.Textbox(label="Ask your own question (the organism's language)", elem_id="mn-prompt",
-                                value="ann has 23 pens . she finds 45 more . how many pens does ann have now ?")
-            gr.Examples([["bob has 57 cards . he loses 19 . then he finds 8 more . how many cards does bob have now ?"],
-                         ["one day kim went to the lake . she was calm . where does ann live ?"]], inputs=[prompt])
+            prompt = gr.Textbox(label=("Ask your own question (the organism's language)" if source == "zoo" else
+                                       "Ask your own question (answered as a GSM8K problem is)"),
+                                elem_id="mn-prompt", value=ASK_EXAMPLES[source][0])
+            gr.Examples([[q] for q in ASK_EXAMPLES[source][1:]], inputs=[prompt])
             ask_btn = gr.Button("Answer", elem_id="mn-ask-btn")
             ask_out = gr.HTML(elem_id="mn-ask-out")
         with gr.Column(scale=2):
             export_btn = gr.Button("Export results (JSON + PNG)", elem_id="mn-export-btn")
             files = gr.File(label="Exports", file_count="multiple", elem_id="mn-files")
 
-    controls = [method, k_pct, factor, n_samples]
+    controls = [method, k_pct, factor, n_samples, nonmath]
     live_out = [acc, table, layers_out]
     run.click(live, controls, live_out, **model_event(api_name="mn_evaluate"))
     for sl in (k_pct, factor, n_samples):
         sl.release(live, controls, live_out, **model_event(api_visibility="private"))
     method.change(live, controls, live_out, **model_event(api_visibility="private"))
-    fig2_btn.click(figure2, [k_pct, n_samples], fig2, **model_event(api_name="mn_figure2"))
-    curve_btn.click(curve, [method, k_pct, n_samples], curve_out, **model_event(api_name="mn_scale_curve"))
-    cons_btn.click(consistency, [k_pct, n_samples], cons_out, **model_event(api_name="mn_consistency"))
+    fig2_btn.click(figure2, [k_pct, n_samples, nonmath], fig2, **model_event(api_name="mn_figure2"))
+    curve_btn.click(curve, [method, k_pct, n_samples, nonmath], curve_out, **model_event(api_name="mn_scale_curve"))
+    cons_btn.click(consistency, [k_pct, n_samples, nonmath], cons_out, **model_event(api_name="mn_consistency"))
     ask_btn.click(ask, [prompt] + controls, ask_out, **model_event(api_name="mn_ask"))
     export_btn.click(export, controls, files, **model_event(api_name="mn_export"))
-    # First view: the default setting's accuracies, computed when the page loads (cached after).
+    # a named file is read at once; the accuracies follow with it
+    nm_file.upload(name_nonmath, nm_file, [nonmath, data_box], **model_event(api_name="mn_nonmath")).then(
+        live, controls, live_out, **model_event(api_visibility="private"))
+
+    # First view: the default setting's accuracies, computed when the page loads (cached after). In
+    # hub mode without a non-math set (or with a model that cannot load), the data card says what
+    # is missing instead of an error toast.
     from gradio.context import Context
+
     def first_view(*args):
+        if source == "hub":
+            try:
+                info = service.describe(_bench(source), args[-1])
+            except gr.Error as e:
+                why = html.escape(getattr(e, "message", None) or str(e))
+                return gr.skip(), gr.skip(), gr.skip(), f"<div class='wb-card' style='min-height:0'>{why}</div>"
+            if not info["nonmath"]:
+                return gr.skip(), gr.skip(), gr.skip(), data_html(info)
+            if links.linked(LINKED):
+                return gr.skip(), gr.skip(), gr.skip(), data_html(info)
+            return (*live(*args), data_html(info))
         if links.linked(LINKED):  # a deep link computes its own setting once its values are restored
-            return gr.skip(), gr.skip(), gr.skip()
-        return live(*args)
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        return (*live(*args), gr.skip())
 
     if Context.root_block is not None:
-        Context.root_block.load(first_view, controls, live_out, **model_event(api_visibility="private"))
+        Context.root_block.load(first_view, controls, live_out + [data_box], **model_event(api_visibility="private"))

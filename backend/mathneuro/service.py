@@ -7,7 +7,9 @@ holds the model's lock and restores the weights bit-exactly before the lock is r
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from ..core.interventions import locked
 from ..core.device import place
 from ..core.zerogpu import capped, gpu
 from ..core.presets import Preset, active, load_preset, load_pretrained
-from . import core
+from . import chat, core, sources
 from .evaluate import accuracy, generate
 from .presets import TAB
 
@@ -29,9 +31,21 @@ MASK_CACHE = ByteLRUCache(96 * 2**20, name="mathneuro-masks")
 RESULT_CACHE = ByteLRUCache(8 * 2**20, name="mathneuro-results")
 
 MAX_SAMPLES = 64
-# Held-out items per set that the tab scores (the first N of each JSON set; the organism tests and
-# the benchmark use all of them). Exact match on 200 + 200 items is one batched forward each.
-UI_EVAL = 200
+# Held-out items per set that the tab scores (the first N of each set; the organism tests and the
+# benchmark use all of them). Zoo: exact match on 200 + 200 items is one batched forward each.
+# Hub: 200 GSM8K test problems answered greedily; a Space on a small GPU may lower both knobs.
+UI_EVAL = int(os.environ.get("WORKBENCH_MATH_EVAL_ITEMS", "200"))
+# Hub mode: tokens generated per GSM8K answer (worked solutions run to ~200 tokens) and per
+# non-math answer (a letter or a few words).
+MATH_NEW_TOKENS = int(os.environ.get("WORKBENCH_MATH_NEW_TOKENS", "256"))
+NONMATH_NEW_TOKENS = 24
+DEFAULT_NONMATH = "default"
+# A deployment names its non-math file here (JSONL/CSV/text); users can also upload one in the tab.
+NONMATH_ENV = "WORKBENCH_MATH_NONMATH"
+
+
+class NoNonMath(RuntimeError):
+    """Hub mode without a non-math set: the user must name one."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,7 @@ class Setting:
     n_samples: int = 64
     factor: float = 0.0
     seed: int = 0
+    nonmath: str = DEFAULT_NONMATH  # which non-math set: "default" or the id `register_nonmath` gave
 
     def validate(self) -> "Setting":
         if self.method not in core.METHODS:
@@ -53,7 +68,10 @@ class Setting:
         return self
 
     def masks_key(self) -> tuple:
-        return (self.method, round(self.top_k, 6), int(self.n_samples), int(self.seed))
+        return (self.method, round(self.top_k, 6), int(self.n_samples), int(self.seed), self.nonmath)
+
+    def but(self, **kw) -> "Setting":
+        return Setting(**{**self.__dict__, **kw})
 
 
 class Bench:
@@ -65,6 +83,7 @@ class Bench:
         self.model = store.get_or_load(self.model_id, lambda: place(load_preset(preset).eval()))
         self.tok = store.get_or_load(self.model_id + "#tokenizer", self._load_tokenizer)
         self.data = store.get_or_load(self.model_id + "#data", self._load_data)
+        self.zoo = preset.source == "zoo"
         self._guard = threading.Lock()
 
     def _load_tokenizer(self):
@@ -80,8 +99,66 @@ class Bench:
             return load_hub_data(self.preset)
         folder = Path(self.preset.location())
         read = lambda key: json.loads((folder / self.preset.extra[key]).read_text())  # noqa: E731
-        return {"math": read("math"), "nonmath": read("nonmath"),
-                "ident_math": read("ident_math"), "ident_nonmath": read("ident_nonmath")}
+        data = {"math": read("math"), "ident_math": read("ident_math"),
+                "math_source": "the organism's held-out arithmetic problems"}
+        data["nonmath"], data["ident_nonmath"] = read("nonmath"), read("ident_nonmath")
+        data["nonmath_sets"] = {DEFAULT_NONMATH: {
+            "items": data["nonmath"], "ident": data["ident_nonmath"],
+            "label": "the organism's held-out questions about its world", "rule": "exact match"}}
+        return data
+
+    # ------------------------------------------------------------------------------- data
+    def nonmath_set(self, key: str = DEFAULT_NONMATH) -> dict:
+        sets = self.data["nonmath_sets"]
+        if key == DEFAULT_NONMATH and key not in sets and "nonmath_error" not in self.data:
+            with self._guard:  # asked for the first time: the deployment's file or the hub
+                if key not in sets and "nonmath_error" not in self.data:
+                    load_default_nonmath(self.preset, self.data)
+        if key in sets:
+            return sets[key]
+        if key == DEFAULT_NONMATH:
+            raise NoNonMath("no non-math set is loaded: " + self.data.get("nonmath_error", "name a file")
+                            + ". Name a non-math file (JSONL with prompt/answer or text, CSV, or plain text).")
+        raise ValueError("that non-math file is no longer loaded here: name it again")
+
+    def ident(self, kind: str, s: "Setting") -> list:
+        """The identification samples of one side: the zoo's texts, or (hub) token ids of each
+        question and its answer in the model's chat template."""
+        n = int(s.n_samples)
+        if kind == "math":
+            items = self.data["ident_math"][:n]
+        else:
+            items = self.nonmath_set(s.nonmath)["ident"][:n]
+        if self.zoo:
+            return items
+        return [chat.sample_ids(self.tok, it, kind) for it in items]
+
+    def score(self, kind: str, items: list[dict]) -> float:
+        """Accuracy under the set's rule (zoo: exact match of the greedy answer; hub: see chat)."""
+        if self.zoo:
+            return accuracy(self.model, self.tok, items)
+        return chat.accuracy(self.model, self.tok, items, kind,
+                             MATH_NEW_TOKENS if kind == "math" else NONMATH_NEW_TOKENS)
+
+    def answers(self, items: list[dict], kinds: list[str]) -> list[tuple[str, bool]]:
+        """Greedy answers to held-out items and whether each is right (zoo: exact match)."""
+        if self.zoo:
+            gens = generate(self.model, self.tok, [it["prompt"] for it in items])
+            return [(g, g == str(it["answer"])) for g, it in zip(gens, items)]
+        out = []
+        for kind in ("math", "nonmath"):
+            idx = [i for i, k in enumerate(kinds) if k == kind]
+            if not idx:
+                continue
+            mt = MATH_NEW_TOKENS if kind == "math" else NONMATH_NEW_TOKENS
+            chosen = [items[i] for i in idx]
+            if kind == "nonmath" and sources.kind_of(chosen) == "text":  # continue the text
+                gens = chat.generate(self.model, self.tok, [self.tok(it["text"][:200])["input_ids"] for it in chosen], 16)
+                out += [(i, (g, None)) for i, g in zip(idx, gens)]
+                continue
+            gens = chat.generate(self.model, self.tok, [chat.prompt_ids(self.tok, it, kind) for it in chosen], mt)
+            out += [(i, (g, chat.correct(it, g, kind))) for i, it, g in zip(idx, chosen, gens)]
+        return [v for _, v in sorted(out)]
 
     # ------------------------------------------------------------------------------- masks
     @gpu(duration=lambda self, s, *a, **k: capped(10 + 0.5 * s.n_samples))  # 2 × n_samples forwards
@@ -91,18 +168,17 @@ class Bench:
 
         def compute():
             if s.method == "random":  # same count per matrix as the (cached) MathNeuro set
-                ref = self.masks(Setting("mathneuro", s.top_k, s.n_samples, seed=s.seed))
+                ref = self.masks(s.but(method="mathneuro", factor=0.0))
                 return core.random_like(ref, s.seed)
-            m = self.data["ident_math"][: s.n_samples]
-            n = self.data["ident_nonmath"][: s.n_samples]
+            m, n = self.ident("math", s), self.ident("nonmath", s)
             with locked(self.model):
                 return core.find(s.method, self.model, m, n, s.top_k, tokenizer=self.tok, seed=s.seed)
 
         return MASK_CACHE.get_or_compute(key, compute)
 
     # ---------------------------------------------------------------------------- accuracy
-    def eval_items(self, kind: str, n_eval: int | None) -> list[dict]:
-        items = self.data["math" if kind == "math" else "nonmath"]
+    def eval_items(self, kind: str, n_eval: int | None, nonmath: str = DEFAULT_NONMATH) -> list[dict]:
+        items = self.data["math"] if kind == "math" else self.nonmath_set(nonmath)["items"]
         return items[:n_eval] if n_eval else items
 
     @gpu(duration=lambda self, s, n_eval=UI_EVAL, *a, **k: capped(15 + 0.1 * (n_eval or 1000) + 0.5 * s.n_samples))
@@ -113,31 +189,35 @@ class Bench:
 
         def compute():
             masks = self.masks(s) if float(s.factor) != 1.0 else {}
+            math_items = self.eval_items("math", n_eval)
+            non_items = self.eval_items("nonmath", n_eval, s.nonmath)
             with core.scaled(self.model, masks, s.factor):
-                return {"math": accuracy(self.model, self.tok, self.eval_items("math", n_eval)),
-                        "nonmath": accuracy(self.model, self.tok, self.eval_items("nonmath", n_eval)),
+                return {"math": self.score("math", math_items),
+                        "nonmath": self.score("nonmath", non_items),
                         "n_params": core.count(masks) if masks else core.count(self.masks(s))}
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
     @gpu(duration=lambda self, n_eval=UI_EVAL, *a, **k: capped(10 + 0.1 * (n_eval or 1000)))
-    def baseline(self, n_eval: int | None = UI_EVAL) -> dict[str, float]:
-        key = make_key(self.model_id, "baseline", n_eval)
+    def baseline(self, n_eval: int | None = UI_EVAL, nonmath: str = DEFAULT_NONMATH) -> dict[str, float]:
+        key = make_key(self.model_id, "baseline", (n_eval, nonmath))
 
         def compute():
+            math_items = self.eval_items("math", n_eval)
+            non_items = self.eval_items("nonmath", n_eval, nonmath)
             with locked(self.model):
-                return {"math": accuracy(self.model, self.tok, self.eval_items("math", n_eval)),
-                        "nonmath": accuracy(self.model, self.tok, self.eval_items("nonmath", n_eval))}
+                return {"math": self.score("math", math_items), "nonmath": self.score("nonmath", non_items)}
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
     @gpu(duration=lambda self, top_k=0, n_samples=1, n_eval=UI_EVAL, *a, **k: capped(20 + 4 * (0.1 * (n_eval or 1000) + 0.5 * n_samples)))
-    def prune_all(self, top_k: float, n_samples: int, n_eval: int | None = UI_EVAL) -> dict[str, dict]:
+    def prune_all(self, top_k: float, n_samples: int, n_eval: int | None = UI_EVAL,
+                  nonmath: str = DEFAULT_NONMATH) -> dict[str, dict]:
         """The paper's Figure 2: each method's set pruned (factor 0)."""
         out = {}
         for m in core.METHODS:
             limits.check("the method comparison")
-            out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0), n_eval)
+            out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0, nonmath=nonmath), n_eval)
         return out
 
     @gpu(duration=lambda self, s, factors=(), n_eval=UI_EVAL, *a, **k: capped(15 + len(factors) * 0.1 * (n_eval or 1000)))
@@ -145,7 +225,7 @@ class Bench:
         out = []
         for f in factors:
             limits.check("the scale sweep")
-            r = self.evaluate(Setting(s.method, s.top_k, s.n_samples, float(f), s.seed), n_eval)
+            r = self.evaluate(s.but(factor=float(f)), n_eval)
             out.append({"factor": float(f), **r})
         return out
 
@@ -159,9 +239,8 @@ class Bench:
         key = make_key(self.model_id, "consistency", (s.masks_key(), tuple(sizes), n_subsets))
 
         def compute():
-            ref = self.masks(Setting("mathneuro", s.top_k, s.n_samples, seed=s.seed))
-            m = self.data["ident_math"][: s.n_samples]
-            n = self.data["ident_nonmath"][: s.n_samples]
+            ref = self.masks(s.but(method="mathneuro", factor=0.0))
+            m, n = self.ident("math", s), self.ident("nonmath", s)
             with locked(self.model):
                 res = core.consistency(self.model, m, n, s.top_k, n_samples=[x for x in sizes if x <= s.n_samples] or [1],
                                        n_subsets=n_subsets, tokenizer=self.tok, seed=s.seed, reference=ref)
@@ -172,26 +251,34 @@ class Bench:
     @gpu(duration=lambda self, s, k=6, *a, **kw: capped(10 + 0.5 * s.n_samples + 2 * k))
     def samples(self, s: Setting, k: int = 6) -> list[dict]:
         """A few held-out questions (math and non-math), answered before and after."""
-        items = self.data["math"][: k // 2 + k % 2] + self.data["nonmath"][: k // 2]
-        prompts = [it["prompt"] for it in items]
+        n_math = k // 2 + k % 2
+        items = self.data["math"][:n_math] + self.nonmath_set(s.nonmath)["items"][: k // 2]
+        kinds = ["math"] * n_math + ["nonmath"] * (len(items) - n_math)
         masks = self.masks(s)
         with locked(self.model):
-            before = generate(self.model, self.tok, prompts)
+            before = self.answers(items, kinds)
             with core.scaled(self.model, masks, s.factor):
-                after = generate(self.model, self.tok, prompts)
-        return [{"kind": "math" if i < k // 2 + k % 2 else "non-math", "prompt": it["prompt"],
-                 "answer": str(it["answer"]), "before": b, "after": a}
-                for i, (it, b, a) in enumerate(zip(items, before, after))]
+                after = self.answers(items, kinds)
+        return [{"kind": "math" if kd == "math" else "non-math", "prompt": it.get("prompt", it.get("text", "")),
+                 "answer": reference_of(it), "before": b, "after": a, "ok_before": ob, "ok_after": oa}
+                for it, kd, (b, ob), (a, oa) in zip(items, kinds, before, after)]
 
     @gpu(duration=lambda self, prompt, s, *a, **k: capped(10 + 0.5 * s.n_samples))
     def answer(self, prompt: str, s: Setting) -> dict:
         """Greedy answer to a user's own prompt, before and after the intervention."""
         masks = self.masks(s)
+        item = {"prompt": prompt}
         with locked(self.model):
-            before = generate(self.model, self.tok, [prompt])[0]
+            before = self._ask(item)
             with core.scaled(self.model, masks, s.factor):
-                after = generate(self.model, self.tok, [prompt])[0]
+                after = self._ask(item)
         return {"prompt": prompt, "before": before, "after": after}
+
+    def _ask(self, item: dict) -> str:
+        if self.zoo:
+            return generate(self.model, self.tok, [item["prompt"]])[0]
+        # a user's question is answered as a math problem would be (same template, same length)
+        return chat.generate(self.model, self.tok, [chat.prompt_ids(self.tok, item, "math")], MATH_NEW_TOKENS)[0]
 
 
 _BENCHES: dict[str, Bench] = {}
@@ -207,12 +294,78 @@ def bench(source: str | None = None) -> Bench:
         return b
 
 
-def load_hub_data(preset: Preset) -> dict[str, Any]:  # pragma: no cover - needs a hub
-    """GSM8K (math) and RACE/MMLU (non-math) through the `datasets` library, where installed and
-    a hub is reachable; otherwise a clear error."""
+def reference_of(item: dict) -> str:
+    """What the tab shows as the reference: GSM8K's final number, else the answer (or nothing)."""
+    return str(item.get("final", item.get("answer", "")))
+
+
+def _digest(items: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _nonmath_entry(items: list[dict], label: str) -> dict:
+    kind = sources.kind_of(items)
+    rule = ("the option letter the model names first" if any(it.get("choice") for it in items)
+            else "the normalised answer at the start of the model's reply") if kind == "answers" \
+        else "next-token accuracy over the texts (no reference answers)"
+    # identification on the first half, evaluation on the rest, when there are enough
+    half = len(items) // 2 if len(items) >= 2 * 8 else len(items)
+    ident, held = items[:min(half, MAX_SAMPLES)], items[half:] or items
+    return {"items": held, "ident": ident, "label": label, "rule": rule}
+
+
+def register_nonmath(source: str | None, path: str | os.PathLike, name: str | None = None) -> str:
+    """Load a user's non-math file (see sources.read_items) for the preset of `source`; returns
+    the id a Setting names it by. Raises ValueError with a readable message on a bad file."""
+    items = sources.read_items(path)
+    b = bench(source)
+    key = "file:" + _digest(items)
+    label = f"{name or Path(path).name} ({len(items)} items)"
+    with b._guard:
+        b.data["nonmath_sets"].setdefault(key, _nonmath_entry(items, label))
+    return key
+
+
+def describe(b: "Bench", nonmath: str = DEFAULT_NONMATH) -> dict:
+    """What is loaded, in words: model, math data and rule, non-math data and rule (or why none)."""
     try:
-        import datasets  # noqa: F401
-    except ImportError as e:
-        raise RuntimeError("the hub preset needs the `datasets` package and hub access to load "
-                           f"{preset.extra.get('math')} and {preset.extra.get('nonmath')}") from e
-    raise RuntimeError("hub evaluation sets are loaded on the GPU Space only")
+        entry = b.nonmath_set(nonmath)
+    except (NoNonMath, ValueError):
+        entry = None
+    return {"model": b.preset.path_or_id, "label": b.preset.label, "zoo": b.zoo,
+            "math": b.data["math_source"],
+            "math_rule": "exact match of the worked solution" if b.zoo else
+            "the last number of the model's answer against the number after '####'",
+            "template": None if b.zoo else ("the model's chat template" if chat.has_template(b.tok)
+                                            else "plain text (the tokenizer has no chat template)"),
+            "nonmath": entry["label"] if entry else None, "nonmath_rule": entry["rule"] if entry else None,
+            "nonmath_error": None if entry else b.data.get("nonmath_error"),
+            "n_eval": UI_EVAL}
+
+
+def load_hub_data(preset: Preset) -> dict[str, Any]:
+    """Hub mode's data: GSM8K as shipped (train for identification, test for evaluation), and the
+    default non-math set: the file a deployment names in WORKBENCH_MATH_NONMATH, else RACE/MMLU
+    through `datasets` where the hub is reachable, else none (the tab asks for a file)."""
+    data: dict[str, Any] = {
+        "math": sources.read_gsm8k("test"), "ident_math": sources.read_gsm8k("train", MAX_SAMPLES),
+        "math_source": f"GSM8K test (first {UI_EVAL} of 1,319 scored; identification on the train split), "
+                       f"{sources.GSM8K_SOURCE}",
+        "nonmath_sets": {}}
+    return data
+
+
+def load_default_nonmath(preset: Preset, data: dict) -> None:
+    """Fill data["nonmath_sets"]["default"], or data["nonmath_error"] with the reason there is none.
+    Called on first use, so that a job given its own files never asks the hub."""
+    named = os.environ.get(NONMATH_ENV, "").strip()
+    try:
+        if named:
+            items = sources.read_items(named)
+            data["nonmath_sets"][DEFAULT_NONMATH] = _nonmath_entry(items, f"{Path(named).name} ({len(items)} items, {NONMATH_ENV})")
+        else:
+            items = sources.load_hub_nonmath(preset.extra.get("nonmath") or [])
+            data["nonmath_sets"][DEFAULT_NONMATH] = _nonmath_entry(
+                items, f"{' + '.join(preset.extra['nonmath'])} via datasets ({len(items)} items)")
+    except Exception as e:  # noqa: BLE001 - the tab shows why and asks for a file
+        data["nonmath_error"] = str(e)

@@ -3,10 +3,13 @@ on math and on non-math text, sharded across processes and merged exactly (a sum
 
     torchrun --nproc_per_node 2 -m backend.precompute.mathneuro --out DIR --cpu [--samples 64]
     accelerate launch --num_processes 8 -m backend.precompute.mathneuro --out DIR --source hub \
-        --math gsm8k.json --nonmath race.json
+        --math assets/data/gsm8k/train.jsonl --nonmath my_nonmath.jsonl
 
---math / --nonmath: the texts to score (one per line, or a JSON list of strings or of
-{"prompt", "answer"} items); default: the preset's own identification sets.
+--math / --nonmath: the texts to score, read before the model or any hub is asked for. Zoo: one
+per line, or a JSON list of strings or of {"prompt", "answer"} items. Hub: JSONL / JSON / CSV with
+prompt (or question) and answer, optionally choices, or text; plain text one per line; each
+question and answer is scored as a conversation in the model's chat template. Defaults: the zoo's
+identification sets; in hub mode the whole GSM8K train split, and the tab's default non-math set.
 
 Writes DIR/mathneuro-norms-math.safetensors and DIR/mathneuro-norms-nonmath.safetensors
 ({layer name: float64 vector}); `load_masks(model, DIR, top_k)` turns them into the same
@@ -20,7 +23,8 @@ import torch
 from safetensors.torch import load_file
 
 from ..core.precompute import ShardedJob, job_parser, job_state, merge_sum, read_texts, texts_digest
-from ..mathneuro import core
+from ..core.presets import active_source
+from ..mathneuro import chat, core, sources
 
 KINDS = ("math", "nonmath")
 
@@ -30,8 +34,7 @@ def run(bench, out: Path, n: int | None = None, chunk: int = 8, state=None, text
     """`texts`: {"math": [...], "nonmath": [...]} to score instead of the preset's identification sets."""
     results = {}
     for kind in KINDS:
-        texts_ = (texts or {}).get(kind) or bench.data[f"ident_{kind}"]
-        texts_ = texts_[:n] if n else texts_
+        texts_ = inputs(bench, kind, (texts or {}).get(kind), n)
 
         def compute(start: int, end: int, texts_=texts_):
             return core.input_norms(bench.model, texts_[start:end], tokenizer=bench.tok)
@@ -40,6 +43,26 @@ def run(bench, out: Path, n: int | None = None, chunk: int = 8, state=None, text
                          signature=texts_digest(texts_)[:16])
         results[kind] = job.run(state, stop_after=stop_after)
     return results
+
+
+def inputs(bench, kind: str, given: list | None, n: int | None = None) -> list:
+    """What one side scores: the zoo's texts as they are; in hub mode each item (or text) as token
+    ids in the model's chat template, as the tab identifies."""
+    if given:
+        items = given
+    elif kind == "math":
+        items = bench.data["ident_math"] if bench.zoo else sources.read_gsm8k("train")
+    else:
+        items = bench.nonmath_set()["ident"]
+    items = items[:n] if n else items
+    if bench.zoo:
+        return items
+    return [chat.sample_ids(bench.tok, it if isinstance(it, dict) else {"text": it}, kind) for it in items]
+
+
+def read_inputs(path: Path, source: str) -> list:
+    """A --math / --nonmath file, read as the preset's source expects (see the module docstring)."""
+    return read_texts(path) if source == "zoo" else sources.read_items(path)
 
 
 def load_masks(model, folder: Path, top_k: float) -> dict[str, torch.Tensor]:
@@ -58,8 +81,10 @@ def main(argv: list[str] | None = None) -> None:
     state = job_state(args)
     from ..mathneuro.service import bench
 
-    texts = {k: read_texts(p) for k, p in (("math", args.math), ("nonmath", args.nonmath)) if p}
-    b = bench(args.source)
+    source = (args.source or active_source()).strip().lower()
+    # the files first: a bad file fails here, before any model or hub is asked for
+    texts = {k: read_inputs(p, source) for k, p in (("math", args.math), ("nonmath", args.nonmath)) if p}
+    b = bench(source)
     run(b, args.out, args.samples, args.chunk, state, texts=texts, stop_after=args.stop_after)
     if state.is_main_process:
         print(f"wrote {args.out}/mathneuro-norms-{{math,nonmath}}.safetensors")

@@ -81,7 +81,7 @@ NOT_GPU = {
     "backend.nemo.service": {"get", "describe", "parse_neurons"},
     "backend.sae.features": {"get_organism", "feature_table", "feature_page", "page_json",
                              "default_clamp_value", "steering_defaults"},
-    "backend.mathneuro.service": {"bench"},
+    "backend.mathneuro.service": {"bench", "describe", "register_nonmath"},
     "backend.mathneuro.service.Bench": set(),
     "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop"},
 }
