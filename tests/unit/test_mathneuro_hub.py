@@ -1,0 +1,270 @@
+"""The Math neurons tab in hub mode on a stand-in of meta-llama/Llama-3.2-1B-Instruct (real
+LlamaForCausalLM with a tied head and bf16 weights, Llama-3 byte-level BPE, a Llama-3 header chat
+template) in an offline HF cache: GSM8K scored by the final number, prompts in the chat template,
+the user's non-math file, identification, prune / scale evaluation and the CLI job, at the service
+level, through the tab's handlers and as a process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from backend.mathneuro import chat, sources
+from tests.conftest import ROOT
+from tests.helpers.standins import REVISION, build_cache, cache_env, digest, repo_folder
+from tests.helpers.standins import math as standin
+
+torch.set_num_threads(1)
+NEW_TOKENS = 8  # generated per answer here: the stand-in's answers are noise, the rules are not
+MC = [("Which planet is known as the red planet?", ["Venus", "Mars", "Jupiter", "Saturn"], 1),
+      ("Which language is spoken in Brazil?", ["Spanish", "French", "Portuguese", "Italian"], "C"),
+      ("What do bees make?", ["Honey", "Silk", "Paper", "Milk"], "Honey"),
+      ("Who wrote Hamlet?", ["Dickens", "Austen", "Shakespeare", "Tolstoy"], 2)]
+
+
+# ----------------------------------------------------------------------------- rules (no model)
+def test_gsm8k_reference_and_final_number_rule():
+    test = sources.read_gsm8k("test")
+    assert len(test) == 1319 and len(sources.read_gsm8k("train", 5)) == 5
+    assert test[0]["final"] == "18" and test[0]["answer"].endswith("#### 18")
+    assert all(it["final"] == it["answer"].rsplit("####", 1)[1].strip().replace(",", "") for it in test)
+    assert sources.reference_number("x\n#### 1,234") == "1234"
+    with pytest.raises(ValueError, match="####"):
+        sources.reference_number("no marker")
+    cases = {"She makes 9 * 2 = $18 every day.": "18", "The answer is 1,234.": "1234",
+             "-3 degrees, then 4.5": "4.5", "first 7, #### 42 and then 9": "42", "no number here": None,
+             "It costs $0.50.": "0.50", "Step 1: 3 + 4 = 7\nStep 2: 7 * 2 = 14\nSo 14 apples.": "14"}
+    for text, want in cases.items():
+        assert sources.final_number(text) == want, text
+    item = {"final": "18"}
+    assert chat.correct(item, "So she makes $18.00 a day", "math")
+    assert chat.correct(item, "#### 18", "math")
+    assert not chat.correct(item, "18 eggs, she sells 9", "math")  # the LAST number counts
+    assert not chat.correct(item, "", "math")
+
+
+def test_nonmath_files_of_every_kind(tmp_path):
+    js = tmp_path / "mc.jsonl"
+    js.write_text("\n".join(json.dumps({"question": q, "choices": c, "answer": a}) for q, c, a in MC) + "\n")
+    items = sources.read_items(js)
+    assert [it["answer"] for it in items] == ["B", "C", "A", "C"] and all(it["choice"] for it in items)
+    assert "B. Mars" in items[0]["prompt"] and sources.kind_of(items) == "answers"
+    assert chat.correct(items[0], "B) Mars", "nonmath") and chat.correct(items[0], "The answer is B.", "nonmath")
+    assert not chat.correct(items[0], "A", "nonmath")
+
+    csv_ = tmp_path / "qa.csv"
+    csv_.write_text('prompt,answer\n"Where is Paris?",France\n"What do cows drink?",Water\n')
+    qa = sources.read_items(csv_)
+    assert qa == [{"prompt": "Where is Paris?", "answer": "France"}, {"prompt": "What do cows drink?", "answer": "Water"}]
+    assert chat.correct(qa[0], "France, in Europe.", "nonmath") and not chat.correct(qa[0], "Spain", "nonmath")
+
+    txt = tmp_path / "story.txt"
+    txt.write_text("The cat sat on the mat.\n\nIt was a sunny day.\n")
+    assert sources.read_items(txt) == [{"text": "The cat sat on the mat."}, {"text": "It was a sunny day."}]
+    assert sources.kind_of(sources.read_items(txt)) == "text"
+
+    for body, suffix, match in (('{"question": "a"', ".jsonl", "line 1: not JSON"),
+                                ('{"foo": 1}\n{"foo": 2}\n', ".jsonl", "prompt/question"),
+                                ("only one line\n", ".txt", "at least two"),
+                                ('{"question": "q", "choices": ["a", "b"], "answer": "z"}\n' * 2, ".jsonl",
+                                 "not an option")):
+        bad = tmp_path / f"bad{suffix}"
+        bad.write_text(body)
+        with pytest.raises(ValueError, match=match):
+            sources.read_items(bad)
+
+
+def test_hub_nonmath_is_refused_offline_with_a_reason(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="HF_HUB_OFFLINE"):
+        sources.load_hub_nonmath(["ehovy/race:all", "cais/mmlu:all"])
+
+
+# ------------------------------------------------------------------------- the stand-in model
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    import huggingface_hub.constants as hc
+
+    from backend.core import store
+    from backend.mathneuro import service
+
+    cache = build_cache(tmp_path_factory.mktemp("hf") / "hub", standin.REPOS)
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in cache_env(cache).items():
+            mp.setenv(k, v)
+        mp.delenv(service.NONMATH_ENV, raising=False)
+        # huggingface_hub read its cache folder at import; transformers asks it at each call
+        mp.setattr(hc, "HF_HUB_CACHE", str(cache))
+        mp.setattr(hc, "HF_HUB_OFFLINE", True)
+        mp.setattr(store, "_MODELS", {})  # the hub model leaves the process store after this module
+        mp.setattr(service, "_BENCHES", {})
+        mp.setattr(service, "MATH_NEW_TOKENS", NEW_TOKENS)
+        mp.setattr(service, "NONMATH_NEW_TOKENS", NEW_TOKENS)
+        yield cache
+
+
+@pytest.fixture(scope="module")
+def svc(hub):
+    from backend.mathneuro import service
+
+    return service
+
+
+@pytest.fixture(scope="module")
+def b(svc):
+    return svc.bench("hub")
+
+
+@pytest.fixture(scope="module")
+def mc_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("nonmath") / "quiz.jsonl"
+    rows = [{"question": q, "choices": c, "answer": a} for q, c, a in MC] * 5  # 20: 10 identify, 10 score
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_standin_is_the_real_class_and_deterministic(hub, b, tmp_path):
+    from transformers import LlamaForCausalLM
+
+    from backend.mathneuro import core
+
+    m, tok = b.model, b.tok
+    assert isinstance(m, LlamaForCausalLM) and m.dtype == torch.bfloat16 and m.config.tie_word_embeddings
+    assert core.tied_head(m) is m.lm_head and "lm_head" not in core.linear_layers(m)
+    vocab = tok.get_vocab()
+    assert {"Ġthe", "Ġhow", "<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"} <= set(vocab)
+    assert tok.pad_token is None and tok.eos_token == "<|eot_id|>"  # as the real tokenizer
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    assert text.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n")
+    assert text.endswith("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                         "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert m.generation_config.do_sample and len(m.generation_config.eos_token_id) == 3
+    snap = repo_folder(hub, standin.HUB_ID) / "snapshots" / REVISION
+    again = build_cache(tmp_path / "again", standin.REPOS)
+    assert digest(repo_folder(again, standin.HUB_ID) / "snapshots" / REVISION) == digest(snap)
+
+
+def test_prompts_use_the_chat_template_with_one_bos(b):
+    item = sources.read_gsm8k("test", 1)[0]
+    bos = b.tok.convert_tokens_to_ids("<|begin_of_text|>")
+    for ids in (chat.prompt_ids(b.tok, item, "math"), chat.sample_ids(b.tok, item, "math")):
+        assert ids[0] == bos and ids.count(bos) == 1
+    text = b.tok.decode(chat.prompt_ids(b.tok, item, "math"))
+    assert item["prompt"] in text and text.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    sample = b.tok.decode(chat.sample_ids(b.tok, item, "math"))
+    assert sample.rstrip().endswith("#### 18<|eot_id|>")
+
+
+def test_batched_left_padded_generation_is_each_prompt_alone(b):
+    import copy
+
+    m = copy.deepcopy(b.model).float()  # float32: batch and single differ only by rounding
+    items = sources.read_gsm8k("test", 3)
+    prompts = [chat.prompt_ids(b.tok, it, "math") for it in items]
+    assert len({len(p) for p in prompts}) == 3  # padding is exercised
+    together = chat.generate(m, b.tok, prompts, NEW_TOKENS)
+    alone = [chat.generate(m, b.tok, [p], NEW_TOKENS)[0] for p in prompts]
+    assert together == alone and any(together)
+    # the checkpoint's generation config samples; the tab overrides it: greedy, repeatable
+    assert m.generation_config.do_sample and chat.generate(m, b.tok, prompts, NEW_TOKENS) == together
+
+
+def test_no_nonmath_set_offline_says_what_to_do(svc, b):
+    info = svc.describe(b)
+    assert info["nonmath"] is None and "HF_HUB_OFFLINE" in info["nonmath_error"]
+    assert "GSM8K test" in info["math"] and "####" in info["math_rule"] and "chat template" in info["template"]
+    with pytest.raises(svc.NoNonMath, match="Name a non-math file"):
+        b.baseline(n_eval=4)
+
+
+def test_identify_prune_scale_on_gsm8k_and_a_user_file(svc, b, mc_file):
+    from backend.mathneuro import core
+
+    key = svc.register_nonmath("hub", mc_file)
+    assert key == svc.register_nonmath("hub", mc_file)  # same content, same id
+    info = svc.describe(b, key)
+    assert "quiz.jsonl (20 items)" in info["nonmath"] and "letter" in info["nonmath_rule"]
+    s = svc.Setting("mathneuro", 0.05, 8, 0.0, nonmath=key)
+    masks = b.masks(s)
+    assert "lm_head.weight" not in masks and "model.embed_tokens.weight" not in masks  # tied: skipped
+    assert set(masks) == {f"{n}.weight" for n in core.linear_layers(b.model)}
+    # the service's masks are MathNeuro on the chat-formatted samples, counted int(K*N) per matrix
+    ids_m = [chat.sample_ids(b.tok, it, "math") for it in sources.read_gsm8k("train", 8)]
+    ids_n = [chat.sample_ids(b.tok, it, "nonmath") for it in b.nonmath_set(key)["ident"][:8]]
+    ref = core.identify(b.model, ids_m, ids_n, 0.05, tokenizer=b.tok)
+    assert all(torch.equal(masks[n], ref[n]) for n in ref) and core.count(masks) > 0
+    snap = {k: v.clone() for k, v in b.model.state_dict().items()}
+    base = b.baseline(n_eval=6, nonmath=key)
+    pruned = b.evaluate(s, n_eval=6)
+    scaled = b.evaluate(s.but(factor=1.1), n_eval=6)
+    for r in (base, pruned, scaled):
+        assert 0.0 <= r["math"] <= 1.0 and 0.0 <= r["nonmath"] <= 1.0
+    assert pruned["n_params"] == scaled["n_params"] == core.count(masks)
+    figure = b.prune_all(0.05, 8, n_eval=4, nonmath=key)
+    assert set(figure) == set(core.METHODS)
+    assert figure["random"]["n_params"] == figure["mathneuro"]["n_params"]
+    rows = b.samples(s, k=4)
+    assert [r["kind"] for r in rows] == ["math", "math", "non-math", "non-math"]
+    held = sources.read_items(mc_file)[10:]  # the first half identifies, the rest scores
+    assert rows[0]["answer"] == "18" and [r["answer"] for r in rows[2:]] == [it["answer"] for it in held[:2]]
+    for r in rows:
+        want = chat.correct({"final": r["answer"]} if r["kind"] == "math" else
+                            {"answer": r["answer"], "choice": True}, r["before"], "math" if r["kind"] == "math" else "nonmath")
+        assert r["ok_before"] == want
+    out = b.answer("Tom has 23 pens and finds 45 more. How many pens does he have now?", s)
+    assert isinstance(out["before"], str) and isinstance(out["after"], str)
+    cons = b.consistency(s, sizes=(1, 8), n_subsets=2)
+    assert cons["8"]["mean"] == pytest.approx(1.0)
+    assert all(torch.equal(v, snap[k]) for k, v in b.model.state_dict().items())  # restored bit-exactly
+
+
+def test_tab_handlers_in_hub_mode(svc, b, mc_file):
+    import gradio as gr
+
+    from components.math_neurons import make_handlers
+
+    live, figure2, curve, consistency, ask, export, name_nonmath = make_handlers("hub")
+    with pytest.raises(gr.Error, match="Name a non-math file"):
+        live("MathNeuro", 5, 0.0, 8)
+    with pytest.raises(gr.Error, match="Could not read"):
+        bad = mc_file.parent / "bad.jsonl"
+        bad.write_text('{"foo": 1}\n{"foo": 2}\n')
+        name_nonmath(str(bad))
+    key, card = name_nonmath(str(mc_file))
+    assert key.startswith("file:") and "quiz.jsonl" in card and "GSM8K" in card
+    html, rows, plot = live("MathNeuro", 5, 0.0, 8, key)
+    assert "MathNeuro set pruned" in html and "K = 5 %" in html and len(rows) == 6
+    assert rows[0][0] == "math" and rows[0][2] == "18" and rows[0][3].endswith(("✓", "✗"))
+    assert "unmodified:" in ask("What is 2 + 2?", "MathNeuro", 5, 1.1, 8, key)
+
+
+def test_cli_reads_the_files_first_and_runs_offline(hub, b, mc_file, tmp_path):
+    from backend.mathneuro import core
+    from backend.precompute import mathneuro as job
+
+    env = {**os.environ, **cache_env(hub), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("WORKBENCH_CHECK_WEIGHTS", None)
+    math_file = tmp_path / "gsm.jsonl"
+    math_file.write_text("".join(line for _, line in zip(range(6), (sources.GSM8K_DIR / "train.jsonl").open())))
+    cmd = [sys.executable, "-m", "backend.precompute.mathneuro", "--cpu", "--source", "hub", "--chunk", "4"]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("one line only\n")
+    t = time.perf_counter()
+    out = subprocess.run(cmd + ["--out", str(tmp_path / "x"), "--math", str(math_file), "--nonmath", str(bad)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "at least two" in out.stderr
+    assert "Loading weights" not in out.stderr  # refused before the model was asked for
+    out = subprocess.run(cmd + ["--out", str(tmp_path / "norms"), "--math", str(math_file), "--nonmath", str(mc_file)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    masks = job.load_masks(b.model, tmp_path / "norms", 0.05)
+    ids_m = [chat.sample_ids(b.tok, it, "math") for it in sources.read_items(math_file)]
+    ids_n = [chat.sample_ids(b.tok, it, "nonmath") for it in sources.read_items(mc_file)]
+    ref = core.identify(b.model, ids_m, ids_n, 0.05, tokenizer=b.tok)
+    assert core.overlap(masks, ref) >= 0.999 and core.count(ref) > 0
+    assert time.perf_counter() - t < 240
