@@ -412,7 +412,7 @@ def build(ctx) -> None:
                                  label="Sentences", elem_id="rel-held-data")
             held_target = gr.Radio([("the model's prediction", "predicted"), ("each sentence's label", "label")],
                                    value="predicted", label="Target", elem_id="rel-held-target")
-        with gr.Row():
+        with gr.Row(visible=held_sources[0] != "zoo") as held_own:
             held_file = gr.File(label="Sentence file (.txt lines · .csv/.tsv/.jsonl with 'sentence' or "
                                       "'text' and optional 'label')",
                                 file_types=[".txt", ".csv", ".tsv", ".jsonl", ".json"], elem_id="rel-held-file")
@@ -445,6 +445,9 @@ def build(ctx) -> None:
             res = _guard(svc.heldout_sentences, m, items, ms, target=tgt or "predicted", label_words=words,
                          suffix=suffix, n=n, source=data, progress=report)
         return daf_table(res), curves_plot(res), scatter_plot(res), heldout_note(res)
+
+    # the file, label words and prompt only matter for sentences of the user's or SST-2
+    held_data.change(lambda d: gr.update(visible=d != "zoo"), [held_data], [held_own], api_name=False)
 
     run_held.click(run_heldout, [methods, n_sent, held_data, held_file, held_target, held_words, held_suffix, model],
                    [table, curves, scatter, held_note], **model_event(api_name="heldout_eval"))

@@ -55,6 +55,12 @@ def test_relevance_controls_and_screenshot(page, server_url):
     expect(page.locator("#rel-daf")).to_contain_text("MambaLRP", timeout=LONG)
     expect(page.locator("#rel-curves .js-plotly-plot")).to_be_visible(timeout=LONG)
     expect(page.locator("#rel-scatter .js-plotly-plot")).to_be_visible(timeout=LONG)
+    expect(page.locator("#rel-held-note")).to_contain_text("zoo organism's held-out sentences", timeout=LONG)
+    # the file controls appear for the user's own sentences
+    expect(page.locator("#rel-held-file")).to_be_hidden()
+    page.locator("#rel-held-data").get_by_text("my sentence file").click()
+    expect(page.locator("#rel-held-file")).to_be_visible(timeout=LONG)
+    page.locator("#rel-held-data").get_by_text("zoo held-out set").click()
 
     # long range
     page.locator("#rel-long-acc").get_by_text("Long-range").first.click()
