@@ -3,6 +3,7 @@
     python app.py                    # the zoo (tiny offline models), http://127.0.0.1:7860
     python app.py --preset hub       # the papers' checkpoints (GPU machine with hub access)
     WORKBENCH_PRESET=hub python app.py
+    python app.py --mcp              # also serve the methods as MCP tools (README: Agents (MCP))
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ netenv.apply(offline=SOURCE == "zoo")
 import gradio as gr  # noqa: E402
 
 from components import tab_modules  # noqa: E402
+from components import agent_tools  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
 from components.gradio_fixes import atomic_image_cache  # noqa: E402
 from components.guard import guard_events  # noqa: E402
@@ -97,8 +99,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", choices=["zoo", "hub"], default=SOURCE)
     ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     ap.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    ap.add_argument("--mcp", action="store_true",
+                    help="also serve the methods as MCP tools for agents at /gradio_api/mcp/ (or WORKBENCH_MCP=1)")
     args = ap.parse_args(argv)
-    build_app(args.preset).launch(server_name=args.host, server_port=args.port, **launch_kwargs())
+    demo = build_app(args.preset)
+    mcp = agent_tools.mcp_wanted(args.mcp)
+    if mcp:  # components.agent_tools: the tools, and the UI's events kept out of the tool list
+        agent_tools.install(demo, args.preset)
+    demo.launch(server_name=args.host, server_port=args.port, mcp_server=mcp, **launch_kwargs())
 
 
 if __name__ == "__main__":

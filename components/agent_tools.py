@@ -1,0 +1,496 @@
+"""The workbench's methods as tools for agents, served over the Model Context Protocol (MCP).
+
+Each tool is a plain function with typed parameters and a docstring an agent can act on. It calls
+the same backend service functions as the tab's handler does, so every fix to a method reaches the
+tools too, and its interventions follow the same per-request rules (applied inside the service's
+context manager, under the model's lock, restored before the answer returns). A tool answers JSON
+text, plus a PNG where a picture carries the result (MCP clients show it as an image).
+
+`install(demo, source)` registers the tools as API endpoints of the running app (`gr.api`), each
+guarded and marked for ZeroGPU like a model-touching handler, and takes the UI's own events out of
+the tool list. Gradio then serves them as MCP tools with `launch(mcp_server=True)` (app.py --mcp).
+"""
+# No `from __future__ import annotations`: gr.api reads the real type objects from the signatures
+# (through the guard's and ZeroGPU's wrappers) to build each tool's schema.
+import json
+import math
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Literal
+
+import gradio as gr
+import numpy as np
+
+from backend.core.presets import active_source
+from backend.core.zerogpu import gpu
+
+from .common import MODEL_GROUP
+from .guard import HANDLER_GPU_SECONDS, guarded
+
+_SOURCE: str | None = None  # the app's preset source, set by install()
+_PNG_DIR: Path | None = None
+TOP_Z = 10  # neurons listed by check_memorization
+MAX_SINGULAR_VALUES = 64  # singular values listed by pissa_layer (the rest are summarised)
+
+MathMethod = Literal["mathneuro", "wanda", "random", "lape"]
+SteerPositions = Literal["prompt", "all", "image"]
+
+
+def _source() -> str:
+    return _SOURCE or active_source()
+
+
+def _json(obj) -> str:
+    def default(o):
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+        if isinstance(o, (np.floating, np.integer, np.bool_)):
+            return o.item()
+        raise TypeError(f"{type(o).__name__} is not JSON")
+
+    def clean(o):  # NaN/inf are not JSON; an agent reads null
+        if isinstance(o, float) and not math.isfinite(o):
+            return None
+        if isinstance(o, dict):
+            return {str(k): clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        return o
+
+    return json.dumps(clean(json.loads(json.dumps(obj, default=default))), ensure_ascii=False)
+
+
+def _png(image: np.ndarray, name: str) -> gr.FileData:
+    """An RGB uint8 array → a PNG file Gradio serves and MCP hands over as an image."""
+    from PIL import Image
+
+    global _PNG_DIR
+    if _PNG_DIR is None:
+        _PNG_DIR = Path(tempfile.mkdtemp(prefix="wb-agent-"))
+    path = _PNG_DIR / f"{name}-{uuid.uuid4().hex[:12]}.png"  # unique: parallel calls never share a file
+    Image.fromarray(np.ascontiguousarray(image)).save(path, format="PNG")
+    return gr.FileData(path=str(path), mime_type="image/png", orig_name=path.name)
+
+
+def _to_uint8(img: np.ndarray) -> np.ndarray:
+    a = np.asarray(img)
+    if a.dtype != np.uint8:
+        a = (np.clip(a.astype(np.float32), 0, 1) * 255).round().astype(np.uint8)
+    if a.ndim == 2:
+        a = np.repeat(a[..., None], 3, -1)
+    return a[..., :3]
+
+
+def _grid(rows: list[list[np.ndarray]], side: int = 96, pad: int = 4) -> np.ndarray:
+    """Images laid out in rows on a white canvas, each scaled (nearest) to side × side."""
+    from PIL import Image
+
+    n = max((len(r) for r in rows), default=1)
+    canvas = np.full((pad + len(rows) * (side + pad), pad + n * (side + pad), 3), 255, np.uint8)
+    for i, row in enumerate(rows):
+        for j, im in enumerate(row):
+            tile = np.asarray(Image.fromarray(_to_uint8(im)).resize((side, side), Image.NEAREST))
+            y, x = pad + i * (side + pad), pad + j * (side + pad)
+            canvas[y:y + side, x:x + side] = tile
+    return canvas
+
+
+def _whole(value, name: str, lo: int | None = None, hi: int | None = None) -> int:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a whole number, got {value!r}.") from None
+    if not math.isfinite(f) or f != int(f):
+        raise ValueError(f"{name} must be a whole number, got {value!r}.")
+    v = int(f)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ValueError(f"{name} must be between {lo} and {hi}, got {v}.")
+    return v
+
+
+def _number(value, name: str, lo: float, hi: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}.") from None
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ValueError(f"{name} must be between {lo:g} and {hi:g}, got {value!r}.")
+    return v
+
+
+# ------------------------------------------------------------------------------------ Relevance
+def token_relevance(text: str, methods: list[str] | None = None, rules: list[str] | None = None,
+                 target: str = "", model: str = "") -> str:
+    """Explain a Mamba language model's prediction as relevance per input token (MambaLRP and baselines).
+
+    Runs the text through the Relevance tab's Mamba LM and attributes the target's logit at the last
+    position to every input token. MambaLRP's relevance sums to that logit (conservation) when all
+    four rules are on; dropping a rule breaks it. Cost: about a second per method on a CPU for a
+    sentence (IG and SmoothGrad take tens of passes); at most 256 tokens.
+
+    Args:
+        text: the input text (1 to 256 tokens).
+        methods: attribution methods, any of mambalrp, lrp_ln (LRP with only the norm rule), gi (Gradient×Input), smoothgrad, ig (Integrated Gradients), attnroll (attention rollout), mambaattr (Mamba's hidden attention); default mambalrp, gi, ig, mambaattr.
+        rules: MambaLRP rules to apply, any of norm, silu, ssm, gate; default all four (leave one out to ablate it).
+        target: the word or token whose logit is explained; empty = the model's own top prediction.
+        model: a text model of the tab (its hub id or zoo folder); empty = the tab's default.
+
+    Returns:
+        JSON: tokens, per-method relevance per token (same order as tokens; signed for mambalrp, lrp_ln, gi, smoothgrad, ig; non-negative for attnroll and mambaattr), target and its logit, sum_relevance per method, top_next predictions, conv_bias (true means the conv bias absorbs part of the logit).
+    """
+    from backend.lrp import service as svc
+
+    if not isinstance(text, str):
+        raise ValueError("text must be a string.")
+    methods = ["mambalrp", "gi", "ig", "mambaattr"] if methods is None else list(methods)
+    rules = list(svc.RULES) if rules is None else list(rules)
+    m = svc.load_text(_source(), model or None)
+    return _json(svc.explain_text(m, text, methods, rules, target or None))
+
+
+# ------------------------------------------------------------------------------------- Features
+def _organism():
+    from backend.sae import features as FT
+
+    try:
+        return FT.get_organism(_source())
+    except FileNotFoundError as e:
+        raise ValueError(f"The Features organism is not built: {e}") from None
+
+
+def find_features(query: str = "", sort: Literal["density", "max_act", "iou"] = "density",
+                  limit: int = 20) -> str:
+    """List sparse-autoencoder features of the Features tab's vision-language model, with their labels.
+
+    Reads the feature index only (no model call; milliseconds). Use it to pick a feature id for
+    open_feature or steer_feature.
+
+    Args:
+        query: text to match in a feature's label (e.g. 'red', 'circle'); empty = all features.
+        sort: order: density (share of image tokens where it fires, 0-1), max_act (largest activation), iou (concept-mask IoU, 0-1, zoo only).
+        limit: how many features to return, 1 to 500.
+
+    Returns:
+        JSON: list of {feature, label, iou, density, max_act}, best first.
+    """
+    from backend.sae import features as FT
+
+    org = _organism()
+    if sort not in ("density", "max_act", "iou"):
+        raise ValueError("sort must be one of density, max_act, iou.")
+    n = _whole(limit, "limit", 1, 500)
+    if org.index is None:
+        raise ValueError("This model has no feature index yet: build one in the Features tab.")
+    return _json(FT.feature_table(org, query or "", sort, limit=n))
+
+
+def open_feature(feature: int) -> tuple[str, gr.FileData]:
+    """Open one SAE feature's page: top-activating images, activation statistics and label.
+
+    Reads the feature index (no model call; well under a second). The image shows the top images
+    (top row), the activation map over each (middle row, brighter = stronger) and each image with
+    everything outside the activation region dimmed (bottom row), left to right in rank order.
+
+    Args:
+        feature: the feature id, 0 to the number of features - 1 (see find_features).
+
+    Returns:
+        JSON: feature, label (concept or empty), family, iou (0-1), density (share of image tokens with a non-zero activation, 0-1), max_act, mean_act (mean of the non-zero activations), hist_counts/hist_edges (log-binned histogram), top: list of {image_id, score (mean activation over the image's patches), caption}; and a PNG of the top images.
+    """
+    from backend.sae import features as FT
+
+    from .features import dimmed, overlay
+
+    org = _organism()
+    f = _whole(feature, "feature", 0, org.n_features - 1)
+    page = FT.feature_page(org, f)
+    vmax = max([float(np.max(m)) for m in page["maps"] if np.size(m)] or [1.0])
+    imgs = list(page["images"])
+    rows = [imgs, [overlay(im, m, vmax) for im, m in zip(imgs, page["maps"])],
+            [dimmed(im, r) for im, r in zip(imgs, page["regions"])]]
+    return _json(FT.page_json(page)), _png(_grid(rows if imgs else [[np.full((8, 8, 3), 255, np.uint8)]]),
+                                             f"feature-{f}")
+
+
+def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: SteerPositions = "prompt",
+                  add_error: bool = False, suppress_rivals: bool = False) -> tuple[str, gr.FileData]:
+    """Clamp one SAE feature while the model captions a scene; compare the caption with and without.
+
+    During the prompt pass the feature is set to `value` and the hooked layer's output is replaced
+    by the SAE's reconstruction (optionally plus the SAE's error term); everything is restored
+    before the answer returns. Cost: two greedy captions (about a second on the zoo model).
+
+    Args:
+        feature: the feature id to clamp, 0 to the number of features - 1.
+        value: the clamp value in activation units; a negative value = the tab's default (a calibrated multiple of the feature's max activation).
+        scene: which held-out scene to caption, 0 to the number of held-out scenes - 1.
+        positions: where to clamp: prompt (every prompt position, the paper's choice), all (prompt and generated tokens), image (the image positions only).
+        add_error: add the SAE's reconstruction error back (keeps everything the SAE does not explain).
+        suppress_rivals: also zero the features labelled with the other concepts of the same family (e.g. the other colours).
+
+    Returns:
+        JSON: baseline and steered captions, well_formed (whether the steered caption parses; null for free text), hookpoint, suppressed feature ids; and a PNG of the scene.
+    """
+    from backend.sae import features as FT
+    from backend.sae import scenes as S
+
+    org = _organism()
+    f = _whole(feature, "feature", 0, org.n_features - 1)
+    if not org.heldout_specs:
+        raise ValueError("This model has no held-out scenes to caption; use the Features tab with your image.")
+    i = _whole(scene, "scene", 0, len(org.heldout_specs) - 1)
+    v = _number(value, "value", -math.inf, math.inf) if value is not None else -1.0
+    if v < 0:
+        v = FT.default_clamp_value(org, f)
+    if positions not in FT.ST.POSITION_MODES:
+        raise ValueError(f"positions must be one of {', '.join(FT.ST.POSITION_MODES)}.")
+    img = S.render(org.heldout_specs[i])[0]
+    out = FT.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
+                           suppress_family=bool(suppress_rivals))
+    return _json({**out, "scene": i}), _png(_grid([[img]], side=192), f"scene-{i}")
+
+
+# ------------------------------------------------------------------------------- Memorization
+def check_memorization(prompt: str) -> str:
+    """Is this prompt memorized by the Memorization tab's Stable Diffusion model? (NeMo's detection)
+
+    The score is the largest SSIM between the first noise predictions of different seeds (0-1);
+    above theta_mem the model pulls every seed toward one image. Also the value neurons (output
+    channels of the cross-attention to_v layers) whose activation on this prompt is most unusual
+    (z = |a - mean| / std over non-memorized prompts). Cost: a noise step per seed (about a second).
+
+    Args:
+        prompt: the text prompt (1 to 300 characters).
+
+    Returns:
+        JSON: score, theta_mem, memorized (score > theta_mem), max_z, top_neurons (the 10 largest z as {neuron 'layer:channel', z}), layers, is_training_prompt, listed_type (the NeMo paper's memorization type when listed).
+    """
+    from backend.nemo import service
+
+    r = service.check(prompt, source=_source())
+    ranked = sorted(((z, f"{layer}:{c}") for layer, zs in r["z"].items() for c, z in enumerate(zs)), reverse=True)
+    keep = ("prompt", "score", "theta_mem", "memorized", "max_z", "layers", "is_training_prompt", "listed_type")
+    return _json({**{k: r[k] for k in keep},
+                  "top_neurons": [{"neuron": n, "z": z} for z, n in ranked[:TOP_Z]]})
+
+
+def find_memorization_neurons(prompt: str) -> str:
+    """Localize the value neurons that hold a memorized prompt (NeMo's search).
+
+    An initial set (z > theta plus the top-k activations, theta falling and k growing until
+    switching them off breaks the seeds' agreement), refined greedily to the few that are needed.
+    A prompt whose seeds never agree above theta_mem is skipped (not memorized). Cost: dozens of
+    noise evaluations (seconds on the zoo model, minutes at full size). Nothing stays switched off.
+
+    Args:
+        prompt: the text prompt (1 to 300 characters).
+
+    Returns:
+        JSON: labels (the neurons found, 'layer:channel', pass them to generate_without_neurons), n_neurons, initial_labels, skipped, found, relaxed, threshold, theta, k, evaluations, seconds, seeds, seeds_kept, guidance_scale.
+    """
+    from backend.nemo import service
+
+    loc = service.find(prompt, source=_source())
+    return _json({k: v for k, v in loc.items() if k not in ("neurons", "initial", "history")})
+
+
+def generate_without_neurons(prompt: str, neurons: list[str], seeds: int = 4) -> tuple[str, gr.FileData]:
+    """Generate images for a prompt with all value neurons on and with the given neurons switched off.
+
+    The neurons are multiplied by 0 at every denoising step (both guidance halves) for this call
+    only, then restored. Compares each generation with the prompt's training image (SSIM, 0-1;
+    high = a copy), diversity across seeds (1 - mean pairwise SSIM) and the memorization score.
+    Cost: two generations per seed (about a second each on the zoo model).
+
+    Args:
+        neurons: neurons to switch off, as 'layer:channel' labels (from find_memorization_neurons or check_memorization), e.g. ['mid.attn0:5']; an empty list switches none off.
+        prompt: the text prompt (1 to 300 characters).
+        seeds: number of seeds (0, 1, ...), 1 to 8.
+
+    Returns:
+        JSON: neurons switched off, seeds, ssim_on/ssim_off (per seed, null without a training image), diversity_on/off, alignment_on/off (share of the prompt's colours shown), score_on/off, theta_mem; and a PNG: the training image, then one row with the neurons on and one with them off.
+    """
+    from backend.nemo import service
+
+    if isinstance(neurons, str):
+        neurons = [neurons]
+    if not isinstance(neurons, (list, tuple)) or not all(isinstance(x, str) for x in neurons):
+        raise ValueError("neurons must be a list of labels like 'down1.attn0:17'.")
+    n = _whole(seeds, "seeds", 1, 8)
+    source = _source()
+    m = service.get(source)
+    spec = service.parse_neurons(m, [s for it in neurons for s in it.replace(";", ",").split(",")])
+    c = service.compare(prompt, spec, list(range(n)), source=source)
+    rows = [[c["train_image"]]] if c["train_image"] is not None else []
+    rows += [list(c["images_on"]), list(c["images_off"])]
+    data = {k: v for k, v in c.items() if k not in ("images_on", "images_off", "train_image")}
+    return _json(data), _png(_grid(rows), "nemo")
+
+
+# -------------------------------------------------------------------------------- Math neurons
+def math_neurons(method: MathMethod = "mathneuro", k_percent: float = 3.0, factor: float = 0.0,
+                 n_samples: int = 64) -> str:
+    """Find math-specific parameters (MathNeuro) and measure math vs non-math accuracy with them scaled.
+
+    Scores every linear weight by |W_ij|·‖X_j‖ summed over samples, keeps the top K % per matrix on
+    math problems minus those also top K % on non-math text, multiplies them by `factor` for this
+    call only, and scores both held-out sets by exact match. The model is restored bit-exactly before
+    the answer returns. Cost: the identification (2 × n_samples forward passes) plus greedy answers
+    to a few hundred held-out questions (tens of seconds on a CPU; results are cached per setting).
+
+    Args:
+        method: which set: mathneuro (math top K minus non-math top K), wanda (math top K, no subtraction), random (the same count per matrix at random), lape (MLP neurons by activation-probability entropy).
+        k_percent: K, the top share per weight matrix in percent, 0.1 to 50 (the paper and the tab use a few percent).
+        factor: the scale applied to the chosen weights, 0 to 2: 0 prunes them, 1.1 is the paper's boost, 1 leaves the model as it is.
+        n_samples: samples per side used to identify the set, 1 to 64.
+
+    Returns:
+        JSON: baseline {math, nonmath} and modified {math, nonmath} accuracies (0-1), n_params (weights in the set), n_total (linear weights), share, and layers: the set's count per layer.
+    """
+    from backend.mathneuro import service
+    from backend.mathneuro.service import Setting
+
+    if method not in service.core.METHODS:
+        raise ValueError(f"method must be one of {', '.join(service.core.METHODS)}.")
+    k = _number(k_percent, "k_percent", 0.1, 50)
+    f = _number(factor, "factor", 0.0, 2.0)
+    n = _whole(n_samples, "n_samples", 1, service.MAX_SAMPLES)
+    s = Setting(method, k / 100.0, n, f)
+    try:
+        b = service.bench(_source())
+    except FileNotFoundError as e:
+        raise ValueError(f"The math model is not available: {e}") from None
+    base, mod = b.baseline(), b.evaluate(s)
+    n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
+    return _json({"method": method, "k_percent": k, "factor": f, "n_samples": n, "model": b.model_id,
+                  "baseline": base, "modified": {k_: mod[k_] for k_ in ("math", "nonmath")},
+                  "n_params": mod["n_params"], "n_total": n_total, "share": mod["n_params"] / max(n_total, 1),
+                  "layers": b.layers(s)})
+
+
+# ------------------------------------------------------------------------------------ Adapters
+def pissa_layers(model: str = "") -> str:
+    """List the models of the Adapters tab and the linear layers PiSSA can adapt in one of them.
+
+    Args:
+        model: a model key from the returned list; empty = the tab's default model.
+
+    Returns:
+        JSON: models (list of {key, label}), model (the one listed), layers (names to pass to pissa_layer).
+    """
+    from backend.pissa import service
+
+    opts = service.choices(_source())
+    key = model or (opts[0][1] if opts else "")
+    if not key:
+        raise ValueError("No Adapters model is available.")
+    return _json({"models": [{"key": k, "label": lab} for lab, k in opts], "model": key,
+                  "layers": service.layer_names(key)})
+
+
+def pissa_layer(layer: str, rank: int = 8, init: str = "pissa", model: str = "") -> str:
+    """Analyse one weight matrix for PiSSA: its spectrum and the principal / residual split at rank r.
+
+    W = U S Vᵀ; PiSSA's adapter starts from the top-r singular triplets (A = U_r S_r^½,
+    B = S_r^½ V_rᵀ) and freezes W_res = W − AB (initialised by peft). Cost: one SVD of the matrix
+    (milliseconds for the zoo, about a second for a 4096-wide matrix on a GPU).
+
+    Args:
+        layer: a linear layer's name (see pissa_layers).
+        rank: the adapter rank r, 1 to min(matrix shape).
+        init: pissa (full SVD) or pissa_niter_N (fast randomized SVD with N subspace iterations, e.g. pissa_niter_4).
+        model: a model key (see pissa_layers); empty = the tab's default model.
+
+    Returns:
+        JSON: shape, rank, init, energy_top_r (share of ‖W‖²_F in the top r singular values, 0-1), reconstruction_rel_error (‖W_res + AB − W‖/‖W‖), init_output_rel_gap (adapted vs base layer output at init), w_absmax / w_res_absmax and w_std / w_res_std (W vs W_res: a narrower range quantizes better), singular_values and residual_singular_values (the first 64, largest first), n_singular_values, seconds.
+    """
+    from backend.pissa import service
+
+    if not isinstance(layer, str) or not layer:
+        raise ValueError("Name a layer (pissa_layers lists them).")
+    if not isinstance(init, str):
+        raise ValueError("init must be 'pissa' or 'pissa_niter_N'.")
+    if not model:
+        opts = service.choices(_source())
+        model = opts[0][1] if opts else ""
+    r = _whole(rank, "rank", 1)
+    a = service.layer_analysis(model, layer, r, init)
+    out = {k: v for k, v in a.items() if not k.endswith("_sample")}
+    out["n_singular_values"] = len(a["singular_values"])
+    for k in ("singular_values", "residual_singular_values"):
+        out[k] = list(a[k][:MAX_SINGULAR_VALUES])
+    return _json(out)
+
+
+# ------------------------------------------------------------------------------- registration
+# Each tool with the tab whose ZeroGPU allowance it shares (components.guard).
+TOOLS = [(token_relevance, "relevance"), (find_features, "features"), (open_feature, "features"),
+         (steer_feature, "features"), (check_memorization, "memorization"),
+         (find_memorization_neurons, "memorization"), (generate_without_neurons, "memorization"),
+         (math_neurons, "math_neurons"), (pissa_layers, "adapters"), (pissa_layer, "adapters")]
+TOOL_NAMES = [fn.__name__ for fn, _ in TOOLS]
+
+
+def hide_ui_events(demo: gr.Blocks) -> int:
+    """The UI's public events become "undocumented": still callable by name (gradio_client, deep
+    links), but out of the API page and so out of the MCP tool list, which Gradio builds from the
+    public endpoints. Returns how many were hidden."""
+    n = 0
+    for fn in demo.fns.values():
+        if fn.api_visibility == "public" and fn.api_name not in TOOL_NAMES:
+            fn.api_visibility = "undocumented"
+            n += 1
+    return n
+
+
+def install(demo: gr.Blocks, source: str) -> list[str]:
+    """Register the tools on a built app and leave them the only public endpoints."""
+    global _SOURCE
+    _SOURCE = source
+    hide_ui_events(demo)
+    taken = sorted({fn.api_name for fn in demo.fns.values()} & set(TOOL_NAMES))
+    if taken:  # a UI event of that name would shadow the tool (or the tools are installed already)
+        raise ValueError(f"endpoint name(s) {taken} already used by the app")
+    with demo:
+        for tool, tab in TOOLS:
+            fn = gpu(duration=HANDLER_GPU_SECONDS.get(tab, 120))(guarded(tool))
+            fn._wb_guarded = True  # guard_events leaves it as it is
+            gr.api(fn, api_name=tool.__name__, concurrency_id=MODEL_GROUP, concurrency_limit=1)
+    unwrap_multiple_outputs()
+    return TOOL_NAMES
+
+
+def unwrap_multiple_outputs() -> None:
+    """Gradio 6.31's MCP server wraps a queued tool's result in a list once more when the client
+    asks for no progress updates, so a tool with two outputs (JSON + image) reached the client as
+    one text holding both. Hand over the outputs one by one, as the progress path already does."""
+    from anyio.to_thread import run_sync
+    from gradio import mcp as gmcp
+
+    cls = gmcp.GradioMCPServer
+    if getattr(cls._execute_tool_without_progress, "_wb_unwrapped", False):
+        return
+
+    async def _execute_tool_without_progress(self, job):
+        result = await run_sync(job.result)
+        return list(result) if isinstance(result, tuple) else [result]
+
+    _execute_tool_without_progress._wb_unwrapped = True
+    cls._execute_tool_without_progress = _execute_tool_without_progress
+
+
+def mcp_wanted(flag: bool = False, env: dict | None = None) -> bool:
+    """Whether to serve the MCP tools: `--mcp` or WORKBENCH_MCP=1 turn it on, WORKBENCH_MCP=0 off.
+    Off by default everywhere; on a public Space (SPACE_ID set) only the owner's WORKBENCH_MCP=1
+    turns it on, since every tool call spends the Space's compute."""
+    env = os.environ if env is None else env
+    setting = str(env.get("WORKBENCH_MCP", "")).strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return False
+    if setting in ("1", "true", "yes", "on"):
+        return True
+    if env.get("SPACE_ID"):
+        return False
+    return bool(flag)
