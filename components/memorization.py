@@ -16,6 +16,7 @@ import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 
+from backend.nemo import data as ndata
 from backend.nemo import service
 from backend.core import colors as C
 from components import links
@@ -29,9 +30,12 @@ SUMMARY = "NeMo: detect memorized prompts in Stable Diffusion, localize the neur
 # ticked neurons off. The ticked neurons travel in the link even before "Find neurons" ran.
 LINK_RUNS = ("memo_check", "memo_generate")
 
+TYPES = ndata.TYPES
 LAYER_COLOURS = list(C.QUALITATIVE)  # the shared qualitative palette, one colour per layer
 Z_OUTLIER = 3.0
 MAX_SEEDS = 8
+TABLE_MAX = 50  # memorized prompts one table request may take
+BATCH_HEADERS = ["prompt", "score", "verdict", "largest z", "in the memorized list"]
 
 EXPLAIN = (
     "<div class='wb-explain'><b>What you see.</b> A diffusion model that <i>memorized</i> a training "
@@ -86,8 +90,14 @@ def score_html(r: dict) -> str:
     colour = "#e11d48" if r["memorized"] else "#16a34a"
     pct = max(0.0, min(1.0, s)) * 100
     tpct = max(0.0, min(1.0, th)) * 100
-    train = (" · <span class='wb-muted'>this caption is in the training set with its own image</span>"
-             if r.get("is_training_prompt") else "")
+    if r.get("is_training_prompt"):
+        train = " · <span class='wb-muted'>this caption is in the training set with its own image</span>"
+    elif r.get("listed_type"):
+        t = r["listed_type"]
+        train = (f" · <span class='wb-muted'>the NeMo paper lists this caption as memorized "
+                 f"({html.escape(t)}: {html.escape(TYPES.get(t, t))})</span>")
+    else:
+        train = ""
     return (f"<div class='wb-card' style='min-height:0' id='memo-score-card'>"
             f"<div><b>Memorization score</b> {s:.3f} vs θ<sub>mem</sub> {th:.3f} → "
             f"<b style='color:{colour}'>{verdict}</b>{train}</div>"
@@ -147,7 +157,7 @@ def _big(img: np.ndarray, scale: int = 4) -> np.ndarray:
 def gallery_items(c: dict) -> list[tuple[np.ndarray, str]]:
     items = []
     if c["train_image"] is not None:
-        items.append((_big(c["train_image"]), "training image"))
+        items.append((_big(c["train_image"]), c.get("reference_kind") or "training image"))
     for tag in ("on", "off"):
         for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
             cap = f"s{seed} {tag}"
@@ -169,11 +179,36 @@ def compare_html(c: dict) -> str:
                     f"<td>{_fmt(c[f'diversity_{tag}'])}</td><td>{_fmt(c[f'alignment_{tag}'], 2)}</td>"
                     f"<td>{_fmt(c[f'score_{tag}'])}</td></tr>")
     neurons = html.escape(", ".join(c["neurons"]) or "none")
+    ref = c.get("reference_kind")
+    ref_note = ("" if ref else "<div class='wb-muted'>No reference image: upload one (e.g. the training "
+                "image, if you have it) to measure the copy; diversity across seeds tells without one.</div>")
     return ("<div class='wb-card' style='min-height:0' id='memo-compare-card'>"
-            "<table style='width:100%;font-size:0.9rem'><tr><th></th><th>median SSIM to training image</th>"
+            f"<table style='width:100%;font-size:0.9rem'><tr><th></th><th>median SSIM to {html.escape(ref or 'a reference')}</th>"
             "<th>diversity (1 − mean pairwise SSIM)</th><th>prompt alignment (colour proxy)</th>"
             f"<th>memorization score (θ<sub>mem</sub> {c['theta_mem']:.3f})</th></tr>{''.join(rows)}</table>"
-            f"<div class='wb-muted'>Switched off: {neurons}</div></div>")
+            f"<div class='wb-muted'>Switched off: {neurons}</div>{ref_note}</div>")
+
+
+def stats_html(st: dict) -> str:
+    """Which neuron statistics the z-scores and the search use, and what to run for better ones."""
+    if st.get("kind") == "file":
+        n = st.get("n_prompts")
+        what = (f"precomputed file <code>{html.escape(str(st.get('file')))}</code>"
+                + (f" ({n:,} prompts)" if n else ""))
+    else:
+        what = (f"the first {st.get('n_prompts', 0):,} of {st.get('total', 0):,} "
+                f"{html.escape(st.get('set', 'ordinary prompts'))}, computed in this process")
+    when = " (at first use)" if st.get("pending") else ""
+    job = (f"<div class='wb-muted'>For the paper's statistics over all of them run "
+           f"<code>{html.escape(st['job'])}</code>.</div>" if st.get("job") else "")
+    err = (f"<div class='wb-muted'>{html.escape(st['error'])}</div>" if st.get("error") else "")
+    return (f"<div class='wb-card' style='min-height:0' id='memo-stats-card'><b>Neuron statistics</b> "
+            f"(μ, σ per value neuron for the z-scores): {what}{when}.{job}{err}</div>")
+
+
+def batch_rows(rows: list[dict]) -> list[list]:
+    return [[r["prompt"], round(r["score"], 4), "memorized" if r["memorized"] else "not memorized",
+             round(r["max_z"], 2), r["listed_type"] or ""] for r in rows]
 
 
 def hist_plot(rows: list[dict]) -> go.Figure:
@@ -193,12 +228,14 @@ TABLE_HEADERS = ["prompt", "neurons", "SSIM on", "SSIM off", "SSIM random off", 
                  "score random off"]
 
 
+def _r(x, nd=3):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, nd)
+
+
 def table_rows(rows: list[dict]) -> list[list]:
-    return [[r["prompt"], r["n_neurons"], round(r["ssim_on"], 3), round(r["ssim_off"], 3),
-             round(r["ssim_random_off"], 3), round(r["diversity_on"], 3), round(r["diversity_off"], 3),
-             None if r["alignment_on"] is None else round(r["alignment_on"], 2),
-             None if r["alignment_off"] is None else round(r["alignment_off"], 2),
-             round(r["score_on"], 3), round(r["score_off"], 3), round(r["score_random_off"], 3)]
+    return [[r["prompt"], r["n_neurons"], _r(r["ssim_on"]), _r(r["ssim_off"]), _r(r["ssim_random_off"]),
+             _r(r["diversity_on"]), _r(r["diversity_off"]), _r(r["alignment_on"], 2),
+             _r(r["alignment_off"], 2), _r(r["score_on"]), _r(r["score_off"]), _r(r["score_random_off"])]
             for r in rows]
 
 
@@ -209,10 +246,12 @@ def summary_html(s: dict) -> str:
             f"threshold). Median neurons per localized prompt "
             f"<b>{s['median_neurons']:g}</b>; with them off, <b>{100 * s['share_below_theta_off']:.0f} %</b> "
             f"fall below θ<sub>mem</sub> (random neurons of the same count: "
-            f"{100 * s['share_below_theta_random']:.0f} %); median SSIM to the training image "
-            f"{s['median_ssim_on']:.2f} → <b>{s['median_ssim_off']:.2f}</b> (random: "
-            f"{s['median_ssim_random_off']:.2f}). Median localisation time {s['median_localisation_s']:.1f} s."
-            "</div>")
+            f"{100 * s['share_below_theta_random']:.0f} %); "
+            + (f"median SSIM to the training image {s['median_ssim_on']:.2f} → <b>{s['median_ssim_off']:.2f}</b> "
+               f"(random: {s['median_ssim_random_off']:.2f}). " if s.get("median_ssim_on") is not None else
+               f"no training images here: median diversity across seeds {_fmt(s.get('median_diversity_on'), 2)} "
+               f"→ <b>{_fmt(s.get('median_diversity_off'), 2)}</b>. ")
+            + f"Median localisation time {s['median_localisation_s']:.1f} s.</div>")
 
 
 def export_png(path: Path, c: dict | None, check: dict | None, table: dict | None) -> None:
@@ -257,10 +296,24 @@ def export_png(path: Path, c: dict | None, check: dict | None, table: dict | Non
 
 
 # ------------------------------------------------------------------------------------ handlers
+def _spec(m, selected, free):
+    items = _checked_strings(selected) + [_free(free)]
+    return service.parse_neurons(m, [s for it in items for s in it.replace(";", ",").split(",")])
+
+
+def _reference(image):
+    if image is None:
+        return None
+    try:
+        return service.as_reference(image)
+    except ValueError as e:
+        fail(str(e))
+
+
 def make_handlers(source: str):
     def check(prompt):
         r = service.check(prompt, source=source)
-        return score_html(r), z_plot(r)
+        return score_html(r), z_plot(r), stats_html(r["stats"])
 
     def find(prompt, progress=gr.Progress()):
         progress(0.02, desc="statistics of non-memorized prompts")
@@ -290,13 +343,40 @@ def make_handlers(source: str):
         return (f"<div class='wb-card' style='min-height:0' id='memo-found-card'>{msg}</div>",
                 gr.update(choices=labels, value=labels), z_plot(r, labels))
 
-    def generate(prompt, selected, free, n_seeds):
+    def generate(prompt, selected, free, n_seeds, reference=None):
         m = service.get(source)
         seeds = _seeds(n_seeds)
-        items = _checked_strings(selected) + [_free(free)]
-        spec = service.parse_neurons(m, [s for it in items for s in it.replace(";", ",").split(",")])
-        c = service.compare(prompt, spec, seeds, source=source)
+        c = service.compare(prompt, _spec(m, selected, free), seeds, source=source,
+                            reference=_reference(reference))
         return gallery_items(c), compare_html(c)
+
+    def batch(text, upload, progress=gr.Progress()):
+        if text is not None and not isinstance(text, str):
+            fail("The prompt list must be text, one prompt per line.")
+        try:
+            if upload:
+                path = upload if isinstance(upload, str) else getattr(upload, "name", None) or upload.get("path")
+                prompts = ndata.read_prompt_file(path)
+            else:
+                prompts = ndata.parse_prompts(text or "")
+        except (ValueError, OSError) as e:
+            fail(str(e))
+        rows = service.check_batch(prompts, progress=lambda f, msg: progress(f, desc=msg), source=source)
+        n_mem = sum(r["memorized"] for r in rows)
+        note = (f"<div class='wb-muted' id='memo-batch-note'>{len(rows)} prompts, {n_mem} above "
+                f"θ<sub>mem</sub>. Click a column header to sort.</div>")
+        return batch_rows(rows), note
+
+    def sample():
+        d = service.describe(source)
+        return "\n".join(d["memorized"][:5] + d["ordinary"][:5])
+
+    def stats(n):
+        try:
+            n = int(float(n))
+        except (TypeError, ValueError):
+            fail("The number of prompts must be a number.")
+        return stats_html(service.compute_stats(n, source=source))
 
     def table(n_prompts, progress=gr.Progress()):
         try:
@@ -305,28 +385,32 @@ def make_handlers(source: str):
             fail("The number of prompts must be a number.")
         if not math.isfinite(n) or n < 1:
             fail("Choose at least one prompt.")
+        if n > TABLE_MAX:
+            fail(f"At most {TABLE_MAX} prompts per table.")
         t = service.results_table(progress=lambda f, msg: progress(f, desc=msg), source=source,
                                   n_prompts=int(n))
         return table_rows(t["rows"]), hist_plot(t["rows"]), summary_html(t["summary"])
 
-    def export(prompt, selected, free, n_seeds, progress=gr.Progress()):
+    def export(prompt, selected, free, n_seeds, reference=None, progress=gr.Progress()):
         m = service.get(source)
         seeds = _seeds(n_seeds)
-        items = _checked_strings(selected) + [_free(free)]
-        spec = service.parse_neurons(m, [s for it in items for s in it.replace(";", ",").split(",")])
+        spec = _spec(m, selected, free)
+        ref = _reference(reference)
         progress(0.1, desc="score and z-scores")
         r = service.check(prompt, source=source)
         progress(0.3, desc="localising")
         loc = service.find(prompt, source=source)
         progress(0.6, desc="generating")
-        c = service.compare(prompt, spec, seeds, source=source)
+        c = service.compare(prompt, spec, seeds, source=source, reference=ref)
         state = {
             "model": m.model_id, "prompt": r["prompt"], "theta_mem": m.theta_mem,
             "settings": {"guidance_scale": m.guidance_scale, "num_seeds": m.num_seeds,
-                         "num_inference_steps": m.num_inference_steps},
-            "score": r["score"], "memorized": r["memorized"], "z": r["z"],
+                         "num_inference_steps": m.num_inference_steps,
+                         "search_guidance_scale": m.search_guidance},
+            "statistics": r["stats"],
+            "score": r["score"], "memorized": r["memorized"], "listed_type": r["listed_type"], "z": r["z"],
             "localization": loc,
-            "switched_off": c["neurons"],
+            "switched_off": c["neurons"], "reference": c.get("reference_kind"),
             "comparison": {k: c[k] for k in ("seeds", "ssim_on", "ssim_off", "diversity_on",
                                                "diversity_off", "alignment_on", "alignment_off",
                                                "score_on", "score_off")},
@@ -338,16 +422,17 @@ def make_handlers(source: str):
         export_png(ppath, c, r, None)
         return [str(jpath), str(ppath)]
 
-    return check, find, generate, table, export
+    return check, find, generate, batch, sample, stats, table, export
 
 
 def build(ctx) -> None:
-    check, find, generate, table, export = make_handlers(ctx.source)
+    check, find, generate, batch, sample, stats, table, export = make_handlers(ctx.source)
     try:
         d = service.describe(ctx.source)
-        mem_examples = d["memorized"][:4]
+        hub = d["source"] == "hub"
+        mem_examples = list(zip(d["memorized"], d["memorized_types"]))
         ord_examples = d["ordinary"][:3]
-        default = mem_examples[0] if mem_examples else ord_examples[0]
+        default = mem_examples[0][0] if mem_examples else ord_examples[0]
         layer_note = (", ".join(f"{n} ({s})" for n, s in d["layers"]) if d["layers"]
                       else "discovered when the model loads")
     except Exception as e:  # a missing organism must not take the whole app down
@@ -357,17 +442,33 @@ def build(ctx) -> None:
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             prompt = gr.Textbox(label="Prompt", value=default, lines=2, elem_id="memo-prompt")
-            gr.Examples([[p] for p in mem_examples], inputs=[prompt], label="Memorized training captions",
-                        elem_id="memo-ex-mem")
-            gr.Examples([[p] for p in ord_examples], inputs=[prompt], label="Ordinary captions (held out)",
-                        elem_id="memo-ex-ord")
+            mem_type = gr.Textbox(label="Memorization type (VM verbatim / TM template)", interactive=False,
+                                  value=mem_examples[0][1] if mem_examples else "", max_lines=1,
+                                  elem_id="memo-type")
+            if mem_examples:
+                gr.Examples([[p, t] for p, t in mem_examples], inputs=[prompt, mem_type],
+                            label=("Memorized LAION captions (the NeMo paper's list)" if hub
+                                   else "Memorized training captions"),
+                            examples_per_page=6 if hub else 4, elem_id="memo-ex-mem")
+            gr.Examples([[p] for p in ord_examples], inputs=[prompt],
+                        label=("Unmemorized LAION captions (the paper's list)" if hub
+                               else "Ordinary captions (held out)"), elem_id="memo-ex-ord")
             check_btn = gr.Button("Check memorization", variant="primary", elem_id="memo-check")
             find_btn = gr.Button("Find neurons (NeMo)", elem_id="memo-find")
             gr.Markdown(f"<span class='wb-muted'>{html.escape(d['label'])} · value layers (neurons): "
-                        f"{html.escape(layer_note)}.</span>")
+                        f"{html.escape(layer_note)} · detection and generations at guidance "
+                        f"{d['guidance_scale']:g}, the neuron search at guidance {d['search_guidance']:g} "
+                        f"(the official search's default).</span>")
         with gr.Column(scale=2):
             score = gr.HTML(elem_id="memo-score")
             zplot = gr.Plot(label="Per-layer z-scores", elem_id="memo-z")
+            stats_card = gr.HTML(stats_html(d["stats_plan"]), elem_id="memo-stats")
+            with gr.Accordion("Neuron statistics from the tab (a small set)", open=False, elem_id="memo-stats-acc"):
+                total = max(2, int(d["stats_plan"].get("total") or 2))
+                n_stats = gr.Slider(2, max(3, total), value=min(total, 1000), step=1,
+                                    label=f"First N of the {total:,} {d['stats_plan']['set']}",
+                                    elem_id="memo-stats-n")
+                stats_btn = gr.Button("Compute statistics in this process", elem_id="memo-stats-btn")
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             found = gr.HTML(elem_id="memo-found")
@@ -383,6 +484,7 @@ def build(ctx) -> None:
                     raise ValueError("neurons are labels like 'down1.attn0:17'")
                 if not sizes:
                     service.parse_neurons(service.get(ctx.source), values)
+                    return values
                 for v in values:
                     layer, _, ch = v.rpartition(":")
                     if layer not in sizes or not ch.isdigit() or int(ch) >= sizes[layer]:
@@ -394,29 +496,58 @@ def build(ctx) -> None:
             free = gr.Textbox(label="Also switch off (layer:channel, comma-separated)",
                               placeholder="e.g. mid.attn0:5, down1.attn0:17", elem_id="memo-free")
             n_seeds = gr.Slider(1, MAX_SEEDS, value=4, step=1, label="Seeds", elem_id="memo-seeds")
+            reference = gr.Image(label=("Reference image (optional): the training image, if you have it"
+                                        if not d["has_train_images"] else
+                                        "Reference image (optional; default: the training image)"),
+                                 type="numpy", image_mode="RGB", format="png", height=160,
+                                 sources=["upload", "clipboard"], elem_id="memo-ref")
             gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate")
         with gr.Column(scale=2):
-            gallery = gr.Gallery(label="Training image · seeds with neurons on, then off",
+            gallery = gr.Gallery(label="Reference image · seeds with neurons on, then off",
                                  columns=4, height="auto", format="png", elem_id="memo-gallery")
             cmp_out = gr.HTML(elem_id="memo-compare")
-    with gr.Row():
+    with gr.Accordion("Check a list of prompts", open=hub, elem_id="memo-batch-acc"):
+        with gr.Row():
+            with gr.Column(scale=1, min_width=300):
+                batch_text = gr.Textbox(label=f"Prompts, one per line (at most {ndata.MAX_PROMPTS})", lines=6,
+                                        elem_id="memo-batch-text")
+                batch_file = gr.File(label="…or a file (.txt one per line, .csv with a Caption column, .json list)",
+                                     file_types=[".txt", ".csv", ".json"], type="filepath",
+                                     elem_id="memo-batch-file")
+                with gr.Row():
+                    sample_btn = gr.Button("5 memorized + 5 unmemorized from the list", elem_id="memo-batch-sample")
+                    batch_btn = gr.Button("Check all", variant="primary", elem_id="memo-batch-btn")
+            with gr.Column(scale=2):
+                batch_note = gr.HTML(elem_id="memo-batch-note-box")
+                batch_tbl = gr.Dataframe(headers=BATCH_HEADERS, interactive=False, wrap=True,
+                                         datatype=["str", "number", "str", "number", "str"],
+                                         elem_id="memo-batch-table", label="Memorization score per prompt")
+    n_mem = len(d["memorized"])
+    with gr.Row(visible=n_mem > 0):
         with gr.Column(scale=3):
             with gr.Row():
-                n_table = gr.Slider(1, max(1, len(d["memorized"])), value=max(1, len(d["memorized"])), step=1,
+                top = max(2, min(n_mem, TABLE_MAX))  # a slider needs min < max, even for one prompt
+                n_table = gr.Slider(1, top, value=min(n_mem, 3 if hub else TABLE_MAX) or 1, step=1,
                                     label="Memorized prompts in the table", elem_id="memo-table-n")
                 table_btn = gr.Button("Results for the memorized prompts (paper's table)",
                                       elem_id="memo-table-btn")
             summary = gr.HTML(elem_id="memo-summary")
             tbl = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, wrap=True, elem_id="memo-table",
-                               label="Similarity to the training image, diversity, alignment and score")
+                               label=("Similarity to the training image, diversity, alignment and score"
+                                      if d["has_train_images"] else
+                                      "Diversity and score (no training images ship with this model)"))
         with gr.Column(scale=1, min_width=260):
             hist = gr.Plot(label="Neurons per prompt", elem_id="memo-hist")
             export_btn = gr.Button("Export (JSON + PNG)", elem_id="memo-export")
             files = gr.File(label="Exports", file_count="multiple", elem_id="memo-files")
 
-    check_btn.click(check, [prompt], [score, zplot], **model_event(api_name="memo_check"))
+    check_btn.click(check, [prompt], [score, zplot, stats_card], **model_event(api_name="memo_check"))
     find_btn.click(find, [prompt], [found, neurons, zplot], **model_event(api_name="memo_find"))
-    gen_btn.click(generate, [prompt, neurons, free, n_seeds], [gallery, cmp_out],
+    gen_btn.click(generate, [prompt, neurons, free, n_seeds, reference], [gallery, cmp_out],
                   **model_event(api_name="memo_generate"))
+    batch_btn.click(batch, [batch_text, batch_file], [batch_tbl, batch_note], **model_event(api_name="memo_batch"))
+    sample_btn.click(sample, None, batch_text, api_name="memo_batch_sample")
+    stats_btn.click(stats, [n_stats], stats_card, **model_event(api_name="memo_stats"))
     table_btn.click(table, [n_table], [tbl, hist, summary], **model_event(api_name="memo_table"))
-    export_btn.click(export, [prompt, neurons, free, n_seeds], files, **model_event(api_name="memo_export"))
+    export_btn.click(export, [prompt, neurons, free, n_seeds, reference], files,
+                     **model_event(api_name="memo_export"))

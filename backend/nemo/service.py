@@ -24,7 +24,7 @@ from backend.core.device import pick_device
 from backend.core.presets import Preset, active
 from backend.core.zerogpu import capped, gpu
 
-from . import core
+from . import core, data
 from . import stats as nstats
 from .metrics import diversity, ssim_images
 from .presets import TAB, load_preset_pipeline
@@ -46,6 +46,9 @@ GENERIC_PROMPTS = [
 ]
 
 _RESULTS = ByteLRUCache(64 * 2 ** 20, name="nemo-results")
+HUB_STATS_N = 1000  # COCO captions the statistics are computed over in-process when none are precomputed
+STATS_JOB = ("python -m backend.precompute.nemo_stats --source hub --out DIR  "
+             "(all 10,000 COCO captions; then start the app with WORKBENCH_NEMO_STATS=DIR/nemo-stats.safetensors)")
 
 
 @dataclass
@@ -61,6 +64,8 @@ class MemoModel:
     # the neuron search's own guidance (the official search's 0 unless the model says otherwise)
     search_guidance: float = core.SEARCH_GUIDANCE
     _stats: core.NeuronStats | None = None
+    _stats_n: int | None = None
+    _stats_source: dict | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -85,15 +90,56 @@ class MemoModel:
 
     def stats(self) -> core.NeuronStats:
         """μ, σ per neuron: from a precomputed file for this model when one is configured
-        (`stats_path`), else computed once over the ordinary prompts."""
+        (`stats_path`), else computed once over the ordinary prompts (on a hub checkpoint the first
+        HUB_STATS_N COCO captions; `set_stats_prompts` recomputes them over another count)."""
         with self._lock:
             if self._stats is None:
                 path = self.stats_path()
                 if path is not None:
                     self._stats = nstats.load_stats(path, self.pipe.unet)
+                    self._stats_source = {"kind": "file", "file": str(path), "n_prompts": self._stats.n_prompts}
                 else:
-                    self._stats = core.neuron_stats(self.pipe, self.stats_prompts)
+                    prompts = self.stats_prompts[:self._stats_n] if self._stats_n else self.stats_prompts
+                    self._stats = core.neuron_stats(self.pipe, prompts)
+                    self._stats_source = {"kind": "in-process", "n_prompts": len(prompts)}
             return self._stats
+
+    def set_stats_prompts(self, n: int) -> dict:
+        """Recompute the statistics in this process over the first `n` ordinary prompts."""
+        total = len(self.stats_prompts)
+        if not 2 <= n <= total:
+            raise ValueError(f"Choose between 2 and {total} prompts for the statistics.")
+        stats = core.neuron_stats(self.pipe, self.stats_prompts[:n])
+        with self._lock:
+            self._stats, self._stats_n = stats, n
+            self._stats_source = {"kind": "in-process", "n_prompts": n}
+        return self.stats_status()
+
+    @property
+    def stats_tag(self) -> str:
+        """What the statistics in use were computed from (part of every cache key that uses them)."""
+        src = self._stats_source or {}
+        return f"{src.get('kind')}:{src.get('file', '')}:{src.get('n_prompts')}"
+
+    def stats_status(self) -> dict:
+        """Which statistics are in use, or would be at first use, and what to run for the paper's."""
+        src = dict(self._stats_source or {})
+        hub = self.preset.source == "hub"
+        set_name = "COCO 2014 captions (the paper's set)" if hub else "ordinary training captions"
+        if not src:
+            try:
+                path = self.stats_path()
+            except ValueError as e:
+                path, src["error"] = None, str(e)
+            if path is not None:
+                src.update(kind="file", file=str(path), n_prompts=int(nstats.file_meta(path).get("n_prompts", 0)),
+                           pending=True)
+            else:
+                n = min(self._stats_n or len(self.stats_prompts), len(self.stats_prompts))
+                src.update(kind="in-process", n_prompts=n, pending=True)
+        src.update(set=set_name, total=len(self.stats_prompts),
+                   job=STATS_JOB if hub and src.get("kind") != "file" else None)
+        return src
 
     @property
     def stats_prompts(self) -> list[str]:
@@ -113,9 +159,18 @@ class MemoModel:
         owner = nstats.file_meta(path).get("model_id", "")
         return path if owner in ("", self.model_id) else None
 
+    def listed(self, prompt: str) -> dict | None:
+        """The entry of the model's memorized list for this prompt (zoo: the planted captions;
+        hub: the paper's LAION list with its VM/TM type), or None."""
+        return self._listed.get(prompt.strip()) if prompt else None
+
+    @property
+    def _listed(self) -> dict[str, dict]:
+        return {m["prompt"]: m for m in self.memorized}
+
     def train_image(self, prompt: str) -> np.ndarray | None:
         for m in self.memorized:
-            if m["prompt"] == prompt.strip() and self.folder is not None:
+            if m["prompt"] == prompt.strip() and self.folder is not None and m.get("image"):
                 from PIL import Image
 
                 return np.asarray(Image.open(self.folder / m["image"]).convert("RGB"), np.float32) / 255
@@ -131,8 +186,10 @@ def _load(preset: Preset) -> MemoModel:
     if preset.source == "zoo":
         folder = Path(preset.location())
         info = json.loads((folder / "memorization.json").read_text())
+    else:
+        info = hub_info()
     settings = info.get("settings", {})
-    return MemoModel(
+    model = MemoModel(
         preset=preset, pipe=pipe, folder=folder, info=info,
         theta_mem=float(info.get("theta_mem", preset.extra.get("theta_mem", 0.428))),
         guidance_scale=float(settings.get("guidance_scale", preset.extra.get("guidance_scale", 7.0))),
@@ -141,6 +198,18 @@ def _load(preset: Preset) -> MemoModel:
         search_guidance=float(settings.get("search_guidance_scale",
                                            preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE))),
     )
+    if preset.source == "hub":
+        model._stats_n = HUB_STATS_N
+    return model
+
+
+def hub_info() -> dict:
+    """A hub checkpoint's prompt sets: the paper's 500 memorized LAION captions (zoo entries carry
+    a training image instead of a type), its unmemorized LAION captions as ordinary examples, and the
+    COCO captions for the statistics."""
+    return {"memorized": [dict(m) for m in data.memorized_laion()],
+            "heldout": list(data.unmemorized_laion()),
+            "non_memorized": list(data.coco_captions())}
 
 
 def describe(source: str | None = None) -> dict:
@@ -153,6 +222,9 @@ def describe(source: str | None = None) -> dict:
         folder = Path(preset.location())
         info = json.loads((folder / "memorization.json").read_text())
         unet_cfg = json.loads((folder / "unet" / "config.json").read_text())
+    else:
+        info = hub_info()
+        unet_cfg = _cached_unet_config(preset)
     layers = []
     if unet_cfg:
         ch, lpb = unet_cfg["block_out_channels"], unet_cfg["layers_per_block"]
@@ -162,10 +234,37 @@ def describe(source: str | None = None) -> dict:
                 layers += [(f"down{b}.attn{j}", ch[b]) for j in range(lpb[b])]
         if "CrossAttn" in (unet_cfg.get("mid_block_type") or "UNetMidBlock2DCrossAttn"):
             layers.append(("mid.attn0", ch[-1]))
-    return {"model_id": preset.model_id, "label": preset.label,
+    settings = info.get("settings", {})
+    n_stats = len(info.get("non_memorized") or GENERIC_PROMPTS)
+    env = os.environ.get(nstats.STATS_ENV) or preset.extra.get("stats_file")
+    plan = {"kind": "file", "file": env, "pending": True} if env else {
+        "kind": "in-process", "pending": True,
+        "n_prompts": min(HUB_STATS_N, n_stats) if preset.source == "hub" else n_stats}
+    plan.update(set="COCO 2014 captions (the paper's set)" if preset.source == "hub" else "ordinary training captions",
+                total=n_stats, job=STATS_JOB if preset.source == "hub" and not env else None)
+    return {"model_id": preset.model_id, "label": preset.label, "source": preset.source,
+            "stats_plan": plan,
             "memorized": [m["prompt"] for m in info.get("memorized", [])],
+            # zoo captions were planted with their own image: verbatim memorization by construction
+            "memorized_types": [m.get("type", "VM") for m in info.get("memorized", [])],
+            "has_train_images": any(m.get("image") for m in info.get("memorized", [])),
+            "guidance_scale": settings.get("guidance_scale", preset.extra.get("guidance_scale")),
+            "search_guidance": settings.get("search_guidance_scale",
+                                            preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE)),
             "ordinary": list(info.get("heldout", []))[:6] or GENERIC_PROMPTS[:6],
             "theta_mem": info.get("theta_mem", preset.extra.get("theta_mem")), "layers": layers}
+
+
+def _cached_unet_config(preset: Preset) -> dict:
+    """A hub checkpoint's unet/config.json when it is already in the local cache (no download, no
+    weights), so the page can name the value layers before the model loads; {} otherwise."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        path = try_to_load_from_cache(preset.path_or_id, "unet/config.json", revision=preset.revision)
+        return json.loads(Path(path).read_text()) if isinstance(path, str) else {}
+    except Exception:  # an unreadable cache only costs the early layer list
+        return {}
 
 
 def get(source: str | None = None) -> MemoModel:
@@ -233,21 +332,67 @@ def check(prompt: str, source: str | None = None) -> dict:
     """Memorization score vs θ_mem, and the per-layer z-scores of the prompt's value neurons."""
     m = get(source)
     prompt = clean_prompt(prompt)
-    key = make_key(m.model_id, prompt, {"op": "check", "g": m.guidance_scale, "n": m.num_seeds})
+    stats = m.stats()
+    key = make_key(m.model_id, prompt, {"op": "check", "g": m.guidance_scale, "n": m.num_seeds,
+                                        "stats": m.stats_tag})
 
     def compute():
         score = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
                                         guidance_scale=m.guidance_scale)
         acts = {k: v[0] for k, v in core.activations(m.pipe, [prompt]).items()}
-        z = core.zscores(acts, m.stats())
+        z = core.zscores(acts, stats)
+        listed = m.listed(prompt)
         return {"prompt": prompt, "score": score, "theta_mem": m.theta_mem,
                 "memorized": bool(score > m.theta_mem),
                 "layers": [core.short_name(n) for n in m.layers],
                 "z": {core.short_name(n): z[n].tolist() for n in m.layers},
                 "activation": {core.short_name(n): acts[n].tolist() for n in m.layers},
                 "max_z": float(max(z[n].max() for n in m.layers)),
-                "is_training_prompt": m.train_image(prompt) is not None}
+                "is_training_prompt": m.train_image(prompt) is not None,
+                "listed_type": listed.get("type", "VM") if listed else None,
+                "stats": m.stats_status()}
     return _RESULTS.get_or_compute(key, compute)
+
+
+@gpu(duration=lambda prompts, *a, **k: capped(10 + 3 * len(prompts)))  # one score per prompt
+def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] | None = None,
+                source: str | None = None) -> list[dict]:
+    """`check` for a list of prompts (at most data.MAX_PROMPTS) → one row per prompt: score,
+    verdict, largest z-score and, where the model's list holds it, its memorization type."""
+    m = get(source)
+    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+        raise ValueError("The batch must be a list of prompts.")
+    prompts = [clean_prompt(p) for p in prompts]
+    if not prompts:
+        raise ValueError("No prompts to check.")
+    if len(prompts) > data.MAX_PROMPTS:
+        raise ValueError(f"{len(prompts)} prompts: at most {data.MAX_PROMPTS} per batch.")
+    report = progress or (lambda f, msg: None)
+    rows = []
+    for i, p in enumerate(prompts):
+        report(i / len(prompts), f"prompt {i + 1}/{len(prompts)}")
+        r = check(p, source=source)
+        rows.append({"prompt": p, "score": r["score"], "memorized": r["memorized"], "max_z": r["max_z"],
+                     "listed_type": r["listed_type"]})
+    report(1.0, "done")
+    return rows
+
+
+def stats_status(source: str | None = None) -> dict:
+    """Which neuron statistics the loaded model uses (or will at first use)."""
+    return get(source).stats_status()
+
+
+@gpu(duration=120)  # one text-encoder + value-projection pass per prompt
+def compute_stats(n_prompts: int, source: str | None = None) -> dict:
+    """The small-set job from the tab: statistics over the first `n_prompts` ordinary prompts
+    (COCO captions on a hub checkpoint), computed in this process and used from now on."""
+    m = get(source)
+    try:
+        n = int(n_prompts)
+    except (TypeError, ValueError):
+        raise ValueError("The number of prompts must be a whole number.") from None
+    return m.set_stats_prompts(n)
 
 
 @gpu(duration=240)  # NeMo's search: dozens of noise-difference evaluations
@@ -256,11 +401,12 @@ def find(prompt: str, progress: Callable[[float, str], None] | None = None,
     """NeMo's localisation of one prompt → the neurons (as labels and as a spec) and the history."""
     m = get(source)
     prompt = clean_prompt(prompt)
+    stats = m.stats()
     key = make_key(m.model_id, prompt, {"op": "find", "g": m.search_guidance, "n": m.num_seeds,
-                                        "theta": m.theta_mem})
+                                        "theta": m.theta_mem, "stats": m.stats_tag})
 
     def compute():
-        loc = core.localize(m.pipe, prompt, m.stats(), m.theta_mem, num_seeds=m.num_seeds,
+        loc = core.localize(m.pipe, prompt, stats, m.theta_mem, num_seeds=m.num_seeds,
                             guidance_scale=m.search_guidance, progress=progress)
         out = loc.to_json()
         out["labels"] = spec_labels(loc.neurons)
@@ -296,26 +442,33 @@ def alignment(image: np.ndarray, prompt: str) -> float | None:
 
 @gpu(duration=lambda prompt, spec=None, seeds=(), *a, **k: capped(20 + 10 * len(seeds)))  # 2 generations per seed
 def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
-            source: str | None = None) -> dict:
-    """Generations for each seed with the neurons on and off, their SSIM to the training image,
-    diversity across seeds, alignment proxy and memorization score in both conditions."""
+            source: str | None = None, reference: np.ndarray | None = None) -> dict:
+    """Generations for each seed with the neurons on and off, their SSIM to a reference image (the
+    one the user gives, else the prompt's training image where the model ships it), diversity
+    across seeds, alignment proxy and memorization score in both conditions."""
     m = get(source)
     prompt = clean_prompt(prompt)
     spec = core.validate_spec(m.pipe.unet, spec)
     seeds = [int(s) for s in seeds]
     if not seeds or len(seeds) > 8:
         raise ValueError("Choose between 1 and 8 seeds.")
-    key = make_key(m.model_id, prompt, {"op": "compare", "spec": spec, "seeds": seeds,
-                                        "g": m.guidance_scale, "steps": m.num_inference_steps})
+    ref = None if reference is None else as_reference(reference)
+    key = make_key(m.model_id, (prompt, ref), {"op": "compare", "spec": spec, "seeds": seeds,
+                                               "g": m.guidance_scale, "steps": m.num_inference_steps})
 
     def compute():
         train = m.train_image(prompt)
+        kind = "training image" if train is not None else None
+        if ref is not None:
+            train, kind = ref, "your image"
         out: dict[str, Any] = {"prompt": prompt, "seeds": seeds, "neurons": spec_labels(spec),
                                "n_neurons": core.count(spec), "theta_mem": m.theta_mem}
         for tag, s in (("on", {}), ("off", spec)):
             imgs = core.generate(m.pipe, prompt, seeds, guidance_scale=m.guidance_scale,
                                  num_inference_steps=m.num_inference_steps, spec=s)
             out[f"images_{tag}"] = imgs
+            if train is not None and train.shape != imgs.shape[1:]:
+                train = resize_to(train, imgs.shape[1:3])
             out[f"ssim_{tag}"] = (ssim_images(imgs, np.repeat(train[None], len(imgs), 0)).tolist()
                                   if train is not None else None)
             out[f"diversity_{tag}"] = diversity(imgs) if len(imgs) > 1 else None
@@ -324,8 +477,36 @@ def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
             out[f"score_{tag}"] = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
                                                           guidance_scale=m.guidance_scale, spec=s)
         out["train_image"] = train
+        out["reference_kind"] = kind
         return out
     return _RESULTS.get_or_compute(key, compute)
+
+
+def as_reference(image) -> np.ndarray:
+    """A user's image (uint8 or float array, H×W×3/4 or H×W) → float32 RGB in [0, 1]."""
+    a = np.asarray(image)
+    if a.ndim == 2:
+        a = np.repeat(a[..., None], 3, -1)
+    if a.ndim != 3 or a.shape[-1] not in (3, 4) or min(a.shape[:2]) < 8:
+        raise ValueError("The reference must be an RGB image of at least 8×8 pixels.")
+    a = a[..., :3]
+    a = a.astype(np.float32) / 255.0 if a.dtype == np.uint8 or a.max() > 1.0 else a.astype(np.float32)
+    if not np.isfinite(a).all():
+        raise ValueError("The reference image holds invalid values.")
+    return np.clip(a, 0.0, 1.0)
+
+
+def resize_to(image: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """Resize (bicubic, via PIL) so SSIM compares pixel for pixel with the generations."""
+    from PIL import Image
+
+    im = Image.fromarray((np.clip(image, 0, 1) * 255).round().astype(np.uint8))
+    return np.asarray(im.resize((int(hw[1]), int(hw[0])), Image.BICUBIC), np.float32) / 255
+
+
+def _median(xs) -> float | None:
+    xs = [x for x in (xs or []) if x is not None]
+    return float(np.median(xs)) if xs else None
 
 
 @gpu(duration=300)  # every memorized prompt: localisation + generations
@@ -336,7 +517,7 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
     neurons off; plus the neurons-per-prompt counts for the histogram."""
     m = get(source)
     if not m.memorized:
-        raise ValueError("This model ships no memorized prompts with training images (zoo only).")
+        raise ValueError("This model has no list of memorized prompts.")
     report = progress or (lambda f, msg: None)
     rows, t_loc = [], []
     items = m.memorized[:n_prompts] if n_prompts else m.memorized
@@ -354,8 +535,10 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
         rows.append({
             "prompt": item["prompt"], "n_neurons": loc["n_neurons"], "neurons": loc["labels"],
             "skipped": loc["skipped"], "relaxed": loc["relaxed"],
-            "ssim_on": float(np.median(c["ssim_on"])), "ssim_off": float(np.median(c["ssim_off"])),
-            "ssim_random_off": float(np.median(r["ssim_off"])),
+            # None where the model ships no training image (hub): diversity and scores still tell
+            "ssim_on": _median(c["ssim_on"]), "ssim_off": _median(c["ssim_off"]),
+            "ssim_random_off": _median(r["ssim_off"]), "type": item.get("type", "VM"),
+            "diversity_random_off": r["diversity_off"],
             "diversity_on": c["diversity_on"], "diversity_off": c["diversity_off"],
             "alignment_on": c["alignment_on"], "alignment_off": c["alignment_off"],
             "score_on": c["score_on"], "score_off": c["score_off"], "score_random_off": r["score_off"],
@@ -370,9 +553,11 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
         "search_guidance": m.search_guidance,
         "share_below_theta_off": float(np.mean([r["score_off"] <= m.theta_mem for r in rows])),
         "share_below_theta_random": float(np.mean([r["score_random_off"] <= m.theta_mem for r in rows])),
-        "median_ssim_on": float(np.median([r["ssim_on"] for r in rows])),
-        "median_ssim_off": float(np.median([r["ssim_off"] for r in rows])),
-        "median_ssim_random_off": float(np.median([r["ssim_random_off"] for r in rows])),
+        "median_ssim_on": _median([r["ssim_on"] for r in rows]),
+        "median_ssim_off": _median([r["ssim_off"] for r in rows]),
+        "median_ssim_random_off": _median([r["ssim_random_off"] for r in rows]),
+        "median_diversity_on": _median([r["diversity_on"] for r in rows]),
+        "median_diversity_off": _median([r["diversity_off"] for r in rows]),
         "median_localisation_s": float(np.median(t_loc)),
     }
     return {"rows": rows, "summary": summary}

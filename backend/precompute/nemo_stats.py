@@ -9,8 +9,9 @@ Each chunk of prompts gives Σa and Σa² per neuron in float64 and its prompt c
 same bits. The result, DIR/nemo-stats.safetensors, is what the Memorization tab uses instead of
 computing the statistics at first use when the server runs with WORKBENCH_NEMO_STATS=that file.
 
---prompts: a text file with one prompt per line, or a JSON list (default: the service's own ordinary
-prompts of the preset). Resume: parts are written atomically under DIR/parts; a rerun skips them.
+--prompts: a text file with one prompt per line, a JSON list, or a CSV with a Caption column (the
+paper's files) (default: the preset's ordinary prompts: the sd-memo statistics prompts, or for the hub
+checkpoint the 10,000 COCO captions of assets/data/nemo). Resume: parts are written atomically under DIR/parts; a rerun skips them.
 """
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import torch
 
-from ..core.precompute import ShardedJob, job_parser, job_state, merge_sum, read_texts
+from ..core.precompute import ShardedJob, job_parser, job_state, merge_sum
 from ..nemo import core
+from ..nemo import data as ndata
 from ..nemo import stats as nstats
 
 
@@ -49,7 +51,8 @@ def run(pipe, prompts: list[str], out: Path, *, chunk: int = 16, model_id: str =
 def main(argv: list[str] | None = None) -> None:
     ap = job_parser(__doc__, chunk=16, chunk_help="prompts per chunk (= one text-encoder batch)")
     ap.add_argument("--source", default=None, help="zoo | hub (default: the active preset source)")
-    ap.add_argument("--prompts", type=Path, default=None, help="one prompt per line, or a JSON list")
+    ap.add_argument("--prompts", type=Path, default=None,
+                    help="one prompt per line, a JSON list, or a CSV with a Caption column")
     ap.add_argument("--samples", type=int, default=None, help="use the first N prompts")
     args = ap.parse_args(argv)
     state = job_state(args)
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     m = service.get(args.source)
     if not args.cpu and state.device.type != "cpu":
         m.pipe.to(state.device)
-    prompts = read_texts(args.prompts) if args.prompts else m.stats_prompts
+    prompts = ndata.read_stats_prompts(args.prompts) if args.prompts else m.stats_prompts
     prompts = prompts[: args.samples] if args.samples else prompts
     run(m.pipe, prompts, args.out, chunk=args.chunk, model_id=m.model_id, state=state,
         stop_after=args.stop_after)

@@ -31,11 +31,12 @@ def below_theta(d) -> str:
 
 def test_check_detects_memorized_and_ordinary(client, zoo_info):
     mem = zoo_info["memorized"][0]
-    html_mem, plot = client.predict(mem, api_name="/memo_check")
+    html_mem, plot, stats = client.predict(mem, api_name="/memo_check")
     assert "Memorization score" in html_mem and ">memorized<" in html_mem
     assert "training set" in html_mem
     assert plot is not None
-    html_ord, _ = client.predict(below_theta(zoo_info), api_name="/memo_check")
+    assert "Neuron statistics" in stats and "160 of 160 ordinary training captions" in stats
+    html_ord, _, _ = client.predict(below_theta(zoo_info), api_name="/memo_check")
     assert ">not memorized<" in html_ord
 
 
@@ -111,3 +112,197 @@ def test_export_json_and_png(client, zoo_info):
     assert len(state["comparison"]["ssim_on"]) == 2
     assert state["localization"]["found"] in (True, False)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_batch_detection_of_a_pasted_list_and_a_file(client, zoo_info, tmp_path):
+    from gradio_client import handle_file
+
+    mem, ordinary = zoo_info["memorized"][:3], [below_theta(zoo_info)]
+    table, note = client.predict("\n".join(mem + ordinary + [mem[0]]), None, api_name="/memo_batch")
+    rows = table["data"]
+    assert [r[0] for r in rows] == mem + ordinary  # pasted order, each prompt once
+    assert [r[2] for r in rows] == ["memorized"] * 3 + ["not memorized"]
+    assert [r[4] for r in rows] == ["VM"] * 3 + [""]
+    assert "4 prompts, 3 above" in note
+    # a CSV in the paper's format (";", a Caption column) gives the same scores
+    f = tmp_path / "prompts.csv"
+    f.write_text(";Caption;URL\n" + "".join(f"{i};{p};\n" for i, p in enumerate(mem + ordinary)))
+    table2, _ = client.predict("", handle_file(str(f)), api_name="/memo_batch")
+    assert [r[:2] for r in table2["data"]] == [r[:2] for r in rows]
+
+
+def test_batch_and_statistics_bad_input(client):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="No prompts found"):
+        client.predict("  \n ", None, api_name="/memo_batch")
+    with pytest.raises(AppError, match="at most 100"):
+        client.predict("\n".join(f"a red circle {i}" for i in range(101)), None, api_name="/memo_batch")
+    with pytest.raises(AppError, match="minimum"):  # the slider's own bound
+        client.predict(1, api_name="/memo_stats")
+    from backend.nemo import service
+
+    with pytest.raises(ValueError, match="between 2 and 160"):
+        service.compute_stats(161, source="zoo")
+
+
+def test_statistics_from_the_tab_change_the_z_scores(client, zoo_info):
+    from backend.nemo import service
+
+    mem = zoo_info["memorized"][1]
+    before = service.check(mem, source="zoo")
+    card = client.predict(20, api_name="/memo_stats")
+    assert "first 20 of 160 ordinary training captions" in card
+    _, _, stats = client.predict(mem, api_name="/memo_check")
+    assert "first 20 of 160" in stats
+    after = service.check(mem, source="zoo")
+    assert after["score"] == before["score"] and after["z"] != before["z"]
+    client.predict(160, api_name="/memo_stats")  # back to the organism's statistics
+    assert service.check(mem, source="zoo")["z"] == before["z"]
+
+
+def test_generations_against_an_uploaded_reference(client, zoo_info, tmp_path):
+    """An uploaded image replaces the training image as the reference, at any size."""
+    import numpy as np
+    from gradio_client import handle_file
+    from PIL import Image
+
+    from backend.nemo import service
+
+    mem = zoo_info["memorized"][0]
+    m = service.get("zoo")
+    train = (m.train_image(mem) * 255).round().astype(np.uint8)
+    big = tmp_path / "train.png"
+    Image.fromarray(train).resize((96, 96), Image.NEAREST).save(big)
+    other = tmp_path / "other.png"
+    Image.fromarray(np.full((40, 50, 3), 30, np.uint8)).save(other)
+    gallery, html_same = client.predict(mem, [], "", 2, handle_file(str(big)), api_name="/memo_generate")
+    captions = [g.get("caption") if isinstance(g, dict) else g[1] for g in gallery]
+    assert captions[0] == "your image" and "median SSIM to your image" in html_same
+    _, html_other = client.predict(mem, [], "", 2, handle_file(str(other)), api_name="/memo_generate")
+
+    def median_on(h):
+        return float(h.split("all neurons on</td><td>")[1].split("<")[0])
+    assert median_on(html_same) >= 0.8 > 0.3 >= median_on(html_other)
+
+
+# ----------------------------------------------------------------------------- hub mode
+# CompVis/stable-diffusion-v1-4 as a tiny stand-in of the real classes in an offline HF cache
+# (tests/helpers/standins/memorization.py). The hub library reads its cache location at import, so
+# the tab runs in a child process under that environment; the child reports what it saw as JSON.
+
+def _hub_probe(out_path: str) -> None:  # runs in the child process
+    import gradio as gr
+    import numpy as np
+
+    from backend.nemo import service
+    from backend.precompute import nemo_stats
+    from components import memorization as tab
+    from components.common import TabContext
+
+    res: dict = {}
+    with gr.Blocks():  # the tab builds (it once raised on an empty memorized list)
+        tab.build(TabContext(tabs=None, source="hub"))
+    d = service.describe("hub")
+    res["describe"] = {k: d[k] for k in ("model_id", "layers", "stats_plan", "guidance_scale", "search_guidance",
+                                         "has_train_images")}
+    res["n_memorized"], res["types"] = len(d["memorized"]), sorted(set(d["memorized_types"]))
+    res["first_memorized"], res["first_ordinary"] = d["memorized"][0], d["ordinary"][0]
+    check, find, generate, batch, sample, stats, table, export = tab.make_handlers("hub")
+    progress = lambda *a, **k: None  # noqa: E731
+    score, _, stats_card = check(d["memorized"][0])
+    res["score_card"], res["stats_card"] = score, stats_card
+    text = sample()
+    rows, note = batch(text, None, progress)
+    res["sample"], res["batch_rows"], res["batch_note"] = text.splitlines(), rows, note
+    loc = service.find(d["memorized"][0], source="hub")
+    res["find"] = {k: loc[k] for k in ("guidance_scale", "seeds", "seeds_kept", "skipped", "n_neurons")}
+    res["find_card"] = find(d["memorized"][0], progress)[0]
+    ref = np.zeros((48, 40, 3), np.uint8)
+    gal, cmp_ref = generate(d["memorized"][0], [], "down2.attn1:3", 1, ref)
+    gal2, cmp_none = generate(d["memorized"][0], [], "", 1, None)
+    res["gallery_captions"] = [c for _, c in gal]
+    res["gallery2_captions"] = [c for _, c in gal2]
+    res["compare_ref"], res["compare_none"] = cmp_ref, cmp_none
+    res["stats_50"] = stats(50)
+    res["check_after_stats"] = service.check(d["memorized"][0], source="hub")["stats"]
+    # the CLI job over the paper's COCO captions, then its file in use
+    out = Path(out_path).parent / "stats"
+    nemo_stats.main(["--source", "hub", "--out", str(out), "--cpu", "--samples", "40",
+                     "--prompts", str(Path("assets/data/nemo/coco2014_val_10000.csv"))])
+    import os
+
+    os.environ["WORKBENCH_NEMO_STATS"] = str(out / "nemo-stats.safetensors")
+    m = service.get("hub")
+    m._stats = m._stats_source = None  # as a restart with the variable set
+    res["stats_file"] = service.check(d["memorized"][1], source="hub")["stats"]
+    t, _, summary = table(1, progress)
+    res["table"], res["summary"] = t, summary
+    Path(out_path).write_text(json.dumps(res, default=str))
+
+
+@pytest.fixture(scope="module")
+def hub_probe(tmp_path_factory):
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers.standins import build_cache, cache_env
+    from tests.helpers.standins.memorization import REPOS
+
+    tmp = tmp_path_factory.mktemp("nemo-hub")
+    cache = build_cache(tmp / "hub", REPOS)
+    out = tmp / "probe.json"
+    env = {**os.environ, **cache_env(cache), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.pop("WORKBENCH_NEMO_STATS", None)
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", f"from tests.api.test_memorization import _hub_probe; "
+                        f"_hub_probe({str(out)!r})"], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_hub_tab_builds_with_the_papers_prompt_lists(hub_probe):
+    from backend.nemo import data
+
+    p = hub_probe
+    d = p["describe"]
+    assert "CompVis/stable-diffusion-v1-4" in d["model_id"]
+    # SD-1.4's shape: 7 value layers (3 down blocks × 2 + mid), read from the cached config
+    assert [n for n, _ in d["layers"]] == ["down0.attn0", "down0.attn1", "down1.attn0", "down1.attn1",
+                                          "down2.attn0", "down2.attn1", "mid.attn0"]
+    assert p["n_memorized"] == 500 and p["types"] == ["TM", "VM"]
+    assert p["first_memorized"] == data.memorized_laion()[0]["prompt"]
+    assert p["first_ordinary"] == data.unmemorized_laion()[0]
+    assert (d["guidance_scale"], d["search_guidance"], d["has_train_images"]) == (7.0, 0.0, False)
+    assert d["stats_plan"]["n_prompts"] == 1000 and d["stats_plan"]["total"] == 10000
+
+
+def test_hub_check_and_batch_name_the_papers_types_and_statistics(hub_probe):
+    p = hub_probe
+    assert "lists this caption as memorized (VM: verbatim memorization)" in p["score_card"]
+    assert "first 1,000 of 10,000 COCO 2014 captions" in p["stats_card"]
+    assert "backend.precompute.nemo_stats" in p["stats_card"]
+    rows = p["batch_rows"]
+    # pasted prompts are read with their runs of spaces collapsed
+    assert [r[0] for r in rows] == [" ".join(x.split()) for x in p["sample"]] and len(rows) == 10
+    assert [r[4] for r in rows[:5]] != [""] * 5 and all(r[4] in ("VM", "TM") for r in rows[:5])
+    assert all(r[4] == "" for r in rows[5:])
+    assert all(r[2] in ("memorized", "not memorized") and 0 <= r[1] <= 1 for r in rows)
+
+
+def test_hub_search_generations_and_statistics(hub_probe):
+    p = hub_probe
+    f = p["find"]
+    assert f["guidance_scale"] == 0.0 and f["seeds"] == list(range(10))
+    assert set(f["seeds_kept"]) <= set(f["seeds"])
+    if f["skipped"]:  # random weights: no two seeds agree above 0.428, as the seed filter decides
+        assert f["seeds_kept"] == [] and "Skipped" in p["find_card"]
+    assert "Search at guidance 0" in p["find_card"]
+    assert p["gallery_captions"][0] == "your image" and len(p["gallery_captions"]) == 3
+    assert "median SSIM to your image" in p["compare_ref"] and "down2.attn1:3" in p["compare_ref"]
+    assert len(p["gallery2_captions"]) == 2 and "No reference image" in p["compare_none"]
+    assert "first 50 of 10,000" in p["stats_50"] and p["check_after_stats"]["n_prompts"] == 50
+    assert p["stats_file"]["kind"] == "file" and p["stats_file"]["n_prompts"] == 40
+    assert len(p["table"]) == 1 and "no training images here" in p["summary"]
