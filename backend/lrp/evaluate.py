@@ -143,11 +143,14 @@ def sentences_eval(model, groups: list[tuple[torch.Tensor, torch.Tensor | None, 
             else:
                 targets = logits.argmax(-1)
         used += [int(t) for t in targets]
+        step = fa.rows_per_pass(model, ids.shape[1], budget_bytes=4e9, all_layers=True)
         for m in methods:
             limits.check("the held-out evaluation")
-            rel, score = attribute_text(model, ids, target=targets, position=-1, method=m,
-                                        rules=rules if m == "mambalrp" else None, return_score=True)
-            rel = rel.numpy()
+            parts = [attribute_text(model, ids[i:i + step], target=targets[i:i + step], position=-1, method=m,
+                                    rules=rules if m == "mambalrp" else None, return_score=True)
+                     for i in range(0, len(ids), step)]  # rows that fit the gradient pass
+            rel = torch.cat([p[0] for p in parts]).numpy()
+            score = torch.cat([p[1] for p in parts])
             out[m]["sum_r"] += [float(v) for v in rel.sum(1)]
             out[m]["logit"] += [float(v) for v in score]
             out[m]["curves"] += fa.text_curves_batch(model, ids, rel, targets=targets, candidates=cand,

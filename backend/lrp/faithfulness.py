@@ -46,6 +46,27 @@ class Curves:
         return np.interp(GRID, x, self.morf), np.interp(GRID, x, self.lerf)
 
 
+def rows_per_pass(model, length: int, *, budget_bytes: float = 1e9, all_layers: bool = False) -> int:
+    """How many sequences of `length` tokens one pass may hold: the scan keeps ~3 float tensors of
+    L × d_inner × N (one layer at a time without gradients, every layer with them). A 1.4B Mamba
+    holds 50 MB per 64-token row and layer: a perturbation batch of a few sentences × 65 rows in one
+    pass would need tens of GB."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "intermediate_size"):
+        return 1 << 30
+    per = 3 * int(length) * cfg.intermediate_size * cfg.state_size * 4
+    if all_layers:
+        per *= cfg.num_hidden_layers
+    return int(max(1, budget_bytes // max(per, 1)))
+
+
+def _last_logits(model, batch: torch.Tensor, pos: int) -> torch.Tensor:
+    """lm_forward(batch)[:, pos] in chunks of rows that fit the memory budget (same values)."""
+    step = rows_per_pass(model, batch.shape[1])
+    return torch.cat([lm_forward(model, batch[i:i + step])[:, pos].float().cpu()
+                      for i in range(0, len(batch), step)])
+
+
 def _orders(relevance: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     r = relevance[candidates]
     # stable sort; ties broken by position so the result is deterministic
@@ -69,8 +90,7 @@ def text_curves(model, input_ids, relevance, *, target: int, position: int = -1,
         batch = ids.repeat(len(order) + 1, 1)
         for k in range(1, len(order) + 1):
             batch[k, torch.as_tensor(order[:k])] = neutral_id
-        logits = lm_forward(model, batch)[:, pos, target]
-        out.append(logits.float().cpu().numpy())
+        out.append(_last_logits(model, batch, pos)[:, target].numpy())
     return Curves(morf=out[0], lerf=out[1])
 
 
@@ -92,7 +112,7 @@ def text_curves_batch(model, input_ids, relevance, *, targets, candidates, neutr
             order = _orders(rel[b], cand)[which]
             for k in range(1, n + 1):
                 batch[b * (n + 1) + k, torch.as_tensor(order[:k])] = neutral_id
-        logits = lm_forward(model, batch)[:, pos].float().cpu()
+        logits = _last_logits(model, batch, pos)
         vals = logits[torch.arange(len(batch)), tg.cpu().repeat_interleave(n + 1)].numpy()
         curves.append(vals.reshape(Bsz, n + 1))
     return [Curves(morf=curves[0][b], lerf=curves[1][b]) for b in range(Bsz)]

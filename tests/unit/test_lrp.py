@@ -294,3 +294,32 @@ def test_batched_curves_equal_single_curves():
         one = text_curves(model, ids[b], rel[b], target=4 + b, candidates=range(1, 8), neutral_id=0)
         np.testing.assert_allclose(many[b].morf, one.morf, atol=1e-5)
         np.testing.assert_allclose(many[b].lerf, one.lerf, atol=1e-5)
+
+
+def test_perturbation_passes_are_chunked_to_a_memory_budget(monkeypatch):
+    """The real 1.4B config keeps ~50 MB of scan state per 64-token row and layer: a perturbation
+    batch (sentences × 65 rows) runs in chunks, with the same curves as one pass."""
+    from types import SimpleNamespace
+
+    from transformers import MambaConfig
+
+    from backend.lrp import faithfulness as fa
+    from backend.lrp.faithfulness import text_curves_batch
+
+    big = SimpleNamespace(config=MambaConfig(hidden_size=2048, num_hidden_layers=48, state_size=16,
+                                             intermediate_size=4096, vocab_size=50280))
+    assert 10 <= fa.rows_per_pass(big, 64) <= 32
+    assert fa.rows_per_pass(big, 64, budget_bytes=4e9, all_layers=True) == 1
+    model = tiny_mamba(32, 2, 8, 64, 4, 2, 50, seed=8)
+    ids = torch.randint(3, 50, (3, 9), generator=torch.Generator().manual_seed(3))
+    rel = attribute_text(model, ids, target=torch.tensor([4, 5, 6]))
+    whole = text_curves_batch(model, ids, rel, targets=torch.tensor([4, 5, 6]), candidates=range(1, 8), neutral_id=0)
+    calls = []
+    real = fa.lm_forward
+    monkeypatch.setattr(fa, "rows_per_pass", lambda *a, **k: 5)
+    monkeypatch.setattr(fa, "lm_forward", lambda m, x: calls.append(len(x)) or real(m, x))
+    parts = text_curves_batch(model, ids, rel, targets=torch.tensor([4, 5, 6]), candidates=range(1, 8), neutral_id=0)
+    assert max(calls) == 5 and sum(calls) == 2 * 3 * 8
+    for a, b in zip(whole, parts):
+        np.testing.assert_allclose(a.morf, b.morf, atol=1e-5)
+        np.testing.assert_allclose(a.lerf, b.lerf, atol=1e-5)

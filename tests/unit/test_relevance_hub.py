@@ -255,3 +255,19 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
         fns["heldout_eval"](["mambalrp"], 20, "sst2", None, "predicted", "", "", M130)
     heat, plot, tops = fns["explain_longrange"](comps["rel-long-text"].value, ["mambalrp"], M130)
     assert tops["top_tokens"]["mambalrp"] and "Ġ" not in heat
+
+
+def test_heldout_attribution_chunks_give_the_same_numbers(m130, monkeypatch):
+    from backend.lrp import evaluate as ev
+    from backend.lrp import faithfulness as fa
+
+    ids = torch.randint(5, 3000, (3, 7), generator=torch.Generator().manual_seed(0))
+    groups = [(ids, torch.tensor([438, 438, 660]), list(range(6))), (ids[:2, :5], None, list(range(4)))]
+    whole, used = ev.sentences_eval(m130.model, groups, ["mambalrp", "gi"], neutral_id=0)
+    monkeypatch.setattr(fa, "rows_per_pass", lambda *a, **k: 1)
+    parts, used1 = ev.sentences_eval(m130.model, groups, ["mambalrp", "gi"], neutral_id=0)
+    assert used == used1 and used[:3] == [438, 438, 660] and len(used) == 5
+    for m in ("mambalrp", "gi"):
+        np.testing.assert_allclose(whole[m]["sum_r"], parts[m]["sum_r"], atol=1e-5)
+        np.testing.assert_allclose(whole[m]["logit"], parts[m]["logit"], atol=1e-5)
+        assert whole[m]["delta_af"] == pytest.approx(parts[m]["delta_af"], abs=1e-5)
