@@ -1,15 +1,18 @@
-"""A TopK sparse autoencoder, and reading/writing it in the two published on-disk layouts.
+"""Sparse autoencoders: TopK (and sparsify's GroupMax), ReLU, JumpReLU and gated, one interface.
 
-    z = TopK_k( ReLU( W_enc (x − b_dec) + b_enc ) )        encode: [..., d_in] → [..., n_latents]
-    x̂ = z W_dec + b_dec     (rows of W_dec unit-norm)     decode: [..., n_latents] → [..., d_in]
-    loss = FVU = ‖x − x̂‖² / ‖x − mean(x)‖²   (+ AuxK on dead latents while training)
+    x' = x − b_dec  (unless the SAE was trained without it: apply_b_dec_to_input=False)
+    TopK      z = TopK_k( ReLU( W_enc x' + b_enc ) )
+    GroupMax  z = the largest ReLU( W_enc x' + b_enc ) of each of k equal contiguous latent groups
+    ReLU      z = ReLU( W_enc x' + b_enc )                               (SAELens "standard")
+    JumpReLU  z = ReLU(p) · [p > θ],  p = W_enc x' + b_enc               (Gemma Scope, BatchTopK)
+    gated     z = [W_enc x' + b_gate > 0] · ReLU( (W_enc ⊙ e^{r_mag}) x' + b_mag )
+    x̂ = z W_dec + b_dec
 
-Layouts (both `cfg.json` beside a safetensors file):
-- EleutherAI sparsify (the paper's lmms-lab checkpoints): `sae.safetensors` with `encoder.weight`
-  [n, d], `encoder.bias` [n], `W_dec` [n, d], `b_dec` [d]; cfg has `d_in`, `num_latents` (or
-  `expansion_factor`), `k`. A hub repo holds one folder per hookpoint (`model.layers.24/`).
-- SAELens: `sae_weights.safetensors` with `W_enc` [d, n], `b_enc` [n], `W_dec` [n, d], `b_dec` [d];
-  cfg has `d_in`, `d_sae`, `architecture` and `k` (or `activation_fn_kwargs.k`).
+Every class offers `encode` (dense codes [..., n_latents]), `encode_sparse` ((values, indices) of
+the non-zero codes, padded with zeros to one width per batch: k for TopK/GroupMax, the batch's
+largest L0 otherwise), `decode`, `decode_sparse` and `forward` (the reconstruction), so the Features
+tab's index, analysis and steering take any of them. Reading files in the sparsify, SAELens and
+Gemma Scope layouts lives in `formats.py`; `load_sae` here is its entry point.
 """
 from __future__ import annotations
 
@@ -20,43 +23,49 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 SPARSIFY_WEIGHTS = "sae.safetensors"
 SAELENS_WEIGHTS = "sae_weights.safetensors"
 
 
+class SAEFormatError(ValueError):
+    """A folder that is not an SAE the workbench can load, or one of an architecture it refuses."""
+
+
 @dataclass
 class SAEConfig:
     d_in: int
     n_latents: int
-    k: int
+    k: int | None
     hookpoint: str = ""
     normalize_decoder: bool = True
+    architecture: str = "topk"
+    apply_b_dec_to_input: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class TopKSAE(nn.Module):
-    def __init__(self, d_in: int, n_latents: int, k: int, *, hookpoint: str = "", dtype=torch.float32):
+class SparseAutoencoder(nn.Module):
+    """What every architecture shares: the decoder, the input centring, sparse codes from dense ones."""
+
+    architecture = "?"
+
+    def __init__(self, d_in: int, n_latents: int, *, k: int | None = None, hookpoint: str = "",
+                 apply_b_dec_to_input: bool = True, dtype=torch.float32):
         super().__init__()
-        if int(d_in) <= 0:
-            raise ValueError(f"d_in must be positive, got {d_in}")
-        if not (0 < k <= n_latents):
-            raise ValueError(f"k must lie in 1..n_latents, got k={k}, n_latents={n_latents}")
-        self.cfg = SAEConfig(d_in=d_in, n_latents=n_latents, k=k, hookpoint=hookpoint)
-        self.W_enc = nn.Parameter(torch.empty(n_latents, d_in, dtype=dtype))  # sparsify's encoder.weight
-        self.b_enc = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
+        if int(d_in) <= 0 or int(n_latents) <= 0:
+            raise ValueError(f"d_in and n_latents must be positive, got d_in={d_in}, n_latents={n_latents}")
+        self.cfg = SAEConfig(d_in=d_in, n_latents=n_latents, k=k, hookpoint=hookpoint,
+                             architecture=self.architecture, apply_b_dec_to_input=apply_b_dec_to_input)
+        self.W_enc = nn.Parameter(torch.empty(n_latents, d_in, dtype=dtype))  # [n, d], sparsify's encoder.weight
         self.W_dec = nn.Parameter(torch.empty(n_latents, d_in, dtype=dtype))
         self.b_dec = nn.Parameter(torch.zeros(d_in, dtype=dtype))
         nn.init.kaiming_uniform_(self.W_enc, a=5 ** 0.5)
         with torch.no_grad():
             self.W_dec.copy_(self.W_enc)
             self.set_decoder_norm_to_unit_norm()
-        # Tokens since each latent last fired (training bookkeeping; not saved).
-        self.register_buffer("steps_since_fired", torch.zeros(n_latents, dtype=torch.long), persistent=False)
 
-    # ------------------------------------------------------------------ math
     @property
     def d_in(self) -> int:
         return self.cfg.d_in
@@ -66,16 +75,107 @@ class TopKSAE(nn.Module):
         return self.cfg.n_latents
 
     @property
-    def k(self) -> int:
+    def k(self) -> int | None:
+        """Latents per token for TopK/GroupMax; None where sparsity is learned (ReLU, JumpReLU, gated)."""
         return self.cfg.k
 
-    def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
+    def describe(self) -> str:
+        return f"{self.architecture}, k = {self.k}" if self.k else self.architecture
+
+    def sae_in(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.d_in:
             raise ValueError(f"this SAE reads vectors of size {self.d_in}, not {x.shape[-1]}")
         x = x.to(self.W_enc.dtype)
-        return torch.relu((x - self.b_dec) @ self.W_enc.T + self.b_enc)
+        return x - self.b_dec if self.cfg.apply_b_dec_to_input else x
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Dense codes [..., n_latents]."""
+        raise NotImplementedError
+
+    def encode_sparse(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values, indices) [..., w] holding every non-zero code, w = the batch's largest L0 (≥ 1);
+        the padding has value 0, which the index and steering treat as not firing."""
+        z = self.encode(x)
+        w = max(1, int((z != 0).sum(-1).max())) if z.numel() else 1
+        return z.topk(min(w, self.n_latents), dim=-1, sorted=False)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        return z.to(self.W_dec.dtype) @ self.W_dec + self.b_dec
+
+    def decode_sparse(self, vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        # x̂ = Σ_j v_j W_dec[i_j] + b_dec, without materialising the dense code
+        return (vals.to(self.W_dec.dtype).unsqueeze(-1) * self.W_dec[idx]).sum(-2) + self.b_dec
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        vals, idx = self.encode_sparse(x)
+        return self.decode_sparse(vals, idx)
+
+    @torch.no_grad()
+    def set_decoder_norm_to_unit_norm(self) -> None:
+        self.W_dec.div_(self.W_dec.norm(dim=1, keepdim=True).clamp_min(torch.finfo(self.W_dec.dtype).eps))
+
+    @classmethod
+    def from_pretrained(cls, path, **kwargs) -> "SparseAutoencoder":
+        """`load_sae` under the name the zoo's loader calls (safetensors only in any case)."""
+        kwargs.pop("use_safetensors", None)
+        return load_sae(path, **{k: v for k, v in kwargs.items() if k in ("hookpoint", "device", "dtype")})
+
+    # ------------------------------------------------------------------ saving
+    def _saelens_tensors(self) -> dict[str, torch.Tensor]:
+        """The SAELens state dict of this architecture, besides W_dec and b_dec."""
+        raise NotImplementedError
+
+    def _saelens_cfg(self) -> dict:
+        return {}
+
+    def save(self, path: str | os.PathLike, layout: str = "saelens", **cfg_extra) -> Path:
+        """SAELens layout (cfg.json + sae_weights.safetensors, SAELens 6 keys; what its
+        `SAE.load_from_disk` reads). TopK SAEs also write the sparsify layout."""
+        if layout != "saelens":
+            raise ValueError(f"a {self.architecture} SAE is saved in the 'saelens' layout, not {layout!r}")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {**self._saelens_tensors(), "W_dec": self.W_dec, "b_dec": self.b_dec}
+        save_file({n: t.detach().contiguous().cpu() for n, t in tensors.items()}, str(path / SAELENS_WEIGHTS))
+        cfg = {"d_in": self.d_in, "d_sae": self.n_latents, "architecture": SAELENS_NAMES[self.architecture],
+               "apply_b_dec_to_input": self.cfg.apply_b_dec_to_input, "normalize_activations": "none",
+               "reshape_activations": "none", "dtype": str(self.W_dec.dtype).removeprefix("torch."),
+               "hook_name": self.cfg.hookpoint, "metadata": {"hook_name": self.cfg.hookpoint},
+               **self._saelens_cfg(), **cfg_extra}
+        (path / "cfg.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        return path
+
+
+class TopKSAE(SparseAutoencoder):
+    """TopK (Gao et al.; sparsify's default) or, with activation="groupmax", sparsify's GroupMax."""
+
+    def __init__(self, d_in: int, n_latents: int, k: int, *, hookpoint: str = "", dtype=torch.float32,
+                 activation: str = "topk", apply_b_dec_to_input: bool = True):
+        if not (0 < k <= n_latents):
+            raise ValueError(f"k must lie in 1..n_latents, got k={k}, n_latents={n_latents}")
+        if activation not in ("topk", "groupmax"):
+            raise ValueError(f"activation must be 'topk' or 'groupmax', not {activation!r}")
+        if activation == "groupmax" and n_latents % k:
+            raise ValueError(f"GroupMax needs n_latents divisible by k (its group count), got {n_latents} and {k}")
+        self.architecture = activation
+        super().__init__(d_in, n_latents, k=k, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input,
+                         dtype=dtype)
+        self.b_enc = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
+        # Tokens since each latent last fired (training bookkeeping; not saved).
+        self.register_buffer("steps_since_fired", torch.zeros(n_latents, dtype=torch.long), persistent=False)
+
+    @property
+    def activation(self) -> str:
+        return self.architecture
+
+    def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.sae_in(x) @ self.W_enc.T + self.b_enc)
 
     def select_topk(self, pre: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.architecture == "groupmax":
+            vals, idx = pre.unflatten(-1, (self.k, -1)).max(dim=-1)
+            # max gives the position inside each group; offset it to the latent's own index
+            return vals, idx + torch.arange(self.k, device=idx.device) * (self.n_latents // self.k)
         return pre.topk(self.k, dim=-1, sorted=False)
 
     def encode_sparse(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,21 +186,6 @@ class TopKSAE(nn.Module):
         """Dense codes [..., n_latents] with at most k non-zeros per row."""
         vals, idx = self.encode_sparse(x)
         return torch.zeros(*x.shape[:-1], self.n_latents, dtype=vals.dtype, device=vals.device).scatter_(-1, idx, vals)
-
-    def decode(self, z: torch.Tensor) -> torch.Tensor:
-        return z.to(self.W_dec.dtype) @ self.W_dec + self.b_dec
-
-    def decode_sparse(self, vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        # x̂ = Σ_j v_j W_dec[i_j] + b_dec, without materialising the dense code
-        return (vals.unsqueeze(-1) * self.W_dec[idx]).sum(-2) + self.b_dec
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        vals, idx = self.encode_sparse(x)
-        return self.decode_sparse(vals, idx)
-
-    @torch.no_grad()
-    def set_decoder_norm_to_unit_norm(self) -> None:
-        self.W_dec.div_(self.W_dec.norm(dim=1, keepdim=True).clamp_min(torch.finfo(self.W_dec.dtype).eps))
 
     @torch.no_grad()
     def remove_gradient_parallel_to_decoder_directions(self) -> None:
@@ -143,111 +228,112 @@ class TopKSAE(nn.Module):
                 out["loss"] = fvu + auxk_alpha * auxk
         return out
 
-    @classmethod
-    def from_pretrained(cls, path, **kwargs) -> "TopKSAE":
-        """`load_sae` under the name the zoo's loader calls (safetensors only in any case)."""
-        kwargs.pop("use_safetensors", None)
-        return load_sae(path, **{k: v for k, v in kwargs.items() if k in ("hookpoint", "device", "dtype")})
-
     # ------------------------------------------------------------------ saving
+    def _saelens_tensors(self) -> dict[str, torch.Tensor]:
+        if self.architecture != "topk":
+            raise SAEFormatError("SAELens has no GroupMax SAE: save it in the sparsify layout")
+        return {"W_enc": self.W_enc.T, "b_enc": self.b_enc}
+
+    def _saelens_cfg(self) -> dict:
+        return {"k": self.k, "activation_fn_kwargs": {"k": self.k}}
+
     def save(self, path: str | os.PathLike, layout: str = "sparsify", **cfg_extra) -> Path:
+        if layout != "sparsify":
+            return super().save(path, layout, **cfg_extra)
+        if not self.cfg.apply_b_dec_to_input:
+            raise SAEFormatError("the sparsify layout always subtracts b_dec: save this SAE in the SAELens layout")
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        W_enc, b_enc, W_dec, b_dec = (t.detach().contiguous().cpu() for t in
-                                      (self.W_enc, self.b_enc, self.W_dec, self.b_dec))
-        if layout == "sparsify":
-            cfg = {"d_in": self.d_in, "num_latents": self.n_latents, "k": self.k,
-                   "expansion_factor": max(1, self.n_latents // self.d_in), "normalize_decoder": True,
-                   "multi_topk": False, "skip_connection": False, "hookpoint": self.cfg.hookpoint, **cfg_extra}
-            save_file({"encoder.weight": W_enc, "encoder.bias": b_enc, "W_dec": W_dec, "b_dec": b_dec},
-                      str(path / SPARSIFY_WEIGHTS))
-        elif layout == "saelens":
-            cfg = {"d_in": self.d_in, "d_sae": self.n_latents, "architecture": "topk", "k": self.k,
-                   "activation_fn_kwargs": {"k": self.k}, "apply_b_dec_to_input": True,
-                   "normalize_activations": "none", "hook_name": self.cfg.hookpoint, "dtype": "float32",
-                   **cfg_extra}
-            save_file({"W_enc": W_enc.T.contiguous(), "b_enc": b_enc, "W_dec": W_dec, "b_dec": b_dec},
-                      str(path / SAELENS_WEIGHTS))
-        else:
-            raise ValueError(f"layout must be 'sparsify' or 'saelens', not {layout!r}")
+        cfg = {"d_in": self.d_in, "num_latents": self.n_latents, "k": self.k, "activation": self.architecture,
+               "expansion_factor": max(1, self.n_latents // self.d_in), "normalize_decoder": True,
+               "multi_topk": False, "skip_connection": False, "hookpoint": self.cfg.hookpoint, **cfg_extra}
+        save_file({n: t.detach().contiguous().cpu() for n, t in
+                   (("encoder.weight", self.W_enc), ("encoder.bias", self.b_enc), ("W_dec", self.W_dec),
+                    ("b_dec", self.b_dec))}, str(path / SPARSIFY_WEIGHTS))
         (path / "cfg.json").write_text(json.dumps(cfg, indent=2) + "\n")
         return path
 
 
-class SAEFormatError(ValueError):
-    """A folder that is not an SAE in either supported layout."""
+class ReLUSAE(SparseAutoencoder):
+    """A ReLU SAE trained with an L1 penalty (SAELens "standard")."""
+
+    architecture = "relu"
+
+    def __init__(self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True,
+                 dtype=torch.float32):
+        super().__init__(d_in, n_latents, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input, dtype=dtype)
+        self.b_enc = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
+
+    def hidden_pre(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sae_in(x) @ self.W_enc.T + self.b_enc
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.hidden_pre(x))
+
+    def _saelens_tensors(self) -> dict[str, torch.Tensor]:
+        return {"W_enc": self.W_enc.T, "b_enc": self.b_enc}
+
+
+class JumpReLUSAE(ReLUSAE):
+    """JumpReLU: a latent fires only above its own threshold (Gemma Scope; SAELens saves BatchTopK
+    SAEs this way, with one shared threshold)."""
+
+    architecture = "jumprelu"
+
+    def __init__(self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True,
+                 dtype=torch.float32):
+        super().__init__(d_in, n_latents, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input, dtype=dtype)
+        self.threshold = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        pre = self.hidden_pre(x)
+        return torch.relu(pre) * (pre > self.threshold).to(pre.dtype)
+
+    def _saelens_tensors(self) -> dict[str, torch.Tensor]:
+        return {"W_enc": self.W_enc.T, "b_enc": self.b_enc, "threshold": self.threshold}
+
+
+class GatedSAE(SparseAutoencoder):
+    """Gated SAE (Rajamanoharan et al.): a gate path decides which latents fire, a magnitude path
+    sharing W_enc (rescaled per latent by e^{r_mag}) says how much."""
+
+    architecture = "gated"
+
+    def __init__(self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True,
+                 dtype=torch.float32):
+        super().__init__(d_in, n_latents, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input, dtype=dtype)
+        self.b_gate = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
+        self.r_mag = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
+        self.b_mag = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.sae_in(x)
+        gate = (h @ self.W_enc.T + self.b_gate) > 0
+        mag = torch.relu(h @ (self.W_enc * self.r_mag.exp()[:, None]).T + self.b_mag)
+        return mag * gate.to(mag.dtype)
+
+    def _saelens_tensors(self) -> dict[str, torch.Tensor]:
+        return {"W_enc": self.W_enc.T, "b_gate": self.b_gate, "r_mag": self.r_mag, "b_mag": self.b_mag}
+
+
+# SAELens's name of each architecture, for saving
+SAELENS_NAMES = {"topk": "topk", "relu": "standard", "jumprelu": "jumprelu", "gated": "gated"}
 
 
 def detect_layout(path: Path) -> str:
-    if (path / SPARSIFY_WEIGHTS).exists():
-        return "sparsify"
-    if (path / SAELENS_WEIGHTS).exists():
-        return "saelens"
-    raise SAEFormatError(f"{path}: no {SPARSIFY_WEIGHTS} (sparsify) or {SAELENS_WEIGHTS} (SAELens) found")
+    from .formats import detect_layout as detect
 
-
-def _resolve_folder(path: Path, hookpoint: str | None) -> Path:
-    if hookpoint and (path / hookpoint).is_dir():
-        return path / hookpoint
-    if (path / "cfg.json").exists():
-        return path
-    subs = [p for p in sorted(path.iterdir()) if p.is_dir() and (p / "cfg.json").exists()] if path.is_dir() else []
-    if len(subs) == 1:
-        return subs[0]
-    if subs:
-        raise SAEFormatError(f"{path} holds SAEs for several hookpoints {[p.name for p in subs]}: name one")
-    raise SAEFormatError(f"{path}: no cfg.json")
-
-
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(str(path))
-    except Exception as e:  # safetensors raises its own error type for a corrupt header
-        raise SAEFormatError(f"{path.name} is not a readable safetensors file ({e})") from e
+    return detect(Path(path))
 
 
 def load_sae(path: str | os.PathLike, *, hookpoint: str | None = None, device: str | torch.device = "cpu",
-             dtype: torch.dtype | None = None) -> TopKSAE:
-    """An SAE from a local folder in the sparsify or SAELens layout (a multi-hookpoint repo folder
-    is resolved by `hookpoint`). Weights are read from safetensors only."""
-    folder = _resolve_folder(Path(path), hookpoint)
-    try:
-        cfg = json.loads((folder / "cfg.json").read_text())
-    except json.JSONDecodeError as e:
-        raise SAEFormatError(f"cfg.json is not valid JSON: {e}") from e
-    layout = detect_layout(folder)
-    if layout == "sparsify":
-        w = _read_weights(folder / SPARSIFY_WEIGHTS)
-        W_enc, b_enc, W_dec, b_dec = w["encoder.weight"], w["encoder.bias"], w["W_dec"], w["b_dec"]
-        if cfg.get("skip_connection") or cfg.get("transcode"):
-            raise SAEFormatError("sparsify SAEs with a skip connection / transcoders are not supported")
-        k = int(cfg["k"])
-        hp = cfg.get("hookpoint") or (folder.name if folder.name.startswith("model.") else "")
-    else:
-        w = _read_weights(folder / SAELENS_WEIGHTS)
-        W_enc, b_enc, W_dec, b_dec = w["W_enc"].T, w["b_enc"], w["W_dec"], w["b_dec"]
-        arch = cfg.get("architecture", "topk")
-        if arch != "topk":
-            raise SAEFormatError(f"SAELens architecture {arch!r} is not a TopK SAE")
-        if cfg.get("normalize_activations", "none") not in ("none", None):
-            raise SAEFormatError("SAELens activation normalisation is not supported")
-        if cfg.get("apply_b_dec_to_input") is False:
-            raise SAEFormatError("SAELens apply_b_dec_to_input=False is not supported")
-        k = int(cfg.get("k") or (cfg.get("activation_fn_kwargs") or {}).get("k"))
-        hp = cfg.get("hook_name", "")
-    n, d = W_dec.shape
-    if W_enc.shape != (n, d) or b_enc.shape != (n,) or b_dec.shape != (d,):
-        raise SAEFormatError(f"inconsistent SAE shapes: W_enc {tuple(W_enc.shape)}, W_dec {tuple(W_dec.shape)}")
-    if int(cfg.get("d_in", d)) != d:
-        raise SAEFormatError(f"cfg d_in={cfg.get('d_in')} but weights have {d}")
-    sae = TopKSAE(d, n, k, hookpoint=hp, dtype=dtype or W_dec.dtype)
-    with torch.no_grad():
-        for p, t in ((sae.W_enc, W_enc), (sae.b_enc, b_enc), (sae.W_dec, W_dec), (sae.b_dec, b_dec)):
-            p.copy_(t.to(p.dtype))
-    sae.cfg.extra = {"layout": layout, "path": str(folder), **{k_: v for k_, v in cfg.items()
-                                                               if isinstance(v, (str, int, float, bool))}}
-    return sae.to(device).eval()
+             dtype: torch.dtype | None = None) -> SparseAutoencoder:
+    """An SAE from a local folder in the sparsify, SAELens or Gemma Scope layout (a folder holding
+    several resolves `hookpoint`); see `formats.load`. Weights are read from safetensors only."""
+    from .formats import load
+
+    return load(path, hookpoint=hookpoint, device=device, dtype=dtype)
 
 
-def config_dict(sae: TopKSAE) -> dict:
+def config_dict(sae: SparseAutoencoder) -> dict:
     return asdict(sae.cfg)

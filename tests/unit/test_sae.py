@@ -87,12 +87,21 @@ def test_layouts_agree_with_each_other(tmp_path):
 def test_hub_style_folder_per_hookpoint(tmp_path):
     """lmms-lab repos hold one folder per hookpoint (model.layers.24/cfg.json + sae.safetensors)."""
     repo = tmp_path / "repo"
-    random_sae(seed=1).save(repo / "model.layers.24")
-    random_sae(seed=2).save(repo / "model.layers.8")
+    a, b = random_sae(seed=1), random_sae(seed=2)
+    a.cfg.hookpoint, b.cfg.hookpoint = "", "model.layers.8"
+    a.save(repo / "model.layers.24")
+    b.save(repo / "model.layers.8")
+    x = torch.randn(8, 12)
     sae = load_sae(repo, hookpoint="model.layers.24")
-    assert sae.cfg.hookpoint == "model.layers.3"  # the cfg's own hookpoint wins when present
+    assert sae.cfg.hookpoint == "model.layers.24"
+    torch.testing.assert_close(sae(x), a(x))
+    # the other spellings of a decoder layer's output name the same SAE
+    for name in ("layers.8", "model.language_model.layers.8", "blocks.8.hook_resid_post"):
+        torch.testing.assert_close(load_sae(repo, hookpoint=name)(x), b(x))
     with pytest.raises(SAEFormatError, match="several hookpoints"):
         load_sae(repo)
+    with pytest.raises(SAEFormatError, match=r"no SAE for hookpoint 'model.layers.9'.*model.layers.24.*model.layers.8"):
+        load_sae(repo, hookpoint="model.layers.9")
 
 
 def test_bad_folders_are_refused(tmp_path):
@@ -102,9 +111,13 @@ def test_bad_folders_are_refused(tmp_path):
     bad = tmp_path / "bad"
     random_sae().save(bad, layout="saelens")
     cfg = json.loads((bad / "cfg.json").read_text())
+    cfg["architecture"] = "matching_pursuit"
+    (bad / "cfg.json").write_text(json.dumps(cfg))
+    with pytest.raises(SAEFormatError, match="matching_pursuit"):
+        load_sae(bad)
     cfg["architecture"] = "jumprelu"
     (bad / "cfg.json").write_text(json.dumps(cfg))
-    with pytest.raises(SAEFormatError, match="not a TopK"):
+    with pytest.raises(SAEFormatError, match="threshold"):
         load_sae(bad)
     mism = tmp_path / "mism"
     random_sae().save(mism)
