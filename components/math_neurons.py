@@ -43,7 +43,7 @@ CONSISTENCY_SIZES = (1, 4, 16, 64)
 
 EXPLAIN = (
     "<div class='wb-explain'><b>What you see.</b> MathNeuro scores every weight of every linear "
-    "layer by <i>|W<sub>ij</sub>| · ‖X<sub>j</sub>‖</i> summed over samples (forward passes only), "
+    "layer (the untied lm_head included, as in the paper) by <i>|W<sub>ij</sub>| · ‖X<sub>j</sub>‖</i> summed over samples (forward passes only), "
     "takes the top K % per matrix on <b>math</b> problems and removes those that are also top K % on "
     "<b>non-math</b> text: what is left is math-specific. Scale those weights by the factor "
     "(0 prunes them, 1.1 is the paper's boost) and the model answers the held-out sets again: "
@@ -205,7 +205,7 @@ def layers_plot(layers: dict, s: Setting) -> go.Figure:
     fig.update_layout(title=f"{LABEL_OF[s.method]}: share of each layer's linear weights selected",
                       xaxis=dict(tickmode="array", tickvals=list(range(len(keys))),
                                  ticktext=[f"layer {k}" if k.isdigit() else "lm_head" for k in keys],
-                                 title="decoder layer"),
+                                 title="layer (lm_head: the untied output layer)"),
                       yaxis_title="selected (%)", height=320, margin=dict(l=50, r=20, t=50, b=45))
     return themed(fig)
 
