@@ -7,6 +7,11 @@ The workbench does not depend on either library; this script runs once, in a sep
     /tmp/sae-venv/bin/pip install torch==2.13.0 eai-sparsify==1.3.3 sae-lens==6.54.12
     /tmp/sae-venv/bin/python scripts/make_sae_fixtures.py
 
+and the SAELens 5.x cases (TopK as `standard` with `activation_fn_str: topk`, as 5.x wrote it) from a
+second venv with `sae-lens<6` (5.11.0), added to the same folder:
+
+    /tmp/sae5-venv/bin/python scripts/make_sae_fixtures.py --saelens5
+
 Each case is a folder `<case>/` holding what the library wrote, and `<case>.ref.safetensors` with
 `x` (inputs), `codes` (dense codes) and `recon` as the library computes them after loading the
 folder with its own loader. `cases.json` says, per case, which library, architecture and hookpoint.
@@ -191,7 +196,39 @@ def gemma_scope_case(cases):
                "loads": True}, cases)
 
 
+def saelens5_cases(cases):
+    """SAELens 5.x's single SAE class, saved with its own save_model and read back with its own loader."""
+    import sae_lens as SL
+    from sae_lens import SAE, SAEConfig
+
+    assert SL.__version__.startswith("5."), SL.__version__
+    for i, (case, fn, kwargs, layer) in enumerate((("saelens5_topk", "topk", {"k": 4}, 2),
+                                                   ("saelens5_standard", "relu", {}, 3))):
+        cfg = SAEConfig(architecture="standard", d_in=D_IN, d_sae=N_LAT, activation_fn_str=fn,
+                        activation_fn_kwargs=kwargs, apply_b_dec_to_input=True, finetuning_scaling_factor=False,
+                        context_size=128, model_name="tiny", hook_name=f"blocks.{layer}.hook_resid_post",
+                        hook_layer=layer, hook_head_index=None, prepend_bos=True, dataset_path="none",
+                        dataset_trust_remote_code=False, normalize_activations="none", dtype="float32",
+                        device="cpu", sae_lens_training_version=SL.__version__)
+        sae = SAE(cfg)
+        perturb(sae, 500 + i)
+        sae.save_model(OUT / case)
+        ref = SAE.load_from_disk(OUT / case)
+        x = inputs(70 + i)
+        with torch.no_grad():
+            codes = ref.encode(x)
+            recon = ref.decode(codes)
+        write_ref(case, x, codes, recon,
+                  {"library": f"sae-lens {SL.__version__}", "architecture": "topk" if fn == "topk" else "standard",
+                   "folder": case, "hookpoint": cfg.hook_name, "loads": True, "saelens_loads": True}, cases)
+
+
 def main():
+    if "--saelens5" in sys.argv:
+        cases = json.loads((OUT / "cases.json").read_text())
+        saelens5_cases(cases)
+        (OUT / "cases.json").write_text(json.dumps(cases, indent=1, sort_keys=True) + "\n")
+        return
     if OUT.exists():
         shutil.rmtree(OUT)
     OUT.mkdir(parents=True)

@@ -38,6 +38,10 @@ def test_fixtures_cover_every_case_of_the_issue():
                  ("sae-lens", "matching_pursuit")]:
         assert want in archs, want
     assert CASES["saelens_batchtopk"]["architecture"] == "jumprelu"  # BatchTopK saved as JumpReLU
+    # SAELens 5.x wrote TopK SAEs as "standard" with a topk activation; SAELens 6 reads them as TopK
+    v5 = json.loads((ROOT / "saelens5_topk" / "cfg.json").read_text())
+    assert (v5["architecture"], v5["activation_fn_str"]) == ("standard", "topk")
+    assert CASES["saelens5_topk"]["library"].startswith("sae-lens 5.")
     assert json.loads((ROOT / "saelens_topk_train_rescale" / "cfg.json").read_text())["rescale_acts_by_decoder_norm"]
     assert set(REFUSED) == set(REFUSAL_WORDS)
 
