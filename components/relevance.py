@@ -35,7 +35,8 @@ PAPER_DAF = {"mambalrp": 1.978, "ig": 0.857, "lrp_ln": 0.877, "gi": 0.078, "rand
 HUB_LONG_EXAMPLE = ("The secret code is 4817. Remember it, because you will need it at the end. "
                     "Meanwhile the weather turned cold, the trains ran late, and the market was busy "
                     "with people buying bread, apples and coffee before the holiday. The secret code is")
-HELD_SOURCES = {"zoo": "zoo held-out set", "file": "my sentence file", "sst2": "SST-2 from the hub"}
+HELD_SOURCES = {"zoo": "zoo held-out set", "captions": "COCO captions (shipped)", "file": "my sentence file",
+                "sst2": "SST-2 from the hub"}
 TEXT_EXAMPLES = [
     "the plot was dull but the cast was brilliant and the music was lovely",
     "a really charming film with a weak ending",
@@ -303,7 +304,8 @@ def _code(text: str) -> str:
 def heldout_note(hres: dict) -> str:
     """What data and targets the held-out numbers come from."""
     src = {"zoo": "the zoo organism's held-out sentences (planted evidence words)",
-           "sst2": "SST-2 validation sentences from the hub", "file": "your sentence file"}
+           "sst2": "SST-2 validation sentences from the hub", "file": "your sentence file",
+           "captions": "COCO 2014 captions shipped with the app (assets/data/nemo, MIT; no labels)"}
     parts = [f"**Data:** {src.get(hres.get('source', 'zoo'), hres.get('source'))} · {hres['n']} sentences"]
     if hres.get("target") == "label":
         words = ", ".join(f"{html.escape(k)} → {_code(visible(v))}" for k, v in hres["label_tokens"].items())
@@ -330,6 +332,8 @@ def read_heldout(data: str, upload) -> list[dict]:
     """The sentences the held-out section runs on: an uploaded file or SST-2 from the hub."""
     if data == "sst2":
         return S.load_sst2()
+    if data == "captions":
+        return S.load_captions()
     if not upload:
         raise S.DataError("Upload a sentence file (one per line, or CSV/TSV/JSONL with a 'sentence' or "
                           "'text' column and an optional 'label').")
@@ -406,13 +410,14 @@ def build(ctx) -> None:
                     "(higher = more faithful). Precision@k (zoo only): share of the top-k words that are the "
                     "label-supporting evidence words (k = their number). Paper (SST-2, Mamba-130M): "
                     "MambaLRP 1.978, IG 0.857, LRP (LN-rule) 0.877, GI 0.078, random −0.012.")
-        held_sources = (["zoo"] if not hub and _is_zoo_sentiment_preset(text_p) else []) + ["file", "sst2"]
+        # the zoo's word-level vocabulary reads the shipped captions as <unk>s: captions in hub mode only
+        held_sources = (["zoo"] if not hub and _is_zoo_sentiment_preset(text_p) else ["captions"]) + ["file", "sst2"]
         with gr.Row():
             held_data = gr.Radio([(HELD_SOURCES[k], k) for k in held_sources], value=held_sources[0],
                                  label="Sentences", elem_id="rel-held-data")
             held_target = gr.Radio([("the model's prediction", "predicted"), ("each sentence's label", "label")],
                                    value="predicted", label="Target", elem_id="rel-held-target")
-        with gr.Row(visible=held_sources[0] != "zoo") as held_own:
+        with gr.Row(visible=held_sources[0] not in ("zoo", "captions")) as held_own:
             held_file = gr.File(label="Sentence file (.txt lines · .csv/.tsv/.jsonl with 'sentence' or "
                                       "'text' and optional 'label')",
                                 file_types=[".txt", ".csv", ".tsv", ".jsonl", ".json"], elem_id="rel-held-file")
@@ -447,7 +452,8 @@ def build(ctx) -> None:
         return daf_table(res), curves_plot(res), scatter_plot(res), heldout_note(res)
 
     # the file, label words and prompt only matter for sentences of the user's or SST-2
-    held_data.change(lambda d: gr.update(visible=d != "zoo"), [held_data], [held_own], api_name=False)
+    held_data.change(lambda d: gr.update(visible=d not in ("zoo", "captions")), [held_data], [held_own],
+                     api_name=False)
 
     run_held.click(run_heldout, [methods, n_sent, held_data, held_file, held_target, held_words, held_suffix, model],
                    [table, curves, scatter, held_note], **model_event(api_name="heldout_eval"))

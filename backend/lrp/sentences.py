@@ -1,5 +1,6 @@
 """Held-out sentences for the faithfulness evaluation on any text model: a file the user gives
-(plain lines, CSV/TSV or JSON lines, labels optional) or SST-2 from the hub through `datasets`.
+(plain lines, CSV/TSV or JSON lines, labels optional), SST-2 from the hub through `datasets`, or
+English captions that ship with the app.
 
 Items are `{"text": str, "label": str | None}`; labels are kept as strings ("0", "positive") and are
 mapped to the model's tokens through label words (`parse_label_words`)."""
@@ -116,6 +117,20 @@ def parse_label_words(spec: str | None, labels) -> dict[str, str]:
         if lab not in out:
             out[lab] = SST2_WORDS[lab] if set(present) <= set(SST2_WORDS) else lab
     return out
+
+
+CAPTIONS = Path(__file__).resolve().parents[2] / "assets" / "data" / "nemo" / "coco2014_val_10000.csv"
+
+
+def load_captions(limit: int = 1000) -> list[dict]:
+    """English sentences that ship with the app (COCO 2014 captions, MIT, from the NeMo paper's
+    repository): held-out text for any model without a download; no labels."""
+    if not CAPTIONS.exists():
+        raise DataError("The shipped captions (assets/data/nemo/coco2014_val_10000.csv) are missing; "
+                        "upload a sentence file instead.")
+    with CAPTIONS.open(newline="", encoding="utf-8") as f:
+        rows = [r.get("Caption", "") for _, r in zip(range(limit), csv.DictReader(f, delimiter=";"))]
+    return [{"text": " ".join(t.split()), "label": None} for t in rows if t and t.strip()]
 
 
 def load_sst2(split: str = "validation") -> list[dict]:

@@ -234,7 +234,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
     fns, comps = _handlers("hub")
     model = comps["rel-model"]
     assert [c[1] for c in model.choices] == [M130, M14] and model.interactive
-    assert comps["rel-held-data"].value == "file"
+    assert comps["rel-held-data"].value == "captions" and not comps["rel-held-file"].parent.visible
     assert "Not a paper checkpoint" in comps["rel-image-hub-note"].value
     assert "selected hub checkpoint" in comps["texts"] and "faint · marks" in comps["texts"]
     heat, plot, cons, jfile, pfile, res = fns["explain_text"](TEXT, ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"],
@@ -249,6 +249,11 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
     assert "your sentence file" in note and "5 sentences" in note and "`·good`" in note and "`<|endoftext|>`" in note
     _, _, _, note = fns["heldout_eval"](["mambalrp"], 20, "file", str(path), "predicted", "", "", M130)
     assert "own next-token prediction" in note
+    # out of the box (no upload, no hub): the shipped captions, the model's own predictions as targets
+    table, _, _, note = fns["heldout_eval"](["mambalrp"], 20)
+    assert "COCO 2014 captions" in note and "20 sentences" in note and len(table) == 2
+    with pytest.raises(gr.Error, match="no labels"):
+        fns["heldout_eval"](["mambalrp"], 20, "captions", None, "label", "", "", M130)
     with pytest.raises(gr.Error, match="Upload a sentence file"):
         fns["heldout_eval"](["mambalrp"], 20, "file", None, "predicted", "", "", M130)
     with pytest.raises(gr.Error, match="(?i)offline|datasets"):
