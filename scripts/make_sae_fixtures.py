@@ -138,7 +138,7 @@ def saelens_cases(cases):
          "save_model", None, True),
         ("saelens_matching_pursuit", MatchingPursuitSAE,
          MatchingPursuitSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.2.hook_resid_post")),
-         "save_model", None, False),
+         "save_model", None, True),
     ]
     for i, (case, cls, cfg, saver, extra, loads) in enumerate(specs):
         sae = cls(cfg)

@@ -31,15 +31,14 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .sae import (SAELENS_WEIGHTS, SPARSIFY_WEIGHTS, GatedSAE, JumpReLUSAE, ReLUSAE, SAEFormatError,
-                  SparseAutoencoder, TopKSAE)
+from .sae import (SAELENS_WEIGHTS, SPARSIFY_WEIGHTS, GatedSAE, JumpReLUSAE, MatchingPursuitSAE, ReLUSAE,
+                  SAEFormatError, SparseAutoencoder, TopKSAE)
 
 GEMMASCOPE_WEIGHTS = "params.safetensors"
 SEARCH_DEPTH = 3  # Gemma Scope nests SAEs two folders down (resid_post/layer_12_width_16k_l0_small/)
 
 # Architectures the files may name that the workbench does not compute, and why.
 REFUSED_SAELENS = {
-    "matching_pursuit": "matching-pursuit SAE (codes found by an iterative pursuit over the decoder, no encoder)",
     "abstopk": "AbsTopK SAE (signed codes, chosen by magnitude)",
     "temporal": "temporal SAE (codes depend on the preceding tokens)",
     "batchtopk": "BatchTopK training checkpoint (its codes depend on the whole batch; SAELens's "
@@ -285,8 +284,9 @@ def read_saelens(e: Entry, dtype) -> SparseAutoencoder:
     # have no b_enc / W_enc, and a KeyError would not say what they are
     if arch in REFUSED_SAELENS:
         raise SAEFormatError(f"SAELens architecture {arch!r}: {REFUSED_SAELENS[arch]} is not supported")
-    if arch not in ("topk", "standard", "jumprelu", "gated"):
-        raise SAEFormatError(f"unknown SAELens architecture {arch!r} (supported: topk, standard, jumprelu, gated)")
+    if arch not in ("topk", "standard", "jumprelu", "gated", "matching_pursuit"):
+        raise SAEFormatError(f"unknown SAELens architecture {arch!r} "
+                             "(supported: topk, standard, jumprelu, gated, matching_pursuit)")
     norm = cfg.get("normalize_activations", "none")
     if norm is True:
         norm = "expected_average_only_in"
@@ -300,6 +300,15 @@ def read_saelens(e: Entry, dtype) -> SparseAutoencoder:
         if not torch.allclose(w["scaling_factor"], torch.ones_like(w["scaling_factor"])):
             raise SAEFormatError("SAELens SAE with a fine-tuning scaling factor: not supported")
         del w["scaling_factor"]
+    if arch == "matching_pursuit":
+        _need(w, ("W_dec", "b_dec"), "SAELens matching_pursuit")
+        n, d = _dims(cfg, w["W_dec"], "d_sae")
+        sae = MatchingPursuitSAE(d, n, hookpoint=e.hookpoint, apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
+                                 residual_threshold=cfg.get("residual_threshold", 1e-2),
+                                 max_iterations=cfg.get("max_iterations"),
+                                 stop_on_duplicate_support=cfg.get("stop_on_duplicate_support", True),
+                                 dtype=dtype or w["W_dec"].dtype)
+        return _fill(sae, {"W_enc": w["W_dec"], "W_dec": w["W_dec"], "b_dec": w["b_dec"]})
     if arch == "gated":
         _need(w, ("W_enc", "b_gate", "r_mag", "b_mag", "W_dec", "b_dec"), "SAELens gated")
     else:

@@ -1,4 +1,5 @@
-"""Sparse autoencoders: TopK (and sparsify's GroupMax), ReLU, JumpReLU and gated, one interface.
+"""Sparse autoencoders: TopK (and sparsify's GroupMax), ReLU, JumpReLU, gated and matching pursuit,
+one interface.
 
     x' = x − b_dec  (unless the SAE was trained without it: apply_b_dec_to_input=False)
     TopK      z = TopK_k( ReLU( W_enc x' + b_enc ) )
@@ -6,6 +7,7 @@
     ReLU      z = ReLU( W_enc x' + b_enc )                               (SAELens "standard")
     JumpReLU  z = ReLU(p) · [p > θ],  p = W_enc x' + b_enc               (Gemma Scope, BatchTopK)
     gated     z = [W_enc x' + b_gate > 0] · ReLU( (W_enc ⊙ e^{r_mag}) x' + b_mag )
+    matching pursuit: greedy steps over the decoder rows (no encoder), see MatchingPursuitSAE
     x̂ = z W_dec + b_dec
 
 Every class offers `encode` (dense codes [..., n_latents]), `encode_sparse` ((values, indices) of
@@ -316,8 +318,64 @@ class GatedSAE(SparseAutoencoder):
         return {"W_enc": self.W_enc.T, "b_gate": self.b_gate, "r_mag": self.r_mag, "b_mag": self.b_mag}
 
 
+class MatchingPursuitSAE(SparseAutoencoder):
+    """Matching pursuit (SAELens "matching_pursuit"): no encoder; each step picks the decoder row
+    best aligned with the residual, codes it by the (positive) projection and subtracts it, until the
+    support stops changing, the residual is small or `max_iterations` (default d_in) steps are done.
+    W_enc holds a copy of W_dec for the code that reads its device or shape."""
+
+    architecture = "matching_pursuit"
+
+    def __init__(self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True,
+                 residual_threshold: float = 1e-2, max_iterations: int | None = None,
+                 stop_on_duplicate_support: bool = True, dtype=torch.float32):
+        super().__init__(d_in, n_latents, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input, dtype=dtype)
+        self.residual_threshold = float(residual_threshold)
+        self.max_iterations = d_in if max_iterations is None else int(max_iterations)
+        self.stop_on_duplicate_support = bool(stop_on_duplicate_support)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        r = self.sae_in(x).reshape(-1, self.d_in)
+        rows = torch.arange(r.shape[0], device=r.device)
+        z = torch.zeros(r.shape[0], self.n_latents, dtype=r.dtype, device=r.device)
+        support = torch.zeros_like(z, dtype=torch.bool)
+        done = torch.zeros(r.shape[0], dtype=torch.bool, device=r.device)
+        for _ in range(self.max_iterations):
+            best = (r @ self.W_dec.T).relu().max(dim=-1).indices
+            atom = self.W_dec[best]
+            step = (r * atom).sum(-1).relu() * (~done).to(r.dtype)  # finished rows stay as they are
+            z[rows, best] += step
+            r = r - step[:, None] * atom
+            if self.stop_on_duplicate_support:
+                now = z != 0
+                done |= (now == support).all(-1)
+                support = now
+            if self.residual_threshold > 0:
+                done |= r.norm(dim=-1) < self.residual_threshold
+            if done.all():
+                break
+        return z.reshape(*x.shape[:-1], self.n_latents)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        # SAELens adds b_dec back only where it was taken from the input
+        out = z.to(self.W_dec.dtype) @ self.W_dec
+        return out + self.b_dec if self.cfg.apply_b_dec_to_input else out
+
+    def decode_sparse(self, vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        out = (vals.to(self.W_dec.dtype).unsqueeze(-1) * self.W_dec[idx]).sum(-2)
+        return out + self.b_dec if self.cfg.apply_b_dec_to_input else out
+
+    def _saelens_tensors(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def _saelens_cfg(self) -> dict:
+        return {"residual_threshold": self.residual_threshold, "max_iterations": self.max_iterations,
+                "stop_on_duplicate_support": self.stop_on_duplicate_support}
+
+
 # SAELens's name of each architecture, for saving
-SAELENS_NAMES = {"topk": "topk", "relu": "standard", "jumprelu": "jumprelu", "gated": "gated"}
+SAELENS_NAMES = {"topk": "topk", "relu": "standard", "jumprelu": "jumprelu", "gated": "gated",
+                 "matching_pursuit": "matching_pursuit"}
 
 
 def detect_layout(path: Path) -> str:

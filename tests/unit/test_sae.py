@@ -111,9 +111,9 @@ def test_bad_folders_are_refused(tmp_path):
     bad = tmp_path / "bad"
     random_sae().save(bad, layout="saelens")
     cfg = json.loads((bad / "cfg.json").read_text())
-    cfg["architecture"] = "matching_pursuit"
+    cfg["architecture"] = "temporal"
     (bad / "cfg.json").write_text(json.dumps(cfg))
-    with pytest.raises(SAEFormatError, match="matching_pursuit"):
+    with pytest.raises(SAEFormatError, match="temporal"):
         load_sae(bad)
     cfg["architecture"] = "jumprelu"
     (bad / "cfg.json").write_text(json.dumps(cfg))

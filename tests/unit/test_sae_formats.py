@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file
 
 from backend.sae.formats import canonical_hookpoint, find_saes
-from backend.sae.sae import (GatedSAE, JumpReLUSAE, ReLUSAE, SAEFormatError, SparseAutoencoder, TopKSAE,
-                             load_sae)
+from backend.sae.sae import (GatedSAE, JumpReLUSAE, MatchingPursuitSAE, ReLUSAE, SAEFormatError, SparseAutoencoder,
+                             TopKSAE, load_sae)
 from backend.sae.steer import clamp_codes
 
 torch.set_num_threads(1)
@@ -21,10 +21,11 @@ LOADS = sorted(c for c, m in CASES.items() if m["loads"])
 REFUSED = sorted(c for c, m in CASES.items() if not m["loads"])
 TOL = 1e-4  # relative, on the whole batch
 
-CLASSES = {"topk": TopKSAE, "groupmax": TopKSAE, "standard": ReLUSAE, "jumprelu": JumpReLUSAE, "gated": GatedSAE}
+CLASSES = {"topk": TopKSAE, "groupmax": TopKSAE, "standard": ReLUSAE, "jumprelu": JumpReLUSAE, "gated": GatedSAE,
+           "matching_pursuit": MatchingPursuitSAE}
 # what each refusal must name
 REFUSAL_WORDS = {"sparsify_skip": "skip connection", "sparsify_transcoder": "transcoder",
-                 "saelens_batchtopk_train": "batchtopk", "saelens_matching_pursuit": "matching_pursuit"}
+                 "saelens_batchtopk_train": "batchtopk"}
 
 
 def rel(a, b):
@@ -125,7 +126,8 @@ def test_saelens_metadata_hook_names():
     assert canonical_hookpoint("blocks.4.hook_resid_pre") == "layers.4:input"
 
 
-@pytest.mark.parametrize("case", ["saelens_standard", "saelens_jumprelu", "saelens_gated", "sparsify_groupmax"])
+@pytest.mark.parametrize("case", ["saelens_standard", "saelens_jumprelu", "saelens_gated", "saelens_matching_pursuit",
+                                  "sparsify_groupmax"])
 def test_non_topk_saes_work_with_steering(case):
     """Codes = the SAE's activations; clamping a feature through the steering code changes exactly
     that feature's share of the reconstruction."""
@@ -144,7 +146,8 @@ def test_non_topk_saes_work_with_steering(case):
         torch.testing.assert_close(same, x, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["saelens_standard", "saelens_jumprelu", "saelens_gated", "saelens_topk"])
+@pytest.mark.parametrize("case", ["saelens_standard", "saelens_jumprelu", "saelens_gated", "saelens_matching_pursuit",
+                                  "saelens_topk"])
 def test_saelens_layout_round_trip(tmp_path, case):
     m = CASES[case]
     sae = load_sae(ROOT / m["folder"])
