@@ -79,13 +79,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--nonmath", type=Path, default=None, help="non-math texts (default: the preset's)")
     args = ap.parse_args(argv)
     state = job_state(args)
-    from ..mathneuro.service import bench
+    from ..mathneuro.service import NoNonMath, bench
 
     source = (args.source or active_source()).strip().lower()
     # the files first: a bad file fails here, before any model or hub is asked for
-    texts = {k: read_inputs(p, source) for k, p in (("math", args.math), ("nonmath", args.nonmath)) if p}
+    try:
+        texts = {k: read_inputs(p, source) for k, p in (("math", args.math), ("nonmath", args.nonmath)) if p}
+    except (OSError, ValueError) as e:
+        ap.error(str(e))
     b = bench(source)
-    run(b, args.out, args.samples, args.chunk, state, texts=texts, stop_after=args.stop_after)
+    try:
+        run(b, args.out, args.samples, args.chunk, state, texts=texts, stop_after=args.stop_after)
+    except NoNonMath as e:  # hub mode offline with no --nonmath file
+        ap.error(str(e).replace("Name a non-math file", "Pass --nonmath FILE"))
     if state.is_main_process:
         print(f"wrote {args.out}/mathneuro-norms-{{math,nonmath}}.safetensors")
 
