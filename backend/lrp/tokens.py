@@ -25,13 +25,17 @@ def piece(tok, tid: int) -> str | None:
     return None if p is None else str(p)
 
 
-def token_text(tok, tid: int) -> str:
+def _specials(tok) -> frozenset:
+    return frozenset(getattr(tok, "all_special_tokens", []) or [])
+
+
+def token_text(tok, tid: int, specials: frozenset | None = None) -> str:
     """One token as text: the decode of that id alone ('Ġwas' → ' was'); specials and word-level
     tokens stay as they are; a piece that is only part of a character keeps its piece name."""
     p = piece(tok, tid)
     if p is None:
         return f"<id {int(tid)}>"
-    if p in set(getattr(tok, "all_special_tokens", []) or []):
+    if p in (_specials(tok) if specials is None else specials):
         return p
     try:
         text = tok.decode([int(tid)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -43,7 +47,8 @@ def token_text(tok, tid: int) -> str:
 
 
 def token_texts(tok, ids) -> list[str]:
-    return [token_text(tok, int(i)) for i in ids]
+    specials = _specials(tok)
+    return [token_text(tok, int(i), specials) for i in ids]
 
 
 def visible(text: str) -> str:

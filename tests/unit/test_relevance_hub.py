@@ -234,6 +234,12 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
     fns, comps = _handlers("hub")
     model = comps["rel-model"]
     assert [c[1] for c in model.choices] == [M130, M14] and model.interactive
+    # a deep link carries the checkpoint (components.links takes any Dropdown with an elem_id)
+    from components.links import LinkValueError, coerce
+
+    assert coerce(model, M14) == M14
+    with pytest.raises(LinkValueError):
+        coerce(model, "someone/other-model")
     assert comps["rel-held-data"].value == "captions" and not comps["rel-held-file"].parent.visible
     assert "Not a paper checkpoint" in comps["rel-image-hub-note"].value
     assert "selected hub checkpoint" in comps["texts"] and "faint · marks" in comps["texts"]
