@@ -201,16 +201,20 @@ def load_hub_nonmath(specs, n: int = 500) -> list[dict]:
     per = max(1, n // max(1, len(specs)))
     for spec in specs:
         repo, _, config = spec.partition(":")
-        if "race" in repo:
-            ds = datasets.load_dataset(repo, config or "all", split="test")
-            for row in ds.select(range(min(per, len(ds)))):
-                q = f"{row['article'].strip()}\n\n{row['question'].strip()}"
-                items.append(multiple_choice(q, list(row["options"]), row["answer"], repo))
-        elif "mmlu" in repo:
-            ds = datasets.load_dataset(repo, config or "all", split="test")
-            ds = ds.shuffle(seed=0).select(range(min(per, len(ds))))
-            for row in ds:
-                items.append(multiple_choice(row["question"], list(row["choices"]), row["answer"], repo))
-        else:
+        if "race" not in repo and "mmlu" not in repo:
             raise RuntimeError(f"no reader for {repo}: name a non-math file instead")
+        ds = datasets.load_dataset(repo, config or "all", split="test")
+        ds = ds.shuffle(seed=0).select(range(min(per, len(ds))))
+        items += race_items(ds, repo) if "race" in repo else mmlu_items(ds, repo)
     return items
+
+
+def race_items(rows, where: str = "RACE") -> list[dict]:
+    """RACE rows (article, question, options, answer letter) as multiple-choice items."""
+    return [multiple_choice(f"{r['article'].strip()}\n\n{r['question'].strip()}", list(r["options"]),
+                            r["answer"], where) for r in rows]
+
+
+def mmlu_items(rows, where: str = "MMLU") -> list[dict]:
+    """MMLU rows (question, choices, answer index) as multiple-choice items."""
+    return [multiple_choice(r["question"], list(r["choices"]), r["answer"], where) for r in rows]

@@ -79,10 +79,18 @@ def test_nonmath_files_of_every_kind(tmp_path):
             sources.read_items(bad)
 
 
-def test_hub_nonmath_is_refused_offline_with_a_reason(monkeypatch):
+def test_hub_nonmath_is_refused_offline_and_race_mmlu_rows_read(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RuntimeError, match="HF_HUB_OFFLINE"):
         sources.load_hub_nonmath(["ehovy/race:all", "cais/mmlu:all"])
+    # rows in the datasets' own schemas
+    race = sources.race_items([{"article": "Tom went to the zoo. He saw a lion.", "question": "What did Tom see?",
+                                "options": ["a cat", "a lion", "a dog", "a bird"], "answer": "B"}])
+    mmlu = sources.mmlu_items([{"question": "The capital of France is", "choices": ["Rome", "Paris", "Oslo", "Lima"],
+                                "answer": 1, "subject": "geography"}])
+    for it in race + mmlu:
+        assert it["answer"] == "B" and it["choice"] and "\nB. " in it["prompt"]
+    assert race[0]["prompt"].startswith("Tom went to the zoo.") and "What did Tom see?" in race[0]["prompt"]
 
 
 # ------------------------------------------------------------------------- the stand-in model
