@@ -77,10 +77,12 @@ def canonical_hookpoint(name: str) -> str:
 
 
 def model_hookpoint(name: str) -> str:
-    """A recorded hook name in the Hugging Face spelling the workbench hooks (`model.layers.N`, with
-    `:input` for a layer's input); names of other sites are kept as written."""
-    c = canonical_hookpoint(name)
-    return "model." + c if re.fullmatch(r"layers\.\d+(:input)?", c) else name
+    """A recorded hook name in the Hugging Face spelling the workbench hooks: TransformerLens's
+    residual names and a bare `layers.N` become `model.layers.N` (`:input` for a layer's input); full
+    module names and other sites are kept as written."""
+    if re.fullmatch(r"blocks\.\d+\.hook_resid_(post|pre)|layers\.\d+", name.strip()):
+        return "model." + canonical_hookpoint(name)
+    return name
 
 
 def _recorded_hookpoint(folder: Path, layout: str, cfg: dict, nested: bool) -> str:
@@ -377,13 +379,16 @@ def load(path: str | os.PathLike, *, hookpoint: str | None = None, device: str |
          dtype: torch.dtype | None = None) -> SparseAutoencoder:
     """The SAE in a local folder (or, for a folder of several, the one for `hookpoint`), in eval mode
     on `device`. Its `cfg.hookpoint` is the name the caller gave when it names the recorded one (or
-    nothing is recorded), else the recorded one, TransformerLens names spelled as `model.layers.N`."""
+    nothing is recorded), else the recorded one spelled as the model names it (`model.layers.N` for
+    sparsify's `layers.N` and TransformerLens's `blocks.N.hook_resid_post`)."""
     entry = resolve(Path(path), hookpoint)
     sae = READERS[entry.layout](entry, dtype)
     recorded = sae.cfg.hookpoint
     # the caller's spelling is the one its model knows; a sub-folder path named instead is not a hookpoint
     if hookpoint and (not recorded or canonical_hookpoint(recorded) == canonical_hookpoint(hookpoint)):
         sae.cfg.hookpoint = hookpoint
+    elif recorded:
+        sae.cfg.hookpoint = model_hookpoint(recorded)  # sparsify's trainer names a Llama's layer `layers.N`
     sae.cfg.extra = {"layout": entry.layout, "path": str(entry.folder), "sae_hookpoint": recorded,
                      **{k: v for k, v in entry.cfg.items() if isinstance(v, (str, int, float, bool))}}
     return sae.to(device).eval()

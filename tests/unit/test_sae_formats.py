@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backend.sae.formats import canonical_hookpoint, find_saes
+from backend.sae.formats import canonical_hookpoint, find_saes, model_hookpoint
 from backend.sae.sae import (GatedSAE, JumpReLUSAE, MatchingPursuitSAE, ReLUSAE, SAEFormatError, SparseAutoencoder,
                              TopKSAE, load_sae)
 from backend.sae.steer import clamp_codes
@@ -96,6 +96,7 @@ def test_hookpoints_of_a_sparsify_trainer_folder():
     assert sorted(e.hookpoint for e in find_saes(folder)) == ["layers.3", "layers.5"]
     x = load_file(str(ROOT / "sparsify_topk.ref.safetensors"))["x"]
     ref = load_sae(folder / "layers.3")
+    assert ref.cfg.hookpoint == "model.layers.3"  # the trainer's name, relative to the base model
     for name in ("layers.3", "model.layers.3", "model.language_model.layers.3"):
         sae = load_sae(folder, hookpoint=name)
         assert sae.cfg.hookpoint == name
@@ -124,6 +125,9 @@ def test_saelens_metadata_hook_names():
         "model.language_model.layers.5"
     assert load_sae(ROOT / "gemmascope").cfg.hookpoint == "model.layers.7"
     assert canonical_hookpoint("blocks.4.hook_resid_pre") == "layers.4:input"
+    # a full module name is the model's own and stays as written
+    assert model_hookpoint("model.language_model.layers.0") == "model.language_model.layers.0"
+    assert model_hookpoint("blocks.2.hook_mlp_out") == "blocks.2.hook_mlp_out"
 
 
 @pytest.mark.parametrize("case", ["saelens_standard", "saelens_jumprelu", "saelens_gated", "saelens_matching_pursuit",
