@@ -311,7 +311,9 @@ def _nonmath_entry(items: list[dict], label: str) -> dict:
     # identification on the first half, evaluation on the rest, when there are enough
     half = len(items) // 2 if len(items) >= 2 * 8 else len(items)
     ident, held = items[:min(half, MAX_SAMPLES)], items[half:] or items
-    return {"items": held, "ident": ident, "label": label, "rule": rule}
+    split = (f"{len(ident)} identify, {len(held)} score" if held is not items else
+             "the same items identify and score (fewer than 16)")
+    return {"items": held, "ident": ident, "label": f"{label}: {split}", "rule": rule}
 
 
 def register_nonmath(source: str | None, path: str | os.PathLike, name: str | None = None) -> str:

@@ -196,7 +196,7 @@ def test_identify_prune_scale_on_gsm8k_and_a_user_file(svc, b, mc_file):
     key = svc.register_nonmath("hub", mc_file)
     assert key == svc.register_nonmath("hub", mc_file)  # same content, same id
     info = svc.describe(b, key)
-    assert "quiz.jsonl (20 items)" in info["nonmath"] and "letter" in info["nonmath_rule"]
+    assert "quiz.jsonl (20 items): 10 identify, 10 score" in info["nonmath"] and "letter" in info["nonmath_rule"]
     s = svc.Setting("mathneuro", 0.05, 8, 0.0, nonmath=key)
     masks = b.masks(s)
     assert "lm_head.weight" not in masks and "model.embed_tokens.weight" not in masks  # tied: skipped
