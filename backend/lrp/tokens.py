@@ -29,6 +29,13 @@ def _specials(tok) -> frozenset:
     return frozenset(getattr(tok, "all_special_tokens", []) or [])
 
 
+def _decode1(tok, tid: int) -> str | None:
+    try:
+        return tok.decode([int(tid)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    except Exception:  # noqa: BLE001 - a tokenizer without a decoder: its piece is its text
+        return None
+
+
 def token_text(tok, tid: int, specials: frozenset | None = None) -> str:
     """One token as text: the decode of that id alone ('Ġwas' → ' was'); specials and word-level
     tokens stay as they are; a piece that is only part of a character keeps its piece name."""
@@ -37,18 +44,37 @@ def token_text(tok, tid: int, specials: frozenset | None = None) -> str:
         return f"<id {int(tid)}>"
     if p in (_specials(tok) if specials is None else specials):
         return p
-    try:
-        text = tok.decode([int(tid)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    except Exception:  # noqa: BLE001 - a tokenizer without a decoder: its piece is its text
-        return p
+    text = _decode1(tok, tid)
     if not text or "\ufffd" in text:
         return p
     return text
 
 
 def token_texts(tok, ids) -> list[str]:
+    """Every token of a sequence as text. Byte-level BPE splits some characters (emoji, accents in
+    a small vocabulary) into byte tokens that are no text alone: each of those shows the character
+    its run of tokens spells and its place in the run, e.g. 'é(1/2)', 'é(2/2)'."""
+    ids = [int(i) for i in ids]
     specials = _specials(tok)
-    return [token_text(tok, int(i), specials) for i in ids]
+    out = [token_text(tok, i, specials) for i in ids]
+    broken = [piece(tok, i) is not None and out[k] == piece(tok, i) and "\ufffd" in (_decode1(tok, i) or "")
+              for k, i in enumerate(ids)]
+    i = 0
+    while i < len(ids):
+        if not broken[i]:
+            i += 1
+            continue
+        j, text = i, ""
+        while j < len(ids) and broken[j]:
+            j += 1
+            text = tok.decode(ids[i:j], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            if "\ufffd" not in text:
+                break
+        if text and "\ufffd" not in text and j - i > 1:
+            for k in range(i, j):
+                out[k] = f"{text}({k - i + 1}/{j - i})"
+        i = j
+    return out
 
 
 def visible(text: str) -> str:

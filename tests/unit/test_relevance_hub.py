@@ -82,6 +82,12 @@ def test_tokens_are_readable_text_with_visible_leading_spaces(svc, m130):
     data = json.loads(Path(jpath).read_text())
     assert data["tokens"] == toks and "·was" in data["tokens_shown"]
     assert Path(ppath).read_bytes()[:4] == b"\x89PNG"
+    # characters split into byte tokens read as the character and its part, not as 'Ã' '©'
+    from backend.lrp.tokens import token_texts
+
+    ids = m130.tokenizer("a café 😀", add_special_tokens=False)["input_ids"]
+    texts = token_texts(m130.tokenizer, ids)
+    assert "😀(1/4)" in texts and "😀(4/4)" in texts and not any("Ã" in t or "ð" in t for t in texts)
 
 
 def test_word_targets_resolve_to_the_models_tokens(svc, m130):
