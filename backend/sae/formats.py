@@ -169,8 +169,10 @@ def _names(entries: list[Entry], root: Path) -> list[str]:
 def resolve(path: Path, hookpoint: str | None) -> Entry:
     """The SAE for `hookpoint` (any spelling `canonical_hookpoint` equates, or a sub-folder's path).
     A named hookpoint that none of the SAEs records is refused, listing those that are there."""
-    if hookpoint and (path / hookpoint).is_dir() and _is_sae_folder(path / hookpoint):
-        e = find_saes(path / hookpoint)[0]
+    sub = path / hookpoint if hookpoint else None
+    # a sub-folder named by the hookpoint (sparsify's and lmms-lab's layout), never one outside `path`
+    if sub is not None and sub.resolve().is_relative_to(path.resolve()) and sub.is_dir() and _is_sae_folder(sub):
+        e = find_saes(sub)[0]
         if not e.hookpoint:
             e.hookpoint = hookpoint
         return e

@@ -160,3 +160,8 @@ def test_saelens_layout_round_trip(tmp_path, case):
     x = load_file(str(ROOT / f"{case}.ref.safetensors"))["x"]
     torch.testing.assert_close(again.encode(x), sae.encode(x))
     torch.testing.assert_close(again(x), sae(x))
+
+
+def test_a_hookpoint_cannot_name_a_folder_outside_the_sae_folder():
+    with pytest.raises(SAEFormatError, match="no SAE for hookpoint"):
+        load_sae(ROOT / "sparsify_topk", hookpoint="../sparsify_groupmax/layers.2")
