@@ -14,6 +14,7 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
+from backend.core.stopflag import StopFlag
 from backend.sae import features as FT
 from backend.sae import scenes as S
 from backend.core import colors as C
@@ -23,7 +24,7 @@ from components.common import fail, model_event, themed
 TAB_ID = "features"
 TITLE = "Features"
 ORDER = 2
-SUMMARY = "SAE features of a tiny LLaVA: top images, activation regions, concept labels, steering."
+SUMMARY = "SAE features of a LLaVA-style model: top images, activation regions, concept labels, steering."
 # A deep link opens its feature page on load (`feature=ID` or the linked `features-id`), then reruns
 # these (components.links): the filtered list, the held-out scene's analysis and the steering.
 LINK_RUNS = ("features_list", "analyse_image", "steer")
@@ -33,6 +34,7 @@ SORTS = ["density", "max activation", "IoU"]
 POSITION_CHOICES = [("every prompt position (paper)", "prompt"), ("prompt + generated tokens", "all"),
                     ("image positions of the prompt", "image")]
 _EXPORT_DIR: Path | None = None
+MAX_TAB_IMAGES = 256  # an index built from the tab; larger sets go to the sharded command-line job
 
 
 def _export_path(name: str) -> Path:
@@ -125,7 +127,7 @@ def _page_png(page: dict, path: Path) -> Path:
     draw.text((pad, 6), f"feature {page['feature']}: {page['label'] or 'no concept'} (IoU {page['iou']:.2f})  "
               f"density {page['density']:.2%}  max {page['max_act']:.2f}", fill="black")
     draw.text((pad, 22), "rows: top images (score) / activation overlay / outside the region dimmed", fill="gray")
-    vmax = max(float(page["maps"].max()) if len(page["images"]) else 1.0, 1e-9)
+    vmax = max(_maps_max(page["maps"]), 1e-9)
     for j, (im, m, r) in enumerate(zip(page["images"], page["maps"], page["regions"])):
         x = pad + j * (t + pad)
         for i, view in enumerate((im, overlay(im, m, vmax), dimmed(im, r))):
@@ -140,12 +142,30 @@ def _page_png(page: dict, path: Path) -> Path:
     return path
 
 
+def _maps_max(maps) -> float:
+    """The largest activation over a page's maps (an array, or a list of maps of different shapes)."""
+    return max([float(np.max(m)) for m in maps if np.size(m)] or [1.0])
+
+
 # ------------------------------------------------------------------------------ handlers
 def _org(source: str):
     try:
         return FT.get_organism(source)
     except FileNotFoundError as e:
         fail(f"The Features organism is not built: {e}")
+
+
+def no_index_html(org) -> str:
+    """What to do when a hub preset has no feature index yet (instead of error panels)."""
+    note = (f"<p class='wb-muted'>A file was found but not used: {html.escape(org.index_note)}</p>"
+            if org.index_note else "")
+    return (f"<div class='wb-explain' id='features-noindex'><b>No feature index yet for this model and SAE.</b> "
+            f"A feature's page shows the images of a dataset that excite it most, so an index over your images "
+            f"is needed first. Build it above from a few images (up to {MAX_TAB_IMAGES}), or for a large set "
+            f"run on a GPU machine:<pre style='white-space:pre-wrap'>{html.escape(FT.index_command(org))}</pre>"
+            f"This tab picks the file up as soon as the job writes it to <code>{html.escape(str(org.index_out))}</code> "
+            f"(set <code>WORKBENCH_SAE_INDEX</code> to read another file, or put one beside the SAE). "
+            f"Image analysis and steering below work without an index.{note}</div>")
 
 
 def _feature_id(org, value) -> int:
@@ -167,33 +187,52 @@ def list_features(source: str, query: str, sort: str):
             for r in rows]
 
 
+def _empty_page(org, f: int):
+    """The page outputs when there is no index: the instructions, nothing else changed."""
+    return (no_index_html(org), [], [], None, None, None, None, {}, f, f, gr.update())
+
+
 def open_feature(source: str, feature):
     org = _org(source)
     f = _feature_id(org, feature)
+    if org.index is None:
+        return _empty_page(org, f)
     page = FT.feature_page(org, f)
-    vmax = float(page["maps"].max()) if len(page["images"]) else 1.0
+    vmax = _maps_max(page["maps"])
     over = [(_big(overlay(im, m, vmax)), f"#{t['image_id']} · {t['score']:.2f}")
             for im, m, t in zip(page["images"], page["maps"], page["top"])]
     dim = [(_big(dimmed(im, r)), t["caption"]) for im, r, t in zip(page["images"], page["regions"], page["top"])]
-    lab = html.escape(page["label"] or "no concept")
-    header = (f"<h3 style='margin:0'>Feature {f} · <span style='color:var(--color-accent)'>{lab}</span> "
-              f"<span class='wb-badge'>IoU {page['iou']:.2f}</span></h3>"
-              f"<div class='wb-muted'>{html.escape(page['family'] or '')} · density {page['density']:.3%} of image "
-              f"tokens · max activation {page['max_act']:.3f} · mean non-zero {page['mean_act']:.3f} · "
-              f"concept explainer: best IoU of a planted concept mask with the activation regions "
-              f"(bilinear upsampling, ≥ 50% of the map's max) over the top-5 images</div>"
-              + colorbar_html(vmax, "overlay colour scale"))
+    if org.is_hub:
+        lab = html.escape(page["label"] or "unlabelled")
+        header = (f"<h3 style='margin:0'>Feature {f} · <span style='color:var(--color-accent)'>{lab}</span></h3>"
+                  f"<div class='wb-muted'>density {page['density']:.3%} of base-image patch tokens · max activation "
+                  f"{page['max_act']:.3f} · mean non-zero {page['mean_act']:.3f} · labels: "
+                  f"{html.escape(page['labelled_by'])} · maps: the base image's patches stretched over each "
+                  f"picture (bilinear), region ≥ 50% of the map's max</div>"
+                  + colorbar_html(vmax, "overlay colour scale"))
+    else:
+        lab = html.escape(page["label"] or "no concept")
+        header = (f"<h3 style='margin:0'>Feature {f} · <span style='color:var(--color-accent)'>{lab}</span> "
+                  f"<span class='wb-badge'>IoU {page['iou']:.2f}</span></h3>"
+                  f"<div class='wb-muted'>{html.escape(page['family'] or '')} · density {page['density']:.3%} of image "
+                  f"tokens · max activation {page['max_act']:.3f} · mean non-zero {page['mean_act']:.3f} · "
+                  f"concept explainer: best IoU of a planted concept mask with the activation regions "
+                  f"(bilinear upsampling, ≥ 50% of the map's max) over the top-5 images</div>"
+                  + colorbar_html(vmax, "overlay colour scale"))
     data = FT.page_json(page)
     jpath = _atomic_write(_export_path(f"feature_{f}.json"), lambda p: p.write_text(json.dumps(data, indent=1)))
     ppath = _atomic_write(_export_path(f"feature_{f}.png"), lambda p: _page_png(page, p))
     steer_value = FT.default_clamp_value(org, f)
+    top = float(round(4 * float(org.index.tensors["max_act"].max()), 3)) or 100.0
     return (header, over, dim, _hist_plot(page), _concept_plot(page), str(jpath), str(ppath), data, f,
-            f, gr.Slider(value=steer_value))
+            f, gr.Slider(value=steer_value, maximum=max(top, steer_value)))
 
 
 def _image_input(org, image, example):
     if image is not None:
         return np.asarray(image)
+    if not org.heldout_specs:
+        fail("Upload an image to analyse.")
     if example is not None and str(example).strip() != "":
         try:
             i = int(example)
@@ -211,19 +250,27 @@ def analyse(source: str, image, example, progress=gr.Progress()):
         out = FT.analyse_image(org, img, top_n=6)
     except ValueError as e:
         fail(str(e))
-    size = out["image"].shape[0]
+    shown = FT.thumbnail(out["image"], 320) if org.is_hub else out["image"]
     gallery = []
     vmax = max([float(m.max()) for m in out["maps"].values()] or [1.0])
     from backend.sae.explain import upsample
-    import torch
 
     for row in out["features"]:
-        m = upsample(torch.as_tensor(out["maps"][row["feature"]]), size)[0].numpy()
-        gallery.append((_big(overlay(out["image"], m, vmax)),
-                        f"feature {row['feature']} · {row['label'] or '?'} · mean {row['mean_act']:.2f}"))
+        f = row["feature"]
+        m = upsample(out["maps"][f], shown.shape[:2])[0].numpy()
+        name = row["label"] or ("unlabelled" if org.is_hub else "?")
+        gallery.append((_big(overlay(shown, m, vmax)), f"feature {f} · {name} · mean {row['mean_act']:.2f}"
+                        + (" · base image" if org.is_hub else "")))
+        if f in out.get("tile_maps", {}):  # the finer map of LLaVA-NeXT's high-resolution tiles
+            t = out["tile_maps"][f]
+            tm = upsample(t, shown.shape[:2])[0].numpy()
+            gallery.append((_big(overlay(shown, tm, max(float(t.max()), 1e-9))),
+                            f"feature {f} · tiles ({t.shape[0]}×{t.shape[1]} patches)"))
     table = [[r["feature"], r["label"], r["mean_act"]] for r in out["features"]]
-    return (_big(out["image"]), f"**Model caption:** {out['caption'] or '—'}", gallery, table,
-            colorbar_html(vmax, "activation per patch"))
+    where = (f"<br><span class='wb-muted'>Image positions: {html.escape(out['positions'])}.</span>"
+             if org.is_hub else "")
+    return (_big(shown), f"**Model {'answer' if org.is_hub else 'caption'}:** {out['caption'] or '—'}", gallery,
+            table, colorbar_html(vmax, "activation per patch") + where)
 
 
 def steer(source: str, image, example, feature, value, positions, add_error, suppress, progress=gr.Progress()):
@@ -242,14 +289,22 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
                                suppress_family=bool(suppress))
     except ValueError as e:
         fail(str(e))
-    lab = org.labels.get(str(f), {}).get("label", "")
-    ok = "well-formed" if out["well_formed"] else "not a well-formed caption"
+    lab = FT.shown_label(org.labels.get(str(f), {}))
+    ok = {True: " · steered output is well-formed", False: " · steered output is not a well-formed caption",
+          None: ""}[out["well_formed"]]
     zeroed = f" · {len(out['suppressed'])} rival features zeroed" if out["suppressed"] else ""
-    md = (f"| | caption |\n|---|---|\n| without | `{out['baseline']}` |\n"
-          f"| feature {f} ({html.escape(lab or '?')}) = {v:g} | `{out['steered']}` |\n\n"
-          f"<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
-          f"error term {'added back' if add_error else 'dropped'}{zeroed} · steered output is {ok}</span>")
-    return _big(img), md, out
+    def cell(text: str) -> str:  # free text from a model: escaped, wrapped even inside long words
+        return f"<td style='word-break:break-word;font-family:var(--font-mono)'>{html.escape(text) or '—'}</td>"
+
+    row = "<td style='width:32%'>{}</td>"
+    name = lab or ("unlabelled" if org.is_hub else "?")
+    md = (f"<table style='table-layout:fixed;width:100%'><tr><th style='width:32%'></th><th>"
+          f"{'answer' if org.is_hub else 'caption'}</th></tr>"
+          f"<tr>{row.format('without')}{cell(out['baseline'])}</tr>"
+          f"<tr>{row.format(f'feature {f} ({html.escape(name)}) = {v:g}')}{cell(out['steered'])}</tr>"
+          f"</table>\n\n<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
+          f"error term {'added back' if add_error else 'dropped'}{zeroed}{ok}</span>")
+    return _big(FT.thumbnail(FT.model_image(org, img), 320) if org.is_hub else img), md, out
 
 
 # ------------------------------------------------------------------------------ layout
@@ -260,7 +315,18 @@ def _site_words(cfg: dict) -> str:
             + (", other colours' features zeroed" if cfg.get("suppress_other_colours") else ""))
 
 
+def _hub_steering_explain(org) -> str:
+    return ("<div class='wb-explain'>During the prompt pass the residual stream at the SAE hookpoint "
+            f"<code>{html.escape(org.hookpoint)}</code> is replaced by the SAE reconstruction with the chosen feature "
+            "clamped to the slider's value (the paper clamps at every position); the answer is then generated "
+            "greedily, with and without the clamp. “Image positions” are all of the prompt's image tokens: the base "
+            "image, the high-resolution tiles and their row newlines. The slider's default is 2× the feature's "
+            "largest activation in the index.</div>")
+
+
 def _steering_explain(org) -> str:
+    if org.is_hub:
+        return _hub_steering_explain(org)
     st = org.summary.get("steering", {})
     sweep, norms = st.get("sweep", {}), st.get("residual_norms", {}).get(org.hookpoint, {})
     def per_colour(v):
@@ -286,7 +352,23 @@ def _steering_explain(org) -> str:
             f"{rows}{crow}</table></details>")
 
 
+def _hub_summary_md(org) -> str:
+    parts = [f"`{html.escape(org.ids[0])}` + SAE `{html.escape(org.ids[1])}` at `{org.hookpoint}` · "
+             f"{org.sae.n_latents} latents, k = {org.sae.k}"]
+    if org.index is not None:
+        src = org.index.source
+        where = html.escape(src.root if src is not None else "?")
+        parts.append(f"feature index: {org.index.meta.get('n_images', '?')} images from `{where}` "
+                     f"(`{html.escape(str(org.index_path))}`)")
+    else:
+        parts.append("no feature index yet (see below)")
+    parts.append(f"labels: {html.escape(org.label_source)}")
+    return " · ".join(parts)
+
+
 def _summary_md(org) -> str:
+    if org.is_hub:
+        return _hub_summary_md(org)
     s = org.summary or {}
     ev = s.get("sae_eval", {})
     rb = s.get("random_baseline", {})
@@ -311,34 +393,121 @@ def _summary_md(org) -> str:
     return " · ".join(parts)
 
 
+def _stop_flag(request) -> StopFlag:
+    return StopFlag(f"features-index:{getattr(request, 'session_hash', None) or 'anonymous'}")
+
+
+def _collect_images(org, files, folder: str) -> "FT.ImageSource":
+    """The images to index from the tab: uploaded files (copied beside the index, which refers to
+    them by name) or a server folder under the allowed roots."""
+    from backend.core import presets as P
+
+    if files:
+        paths = [Path(getattr(f, "name", f)) for f in (files if isinstance(files, list) else [files])]
+        if len(paths) > MAX_TAB_IMAGES:
+            fail(f"At most {MAX_TAB_IMAGES} images from the tab; index larger sets with: {FT.index_command(org)}")
+        import hashlib
+        import shutil
+
+        h = hashlib.sha256()
+        for p in paths:
+            h.update(p.read_bytes())
+        dest = Path(org.index_out).parent / f"images-{h.hexdigest()[:12]}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for i, p in enumerate(paths):
+            if p.suffix.lower() not in FT.IMAGE_SUFFIXES:
+                fail(f"{p.name} is not an image ({', '.join(FT.IMAGE_SUFFIXES)}).")
+            shutil.copyfile(p, dest / f"{i:04d}_{p.name}")
+        return FT.ImageSource.folder(dest)
+    if folder and folder.strip():
+        src = FT.ImageSource.folder(P.validate_local_path(folder.strip()))
+        if len(src) > MAX_TAB_IMAGES:
+            fail(f"{len(src)} images: at most {MAX_TAB_IMAGES} from the tab; for this folder run: "
+                 f"{FT.index_command(org, folder.strip())}")
+        return src
+    fail("Upload some images or name a folder to index.")
+
+
+def build_index(source: str, files, folder: str, request: gr.Request, progress=gr.Progress()):
+    """Index a small image set here, with a progress bar; Cancel stops it between batches."""
+    org = _org(source)
+    if not org.is_hub:
+        fail("The zoo organism's index comes with it; rebuild it with: python -m backend.sae.cli build")
+    src = _collect_images(org, files, folder)
+    for i in range(len(src)):  # every file must open before the model spends time on any
+        src.load(i)
+    flag = _stop_flag(request).start()
+    progress(0, desc=f"indexing {len(src)} images")
+    try:
+        FT.build_hub_index(org, src, progress=lambda d, n: progress(d / n, desc=f"{d}/{n} images indexed"),
+                           should_stop=flag.is_set)
+    except FT.Cancelled as e:
+        return (f"**Cancelled** ({e}); nothing was written.", gr.update(), gr.update(), gr.update())
+    finally:
+        flag.finish()
+    FT.refresh_index(org)
+    rows = list_features(source, "", "density")
+    first_id = rows[0][0] if rows else 0
+    return (f"**Indexed {len(src)} images** → `{html.escape(str(org.index_path))}`. The feature list now "
+            f"shows the features that fired; the densest one is open.", rows, first_id, _hub_summary_md(org))
+
+
+def cancel_index(request: gr.Request):
+    if _stop_flag(request).request():
+        return "Stopping after the current batch…"
+    return "No index build is running."
+
+
 def build(ctx) -> None:
     source = gr.State(ctx.source)
-    gr.HTML(
-        "<div class='wb-explain'>A sparse autoencoder (TopK SAE) splits the model's residual stream into "
-        "features. Each feature's page shows the images of the dataset that excite it most, "
-        "<b>where</b> it fires on them (left: the activation map over the image; right: the paper's view, "
-        "everything outside the activation region dimmed), its activation histogram and how often it fires, "
-        "and the planted concept whose mask best matches its regions (IoU). Below, upload an image to see "
-        "which features fire where, and clamp a feature to watch the caption change.</div>")
     try:
         org = FT.get_organism(ctx.source)
-        gr.Markdown(_summary_md(org), elem_classes=["wb-muted"])
         n_features = org.n_features
-        first = FT.feature_table(org, "", "iou")
+        first = FT.feature_table(org, "", "density" if org.is_hub else "iou")
         first_id = first[0]["feature"] if first else 0
         n_held = len(org.heldout_specs)
     except Exception as e:  # the organism is not built: say so instead of failing the whole app
         gr.Markdown(f"**The Features model could not be loaded:** {html.escape(str(e))}")
         return
+    labels_words = ("its label (none unless a model explainer has labelled the index: the concept explainer "
+                    "needs planted masks)" if org.is_hub else
+                    "the planted concept whose mask best matches its regions (IoU)")
+    gr.HTML(
+        "<div class='wb-explain'>A sparse autoencoder (TopK SAE) splits the model's residual stream into "
+        "features. Each feature's page shows the images of the dataset that excite it most, "
+        "<b>where</b> it fires on them (left: the activation map over the image; right: the paper's view, "
+        "everything outside the activation region dimmed), its activation histogram and how often it fires, "
+        f"and {labels_words}. Below, upload an image to see "
+        "which features fire where, and clamp a feature to watch the caption change.</div>")
+    summary = gr.Markdown(_summary_md(org), elem_classes=["wb-muted"], elem_id="features-summary")
+    if org.is_hub:
+        with gr.Accordion("Build the feature index from images", open=org.index is None,
+                          elem_id="features-build"):
+            gr.Markdown(f"<span class='wb-muted'>Image positions: {html.escape(FT.positions_text(org))}. "
+                        f"Up to {MAX_TAB_IMAGES} images here (about a second each on a GPU for the 8B model); "
+                        f"a large set with the sharded, resumable job: "
+                        f"<code>{html.escape(FT.index_command(org))}</code></span>")
+            with gr.Row():
+                build_files = gr.File(label="images to index", file_count="multiple", file_types=["image"],
+                                      elem_id="features-build-files", scale=2)
+                build_folder = gr.Textbox(label="…or a folder on the server (under WORKBENCH_MODEL_ROOTS)",
+                                          elem_id="features-build-folder", scale=2)
+            with gr.Row():
+                build_btn = gr.Button("Build index", variant="primary", elem_id="features-build-run")
+                cancel_btn = gr.Button("Cancel", variant="stop", elem_id="features-build-cancel")
+            build_status = gr.Markdown(elem_id="features-build-status")
 
     with gr.Row():
         with gr.Column(scale=2, min_width=320):
             with gr.Row():
-                query = gr.Textbox(label="search concept", placeholder="e.g. red, circle, striped",
+                query = gr.Textbox(label="search label or id" if org.is_hub else "search concept",
+                                   placeholder="a feature id" if org.is_hub else "e.g. red, circle, striped",
                                    elem_id="features-query", scale=2)
-                sort = gr.Dropdown(SORTS, value="IoU", label="sort by", elem_id="features-sort", scale=1)
+                sort = gr.Dropdown(SORTS, value="density" if org.is_hub else "IoU", label="sort by",
+                                   elem_id="features-sort", scale=1)
             table = gr.Dataframe(headers=["feature", "concept", "IoU", "density", "max act"],
-                                 value=list_features(ctx.source, "", "IoU"), interactive=False,
+                                 value=list_features(ctx.source, "", "density" if org.is_hub else "IoU"),
+                                 interactive=False,
                                  elem_id="features-table", max_height=420)
             with gr.Row():
                 feat = gr.Number(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
@@ -356,7 +525,8 @@ def build(ctx) -> None:
                                      height=210, format="png", elem_id="features-dimmed", object_fit="contain")
             with gr.Row():
                 hist = gr.Plot(label="activation histogram", elem_id="features-hist")
-                concepts = gr.Plot(label="concept IoU", elem_id="features-concepts")
+                concepts = gr.Plot(label="concept IoU", elem_id="features-concepts",
+                                   visible=not org.is_hub)  # no planted concepts in real images
             with gr.Row():
                 json_file = gr.File(label="export JSON", elem_id="features-json")
                 png_file = gr.File(label="export PNG", elem_id="features-png")
@@ -366,22 +536,26 @@ def build(ctx) -> None:
     gr.Markdown("### Which features fire where")
     with gr.Row():
         with gr.Column(scale=1):
-            upload = gr.Image(label="your image (resized to the model's input)", type="numpy", format="png",
+            upload = gr.Image(label=("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.is_hub
+                                     else "your image (resized to the model's input)"), type="numpy", format="png",
                               height=220, elem_id="features-upload", sources=["upload", "clipboard"])
-            gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link: “Link to this "
-                        "view” carries the held-out scene number instead.</span>")
-            example = gr.Dropdown([str(i) for i in range(min(n_held, 40))], value="0",
+            gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link"
+                        + (": “Link to this view” carries the held-out scene number instead." if n_held else ".")
+                        + "</span>")
+            # a preset without a scene set (hub) has no scene picker: the upload is the input
+            example = gr.Dropdown([str(i) for i in range(min(n_held, 40))], value="0" if n_held else None,
                                   label="…or a held-out scene (used when no image is uploaded)",
-                                  elem_id="features-example", allow_custom_value=True)
+                                  elem_id="features-example", allow_custom_value=True, visible=n_held > 0)
             analyse_btn = gr.Button("Analyse image", variant="primary", elem_id="features-analyse")
         with gr.Column(scale=3):
             with gr.Row():
-                shown = gr.Image(label="input scene", format="png", height=200, interactive=False,
+                shown = gr.Image(label="input image" if org.is_hub else "input scene", format="png", height=200, interactive=False,
                                  elem_id="features-shown")
                 with gr.Column():
                     cap = gr.Markdown()
                     firing = gr.Dataframe(headers=["feature", "concept", "mean activation"], interactive=False)
             fire_gallery = gr.Gallery(label="strongest features on this image", columns=6, height=200,
+                                      object_fit="contain",
                                       format="png", elem_id="features-firing")
             fire_bar = gr.HTML()
 
@@ -398,12 +572,13 @@ def build(ctx) -> None:
                                  elem_id="features-positions")
             with gr.Row():
                 add_err = gr.Checkbox(False, label="add the SAE error term back", elem_id="features-adderr")
-                suppress = gr.Checkbox(defaults["suppress"], label="zero rival features of the same family "
+                suppress = gr.Checkbox(defaults["suppress"], visible=not org.is_hub,  # families need concept labels
+                                       label="zero rival features of the same family "
                                        "(e.g. the other colours)", elem_id="features-suppress")
             steer_btn = gr.Button("Generate with and without", variant="primary", elem_id="features-steer")
         with gr.Column(scale=3):
             with gr.Row():
-                steer_img = gr.Image(label="scene given to the captioner", format="png", height=180, interactive=False,
+                steer_img = gr.Image(label="image given to the model" if org.is_hub else "scene given to the captioner", format="png", height=180, interactive=False,
                                      elem_id="features-steer-img")
                 steer_md = gr.Markdown(elem_id="features-steer-out")
             with gr.Accordion("steering result (JSON)", open=False):
@@ -424,6 +599,11 @@ def build(ctx) -> None:
         return open_feature(source_, fid)
 
     table.select(pick_row, [source, table], page_outputs, api_visibility="private")
+    if org.is_hub:
+        build_btn.click(build_index, [source, build_files, build_folder], [build_status, table, feat, summary],
+                        **model_event(api_name="build_index")).then(
+            open_feature, [source, feat], page_outputs, api_visibility="private")
+        cancel_btn.click(cancel_index, None, build_status, api_name="cancel_index")
     analyse_btn.click(analyse, [source, upload, example], [shown, cap, fire_gallery, firing, fire_bar],
                       **model_event(api_name="analyse_image"))
     steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err, suppress],
@@ -438,6 +618,9 @@ def build(ctx) -> None:
             fid = raw if isinstance(raw, int) and not isinstance(raw, bool) else first_id
             if not 0 <= fid < n_features:
                 fid = first_id
+        org_ = _org(source_)
+        if org_.index is None:  # the instructions, never an error toast on page load
+            return _empty_page(org_, fid)
         return open_feature(source_, fid)
 
     from gradio.context import Context

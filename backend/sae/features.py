@@ -38,7 +38,8 @@ from . import explain as E
 from . import scenes as S
 from . import steer as ST
 from . import vlm
-from .index import INDEX_ENV, INDEX_FILE, Cancelled, FeatureIndex, ImageSource, build_streaming, find_index
+from .index import (IMAGE_SUFFIXES, INDEX_ENV, INDEX_FILE, Cancelled, FeatureIndex, ImageSource,  # noqa: F401
+                    build_streaming, find_index)
 from .sae import TopKSAE, load_sae
 
 TAB = "features"

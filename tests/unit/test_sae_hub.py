@@ -178,3 +178,56 @@ def test_paths_outside_allowed_roots_are_refused(hub, monkeypatch):
     monkeypatch.delenv("WORKBENCH_MODEL_ROOTS", raising=False)
     with pytest.raises(P.PresetError):
         FT.load_hub(str(folder), SF.SAE_ID, "model.layers.24")
+
+
+class _Request:  # what the tab's build and cancel handlers read from gr.Request
+    session_hash = "test-hub-session"
+
+
+def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
+    import gradio as gr
+
+    from components import features as tab
+    from components.common import TabContext
+
+    monkeypatch.setenv(INDEX_ENV, str(tmp_path / "tab-index" / INDEX_FILE))
+    org = FT.load_hub()
+    monkeypatch.setattr(FT, "get_organism", lambda source="zoo": org)
+    seen = []
+
+    def progress(frac, desc=None):
+        seen.append((frac, desc))
+
+    # no index yet: the page says what to run, the list is empty, nothing raises
+    header = tab.open_feature("hub", 3)[0]
+    assert "No feature index yet" in header and "backend.precompute.sae_index --source hub" in header
+    assert tab.list_features("hub", "", "density") == []
+    # the tab is built without scene controls (the hub preset has no scene set)
+    with gr.Blocks():
+        tab.build(TabContext(tabs=None, source="hub"))
+    with pytest.raises(gr.Error, match="Upload an image"):
+        tab.analyse("hub", None, "0", progress=progress)
+
+    # build from uploaded files, cancelled first (Cancel pressed as it starts), then to the end
+    files = sorted(str(p) for p in hub["images"].glob("*.png"))
+    assert tab.cancel_index(_Request()) == "No index build is running."
+    cancelling = lambda frac, desc=None: tab.cancel_index(_Request())  # noqa: E731
+    status = tab.build_index("hub", files, "", _Request(), progress=cancelling)[0]
+    assert status.startswith("**Cancelled**") and org.index is None
+    status, rows, first, summary = tab.build_index("hub", files, "", _Request(), progress=progress)
+    assert status.startswith("**Indexed 6 images**") and rows and first == rows[0][0]
+    assert seen[-1][0] == 1.0 and "6/6" in seen[-1][1] and "6 images" in summary
+    assert org.index is not None and org.index_path == tmp_path / "tab-index" / INDEX_FILE
+    with pytest.raises(P.PresetError, match="outside the allowed"):  # a server folder must lie under the roots
+        tab.build_index("hub", None, str(hub["images"]), _Request(), progress=progress)
+
+    header, overlays, dimmed = tab.open_feature("hub", first)[:3]
+    assert f"Feature {first}" in header and "unlabelled" in header and "labels: none" in header
+    assert len(overlays) == len(dimmed) >= 1
+    img = picture(hub, 3)
+    shown, caption, gallery, table, bar = tab.analyse("hub", img, None, progress=progress)
+    assert caption.startswith("**Model answer:**") and "base image" in bar and "newline" in bar
+    assert any("tiles" in c for _, c in gallery) and table
+    _, md, res = tab.steer("hub", img, None, first, 5.0, "image", False, False, progress=progress)
+    assert "positions: image" in md and "<table" in md and res["well_formed"] is None
+    assert "well-formed" not in md
