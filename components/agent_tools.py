@@ -482,15 +482,16 @@ def unwrap_multiple_outputs() -> None:
 
 
 def mcp_wanted(flag: bool = False, env: dict | None = None) -> bool:
-    """Whether to serve the MCP tools: `--mcp` or WORKBENCH_MCP=1 turn it on, WORKBENCH_MCP=0 off.
-    Off by default everywhere; on a public Space (SPACE_ID set) only the owner's WORKBENCH_MCP=1
-    turns it on, since every tool call spends the Space's compute."""
+    """Whether to serve the MCP tools. Off by default, locally and on a Space (SPACE_ID set) alike:
+    every tool call spends the machine's compute and, while it is on, the UI's events leave the API
+    page. `--mcp` or WORKBENCH_MCP=1 (on a Space: a variable only the owner can set) turn it on;
+    WORKBENCH_MCP=0 keeps it off whatever the command line says."""
     env = os.environ if env is None else env
     setting = str(env.get("WORKBENCH_MCP", "")).strip().lower()
     if setting in ("0", "false", "no", "off"):
         return False
     if setting in ("1", "true", "yes", "on"):
         return True
-    if env.get("SPACE_ID"):
-        return False
+    if setting:
+        raise ValueError(f"WORKBENCH_MCP must be 1 or 0, not {setting!r}")
     return bool(flag)
