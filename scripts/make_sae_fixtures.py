@@ -60,7 +60,7 @@ def write_ref(case, x, codes, recon, meta, cases):
 
 # ------------------------------------------------------------------ sparsify
 def sparsify_cases(cases):
-    from sparsify import SparseCoder, SparseCoderConfig
+    from sparsify import SparseCoder, SparseCoderConfig, TrainConfig
 
     def dense(acts, idx):
         return torch.zeros(acts.shape[0], N_LAT).scatter_(-1, idx, acts)
@@ -76,6 +76,8 @@ def sparsify_cases(cases):
             sae = SparseCoder(D_IN, cfg)
             perturb(sae, 100 + j + len(cases) * 10)
             sae.save_to_disk(OUT / case / hp)
+        # the trainer's run folder also holds its TrainConfig as config.json (state *.pt files are dropped)
+        TrainConfig(cfg, hookpoints=hookpoints, log_to_wandb=False).save_json(OUT / case / "config.json")
         hp = hookpoints[0]
         sae = SparseCoder.load_from_disk(OUT / case / hp)
         x = inputs(len(cases))
