@@ -59,6 +59,7 @@ class Entry:
     layout: str
     cfg: dict
     hookpoint: str  # as the files record it, "" when they do not
+    error: str = ""  # why a folder found beside others cannot be read (raised only if it is the one chosen)
 
 
 # ---------------------------------------------------------------------------------- hookpoints
@@ -150,8 +151,12 @@ def find_saes(path: Path) -> list[Entry]:
         for d in frontier:
             for sub in sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")):
                 if _is_sae_folder(sub):
-                    layout = detect_layout(sub)
-                    cfg = _read_cfg(sub, layout)
+                    try:
+                        layout = detect_layout(sub)
+                        cfg = _read_cfg(sub, layout)
+                    except SAEFormatError as err:  # one unreadable folder does not hide its neighbours
+                        found.append(Entry(sub, "", {}, sub.name, error=str(err)))
+                        continue
                     found.append(Entry(sub, layout, cfg, _recorded_hookpoint(sub, layout, cfg, nested=True)))
                 else:
                     nxt.append(sub)
@@ -384,6 +389,8 @@ def load(path: str | os.PathLike, *, hookpoint: str | None = None, device: str |
     nothing is recorded), else the recorded one spelled as the model names it (`model.layers.N` for
     sparsify's `layers.N` and TransformerLens's `blocks.N.hook_resid_post`)."""
     entry = resolve(Path(path), hookpoint)
+    if entry.error:
+        raise SAEFormatError(entry.error)
     sae = READERS[entry.layout](entry, dtype)
     recorded = sae.cfg.hookpoint
     # the caller's spelling is the one its model knows; a sub-folder path named instead is not a hookpoint

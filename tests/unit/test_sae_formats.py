@@ -165,3 +165,16 @@ def test_saelens_layout_round_trip(tmp_path, case):
 def test_a_hookpoint_cannot_name_a_folder_outside_the_sae_folder():
     with pytest.raises(SAEFormatError, match="no SAE for hookpoint"):
         load_sae(ROOT / "sparsify_topk", hookpoint="../sparsify_groupmax/layers.2")
+
+
+def test_an_unreadable_folder_does_not_hide_its_neighbours(tmp_path):
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "sparsify_topk", repo)
+    (repo / "layers.9").mkdir()
+    (repo / "layers.9" / "cfg.json").write_text("{}")  # weights missing
+    x = load_file(str(ROOT / "sparsify_topk.ref.safetensors"))["x"]
+    torch.testing.assert_close(load_sae(repo, hookpoint="model.layers.3")(x), load_sae(ROOT / "sparsify_topk/layers.3")(x))
+    with pytest.raises(SAEFormatError, match=r"layers.9: no sae.safetensors"):
+        load_sae(repo, hookpoint="layers.9")
