@@ -428,7 +428,7 @@ def _collect_images(org, files, folder: str) -> "FT.ImageSource":
     fail("Upload some images or name a folder to index.")
 
 
-def build_index(source: str, files, folder: str, request: gr.Request, progress=gr.Progress()):
+def build_index(source: str, files, folder: str, request: gr.Request = None, progress=gr.Progress()):
     """Index a small image set here, with a progress bar; Cancel stops it between batches."""
     org = _org(source)
     if not org.is_hub:
@@ -452,7 +452,7 @@ def build_index(source: str, files, folder: str, request: gr.Request, progress=g
             f"shows the features that fired; the densest one is open.", rows, first_id, _hub_summary_md(org))
 
 
-def cancel_index(request: gr.Request):
+def cancel_index(request: gr.Request = None):
     if _stop_flag(request).request():
         return "Stopping after the current batch…"
     return "No index build is running."
