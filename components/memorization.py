@@ -442,7 +442,8 @@ def build(ctx) -> None:
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             prompt = gr.Textbox(label="Prompt", value=default, lines=2, elem_id="memo-prompt")
-            mem_type = gr.Textbox(label="Memorization type (VM verbatim / TM template)", interactive=False,
+            mem_type = gr.Textbox(label="Type (VM/TM)", interactive=False,
+                                  info="VM: verbatim copy of a training image; TM: template (layout copied, details vary)",
                                   value=mem_examples[0][1] if mem_examples else "", max_lines=1,
                                   elem_id="memo-type")
             if mem_examples:
@@ -521,6 +522,7 @@ def build(ctx) -> None:
                 batch_note = gr.HTML(elem_id="memo-batch-note-box")
                 batch_tbl = gr.Dataframe(headers=BATCH_HEADERS, interactive=False, wrap=True,
                                          datatype=["str", "number", "str", "number", "str"],
+                                         column_widths=["52%", "11%", "15%", "10%", "12%"],
                                          elem_id="memo-batch-table", label="Memorization score per prompt")
     n_mem = len(d["memorized"])
     with gr.Row(visible=n_mem > 0):

@@ -56,6 +56,14 @@ def test_memorization_controls_and_screenshot(page, server_url):
     expect(page.locator("#memo-summary")).to_contain_text("1 memorized prompts", timeout=LONG)
     expect(page.locator("#memo-hist .js-plotly-plot")).to_be_visible(timeout=LONG)
 
+    # a list of prompts: the sample button fills it, the table sorts by score on a header click
+    page.locator("#memo-batch-acc").get_by_text("Check a list of prompts").first.click()  # closed on the zoo
+    page.click("#memo-batch-sample")
+    expect(page.locator("#memo-batch-text textarea")).not_to_have_value("", timeout=LONG)
+    page.click("#memo-batch-btn")
+    expect(page.locator("#memo-batch-note-box")).to_contain_text("10 prompts, ", timeout=LONG)
+    expect(page.locator("#memo-batch-table")).to_contain_text("not memorized", timeout=LONG)
+
     page.click("#memo-export")
     expect(page.locator("#memo-files a[href$='nemo.json']")).to_have_count(1, timeout=LONG)
     expect(page.locator("#memo-files a[href$='nemo.png']")).to_have_count(1, timeout=LONG)
