@@ -72,7 +72,7 @@ def explain_hub(preset) -> str:
         "after “####” in the reference. <b>Non-math:</b> the file you name below (JSONL / CSV with prompt or "
         "question + answer, optionally choices, or plain text one per line), or the deployment's set "
         f"(<code>{service.NONMATH_ENV}</code>, or RACE + MMLU through <code>datasets</code> where the hub "
-        "is reachable); multiple choice is scored by the letter the model names first, other answers by "
+        "is reachable, else the shipped COCO captions as plain text); multiple choice is scored by the letter the model names first, other answers by "
         "their normalised text, plain text by next-token accuracy. Its first half identifies, the rest "
         "scores. Baselines: Wanda, random weights (same count per matrix), LAPE. The model is restored "
         "bit-exactly after every evaluation.</div>")

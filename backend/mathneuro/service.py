@@ -359,15 +359,26 @@ def load_hub_data(preset: Preset) -> dict[str, Any]:
 
 def load_default_nonmath(preset: Preset, data: dict) -> None:
     """Fill data["nonmath_sets"]["default"], or data["nonmath_error"] with the reason there is none.
-    Called on first use, so that a job given its own files never asks the hub."""
+    Called on first use, so that a job given its own files never asks the hub.
+
+    In order: the deployment's file (WORKBENCH_MATH_NONMATH; a broken one is an error, not skipped),
+    the paper's RACE + MMLU through `datasets`, and, where the hub cannot be reached, the shipped
+    COCO captions as plain non-math text, labelled as the stand-in they are."""
     named = os.environ.get(NONMATH_ENV, "").strip()
+    sets = data["nonmath_sets"]
     try:
         if named:
             items = sources.read_items(named)
-            data["nonmath_sets"][DEFAULT_NONMATH] = _nonmath_entry(items, f"{Path(named).name} ({len(items)} items, {NONMATH_ENV})")
-        else:
-            items = sources.load_hub_nonmath(preset.extra.get("nonmath") or [])
-            data["nonmath_sets"][DEFAULT_NONMATH] = _nonmath_entry(
-                items, f"{' + '.join(preset.extra['nonmath'])} via datasets ({len(items)} items)")
+            sets[DEFAULT_NONMATH] = _nonmath_entry(items, f"{Path(named).name} ({len(items)} items, {NONMATH_ENV})")
+            return
+        specs = preset.extra.get("nonmath") or []
+        try:
+            items = sources.load_hub_nonmath(specs)
+            sets[DEFAULT_NONMATH] = _nonmath_entry(items, f"{' + '.join(specs)} via datasets ({len(items)} items)")
+        except Exception as e:  # noqa: BLE001 - said in the label, and the shipped text stands in
+            items = sources.read_captions()
+            sets[DEFAULT_NONMATH] = _nonmath_entry(
+                items, f"{sources.CAPTIONS_SOURCE}, {len(items)} captions, standing in for the paper's "
+                       f"RACE + MMLU ({e}); name a file for a set of your own")
     except Exception as e:  # noqa: BLE001 - the tab shows why and asks for a file
         data["nonmath_error"] = str(e)

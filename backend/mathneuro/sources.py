@@ -22,6 +22,11 @@ GSM8K_SOURCE = "GSM8K (openai/grade-school-math, MIT; shipped in assets/data/gsm
 MAX_FILE_BYTES = 20 * 2**20
 MAX_ITEMS = 5000
 
+# Plain English text the app ships, the non-math fallback when no file is named and no hub is
+# reachable: COCO captions, as the NeMo paper's repository lists them (MIT).
+CAPTIONS = REPO_ROOT / "assets" / "data" / "nemo" / "coco2014_val_10000.csv"
+CAPTIONS_SOURCE = "COCO 2014 captions (shipped in assets/data/nemo, MIT)"
+
 # A number as written in an answer: optional sign, thousands commas, decimals ("$1,234.50", "-3").
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
@@ -78,6 +83,16 @@ def read_gsm8k(split: str, n: int | None = None) -> list[dict]:
             out.append({"prompt": row["question"], "answer": row["answer"],
                         "final": reference_number(row["answer"])})
     return out
+
+
+def read_captions(n: int = 400) -> list[dict]:
+    """The first `n` shipped COCO captions as plain-text items."""
+    if not CAPTIONS.exists():
+        raise FileNotFoundError(f"the shipped captions are missing ({CAPTIONS})")
+    with CAPTIONS.open(encoding="utf-8", newline="") as f:
+        rows = csv.DictReader(f, delimiter=";")
+        out = [{"text": r["Caption"].strip()} for r in rows if (r.get("Caption") or "").strip()]
+    return out[:n]
 
 
 # ------------------------------------------------------------------------------ user's files

@@ -182,12 +182,42 @@ def test_batched_left_padded_generation_is_each_prompt_alone(b):
     assert m.generation_config.do_sample and chat.generate(m, b.tok, prompts, NEW_TOKENS) == together
 
 
-def test_no_nonmath_set_offline_says_what_to_do(svc, b):
+def test_offline_default_nonmath_is_the_shipped_captions_labelled_as_such(svc, b, tmp_path, monkeypatch):
+    from backend.mathneuro import core
+
     info = svc.describe(b)
-    assert info["nonmath"] is None and "HF_HUB_OFFLINE" in info["nonmath_error"]
+    assert "COCO 2014 captions" in info["nonmath"] and "HF_HUB_OFFLINE" in info["nonmath"]
+    assert "next-token" in info["nonmath_rule"] and info["nonmath_error"] is None
     assert "GSM8K test" in info["math"] and "####" in info["math_rule"] and "chat template" in info["template"]
-    with pytest.raises(svc.NoNonMath, match="Name a non-math file"):
-        b.baseline(n_eval=4)
+    caps = sources.read_captions()
+    assert len(caps) == 400 and caps[0] == {"text": "a person standing close to an elephant"}
+    s = svc.Setting("mathneuro", 0.05, 8, 0.0)
+    ref = core.identify(b.model, [chat.sample_ids(b.tok, it, "math") for it in sources.read_gsm8k("train", 8)],
+                        [b.tok(it["text"])["input_ids"] for it in caps[:8]], 0.05, tokenizer=b.tok)
+    masks = b.masks(s)
+    assert all(torch.equal(masks[n], ref[n]) for n in ref)
+    r = b.baseline(n_eval=4)
+    held = b.nonmath_set()["items"][:4]
+    hits = total = 0
+    with torch.no_grad():  # next-token accuracy, one unpadded caption at a time
+        for it in held:
+            ids = torch.tensor([b.tok(it["text"])["input_ids"]])
+            hits += int((b.model(ids).logits[0, :-1].argmax(-1) == ids[0, 1:]).sum())
+            total += ids.shape[1] - 1
+    assert 0.0 <= r["math"] <= 1.0 and r["nonmath"] == pytest.approx(hits / total)
+    # no captions either: no set, and the reason; a deployment's broken file is an error, not skipped
+    monkeypatch.setattr(sources, "CAPTIONS", tmp_path / "missing.csv")
+    data = {"nonmath_sets": {}}
+    svc.load_default_nonmath(b.preset, data)
+    assert not data["nonmath_sets"] and "captions are missing" in data["nonmath_error"]
+    bad = tmp_path / "mine.txt"
+    bad.write_text("just one line\n")
+    monkeypatch.setenv(svc.NONMATH_ENV, str(bad))
+    data = {"nonmath_sets": {}}
+    svc.load_default_nonmath(b.preset, data)
+    assert "at least two" in data["nonmath_error"]
+    with pytest.raises(ValueError, match="no longer loaded"):
+        b.masks(s.but(nonmath="file:0000"))
 
 
 def test_identify_prune_scale_on_gsm8k_and_a_user_file(svc, b, mc_file):
@@ -237,8 +267,8 @@ def test_tab_handlers_in_hub_mode(svc, b, mc_file):
     from components.math_neurons import make_handlers
 
     live, figure2, curve, consistency, ask, export, name_nonmath = make_handlers("hub")
-    with pytest.raises(gr.Error, match="Name a non-math file"):
-        live("MathNeuro", 5, 0.0, 8)
+    with pytest.raises(gr.Error, match="name it again"):
+        live("MathNeuro", 5, 0.0, 8, "file:0000")
     with pytest.raises(gr.Error, match="Could not read"):
         bad = mc_file.parent / "bad.jsonl"
         bad.write_text('{"foo": 1}\n{"foo": 2}\n')
