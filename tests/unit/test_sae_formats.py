@@ -178,3 +178,21 @@ def test_an_unreadable_folder_does_not_hide_its_neighbours(tmp_path):
     torch.testing.assert_close(load_sae(repo, hookpoint="model.layers.3")(x), load_sae(ROOT / "sparsify_topk/layers.3")(x))
     with pytest.raises(SAEFormatError, match=r"layers.9: no sae.safetensors"):
         load_sae(repo, hookpoint="layers.9")
+
+
+@pytest.mark.parametrize("key,value,words", [("normalize_activations", "layer_norm", "layer_norm"),
+                                             ("normalize_activations", "constant_norm_rescale", "constant_norm_rescale"),
+                                             ("normalize_activations", "expected_average_only_in", "expected_average"),
+                                             ("reshape_activations", "hook_z", "hook_z"),
+                                             ("architecture", "jumprelu_transcoder", "transcoder"),
+                                             ("architecture", "abstopk", "abstopk")])
+def test_settings_the_workbench_does_not_compute_are_refused_by_name(tmp_path, key, value, words):
+    import shutil
+
+    folder = tmp_path / "sae"
+    shutil.copytree(ROOT / "saelens_gated", folder)
+    cfg = json.loads((folder / "cfg.json").read_text())
+    cfg[key] = value
+    (folder / "cfg.json").write_text(json.dumps(cfg))
+    with pytest.raises(SAEFormatError, match=words):
+        load_sae(folder)
