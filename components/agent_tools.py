@@ -305,8 +305,8 @@ def generate_without_neurons(prompt: str, neurons: list[str], seeds: int = 4) ->
     Cost: two generations per seed (about a second each on the zoo model).
 
     Args:
-        neurons: neurons to switch off, as 'layer:channel' labels (from find_memorization_neurons or check_memorization), e.g. ['mid.attn0:5']; an empty list switches none off.
         prompt: the text prompt (1 to 300 characters).
+        neurons: neurons to switch off, as 'layer:channel' labels (from find_memorization_neurons or check_memorization), e.g. ['mid.attn0:5']; an empty list switches none off.
         seeds: number of seeds (0, 1, ...), 1 to 8.
 
     Returns:
@@ -338,7 +338,8 @@ def math_neurons(method: MathMethod = "mathneuro", k_percent: float = 3.0, facto
     math problems minus those also top K % on non-math text, multiplies them by `factor` for this
     call only, and scores both held-out sets by exact match. The model is restored bit-exactly before
     the answer returns. Cost: the identification (2 × n_samples forward passes) plus greedy answers
-    to a few hundred held-out questions (tens of seconds on a CPU; results are cached per setting).
+    to a few hundred held-out questions (seconds on the zoo model on a CPU, a minute or more for a
+    1B model; results are cached per setting).
 
     Args:
         method: which set: mathneuro (math top K minus non-math top K), wanda (math top K, no subtraction), random (the same count per matrix at random), lape (MLP neurons by activation-probability entropy).

@@ -126,7 +126,15 @@ def test_feature_tools_equal_the_ui(mcp_url, client):
     assert all(r["label"] == "red" for r in found)
     f = found[0]["feature"]
 
-    page, images, _ = call(mcp_url, "open_feature", feature=f)
+    page, images, plain = call(mcp_url, "open_feature", feature=f)
+
+    async def on_progress(progress, total, message):
+        pass
+
+    async def with_progress(s):  # a client that asks for progress gets the same outputs
+        return await s.call_tool("open_feature", {"feature": f}, progress_callback=on_progress)
+
+    assert [c.type for c in _session(mcp_url, with_progress).content] == [c.type for c in plain.content]
     data = client.predict(f, api_name="/feature_page")[7]
     assert page == json.loads(json.dumps(data))
     assert len(page["top"]) == 5 and page["label"] == "red"
