@@ -110,10 +110,17 @@ def resolve_word(tok, word: str) -> tuple[int, str, str]:
             return int(ids[0])
         return None
 
-    for text in (" " + name, name):
-        tid = single(text)
-        if tid is not None:
-            return tid, token_text(tok, tid), ""
+    tid = single(" " + name)
+    if tid is not None:
+        return tid, token_text(tok, tid), ""
+    tid = single(name)
+    if tid is not None:
+        # a word-level vocabulary has no leading spaces to speak of; a byte-level one does
+        spaced = _ids(tok, " " + name)
+        note = "" if spaced == [tid] or unk in spaced else (
+            f"' {name}' (with the leading space a next word has) is {len(spaced)} tokens for this model; "
+            f"the explanation is for {visible(token_text(tok, tid))!r}, the word without a leading space.")
+        return tid, token_text(tok, tid), note
     vocab = tok.get_vocab()
     if name in vocab:
         tid = int(vocab[name])

@@ -104,6 +104,12 @@ def test_word_targets_resolve_to_the_models_tokens(svc, m130):
     assert f"{len(parts)} tokens" in res["target_note"] and "first" in res["target_note"]
     from backend.lrp.tokens import WordError, resolve_word
 
+    # a word that is one token only without the leading space: that token, and the note says so
+    assert len(tok(" Hannah", add_special_tokens=False)["input_ids"]) > 1
+    tid, text, note = resolve_word(tok, "Hannah")
+    assert [tid] == tok("Hannah", add_special_tokens=False)["input_ids"] and text == "Hannah"
+    assert "without a leading space" in note
+
     with pytest.raises(WordError, match="Type a target"):
         resolve_word(tok, "  ")
 
