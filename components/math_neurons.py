@@ -205,7 +205,8 @@ def layers_plot(layers: dict, s: Setting) -> go.Figure:
     fig.update_layout(title=f"{LABEL_OF[s.method]}: share of each layer's linear weights selected",
                       xaxis=dict(tickmode="array", tickvals=list(range(len(keys))),
                                  ticktext=[f"layer {k}" if k.isdigit() else "lm_head" for k in keys],
-                                 title="layer (lm_head: the untied output layer)"),
+                                 title=("layer (lm_head: the untied output layer)" if "other" in layers
+                                        else "decoder layer")),
                       yaxis_title="selected (%)", height=320, margin=dict(l=50, r=20, t=50, b=45))
     return themed(fig)
 

@@ -378,7 +378,7 @@ def load_default_nonmath(preset: Preset, data: dict) -> None:
         except Exception as e:  # noqa: BLE001 - said in the label, and the shipped text stands in
             items = sources.read_captions()
             sets[DEFAULT_NONMATH] = _nonmath_entry(
-                items, f"{sources.CAPTIONS_SOURCE}, {len(items)} captions, standing in for the paper's "
-                       f"RACE + MMLU ({e}); name a file for a set of your own")
+                items, f"{sources.CAPTIONS_SOURCE}, {len(items)} captions, in place of the paper's RACE + "
+                       f"MMLU (not loaded: {e}; name a file above for a set of your own)")
     except Exception as e:  # noqa: BLE001 - the tab shows why and asks for a file
         data["nonmath_error"] = str(e)

@@ -206,18 +206,17 @@ def load_hub_nonmath(specs, n: int = 500) -> list[dict]:
     """RACE and MMLU (the paper's non-math sets) through `datasets`, imported only here; `specs`
     like ["ehovy/race:all", "cais/mmlu:all"]. Raises RuntimeError saying what is missing."""
     if not hub_allowed():
-        raise RuntimeError("the hub is off (HF_HUB_OFFLINE=1): name a non-math file instead")
+        raise RuntimeError("the hub is off (HF_HUB_OFFLINE=1)")
     try:
         import datasets
     except ImportError as e:
-        raise RuntimeError("loading RACE / MMLU needs the `datasets` package (pip install datasets); "
-                           "or name a non-math file") from e
+        raise RuntimeError("loading RACE / MMLU needs the `datasets` package (pip install datasets)") from e
     items: list[dict] = []
     per = max(1, n // max(1, len(specs)))
     for spec in specs:
         repo, _, config = spec.partition(":")
         if "race" not in repo and "mmlu" not in repo:
-            raise RuntimeError(f"no reader for {repo}: name a non-math file instead")
+            raise RuntimeError(f"no reader for {repo}")
         ds = datasets.load_dataset(repo, config or "all", split="test")
         ds = ds.shuffle(seed=0).select(range(min(per, len(ds))))
         items += race_items(ds, repo) if "race" in repo else mmlu_items(ds, repo)
