@@ -196,3 +196,26 @@ def test_settings_the_workbench_does_not_compute_are_refused_by_name(tmp_path, k
     (folder / "cfg.json").write_text(json.dumps(cfg))
     with pytest.raises(SAEFormatError, match=words):
         load_sae(folder)
+
+
+@pytest.mark.parametrize("case", ["saelens_jumprelu", "saelens_matching_pursuit"])
+def test_non_topk_codes_feed_the_feature_index(case):
+    """The index sees every non-zero code of a learned-sparsity SAE, though the code width varies
+    from batch to batch: its firing counts and mean activations are the dense codes' own."""
+    from backend.sae.index import IndexBuilder
+
+    m = CASES[case]
+    sae = load_sae(ROOT / m["folder"])
+    x = load_file(str(ROOT / f"{case}.ref.safetensors"))["x"].reshape(6, 4, -1)  # 6 images x 4 patches
+    builder = IndexBuilder(sae.n_latents, 4, top_k=3)
+    widths = set()
+    with torch.no_grad():
+        for lo in range(0, 6, 2):
+            vals, idx = sae.encode_sparse(x[lo:lo + 2])
+            widths.add(vals.shape[-1])
+            builder.update(vals, idx)
+        z = sae.encode(x).reshape(-1, sae.n_latents)
+    t = builder.tensors()
+    assert torch.equal(t["fire_count"], (z > 0).sum(0))
+    torch.testing.assert_close(t["mean_act"], (z.sum(0) / (z > 0).sum(0).clamp(min=1)).float())
+    assert max(widths) < sae.n_latents
