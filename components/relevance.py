@@ -125,8 +125,7 @@ def conservation_md(res: dict) -> str:
     lines = [f"**Target** {_code(visible(res['target']))} · logit f = **{f:.4f}**", ""]
     if res.get("target_note"):
         lines += [f"<span class='wb-muted'>{html.escape(res['target_note'])}</span>", ""]
-    lines += [
-             "| method | Σ relevance | Σ R − f | \\|Σ R − f\\| / \\|f\\| |", "|---|---|---|---|"]
+    lines += ["| method | Σ relevance | Σ R − f | \\|Σ R − f\\| / \\|f\\| |", "|---|---|---|---|"]
     for meth in res["methods"]:
         s = res["sum_relevance"][meth]
         lines.append(f"| {LABELS[meth]} | {s:.4f} | {s - f:+.2e} | {abs(s - f) / max(abs(f), 1e-12):.2e} |")
@@ -307,7 +306,9 @@ def heldout_note(hres: dict) -> str:
            "sst2": "SST-2 validation sentences from the hub", "file": "your sentence file",
            "captions": "COCO 2014 captions shipped with the app (assets/data/nemo, MIT; no labels)"}
     parts = [f"**Data:** {src.get(hres.get('source', 'zoo'), hres.get('source'))} · {hres['n']} sentences"]
-    if hres.get("target") == "label":
+    if hres.get("source") == "zoo":
+        parts.append("**Target:** the label the organism prefers for each sentence")
+    elif hres.get("target") == "label":
         words = ", ".join(f"{html.escape(k)} → {_code(visible(v))}" for k, v in hres["label_tokens"].items())
         parts.append(f"**Target:** each sentence's label word ({words})")
     elif hres.get("target") == "predicted":
