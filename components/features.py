@@ -452,6 +452,18 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
             f"shows the features that fired; the densest one is open.", rows, first_id, _hub_summary_md(org))
 
 
+def ask_model(source: str, feature):
+    """Label the open feature with the loaded VLM as the explainer, then show the page again."""
+    org = _org(source)
+    if not org.is_hub:
+        fail("The zoo's features are labelled by the concept explainer.")
+    f = _feature_id(org, feature)
+    if org.index is None:
+        fail("Build the feature index first: the model is shown the feature's top images.")
+    FT.save_label(org, FT.model_label(org, f))
+    return open_feature(source, f)
+
+
 def cancel_index(request: gr.Request = None):
     if _stop_flag(request).request():
         return "Stopping after the current batch…"
@@ -513,6 +525,8 @@ def build(ctx) -> None:
                 feat = gr.Number(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
                                  elem_id="features-id", minimum=0, maximum=n_features - 1)
                 open_btn = gr.Button("Open feature", variant="primary", elem_id="features-open")
+            if org.is_hub:
+                ask_btn = gr.Button("Ask the model to name this feature", elem_id="features-ask")
             gr.Markdown("<span class='wb-muted'>Click a row or type an id. Deep link: "
                         "<code>?tab=features&amp;feature=ID</code>, or “Link to this view” below.</span>")
         with gr.Column(scale=3):
@@ -604,6 +618,7 @@ def build(ctx) -> None:
                         **model_event(api_name="build_index")).then(
             open_feature, [source, feat], page_outputs, api_visibility="private")
         cancel_btn.click(cancel_index, None, build_status, api_name="cancel_index")
+        ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model"))
     analyse_btn.click(analyse, [source, upload, example], [shown, cap, fire_gallery, firing, fire_bar],
                       **model_event(api_name="analyse_image"))
     steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err, suppress],

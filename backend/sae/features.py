@@ -63,13 +63,15 @@ THUMB = 160  # px, the longer side of a hub image on a feature page
 MAX_SIDE = 4096  # px, the largest uploaded image side accepted in hub mode
 CONCEPT_LABELS = ("concept-iou: the planted concept whose masks best match the feature's activation "
                   "regions (IoU over the top-5 images)")
-NO_LABELS = ("none: the concept explainer needs planted concept masks, which real images do not have; "
-             "features here are unlabelled. A model explainer (backend.sae.explain.ModelExplainer, the "
-             "paper's method: a large VLM names what the highlighted top images share) can fill labels.json "
-             "beside the index.")
+NO_LABELS = ("none yet: the concept explainer needs planted concept masks, which real images do not have. "
+             "“Ask the model” on a feature page runs the paper's model explainer (the VLM names what the "
+             "highlighted top images share), with the loaded model as the explainer; its labels are kept in "
+             "labels.json beside the index.")
 
 
 def shown_label(lab: dict) -> str:
+    if lab.get("explainer") == "model":  # a model's words: no IoU to threshold
+        return lab.get("label", "")
     return lab.get("label", "") if float(lab.get("score", 0.0)) >= LABEL_MIN_IOU else ""
 
 
@@ -198,6 +200,14 @@ def refresh_index(org: Organism) -> None:
     found = find_index(index_target(), org.folder / org.summary.get("hub_hookpoint", HUB_HOOKPOINT),
                        org.folder, org.index_out)
     if found is None or _stamp(found) == org.summary.get("index_stamp"):
+        labels = Path(org.index_path).parent / "labels.json" if org.index_path is not None else None
+        stamp = _stamp(labels)
+        if stamp is not None and stamp != org.summary.get("labels_stamp"):  # labelled in another process
+            with locked(org.model):
+                org.labels = _read_json(labels, {})
+                org.label_source = MODEL_LABELS if org.labels else NO_LABELS
+                org.summary["labels_stamp"] = stamp
+                org.version += 1
         return
     try:
         install_index(org, FeatureIndex.load(found), found)
@@ -218,9 +228,11 @@ def install_index(org: Organism, index: FeatureIndex, path: Path | None = None) 
         org.index, org.index_path = index, path
         if org.is_hub:
             org.labels = labels
-            org.label_source = "labels.json beside the index" if labels else NO_LABELS
+            org.label_source = (MODEL_LABELS if any(e.get("explainer") == "model" for e in labels.values())
+                                else "labels.json beside the index") if labels else NO_LABELS
         org.index_note = ""
         org.summary["index_stamp"] = _stamp(path)
+        org.summary["labels_stamp"] = _stamp(Path(path).parent / "labels.json") if path is not None else None
         org.version += 1
 
 
@@ -385,6 +397,46 @@ def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
     }
     PAGE_CACHE.put(key, page)
     return page
+
+
+MODEL_LABELS = ("the loaded model, asked on request (the paper's model explainer: it sees the top images with "
+                "everything outside the activation region dimmed and names what they share); other features "
+                "are unlabelled")
+
+
+@gpu(duration=60)  # one multi-image prompt
+@torch.no_grad()
+def model_label(org: Organism, feature: int, n_images: int = 4) -> dict:
+    """Label a hub feature with the loaded VLM as its own explainer (explain.ModelExplainer's prompt
+    and view); the label is kept in memory and in labels.json beside the index."""
+    if not org.is_hub:
+        raise ValueError("the zoo's features are labelled by the concept explainer")
+    page = feature_page(org, feature)
+    if not page["top"]:
+        raise ValueError(f"feature {feature} fired on no indexed image: nothing to show the model")
+    views = [E.dim_outside(im, r) for im, r in list(zip(page["images"], page["regions"]))[:n_images]]
+    with locked(org.model):
+        text = vlm.hub_describe(org.model, org.processor, views, E.ModelExplainer.PROMPT)
+    label = " ".join(text.split())[:60] or "(no answer)"
+    entry = {"label": label, "family": "", "score": 0.0, "explainer": "model", "images": len(views)}
+    return {"feature": int(feature), **entry}
+
+
+def save_label(org: Organism, entry: dict) -> None:
+    """Keep a model label (in the server process: under ZeroGPU `model_label` runs in a worker)."""
+    with locked(org.model):
+        org.labels = {**org.labels, str(entry["feature"]): {k: v for k, v in entry.items() if k != "feature"}}
+        org.label_source = MODEL_LABELS
+        org.version += 1  # pages cached with the old label
+        if org.index_path is not None:
+            path = Path(org.index_path).parent / "labels.json"
+            try:
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(org.labels, indent=1))
+                tmp.replace(path)
+                org.summary["labels_stamp"] = _stamp(path)
+            except OSError:  # a read-only folder: the label lives until the server stops
+                pass
 
 
 def page_json(page: dict) -> dict:

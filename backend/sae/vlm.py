@@ -347,3 +347,19 @@ def hub_generate(model, processor, image, *, text: str = HUB_PROMPT, max_new_tok
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
     return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+
+
+@torch.no_grad()
+def hub_describe(model, processor, images, text: str, *, max_new_tokens: int = 12) -> str:
+    """A greedy answer to one prompt about several images at once (LLaVA-NeXT takes one <image>
+    per picture in the turn); the caller holds the model's lock."""
+    msgs = [{"role": "user", "content": [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]}]
+    prompt = processor.apply_chat_template(msgs, add_generation_prompt=True)
+    inputs = processor(images=[[as_rgb(im) for im in images]], text=[prompt], return_tensors="pt")
+    dev = device_of(model)
+    dtype = next(model.parameters()).dtype
+    inputs = {k: (v.to(dev, dtype) if k == "pixel_values" else v.to(dev)) for k, v in inputs.items()}
+    tok = processor.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+    return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()

@@ -3,6 +3,7 @@ both repositories in an offline Hugging Face cache under the real ids: anyres im
 feature index built in-process (progress, cancel) and by the sharded job's command line, feature
 pages over an image folder, analysis and steering (image_sizes), through the service and the tab's
 handlers."""
+import html
 import json
 import os
 import subprocess
@@ -224,6 +225,17 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     header, overlays, dimmed = tab.open_feature("hub", first)[:3]
     assert f"Feature {first}" in header and "unlabelled" in header and "labels: none" in header
     assert len(overlays) == len(dimmed) >= 1
+    # the model explainer on request: the loaded VLM sees the top images and names the feature
+    n0 = count_hooks(org.model)
+    header = tab.ask_model("hub", first)[0]
+    lab = org.labels[str(first)]
+    assert lab["explainer"] == "model" and lab["label"] and lab["images"] >= 1 and count_hooks(org.model) == n0
+    assert FT.shown_label(lab) == lab["label"] and "asked on request" in header
+    assert header.split("</h3>")[0].endswith(f"{html.escape(lab['label'])}</span>")
+    saved = json.loads((tmp_path / "tab-index" / "labels.json").read_text())
+    assert saved[str(first)]["label"] == lab["label"]
+    again = FT.load_hub()  # a restart keeps the label
+    assert again.labels[str(first)]["label"] == lab["label"] and again.label_source == FT.MODEL_LABELS
     img = picture(hub, 3)
     shown, caption, gallery, table, bar = tab.analyse("hub", img, None, progress=progress)
     assert caption.startswith("**Model answer:**") and "base image" in bar and "newline" in bar
