@@ -33,6 +33,7 @@ _SOURCE: str | None = None  # the app's preset source, set by install()
 _PNG_DIR: Path | None = None
 TOP_Z = 10  # neurons listed by check_memorization
 MAX_SINGULAR_VALUES = 64  # singular values listed by pissa_layer (the rest are summarised)
+MAX_PNGS = 64  # images kept in this process's folder for answers still on their way out
 
 MathMethod = Literal["mathneuro", "wanda", "random", "lape"]
 SteerPositions = Literal["prompt", "all", "image"]
@@ -71,7 +72,17 @@ def _png(image: np.ndarray, name: str) -> gr.FileData:
         _PNG_DIR = Path(tempfile.mkdtemp(prefix="wb-agent-"))
     path = _PNG_DIR / f"{name}-{uuid.uuid4().hex[:12]}.png"  # unique: parallel calls never share a file
     Image.fromarray(np.ascontiguousarray(image)).save(path, format="PNG")
+    # Gradio copies the file into its own cache as the answer leaves, so only the newest few are kept
+    for old in sorted(_PNG_DIR.glob("*.png"), key=_mtime)[:-MAX_PNGS]:
+        old.unlink(missing_ok=True)
     return gr.FileData(path=str(path), mime_type="image/png", orig_name=path.name)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:  # removed by a parallel call meanwhile
+        return 0.0
 
 
 def _to_uint8(img: np.ndarray) -> np.ndarray:
@@ -105,6 +116,8 @@ def _whole(value, name: str, lo: int | None = None, hi: int | None = None) -> in
     if not math.isfinite(f) or f != int(f):
         raise ValueError(f"{name} must be a whole number, got {value!r}.")
     v = int(f)
+    if hi is None and lo is not None and v < lo:
+        raise ValueError(f"{name} must be at least {lo}, got {v}.")
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise ValueError(f"{name} must be between {lo} and {hi}, got {v}.")
     return v

@@ -241,7 +241,9 @@ def test_app_serves_the_tools_only_when_asked(monkeypatch, argv, env, on):
     import gradio as gr
 
     import app
+    from backend.core.zerogpu import is_marked
     from components.agent_tools import TOOL_NAMES
+    from components.common import MODEL_GROUP
 
     for k in ("WORKBENCH_MCP", "SPACE_ID"):
         monkeypatch.delenv(k, raising=False)
@@ -257,6 +259,9 @@ def test_app_serves_the_tools_only_when_asked(monkeypatch, argv, env, on):
     visibility = {fn.api_name: fn.api_visibility for fn in tiny.fns.values()}
     if on:
         assert visibility == {"ui_event": "undocumented", **{n: "public" for n in TOOL_NAMES}}
+        for fn in tiny.fns.values():  # each tool queues with the model events and is marked for ZeroGPU
+            if fn.api_name in TOOL_NAMES:
+                assert (fn.concurrency_id, fn.concurrency_limit) == (MODEL_GROUP, 1) and is_marked(fn.fn)
     else:
         assert visibility == {"ui_event": "public"}
 
