@@ -243,3 +243,21 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     _, md, res = tab.steer("hub", img, None, first, 5.0, "image", False, False, progress=progress)
     assert "positions: image" in md and "<table" in md and res["well_formed"] is None
     assert "well-formed" not in md
+
+
+def test_an_image_dataset_indexes_like_the_same_folder(hub, tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "ds-cache")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
+    org = hub["org"]
+    folder = ImageSource.folder(hub["images"])
+    ds = ImageSource.dataset(str(hub["images"]), "train", "image")  # the `imagefolder` builder, offline
+    assert len(ds) == len(folder) and all(np.array_equal(ds.load(i), folder.load(i)) for i in range(len(ds)))
+    a = FT.index_images(org, folder, batch_size=3, out=tmp_path / "a" / INDEX_FILE)
+    b = FT.index_images(org, ds, batch_size=3, out=tmp_path / "b" / INDEX_FILE)
+    for k in a.tensors:
+        assert torch.equal(a.tensors[k], b.tensors[k]), k
+    back = FeatureIndex.load(tmp_path / "b" / INDEX_FILE).source
+    assert back.kind == "dataset" and len(back) == len(ds) and np.array_equal(back.load(2), folder.load(2))
+    with pytest.raises(ValueError, match="no column"):
+        ImageSource.dataset(str(hub["images"]), "train", "picture")
