@@ -11,7 +11,8 @@ guarded and marked for ZeroGPU like a model-touching handler, and takes the UI's
 the tool list. Gradio then serves them as MCP tools with `launch(mcp_server=True)` (app.py --mcp).
 """
 # No `from __future__ import annotations`: gr.api reads the real type objects from the signatures
-# (through the guard's and ZeroGPU's wrappers) to build each tool's schema.
+# (through the guard's and ZeroGPU's wrappers) to build each tool's schema. Each docstring's Args
+# and Returns entries are one long line: Gradio's parser keeps only an entry's first line.
 import json
 import math
 import os
