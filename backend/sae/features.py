@@ -534,7 +534,8 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
     order = [int(f) for f in torch.argsort(mean, descending=True)[:top_n] if mean[f] > 0]
     out = {"image": image, "caption": caption,
            "features": [{"feature": f, "mean_act": round(float(mean[f]), 4),
-                         "label": shown_label(org.labels.get(str(f), {}))} for f in order],
+                         "label": (shown_label(org.labels.get(str(f), {})) if org.is_hub
+                                   else org.labels.get(str(f), {}).get("label", ""))} for f in order],
            "maps": {f: codes[:, f].reshape(g, g).numpy() for f in order},
            "tile_maps": ({f: tile_codes[:, f].reshape(tile_shape).numpy() for f in order}
                          if tile_codes is not None else {}),

@@ -145,3 +145,30 @@ def test_model_explainer_interface_gets_the_dimmed_views():
     assert seen["n"] == 1 and "highlighted" in seen["prompt"]
     assert (seen["dim"] <= img).all() and (seen["dim"] < img).any()
     assert ex.label == "Blue circles" and ex.family == "colour" and ex.score > 0.8 and ex.explainer == "model"
+
+
+def test_sae_modules_import_each_other_without_a_circle():
+    """backend.sae's modules (function-level imports included) form no import cycle: the index
+    knows nothing of organisms, and features builds on it."""
+    import ast
+
+    from tests.conftest import ROOT
+
+    pkg = ROOT / "backend" / "sae"
+    names = {p.stem for p in pkg.glob("*.py")} - {"__init__"}
+    graph = {}
+    for n in names:
+        deps = set()
+        for node in ast.walk(ast.parse((pkg / f"{n}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps |= {node.module} if node.module else {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("backend.sae."):
+                deps.add(node.module.rpartition(".")[2])
+        graph[n] = deps & names
+    assert "features" not in graph["index"] and "cli" not in graph["index"]
+
+    def reaches(a, b, seen=()):
+        return any(d == b or (d not in seen and reaches(d, b, seen + (d,))) for d in graph[a])
+
+    mine = {"features", "index", "vlm", "steer", "explain", "scenes", "cli"}  # the feature browser's modules
+    assert not [n for n in names & mine if reaches(n, n)], graph
