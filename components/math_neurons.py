@@ -227,10 +227,24 @@ def consistency_plot(cons: dict, s: Setting) -> go.Figure:
 
 
 def samples_rows(samples: list[dict]) -> list[list[str]]:
-    def mark(ans, ok):  # ok is None for plain text, which has no reference to match
-        return f"{ans or '∅'}" + ("" if ok is None else f" {'✓' if ok else '✗'}")
-    return [[r["kind"], r["prompt"], r["answer"], mark(r["before"], r.get("ok_before", r["before"] == r["answer"])),
-             mark(r["after"], r.get("ok_after", r["after"] == r["answer"]))] for r in samples]
+    def mark(ans, ok, kind):  # ok is None for plain text, which has no reference to match
+        return f"{brief(ans, kind)}" + ("" if ok is None else f" {'✓' if ok else '✗'}")
+    return [[r["kind"], r["prompt"], r["answer"],
+             mark(r["before"], r.get("ok_before", r["before"] == r["answer"]), r["kind"]),
+             mark(r["after"], r.get("ok_after", r["after"] == r["answer"]), r["kind"])] for r in samples]
+
+
+def brief(answer: str, kind: str, width: int = 90) -> str:
+    """A long generated answer as the table shows it: a worked GSM8K solution as the number it ends
+    on and its last words (the full text is in the export), other text cut at `width`."""
+    answer = " ".join((answer or "").split())
+    if len(answer) <= width:
+        return answer or "∅"
+    if kind == "math":
+        from backend.mathneuro.sources import final_number
+
+        return f"{final_number(answer) or '∅'} ← …{answer[-width:]}"
+    return answer[:width] + "…"
 
 
 def export_png(state: dict, path: Path) -> None:
@@ -390,7 +404,8 @@ def build(ctx) -> None:
                                  interactive=False, wrap=True,
                                  label=("Sample answers (greedy, ✓ = exact match)" if source == "zoo" else
                                         "Sample answers (greedy, ✓ = right under the set's rule)"),
-                                 column_widths=["10%", "54%", "12%", "12%", "12%"], elem_id="mn-samples")
+                                 column_widths=(["10%", "54%", "12%", "12%", "12%"] if source == "zoo" else
+                                                ["8%", "38%", "8%", "23%", "23%"]), elem_id="mn-samples")
     with gr.Row():
         with gr.Column():
             fig2_btn = gr.Button("Compare methods (prune each set)", elem_id="mn-fig2-btn")
