@@ -301,15 +301,6 @@ def _spec(m, selected, free):
     return service.parse_neurons(m, [s for it in items for s in it.replace(";", ",").split(",")])
 
 
-def _reference(image):
-    if image is None:
-        return None
-    try:
-        return service.as_reference(image)
-    except ValueError as e:
-        fail(str(e))
-
-
 def make_handlers(source: str):
     def check(prompt):
         r = service.check(prompt, source=source)
@@ -346,8 +337,8 @@ def make_handlers(source: str):
     def generate(prompt, selected, free, n_seeds, reference=None):
         m = service.get(source)
         seeds = _seeds(n_seeds)
-        c = service.compare(prompt, _spec(m, selected, free), seeds, source=source,
-                            reference=_reference(reference))
+        # the service checks the image (a bad one is a clear message)
+        c = service.compare(prompt, _spec(m, selected, free), seeds, source=source, reference=reference)
         return gallery_items(c), compare_html(c)
 
     def batch(text, upload, progress=gr.Progress()):
@@ -395,13 +386,12 @@ def make_handlers(source: str):
         m = service.get(source)
         seeds = _seeds(n_seeds)
         spec = _spec(m, selected, free)
-        ref = _reference(reference)
         progress(0.1, desc="score and z-scores")
         r = service.check(prompt, source=source)
         progress(0.3, desc="localising")
         loc = service.find(prompt, source=source)
         progress(0.6, desc="generating")
-        c = service.compare(prompt, spec, seeds, source=source, reference=ref)
+        c = service.compare(prompt, spec, seeds, source=source, reference=reference)
         state = {
             "model": m.model_id, "prompt": r["prompt"], "theta_mem": m.theta_mem,
             "settings": {"guidance_scale": m.guidance_scale, "num_seeds": m.num_seeds,

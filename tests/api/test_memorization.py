@@ -44,6 +44,7 @@ def test_find_then_generate_with_neurons_on_and_off(client, zoo_info):
     mem = zoo_info["memorized"][0]  # the export test reuses this localisation (cached)
     found_html, neurons, plot = client.predict(mem, api_name="/memo_find")
     assert "neuron(s)</b> found" in found_html
+    assert "Search at guidance 0 (detection and generations: 4)" in found_html
     labels = neurons["value"] if isinstance(neurons, dict) else neurons
     assert labels and all(x.split(":")[0] in dict(zoo_info["layers"]) for x in labels)
     assert len(labels) < sum(n for _, n in zoo_info["layers"])
@@ -184,6 +185,12 @@ def test_generations_against_an_uploaded_reference(client, zoo_info, tmp_path):
     def median_on(h):
         return float(h.split("all neurons on</td><td>")[1].split("<")[0])
     assert median_on(html_same) >= 0.8 > 0.3 >= median_on(html_other)
+    from gradio_client.exceptions import AppError
+
+    tiny = tmp_path / "tiny.png"
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tiny)
+    with pytest.raises(AppError, match="at least 8"):
+        client.predict(mem, [], "", 1, handle_file(str(tiny)), api_name="/memo_generate")
 
 
 # ----------------------------------------------------------------------------- hub mode
@@ -220,6 +227,8 @@ def _hub_probe(out_path: str) -> None:  # runs in the child process
     res["find_card"] = find(d["memorized"][0], progress)[0]
     ref = np.zeros((48, 40, 3), np.uint8)
     gal, cmp_ref = generate(d["memorized"][0], [], "down2.attn1:3", 1, ref)
+    # the preset's 50 DDIM steps ran once above; the rest of the walk samples with 10 to stay fast
+    service.get("hub").num_inference_steps = 10
     gal2, cmp_none = generate(d["memorized"][0], [], "", 1, None)
     res["gallery_captions"] = [c for _, c in gal]
     res["gallery2_captions"] = [c for _, c in gal2]
@@ -250,8 +259,13 @@ def hub_probe(tmp_path_factory):
     from tests.helpers.standins import build_cache, cache_env
     from tests.helpers.standins.memorization import REPOS
 
+    from tests.helpers.standins import digest, repo_folder
+
     tmp = tmp_path_factory.mktemp("nemo-hub")
     cache = build_cache(tmp / "hub", REPOS)
+    twice = build_cache(tmp / "again", REPOS)  # stand-in building is deterministic
+    snaps = [repo_folder(c, "CompVis/stable-diffusion-v1-4") / "snapshots" for c in (cache, twice)]
+    assert len({digest(next(s.iterdir())) for s in snaps}) == 1
     out = tmp / "probe.json"
     env = {**os.environ, **cache_env(cache), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.pop("WORKBENCH_NEMO_STATS", None)

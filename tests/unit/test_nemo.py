@@ -390,3 +390,26 @@ def test_service_neuron_parsing_and_alignment(pipe):
     assert service.alignment(img, "a photo of a dog") is None
     with pytest.raises(ValueError):
         service.clean_prompt("   ")
+
+
+def test_standin_tokenizer_is_clip_format(tmp_path):
+    """The SD-1.4 stand-in's tokenizer/ holds CLIP's four files: byte-level BPE with `</w>` word ends,
+    English words as whole tokens, the two specials last, 77 positions, lower-casing."""
+    from transformers import CLIPTokenizer
+
+    from tests.helpers.standins.memorization import bytes_to_unicode, write_tokenizer
+
+    write_tokenizer(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merges.txt", "special_tokens_map.json",
+                                                         "tokenizer_config.json", "vocab.json"]
+    vocab = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
+    units = list(bytes_to_unicode().values())
+    assert list(vocab)[:512] == units + [u + "</w>" for u in units]
+    assert list(vocab)[-2:] == ["<|startoftext|>", "<|endoftext|>"] and len(vocab) > 2000
+    assert (tmp_path / "merges.txt").read_text(encoding="utf-8").startswith("#version: 0.2\n")
+    tok = CLIPTokenizer.from_pretrained(tmp_path)
+    assert tok.model_max_length == 77
+    assert tok.tokenize("A man riding a Horse on the beach") == [
+        "a</w>", "man</w>", "riding</w>", "a</w>", "horse</w>", "on</w>", "the</w>", "beach</w>"]
+    ids = tok("a dog").input_ids
+    assert ids[0] == vocab["<|startoftext|>"] and ids[-1] == vocab["<|endoftext|>"] == max(vocab.values())
