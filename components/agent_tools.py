@@ -37,7 +37,7 @@ MAX_SINGULAR_VALUES = 64  # singular values listed by pissa_layer (the rest are 
 MAX_PNGS = 64  # images kept in this process's folder for answers still on their way out
 
 MathMethod = Literal["mathneuro", "wanda", "random", "lape"]
-SteerPositions = Literal["prompt", "all", "image"]
+SteerPositions = Literal["default", "prompt", "all", "image"]
 
 
 def _source() -> str:
@@ -136,7 +136,7 @@ def _number(value, name: str, lo: float, hi: float) -> float:
 
 # ------------------------------------------------------------------------------------ Relevance
 def token_relevance(text: str, methods: list[str] | None = None, rules: list[str] | None = None,
-                 target: str = "", model: str = "") -> str:
+                    target: str = "", model: str = "") -> str:
     """Explain a Mamba language model's prediction as relevance per input token (MambaLRP and baselines).
 
     Runs the text through the Relevance tab's Mamba LM and attributes the target's logit at the last
@@ -228,8 +228,8 @@ def open_feature(feature: int) -> tuple[str, gr.FileData]:
                                              f"feature-{f}")
 
 
-def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: SteerPositions = "prompt",
-                  add_error: bool = False, suppress_rivals: bool = False) -> tuple[str, gr.FileData]:
+def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: SteerPositions = "default",
+                  add_error: bool = False, suppress_rivals: bool | None = None) -> tuple[str, gr.FileData]:
     """Clamp one SAE feature while the model captions a scene; compare the caption with and without.
 
     During the prompt pass the feature is set to `value` and the hooked layer's output is replaced
@@ -240,12 +240,12 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
         feature: the feature id to clamp, 0 to the number of features - 1.
         value: the clamp value in activation units; a negative value = the tab's default (a calibrated multiple of the feature's max activation).
         scene: which held-out scene to caption, 0 to the number of held-out scenes - 1.
-        positions: where to clamp: prompt (every prompt position, the paper's choice), all (prompt and generated tokens), image (the image positions only).
+        positions: where to clamp: prompt (every prompt position, the paper's choice), all (prompt and generated tokens), image (the image positions only), default (the setting the tab starts with, calibrated for this model).
         add_error: add the SAE's reconstruction error back (keeps everything the SAE does not explain).
-        suppress_rivals: also zero the features labelled with the other concepts of the same family (e.g. the other colours).
+        suppress_rivals: also zero the features labelled with the other concepts of the same family (e.g. the other colours); null = the tab's default for this model.
 
     Returns:
-        JSON: baseline and steered captions, well_formed (whether the steered caption parses; null for free text), hookpoint, suppressed feature ids; and a PNG of the scene.
+        JSON: baseline and steered captions, value, positions, well_formed (whether the steered caption parses; null for free text), hookpoint, suppressed feature ids; and a PNG of the scene.
     """
     from backend.sae import features as FT
     from backend.sae import scenes as S
@@ -258,11 +258,14 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
     v = _number(value, "value", -math.inf, math.inf) if value is not None else -1.0
     if v < 0:
         v = FT.default_clamp_value(org, f)
+    defaults = FT.steering_defaults(org)
+    positions = defaults["positions"] if positions == "default" else positions
     if positions not in FT.ST.POSITION_MODES:
-        raise ValueError(f"positions must be one of {', '.join(FT.ST.POSITION_MODES)}.")
+        raise ValueError(f"positions must be default or one of {', '.join(FT.ST.POSITION_MODES)}.")
+    suppress = defaults["suppress"] if suppress_rivals is None else bool(suppress_rivals)
     img = S.render(org.heldout_specs[i])[0]
     out = FT.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
-                           suppress_family=bool(suppress_rivals))
+                           suppress_family=suppress)
     return _json({**out, "scene": i}), _png(_grid([[img]], side=192), f"scene-{i}")
 
 

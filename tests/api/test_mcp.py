@@ -141,10 +141,20 @@ def test_feature_tools_equal_the_ui(mcp_url, client):
     w, h = png_size(images[0])
     assert w > 4 * h / 3  # five images across, three rows
 
-    steered, images, _ = call(mcp_url, "steer_feature", feature=f, value=40.0, scene=0)
+    steered, images, _ = call(mcp_url, "steer_feature", feature=f, value=40.0, scene=0, positions="prompt",
+                              suppress_rivals=False)
     out = client.predict(None, "0", f, 40.0, "prompt", False, False, api_name="/steer")[2]
     assert (steered["baseline"], steered["steered"]) == (out["baseline"], out["steered"])
     assert steered["value"] == 40.0 and png_size(images[0])[0] > 0
+    # the defaults are the tab's: its clamp value for the feature, its calibrated positions and suppression
+    from backend.sae import features as FT
+
+    org = FT.get_organism("zoo")
+    d = FT.steering_defaults(org)
+    steered, _, _ = call(mcp_url, "steer_feature", feature=f)
+    out = client.predict(None, "0", f, FT.default_clamp_value(org, f), d["positions"], False, d["suppress"],
+                         api_name="/steer")[2]
+    assert steered == {**out, "scene": 0}
     n = page.get("n_features") or 10**6
     assert "between 0 and" in error_of(mcp_url, "open_feature", feature=n)
     assert "scene must be between" in error_of(mcp_url, "steer_feature", feature=f, scene=10**6)
