@@ -44,6 +44,13 @@ DEFAULT_NONMATH = "default"
 NONMATH_ENV = "WORKBENCH_MATH_NONMATH"
 
 
+def _per_item(bench) -> float:
+    """GPU seconds an evaluation may take per held-out item (ZeroGPU durations): the zoo scores an
+    item in one batched forward; hub mode generates up to MATH_NEW_TOKENS tokens for it (a 1B model
+    at batch 32 takes about 1 ms per item and token on an H100, doubled here as a margin)."""
+    return 0.1 if getattr(bench, "zoo", True) else 0.05 + 0.002 * MATH_NEW_TOKENS
+
+
 class NoNonMath(RuntimeError):
     """Hub mode without a non-math set: the user must name one."""
 
@@ -181,7 +188,7 @@ class Bench:
         items = self.data["math"] if kind == "math" else self.nonmath_set(nonmath)["items"]
         return items[:n_eval] if n_eval else items
 
-    @gpu(duration=lambda self, s, n_eval=UI_EVAL, *a, **k: capped(15 + 0.1 * (n_eval or 1000) + 0.5 * s.n_samples))
+    @gpu(duration=lambda self, s, n_eval=UI_EVAL, *a, **k: capped(15 + _per_item(self) * (n_eval or 1000) + 0.5 * s.n_samples))
     def evaluate(self, s: Setting, n_eval: int | None = UI_EVAL) -> dict[str, float]:
         """Math and non-math exact-match accuracy with the setting's masks scaled by its factor."""
         s.validate()
@@ -198,7 +205,7 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
-    @gpu(duration=lambda self, n_eval=UI_EVAL, *a, **k: capped(10 + 0.1 * (n_eval or 1000)))
+    @gpu(duration=lambda self, n_eval=UI_EVAL, *a, **k: capped(10 + _per_item(self) * (n_eval or 1000)))
     def baseline(self, n_eval: int | None = UI_EVAL, nonmath: str = DEFAULT_NONMATH) -> dict[str, float]:
         key = make_key(self.model_id, "baseline", (n_eval, nonmath))
 
@@ -210,7 +217,7 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
-    @gpu(duration=lambda self, top_k=0, n_samples=1, n_eval=UI_EVAL, *a, **k: capped(20 + 4 * (0.1 * (n_eval or 1000) + 0.5 * n_samples)))
+    @gpu(duration=lambda self, top_k=0, n_samples=1, n_eval=UI_EVAL, *a, **k: capped(20 + 4 * (_per_item(self) * (n_eval or 1000) + 0.5 * n_samples)))
     def prune_all(self, top_k: float, n_samples: int, n_eval: int | None = UI_EVAL,
                   nonmath: str = DEFAULT_NONMATH) -> dict[str, dict]:
         """The paper's Figure 2: each method's set pruned (factor 0)."""
@@ -220,7 +227,7 @@ class Bench:
             out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0, nonmath=nonmath), n_eval)
         return out
 
-    @gpu(duration=lambda self, s, factors=(), n_eval=UI_EVAL, *a, **k: capped(15 + len(factors) * 0.1 * (n_eval or 1000)))
+    @gpu(duration=lambda self, s, factors=(), n_eval=UI_EVAL, *a, **k: capped(15 + len(factors) * _per_item(self) * (n_eval or 1000)))
     def scale_curve(self, s: Setting, factors: Sequence[float], n_eval: int | None = UI_EVAL) -> list[dict]:
         out = []
         for f in factors:
@@ -248,7 +255,7 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
-    @gpu(duration=lambda self, s, k=6, *a, **kw: capped(10 + 0.5 * s.n_samples + 2 * k))
+    @gpu(duration=lambda self, s, k=6, *a, **kw: capped(10 + 0.5 * s.n_samples + 2 * k * _per_item(self) * 10))
     def samples(self, s: Setting, k: int = 6) -> list[dict]:
         """A few held-out questions (math and non-math), answered before and after."""
         n_math = k // 2 + k % 2
@@ -263,7 +270,7 @@ class Bench:
                  "answer": reference_of(it), "before": b, "after": a, "ok_before": ob, "ok_after": oa}
                 for it, kd, (b, ob), (a, oa) in zip(items, kinds, before, after)]
 
-    @gpu(duration=lambda self, prompt, s, *a, **k: capped(10 + 0.5 * s.n_samples))
+    @gpu(duration=lambda self, prompt, s, *a, **k: capped(10 + 0.5 * s.n_samples + 40 * _per_item(self)))
     def answer(self, prompt: str, s: Setting) -> dict:
         """Greedy answer to a user's own prompt, before and after the intervention."""
         masks = self.masks(s)
