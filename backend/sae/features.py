@@ -456,11 +456,11 @@ def processor_codes(org: Organism, image: np.ndarray, text: str = vlm.HUB_PROMPT
 
 @torch.no_grad()
 def encode_images(org: Organism, images) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sparse codes (vals, idx) [B, g*g, k] at the base image's patches of a hub VLM, the forward
-    pass stopped at the hookpoint: what the index holds for each image."""
+    """Sparse codes (vals, idx) [B, g*g, k] at the base image's patches of a hub VLM: what the index
+    holds for each image. The language model runs only up to the base image's last patch and stops
+    at the hookpoint (`vlm.hub_base_residuals`)."""
     with locked(org.model):
-        h, _, layouts = vlm.hub_residuals(org.model, org.processor, list(images), org.hookpoint)
-    rows = torch.stack([h[i, lay.base.to(h.device)] for i, lay in enumerate(layouts)])
+        rows, _ = vlm.hub_base_residuals(org.model, org.processor, list(images), org.hookpoint)
     return org.sae.encode_sparse(rows.float().to(org.sae.W_enc.device))
 
 

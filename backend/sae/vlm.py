@@ -363,3 +363,31 @@ def hub_describe(model, processor, images, text: str, *, max_new_tokens: int = 1
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
     return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+
+
+@torch.no_grad()
+def hub_base_residuals(model, processor, images, hookpoint: str, text: str = HUB_PROMPT
+                       ) -> tuple[torch.Tensor, list[ImageLayout]]:
+    """Activations [B, g*g, d] at the hookpoint over each image's base-image patches only.
+
+    On LLaVA-NeXT the base image comes before the tiles, so under causal attention its residuals
+    depend on the prompt prefix alone: the language model runs on the prefix up to the base image's
+    last patch (with the image features merged in as the model merges them), not on the ~4x longer
+    sequence of tiles behind it. Other VLMs take the whole prompt pass."""
+    if not is_anyres(model):
+        h, _, layouts = hub_residuals(model, processor, images, hookpoint, text)
+        return torch.stack([h[i, lay.base.to(h.device)] for i, lay in enumerate(layouts)]), layouts
+    inputs = hub_inputs(model, processor, images, text)
+    ids, sizes = inputs["input_ids"], inputs["image_sizes"]
+    layouts = [image_layout(model, ids[i], sizes[i]) for i in range(len(images))]
+    emb = model.get_input_embeddings()(ids)
+    feats = model.model.get_image_features(inputs["pixel_values"], sizes, return_dict=True).pooler_output
+    feats = torch.cat(list(feats), 0).to(emb.device, emb.dtype)
+    emb = emb.masked_scatter((ids == model.config.image_token_index)[..., None].expand_as(emb), feats)
+    cut = max(int(lay.base[-1]) + 1 for lay in layouts)
+    grabbed: list[torch.Tensor] = []
+    with stop_at(model, hookpoint, grabbed):
+        model.model.language_model(inputs_embeds=emb[:, :cut], attention_mask=inputs["attention_mask"][:, :cut],
+                                   use_cache=False)
+    h = grabbed[0]
+    return torch.stack([h[i, lay.base.to(h.device)] for i, lay in enumerate(layouts)]), layouts

@@ -88,6 +88,11 @@ def test_anyres_layout_and_stopped_pass_match_the_full_forward(hub):
             full = org.model(**one, output_hidden_states=True).hidden_states[25][0]
             n = one["input_ids"].shape[1]
             torch.testing.assert_close(h[row, :n], full, rtol=1e-4, atol=1e-5)  # right padding: same rows
+    # the index's pass: the LM on the prefix up to the base image's last patch gives the same base rows
+    base, blays = vlm.hub_base_residuals(org.model, org.processor, imgs, org.hookpoint)
+    assert base.shape == (2, g * g, h.shape[-1]) and [b.base.tolist() for b in blays] == [b.base.tolist() for b in lays]
+    for row, lay in enumerate(lays):
+        torch.testing.assert_close(base[row], h[row, lay.base], rtol=1e-4, atol=1e-5)
 
 
 def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
