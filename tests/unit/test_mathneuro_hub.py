@@ -279,9 +279,14 @@ def test_tab_handlers_in_hub_mode(svc, b, mc_file):
     assert "MathNeuro set pruned" in html and "K = 5 %" in html and len(rows) == 6
     assert rows[0][0] == "math" and rows[0][2] == "18" and rows[0][3].endswith(("✓", "✗"))
     assert "unmodified:" in ask("What is 2 + 2?", "MathNeuro", 5, 1.1, 8, key)
+    from components.math_neurons import brief
+
+    long = "She sells 16 - 3 - 4 = 9 eggs a day and makes 9 * 2 = $18 every day, so the answer is 18 dollars."
+    assert brief(long, "math").startswith("18 ← …") and brief(long, "math").endswith("18 dollars.")
+    assert brief("B", "non-math") == "B" and brief("", "math") == "∅"
 
 
-def test_cli_reads_the_files_first_and_runs_offline(hub, b, mc_file, tmp_path):
+def test_cli_reads_the_files_first_and_runs_offline(hub, b, mc_file, tmp_path, capsys):
     from backend.mathneuro import core
     from backend.precompute import mathneuro as job
 
@@ -293,10 +298,15 @@ def test_cli_reads_the_files_first_and_runs_offline(hub, b, mc_file, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("one line only\n")
     t = time.perf_counter()
-    out = subprocess.run(cmd + ["--out", str(tmp_path / "x"), "--math", str(math_file), "--nonmath", str(bad)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode != 0 and "at least two" in out.stderr
-    assert "Loading weights" not in out.stderr  # refused before the model was asked for
+    # a bad file is refused while parsing the arguments, before the model or any hub is asked for
+    from backend.mathneuro import service
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(service, "bench", lambda *a, **k: pytest.fail("the model was asked for before the files"))
+        with pytest.raises(SystemExit):
+            job.main(["--out", str(tmp_path / "x"), "--cpu", "--source", "hub", "--math", str(math_file),
+                      "--nonmath", str(bad)])
+    assert "at least two" in capsys.readouterr().err
     out = subprocess.run(cmd + ["--out", str(tmp_path / "norms"), "--math", str(math_file), "--nonmath", str(mc_file)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
