@@ -328,7 +328,7 @@ def make_handlers(source: str):
                         f"reached 1, so, as the official code does, it was refined against the last SSIM "
                         f"reached, {loc['threshold']:.3f}. ")
         msg += f"<span class='wb-muted'>{setting}</span>"
-        if not r["memorized"]:
+        if not r["memorized"] and not loc["skipped"]:
             msg += (" <span class='wb-muted'>(This prompt scores below θ<sub>mem</sub>: it is not "
                     "memorized, so what NeMo finds here is only whatever changes its noise most.)</span>")
         return (f"<div class='wb-card' style='min-height:0' id='memo-found-card'>{msg}</div>",
