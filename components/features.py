@@ -439,8 +439,9 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
     flag = _stop_flag(request).start()
     progress(0, desc=f"indexing {len(src)} images")
     try:
-        FT.build_hub_index(org, src, progress=lambda d, n: progress(d / n, desc=f"{d}/{n} images indexed"),
-                           should_stop=flag.is_set)
+        # written to the file the organism reads; refresh_index below installs it in this process
+        FT.index_images(org, src, progress=lambda d, n: progress(d / n, desc=f"{d}/{n} images indexed"),
+                        should_stop=flag.is_set)
     except FT.Cancelled as e:
         return (f"**Cancelled** ({e}); nothing was written.", gr.update(), gr.update(), gr.update())
     finally:
@@ -496,7 +497,7 @@ def build(ctx) -> None:
         with gr.Accordion("Build the feature index from images", open=org.index is None,
                           elem_id="features-build"):
             gr.Markdown(f"<span class='wb-muted'>Image positions: {html.escape(FT.positions_text(org))}. "
-                        f"Up to {MAX_TAB_IMAGES} images here (about a second each on a GPU for the 8B model); "
+                        f"Up to {MAX_TAB_IMAGES} images here (a fraction of a second each on a GPU); "
                         f"a large set with the sharded, resumable job: "
                         f"<code>{html.escape(FT.index_command(org))}</code></span>")
             with gr.Row():

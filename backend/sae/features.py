@@ -33,7 +33,7 @@ from ..core import store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.device import device_of, pick_device, place
 from ..core.interventions import locked
-from ..core.zerogpu import gpu
+from ..core.zerogpu import capped, gpu
 from . import explain as E
 from . import scenes as S
 from . import steer as ST
@@ -257,7 +257,13 @@ def build_hub_index(org: Organism, source: ImageSource, *, top_k: int = 16, batc
     return index
 
 
-@gpu(duration=600)  # a small set: ~1 s per image on a GPU for the 8B model
+def _index_seconds(org, source, *args, **kwargs) -> float:
+    # the 8B model on the prompt prefix to layer 24, five crops through the vision tower and the
+    # processor's resizing: well under half a second per image on a GPU
+    return capped(10 + 0.5 * len(source))
+
+
+@gpu(duration=_index_seconds)
 def index_images(org: Organism, source: ImageSource, *, top_k: int = 16, batch_size: int = 4,
                  progress=None, should_stop=None, out: Path | None = None) -> FeatureIndex:
     """Index a (small) image set in this process, batch by batch, written atomically to `out`
