@@ -9,6 +9,7 @@ PNDM scheduler config the real repository ships, and a CLIP text encoder whose c
 one's legacy `eos_token_id: 2`. The tokenizer is CLIP's format: byte-level BPE with `</w>` ends of
 words in `vocab.json` + `merges.txt`, merges learned from English captions the project ships, the two
 specials last, `model_max_length` 77, lower-casing, as `openai/clip-vit-large-patch14`'s files are.
+The merges come from the COCO captions shipped in assets/data/nemo (the paper's statistics prompts).
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from pathlib import Path
 
 import torch
 
-from .features import english_lines
 
 MODEL_ID = "CompVis/stable-diffusion-v1-4"
 HIDDEN = 32
@@ -110,7 +110,9 @@ def clip_bpe(lines: list[str], n_merges: int = N_MERGES) -> tuple[dict[str, int]
 def write_tokenizer(folder: Path) -> None:
     """The four files SD-1.4's tokenizer/ holds."""
     folder.mkdir(parents=True, exist_ok=True)
-    vocab, merges = clip_bpe(english_lines())
+    from backend.nemo.data import coco_captions  # English captions the project ships (assets/data/nemo)
+
+    vocab, merges = clip_bpe(list(coco_captions()))
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False) + "\n", encoding="utf-8")
     (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges),
                                        encoding="utf-8")
