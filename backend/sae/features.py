@@ -142,8 +142,10 @@ def _slug(text: str) -> str:
 
 def default_index_path(model_id: str, sae_id: str, hookpoint: str) -> Path:
     """Where a build writes the index of a hub model + SAE when $WORKBENCH_SAE_INDEX names nothing:
-    the workbench's cache folder (a hub snapshot is not a place to write into)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "workbench" / "sae-index"
+    beside the Hugging Face cache, under $HF_HOME (a Space's persistent storage when it has one; a
+    hub snapshot itself is not a place to write into)."""
+    hf_home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    base = Path(hf_home) / "workbench" / "sae-index"
     return base / f"{_slug(model_id)}__{_slug(sae_id)}__{_slug(hookpoint)}" / INDEX_FILE
 
 

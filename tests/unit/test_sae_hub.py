@@ -105,6 +105,11 @@ def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="build one: accelerate launch"):
         FT.feature_page(org, 0)
     assert FT.feature_table(org) == []
+    # without the setting a build goes beside the Hugging Face cache (HF_HOME), never into a snapshot
+    monkeypatch.delenv(INDEX_ENV)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    out = FT.load_hub().index_out
+    assert out.name == INDEX_FILE and (tmp_path / "hf-home") in out.parents
 
 
 def test_analyse_and_steer_with_image_sizes(hub):
