@@ -183,8 +183,8 @@ def list_features(source: str, query: str, sort: str):
     if sort not in SORTS:
         fail(f"Sort by one of {SORTS}.")
     rows = FT.feature_table(org, query or "", {"IoU": "iou", "max activation": "max_act"}.get(sort, sort))
-    return [[r["feature"], r["label"], round(r["iou"], 3), round(r["density"], 4), round(r["max_act"], 2)]
-            for r in rows]
+    return [[r["feature"], r["label"], None if org.is_hub else round(r["iou"], 3),  # no planted masks, no IoU
+             round(r["density"], 4), round(r["max_act"], 2)] for r in rows]
 
 
 def _empty_page(org, f: int):
@@ -619,7 +619,8 @@ def build(ctx) -> None:
                         **model_event(api_name="build_index")).then(
             open_feature, [source, feat], page_outputs, api_visibility="private")
         cancel_btn.click(cancel_index, None, build_status, api_name="cancel_index")
-        ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model"))
+        ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model")).then(
+            list_features, [source, query, sort], table, api_visibility="private")  # the new label in the list
     analyse_btn.click(analyse, [source, upload, example], [shown, cap, fire_gallery, firing, fire_bar],
                       **model_event(api_name="analyse_image"))
     steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err, suppress],

@@ -242,6 +242,8 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     assert lab["explainer"] == "model" and lab["label"] and lab["images"] >= 1 and count_hooks(org.model) == n0
     assert FT.shown_label(lab) == lab["label"] and "asked on request" in header
     assert header.split("</h3>")[0].endswith(f"{html.escape(lab['label'])}</span>")
+    listed = {r[0]: r for r in tab.list_features("hub", "", "density")}
+    assert listed[first][1] == lab["label"] and listed[first][2] is None  # labelled; no IoU without masks
     saved = json.loads((tmp_path / "tab-index" / "labels.json").read_text())
     assert saved[str(first)]["label"] == lab["label"]
     again = FT.load_hub()  # a restart keeps the label
