@@ -273,3 +273,32 @@ def test_an_image_dataset_indexes_like_the_same_folder(hub, tmp_path, monkeypatc
     assert back.kind == "dataset" and len(back) == len(ds) and np.array_equal(back.load(2), folder.load(2))
     with pytest.raises(ValueError, match="no column"):
         ImageSource.dataset(str(hub["images"]), "train", "picture")
+
+
+def test_the_hub_job_resumes_and_recomputes_when_the_folder_changes(hub, tmp_path):
+    from backend.precompute import sae_index as job
+    from tests.precompute.test_sharding import Solo
+
+    class Rank1(Solo):  # process 1 of 2, killed after one chunk
+        process_index, num_processes, is_main_process = 1, 2, False
+
+    org, src = hub["org"], ImageSource.folder(hub["images"])
+    with pytest.raises(SystemExit):
+        job.run_hub(org, src, tmp_path / "out", chunk=1, batch=1, state=Rank1(), stop_after=1)
+    parts = sorted((tmp_path / "out" / "parts").glob("*.safetensors"))
+    assert [p.name for p in parts] == ["sae-index-chunk-00001.safetensors"]
+    mtime = parts[0].stat().st_mtime_ns
+    resumed = job.run_hub(org, src, tmp_path / "out", chunk=1, batch=1, state=Solo())
+    assert parts[0].stat().st_mtime_ns == mtime  # the finished chunk was not redone
+    direct = FT.index_images(org, src, batch_size=1, out=tmp_path / "direct" / INDEX_FILE)
+    for k in direct.tensors:
+        assert torch.equal(resumed.tensors[k], direct.tensors[k]), k
+    # an image replaced in the folder: the parts no longer match the folder and are computed again
+    Image.fromarray(np.full((33, 21, 3), 200, np.uint8)).save(hub["images"] / src.files[0])
+    try:
+        changed = job.run_hub(org, ImageSource.folder(hub["images"]), tmp_path / "out", chunk=1, batch=1,
+                              state=Solo())
+        assert parts[0].stat().st_mtime_ns != mtime
+        assert not torch.equal(changed.tensors["fire_count"], resumed.tensors["fire_count"])
+    finally:
+        SF.sample_images(hub["images"], 6)  # the folder as the other tests know it
