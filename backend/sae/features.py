@@ -6,8 +6,8 @@ Hub preset: `llava-hf/llama3-llava-next-8b-hf` + SAE `lmms-lab/llama3-llava-next
 at `model.layers.24`, loaded through the same `load_pretrained` / `load_sae` code. Its feature index
 is built over an image folder (or `datasets` split): here for small sets (`build_hub_index`, with
 progress and cancel), or by `backend.precompute.sae_index` (sharded, resumable) for large ones; the
-tab loads the file named by $WORKBENCH_SAE_INDEX, else one beside the SAE, else the one a build wrote
-to `default_index_path`.
+tab loads the file named by $WORKBENCH_SAE_INDEX, else the one a build wrote to
+`default_index_path`, else one beside the SAE.
 
 Image positions on LLaVA-NeXT (anyres; see `vlm.ImageLayout`): the base image (the whole picture
 resized to the vision tower's square, g × g patches) comes first in the prompt, then the
@@ -162,8 +162,8 @@ def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = 
              *, model_class: str = "transformers.LlavaNextForConditionalGeneration") -> Organism:
     """The paper's checkpoint and SAE. Local folders (validated against the allowed roots) or hub ids;
     from the hub only the SAE's hookpoint folder is fetched, as safetensors. The feature index, if
-    one exists: $WORKBENCH_SAE_INDEX, else beside the SAE (its hookpoint folder, then the repo), else
-    the file an earlier build wrote (`default_index_path`)."""
+    one exists: $WORKBENCH_SAE_INDEX, else the file an earlier build from the tab wrote, else one
+    beside the SAE (its hookpoint folder, then the repo); see `refresh_index`."""
     from transformers import AutoProcessor
 
     half = pick_device().type == "cuda"
@@ -176,7 +176,8 @@ def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = 
     else:  # the hub, or its offline cache
         from huggingface_hub import snapshot_download
 
-        sae_dir = Path(snapshot_download(P.validate_hub_id(sae_id), allow_patterns=[f"{hookpoint}/*", "*.json"]))
+        # the hookpoint's folder, and a feature index the repo may publish beside it
+        sae_dir = Path(snapshot_download(P.validate_hub_id(sae_id), allow_patterns=[f"{hookpoint}/*", INDEX_FILE]))
     sae = load_sae(sae_dir, hookpoint=hookpoint, device=device_of(model))
     org = Organism(f"hub:{sae_id}", sae_dir, model, processor.tokenizer, processor, sae,
                    vlm.resolve_hookpoint(model, hookpoint), model_id=f"hub:{model_id}|{sae_id}", source="hub",
@@ -199,8 +200,9 @@ def refresh_index(org: Organism) -> None:
     run in another process, or by the precompute job): a stat per call, a load only on change."""
     if not org.is_hub:
         return
-    found = find_index(index_target(), org.folder / org.summary.get("hub_hookpoint", HUB_HOOKPOINT),
-                       org.folder, org.index_out)
+    # the setting's file or the tab's own build first (index_out is the one or the other), then one
+    # published beside the SAE
+    found = find_index(org.index_out, org.folder / org.summary.get("hub_hookpoint", HUB_HOOKPOINT), org.folder)
     if found is None or _stamp(found) == org.summary.get("index_stamp"):
         labels = Path(org.index_path).parent / "labels.json" if org.index_path is not None else None
         stamp = _stamp(labels)

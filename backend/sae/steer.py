@@ -6,7 +6,8 @@ reconstruction with feature f set to `value`:  h ← decode(z with z_f := value)
 - "prompt": every position of the prompt pass (image and text; the paper's setting). Tokens
   generated afterwards are not edited, they read the edited prompt through attention.
 - "all":    the prompt pass and every generated token.
-- "image":  the image-patch positions of the prompt pass only.
+- "image":  the image-patch positions of the prompt pass only (on LLaVA-NeXT every image token of the
+            prompt: base image, high-resolution tiles and their row newlines; see vlm.ImageLayout).
 - "text":   the prompt pass's other positions only (<s> and the prompt words): with "image" it splits
             "prompt" in two, to measure which half of the paper's placement steers and which breaks.
 `suppress` optionally zeroes other features at the same positions (e.g. the other colours' features,

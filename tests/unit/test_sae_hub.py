@@ -302,3 +302,20 @@ def test_the_hub_job_resumes_and_recomputes_when_the_folder_changes(hub, tmp_pat
         assert not torch.equal(changed.tensors["fire_count"], resumed.tensors["fire_count"])
     finally:
         SF.sample_images(hub["images"], 6)  # the folder as the other tests know it
+
+
+def test_an_index_beside_the_sae_is_found(hub, tmp_path, monkeypatch):
+    import shutil
+
+    import huggingface_hub.constants as HC
+
+    cache = tmp_path / "cache"
+    shutil.copytree(hub["cache"], cache)
+    snap = next((cache / f"models--{SF.SAE_ID.replace('/', '--')}" / "snapshots").iterdir())
+    beside = snap / "model.layers.24" / INDEX_FILE
+    FT.index_images(hub["org"], ImageSource.folder(hub["images"]), out=beside)
+    monkeypatch.setattr(HC, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv(INDEX_ENV, str(tmp_path / "unset" / INDEX_FILE))  # names no file: the SAE's is used
+    org = FT.load_hub()
+    assert org.index_path == beside and org.index.meta["n_images"] == 6
+    assert org.index_out == tmp_path / "unset" / INDEX_FILE  # a build from the tab would go to the setting
