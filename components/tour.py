@@ -752,7 +752,7 @@ def pissa_spectrum():
     sv = np.asarray(a["singular_values"])
     fig, ax = _fig()
     x = np.arange(1, len(sv) + 1)
-    ax.bar(x, sv, color=[colors.PAIR[0] if i < PISSA_RANK else colors.NEUTRAL for i in range(len(sv))], width=0.9)
+    ax.bar(x, sv, color=[colors.PISSA if i < PISSA_RANK else colors.NEUTRAL for i in range(len(sv))], width=0.9)
     ax.set_xlabel("direction (sorted by strength)")
     ax.set_ylabel("singular value")
     ax.set_title(f"layer {PISSA_LAYER} of a small digit classifier, {a['shape'][0]}×{a['shape'][1]} weights",
@@ -775,7 +775,7 @@ def pissa_split():
     lim = a["w_absmax"]
     bins = np.linspace(-lim, lim, 80)
     ax.hist(a["w_sample"], bins=bins, color=colors.NEUTRAL, alpha=0.75, label="original weights W")
-    ax.hist(a["w_res_sample"], bins=bins, color=colors.PAIR[1], alpha=0.7,
+    ax.hist(a["w_res_sample"], bins=bins, color=colors.LORA, alpha=0.7,
             label=f"frozen remainder after PiSSA takes the top {PISSA_RANK} directions")
     ax.set_xlabel("weight value")
     ax.set_ylabel("count")
@@ -802,7 +802,7 @@ def pissa_quant():
     vals = [mean[k] for k, _ in keys]
     fig, ax = _fig(10, 3.8)
     ax.barh([n for _, n in keys][::-1], [v * 100 for v in vals][::-1],
-            color=[colors.PAIR[0] if k.startswith("qpissa") else colors.NEUTRAL for k, _ in keys][::-1])
+            color=[colors.PISSA if k.startswith("qpissa") else colors.NEUTRAL for k, _ in keys][::-1])
     for y, v in enumerate(vals[::-1]):
         ax.text(v * 100, y, f"  {v:.0%}", va="center", fontsize=10)
     ax.set_xlabel("quantisation error removed (% of QLoRA's error), mean over the layers")
@@ -829,7 +829,7 @@ def pissa_race():
         elif ev.get("done"):
             summary = ev["summary"]
     fig, ax = _fig()
-    for meth, col, name in (("lora", colors.PAIR[1], "LoRA"), ("pissa", colors.PAIR[0], "PiSSA")):
+    for meth, col, name in (("lora", colors.LORA, "LoRA"), ("pissa", colors.PISSA, "PiSSA")):
         ax.plot(np.arange(1, len(losses[meth]) + 1), losses[meth], color=col, lw=2, label=name)
     ax.set_xlabel("training step")
     ax.set_ylabel("loss (lower is better)")

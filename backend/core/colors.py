@@ -31,8 +31,14 @@ ACTIVATION_PLOTLY = "Viridis"
 # Two categorical colours for "method A vs method B" lines (Okabe–Ito orange / blue) and a neutral.
 PAIR = ("#E69F00", "#0072B2")
 NEUTRAL = "#7f7f7f"
+# One colour per adapter method wherever it is drawn (Adapters tab, guided tour, exports).
+PISSA, LORA = PAIR
 POSITIVE = "#b2182b"   # the RdBu_r end colours, for bars of signed values
 NEGATIVE = "#2166ac"
+
+# Adapter methods by name, for code that looks a method up (the guided tour, exports): PiSSA orange,
+# LoRA blue, the same pair as PISSA / LORA. The Adapters tab and the tour both draw from here.
+METHOD_COLORS = {"pissa": PAIR[0], "lora": PAIR[1]}
 
 
 # Okabe & Ito (2008) colour-blind-safe qualitative palette; black replaced by grey (dark pages).
@@ -127,5 +133,7 @@ except ImportError:  # plotly is optional for the backend
     pass
 
 __all__ = ["SIGNED_CMAP", "ACTIVATION_CMAP", "SIGNED_PLOTLY", "ACTIVATION_PLOTLY", "PAIR", "NEUTRAL",
+           "PISSA", "LORA",
+           "METHOD_COLORS",
            "POSITIVE", "NEGATIVE", "QUALITATIVE", "TEMPLATE_NAME", "qualitative", "themed", "is_themed",
            "register_plotly_template", "signed_limits", "signed_colors", "cmap_rgb", "css_gradient"]
