@@ -254,7 +254,13 @@ def summary_html(s: dict) -> str:
             + f"Median localisation time {s['median_localisation_s']:.1f} s.</div>")
 
 
-def export_png(path: Path, c: dict | None, check: dict | None, table: dict | None) -> None:
+NO_NEURONS_OFF = "No neurons switched off: tick found neurons or type some, then generate."
+
+
+def export_figure(c: dict | None, check: dict | None, table: dict | None):
+    """The export's figure: reference image, a row of generations with all neurons on and, only when
+    some are switched off, a row with them off (an "off" row with nothing off would repeat the "on"
+    row under a false label); below, the z-scores or the neurons-per-prompt histogram."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -267,15 +273,18 @@ def export_png(path: Path, c: dict | None, check: dict | None, table: dict | Non
     if c is not None:
         if c["train_image"] is not None:
             axes[0, 0].imshow(c["train_image"])
-            axes[0, 0].set_title("training image", fontsize=8)
-        for j, tag in enumerate(("on", "off")):
+            axes[0, 0].set_title(c.get("reference_kind") or "training image", fontsize=8)
+        tags = ("on", "off") if c["n_neurons"] else ("on",)
+        for j, tag in enumerate(tags):
             for i, im in enumerate(c[f"images_{tag}"]):
                 ax = axes[j, i + 1]
                 ax.imshow(im)
-                t = f"seed {c['seeds'][i]} {tag}"
+                t = f"seed {c['seeds'][i]} {tag}" if c["n_neurons"] else f"seed {c['seeds'][i]}"
                 if c[f"ssim_{tag}"] is not None:
                     t += f"\nSSIM {c[f'ssim_{tag}'][i]:.2f}"
                 ax.set_title(t, fontsize=8)
+        if not c["n_neurons"]:
+            axes[1, 1].text(0, 0.5, NO_NEURONS_OFF, fontsize=9, va="center")
     ax = fig.add_subplot(3, 1, 3)
     if check is not None:
         off = 0
@@ -291,6 +300,13 @@ def export_png(path: Path, c: dict | None, check: dict | None, table: dict | Non
         ax.set(xlabel="neurons per memorized prompt", ylabel="prompts")
     fig.suptitle(f"NeMo · {c['prompt'] if c else ''}", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def export_png(path: Path, c: dict | None, check: dict | None, table: dict | None) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = export_figure(c, check, table)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -401,10 +417,14 @@ def make_handlers(source: str):
             "score": r["score"], "memorized": r["memorized"], "listed_type": r["listed_type"], "z": r["z"],
             "localization": loc,
             "switched_off": c["neurons"], "reference": c.get("reference_kind"),
+            # with nothing switched off there is no "off" condition to report
             "comparison": {k: c[k] for k in ("seeds", "ssim_on", "ssim_off", "diversity_on",
                                                "diversity_off", "alignment_on", "alignment_off",
-                                               "score_on", "score_off")},
+                                               "score_on", "score_off")
+                           if c["n_neurons"] or not k.endswith("_off")},
         }
+        if not c["n_neurons"]:
+            state["note"] = NO_NEURONS_OFF
         out = Path(tempfile.mkdtemp(prefix="nemo-"))
         jpath = out / "nemo.json"
         jpath.write_text(json.dumps(state, indent=1))

@@ -464,6 +464,9 @@ def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
         out: dict[str, Any] = {"prompt": prompt, "seeds": seeds, "neurons": spec_labels(spec),
                                "n_neurons": core.count(spec), "theta_mem": m.theta_mem}
         for tag, s in (("on", {}), ("off", spec)):
+            if tag == "off" and not spec:  # nothing switched off: the same generations, not computed twice
+                out.update({f"{k}_off": out[f"{k}_on"] for k in ("images", "ssim", "diversity", "alignment", "score")})
+                break
             imgs = core.generate(m.pipe, prompt, seeds, guidance_scale=m.guidance_scale,
                                  num_inference_steps=m.num_inference_steps, spec=s)
             out[f"images_{tag}"] = imgs

@@ -113,6 +113,13 @@ def test_export_json_and_png(client, zoo_info):
     assert len(state["comparison"]["ssim_on"]) == 2
     assert state["localization"]["found"] in (True, False)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # nothing switched off: the export says so and reports no "off" condition
+    files = client.predict(mem, [], "", 2, api_name="/memo_export")
+    state = json.loads(Path([f if isinstance(f, str) else f.get("path", f.get("name")) for f in files
+                             if str(f if isinstance(f, str) else f.get("path", f.get("name"))).endswith(".json")][0]
+                            ).read_text())
+    assert state["switched_off"] == [] and "No neurons switched off" in state["note"]
+    assert not [k for k in state["comparison"] if k.endswith("_off")] and len(state["comparison"]["ssim_on"]) == 2
 
 
 def test_batch_detection_of_a_pasted_list_and_a_file(client, zoo_info, tmp_path):

@@ -413,3 +413,37 @@ def test_standin_tokenizer_is_clip_format(tmp_path):
         "a</w>", "man</w>", "riding</w>", "a</w>", "horse</w>", "on</w>", "the</w>", "beach</w>"]
     ids = tok("a dog").input_ids
     assert ids[0] == vocab["<|startoftext|>"] and ids[-1] == vocab["<|endoftext|>"] == max(vocab.values())
+
+
+# ----------------------------------------------------------------------------- the tab's rendering
+
+def fake_compare(n_seeds=3, neurons=("mid.attn0:1", "down0.attn0:2"), size=16, seed=0):
+    """What service.compare returns, with random images (the tab's rendering needs nothing else)."""
+    rng = np.random.default_rng(seed)
+    on = rng.random((n_seeds, size, size, 3)).astype(np.float32)
+    off = on if not neurons else rng.random((n_seeds, size, size, 3)).astype(np.float32)
+    ss_on, ss_off = rng.random(n_seeds).tolist(), rng.random(n_seeds).tolist()
+    return {"prompt": PROMPT, "seeds": list(range(n_seeds)), "neurons": list(neurons),
+            "n_neurons": len(neurons), "theta_mem": 0.5, "images_on": on, "images_off": off,
+            "ssim_on": ss_on, "ssim_off": ss_off if neurons else ss_on, "diversity_on": 0.2,
+            "diversity_off": 0.6 if neurons else 0.2, "alignment_on": 1.0, "alignment_off": 0.5,
+            "score_on": 0.7, "score_off": 0.3 if neurons else 0.7,
+            "train_image": rng.random((size, size, 3)).astype(np.float32), "reference_kind": "training image"}
+
+
+def test_export_draws_an_off_row_only_when_neurons_are_off():
+    import matplotlib.pyplot as plt
+
+    from components import memorization as tab
+
+    def titles(c):
+        fig = tab.export_figure(c, None, None)
+        out = [ax.get_title() for ax in fig.axes] + [t.get_text() for ax in fig.axes for t in ax.texts]
+        plt.close(fig)
+        return out
+
+    with_off = titles(fake_compare(neurons=("mid.attn0:1",)))
+    assert sum("off" in t for t in with_off) == 3 and sum(" on" in t for t in with_off) == 3
+    none_off = titles(fake_compare(neurons=()))
+    assert not any(t.startswith("seed") and "off" in t for t in none_off)
+    assert sum(t.startswith("seed") for t in none_off) == 3 and tab.NO_NEURONS_OFF in none_off
