@@ -76,3 +76,53 @@ def test_features_tab(page, server_url, tmp_path):
     page.locator("#features-steer").click()
     page.get_by_text("error term added back").wait_for()
     shot(page, "features")
+
+
+def test_features_tab_in_hub_mode(tmp_path):
+    """LLaVA-NeXT + the lmms-lab SAE (stand-ins in an offline HF cache): no index yet, so the tab says
+    what to run; an index built from uploaded images with the progress bar; a feature page, the
+    analysis of an uploaded picture (base image and tiles), steering and a label from the model."""
+    from backend.sae.index import INDEX_FILE
+    from tests.conftest import ARTIFACTS
+    from tests.e2e.conftest import open_tab, settle
+    from tests.helpers.browser import chromium_page
+    from tests.helpers.server import serve
+    from tests.helpers.standins import build_cache, cache_env
+    from tests.helpers.standins import features as SF
+
+    cache = build_cache(tmp_path / "hf" / "hub", SF.REPOS)
+    files = [str(p) for p in SF.sample_images(tmp_path / "images", 6)]
+    env = {**cache_env(cache), "WORKBENCH_SAE_INDEX": str(tmp_path / "index" / INDEX_FILE)}
+    ARTIFACTS.mkdir(exist_ok=True)
+    with serve(env=env, log_path=ARTIFACTS / "e2e-features-hub.log") as (url, _), chromium_page(1440, 1000) as page:
+        page.set_default_timeout(90_000)
+        open_tab(page, url, "features")
+        page.locator("#features-noindex").get_by_text("backend.precompute.sae_index --source hub").wait_for()
+        assert not page.locator("#features-example").is_visible()  # no scene set in hub mode
+        assert not [t for t in page.locator(".toast-body").all_inner_texts() if "feature" in t.lower()]
+
+        page.locator("#features-build-files input[type=file]").set_input_files(files)
+        page.wait_for_timeout(1000)
+        page.locator("#features-build-run").click()
+        page.locator("#features-build-status").get_by_text("Indexed 6 images").wait_for()
+        settle(page)
+        header = page.locator("#features-header")
+        assert "Feature " in header.inner_text() and "unlabelled" in header.inner_text()
+        assert page.locator("#features-overlay img").count() >= 1
+
+        page.locator("#features-upload input[type=file]").set_input_files(files[1])
+        page.wait_for_timeout(1000)
+        page.locator("#features-analyse").click()
+        page.get_by_text("Model answer").wait_for()
+        page.locator("#features-firing img").first.wait_for()
+        assert "newline" in page.locator("#tab-features").inner_text()
+
+        page.locator("#features-steer").click()
+        page.locator("#features-steer-out").get_by_text("positions: prompt").wait_for()
+        page.locator("#features-ask").click()
+        header.get_by_text("asked on request").wait_for()
+        settle(page)
+        errors = [t for t in page.locator(".toast-body").all_inner_texts() if "feature" in t.lower()]
+        assert errors == [], errors
+        page.locator("#features-header").scroll_into_view_if_needed()
+        shot(page, "features-hub")
