@@ -105,6 +105,16 @@ def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="build one: accelerate launch"):
         FT.feature_page(org, 0)
     assert FT.feature_table(org) == []
+    # a torn or foreign file where the setting points: not used, and the tab says why
+    bad = tmp_path / "bad" / INDEX_FILE
+    bad.parent.mkdir()
+    bad.write_bytes(b"not a safetensors file")
+    monkeypatch.setenv(INDEX_ENV, str(bad))
+    torn = FT.load_hub()
+    assert torn.index is None and str(bad) in torn.index_note
+    from components.features import no_index_html
+
+    assert "found but not used" in no_index_html(torn)
     # without the setting a build goes beside the Hugging Face cache (HF_HOME), never into a snapshot
     monkeypatch.delenv(INDEX_ENV)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
