@@ -18,6 +18,7 @@ import gradio as gr
 
 from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
+from backend.core.store import request_scope, scoped_aiter, scoped_iter
 from backend.core.zerogpu import MAX_DURATION, gpu
 
 from .common import MODEL_GROUP
@@ -48,13 +49,14 @@ def _translate(exc: BaseException, where: str) -> BaseException:
 
 
 def guarded(fn):
-    """Wrap a handler of any kind (function, coroutine, generator, async generator)."""
+    """Wrap a handler of any kind (function, coroutine, generator, async generator). Each call runs
+    in a model-store request scope, so no model it uses is evicted before it ends."""
     where = getattr(fn, "__qualname__", repr(fn))
     if inspect.isasyncgenfunction(fn):
         @functools.wraps(fn)
         async def agen(*a, **k):
             try:  # no budget: a stream's steps may run in different contexts; streams stop themselves
-                async for x in fn(*a, **k):
+                async for x in scoped_aiter(fn(*a, **k)):
                     yield x
             except Exception as e:
                 raise _translate(e, where) from e
@@ -63,7 +65,7 @@ def guarded(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
             try:
-                yield from fn(*a, **k)
+                yield from scoped_iter(fn(*a, **k))
             except Exception as e:
                 raise _translate(e, where) from e
         return gen
@@ -71,7 +73,7 @@ def guarded(fn):
         @functools.wraps(fn)
         async def coro(*a, **k):
             try:
-                with budget(JOB_SECONDS):
+                with budget(JOB_SECONDS), request_scope():
                     return await fn(*a, **k)
             except Exception as e:
                 raise _translate(e, where) from e
@@ -80,7 +82,7 @@ def guarded(fn):
     @functools.wraps(fn)
     def plain(*a, **k):
         try:
-            with budget(JOB_SECONDS):
+            with budget(JOB_SECONDS), request_scope():
                 return fn(*a, **k)
         except Exception as e:
             raise _translate(e, where) from e

@@ -3,23 +3,97 @@
 With WORKBENCH_CHECK_WEIGHTS=1 (set by the api tests) a fingerprint of every model's weights is
 taken at load time, so a check after each request can prove that no weight changed and no hook
 was left behind.
+
+Byte budget. The store holds about WORKBENCH_MODEL_BUDGET bytes of models ("8GB", "512MiB", a plain
+number of bytes; "none" for no limit; by default 80 % of the GPU's memory, or 60 % of the machine's
+RAM without one). A model's bytes are its tensors (parameters and buffers of its nn.Modules, each
+storage once, on any device); tokenizers and data count as nothing and are never evicted. Before
+and after every load the least recently used models that no request is using are evicted until the
+rest fits, so the store exceeds its budget by at most the model being loaded; a model larger than
+the whole budget is kept alone. A model in use is never evicted, so concurrent requests that hold
+different models can push the store past its budget until they end (the log says so).
+
+Request scopes. components.guard opens `request_scope()` around every event handler (and
+`scoped_iter` / `scoped_aiter` around streams, whose steps may run in different threads). Every
+`get_or_load` inside a scope marks its model as in use until the scope ends; the scope is a
+context variable, so a thread started with a copy of the context shares it. Outside any scope (a
+notebook, the CLI) a model is in use only during the call that returns it.
 """
 from __future__ import annotations
 
+import contextvars
+import dataclasses
+import gc
 import hashlib
+import logging
 import os
+import re
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections import Counter, OrderedDict
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator
 
+import numpy as np
 import torch
 from torch import nn
 
-_MODELS: dict[str, dict[str, Any]] = {}
+log = logging.getLogger("workbench")
+
+_MODELS: "OrderedDict[str, dict[str, Any]]" = OrderedDict()  # least recently used first
 _GUARD = threading.Lock()
 _LOADING: dict[str, threading.Lock] = {}
+_IN_USE: Counter = Counter()  # model id → scopes (and calls in progress) holding it
+_STATS = {"peak_bytes": 0, "evictions": 0}
+_EVICT_LISTENERS: list[Callable[[str], None]] = []
+_COLLECT_BYTES = 64 * 10**6  # a garbage collection pass costs ~0.1 s: worth it for large models only
 
 
+# ----------------------------------------------------------------------------------- the budget
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str | int | float) -> int | None:
+    """"8GB" → 8e9, "1.5GiB", "512 MB", 1234 → bytes; "none" / "inf" / "" → None (no limit)."""
+    if isinstance(text, (int, float)):
+        return int(text)
+    s = str(text).strip().lower()
+    if s in ("", "none", "inf", "unlimited"):
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)", s)
+    if not m or m.group(2) not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (expected e.g. 8GB, 512MiB or a number of bytes)")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+@lru_cache(maxsize=1)
+def default_budget() -> int:
+    from .device import pick_device
+    from .zerogpu import spaces_available
+
+    # No CUDA query under ZeroGPU: its main process must not initialise the GPU.
+    if pick_device().type == "cuda" and not spaces_available():
+        return int(0.8 * torch.cuda.get_device_properties(0).total_memory)
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: 16 GB is a laptop's
+        ram = 16 * 10**9
+    return int(0.6 * ram)
+
+
+def budget_bytes() -> int | None:
+    """The budget now (read at every check, so a test or an operator can change it)."""
+    setting = os.environ.get("WORKBENCH_MODEL_BUDGET")
+    return default_budget() if setting is None else parse_bytes(setting)
+
+
+def _fmt(n: int | None) -> str:
+    return "unlimited" if n is None else f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n / 1e6:.1f} MB"
+
+
+# ----------------------------------------------------------------------------------- sizes
 def modules_of(obj: Any) -> Iterator[tuple[str, nn.Module]]:
     """The nn.Modules inside a model or a pipeline (diffusers keeps them as attributes)."""
     if isinstance(obj, nn.Module):
@@ -30,6 +104,56 @@ def modules_of(obj: Any) -> Iterator[tuple[str, nn.Module]]:
         for name, comp in components.items():
             if isinstance(comp, nn.Module):
                 yield name, comp
+
+
+def _leaves(obj: Any, depth: int = 3, seen: set | None = None) -> Iterator[Any]:
+    """Tensors and arrays of a stored value: modules, pipelines and the containers or dataclasses
+    services keep them in (a few levels deep, a few hundred items per container; tokenizers are
+    neither and count as nothing)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+        return
+    seen.add(id(obj))
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        yield obj
+        return
+    found = False
+    for _, module in modules_of(obj):
+        found = True
+        yield from module.parameters()
+        yield from module.buffers()
+    if found or depth == 0:
+        return
+    if isinstance(obj, dict):
+        values = list(obj.values())[:256]
+    elif isinstance(obj, (list, tuple)):
+        values = list(obj[:256])
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        values = [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
+    else:
+        return
+    for v in values:
+        yield from _leaves(v, depth - 1, seen)
+
+
+def nbytes_of(obj: Any) -> int:
+    """Bytes of the tensors a stored value holds, each storage counted once (any device)."""
+    seen, total = set(), 0
+    for t in _leaves(obj):
+        if isinstance(t, np.ndarray):
+            key, n = ("numpy", id(t if t.base is None else t.base)), t.nbytes
+        elif t.device.type == "meta":
+            continue
+        else:
+            try:
+                st = t.untyped_storage()
+                key, n = (str(t.device), st.data_ptr()), st.nbytes()
+            except (RuntimeError, NotImplementedError):  # tensor subclasses without a plain storage
+                key, n = (str(t.device), id(t)), t.numel() * t.element_size()
+        if key not in seen:
+            seen.add(key)
+            total += n
+    return total
 
 
 def fingerprint(obj: Any) -> str:
@@ -48,24 +172,218 @@ def hooks_on(obj: Any) -> int:
     return sum(count_hooks(m) for _, m in modules_of(obj))
 
 
-def get_or_load(model_id: str, loader: Callable[[], Any]) -> Any:
-    """Load `model_id` once; concurrent first callers wait for the same load."""
+# ----------------------------------------------------------------------------------- scopes
+class Scope:
+    """The models one request has used; they stay in the store until the request ends."""
+
+    def __init__(self):
+        self.ids: set[str] = set()
+        self.closed = False
+
+    def _hold(self, model_id: str) -> None:  # caller holds _GUARD
+        if not self.closed and model_id not in self.ids:
+            self.ids.add(model_id)
+            _IN_USE[model_id] += 1
+
+    @contextmanager
+    def active(self):
+        token = _SCOPE.set(self)
+        try:
+            yield self
+        finally:
+            _SCOPE.reset(token)
+
+    def close(self) -> None:
+        with _GUARD:
+            if self.closed:
+                return
+            self.closed = True
+            for model_id in self.ids:
+                _release(model_id)
+            self.ids.clear()
+        _evict_to_fit()  # models this request kept past the budget can go now
+
+
+_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("workbench_store_scope", default=None)
+
+
+def _release(model_id: str) -> None:  # caller holds _GUARD
+    _IN_USE[model_id] -= 1
+    if _IN_USE[model_id] <= 0:
+        del _IN_USE[model_id]
+
+
+@contextmanager
+def request_scope():
+    """Hold every model loaded or reused inside until the block ends (a nested scope joins the
+    outer one)."""
+    current = _SCOPE.get()
+    if current is not None and not current.closed:
+        yield current
+        return
+    scope = Scope()
+    try:
+        with scope.active():
+            yield scope
+    finally:
+        scope.close()
+
+
+def scoped_iter(iterable: Iterable) -> Iterator:
+    """Iterate a stream under one scope, entered afresh at each step (steps may run in different
+    threads and contexts, so a context variable set at the first step is not seen at the next)."""
+    scope = Scope()
+    it = iter(iterable)
+    try:
+        while True:
+            with scope.active():
+                try:
+                    x = next(it)
+                except StopIteration:
+                    return
+            yield x
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            with scope.active():
+                close()
+        scope.close()
+
+
+async def scoped_aiter(aiterable) -> AsyncIterator:
+    """`scoped_iter` for an async stream."""
+    scope = Scope()
+    it = aiterable.__aiter__()
+    try:
+        while True:
+            with scope.active():
+                try:
+                    x = await it.__anext__()
+                except StopAsyncIteration:
+                    return
+            yield x
+    finally:
+        aclose = getattr(it, "aclose", None)
+        if aclose is not None:
+            with scope.active():
+                await aclose()
+        scope.close()
+
+
+def in_use() -> dict[str, int]:
+    """model id → number of requests (or calls) holding it now."""
+    with _GUARD:
+        return dict(_IN_USE)
+
+
+# ----------------------------------------------------------------------------------- load, evict
+def _touch(model_id: str, scope: Scope | None) -> Any:  # caller holds _GUARD
+    _MODELS.move_to_end(model_id)
+    if scope is not None:
+        scope._hold(model_id)
+    return _MODELS[model_id]["model"]
+
+
+def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | None = None,
+                progress: Callable[[float, str], None] | None = None) -> Any:
+    """Load `model_id` once; concurrent first callers wait for the same load.
+
+    `size_hint` (bytes, e.g. from modelcheck.check_model) makes room before loading, so the
+    store stays within its budget even while the model loads; `progress(fraction, message)` is told
+    when the load starts and ends."""
+    scope = _SCOPE.get()
     with _GUARD:
         if model_id in _MODELS:
-            return _MODELS[model_id]["model"]
+            return _touch(model_id, scope)
         lock = _LOADING.setdefault(model_id, threading.Lock())
     with lock:
         with _GUARD:
             if model_id in _MODELS:
-                return _MODELS[model_id]["model"]
-        t0 = time.perf_counter()
-        model = loader()
-        entry = {"model": model, "load_s": time.perf_counter() - t0}
-        if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":
-            entry["fingerprint"] = fingerprint(model)
-        with _GUARD:
-            _MODELS[model_id] = entry
-        return model
+                return _touch(model_id, scope)
+            _IN_USE[model_id] += 1  # this call's own hold, so the eviction after loading spares it
+        try:
+            _evict_to_fit(reserve=size_hint or 0)
+            if progress is not None:
+                progress(0.0, f"loading {model_id}")
+            t0 = time.perf_counter()
+            model = loader()
+            entry = {"model": model, "load_s": time.perf_counter() - t0, "bytes": nbytes_of(model)}
+            if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":
+                entry["fingerprint"] = fingerprint(model)
+            with _GUARD:
+                _MODELS[model_id] = entry
+                _STATS["peak_bytes"] = max(_STATS["peak_bytes"], _resident_locked())
+                if scope is not None:
+                    scope._hold(model_id)
+            limit = budget_bytes()
+            if limit is not None and entry["bytes"] > limit:
+                log.warning("model %s (%s) is larger than the model budget (%s): it is kept alone",
+                            model_id, _fmt(entry["bytes"]), _fmt(limit))
+            log.info("loaded %s (%s) in %.1f s", model_id, _fmt(entry["bytes"]), entry["load_s"])
+            _evict_to_fit()
+            if progress is not None:
+                progress(1.0, f"loaded {model_id} in {entry['load_s']:.1f} s")
+            return model
+        finally:
+            with _GUARD:
+                _release(model_id)
+
+
+def _resident_locked() -> int:
+    return sum(e["bytes"] for e in _MODELS.values())
+
+
+def _evict_to_fit(reserve: int = 0) -> list[str]:
+    """Evict least recently used models no one holds until the rest plus `reserve` fits."""
+    limit = budget_bytes()
+    if limit is None:
+        return []
+    victims = []
+    with _GUARD:
+        total = _resident_locked()
+        for model_id in list(_MODELS):
+            if total + reserve <= limit:
+                break
+            entry = _MODELS[model_id]
+            if _IN_USE.get(model_id) or not entry["bytes"]:
+                continue
+            del _MODELS[model_id]
+            total -= entry["bytes"]
+            victims.append((model_id, entry["bytes"]))
+            _STATS["evictions"] += 1
+        over = total + reserve > limit and total > 0
+    for model_id, n in victims:
+        log.info("evicted %s (%s) to stay within the model budget (%s)", model_id, _fmt(n), _fmt(limit))
+        for listener in list(_EVICT_LISTENERS):
+            try:
+                listener(model_id)
+            except Exception:  # a listener's defect must not break a load
+                log.exception("eviction listener failed for %s", model_id)
+    if sum(n for _, n in victims) >= _COLLECT_BYTES:
+        gc.collect()  # a large evicted model may sit in a reference cycle (hooks, closures)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    if over and reserve == 0:
+        log.info("model store at %s, over its budget %s: the rest is in use", _fmt(total), _fmt(limit))
+    return [v for v, _ in victims]
+
+
+def on_evict(listener: Callable[[str], None]) -> None:
+    """Call `listener(model_id)` after a model leaves the store (a service that keeps its own
+    reference to a model drops it here, or its memory is not freed)."""
+    _EVICT_LISTENERS.append(listener)
+
+
+def evict(model_id: str) -> bool:
+    """Remove one model now unless a request holds it; True if it was removed."""
+    with _GUARD:
+        if model_id not in _MODELS or _IN_USE.get(model_id):
+            return False
+        del _MODELS[model_id]
+        _STATS["evictions"] += 1
+    for listener in list(_EVICT_LISTENERS):
+        listener(model_id)
+    return True
 
 
 def loaded() -> dict[str, float]:
@@ -77,6 +395,21 @@ def loaded() -> dict[str, float]:
 def items() -> list[tuple[str, Any]]:
     with _GUARD:
         return [(k, v["model"]) for k, v in _MODELS.items()]
+
+
+def stats() -> dict[str, Any]:
+    """Budget, bytes resident, the peak so far, evictions, and per model (least recently used
+    first) its bytes, load time and holders."""
+    with _GUARD:
+        return {"budget_bytes": budget_bytes(), "resident_bytes": _resident_locked(),
+                "peak_bytes": _STATS["peak_bytes"], "evictions": _STATS["evictions"],
+                "models": [{"id": k, "bytes": v["bytes"], "load_s": v["load_s"], "in_use": _IN_USE.get(k, 0)}
+                           for k, v in _MODELS.items()]}
+
+
+def reset_peak() -> None:
+    with _GUARD:
+        _STATS["peak_bytes"] = _resident_locked()
 
 
 def integrity_problems() -> list[str]:

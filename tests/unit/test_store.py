@@ -1,20 +1,42 @@
+import asyncio
+import dataclasses
+import random
 import threading
 import time
 
+import numpy as np
+import pytest
 import torch
+from torch import nn
 
 from backend.core import interventions as iv
 from backend.core import store
 from tests.helpers.tiny import TinyMLP
-import pytest
+
+MB = 10**6
 
 
 @pytest.fixture(autouse=True)
-def forget_unit_models():
+def own_store(monkeypatch):
+    """Each test sees an empty store (the models other tests loaded are put back afterwards)."""
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "none")
+    with store._GUARD:
+        saved = list(store._MODELS.items())
+        store._MODELS.clear()
+        store._STATS["peak_bytes"] = 0
     yield
     with store._GUARD:
-        for k in [k for k in store._MODELS if k.startswith("unit:")]:
-            del store._MODELS[k]
+        store._MODELS.clear()
+        store._MODELS.update(saved)
+        assert not store._IN_USE, "a hold outlived its scope or call"
+
+
+def block(mb: float, seed: int = 0) -> nn.Module:
+    """A module of exactly `mb` megabytes of float32 parameters."""
+    torch.manual_seed(seed)
+    m = nn.Module()
+    m.w = nn.Parameter(torch.randn(int(mb * MB) // 4))
+    return m
 
 
 def test_get_or_load_loads_once_under_concurrency(monkeypatch):
@@ -56,3 +78,219 @@ def test_integrity_check_sees_hooks_and_changed_weights(monkeypatch):
     with iv.scale_weights(model, {"fc1.weight": mask}, 1.1):
         assert store.integrity_problems()
     assert store.integrity_problems() == []
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("8GB", 8 * 10**9), ("1.5GiB", int(1.5 * 2**30)), ("512 MB", 512 * MB), ("1234", 1234),
+    ("2mib", 2 * 2**20), (" none ", None), ("", None), ("inf", None), (3000, 3000)])
+def test_parse_bytes(text, expected):
+    assert store.parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["8 parsecs", "-1GB", "GB", "1e9"])
+def test_parse_bytes_refuses_nonsense(bad):
+    with pytest.raises(ValueError, match="not a size"):
+        store.parse_bytes(bad)
+
+
+def test_default_budget_is_a_share_of_memory(monkeypatch):
+    monkeypatch.delenv("WORKBENCH_MODEL_BUDGET")
+    assert 10**8 < store.budget_bytes() == store.default_budget()
+
+
+def test_bytes_count_each_storage_once_in_modules_pipelines_and_holders():
+    mlp = TinyMLP(seed=0)
+    params = sum(p.numel() * 4 for p in mlp.parameters())
+    assert store.nbytes_of(mlp) == params
+    tied = nn.Sequential(nn.Embedding(10, 6), nn.Linear(6, 10, bias=False))
+    tied[1].weight = tied[0].weight  # a tied head shares its storage: counted once
+    assert store.nbytes_of(tied) == 10 * 6 * 4
+    tied.register_buffer("scale", torch.ones(5, dtype=torch.float16))
+    assert store.nbytes_of(tied) == 10 * 6 * 4 + 10
+
+    class Pipe:  # diffusers keeps its modules in `components`
+        def __init__(self):
+            self.components = {"unet": mlp, "tokenizer": object(), "vae": tied}
+
+    assert store.nbytes_of(Pipe()) == params + 250
+
+    @dataclasses.dataclass
+    class Loaded:  # how services keep a model with its tokenizer and held-out data
+        model: nn.Module
+        tok: object
+        held: dict
+
+    held = {"x": np.zeros((10, 10), dtype=np.float32), "view": None}
+    held["view"] = held["x"][:5]  # a view of the same array is not counted again
+    assert store.nbytes_of(Loaded(mlp, object(), held)) == params + 400
+    assert store.nbytes_of({"vocab": {"a": 1}}) == 0
+
+
+def test_lru_eviction_keeps_the_recently_used(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "2.5MB")
+    store.get_or_load("unit:a", lambda: block(1))
+    store.get_or_load("unit:b", lambda: block(1))
+    store.get_or_load("unit:a", lambda: pytest.fail("a is loaded"))  # a is now the most recent
+    store.get_or_load("unit:c", lambda: block(1))
+    assert list(store.loaded()) == ["unit:a", "unit:c"]  # b was the least recently used
+    store.get_or_load("unit:tok", lambda: {"vocab": {"x": 1}})  # no tensors: nothing to evict for
+    store.get_or_load("unit:d", lambda: block(1))
+    assert list(store.loaded()) == ["unit:c", "unit:tok", "unit:d"]
+    s = store.stats()
+    assert s["resident_bytes"] == 2 * MB and s["peak_bytes"] == 3 * MB  # budget + the one loading
+
+
+def test_model_in_use_by_a_request_is_not_evicted(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
+    with store.request_scope():
+        a = store.get_or_load("unit:a", lambda: block(1))
+        with store.request_scope():  # a nested scope joins the outer one
+            pass
+        store.get_or_load("unit:b", lambda: block(1))
+        assert set(store.in_use()) == {"unit:a", "unit:b"}
+        done = []
+        other = threading.Thread(target=lambda: done.append(store.get_or_load("unit:c", lambda: block(1))))
+        other.start()
+        other.join()  # another caller loads c: a and b are held, so nothing can go
+        assert store.get_or_load("unit:a", lambda: block(1)) is a
+        assert set(store.loaded()) == {"unit:a", "unit:b", "unit:c"}
+    # the scope ended: back within budget, the least recently used (b, then c; a was used last) went
+    assert store.in_use() == {}
+    assert list(store.loaded()) == ["unit:a"]
+
+
+def test_model_bigger_than_the_budget_loads_alone(monkeypatch, caplog):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
+    store.get_or_load("unit:a", lambda: block(1))
+    with caplog.at_level("WARNING", logger="workbench"):
+        store.get_or_load("unit:big", lambda: block(2))
+    assert list(store.loaded()) == ["unit:big"]
+    assert "larger than the model budget" in caplog.text
+
+
+def test_size_hint_makes_room_before_loading(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "2.5MB")
+    store.get_or_load("unit:a", lambda: block(1))
+    store.get_or_load("unit:b", lambda: block(1))
+    store.reset_peak()
+    seen = []
+    store.get_or_load("unit:c", lambda: block(1), size_hint=MB, progress=lambda f, m: seen.append((f, m)))
+    assert store.stats()["peak_bytes"] <= 2.5 * MB  # a went before c loaded
+    assert list(store.loaded()) == ["unit:b", "unit:c"]
+    assert [f for f, _ in seen] == [0.0, 1.0] and "unit:c" in seen[-1][1]
+
+
+def test_eviction_listener_and_reload_keeps_integrity_check(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CHECK_WEIGHTS", "1")
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
+    gone = []
+    store.on_evict(gone.append)
+    try:
+        first = store.get_or_load("unit:a", lambda: block(1, seed=1))
+        store.get_or_load("unit:b", lambda: block(1, seed=2))
+        assert gone == ["unit:a"]
+        again = store.get_or_load("unit:a", lambda: block(1, seed=1))
+        assert again is not first and gone == ["unit:a", "unit:b"]
+        assert store.integrity_problems() == []
+        with torch.no_grad():
+            again.w[0] += 1
+        assert store.integrity_problems() == ["unit:a: weights differ from the loaded ones"]
+    finally:
+        store._EVICT_LISTENERS.remove(gone.append)
+
+
+def test_concurrent_requests_never_lose_a_model_they_hold(monkeypatch):
+    """Threads hold request scopes over random models under a budget of two: every model a request
+    got stays the same object until its scope ends, and the store is back within budget after."""
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "2MB")
+    ids = [f"unit:m{i}" for i in range(6)]
+    loads, errors = [], []
+
+    def loader(i):
+        def load():
+            loads.append(i)
+            time.sleep(0.002)
+            return block(1, seed=i)
+        return load
+
+    def request(seed):
+        rng = random.Random(seed)
+        try:
+            for _ in range(15):
+                with store.request_scope():
+                    got = {}
+                    for _ in range(3):
+                        i = rng.randrange(len(ids))
+                        m = store.get_or_load(ids[i], loader(i))
+                        assert got.setdefault(i, m) is m, "a held model was evicted and reloaded"
+                        held = set(store.loaded())
+                        assert {ids[j] for j in got} <= held
+                        with store._GUARD:  # over budget only by what requests hold
+                            extra = sum(e["bytes"] for k, e in store._MODELS.items() if store._IN_USE.get(k))
+                            assert store._resident_locked() <= 2 * MB + extra
+                        time.sleep(0.001)
+        except AssertionError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=request, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert store.in_use() == {}
+    assert store.stats()["resident_bytes"] <= 2 * MB
+    assert len(loads) > len(ids)  # the budget forced reloads: eviction really ran
+
+
+def test_guarded_handlers_hold_their_models_for_the_whole_request(monkeypatch):
+    from components import guard
+
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
+
+    def push_out():  # another caller's load, which would evict anything not held
+        store.get_or_load("unit:other", lambda: block(1))
+        store.evict("unit:other")
+
+    def in_thread(fn):  # a thread started plainly does not share the request's scope
+        t = threading.Thread(target=fn)
+        t.start()
+        t.join()
+
+    def plain():
+        m = store.get_or_load("unit:a", lambda: block(1))
+        in_thread(push_out)
+        return store.get_or_load("unit:a", lambda: block(1)) is m
+
+    def gen():
+        m = store.get_or_load("unit:a", lambda: block(1))
+        yield 1
+        push_out()  # this step may run in another thread: the hold must survive
+        yield store.get_or_load("unit:a", lambda: block(1)) is m
+
+    async def coro():
+        m = store.get_or_load("unit:a", lambda: block(1))
+        await asyncio.to_thread(push_out)
+        return store.get_or_load("unit:a", lambda: block(1)) is m
+
+    async def agen():
+        m = store.get_or_load("unit:a", lambda: block(1))
+        yield 1
+        await asyncio.to_thread(push_out)
+        yield store.get_or_load("unit:a", lambda: block(1)) is m
+
+    assert guard.guarded(plain)() is True
+    steps = guard.guarded(gen)()
+    assert next(steps) == 1
+    in_thread(lambda: store.get_or_load("unit:x", lambda: block(1)))  # between two steps of the stream
+    assert "unit:a" in store.loaded()
+    assert list(steps) == [True]
+    assert asyncio.run(guard.guarded(coro)()) is True
+
+    async def drain():
+        return [x async for x in guard.guarded(agen)()]
+
+    assert asyncio.run(drain()) == [1, True]
+    assert store.in_use() == {}
+    store.get_or_load("unit:y", lambda: block(1))  # nothing held now: a can go
+    assert "unit:a" not in store.loaded()
