@@ -232,7 +232,7 @@ def _image_input(org, image, example):
     if image is not None:
         return np.asarray(image)
     if not org.heldout_specs:
-        fail("Upload an image to analyse.")
+        fail("Upload an image (this model has no scene set to pick from).")
     if example is not None and str(example).strip() != "":
         try:
             i = int(example)
