@@ -265,6 +265,9 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
         except BaseException as e:  # handed to the consumer
             events.put({"error": e})
         finally:
+            # the race is over when its training ends, not when the consumer has drawn and
+            # exported it: a Stop waiting on the flag hears so at once
+            flag.finish()
             events.put(_END)
 
     worker = threading.Thread(target=work, name=f"pissa-race-{session}", daemon=True)
@@ -281,11 +284,6 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
             if "error" in ev:
                 err = ev["error"]
                 raise (ServiceError(str(err)) if isinstance(err, ValueError) else err)
-            if ev.get("done"):
-                # the race is over now, not when the consumer has drawn and exported it: a Stop
-                # waiting on the flag hears so at once
-                worker.join(timeout=5)
-                flag.finish(keep_stop=worker.is_alive())
             yield ev
     finally:
         flag.set()  # a consumer that went away (closed tab, cancelled job) stops the worker too

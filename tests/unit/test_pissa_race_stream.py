@@ -1,0 +1,157 @@
+"""The race as the Adapters tab streams it: steps coalesced into at most four updates a second (the
+figure at most one a second), and Stop ending the race within a second of the request, with an
+answer that says what happened. Driven through the tab's own handlers on the digits toy."""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from backend.pissa import service
+from components import adapters as ui
+
+torch.set_num_threads(1)
+MODEL = "pissa-toy"
+
+
+class Request:
+    """What the handlers read from a gr.Request: a session of their own per test."""
+
+    def __init__(self):
+        self.session_hash = uuid.uuid4().hex
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_cadence_grants_one_update_per_interval():
+    clock = FakeClock()
+    c = ui.Cadence(0.25, clock=clock)
+    grants = []
+    for i in range(401):  # 100 s of events every 10 ms... in fake time: 4 s
+        clock.t = i * 0.01
+        if c.due():
+            grants.append(clock.t)
+    assert len(grants) == 16 + 1  # t = 0, 0.25, ..., 4.0
+    assert all(b - a >= 0.25 - 1e-9 for a, b in zip(grants, grants[1:]))
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Every Cadence the handler makes, with the times it granted an update."""
+    made = []
+
+    class Recording(ui.Cadence):
+        def __init__(self, every, clock=time.perf_counter):
+            super().__init__(every, clock)
+            self.grants = []
+            made.append(self)
+
+        def due(self):
+            ok = super().due()
+            if ok:
+                self.grants.append(self.last)
+            return ok
+
+        def wait(self):
+            super().wait()
+            self.grants.append(self.last)
+
+    monkeypatch.setattr(ui, "Cadence", Recording)
+    return made
+
+
+@pytest.mark.timeout(120)
+def test_race_updates_at_most_four_a_second_and_the_figure_one(recorded):
+    outs, stamps = [], []
+    t0 = time.perf_counter()
+    for out in ui.run_race(MODEL, ["lora", "pissa"], 1, 300, 8, 0, request=Request()):
+        outs.append(out)
+        stamps.append(time.perf_counter())
+    wall = time.perf_counter() - t0
+    updates = next(c for c in recorded if c.every == ui.UPDATE_EVERY_S)
+    figures = next(c for c in recorded if c.every == ui.FIGURE_EVERY_S)
+    # every update went out through the cadence, none closer than a quarter second to the last
+    assert len(updates.grants) == len(outs)
+    gaps = [b - a for a, b in zip(updates.grants, updates.grants[1:])]
+    assert min(gaps) >= ui.UPDATE_EVERY_S - 1e-6, gaps
+    # as the consumer saw them: never more than four in any one second
+    for i, t in enumerate(stamps):
+        assert sum(t <= s < t + 1.0 for s in stamps[i:]) <= 4 + 1, stamps  # +1: a figure's build jitter
+    assert len(outs) <= 4 * wall + 1
+    # 600 steps coalesced into far fewer updates, and the live figure at most once a second
+    live_figs = [o for o in outs[1:-2] if isinstance(o[0], go.Figure)]
+    assert len(live_figs) <= wall / ui.FIGURE_EVERY_S + 1
+    fig_gaps = [b - a for a, b in zip(figures.grants, figures.grants[1:])]
+    assert not fig_gaps or min(fig_gaps) >= ui.FIGURE_EVERY_S - 1e-6
+    assert len(outs) < 600 / 10
+    # the end: every step counted, the final figure drawn with all of them, then the exports
+    assert "600/600 steps" in outs[-2][1] and "**finished**" in outs[-2][1]
+    final = outs[-2][0]
+    assert isinstance(final, go.Figure) and max(final.data[0].x) == 300
+    assert any(str(f).endswith(".png") for f in outs[-1][3])
+
+
+@pytest.mark.timeout(120)
+def test_stop_ends_the_race_within_a_second_and_says_so():
+    req = Request()
+    seen: list[tuple[float, object]] = []
+    errors = []
+
+    def consume():
+        try:
+            for out in ui.run_race(MODEL, ["lora", "pissa", "full"], 3, 5000, 8, 0, request=req):
+                seen.append((time.perf_counter(), out[1]))
+        except Exception as e:  # handed to the test
+            errors.append(e)
+
+    worker = threading.Thread(target=consume, daemon=True)
+    worker.start()
+    deadline = time.perf_counter() + 90
+    while not any(isinstance(s, str) and "steps in" in s for _, s in seen):
+        assert time.perf_counter() < deadline and worker.is_alive(), (errors, seen[-3:])
+        time.sleep(0.05)
+    t_stop = time.perf_counter()
+    answer = ui.stop_race(request=req)
+    answered = time.perf_counter() - t_stop
+    worker.join(timeout=60)
+    assert not worker.is_alive() and not errors, errors
+    ended = next(t for t, s in seen if isinstance(s, str) and "**stopped**" in s)
+    assert ended - t_stop <= 1.0, ended - t_stop
+    assert answer.startswith("Race stopped") and answered <= ui.STOP_WAIT_S + 0.5, answer
+    # stopped mid-race, and nothing is left running for the session
+    assert "/45000 steps" in seen[-2][1] and "45000/45000" not in seen[-2][1]
+    assert ui.stop_race(request=req) == "No race is running: nothing to stop."
+
+
+def test_stop_without_a_race_says_so():
+    assert service.request_stop(uuid.uuid4().hex, wait_s=1.0) == "idle"
+    assert ui.stop_race(request=Request()) == "No race is running: nothing to stop."
+
+
+@pytest.mark.timeout(120)
+def test_service_stop_waits_for_the_race_to_end():
+    session = uuid.uuid4().hex
+    stream = service.race_stream(MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=5000),
+                                 session, heartbeat_s=0.1)
+    try:
+        for ev in stream:
+            if "step" in ev and ev["step"] >= 5:
+                break
+        t0 = time.perf_counter()
+        assert service.request_stop(session, wait_s=5.0) == "stopped"
+        assert time.perf_counter() - t0 <= 1.0
+        rest = list(stream)
+        assert rest[-1]["done"] and rest[-1]["stopped"]
+    finally:
+        stream.close()
+    assert service.request_stop(session) == "idle"
