@@ -1,0 +1,444 @@
+"""Checks on a user's own model before any weights load: does its architecture fit the method, how
+large is it, and may this server load it at all.
+
+Only metadata is read: `config.json` (or a diffusers pipeline's `model_index.json` and
+`unet/config.json`) from a local folder under the allowed roots or from the hub, and the headers of
+the safetensors files (the hub's safetensors metadata, or the first bytes of local files) for the
+parameter count and size. Pickle-only checkpoints and remote code are refused, as everywhere.
+
+Policy for custom models (`allowed_custom`): local runs allow them; on a public Space (SPACE_ID set)
+they are off unless WORKBENCH_CUSTOM_MODELS=1, or the hub id's owner is listed in
+WORKBENCH_CUSTOM_OWNERS (comma-separated). WORKBENCH_CUSTOM_MODELS=0 turns them off anywhere. A size
+cap, WORKBENCH_CUSTOM_MAX_GB (default 20 on a Space, none locally), is checked from metadata
+before download.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from . import presets as P
+from .store import parse_bytes
+
+METHODS = ("relevance", "features", "memorization", "math_neurons", "adapters")
+_ALIASES = {"mambalrp": "relevance", "lrp": "relevance", "sae": "features", "nemo": "memorization",
+            "math": "math_neurons", "mathneuro": "math_neurons", "pissa": "adapters"}
+MAMBA = ("MambaForCausalLM", "FalconMambaForCausalLM")
+# LLaVA and its successors that keep LLaVA's vision tower → projector → language model layout.
+LLAVA = ("LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
+         "LlavaNextVideoForConditionalGeneration", "LlavaOnevisionForConditionalGeneration")
+SD_PIPELINES = ("StableDiffusionPipeline",)
+# Model types whose attention and MLP use transformers' Conv1D (a transposed weight), not nn.Linear:
+# found by searching the installed transformers' modeling files for `Conv1D(`.
+CONV1D_TYPES = ("gpt2", "openai-gpt", "imagegpt", "decision_transformer")
+DEFAULT_SPACE_CAP_GB = 20.0
+_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
+                "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_VARIANTS = (".fp16", ".bf16", ".ema", ".non_ema", ".fp32")
+
+
+class ModelCheckError(P.PresetError):
+    """A model the workbench will not load for a method, with the reason."""
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    location: str  # a validated local folder or hub id
+    local: bool
+    method: str
+    architecture: str  # e.g. "MambaForCausalLM", or "StableDiffusionPipeline"
+    model_type: str  # config's model_type ("" for a pipeline)
+    n_params: int | None  # None where the size could not be read (hub not reachable)
+    n_bytes: int | None
+    config: dict
+
+    def summary(self) -> str:
+        size = "size unknown" if self.n_bytes is None else f"{self.n_bytes / 1e9:.2f} GB"
+        params = "" if self.n_params is None else f"{_count(self.n_params)} parameters · "
+        return f"{self.architecture} · {params}{size}"
+
+
+def _count(n: int) -> str:
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return str(n)
+
+
+def method_key(method: str) -> str:
+    m = str(method).strip().lower().replace("-", "_").replace(" ", "_")
+    m = _ALIASES.get(m, m)
+    if m not in METHODS:
+        raise ModelCheckError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+    return m
+
+
+# ----------------------------------------------------------------------------------- reading
+@dataclass
+class _Meta:
+    location: str
+    local: bool
+    folder: Path | None  # the local folder, or the hub snapshot folder the config was cached in
+    config: dict  # config.json, or model_index.json for a pipeline
+    unet: dict | None  # a pipeline's unet/config.json
+    revision: str | None
+
+    @property
+    def pipeline(self) -> bool:
+        return "_class_name" in self.config and "_diffusers_version" in self.config
+
+    @property
+    def architecture(self) -> str:
+        if self.pipeline:
+            return str(self.config["_class_name"])
+        archs = self.config.get("architectures") or []
+        if archs:
+            return str(archs[0])
+        return _class_for_type(str(self.config.get("model_type", ""))) or "an unnamed architecture"
+
+
+def _class_for_type(model_type: str) -> str | None:
+    from transformers.models.auto import modeling_auto as auto
+
+    for names in (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+                  auto.MODEL_MAPPING_NAMES):
+        if model_type in names:
+            return names[model_type]
+    return None
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelCheckError(f"cannot read {what}: {type(e).__name__}") from e
+    if not isinstance(data, dict):
+        raise ModelCheckError(f"{what} is not a JSON object")
+    return data
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _hub_file(repo: str, name: str, revision: str | None) -> Path | None:
+    """A file of a hub repo (downloaded, or from the local cache offline); None if the repo has no
+    such file; _Unreachable if the hub cannot be asked and the cache does not have it."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import RemoteEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        return Path(hf_hub_download(repo, name, revision=revision))
+    except RemoteEntryNotFoundError:
+        return None
+    except (RepositoryNotFoundError, RevisionNotFoundError) as e:
+        raise ModelCheckError(f"no model {repo!r} on the hub (or it is private or gated)") from e
+    except Exception as e:  # offline and not cached, or the hub unreachable
+        raise _Unreachable(type(e).__name__) from e
+
+
+def _hub_meta(repo: str, revision: str | None) -> "_Meta":
+    try:
+        config = _hub_file(repo, "config.json", revision)
+        if config is not None:
+            return _Meta(repo, False, config.parent, _read_json(config, "config.json"), None, revision)
+    except _Unreachable as e:  # perhaps a pipeline whose model_index.json is cached
+        unreachable = e
+    else:
+        unreachable = None
+    try:
+        index = _hub_file(repo, "model_index.json", revision)
+    except _Unreachable as e:
+        raise ModelCheckError(f"cannot read the config of {repo!r}: the hub is not reachable and it is "
+                              f"not in the local cache ({unreachable or e})") from e
+    if index is None:
+        raise ModelCheckError(f"{repo!r} has neither config.json nor model_index.json")
+    meta = _Meta(repo, False, index.parent, _read_json(index, "model_index.json"), None, revision)
+    try:
+        unet = _hub_file(repo, "unet/config.json", revision)
+    except _Unreachable:
+        unet = None
+    meta.unet = _read_json(unet, "unet/config.json") if unet is not None else None
+    return meta
+
+
+def _read(path_or_id: str, revision: str | None, roots: list[Path] | None) -> _Meta:
+    location = P.resolve(path_or_id, roots)  # validated: under the allowed roots, or owner/name
+    if Path(location).exists():
+        folder = Path(location)
+        if not folder.is_dir():
+            raise ModelCheckError(f"{path_or_id!r} is a file; pick the model's folder")
+        P.refuse_pickles(folder)
+        if not any(folder.rglob("*.safetensors")):
+            raise ModelCheckError(f"no safetensors weights in {path_or_id!r}")
+        index, config = folder / "model_index.json", folder / "config.json"
+        if index.is_file():
+            meta = _Meta(location, True, folder, _read_json(index, "model_index.json"), None, revision)
+            unet = folder / "unet" / "config.json"
+            meta.unet = _read_json(unet, "unet/config.json") if unet.is_file() else None
+            return meta
+        if not config.is_file():
+            raise ModelCheckError(f"no config.json in {path_or_id!r}: not a transformers or diffusers model folder")
+        return _Meta(location, True, folder, _read_json(config, "config.json"), None, revision)
+    return _hub_meta(location, revision)
+
+
+# ----------------------------------------------------------------------------------- rules
+def _remote_code(meta: _Meta) -> str | None:
+    if "auto_map" in meta.config or (meta.unet or {}).get("auto_map"):
+        return "its config asks for remote code (auto_map), which the workbench never runs"
+    if meta.pipeline:
+        for name, spec in meta.config.items():
+            if isinstance(spec, list) and len(spec) == 2 and spec[0] not in (None, "diffusers", "transformers"):
+                return f"its component {name!r} comes from {spec[0]!r}, remote code the workbench never runs"
+    return None
+
+
+def _transformers_class(name: str) -> bool:
+    import transformers
+
+    return name in _transformers_names(transformers.__version__)
+
+
+@lru_cache(maxsize=1)
+def _transformers_names(_version: str) -> frozenset:
+    import transformers
+
+    return frozenset(dir(transformers))  # the lazy module lists its names without importing them
+
+
+def architecture_problem(meta: _Meta, method: str) -> str | None:
+    """Why this architecture does not fit the method, or None."""
+    arch, mtype = meta.architecture, str(meta.config.get("model_type", ""))
+    if method == "relevance":
+        if arch not in MAMBA:
+            return f"{arch}: MambaLRP needs a Mamba model (MambaForCausalLM or FalconMambaForCausalLM)"
+        return None
+    if method == "features":
+        if arch not in LLAVA:
+            return f"{arch}: the Features tab needs a LLaVA-family vision-language model ({', '.join(LLAVA)})"
+        return None
+    if method == "memorization":
+        if arch not in SD_PIPELINES:
+            return f"{arch}: NeMo needs a Stable Diffusion 1.x/2.x pipeline (StableDiffusionPipeline)"
+        unet_cls = (meta.config.get("unet") or [None, None])[1]
+        if unet_cls != "UNet2DConditionModel" or meta.unet is None:
+            return f"{arch}: NeMo needs a UNet2DConditionModel under unet/ (found {unet_cls})"
+        blocks = list(meta.unet.get("down_block_types", []))
+        if not meta.unet.get("cross_attention_dim") or not any("CrossAttn" in b for b in blocks):
+            return f"{arch}: its UNet has no text cross-attention (attn2.to_v), where NeMo's neurons live"
+        return None
+    if meta.pipeline:
+        return f"{arch} is a diffusers pipeline: the {method.replace('_', ' ')} tab takes a transformers model"
+    if mtype in CONV1D_TYPES:
+        what = "MathNeuro scores" if method == "math_neurons" else "PiSSA adapts"
+        return (f"{arch}: {what} nn.Linear weights, and {mtype} models use transformers' Conv1D layers "
+                "instead; pick a model with nn.Linear layers (Llama, Qwen2, Gemma, Mistral, …)")
+    if not _transformers_class(arch):
+        import transformers
+
+        return f"{arch} is not a model class of the installed transformers {transformers.__version__}"
+    if method == "math_neurons" and not arch.endswith("ForCausalLM"):
+        return f"{arch}: MathNeuro needs a causal language model (a …ForCausalLM class)"
+    return None
+
+
+# ----------------------------------------------------------------------------------- sizes
+def _header(path: Path) -> dict:
+    """The JSON header of a safetensors file (8-byte length, then JSON): no tensor is read."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        if n > 100 * 2**20:
+            raise ModelCheckError(f"{path.name}: implausible safetensors header ({n} bytes)")
+        return json.loads(f.read(n))
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """Safetensors files, without a variant (fp16, ema) where the plain file sits beside it."""
+    files = sorted(folder.rglob("*.safetensors"))
+    plain = {(p.parent, p.name) for p in files}
+    out = []
+    for p in files:
+        base = next((p.name.replace(v + ".safetensors", ".safetensors") for v in _VARIANTS
+                     if p.name.endswith(v + ".safetensors")), None)
+        if base is None or (p.parent, base) not in plain:
+            out.append(p)
+    return out
+
+
+def local_size(folder: Path) -> tuple[int, int]:
+    """(parameters, bytes) from the safetensors headers of a folder."""
+    params = nbytes = 0
+    for path in _weight_files(folder):
+        try:
+            header = _header(path)
+        except (OSError, struct.error, ValueError) as e:
+            raise ModelCheckError(f"{path.name} is not a readable safetensors file") from e
+        for name, info in header.items():
+            if name == "__metadata__" or not isinstance(info, dict):
+                continue
+            count = 1
+            for d in info.get("shape", []):
+                count *= int(d)
+            params += count
+            start, end = info.get("data_offsets", (0, 0))
+            nbytes += int(end) - int(start)
+    return params, nbytes
+
+
+_HUB_SIZES: dict[tuple[str, str | None], tuple[int | None, int]] = {}  # answers the hub gave
+
+
+def _hub_size(repo: str, revision: str | None) -> tuple[int | None, int | None]:
+    """(parameters, bytes) from the hub's metadata; (None, None) if it cannot be reached."""
+    if (repo, revision) not in _HUB_SIZES:
+        got = _ask_hub_size(repo, revision)
+        if got[1] is None:
+            return got  # not remembered: the hub may be reachable next time
+        _HUB_SIZES[(repo, revision)] = got
+    return _HUB_SIZES[(repo, revision)]
+
+
+def _ask_hub_size(repo: str, revision: str | None) -> tuple[int | None, int | None]:
+    from huggingface_hub import HfApi, get_safetensors_metadata
+    from huggingface_hub.errors import NotASafetensorsRepoError
+
+    try:
+        meta = get_safetensors_metadata(repo, revision=revision)
+        counts = meta.parameter_count
+        return sum(counts.values()), sum(n * _DTYPE_BYTES.get(d, 4) for d, n in counts.items())
+    except NotASafetensorsRepoError:
+        pass  # a pipeline keeps its weights in subfolders: sum the files instead
+    except Exception:
+        return None, None
+    try:
+        info = HfApi().model_info(repo, revision=revision, files_metadata=True)
+    except Exception:
+        return None, None
+    sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
+    names = [n for n in sizes if n.endswith(".safetensors")]
+    if not names:
+        raise ModelCheckError(f"{repo!r} has no safetensors weights: only safetensors checkpoints are loaded")
+    keep = [n for n in names if not any(n.endswith(v + ".safetensors") and
+                                        n.replace(v + ".safetensors", ".safetensors") in sizes for v in _VARIANTS)]
+    return None, sum(sizes[n] for n in keep)
+
+
+def _size(meta: _Meta) -> tuple[int | None, int | None]:
+    if meta.local:
+        return local_size(meta.folder)
+    params, nbytes = _hub_size(meta.location, meta.revision)
+    if nbytes is None and meta.folder is not None and any(meta.folder.rglob("*.safetensors")):
+        return local_size(meta.folder)  # offline, but the weights are in the local cache
+    return params, nbytes
+
+
+def model_size(path_or_id: str, revision: str | None = None, roots: list[Path] | None = None):
+    """(parameters, bytes) of a local folder or hub model from metadata; None where unknown."""
+    location = P.resolve(path_or_id, roots)
+    if Path(location).is_dir():
+        return local_size(Path(location))
+    return _size(_read(location, revision, roots))
+
+
+def _over_cap(name: str, params: int | None, nbytes: int | None, cap: int | None) -> None:
+    if cap is None:
+        return
+    if nbytes is None:
+        raise ModelCheckError(f"cannot check the size of {name!r} before download (its metadata is not "
+                              f"reachable); this server loads custom models up to {cap / 1e9:.1f} GB")
+    if nbytes > cap:
+        what = f"{nbytes / 1e9:.2f} GB" + (f", {_count(params)} parameters" if params else "")
+        raise ModelCheckError(f"{name!r} is too large for this server ({what}; the cap is {cap / 1e9:.1f} GB, "
+                              "WORKBENCH_CUSTOM_MAX_GB)")
+
+
+# ----------------------------------------------------------------------------------- public
+def check_model(path_or_id: str, method: str, *, revision: str | None = None,
+                max_bytes: int | None | str = "policy", roots: list[Path] | None = None) -> ModelCheck:
+    """Read a model's config and weight headers (no weights) and check it fits `method`.
+
+    Raises ModelCheckError with the reason: a path outside the allowed roots or missing, a
+    pickle-only checkpoint, remote code, an architecture the method does not take, or a size over
+    `max_bytes` (by default this server's custom-model cap, `custom_max_bytes()`)."""
+    method = method_key(method)
+    meta = _read(str(path_or_id), revision, roots)
+    problem = _remote_code(meta) or architecture_problem(meta, method)
+    if problem:
+        raise ModelCheckError(problem)
+    params, nbytes = _size(meta)
+    _over_cap(str(path_or_id), params, nbytes, custom_max_bytes() if max_bytes == "policy" else max_bytes)
+    return ModelCheck(meta.location, meta.local, method, meta.architecture,
+                      str(meta.config.get("model_type", "")), params, nbytes, meta.config)
+
+
+def fitting_methods(path_or_id: str, *, revision: str | None = None,
+                    roots: list[Path] | None = None) -> dict[str, str | None]:
+    """method → None where the model fits, else the reason (from one reading of its config)."""
+    meta = _read(str(path_or_id), revision, roots)
+    remote = _remote_code(meta)
+    return {m: remote or architecture_problem(meta, m) for m in METHODS}
+
+
+def on_public_space() -> bool:
+    return bool(os.environ.get("SPACE_ID"))
+
+
+def _flag(name: str) -> bool | None:
+    v = os.environ.get(name, "").strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    return None
+
+
+def custom_max_bytes() -> int | None:
+    """WORKBENCH_CUSTOM_MAX_GB (a number of GB, or a size such as 500MB); on a Space 20 GB by
+    default, no cap locally."""
+    raw = os.environ.get("WORKBENCH_CUSTOM_MAX_GB", "").strip()
+    if not raw:
+        return int(DEFAULT_SPACE_CAP_GB * 1e9) if on_public_space() else None
+    try:
+        return int(float(raw) * 1e9)
+    except ValueError:
+        return parse_bytes(raw)
+
+
+def _is_preset(location: str) -> bool:
+    return any(p.path_or_id == location or (p.source == "zoo" and _same(p, location)) for p in P.presets())
+
+
+def _same(p: P.Preset, location: str) -> bool:
+    try:
+        return Path(p.location()) == Path(location)
+    except P.PresetError:
+        return False
+
+
+def allowed_custom(path_or_id: str, *, revision: str | None = None, roots: list[Path] | None = None) -> None:
+    """Raise ModelCheckError unless this server lets users load `path_or_id` (the registered presets
+    always pass). Checks the owner's settings first, then the size cap from metadata."""
+    s = str(path_or_id).strip()
+    location = P.resolve(s, roots)
+    if _is_preset(location):
+        return
+    local = Path(location).exists()
+    setting = _flag("WORKBENCH_CUSTOM_MODELS")
+    if setting is False:
+        raise ModelCheckError("custom models are turned off on this server (WORKBENCH_CUSTOM_MODELS=0); "
+                              "pick one of the listed models")
+    if on_public_space() and setting is None and not local:
+        owners = {o.strip().lower() for o in os.environ.get("WORKBENCH_CUSTOM_OWNERS", "").split(",") if o.strip()}
+        if location.split("/", 1)[0].lower() not in owners:
+            hint = f" (allowed owners: {', '.join(sorted(owners))})" if owners else ""
+            raise ModelCheckError(
+                f"custom models are off on this Space{hint}; its owner can allow them with "
+                "WORKBENCH_CUSTOM_MODELS=1 or WORKBENCH_CUSTOM_OWNERS, or run the workbench locally")
+    cap = custom_max_bytes()
+    if cap is not None:
+        params, nbytes = local_size(Path(location)) if local else _size(_read(location, revision, roots))
+        _over_cap(s, params, nbytes, cap)
