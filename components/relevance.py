@@ -285,6 +285,17 @@ def _is_zoo_sentiment_preset(p) -> bool:
     return p.source == "zoo" and p.path_or_id == "mamba-sentiment"
 
 
+def keep_on_failure(event, outputs: list) -> None:
+    """When `event` fails, leave its outputs as they were and clean.
+
+    Gradio marks every output of a failed event with an 'Error' badge over the last good result
+    (its status tracker keeps the failed event's status). A follow-up that changes nothing and
+    completes with its progress hidden gives those outputs a finished status again, so the view
+    stays as it was and the message lives in the toast only."""
+    event.failure(lambda: tuple(gr.skip() for _ in outputs), None, outputs, show_progress="hidden",
+                  queue=False, api_name=False)
+
+
 def _guard(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
@@ -399,8 +410,9 @@ def build(ctx) -> None:
         jpath, ppath = export_text(res)
         return heatmap_html(res, norm), position_plot(res, norm), conservation_md(res), jpath, ppath, res
 
-    explain.click(run_text, [text, methods, rules, target, normalise, model],
-                  [heat, bars, cons, jfile, pfile, summary], **model_event(api_name="explain_text"))
+    text_out = [heat, bars, cons, jfile, pfile, summary]
+    keep_on_failure(explain.click(run_text, [text, methods, rules, target, normalise, model], text_out,
+                                  **model_event(api_name="explain_text")), text_out)
 
     # ---------------------------------------------------------------- held-out evaluation
     with gr.Accordion("Held-out evaluation: faithfulness (ΔA^F) and conservation", open=False,
@@ -456,8 +468,10 @@ def build(ctx) -> None:
     held_data.change(lambda d: gr.update(visible=d not in ("zoo", "captions")), [held_data], [held_own],
                      api_name=False)
 
-    run_held.click(run_heldout, [methods, n_sent, held_data, held_file, held_target, held_words, held_suffix, model],
-                   [table, curves, scatter, held_note], **model_event(api_name="heldout_eval"))
+    held_out = [table, curves, scatter, held_note]
+    keep_on_failure(run_held.click(run_heldout, [methods, n_sent, held_data, held_file, held_target, held_words,
+                                                 held_suffix, model], held_out,
+                                   **model_event(api_name="heldout_eval")), held_out)
 
     # ---------------------------------------------------------------- long range
     with gr.Accordion("Long-range: where does the answer come from?", open=False, elem_id="rel-long-acc"):
@@ -494,8 +508,9 @@ def build(ctx) -> None:
         return heatmap_html(res, True, mark), longrange_plot(res), {"target": res["target"],
                                                                      "top_tokens": res["top_tokens"]}
 
-    lr_btn.click(run_long, [lr_text, methods, model], [lr_heat, lr_plot, lr_json],
-                 **model_event(api_name="explain_longrange"))
+    long_out = [lr_heat, lr_plot, lr_json]
+    keep_on_failure(lr_btn.click(run_long, [lr_text, methods, model], long_out,
+                                 **model_event(api_name="explain_longrange")), long_out)
 
     # ---------------------------------------------------------------- image
     with gr.Accordion("Image: Vision-Mamba-style classifier (zoo organism)" if hub else
@@ -534,7 +549,7 @@ def build(ctx) -> None:
     def load_example(i):
         return svc.example_image(svc.load_image(), int(i))
 
-    ex_btn.click(load_example, [ex_idx], [image], api_name="image_example")
+    keep_on_failure(ex_btn.click(load_example, [ex_idx], [image], api_name="image_example"), [image])
 
     def run_image(img, ms, rs, progress=gr.Progress()):
         progress(0.2, desc="explaining")
@@ -550,5 +565,6 @@ def build(ctx) -> None:
         md.append("Σ relevance: " + ", ".join(f"{LABELS[k]} {v:.3f}" for k, v in res["sum_relevance"].items()))
         return arr, "\n\n".join(md), path
 
-    img_btn.click(run_image, [image, methods, rules], [img_out, img_md, img_file],
-                  **model_event(api_name="explain_image"))
+    image_out = [img_out, img_md, img_file]
+    keep_on_failure(img_btn.click(run_image, [image, methods, rules], image_out,
+                                  **model_event(api_name="explain_image")), image_out)

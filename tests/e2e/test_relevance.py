@@ -1,5 +1,8 @@
 """The Relevance tab in Chromium: every control once, then screenshots."""
+import contextlib
+
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import open_tab, settle, shot
@@ -82,3 +85,32 @@ def test_relevance_controls_and_screenshot(page, server_url):
     assert not page.locator(".toast-body.error").count()
     assert errors == []
     shot(page, "relevance")
+
+
+# a status tracker that is showing (not `.hide`) over a result block: Gradio's 'Error' badge
+VISIBLE_TRACKERS = """(sel) => [...document.querySelectorAll(sel + ' .wrap')]
+    .filter(w => !w.classList.contains('hide') && getComputedStyle(w).display !== 'none')
+    .map(w => w.innerText.trim())"""
+
+
+def test_failed_request_keeps_the_last_view_clean(page, server_url):
+    open_tab(page, server_url, "relevance")
+    page.locator("#rel-text textarea").fill("a really charming film with a weak ending")
+    page.click("#rel-explain")
+    expect(page.locator("#rel-heatmap")).to_contain_text("charming", timeout=LONG)
+    settle(page, LONG)
+
+    # a target the zoo vocabulary lacks: refused after the model has loaded, in the compute step
+    page.locator("#rel-target textarea, #rel-target input").first.fill("qqqzzz")
+    page.click("#rel-explain")
+    expect(page.locator(".toast-body.error").first).to_contain_text("not a token", timeout=LONG)
+    outputs = ["#rel-heatmap", "#rel-bars", "#rel-conservation", "#rel-json", "#rel-png"]
+    with contextlib.suppress(PlaywrightTimeout):  # the badge would stay: the asserts below say where
+        page.wait_for_function(f"(sels) => sels.every(s => ({VISIBLE_TRACKERS})(s).length === 0)",
+                               arg=outputs, timeout=15_000)
+    page.wait_for_timeout(500)
+    for sel in outputs:
+        assert page.evaluate(VISIBLE_TRACKERS, sel) == [], sel
+    expect(page.locator("#rel-heatmap")).to_contain_text("charming")
+    expect(page.locator("#rel-bars .js-plotly-plot")).to_be_visible()
+    shot(page, "relevance-error-kept")
