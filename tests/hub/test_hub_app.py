@@ -46,3 +46,95 @@ def test_page_load_raises_no_error_toast_and_every_tab_renders(hub_server):
             page.screenshot(path=str(ARTIFACTS / f"hub-{name}.png"), full_page=True)
         errors = page.locator(".toast-body.error").all_inner_texts()
         assert errors == [], errors
+
+
+def _path(f):
+    from pathlib import Path
+
+    return Path(f if isinstance(f, str) else (f.get("path") or f.get("name")))
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """Three small photos that ship with scikit-image, saved as the user's image folder."""
+    from PIL import Image
+    from skimage import data
+
+    folder = tmp_path_factory.mktemp("images")
+    paths = []
+    for name in ("astronaut", "coffee", "chelsea"):
+        p = folder / f"{name}.png"
+        Image.fromarray(getattr(data, name)()).resize((96, 64)).save(p)
+        paths.append(str(p))
+    return paths
+
+
+def test_relevance_main_endpoints(hub_client):
+    heat, _plot, cons, _j, _p, res = hub_client.predict(
+        "the plot was dull but the cast was brilliant", ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"],
+        "was", True, "state-spaces/mamba-130m-hf", api_name="/explain_text")
+    # byte-level BPE pieces are shown as text, the leading space as a faint mark, never as 'Ġ'
+    assert "Ġ" not in heat and "wb-space" in heat
+    assert " was" in res["tokens"] and not any(t.startswith("Ġ") for t in res["tokens"])
+    assert len(res["tokens"]) == len(res["relevance"]["mambalrp"]) > 3
+    held = hub_client.predict(["mambalrp", "gi"], 20, "captions", None, "predicted", "", "", "state-spaces/mamba-130m-hf",
+                              api_name="/heldout_eval")
+    assert held and held[0] is not None
+    out = hub_client.predict("The code is 4817. Much later, the code is", ["mambalrp"], "state-spaces/mamba-1.4b-hf",
+                             api_name="/explain_longrange")
+    assert out and any(o for o in out)
+
+
+def test_features_main_endpoints(hub_client, images):
+    from gradio_client import handle_file
+
+    built = hub_client.predict([handle_file(p) for p in images], None, api_name="/build_index")
+    assert built and any(built)
+    assert hub_client.predict("", "density", api_name="/features_list")["data"]
+    page = hub_client.predict(0, api_name="/feature_page")
+    assert page[0]  # the page header names the feature
+    clamp = page[-1]["maximum"] / 2  # the clamp slider's range follows the index's activations
+    shown = hub_client.predict(handle_file(images[0]), None, api_name="/analyse_image")
+    assert shown[0] is not None
+    steered = hub_client.predict(handle_file(images[1]), None, 0, clamp, "prompt", False, False, api_name="/steer")
+    assert steered[1] and steered[2]
+
+
+def test_memorization_main_endpoints(hub_client):
+    prompt = "The No Limits Business Woman Podcast"  # a memorized LAION prompt of the paper's list
+    check = hub_client.predict(prompt, api_name="/memo_check")
+    assert check and any(check)
+    found = hub_client.predict(prompt, api_name="/memo_find")
+    assert found and any(found)
+    gen = hub_client.predict(prompt, [], None, 2, None, api_name="/memo_generate")
+    assert gen[0]
+    table = hub_client.predict("a dog on a beach\n" + prompt, None, api_name="/memo_batch")
+    assert table
+
+
+def test_math_main_endpoints(hub_client):
+    acc, samples, per_layer = hub_client.predict("MathNeuro", 3, 0.0, 8, api_name="/mn_evaluate")
+    assert acc and samples and per_layer
+    answer = hub_client.predict("Tom has 23 pens and finds 45 more. How many pens does he have now?", "MathNeuro",
+                                3, 0.0, 8, api_name="/mn_ask")
+    assert answer and any(answer)
+
+
+def test_adapters_main_endpoints(hub_client):
+    key = "meta-llama/Llama-2-7b-hf"
+    layers = hub_client.predict(key, api_name="/layers")
+    layer = layers[0]["value"]
+    assert layer.startswith("model.layers.0.")
+    analysed = hub_client.predict(key, layer, 4, "pissa", api_name="/analyse")
+    assert all(a is not None for a in analysed[:3])
+    errors = hub_client.predict(key, 4, "qpissa-1", api_name="/errors")
+    assert errors[0]
+    conv = hub_client.predict(key, 4, 2, api_name="/convert")
+    assert conv[0]
+    race = hub_client.predict(key, ["lora", "pissa"], 1, 10, 4, 0, api_name="/race")
+    assert race[2]
+
+
+def test_tour_and_status(hub_client):
+    assert hub_client.predict(api_name="/status")[1]["preset_source"] == "hub"
+    assert hub_client.predict("relevance", 1, api_name="/tour_step")[0]
