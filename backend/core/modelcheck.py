@@ -53,7 +53,19 @@ class ModelCheck:
     model_type: str  # config's model_type ("" for a pipeline)
     n_params: int | None  # None where the size could not be read (hub not reachable)
     n_bytes: int | None
-    config: dict
+    config: dict  # config.json, or a pipeline's model_index.json
+    pipeline: bool = False
+    revision: str | None = None
+
+    @property
+    def model_class(self) -> str:
+        """The dotted class `presets.load_preset` loads it with."""
+        return f"{'diffusers' if self.pipeline else 'transformers'}.{self.architecture}"
+
+    def preset(self, tab: str | None = None, **extra) -> P.Preset:
+        """An unregistered preset for this model (presets.custom_preset), for the method's tab."""
+        return P.custom_preset(tab or self.method, self.location, self.model_class, revision=self.revision,
+                               **extra)
 
     def summary(self) -> str:
         size = "size unknown" if self.n_bytes is None else f"{self.n_bytes / 1e9:.2f} GB"
@@ -372,7 +384,7 @@ def check_model(path_or_id: str, method: str, *, revision: str | None = None,
     params, nbytes = _size(meta)
     _over_cap(str(path_or_id), params, nbytes, custom_max_bytes() if max_bytes == "policy" else max_bytes)
     return ModelCheck(meta.location, meta.local, method, meta.architecture,
-                      str(meta.config.get("model_type", "")), params, nbytes, meta.config)
+                      str(meta.config.get("model_type", "")), params, nbytes, meta.config, meta.pipeline, revision)
 
 
 def fitting_methods(path_or_id: str, *, revision: str | None = None,

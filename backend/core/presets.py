@@ -18,6 +18,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ZOO_ROOT = REPO_ROOT / "assets" / "zoo"
 SOURCES = ("zoo", "hub")
+LOCAL = "local"  # the source of a user's own folder (custom_preset); never registered
 
 # owner/name as the hub spells it: no leading dot or dash, no "..", at most 96 characters a part.
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.)){0,95}/[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.)){0,95}$")
@@ -48,6 +49,8 @@ class Preset:
         """A validated local path (zoo) or hub id (hub)."""
         if self.source == "zoo":
             return str(validate_local_path(ZOO_ROOT / self.path_or_id))
+        if self.source == LOCAL:
+            return str(validate_local_path(self.path_or_id))
         return validate_hub_id(self.path_or_id)
 
 
@@ -186,3 +189,14 @@ def load_preset(preset: Preset, **kwargs):
     if preset.revision:
         kwargs.setdefault("revision", preset.revision)
     return load_pretrained(preset.model_class, preset.location(), roots=roots, **kwargs)
+
+
+def custom_preset(tab: str, path_or_id: str | os.PathLike, model_class: str, *, revision: str | None = None,
+                  label: str = "", **extra) -> Preset:
+    """An unregistered preset for a user's own model: a hub id (source "hub") or a folder under the
+    allowed roots (source "local"), loaded by `load_preset` like any other. Check it first with
+    backend.core.modelcheck (architecture, size, the server's policy)."""
+    import_class(model_class, check_only=True)
+    location = resolve(path_or_id)
+    source = LOCAL if Path(location).exists() else "hub"
+    return Preset(tab, source, location, model_class, label or Path(location).name, revision, dict(extra))

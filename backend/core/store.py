@@ -86,7 +86,10 @@ def default_budget() -> int:
 def budget_bytes() -> int | None:
     """The budget now (read at every check, so a test or an operator can change it)."""
     setting = os.environ.get("WORKBENCH_MODEL_BUDGET")
-    return default_budget() if setting is None else parse_bytes(setting)
+    try:
+        return default_budget() if setting is None else parse_bytes(setting)
+    except ValueError as e:
+        raise ValueError(f"WORKBENCH_MODEL_BUDGET: {e}") from None
 
 
 def _fmt(n: int | None) -> str:

@@ -60,6 +60,11 @@ def test_a_real_saved_model_is_counted_from_its_headers(root):
     assert "LlamaForCausalLM" in got.summary() and "parameters" in got.summary()
     with pytest.raises(ModelCheckError, match="^LlamaForCausalLM: MambaLRP needs a Mamba model"):
         check_model(str(root / "llama"), "relevance")
+    preset = got.preset()  # the checked model loads through the one loading path
+    assert (preset.source, preset.tab, preset.model_class) == ("local", "math_neurons", "transformers.LlamaForCausalLM")
+    assert preset.model_id.startswith("local:") and preset not in P.presets()
+    again = P.load_preset(preset)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
 
 
 @pytest.mark.parametrize("arch,model_type,fits", [
@@ -119,6 +124,7 @@ def test_stable_diffusion_pipelines(root):
     sd = write_pipeline(root / "sd")
     got = check_model(str(sd), "nemo")
     assert got.architecture == "StableDiffusionPipeline" and got.method == "memorization"
+    assert got.model_class == "diffusers.StableDiffusionPipeline"
     assert got.n_params == 8 * 4 * 9 + 16 * 8 and got.n_bytes == 4 * got.n_params  # fp16 variant skipped
     with pytest.raises(ModelCheckError, match="StableDiffusionPipeline is a diffusers pipeline"):
         check_model(str(sd), "math")
@@ -156,6 +162,7 @@ def test_hub_ids_read_from_the_cache_offline(root, hub_cache):
     hub_cache("someone/tiny-mamba", lm("MambaForCausalLM", "mamba"))
     got = check_model("someone/tiny-mamba", "relevance")
     assert not got.local and got.location == "someone/tiny-mamba"
+    assert got.preset("relevance").model_id == "hub:someone/tiny-mamba@main"
     assert (got.n_params, got.n_bytes) == (10, 40)  # offline: from the cached weights' headers
     with pytest.raises(ModelCheckError, match="the hub is not reachable and it is not in the local cache"):
         check_model("someone/not-cached", "relevance")

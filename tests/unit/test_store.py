@@ -1,4 +1,5 @@
 import asyncio
+import contextvars
 import dataclasses
 import random
 import threading
@@ -157,6 +158,25 @@ def test_model_in_use_by_a_request_is_not_evicted(monkeypatch):
     # the scope ended: back within budget, the least recently used (b, then c; a was used last) went
     assert store.in_use() == {}
     assert list(store.loaded()) == ["unit:a"]
+
+
+def test_threads_started_with_the_request_context_share_its_scope(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
+    with store.request_scope():
+        ctx = contextvars.copy_context()  # what a handler hands to its worker threads
+        t = threading.Thread(target=ctx.run, args=(store.get_or_load, "unit:a", lambda: block(1)))
+        t.start()
+        t.join()
+        assert store.in_use() == {"unit:a": 1}  # held by the request, not just during the call
+        store.get_or_load("unit:b", lambda: block(1))
+        assert set(store.loaded()) == {"unit:a", "unit:b"}
+    assert list(store.loaded()) == ["unit:b"]
+
+
+def test_a_malformed_budget_setting_says_which(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "lots")
+    with pytest.raises(ValueError, match="WORKBENCH_MODEL_BUDGET: not a size"):
+        store.get_or_load("unit:a", lambda: block(1))
 
 
 def test_model_bigger_than_the_budget_loads_alone(monkeypatch, caplog):
