@@ -229,8 +229,9 @@ def open_feature(feature: int) -> tuple[str, gr.FileData]:
 
 
 def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: SteerPositions = "default",
-                  add_error: bool = False, suppress_rivals: bool | None = None) -> tuple[str, gr.FileData]:
-    """Clamp one SAE feature while the model captions a scene; compare the caption with and without.
+                  add_error: bool = False, suppress_rivals: bool | None = None,
+                  image_base64: str = "") -> tuple[str, gr.FileData]:
+    """Clamp one SAE feature while the model captions an image; compare the caption with and without.
 
     During the prompt pass the feature is set to `value` and the hooked layer's output is replaced
     by the SAE's reconstruction (optionally plus the SAE's error term); everything is restored
@@ -243,6 +244,7 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
         positions: where to clamp: prompt (every prompt position, the paper's choice), all (prompt and generated tokens), image (the image positions only), default (the setting the tab starts with, calibrated for this model).
         add_error: add the SAE's reconstruction error back (keeps everything the SAE does not explain).
         suppress_rivals: also zero the features labelled with the other concepts of the same family (e.g. the other colours); null = the tab's default for this model.
+        image_base64: your own image as base64 PNG or JPEG (a data: URI is fine), at most 8 MB; when given, it is captioned instead of a held-out scene. Models without a scene set (the papers' LLaVA-NeXT) need it.
 
     Returns:
         JSON: baseline and steered captions, value, positions, well_formed (whether the steered caption parses; null for free text), hookpoint, suppressed feature ids; and a PNG of the scene.
@@ -252,9 +254,10 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
 
     org = _organism()
     f = _whole(feature, "feature", 0, org.n_features - 1)
-    if not org.heldout_specs:
-        raise ValueError("This model has no held-out scenes to caption; use the Features tab with your image.")
-    i = _whole(scene, "scene", 0, len(org.heldout_specs) - 1)
+    own = _decode_image(image_base64) if image_base64 else None
+    if own is None and not org.heldout_specs:
+        raise ValueError("This model has no held-out scenes to caption: pass your image as image_base64.")
+    i = None if own is not None else _whole(scene, "scene", 0, len(org.heldout_specs) - 1)
     v = _number(value, "value", -math.inf, math.inf) if value is not None else -1.0
     if v < 0:
         v = FT.default_clamp_value(org, f)
@@ -263,10 +266,36 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
     if positions not in FT.ST.POSITION_MODES:
         raise ValueError(f"positions must be default or one of {', '.join(FT.ST.POSITION_MODES)}.")
     suppress = defaults["suppress"] if suppress_rivals is None else bool(suppress_rivals)
-    img = S.render(org.heldout_specs[i])[0]
+    img = FT.model_image(org, own) if own is not None else S.render(org.heldout_specs[i])[0]
     out = FT.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
                            suppress_family=suppress)
-    return _json({**out, "scene": i}), _png(_grid([[img]], side=192), f"scene-{i}")
+    name = f"scene-{i}" if i is not None else "your-image"
+    return _json({**out, "scene": i}), _png(_grid([[img]], side=192), name)
+
+
+MAX_IMAGE_BYTES = 8 * 2**20
+
+
+def _decode_image(data: str) -> np.ndarray:
+    """An agent's image, sent inline: the tool never fetches a URL (the app sends nothing anywhere)."""
+    import base64
+    import binascii
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    if not isinstance(data, str):
+        raise ValueError("image_base64 must be a base64 string.")
+    if data.startswith("data:"):
+        data = data.partition(",")[2]
+    if len(data) > MAX_IMAGE_BYTES * 4 // 3 + 4:
+        raise ValueError(f"image_base64 is larger than {MAX_IMAGE_BYTES // 2**20} MB.")
+    try:
+        raw = base64.b64decode(data, validate=True)
+        with Image.open(io.BytesIO(raw)) as im:
+            return np.asarray(im.convert("RGB"))
+    except (binascii.Error, ValueError, UnidentifiedImageError, OSError):
+        raise ValueError("image_base64 is not a base64-encoded PNG or JPEG image.") from None
 
 
 # ------------------------------------------------------------------------------- Memorization

@@ -159,6 +159,25 @@ def test_feature_tools_equal_the_ui(mcp_url, client):
     assert "between 0 and" in error_of(mcp_url, "open_feature", feature=n)
     assert "scene must be between" in error_of(mcp_url, "steer_feature", feature=f, scene=10**6)
     assert "'prompt', 'all', 'image'" in error_of(mcp_url, "steer_feature", feature=f, positions="everywhere")
+    # the agent's own image, sent inline as base64, captions as the same upload does in the tab
+    import base64
+    import io
+    import tempfile
+
+    from gradio_client import handle_file
+    from PIL import Image
+
+    from backend.sae import scenes as S
+
+    buf = io.BytesIO()
+    Image.fromarray(S.render(org.heldout_specs[3])[0]).save(buf, format="PNG")
+    with tempfile.NamedTemporaryFile(suffix=".png", delete=False) as fh:
+        fh.write(buf.getvalue())
+    own, _, _ = call(mcp_url, "steer_feature", feature=f, value=40.0, positions="prompt", suppress_rivals=False,
+                     image_base64="data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
+    out = client.predict(handle_file(fh.name), None, f, 40.0, "prompt", False, False, api_name="/steer")[2]
+    assert (own["baseline"], own["steered"]) == (out["baseline"], out["steered"]) and own["scene"] is None
+    assert "not a base64-encoded PNG" in error_of(mcp_url, "steer_feature", feature=f, image_base64="bm90IGFuIGltYWdl")
 
 
 def test_memorization_tools_equal_the_ui(mcp_url, client):
