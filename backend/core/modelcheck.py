@@ -35,8 +35,6 @@ SD_PIPELINES = ("StableDiffusionPipeline",)
 # found by searching the installed transformers' modeling files for `Conv1D(`.
 CONV1D_TYPES = ("gpt2", "openai-gpt", "imagegpt", "decision_transformer")
 DEFAULT_SPACE_CAP_GB = 20.0
-_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
-                "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 _VARIANTS = (".fp16", ".bf16", ".ema", ".non_ema", ".fp32")
 
 
@@ -268,17 +266,20 @@ def _header(path: Path) -> dict:
         return json.loads(f.read(n))
 
 
+def _is_variant(name: str) -> bool:
+    return any(v + "." in name or v + "-" in name for v in _VARIANTS)
+
+
+def _without_variants(names: list[str]) -> list[str]:
+    """Drop variant files (fp16, ema, also sharded) from a folder that has plain weights beside
+    them: diffusers repos ship both, and only one set loads."""
+    plain_dirs = {n.rpartition("/")[0] for n in names if not _is_variant(n.rpartition("/")[2])}
+    return [n for n in names if not (_is_variant(n.rpartition("/")[2]) and n.rpartition("/")[0] in plain_dirs)]
+
+
 def _weight_files(folder: Path) -> list[Path]:
-    """Safetensors files, without a variant (fp16, ema) where the plain file sits beside it."""
-    files = sorted(folder.rglob("*.safetensors"))
-    plain = {(p.parent, p.name) for p in files}
-    out = []
-    for p in files:
-        base = next((p.name.replace(v + ".safetensors", ".safetensors") for v in _VARIANTS
-                     if p.name.endswith(v + ".safetensors")), None)
-        if base is None or (p.parent, base) not in plain:
-            out.append(p)
-    return out
+    files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*.safetensors"))}
+    return [files[n] for n in _without_variants(list(files))]
 
 
 def local_size(folder: Path) -> tuple[int, int]:
@@ -320,8 +321,9 @@ def _ask_hub_size(repo: str, revision: str | None) -> tuple[int | None, int | No
 
     try:
         meta = get_safetensors_metadata(repo, revision=revision)
-        counts = meta.parameter_count
-        return sum(counts.values()), sum(n * _DTYPE_BYTES.get(d, 4) for d, n in counts.items())
+        nbytes = sum(t.data_offsets[1] - t.data_offsets[0] for f in meta.files_metadata.values()
+                     for t in f.tensors.values())
+        return sum(meta.parameter_count.values()), nbytes
     except NotASafetensorsRepoError:
         pass  # a pipeline keeps its weights in subfolders: sum the files instead
     except Exception:
@@ -334,9 +336,7 @@ def _ask_hub_size(repo: str, revision: str | None) -> tuple[int | None, int | No
     names = [n for n in sizes if n.endswith(".safetensors")]
     if not names:
         raise ModelCheckError(f"{repo!r} has no safetensors weights: only safetensors checkpoints are loaded")
-    keep = [n for n in names if not any(n.endswith(v + ".safetensors") and
-                                        n.replace(v + ".safetensors", ".safetensors") in sizes for v in _VARIANTS)]
-    return None, sum(sizes[n] for n in keep)
+    return None, sum(sizes[n] for n in _without_variants(names))
 
 
 def _size(meta: _Meta) -> tuple[int | None, int | None]:

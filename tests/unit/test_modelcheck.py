@@ -209,3 +209,39 @@ def test_registered_presets_pass_the_policy(root, monkeypatch):
             mc.allowed_custom("papers/other")
     finally:
         P._REGISTRY.pop(preset.tab)
+
+
+def test_sizes_from_the_hubs_metadata(monkeypatch):
+    """What the hub answers (its metadata objects, built here) becomes parameters and bytes; a
+    pipeline's files are summed without their variants; a repo without safetensors is refused."""
+    import huggingface_hub as hf
+    from huggingface_hub.errors import NotASafetensorsRepoError
+    from huggingface_hub.hf_api import RepoSibling
+    from huggingface_hub.utils._safetensors import SafetensorsFileMetadata, SafetensorsRepoMetadata, TensorInfo
+
+    tensors = {"a": TensorInfo("BF16", [10, 4], (0, 80)), "b": TensorInfo("F32", [3], (80, 92))}
+    repos = {"org/lm": SafetensorsRepoMetadata(None, False, {"a": "m.safetensors", "b": "m.safetensors"},
+                                               {"m.safetensors": SafetensorsFileMetadata({}, tensors)})}
+    files = {"org/sd": ["unet/diffusion_pytorch_model.safetensors", "unet/diffusion_pytorch_model.fp16.safetensors",
+                        "vae/diffusion_pytorch_model.fp16.safetensors", "model_index.json",
+                        "text_encoder/model.fp16-00001-of-00002.safetensors", "text_encoder/model-00001-of-00001.safetensors"],
+             "org/old": ["pytorch_model.bin", "config.json"]}
+
+    def metadata(repo, revision=None):
+        if repo not in repos:
+            raise NotASafetensorsRepoError(repo)
+        return repos[repo]
+
+    class Info:
+        def __init__(self, repo):
+            self.siblings = [RepoSibling(name, size=1000 * (i + 1)) for i, name in enumerate(files[repo])]
+
+    monkeypatch.setattr(hf, "get_safetensors_metadata", metadata)
+    monkeypatch.setattr(hf.HfApi, "model_info", lambda self, repo, **kw: Info(repo))
+    mc._HUB_SIZES.clear()
+    assert mc._hub_size("org/lm", None) == (43, 92)
+    # unet and text encoder without their fp16 twins (sharded too); the vae's only file
+    assert mc._hub_size("org/sd", None) == (None, 1000 + 3000 + 6000)
+    with pytest.raises(ModelCheckError, match="no safetensors weights"):
+        mc._hub_size("org/old", None)
+    mc._HUB_SIZES.clear()
