@@ -121,3 +121,10 @@ CSS += """
 .gradio-container input[type="checkbox"]:not(:checked) {border: 1.5px solid var(--body-text-color-subdued) !important;}
 #wb-presenter-toggle input[type="checkbox"] {border-width: 2px !important; width: 18px; height: 18px;}
 """
+
+# Presenter view, second part: a tab's one-line plain caption shown only there (`wb-presenter-only`,
+# in place of its expert explanation marked `wb-advanced`), and its key figure (`wb-keyfig`) at full width.
+CSS += """
+body:not(.wb-presenter) .wb-presenter-only {display: none !important;}
+body.wb-presenter .wb-keyfig {max-width: none !important; font-size: 1.1rem;}
+"""

@@ -17,6 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from backend.nemo import data as ndata
+from backend.nemo import images as nimages
 from backend.nemo import service
 from backend.core import colors as C
 from components import links
@@ -53,6 +54,10 @@ EXPLAIN = (
     "runs at its own guidance scale (0: the prompt's prediction alone, unless the model says otherwise). Ticked neurons are switched off (×0 at every step, both guidance halves) in "
     "the right-hand generations; the training image and each generation's SSIM to it are shown."
     "</div>")
+# Presenter view shows this one line instead (components.common: .wb-presenter-only).
+PRESENTER_CAPTION = (
+    "<div class='wb-explain'>A model that memorized a picture redraws it from any random start. "
+    "Switching off a handful of neurons that NeMo finds lets it draw something new.</div>")
 
 
 def _seeds(n) -> list[int]:
@@ -155,6 +160,7 @@ def _big(img: np.ndarray, scale: int = 4) -> np.ndarray:
 
 
 def gallery_items(c: dict) -> list[tuple[np.ndarray, str]]:
+    """The images as files (full size, downloadable): reference, then each seed on, then off."""
     items = []
     if c["train_image"] is not None:
         items.append((_big(c["train_image"]), c.get("reference_kind") or "training image"))
@@ -167,13 +173,73 @@ def gallery_items(c: dict) -> list[tuple[np.ndarray, str]]:
     return items
 
 
+NO_NEURONS_OFF = "No neurons switched off: tick found neurons or type some, then generate."
+CELL_PX = 190  # a grid cell's largest width: reference + 2 rows of seeds fit a 1000 px high screen
+SMALL_PX = 96  # images this small are drawn with sharp pixels
+_IMG = "width:100%;aspect-ratio:1;object-fit:contain;display:block;border-radius:6px;"
+_CAP = "font-size:0.8rem;text-align:center;color:var(--body-text-color-subdued);margin-top:2px"
+
+
+def _data_uri(img: np.ndarray, limit: int = 256) -> str:
+    """A PNG data URI (no file round trip; a hub image is shrunk to `limit` px for the grid)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    im = Image.fromarray((np.clip(img, 0, 1) * 255).round().astype(np.uint8))
+    if max(im.size) > limit:
+        im.thumbnail((limit, limit), Image.BICUBIC)
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _figure(img: np.ndarray, tip: str, cap: str, attrs: str = "", style: str = "") -> str:
+    pix = "image-rendering:pixelated;" if max(img.shape[:2]) <= SMALL_PX else ""
+    t = html.escape(tip, quote=True)
+    return (f"<figure style='margin:0;min-width:0;{style}' {attrs}><img src='{_data_uri(img)}' title='{t}' alt='{t}' "
+            f"style='{_IMG}{pix}'><figcaption style='{_CAP}'>{html.escape(cap)}</figcaption></figure>")
+
+
+def grid_html(c: dict, grid_id: str = "memo-grid") -> str:
+    """The key figure: columns are seeds, rows are all neurons on and the chosen neurons off, the
+    reference image (training image or the user's) beside them at twice the size. Exact SSIM values
+    on hover. With nothing switched off the "off" row says so instead of repeating the "on" row."""
+    n, k = len(c["seeds"]), c["n_neurons"]
+    ref, kind = c["train_image"], c.get("reference_kind") or "training image"
+    cols = ("minmax(0,2fr) " if ref is not None else "") + f"5.5em repeat({n}, minmax(0,1fr))"
+    width = CELL_PX * (n + (2 if ref is not None else 0)) + 90
+    cells = []
+    if ref is not None:
+        cells.append(_figure(ref, kind, kind, "class='memo-ref'", "grid-row:1 / span 3;align-self:center"))
+    head = "font-size:0.85rem;font-weight:600;text-align:center;align-self:end"
+    cells.append("<div></div>")
+    cells += [f"<div class='memo-colhead' style='{head}'>seed {s}</div>" for s in c["seeds"]]
+    for tag, label in (("on", "all neurons on"), ("off", f"{k} neuron{'s' if k != 1 else ''} off")):
+        cells.append(f"<div class='memo-rowhead' data-row='{tag}' style='font-weight:600;align-self:center;"
+                     f"font-size:0.9rem'>{label}</div>")
+        if tag == "off" and not k:
+            cells.append(f"<div class='memo-none wb-muted' data-row='off' style='grid-column:span {n};"
+                         f"align-self:center;padding:8px'>{NO_NEURONS_OFF}</div>")
+            continue
+        ss = c[f"ssim_{tag}"]
+        for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
+            tip = f"seed {seed}, {label}" + (f": SSIM to the {kind} {ss[i]:.4f}" if ss is not None else "")
+            cells.append(_figure(im, tip, f"SSIM {ss[i]:.2f}" if ss is not None else "",
+                                 f"class='memo-cell' data-row='{tag}' data-seed='{seed}'"))
+    return (f"<div class='memo-grid wb-keyfig' id='{grid_id}' style='display:grid;grid-template-columns:{cols};"
+            f"gap:6px 8px;max-width:{width}px;align-items:start'>{''.join(cells)}</div>")
+
+
 def _fmt(x, nd=3):
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
-def compare_html(c: dict) -> str:
+def compare_html(c: dict, card_id: str = "memo-compare-card") -> str:
     rows = []
-    for tag, label in (("on", "all neurons on"), ("off", f"{c['n_neurons']} neuron(s) off")):
+    conds = (("on", "all neurons on"), ("off", f"{c['n_neurons']} neuron(s) off"))
+    for tag, label in conds if c["n_neurons"] else conds[:1]:  # nothing off: no "off" row to report
         ss = c[f"ssim_{tag}"]
         rows.append(f"<tr><td>{label}</td><td>{_fmt(float(np.median(ss)) if ss else None)}</td>"
                     f"<td>{_fmt(c[f'diversity_{tag}'])}</td><td>{_fmt(c[f'alignment_{tag}'], 2)}</td>"
@@ -182,11 +248,25 @@ def compare_html(c: dict) -> str:
     ref = c.get("reference_kind")
     ref_note = ("" if ref else "<div class='wb-muted'>No reference image: upload one (e.g. the training "
                 "image, if you have it) to measure the copy; diversity across seeds tells without one.</div>")
-    return ("<div class='wb-card' style='min-height:0' id='memo-compare-card'>"
+    return (f"<div class='wb-card' style='min-height:0;margin-top:8px' id='{card_id}'>"
             f"<table style='width:100%;font-size:0.9rem'><tr><th></th><th>median SSIM to {html.escape(ref or 'a reference')}</th>"
             "<th>diversity (1 − mean pairwise SSIM)</th><th>prompt alignment (colour proxy)</th>"
             f"<th>memorization score (θ<sub>mem</sub> {c['theta_mem']:.3f})</th></tr>{''.join(rows)}</table>"
             f"<div class='wb-muted'>Switched off: {neurons}</div>{ref_note}</div>")
+
+
+def result_html(c: dict) -> str:
+    """What Generate shows: the grid, then the numbers."""
+    return grid_html(c) + compare_html(c)
+
+
+def pin_html(c: dict) -> str:
+    """The pinned generation set, drawn like the current one below it for a side-by-side reading."""
+    off = html.escape(", ".join(c["neurons"]) or "none")
+    return (f"<div id='memo-pinned' style='margin-top:10px;border-top:2px dashed var(--border-color-primary);"
+            f"padding-top:8px'><div style='margin-bottom:6px'><b>Pinned</b> · "
+            f"<span class='wb-muted'>{html.escape(c['prompt'][:120])} · switched off: {off}</span></div>"
+            + grid_html(c, "memo-pin-grid") + compare_html(c, "memo-pin-card") + "</div>")
 
 
 def stats_html(st: dict) -> str:
@@ -226,6 +306,7 @@ def hist_plot(rows: list[dict]) -> go.Figure:
 TABLE_HEADERS = ["prompt", "neurons", "SSIM on", "SSIM off", "SSIM random off", "diversity on",
                  "diversity off", "alignment on", "alignment off", "score on", "score off",
                  "score random off"]
+TABLE_WIDTHS = ["25%", "6%"] + ["7%"] * 10
 
 
 def _r(x, nd=3):
@@ -252,9 +333,6 @@ def summary_html(s: dict) -> str:
                f"no training images here: median diversity across seeds {_fmt(s.get('median_diversity_on'), 2)} "
                f"→ <b>{_fmt(s.get('median_diversity_off'), 2)}</b>. ")
             + f"Median localisation time {s['median_localisation_s']:.1f} s.</div>")
-
-
-NO_NEURONS_OFF = "No neurons switched off: tick found neurons or type some, then generate."
 
 
 def export_figure(c: dict | None, check: dict | None, table: dict | None):
@@ -317,6 +395,100 @@ def _spec(m, selected, free):
     return service.parse_neurons(m, [s for it in items for s in it.replace(";", ",").split(",")])
 
 
+def _prompt_list(text, upload) -> list[str]:
+    if text is not None and not isinstance(text, str):
+        fail("The prompt list must be text, one prompt per line.")
+    try:
+        if upload:
+            path = upload if isinstance(upload, str) else getattr(upload, "name", None) or upload.get("path")
+            return ndata.read_prompt_file(path)
+        return ndata.parse_prompts(text or "")
+    except (ValueError, OSError) as e:
+        fail(str(e))
+
+
+def make_checks(source: str):
+    """Fast checks of a request's input, run as their own first step with no outputs: a refused
+    request then shows its message in the toast and leaves the last result as it was (Gradio marks
+    every output of a failed step with an "Error" badge). The computing steps check again, for the API."""
+    def prompt_ok(prompt):
+        try:
+            service.clean_prompt(prompt)
+        except ValueError as e:
+            fail(str(e))
+
+    def generate_ok(prompt, selected, free, n_seeds, reference=None):
+        prompt_ok(prompt)
+        _seeds(n_seeds)
+        try:
+            _spec(service.get(source), selected, free)
+            if reference is not None:
+                nimages.as_reference(reference)
+        except ValueError as e:
+            fail(str(e))
+
+    def batch_ok(text, upload):
+        prompts = _prompt_list(text, upload)
+        try:
+            [service.clean_prompt(p) for p in prompts]
+        except ValueError as e:
+            fail(f"{e} (in the list)")
+        if not prompts:
+            fail("No prompts to check.")
+
+    def pinned(pin, reference=None):
+        """The pinned set drawn below the current one ("" when nothing is pinned)."""
+        if not pin:
+            return ""
+        m = service.get(source)
+        c = service.compare(pin["prompt"], service.parse_neurons(m, pin["neurons"]), pin["seeds"],
+                            source=source, reference=reference)
+        return pin_html(c)
+
+    return prompt_ok, generate_ok, batch_ok, pinned
+
+
+class CheckedImage(gr.Image):
+    """gr.Image whose unreadable upload (a corrupt or non-image file) is refused with a clear
+    message; Gradio's own is a generic error. Same front end as gr.Image."""
+    is_template = True
+
+    def preprocess(self, payload):
+        try:
+            return super().preprocess(payload)
+        except gr.Error:
+            raise
+        except Exception:
+            name = getattr(payload, "orig_name", None) or "the file"
+            raise gr.Error(f"The reference image could not be read ({str(name)[:60]} is not a PNG, JPEG "
+                           "or WebP image, or is damaged). Upload another image.", print_exception=False) from None
+
+
+class CheckedSlider(gr.Slider):
+    """gr.Slider that refuses a value it cannot take (out of range, not whole where the step is 1,
+    NaN, infinity, text) with the valid range, before anything is computed; Gradio's own check lets
+    NaN through and fails with a generic error on an empty value."""
+    is_template = True
+    what = "the value"
+
+    def preprocess(self, payload):
+        lo, hi = self.minimum, self.maximum
+        whole = float(self.step or 0) == 1.0
+        ok = isinstance(payload, (int, float)) and not isinstance(payload, bool) and math.isfinite(payload)
+        ok = ok and lo <= payload <= hi and (not whole or float(payload).is_integer())
+        if not ok:
+            kind = "a whole number" if whole else "a number"
+            raise gr.Error(f"Choose {self.what}: {kind} from {lo:g} to {hi:g} "
+                           f"(got {str(payload)[:20]!s}).", print_exception=False)
+        return super().preprocess(payload)
+
+
+def checked_slider(what: str, *args, **kwargs) -> CheckedSlider:
+    s = CheckedSlider(*args, **kwargs)
+    s.what = what
+    return s
+
+
 def make_handlers(source: str):
     def check(prompt):
         r = service.check(prompt, source=source)
@@ -354,20 +526,14 @@ def make_handlers(source: str):
         m = service.get(source)
         seeds = _seeds(n_seeds)
         # the service checks the image (a bad one is a clear message)
-        c = service.compare(prompt, _spec(m, selected, free), seeds, source=source, reference=reference)
-        return gallery_items(c), compare_html(c)
+        spec = _spec(m, selected, free)
+        c = service.compare(prompt, spec, seeds, source=source, reference=reference)
+        # what "Pin this result" keeps: a small descriptor, recomputed (from the cache) when drawn
+        pin = {"prompt": c["prompt"], "neurons": c["neurons"], "seeds": seeds}
+        return gallery_items(c), result_html(c), pin
 
     def batch(text, upload, progress=gr.Progress()):
-        if text is not None and not isinstance(text, str):
-            fail("The prompt list must be text, one prompt per line.")
-        try:
-            if upload:
-                path = upload if isinstance(upload, str) else getattr(upload, "name", None) or upload.get("path")
-                prompts = ndata.read_prompt_file(path)
-            else:
-                prompts = ndata.parse_prompts(text or "")
-        except (ValueError, OSError) as e:
-            fail(str(e))
+        prompts = _prompt_list(text, upload)
         rows = service.check_batch(prompts, progress=lambda f, msg: progress(f, desc=msg), source=source)
         n_mem = sum(r["memorized"] for r in rows)
         note = (f"<div class='wb-muted' id='memo-batch-note'>{len(rows)} prompts, {n_mem} above "
@@ -448,7 +614,9 @@ def build(ctx) -> None:
     except Exception as e:  # a missing organism must not take the whole app down
         gr.Markdown(f"The memorization model could not be loaded: {html.escape(str(e))}")
         return
-    gr.HTML(EXPLAIN)
+    prompt_ok, generate_ok, batch_ok, pinned = make_checks(ctx.source)
+    gr.HTML(EXPLAIN, elem_classes=["wb-advanced"])
+    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"], elem_id="memo-presenter-caption")
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             prompt = gr.Textbox(label="Prompt", value=default, lines=2, elem_id="memo-prompt")
@@ -469,22 +637,23 @@ def build(ctx) -> None:
             gr.Markdown(f"<span class='wb-muted'>{html.escape(d['label'])} · value layers (neurons): "
                         f"{html.escape(layer_note)} · detection and generations at guidance "
                         f"{d['guidance_scale']:g}, the neuron search at guidance {d['search_guidance']:g} "
-                        f"(the official search's default).</span>")
+                        f"(the official search's default).</span>", elem_classes=["wb-advanced"])
         with gr.Column(scale=2):
             score = gr.HTML(elem_id="memo-score")
             zplot = gr.Plot(label="Per-layer z-scores", elem_id="memo-z")
-            stats_card = gr.HTML(stats_html(d["stats_plan"]), elem_id="memo-stats")
+            stats_card = gr.HTML(stats_html(d["stats_plan"]), elem_id="memo-stats", elem_classes=["wb-advanced"])
             with gr.Accordion("Neuron statistics from the tab (a small set)", open=False, elem_id="memo-stats-acc"):
                 total = max(2, int(d["stats_plan"].get("total") or 2))
-                n_stats = gr.Slider(2, max(3, total), value=min(total, 1000), step=1,
-                                    label=f"First N of the {total:,} {d['stats_plan']['set']}",
-                                    elem_id="memo-stats-n")
+                n_stats = checked_slider("how many prompts the statistics use", 2, max(3, total),
+                                         value=min(total, 1000), step=1,
+                                         label=f"First N of the {total:,} {d['stats_plan']['set']}",
+                                         elem_id="memo-stats-n")
                 stats_btn = gr.Button("Compute statistics in this process", elem_id="memo-stats-btn")
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             found = gr.HTML(elem_id="memo-found")
             neurons = gr.CheckboxGroup(choices=[], value=[], label="Found neurons (ticked = switched off)",
-                                       elem_id="memo-neurons")
+                                       elem_id="memo-neurons", elem_classes=["wb-advanced"])
 
             sizes = dict(d["layers"])
 
@@ -505,18 +674,31 @@ def build(ctx) -> None:
 
             links.accept_link(neurons, valid_neurons)
             free = gr.Textbox(label="Also switch off (layer:channel, comma-separated)",
-                              placeholder="e.g. mid.attn0:5, down1.attn0:17", elem_id="memo-free")
-            n_seeds = gr.Slider(1, MAX_SEEDS, value=4, step=1, label="Seeds", elem_id="memo-seeds")
-            reference = gr.Image(label=("Reference image (optional): the training image, if you have it"
-                                        if not d["has_train_images"] else
-                                        "Reference image (optional; default: the training image)"),
-                                 type="numpy", image_mode="RGB", format="png", height=160,
-                                 sources=["upload", "clipboard"], elem_id="memo-ref")
+                              placeholder="e.g. mid.attn0:5, down1.attn0:17", elem_id="memo-free",
+                              elem_classes=["wb-advanced"])
+            n_seeds = checked_slider("the number of seeds", 1, MAX_SEEDS, value=4, step=1, label="Seeds",
+                                     elem_id="memo-seeds", elem_classes=["wb-advanced"])
+            reference = CheckedImage(label=("Reference image (optional): the training image, if you have it"
+                                            if not d["has_train_images"] else
+                                            "Reference image (optional; default: the training image)"),
+                                     type="numpy", image_mode="RGB", format="png", height=190,
+                                     sources=["upload", "clipboard"], elem_id="memo-ref")
             gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate")
+            with gr.Row():
+                pin_btn = gr.Button("Pin this result", size="sm", elem_id="memo-pin")
+                unpin_btn = gr.Button("Clear pin", size="sm", elem_id="memo-unpin")
+            gr.Markdown("<span class='wb-muted'>Pin keeps this generation set (prompt, neurons off, seeds) "
+                        "and draws it below the next one, e.g. to compare two neuron sets.</span>",
+                        elem_classes=["wb-advanced"])
         with gr.Column(scale=2):
-            gallery = gr.Gallery(label="Reference image · seeds with neurons on, then off",
-                                 columns=4, height="auto", format="png", elem_id="memo-gallery")
             cmp_out = gr.HTML(elem_id="memo-compare")
+            pin_out = gr.HTML(elem_id="memo-pin-box")
+            with gr.Accordion("The images as files (full size, download)", open=False,
+                              elem_id="memo-gallery-acc", elem_classes=["wb-advanced"]):
+                gallery = gr.Gallery(label="Reference image · seeds with neurons on, then off",
+                                     columns=4, height="auto", format="png", elem_id="memo-gallery")
+    last = gr.State(None)  # the shown result's descriptor (prompt, neurons off, seeds)
+    pin = gr.State(None)  # the pinned one
     with gr.Accordion("Check a list of prompts", open=hub, elem_id="memo-batch-acc"):
         with gr.Row():
             with gr.Column(scale=1, min_width=300):
@@ -535,31 +717,44 @@ def build(ctx) -> None:
                                          column_widths=["52%", "11%", "15%", "10%", "12%"],
                                          elem_id="memo-batch-table", label="Memorization score per prompt")
     n_mem = len(d["memorized"])
-    with gr.Row(visible=n_mem > 0):
-        with gr.Column(scale=3):
-            with gr.Row():
-                top = max(2, min(n_mem, TABLE_MAX))  # a slider needs min < max, even for one prompt
-                n_table = gr.Slider(1, top, value=min(n_mem, 3 if hub else TABLE_MAX) or 1, step=1,
-                                    label="Memorized prompts in the table", elem_id="memo-table-n")
-                table_btn = gr.Button("Results for the memorized prompts (paper's table)",
-                                      elem_id="memo-table-btn")
-            summary = gr.HTML(elem_id="memo-summary")
-            tbl = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, wrap=True, elem_id="memo-table",
-                               label=("Similarity to the training image, diversity, alignment and score"
-                                      if d["has_train_images"] else
-                                      "Diversity and score (no training images ship with this model)"))
-        with gr.Column(scale=1, min_width=260):
+    with gr.Column(visible=n_mem > 0):
+        with gr.Row(equal_height=True):
+            top = max(2, min(n_mem, TABLE_MAX))  # a slider needs min < max, even for one prompt
+            n_table = checked_slider("how many memorized prompts the table takes", 1, top,
+                                     value=min(n_mem, 3 if hub else TABLE_MAX) or 1, step=1,
+                                     label="Memorized prompts in the table", elem_id="memo-table-n", scale=2)
+            table_btn = gr.Button("Results for the memorized prompts (paper's table)",
+                                  elem_id="memo-table-btn", scale=1)
+            export_btn = gr.Button("Export (JSON + PNG)", elem_id="memo-export", scale=1)
+        summary = gr.HTML(elem_id="memo-summary")
+        # the table takes the page's width: 12 columns, the prompt wide, each header on at most 2 lines
+        tbl = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, wrap=True, elem_id="memo-table",
+                           column_widths=TABLE_WIDTHS,
+                           label=("Similarity to the training image, diversity, alignment and score"
+                                  if d["has_train_images"] else
+                                  "Diversity and score (no training images ship with this model)"))
+        with gr.Row():
             hist = gr.Plot(label="Neurons per prompt", elem_id="memo-hist")
-            export_btn = gr.Button("Export (JSON + PNG)", elem_id="memo-export")
             files = gr.File(label="Exports", file_count="multiple", elem_id="memo-files")
 
-    check_btn.click(check, [prompt], [score, zplot, stats_card], **model_event(api_name="memo_check"))
-    find_btn.click(find, [prompt], [found, neurons, zplot], **model_event(api_name="memo_find"))
-    gen_btn.click(generate, [prompt, neurons, free, n_seeds, reference], [gallery, cmp_out],
-                  **model_event(api_name="memo_generate"))
-    batch_btn.click(batch, [batch_text, batch_file], [batch_tbl, batch_note], **model_event(api_name="memo_batch"))
+    gen_inputs = [prompt, neurons, free, n_seeds, reference]
+    check_btn.click(prompt_ok, [prompt], None).success(
+        check, [prompt], [score, zplot, stats_card], **model_event(api_name="memo_check"))
+    find_btn.click(prompt_ok, [prompt], None).success(
+        find, [prompt], [found, neurons, zplot], **model_event(api_name="memo_find"))
+    gen_btn.click(generate_ok, gen_inputs, None).success(
+        generate, gen_inputs, [gallery, cmp_out, last], **model_event(api_name="memo_generate")).success(
+        pinned, [pin, reference], pin_out, **model_event(api_visibility="private"))
+    pin_btn.click(lambda shown: shown if shown else fail("Generate first, then pin the result."),
+                  last, pin, api_visibility="private").success(
+        pinned, [pin, reference], pin_out, **model_event(api_visibility="private"))
+    unpin_btn.click(lambda: (None, ""), None, [pin, pin_out], api_visibility="private")
+    batch_btn.click(batch_ok, [batch_text, batch_file], None).success(
+        batch, [batch_text, batch_file], [batch_tbl, batch_note], **model_event(api_name="memo_batch"))
     sample_btn.click(sample, None, batch_text, api_name="memo_batch_sample")
-    stats_btn.click(stats, [n_stats], stats_card, **model_event(api_name="memo_stats"))
-    table_btn.click(table, [n_table], [tbl, hist, summary], **model_event(api_name="memo_table"))
-    export_btn.click(export, [prompt, neurons, free, n_seeds, reference], files,
-                     **model_event(api_name="memo_export"))
+    stats_btn.click(lambda n: None, [n_stats], None).success(
+        stats, [n_stats], stats_card, **model_event(api_name="memo_stats"))
+    table_btn.click(lambda n: None, [n_table], None).success(
+        table, [n_table], [tbl, hist, summary], **model_event(api_name="memo_table"))
+    export_btn.click(generate_ok, gen_inputs, None).success(
+        export, gen_inputs, files, **model_event(api_name="memo_export"))

@@ -26,6 +26,7 @@ from backend.core.zerogpu import capped, gpu
 
 from . import core, data
 from . import stats as nstats
+from .images import as_reference, resize_to  # noqa: F401  (as_reference: part of the service's API)
 from .metrics import diversity, ssim_images
 from .presets import TAB, load_preset_pipeline
 
@@ -483,28 +484,6 @@ def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
         out["reference_kind"] = kind
         return out
     return _RESULTS.get_or_compute(key, compute)
-
-
-def as_reference(image) -> np.ndarray:
-    """A user's image (uint8 or float array, H×W×3/4 or H×W) → float32 RGB in [0, 1]."""
-    a = np.asarray(image)
-    if a.ndim == 2:
-        a = np.repeat(a[..., None], 3, -1)
-    if a.ndim != 3 or a.shape[-1] not in (3, 4) or min(a.shape[:2]) < 8:
-        raise ValueError("The reference must be an RGB image of at least 8×8 pixels.")
-    a = a[..., :3]
-    a = a.astype(np.float32) / 255.0 if a.dtype == np.uint8 or a.max() > 1.0 else a.astype(np.float32)
-    if not np.isfinite(a).all():
-        raise ValueError("The reference image holds invalid values.")
-    return np.clip(a, 0.0, 1.0)
-
-
-def resize_to(image: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
-    """Resize (bicubic, via PIL) so SSIM compares pixel for pixel with the generations."""
-    from PIL import Image
-
-    im = Image.fromarray((np.clip(image, 0, 1) * 255).round().astype(np.uint8))
-    return np.asarray(im.resize((int(hw[1]), int(hw[0])), Image.BICUBIC), np.float32) / 255
 
 
 def _median(xs) -> float | None:

@@ -73,8 +73,12 @@ def test_bad_input_is_a_clear_error(client, zoo_info):
         client.predict(mem, [], "mid.attn0:100000", 2, api_name="/memo_generate")
     with pytest.raises(AppError, match="layer:channel"):
         client.predict(mem, [], "hello", 2, api_name="/memo_generate")
-    with pytest.raises(AppError):
-        client.predict(mem, [], "", 0, api_name="/memo_generate")
+    # numbers it cannot take are refused with the valid range, before anything is computed
+    for bad in (0, 9, 2.5, "nan", "inf"):  # JSON carries no NaN float (the unit tests send those)
+        with pytest.raises(AppError, match="whole number from 1 to 8"):
+            client.predict(mem, [], "", bad, api_name="/memo_generate")
+    with pytest.raises(AppError, match="whole number from 1 to 10"):  # the zoo's 10 memorized prompts
+        client.predict("-inf", api_name="/memo_table")
 
 
 def test_parallel_clients_see_only_their_own_neurons(app_url, zoo_info):
@@ -146,7 +150,7 @@ def test_batch_and_statistics_bad_input(client):
         client.predict("  \n ", None, api_name="/memo_batch")
     with pytest.raises(AppError, match="at most 100"):
         client.predict("\n".join(f"a red circle {i}" for i in range(101)), None, api_name="/memo_batch")
-    with pytest.raises(AppError, match="minimum"):  # the slider's own bound
+    with pytest.raises(AppError, match="from 2 to 160"):  # the slider refuses with its range
         client.predict(1, api_name="/memo_stats")
     from backend.nemo import service
 
@@ -198,6 +202,10 @@ def test_generations_against_an_uploaded_reference(client, zoo_info, tmp_path):
     Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tiny)
     with pytest.raises(AppError, match="at least 8"):
         client.predict(mem, [], "", 1, handle_file(str(tiny)), api_name="/memo_generate")
+    corrupt = tmp_path / "corrupt.png"  # a PNG header, then nothing readable
+    corrupt.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not an image" * 20)
+    with pytest.raises(AppError, match="could not be read"):
+        client.predict(mem, [], "", 1, handle_file(str(corrupt)), api_name="/memo_generate")
 
 
 # ----------------------------------------------------------------------------- hub mode
@@ -233,10 +241,10 @@ def _hub_probe(out_path: str) -> None:  # runs in the child process
     res["find"] = {k: loc[k] for k in ("guidance_scale", "seeds", "seeds_kept", "skipped", "n_neurons")}
     res["find_card"] = find(d["memorized"][0], progress)[0]
     ref = np.zeros((48, 40, 3), np.uint8)
-    gal, cmp_ref = generate(d["memorized"][0], [], "down2.attn1:3", 1, ref)
+    gal, cmp_ref, _ = generate(d["memorized"][0], [], "down2.attn1:3", 1, ref)
     # the preset's 50 DDIM steps ran once above; the rest of the walk samples with 10 to stay fast
     service.get("hub").num_inference_steps = 10
-    gal2, cmp_none = generate(d["memorized"][0], [], "", 1, None)
+    gal2, cmp_none, _ = generate(d["memorized"][0], [], "", 1, None)
     res["gallery_captions"] = [c for _, c in gal]
     res["gallery2_captions"] = [c for _, c in gal2]
     res["compare_ref"], res["compare_none"] = cmp_ref, cmp_none

@@ -2,13 +2,40 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import open_tab, shot
+from tests.e2e.conftest import open_tab, settle, shot
 
 pytestmark = pytest.mark.timeout(600)
 LONG = 240_000
 
 
+def assert_grid_layout(page, grid: str, n_seeds: int):
+    """The grid at 1440×1000: one column per seed, the "on" row above the "off" row, cells of a
+    column one above the other, the reference image left of them all, everything on screen."""
+    page.locator(grid).scroll_into_view_if_needed()
+    box = page.locator(grid).bounding_box()
+    assert box["height"] <= 1000 - 20, box
+    page.evaluate(f"document.querySelector('{grid}').scrollIntoView({{block: 'center'}})")
+    vh = page.viewport_size["height"]
+    cells = {}
+    for tag in ("on", "off"):
+        for i in range(n_seeds):
+            b = page.locator(f"{grid} figure[data-row={tag}][data-seed='{i}'] img").bounding_box()
+            assert b and 0 <= b["y"] and b["y"] + b["height"] <= vh and b["x"] + b["width"] <= 1440, (tag, i, b)
+            cells[tag, i] = b
+    for tag in ("on", "off"):
+        ys = [cells[tag, i]["y"] for i in range(n_seeds)]
+        xs = [cells[tag, i]["x"] for i in range(n_seeds)]
+        assert max(ys) - min(ys) < 1 and xs == sorted(xs)
+    for i in range(n_seeds):
+        assert abs(cells["on", i]["x"] - cells["off", i]["x"]) < 1
+        assert cells["off", i]["y"] >= cells["on", i]["y"] + cells["on", i]["height"]
+    ref = page.locator(f"{grid} .memo-ref img").bounding_box()
+    assert ref["x"] + ref["width"] <= min(b["x"] for b in cells.values())
+    assert 0 <= ref["y"] and ref["y"] + ref["height"] <= vh
+
+
 def test_memorization_controls_and_screenshot(page, server_url):
+    page.set_viewport_size({"width": 1440, "height": 1000})
     open_tab(page, server_url, "memorization")
     prompt = page.locator("#memo-prompt textarea")
     expect(prompt).not_to_have_value("", timeout=LONG)
@@ -42,13 +69,44 @@ def test_memorization_controls_and_screenshot(page, server_url):
     page.locator("#memo-seeds input[type=number]").press("Enter")
     page.click("#memo-generate")
     expect(page.locator("#memo-compare")).to_contain_text("neuron(s) off", timeout=LONG)
-    expect(page.locator("#memo-gallery img")).to_have_count(7, timeout=LONG)
+    expect(page.locator("#memo-grid figure")).to_have_count(7, timeout=LONG)
+    assert_grid_layout(page, "#memo-grid", n_seeds=3)
 
-    # untick the first neuron and add one by hand
-    boxes.first.click()
-    page.locator("#memo-free textarea, #memo-free input").first.fill("mid.attn0:0")
+    # a refused request: message in the toast, the last result kept as it was, no "Error" badge
+    shown = page.locator("#memo-grid img").first.get_attribute("src")
+    free = page.locator("#memo-free textarea, #memo-free input").first
+    free.fill("up9.attn0:1")
     page.click("#memo-generate")
-    expect(page.locator("#memo-compare")).to_contain_text("mid.attn0:0", timeout=LONG)
+    expect(page.locator(".toast-body.error")).to_contain_text("unknown layer", timeout=LONG)
+    settle(page)
+    assert page.locator("#memo-grid img").first.get_attribute("src") == shown
+    assert not page.locator("#memo-compare .error, #memo-gallery .error, #memo-pin-box .error").count()
+    page.locator(".toast-body.error .toast-close").first.click()
+
+    # pin this result, untick the first neuron and add one by hand: the pinned set stays below
+    page.click("#memo-pin")
+    expect(page.locator("#memo-pin-grid figure")).to_have_count(7, timeout=LONG)
+    boxes.first.click()
+    free.fill("mid.attn0:0")
+    page.click("#memo-generate")
+    expect(page.locator("#memo-compare-card")).to_contain_text("mid.attn0:0", timeout=LONG)
+    expect(page.locator("#memo-pin-card")).not_to_contain_text("mid.attn0:0")
+    settle(page)
+    assert_grid_layout(page, "#memo-pin-grid", n_seeds=3)
+    shot(page, "memorization-pinned")
+    page.click("#memo-unpin")
+    expect(page.locator("#memo-pin-grid")).to_have_count(0, timeout=LONG)
+
+    # presenter view: the expert controls go, a plain caption comes, the grid takes the width
+    width = page.locator("#memo-grid").bounding_box()["width"]
+    page.locator("#wb-presenter-toggle input[type=checkbox]").check()
+    expect(page.locator("#memo-seeds")).to_be_hidden()
+    expect(page.locator("#memo-neurons")).to_be_hidden()
+    expect(page.locator("#memo-free")).to_be_hidden()
+    expect(page.locator("#memo-presenter-caption")).to_be_visible()
+    assert page.locator("#memo-grid").bounding_box()["width"] > 1.2 * width
+    shot(page, "memorization-presenter")
+    page.locator("#wb-presenter-toggle input[type=checkbox]").uncheck()
 
     page.locator("#memo-table-n input[type=number]").fill("1")  # reuses the localisation above
     page.locator("#memo-table-n input[type=number]").press("Enter")

@@ -447,3 +447,43 @@ def test_export_draws_an_off_row_only_when_neurons_are_off():
     none_off = titles(fake_compare(neurons=()))
     assert not any(t.startswith("seed") and "off" in t for t in none_off)
     assert sum(t.startswith("seed") for t in none_off) == 3 and tab.NO_NEURONS_OFF in none_off
+
+
+def test_checked_inputs_refuse_with_the_valid_range():
+    import gradio as gr
+
+    from components import memorization as tab
+
+    s = tab.checked_slider("the number of seeds", 1, 8, value=4, step=1, label="Seeds")
+    assert s.get_block_name() == "slider"  # same front end as gr.Slider
+    for bad in (0, 9, 2.5, float("nan"), float("inf"), float("-inf"), None, "3", True):
+        with pytest.raises(gr.Error, match=r"the number of seeds: a whole number from 1 to 8"):
+            s.preprocess(bad)
+    assert [s.preprocess(v) for v in (1, 8, 3.0)] == [1, 8, 3]
+    img = tab.CheckedImage(type="numpy")
+    assert img.get_block_name() == "image"
+    assert img.preprocess(None) is None
+
+
+def test_grid_rows_are_on_and_off_columns_are_seeds():
+    from components import memorization as tab
+
+    c = fake_compare(n_seeds=3, neurons=("mid.attn0:1",))
+    h = tab.grid_html(c)
+    assert h.count("data-row='on' data-seed=") == 3 and h.count("data-row='off' data-seed=") == 3
+    assert h.index("data-row='on' data-seed='2'") < h.index("data-row='off' data-seed='0'")
+    assert "class='memo-ref'" in h and "grid-row:1 / span 3" in h
+    # exact values on hover
+    assert f"SSIM to the training image {c['ssim_off'][1]:.4f}" in h
+    none = tab.grid_html(fake_compare(n_seeds=2, neurons=()))
+    assert "data-row='off' data-seed" not in none and tab.NO_NEURONS_OFF in none
+    assert "0 neurons off" in none
+    # a hub-sized image is shrunk for the grid
+    big = fake_compare(n_seeds=1, size=512)
+    uri = tab._data_uri(big["images_on"][0])
+    import base64
+    import io
+
+    from PIL import Image
+
+    assert Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))).size == (256, 256)
