@@ -314,3 +314,29 @@ def test_guarded_handlers_hold_their_models_for_the_whole_request(monkeypatch):
     assert store.in_use() == {}
     store.get_or_load("unit:y", lambda: block(1))  # nothing held now: a can go
     assert "unit:a" not in store.loaded()
+
+
+def test_a_failed_or_abandoned_request_releases_its_models(monkeypatch):
+    import gradio as gr
+
+    from components import guard
+
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
+
+    def fails():
+        store.get_or_load("unit:a", lambda: block(1))
+        raise ValueError("bad input")
+
+    def stream():
+        store.get_or_load("unit:b", lambda: block(1))
+        yield 1
+        yield 2
+
+    with pytest.raises(gr.Error, match="bad input"):
+        guard.guarded(fails)()
+    assert store.in_use() == {}
+    steps = guard.guarded(stream)()
+    assert next(steps) == 1 and store.in_use() == {"unit:b": 1}
+    steps.close()  # the client went away mid-stream
+    assert store.in_use() == {}
+    assert list(store.loaded()) == ["unit:b"]  # a, released by the failed request, made room for b
