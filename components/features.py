@@ -148,9 +148,15 @@ def _maps_max(maps) -> float:
 
 
 # ------------------------------------------------------------------------------ handlers
-def _org(source: str):
+def _org(source: str, progress=None):
+    """The organism; with `progress` (a gr.Progress) its weights too: a hub VLM loads on the first
+    request that needs it, not when the app starts."""
     try:
-        return FT.get_organism(source)
+        org = FT.get_organism(source)
+        if progress is not None and org.is_hub and org.model is None:
+            progress(0.05, desc="loading the model and SAE (first use; they stay loaded)")
+            org = FT.get_organism(source, model=True)
+        return org
     except FileNotFoundError as e:
         fail(f"The Features organism is not built: {e}")
 
@@ -243,7 +249,7 @@ def _image_input(org, image, example):
 
 
 def analyse(source: str, image, example, progress=gr.Progress()):
-    org = _org(source)
+    org = _org(source, progress)
     img = _image_input(org, image, example)
     progress(0.2, desc="encoding the image at the SAE hookpoint")
     try:
@@ -274,7 +280,7 @@ def analyse(source: str, image, example, progress=gr.Progress()):
 
 
 def steer(source: str, image, example, feature, value, positions, add_error, suppress, progress=gr.Progress()):
-    org = _org(source)
+    org = _org(source, progress)
     img = _image_input(org, image, example)
     f = _feature_id(org, feature)
     try:
@@ -354,7 +360,7 @@ def _steering_explain(org) -> str:
 
 def _hub_summary_md(org) -> str:
     parts = [f"`{html.escape(org.ids[0])}` + SAE `{html.escape(org.ids[1])}` at `{org.hookpoint}` · "
-             f"{org.sae.n_latents} latents, k = {org.sae.k}"]
+             f"{org.n_features} latents ({html.escape(org.sae_text)})"]
     if org.index is not None:
         src = org.index.source
         where = html.escape(src.root if src is not None else "?")
@@ -373,7 +379,7 @@ def _summary_md(org) -> str:
     ev = s.get("sae_eval", {})
     rb = s.get("random_baseline", {})
     st = s.get("steering", {})
-    parts = [f"SAE at `{org.hookpoint}` · {org.sae.n_latents} latents, k = {org.sae.k}"]
+    parts = [f"SAE at `{org.hookpoint}` · {org.n_features} latents ({html.escape(org.sae_text)})"]
     if ev:
         parts.append(f"held-out FVU **{ev['fvu']:.3f}** · dead latents **{ev['dead_fraction']:.1%}**")
     if rb:
@@ -436,6 +442,7 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
     src = _collect_images(org, files, folder)
     for i in range(len(src)):  # every file must open before the model spends time on any
         src.load(i)
+    org = _org(source, progress)
     flag = _stop_flag(request).start()
     progress(0, desc=f"indexing {len(src)} images")
     try:
@@ -453,9 +460,9 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
             f"shows the features that fired; the densest one is open.", rows, first_id, _hub_summary_md(org))
 
 
-def ask_model(source: str, feature):
+def ask_model(source: str, feature, progress=gr.Progress()):
     """Label the open feature with the loaded VLM as the explainer, then show the page again."""
-    org = _org(source)
+    org = _org(source, progress)
     if not org.is_hub:
         fail("The zoo's features are labelled by the concept explainer.")
     f = _feature_id(org, feature)

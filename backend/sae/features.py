@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ from . import steer as ST
 from . import vlm
 from .index import (IMAGE_SUFFIXES, INDEX_ENV, INDEX_FILE, Cancelled, FeatureIndex, ImageSource,  # noqa: F401
                     build_streaming, find_index)
-from .sae import TopKSAE, load_sae
+from . import formats
+from .sae import SparseAutoencoder, load_sae
 
 TAB = "features"
 ZOO_MODEL = "llava-scenes"
@@ -77,14 +79,16 @@ def shown_label(lab: dict) -> str:
 
 @dataclass
 class Organism:
-    """Everything the tab needs, loaded once per process (read-only; interventions are scoped)."""
+    """Everything the tab needs (read-only; interventions are scoped). A hub organism starts as its
+    metadata (SAE cfg, model config, index): the VLM and SAE weights load on the first request that
+    needs them (`need_model`), kept in the model store under `parts_key`."""
     name: str
     folder: Path
-    model: Any
-    tokenizer: Any
-    processor: Any
-    sae: TopKSAE
-    hookpoint: str
+    model: Any = None
+    tokenizer: Any = None
+    processor: Any = None
+    sae: SparseAutoencoder | None = None
+    hookpoint: str = ""
     index: FeatureIndex | None = None
     labels: dict[str, dict] = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
@@ -98,10 +102,24 @@ class Organism:
     label_source: str = CONCEPT_LABELS
     ids: tuple[str, str] = ("", "")  # hub: (model id, SAE id) as the preset names them
     version: int = 0  # bumped when a new index is installed: part of every cache key
+    sae_info: dict = field(default_factory=dict)  # formats.describe: n_latents, k, text (before weights load)
+    vision: dict = field(default_factory=dict)  # image_size, patch_size, anyres (from the model's config)
+    parts_key: str = ""  # the model store's key of the hub VLM + SAE
+    model_class: str = ""
+    lock: Any = field(default_factory=threading.RLock, repr=False)  # index and label swaps
 
     @property
     def n_features(self) -> int:
-        return self.sae.n_latents
+        return self.sae.n_latents if self.sae is not None else int(self.sae_info["n_latents"])
+
+    @property
+    def sae_text(self) -> str:
+        """The SAE's architecture in words ("topk, k = 256", "jumprelu"), never "k = None"."""
+        return self.sae.describe() if self.sae is not None else self.sae_info.get("text", "?")
+
+    @property
+    def grid(self) -> int:
+        return int(self.vision["image_size"]) // int(self.vision["patch_size"])
 
     @property
     def is_hub(self) -> bool:
@@ -110,6 +128,12 @@ class Organism:
     @property
     def cache_id(self) -> str:
         return f"{self.model_id}#{self.version}"
+
+
+def _vision(config) -> dict:
+    v = config.vision_config
+    return {"image_size": int(v.image_size), "patch_size": int(v.patch_size),
+            "anyres": getattr(config, "image_grid_pinpoints", None) is not None}
 
 
 def _read_json(path: Path, default):
@@ -133,7 +157,7 @@ def load_zoo(sae_name: str = ZOO_SAE, root: Path | None = None) -> Organism:
     return Organism(sae_name, sae_dir, model, processor.tokenizer, processor, sae, hook, index,
                     _read_json(sae_dir / "labels.json", {}), _read_json(sae_dir / "summary.json", {}),
                     vlm.load_scene_set(sae_dir, "index_scenes.json") if (sae_dir / "index_scenes.json").exists() else [],
-                    vlm.load_scene_set(cap_dir), model_id=f"zoo:{sae_name}")
+                    vlm.load_scene_set(cap_dir), model_id=f"zoo:{sae_name}", vision=_vision(model.config))
 
 
 def _slug(text: str) -> str:
@@ -158,34 +182,135 @@ def index_target() -> Path | None:
     return p / INDEX_FILE if p.is_dir() or not p.suffix else p
 
 
-def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = HUB_HOOKPOINT,
-             *, model_class: str = "transformers.LlavaNextForConditionalGeneration") -> Organism:
-    """The paper's checkpoint and SAE. Local folders (validated against the allowed roots) or hub ids;
-    from the hub only the SAE's hookpoint folder is fetched, as safetensors. The feature index, if
-    one exists: $WORKBENCH_SAE_INDEX, else the file an earlier build from the tab wrote, else one
-    beside the SAE (its hookpoint folder, then the repo); see `refresh_index`."""
-    from transformers import AutoProcessor
+def _repo_files(repo_id: str) -> list[str]:
+    """A hub repo's file list; offline (or unreachable), the files of its cached snapshot."""
+    from huggingface_hub import list_repo_files, snapshot_download
 
-    half = pick_device().type == "cuda"
-    # float32 on the CPU: the checkpoint's float16 would otherwise be kept, and half precision on a
-    # CPU is slow where it is supported at all
-    model = place(P.load_pretrained(model_class, model_id, dtype=torch.bfloat16 if half else torch.float32).eval())
-    processor = P.load_pretrained(AutoProcessor, model_id, weights=False)
+    try:
+        return list(list_repo_files(repo_id))
+    except Exception:  # offline mode or no network: what the cache holds is what can be loaded
+        snap = Path(snapshot_download(repo_id, local_files_only=True))
+        return [p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file()]
+
+
+def _under(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def sae_location(sae_id: str, hookpoint: str, *, weights: bool) -> tuple[Path, str, formats.Entry]:
+    """(root, folder inside it, Entry) of the SAE for `hookpoint`. A local folder is read in place. A
+    hub repo's file list says which folder holds that hookpoint (any spelling, or a folder named
+    otherwise whose cfg records it), and only that folder is fetched: its cfg (`weights=False`, for
+    the tab's metadata) or all of it, with a feature index published beside it."""
     if P.looks_local(sae_id):
-        sae_dir = Path(P.resolve(sae_id))
-    else:  # the hub, or its offline cache
-        from huggingface_hub import snapshot_download
+        root = Path(P.resolve(sae_id))
+        e = formats.resolve(root, hookpoint)
+        sub = e.folder.relative_to(root).as_posix()
+        return root, "" if sub == "." else sub, e
+    from huggingface_hub import snapshot_download
 
-        # the hookpoint's folder, and a feature index the repo may publish beside it
-        sae_dir = Path(snapshot_download(P.validate_hub_id(sae_id), allow_patterns=[f"{hookpoint}/*", INDEX_FILE]))
-    sae = load_sae(sae_dir, hookpoint=hookpoint, device=device_of(model))
-    org = Organism(f"hub:{sae_id}", sae_dir, model, processor.tokenizer, processor, sae,
-                   vlm.resolve_hookpoint(model, hookpoint), model_id=f"hub:{model_id}|{sae_id}", source="hub",
-                   label_source=NO_LABELS, ids=(str(model_id), str(sae_id)))
-    org.summary = {"hub_hookpoint": hookpoint}
+    repo = P.validate_hub_id(sae_id)
+    files = _repo_files(repo)
+
+    def read_cfg(folder: str) -> dict:  # a folder whose name is no hookpoint: its cfg records one
+        snap = Path(snapshot_download(repo, allow_patterns=[_under(folder, "cfg.json")]))
+        p = snap / folder / "cfg.json"
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    sub = formats.hub_folder(files, hookpoint, read_cfg)
+    wanted = ["*"] if weights else ["cfg.json", "config.json"]
+    root = Path(snapshot_download(repo, allow_patterns=[_under(sub, w) for w in wanted] + [INDEX_FILE]))
+    return root, sub, formats.listed_entry(root, sub, files)
+
+
+def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = HUB_HOOKPOINT,
+              *, model_class: str = "transformers.LlavaNextForConditionalGeneration") -> Organism:
+    """A hub organism without weights: the model's config, the SAE's cfg (size, k, architecture) and
+    the feature index if one exists ($WORKBENCH_SAE_INDEX, else the file an earlier build from the
+    tab wrote, else one beside the SAE; see `refresh_index`). Seconds, not a 16 GB download."""
+    from transformers import AutoConfig
+
+    config = P.load_pretrained(AutoConfig, model_id, weights=False)
+    root, sub, entry = sae_location(sae_id, hookpoint, weights=False)
+    org = Organism(f"hub:{sae_id}", root, hookpoint=formats.model_hookpoint(hookpoint),
+                   model_id=f"hub:{model_id}|{sae_id}", source="hub", label_source=NO_LABELS,
+                   ids=(str(model_id), str(sae_id)), sae_info=formats.describe_entry(entry),
+                   vision=_vision(config), parts_key=f"{TAB}:hub:{model_id}|{sae_id}|{hookpoint}",
+                   model_class=model_class)
+    org.summary = {"hub_hookpoint": hookpoint, "sae_folder": sub}
     org.index_out = index_target() or default_index_path(str(model_id), str(sae_id), hookpoint)
     refresh_index(org)
     return org
+
+
+@dataclass
+class HubParts:
+    """The weights of a hub organism, one entry of the model store (its bytes counted there)."""
+    model: Any
+    processor: Any
+    sae: SparseAutoencoder
+
+
+def load_hub_parts(org: Organism) -> HubParts:
+    from transformers import AutoProcessor
+
+    model_id, sae_id = org.ids
+    half = pick_device().type == "cuda"
+    # float32 on the CPU: the checkpoint's float16 would otherwise be kept, and half precision on a
+    # CPU is slow where it is supported at all
+    model = place(P.load_pretrained(org.model_class, model_id, dtype=torch.bfloat16 if half else torch.float32).eval())
+    processor = P.load_pretrained(AutoProcessor, model_id, weights=False)
+    root, sub, _ = sae_location(sae_id, org.summary["hub_hookpoint"], weights=True)
+    sae = load_sae(root, hookpoint=sub or org.summary["hub_hookpoint"], device=device_of(model))
+    if sae.n_latents != org.n_features:
+        raise ValueError(f"the SAE's weights have {sae.n_latents} latents but its cfg says {org.n_features}")
+    return HubParts(model, processor, sae)
+
+
+def attach(org: Organism, parts: HubParts | None) -> None:
+    """Give a hub organism its weights (None: drop them, e.g. after the store evicted them)."""
+    with org.lock:
+        if parts is None:
+            org.model = org.processor = org.tokenizer = org.sae = None
+            return
+        if org.model is parts.model:
+            return
+        org.model, org.processor, org.tokenizer, org.sae = parts.model, parts.processor, parts.processor.tokenizer, parts.sae
+        org.hookpoint = vlm.resolve_hookpoint(parts.model, formats.model_hookpoint(org.summary["hub_hookpoint"]))
+
+
+def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = HUB_HOOKPOINT,
+             *, model_class: str = "transformers.LlavaNextForConditionalGeneration", weights: bool = True) -> Organism:
+    """The paper's checkpoint and SAE (local folders under the allowed roots, or hub ids; from the
+    hub only the SAE's hookpoint folder is fetched, as safetensors), with the weights loaded here
+    (the command-line jobs); the tab uses `get_organism`, which loads them on first need."""
+    org = hub_shell(model_id, sae_id, hookpoint, model_class=model_class)
+    if weights:
+        attach(org, load_hub_parts(org))
+    return org
+
+
+def need_model(org: Organism, progress=None) -> Organism:
+    """Make sure a hub organism has its weights (through the model store, which may have evicted
+    them since); `progress(fraction, message)` hears about a load. The zoo's are always there."""
+    if not org.is_hub or not org.parts_key:
+        return org
+    parts = store.get_or_load(org.parts_key, lambda: load_hub_parts(org), progress=progress)
+    attach(org, parts)
+    return org
+
+
+_SHELLS: dict[str, Organism] = {}
+_SHELLS_LOCK = threading.Lock()
+
+
+def _on_evict(model_id: str) -> None:
+    for org in list(_SHELLS.values()):
+        if org.parts_key == model_id:
+            attach(org, None)
+
+
+store.on_evict(_on_evict)
 
 
 def _stamp(path: Path | None):
@@ -202,12 +327,12 @@ def refresh_index(org: Organism) -> None:
         return
     # the setting's file or the tab's own build first (index_out is the one or the other), then one
     # published beside the SAE
-    found = find_index(org.index_out, org.folder / org.summary.get("hub_hookpoint", HUB_HOOKPOINT), org.folder)
+    found = find_index(org.index_out, org.folder / org.summary.get("sae_folder", ""), org.folder)
     if found is None or _stamp(found) == org.summary.get("index_stamp"):
         labels = Path(org.index_path).parent / "labels.json" if org.index_path is not None else None
         stamp = _stamp(labels)
         if stamp is not None and stamp != org.summary.get("labels_stamp"):  # labelled in another process
-            with locked(org.model):
+            with org.lock:
                 org.labels = _read_json(labels, {})
                 org.label_source = MODEL_LABELS if org.labels else NO_LABELS
                 org.summary["labels_stamp"] = stamp
@@ -228,7 +353,7 @@ def install_index(org: Organism, index: FeatureIndex, path: Path | None = None) 
     if org.is_hub and index.source is None:
         raise ValueError("the index records no image folder or dataset")
     labels = _read_json(Path(path).parent / "labels.json", {}) if path is not None else {}
-    with locked(org.model):  # readers take the pieces together, never a half-swapped pair
+    with org.lock:  # readers take the pieces together, never a half-swapped pair
         org.index, org.index_path = index, path
         if org.is_hub:
             org.labels = labels
@@ -242,9 +367,8 @@ def install_index(org: Organism, index: FeatureIndex, path: Path | None = None) 
 
 def index_meta(org: Organism, source: ImageSource, top_k: int, **extra) -> dict:
     """The metadata of a hub index (the same from the tab and from the sharded job)."""
-    v = org.model.config.vision_config
     model_id, sae_id = org.ids
-    return {"grid": v.image_size // v.patch_size, "top_k": top_k, "hookpoint": org.hookpoint,
+    return {"grid": org.grid, "top_k": top_k, "hookpoint": org.hookpoint,
             "model": model_id, "sae": sae_id, "prompt": vlm.HUB_PROMPT,
             "ranking": "mean activation over the base image's patch tokens",
             "density": "fraction of base-image patch tokens where the feature is non-zero",
@@ -280,8 +404,8 @@ def index_images(org: Organism, source: ImageSource, *, top_k: int = 16, batch_s
         raise ValueError("the zoo organism's index is built by its recipe (python -m backend.sae.cli build)")
     if len(source) == 0:
         raise ValueError("no images to index")
-    v = org.model.config.vision_config
-    g = v.image_size // v.patch_size
+    need_model(org)
+    g = org.grid
     t0 = time.perf_counter()
     builder = build_streaming(lambda a, b: encode_images(org, [source.load(i) for i in range(a, b)]),
                               len(source), org.n_features, g * g, top_k=top_k, batch_size=batch_size,
@@ -308,13 +432,18 @@ def index_command(org: Organism, images: str = "IMAGE_FOLDER") -> str:
             f"--image-folder {images} --out {shlex.quote(str(out))}")
 
 
-def get_organism(source: str = "zoo") -> Organism:
+def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> Organism:
+    """The tab's organism. A hub one is its metadata and index until `model=True` (or `need_model`)
+    asks for the weights: building the tab and browsing feature pages never wait for the VLM."""
     preset = P.active(TAB, source)
     if preset.source == "hub":
-        org = store.get_or_load(preset.model_id, lambda: load_hub(preset.path_or_id, preset.extra["sae"],
-                                                                  preset.extra["hookpoint"]))
+        with _SHELLS_LOCK:
+            org = _SHELLS.get(preset.model_id)
+            if org is None:
+                org = _SHELLS[preset.model_id] = hub_shell(preset.path_or_id, preset.extra["sae"],
+                                                           preset.extra["hookpoint"], model_class=preset.model_class)
         refresh_index(org)
-        return org
+        return need_model(org, progress) if model else org
     return store.get_or_load(preset.model_id, load_zoo)
 
 
@@ -425,6 +554,7 @@ def model_label(org: Organism, feature: int, n_images: int = 4) -> dict:
     if not page["top"]:
         raise ValueError(f"feature {feature} fired on no indexed image: nothing to show the model")
     views = [E.dim_outside(im, r) for im, r in list(zip(page["images"], page["regions"]))[:n_images]]
+    need_model(org)
     with locked(org.model):
         text = vlm.hub_describe(org.model, org.processor, views, E.ModelExplainer.PROMPT)
     label = " ".join(text.split())[:60] or "(no answer)"
@@ -434,7 +564,7 @@ def model_label(org: Organism, feature: int, n_images: int = 4) -> dict:
 
 def save_label(org: Organism, entry: dict) -> None:
     """Keep a model label (in the server process: under ZeroGPU `model_label` runs in a worker)."""
-    with locked(org.model):
+    with org.lock:
         org.labels = {**org.labels, str(entry["feature"]): {k: v for k, v in entry.items() if k != "feature"}}
         org.label_source = MODEL_LABELS
         org.version += 1  # pages cached with the old label
@@ -459,6 +589,7 @@ def page_json(page: dict) -> dict:
 def processor_codes(org: Organism, image: np.ndarray, text: str = vlm.HUB_PROMPT) -> tuple[torch.Tensor, vlm.ImageLayout]:
     """SAE codes [T, F] at the hookpoint for one image through the model's own processor and chat
     template (the path the hub checkpoint uses), and where the image sits in the prompt."""
+    need_model(org)
     with locked(org.model):
         h, _, layouts = vlm.hub_residuals(org.model, org.processor, [image], org.hookpoint, text)
     return org.sae.encode(h[0].float().to(org.sae.W_enc.device)), layouts[0]
@@ -469,6 +600,7 @@ def encode_images(org: Organism, images) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse codes (vals, idx) [B, g*g, k] at the base image's patches of a hub VLM: what the index
     holds for each image. The language model runs only up to the base image's last patch and stops
     at the hookpoint (`vlm.hub_base_residuals`)."""
+    need_model(org)
     with locked(org.model):
         rows, _ = vlm.hub_base_residuals(org.model, org.processor, list(images), org.hookpoint)
     return org.sae.encode_sparse(rows.float().to(org.sae.W_enc.device))
@@ -494,7 +626,7 @@ def model_image(org: Organism, image: np.ndarray) -> np.ndarray:
         if min(image.shape[:2]) < 2:
             raise ValueError("the image must be at least 2 px on each side")
         return np.ascontiguousarray(image)
-    size = org.model.config.vision_config.image_size
+    size = int(org.vision["image_size"])
     if image.shape[:2] != (size, size):
         from PIL import Image
 
@@ -504,13 +636,12 @@ def model_image(org: Organism, image: np.ndarray) -> np.ndarray:
 
 def positions_text(org: Organism, layout: vlm.ImageLayout | None = None) -> str:
     """Which tokens are the 'image positions' of this model, in words."""
-    v = org.model.config.vision_config
-    g = v.image_size // v.patch_size
-    if not vlm.is_anyres(org.model):
-        return f"the {g}×{g} image-patch tokens of the single {v.image_size}px crop"
+    g, size = org.grid, org.vision["image_size"]
+    if not org.vision.get("anyres"):
+        return f"the {g}×{g} image-patch tokens of the single {size}px crop"
     tiles = (f"; this image: {layout.tile_shape[0]}×{layout.tile_shape[1]} tile patches and "
              f"{len(layout.newlines)} newline tokens" if layout is not None and len(layout.tiles) else "")
-    return (f"LLaVA-NeXT anyres: first the base image (the whole picture resized to {v.image_size}px, "
+    return (f"LLaVA-NeXT anyres: first the base image (the whole picture resized to {size}px, "
             f"{g}×{g} patches), then the high-resolution tiles stitched over the picture and cropped to its "
             f"aspect ratio, each row ended by a newline token{tiles}. Feature maps, ranking and the index use "
             f"the base image's {g}×{g} patches; the tile map is the tiles' patches in their stitched grid; "
@@ -527,6 +658,7 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
     if hit is not None:
         return hit
     tile_codes, tile_shape, layout = None, (0, 0), None
+    need_model(org)  # the tab loads it first, with a progress bar; a notebook or agent call lands here
     with locked(org.model):
         if not org.is_hub:
             h = next(vlm.residuals(org.model, org.tokenizer, image[None], org.hookpoint))[1]
@@ -597,6 +729,7 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
     hit = _RESULT_CACHE.get(key)
     if hit is not None:
         return hit
+    need_model(org)
     with locked(org.model):
         if org.is_hub:
             base = vlm.hub_generate(org.model, org.processor, image)

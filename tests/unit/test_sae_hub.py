@@ -213,7 +213,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
 
     monkeypatch.setenv(INDEX_ENV, str(tmp_path / "tab-index" / INDEX_FILE))
     org = FT.load_hub()
-    monkeypatch.setattr(FT, "get_organism", lambda source="zoo": org)
+    monkeypatch.setattr(FT, "get_organism", lambda source="zoo", **kw: org)
     seen = []
 
     def progress(frac, desc=None):
