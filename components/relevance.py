@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -296,6 +297,48 @@ def keep_on_failure(event, outputs: list) -> None:
                   queue=False, api_name=False)
 
 
+def refuse_unreadable(image: gr.Image) -> gr.Image:
+    """Refuse an upload Pillow cannot read (a damaged or non-image file) with a clear message.
+
+    Gradio decodes the upload before the handler runs, and its own failure there reaches the user
+    as a generic error. Wrapped on the instance rather than by a subclass: a gr.Image subclass makes
+    Gradio write a .pyi stub beside this module at every import."""
+    decode = image.preprocess
+
+    def preprocess(payload):
+        try:
+            return decode(payload)
+        except gr.Error:
+            raise
+        except Exception:
+            name = str(getattr(payload, "orig_name", None) or "the file")[:60]
+            raise gr.Error(f"{name} could not be read as an image (not a PNG, JPEG or WebP file, or "
+                           "damaged). Upload another image; nothing was computed.",
+                           print_exception=False) from None
+
+    image.preprocess = preprocess
+    return image
+
+
+def refuse_out_of_range(slider: gr.Slider, what: str) -> gr.Slider:
+    """Refuse a value the slider cannot take (out of range, fractional, NaN, infinite, empty) with
+    its valid range, before anything is computed. Gradio's own check lets NaN through and fails
+    generically on an empty box; no value is ever clamped into range."""
+    check = slider.preprocess
+    lo, hi = slider.minimum, slider.maximum
+
+    def preprocess(payload):
+        ok = (isinstance(payload, (int, float)) and not isinstance(payload, bool) and math.isfinite(payload)
+              and lo <= payload <= hi and float(payload).is_integer())
+        if not ok:
+            raise gr.Error(f"{what} must be a whole number from {lo:g} to {hi:g} (got {str(payload)[:20]}); "
+                           "nothing was computed.", print_exception=False)
+        return check(payload)
+
+    slider.preprocess = preprocess
+    return slider
+
+
 def _guard(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
@@ -441,7 +484,8 @@ def build(ctx) -> None:
                 held_suffix = gr.Textbox(label="Prompt after each sentence (optional, e.g. ' Sentiment:')",
                                          value="", elem_id="rel-held-suffix")
         with gr.Row():
-            n_sent = gr.Slider(20, 240, value=60, step=10, label="Held-out sentences (at most)", elem_id="rel-n")
+            n_sent = refuse_out_of_range(gr.Slider(20, 240, value=60, step=10, label="Held-out sentences (at most)",
+                                                   elem_id="rel-n"), "The number of held-out sentences")
             run_held = gr.Button("Run held-out evaluation", elem_id="rel-heldout")
         held_note = gr.Markdown(elem_id="rel-held-note")
         table = gr.Dataframe(headers=["method", "ΔA^F", "± s.e.", "A LeRF", "A MoRF", "precision@k",
@@ -529,10 +573,12 @@ def build(ctx) -> None:
                 gr.Markdown("**Image** · any size; converted to 16×16 grayscale. <span class='wb-muted'>"
                             "A link to this view carries the held-out example number, not an uploaded "
                             "image.</span>")
-                image = gr.Image(label="input image (16×16 grayscale)", show_label=False, type="numpy",
-                                 format="png", image_mode="L", height=220, elem_id="rel-image")
+                image = refuse_unreadable(gr.Image(label="input image (16×16 grayscale)", show_label=False,
+                                                   type="numpy", format="png", image_mode="L", height=220,
+                                                   elem_id="rel-image"))
                 with gr.Row():
-                    ex_idx = gr.Slider(0, 199, value=0, step=1, label="Held-out example", elem_id="rel-ex-idx")
+                    ex_idx = refuse_out_of_range(gr.Slider(0, 199, value=0, step=1, label="Held-out example",
+                                                           elem_id="rel-ex-idx"), "The held-out example number")
                     ex_btn = gr.Button("Load example", size="sm", interactive=img_ok, elem_id="rel-ex-load")
                 img_btn = gr.Button("Explain image", variant="primary", interactive=img_ok,
                                     elem_id="rel-image-explain")
@@ -547,7 +593,7 @@ def build(ctx) -> None:
             gr.Markdown("<span class='wb-muted'>The image organism is not built.</span>")
 
     def load_example(i):
-        return svc.example_image(svc.load_image(), int(i))
+        return _guard(svc.example_image, svc.load_image(), i)
 
     keep_on_failure(ex_btn.click(load_example, [ex_idx], [image], api_name="image_example"), [image])
 

@@ -55,6 +55,14 @@ def check_rules(rules) -> list[str]:
     return rules
 
 
+def whole_in_range(value, lo: int, hi: int, what: str) -> int:
+    """A whole number in [lo, hi], or a refusal that names the range: never clamped into it."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not (ok and np.isfinite(value) and float(value).is_integer() and lo <= value <= hi):
+        raise InputError(f"{what} must be a whole number from {lo} to {hi} (got {str(value)[:20]}).")
+    return int(value)
+
+
 def _is_zoo_sentiment(m: Loaded) -> bool:
     return m.preset.source == "zoo" and "query" in m.task
 
@@ -173,7 +181,7 @@ def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> dict:
     methods = check_methods(methods)
     if not _is_zoo_sentiment(m) or not m.heldout:
         raise InputError("The held-out evaluation needs the zoo sentiment organism.")
-    n = int(max(10, min(int(n), len(m.heldout))))
+    n = whole_in_range(n, 10, len(m.heldout), "The number of held-out sentences")
     key = make_key(m.model_id, ("heldout", n), {"methods": methods})
 
     def compute():
@@ -317,6 +325,8 @@ def to_model_image(image, size: int) -> np.ndarray:
     if a.ndim != 2 or min(a.shape) < 1:
         raise InputError("That does not look like an image.")
     a = a.astype(np.float64)
+    if not np.isfinite(a).all():
+        raise InputError("The image holds NaN or infinite pixel values.")
     if a.max() > 1.0:
         a = a / 255.0
     t = torch.tensor(a, dtype=torch.float32)[None, None]
@@ -326,7 +336,7 @@ def to_model_image(image, size: int) -> np.ndarray:
 
 def example_image(m: Loaded, index: int, display: int = 160) -> np.ndarray:
     imgs = m.heldout["images"]
-    i = int(index) % len(imgs)
+    i = whole_in_range(index, 0, len(imgs) - 1, "The held-out example number")
     img = np.asarray(imgs[i], dtype=np.float32)
     rep = display // img.shape[0]
     return (np.kron(img, np.ones((rep, rep))) * 255).round().astype(np.uint8)

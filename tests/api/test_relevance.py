@@ -79,6 +79,33 @@ def test_bad_input_is_a_clear_error(client):
         client.predict(None, ["mambalrp"], ALL_RULES, api_name="/explain_image")
 
 
+def test_numbers_out_of_range_and_unreadable_images_are_refused(client, tmp_path):
+    """One rule for numbers: a value the control cannot take is refused with the valid range, and
+    nothing is computed (never clamped); a damaged upload is named as unreadable."""
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    import gradio as gr
+
+    from components.relevance import refuse_out_of_range
+
+    for bad in (500, 5, 25.5, None):  # a browser sends a NaN typed in a number box as null
+        with pytest.raises(AppError, match="whole number from 20 to 240"):
+            client.predict(["mambalrp"], bad, api_name="/heldout_eval")
+    for bad in (200, -1, 3.5):
+        with pytest.raises(AppError, match="whole number from 0 to 199"):
+            client.predict(bad, api_name="/image_example")
+    slider = refuse_out_of_range(gr.Slider(0, 199, step=1), "The example")  # JSON cannot carry NaN/inf
+    for bad in (float("nan"), float("inf"), "7", True):
+        with pytest.raises(gr.Error, match="whole number from 0 to 199"):
+            slider.preprocess(bad)
+    assert slider.preprocess(7) == 7
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not really an image" * 20)
+    with pytest.raises(AppError, match="could not be read as an image"):
+        client.predict(handle_file(str(broken)), ["mambalrp"], ALL_RULES, api_name="/explain_image")
+
+
 def test_heldout_evaluation_table(client):
     table, curves, scatter, note = client.predict(["mambalrp", "gi"], 30, api_name="/heldout_eval")
     assert "zoo organism's held-out sentences" in note and "30 sentences" in note

@@ -323,3 +323,16 @@ def test_perturbation_passes_are_chunked_to_a_memory_budget(monkeypatch):
     for a, b in zip(whole, parts):
         np.testing.assert_allclose(a.morf, b.morf, atol=1e-5)
         np.testing.assert_allclose(a.lerf, b.lerf, atol=1e-5)
+
+
+def test_numbers_are_refused_not_clamped_and_nan_pixels_refused():
+    from backend.lrp import service as svc
+
+    assert svc.whole_in_range(7.0, 0, 9, "k") == 7 and svc.whole_in_range(np.int64(0), 0, 9, "k") == 0
+    for bad in (10, -1, 2.5, float("nan"), float("inf"), None, True, "3"):
+        with pytest.raises(svc.InputError, match="whole number from 0 to 9"):
+            svc.whole_in_range(bad, 0, 9, "k")
+    img = np.ones((20, 20))
+    img[3, 4] = np.nan
+    with pytest.raises(svc.InputError, match="NaN"):
+        svc.to_model_image(img, 16)

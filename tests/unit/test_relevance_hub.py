@@ -32,7 +32,7 @@ def hub(tmp_path_factory):
         # huggingface_hub read its cache folder at import; transformers asks it at each call
         mp.setattr(hc, "HF_HUB_CACHE", str(cache))
         mp.setattr(hc, "HF_HUB_OFFLINE", True)
-        mp.setattr(store, "_MODELS", {})  # hub models of this module leave the process store after it
+        mp.setattr(store, "_MODELS", type(store._MODELS)())  # hub models of this module leave the store after it
         yield cache
 
 
