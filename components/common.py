@@ -83,14 +83,17 @@ body.wb-presenter .row:has(.js-plotly-plot), body.wb-presenter .row:has([data-te
 body.wb-presenter .row:has(.js-plotly-plot) > *, body.wb-presenter .row:has([data-testid="image"]) > * {
   width: 100% !important; max-width: 100% !important;}
 body.wb-presenter .js-plotly-plot {min-height: 60vh !important;}
-body.wb-presenter .wb-tour-figure img {max-height: 70vh !important;}
 .wb-header-row {align-items: center;}
 .wb-header-controls {justify-content: center;}
 .wb-header-controls .block, .wb-header-controls .form {background: transparent !important;
   border: none !important; box-shadow: none !important;}
 .wb-linkrow {align-items: center; margin-top: 10px; opacity: 0.9;}
-.wb-tour-caption {font-size: 1.1rem; line-height: 1.5;}
+.wb-tour-caption {font-size: 1rem; line-height: 1.5;}
 .wb-tour-step {font-weight: 600; color: var(--color-accent);}
+.wb-tour-controls {flex-wrap: nowrap !important; align-items: flex-end !important;}
+.wb-tour-controls > button {align-self: flex-end; margin-bottom: 6px;}
+.wb-tour-head {white-space: nowrap; overflow: hidden; text-overflow: ellipsis; font-size: 1.05rem;}
+.wb-tour-caption-box .wb-tour-caption {margin-top: 0;}
 """
 
 # Dark mode for figures. Plotly figures carry the shared template (backend.core.colors.themed:

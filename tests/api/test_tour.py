@@ -1,12 +1,35 @@
-"""The guided tour's step endpoint: real numbers from the backends, clear errors for bad input."""
+"""The guided tour's step endpoint: real numbers from the backends, every step's figure a themed
+plotly figure with hover values, clear errors for bad input."""
+import json
+
 import pytest
+
+from backend.core import colors
 
 pytestmark = pytest.mark.timeout(300)
 
 
+def _figure(value) -> dict:
+    """The plotly figure (as a dict) that the endpoint returned for gr.Plot."""
+    plot = value.get("plot") if isinstance(value, dict) else None
+    assert isinstance(plot, str), value
+    return json.loads(plot)
+
+
+def _check_figure(fig: dict, where) -> None:
+    lay = fig["layout"]
+    assert fig["data"], where                                             # something is drawn
+    assert lay["paper_bgcolor"] == lay["plot_bgcolor"] == colors.TRANSPARENT, where   # reads in dark mode
+    assert lay["meta"]["wb_template"] == colors.TEMPLATE_NAME, where       # the shared theme
+    assert lay["height"] <= 470, where                                    # fits 1440×1000 beside the controls
+    hover = [t for t in fig["data"] if t.get("hovertemplate") or t.get("type") == "image"]
+    assert hover, where                                                   # exact values on hover
+
+
 def test_relevance_steps_find_the_planted_word_and_conserve(client):
-    head, caption, image, numbers = client.predict("relevance", 2, api_name="/tour_step")
-    assert "Step 2 of 5" in head and image
+    head, caption, figure, numbers = client.predict("relevance", 2, api_name="/tour_step")
+    assert "Step 2 of 5" in head
+    _check_figure(_figure(figure), 2)
     assert numbers["top_word"] == "superb" and numbers["top_share"] > 0.5
     _, caption, _, numbers = client.predict("relevance", 4, api_name="/tour_step")
     errs = numbers["relative_error"]
@@ -14,31 +37,40 @@ def test_relevance_steps_find_the_planted_word_and_conserve(client):
     assert min(v for k, v in errs.items() if k != "all four rules") > 0.1   # every ablation breaks it
 
 
-def test_adapters_race_step_pissa_learns_faster(client):
-    _, caption, image, numbers = client.predict("adapters", 4, api_name="/tour_step")
+def test_adapters_race_step_pissa_learns_faster_in_its_own_colour(client):
+    _, caption, figure, numbers = client.predict("adapters", 4, api_name="/tour_step")
     last = numbers["mean_loss_last10"]
     assert last["pissa"] < last["lora"]
-    assert "PiSSA" in caption and image
+    assert "PiSSA" in caption
+    lines = {t["name"]: t["line"]["color"] for t in _figure(figure)["data"]}
+    assert lines == {"LoRA": colors.METHOD_COLORS["lora"], "PiSSA": colors.METHOD_COLORS["pissa"]}
 
 
 def test_math_prune_step_hits_arithmetic_not_story_questions(client):
-    _, caption, image, numbers = client.predict("math", 2, api_name="/tour_step")
+    _, caption, figure, numbers = client.predict("math", 2, api_name="/tour_step")
     base, mn, rnd = numbers["baseline"], numbers["mathneuro_pruned"], numbers["random_pruned"]
     assert base["math"] - mn["math"] > 0.3                      # arithmetic falls a lot
     assert base["math"] - mn["math"] > 3 * (base["nonmath"] - mn["nonmath"])
     assert rnd["math"] > mn["math"] + 0.2                        # random weights of the same count do not
-    assert image
+    bars = _figure(figure)["data"]
+    assert [round(v, 6) for v in bars[0]["y"]] == [round(r["math"] * 100, 6) for r in (base, mn, rnd)]
 
 
 def _walk(client, tour_id, n):
     steps = []
     for k in range(1, n + 1):
-        head, caption, image, numbers = client.predict(tour_id, k, api_name="/tour_step")
+        head, caption, figure, numbers = client.predict(tour_id, k, api_name="/tour_step")
         assert f"Step {k} of {n}" in head
-        assert image and len(caption) > 150, (k, caption)
+        assert len(caption) > 150, (k, caption)
         assert numbers["tour"] == tour_id and numbers["step"] == k
+        _check_figure(_figure(figure), (tour_id, k))
         steps.append((caption, numbers))
     return steps
+
+
+@pytest.mark.parametrize("tour_id,n", [("relevance", 5), ("math", 3), ("adapters", 4)])
+def test_every_step_renders_a_themed_figure(client, tour_id, n):
+    _walk(client, tour_id, n)
 
 
 def test_features_tour_every_step_computes_the_red_feature_story(client):
@@ -67,17 +99,15 @@ def test_memorization_tour_every_step_reports_what_nemo_computes(client):
     assert off["score_off"] < off["theta_mem"] < off["score_on"]
 
 
-def test_figure_is_drawn_for_the_page_theme(client):
-    from PIL import Image
+def test_tour_modules_are_not_taken_for_tabs():
+    from components import tab_modules
+    from components.tours import PAPERS, all_tours
 
-    light = client.predict("features", 2, False, api_name="/tour_step")
-    dark = client.predict("features", 2, True, api_name="/tour_step")
-    assert light[1] == dark[1] and light[3] == dark[3]                     # same computation, same words
-    paths = [r[2] if isinstance(r[2], str) else r[2].get("value", r[2]) for r in (light, dark)]
-    paths = [p.get("path", p) if isinstance(p, dict) else p for p in paths]
-    assert all(isinstance(p, str) for p in paths), (light[2], dark[2])
-    corner = [Image.open(p).convert("L").getpixel((2, 2)) for p in paths]
-    assert corner[0] > 240 and corner[1] < 80, corner
+    tabs = tab_modules()
+    assert "tour" in [m.TAB_ID for m in tabs]
+    assert not [m.__name__ for m in tabs if m.__name__.startswith("components.tours")]
+    assert len(PAPERS) == 5
+    assert [t.tour_id for t in all_tours()] == ["relevance", "features", "memorization", "math", "adapters"]
 
 
 @pytest.mark.parametrize("tour,step,msg", [("nope", 1, "not in the list of choices"), ("relevance", 0, "less than minimum"),

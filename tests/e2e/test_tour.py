@@ -1,92 +1,109 @@
-"""Every guided tour runs start to end in Chromium: each step computes its figure, with a caption and
-alt text; screenshots of every step in light and dark (and one in presenter view)."""
-import pytest
-
+"""Every guided tour runs start to end in Chromium at 1440×1000: each step computes its figure with a
+caption; Back and Next stay in one place from step to step, Back is off on the first step and Next
+on the last; the figure ends above the fold; it reads in dark mode; screenshots of every step."""
 import io
+import re
 
+import pytest
 from PIL import Image
 
 from tests.e2e.conftest import open_tab, settle, shot
+from tests.helpers.browser import chromium_page
 
 pytestmark = pytest.mark.timeout(600)
 
-
-def _state(page):
-    return {
-        "head": page.locator("#tour-header").inner_text(),
-        "caption": page.locator("#tour-caption").inner_text(),
-        "alt": page.locator("#tour-figure img").first.get_attribute("alt") or "",
-        "src": page.locator("#tour-figure img").first.get_attribute("src") or "",
-    }
+WIDTH, HEIGHT = 1440, 1000
+PREFIX = {"relevance": "Relevance", "features": "Features", "memorization": "Memorization",
+          "math": "Math neurons", "adapters": "Adapters", "all": "All papers"}
 
 
-def _background(page, src) -> float:
-    """Brightness (0-255) of the figure's top-left corner: its background."""
-    img = Image.open(io.BytesIO(page.request.get(src).body())).convert("L")
-    return float(img.getpixel((2, 2)))
+@pytest.fixture
+def page(server_url):
+    with chromium_page(WIDTH, HEIGHT) as p:
+        p.set_default_timeout(60_000)
+        yield p
+
+
+def choose(page, tour_id):
+    page.locator("#tour-name input").click()
+    page.get_by_role("option", name=re.compile("^" + PREFIX[tour_id])).click()
+    settle(page, 180_000)
+
+
+def _box(page, sel):
+    b = page.locator(sel).bounding_box()
+    return round(b["x"]), round(b["y"]), round(b["width"]), round(b["height"])
+
+
+def _figure_corner(page) -> float:
+    """Brightness (0-255) of the figure's top-left corner as drawn: its (transparent) background."""
+    png = page.locator("#tour-figure").screenshot()
+    return float(Image.open(io.BytesIO(png)).convert("L").getpixel((4, 4)))
 
 
 def _walk(page, tour_id, theme):
-    page.locator(f"#tour-name input[value='{tour_id}']").check()
-    settle(page, 180_000)
+    choose(page, tour_id)
     page.wait_for_function("() => document.querySelector('#tour-header').innerText.includes('Step 1 of')")
     n = int(page.locator("#tour-header").inner_text().split(" of ")[1].split()[0])
-    seen = []
+    seen, nexts = [], set()
     for k in range(1, n + 1):
         if k > 1:
             page.click("#tour-next")
             settle(page, 180_000)
         page.wait_for_function(f"() => document.querySelector('#tour-header').innerText.includes('Step {k} of {n}')",
                                timeout=180_000)
-        page.wait_for_selector("#tour-figure img")
-        st = _state(page)
-        assert len(st["caption"]) > 80, st
-        assert st["alt"] and st["alt"] != "the tour's figure", st
-        assert st["src"] not in [s["src"] for s in seen], f"step {k} shows the previous figure"
-        seen.append(st)
-        bg = _background(page, st["src"])
-        assert (bg < 80) if theme == "dark" else (bg > 240), (k, theme, bg)   # the figure follows the theme
+        page.wait_for_selector("#tour-figure .js-plotly-plot .main-svg")
+        page.evaluate("() => window.scrollTo(0, 0)")
+        caption = page.locator("#tour-caption").inner_text()
+        assert len(caption) > 80 and caption not in seen, (k, caption)
+        seen.append(caption)
+        nexts.add(_box(page, "#tour-next"))
+        assert page.locator("#tour-back").is_disabled() == (k == 1), k
+        assert page.locator("#tour-next").is_disabled() == (k == n), k
+        fig = page.locator("#tour-figure").bounding_box()
+        assert fig["y"] + fig["height"] <= HEIGHT, (tour_id, k, fig)      # the whole figure above the fold
+        corner = _figure_corner(page)
+        assert (corner < 80) if theme == "dark" else (corner > 200), (tour_id, k, theme, corner)
         shot(page, f"tour-{tour_id}-{k}-{theme}")
-    # Next stops at the last step; Back goes back one.
-    page.click("#tour-next")
-    settle(page)
-    assert f"Step {n} of {n}" in page.locator("#tour-header").inner_text()
+    assert len(nexts) == 1, nexts                                          # Next never moved
+    # Back goes back one and Next comes back on.
     page.click("#tour-back")
     settle(page, 180_000)
     page.wait_for_function(f"() => document.querySelector('#tour-header').innerText.includes('Step {n - 1} of')")
-    return seen
+    assert not page.locator("#tour-next").is_disabled()
+    return seen, nexts.pop()
 
 
-def test_every_tour_start_to_end_light_and_dark(page, server_url):
+def test_every_tour_start_to_end(page, server_url):
     open_tab(page, server_url, "tour")
-    tours = page.locator("#tour-name input[type=radio]").evaluate_all("els => els.map(e => e.value)")
-    assert {"relevance", "features", "memorization", "math", "adapters", "all"} <= set(tours), tours
-    captions = {}
-    for tour_id in [t for t in tours if t != "all"]:
-        captions[tour_id] = [s["caption"] for s in _walk(page, tour_id, "light")]
+    captions, places = {}, set()
+    for tour_id in ("relevance", "features", "memorization", "math", "adapters"):
+        captions[tour_id], place = _walk(page, tour_id, "light")
+        places.add(place)
+    assert len(places) == 1, places                                        # the same place in every tour
     assert "superb" in captions["relevance"][1]          # the planted evidence word is found
     assert "red" in captions["features"][3]               # the steered captions name the colour
     assert "neurons" in captions["memorization"][2]
-    page.click("#wb-theme-toggle")
-    assert "dark" in page.evaluate("() => document.body.className")
-    for tour_id in [t for t in tours if t != "all"]:
-        again = [s["caption"] for s in _walk(page, tour_id, "dark")]
-        assert again == captions[tour_id]                 # cached: the same computation, same words
-    # The light/dark button redraws the figure shown for the new theme.
-    page.click("#wb-theme-toggle")
-    page.wait_for_function("() => !document.body.classList.contains('dark')")
-    settle(page)
-    page.wait_for_function("() => { const i = document.querySelector('#tour-figure img'); return i && i.complete; }")
-    assert _background(page, _state(page)["src"]) > 240
+    # Exact values on hover: a bar of the relevance step names its word and value.
+    choose(page, "relevance")
+    page.fill("#tour-step input", "2")
+    page.keyboard.press("Enter")
+    settle(page, 180_000)
+    page.wait_for_function("() => document.querySelector('#tour-header').innerText.includes('Step 2 of')")
+    page.locator("#tour-figure .point path").nth(14).hover(force=True)
+    page.wait_for_selector("#tour-figure .hoverlayer .hovertext")
+    assert "relevance" in page.locator("#tour-figure .hoverlayer .hovertext").first.text_content()
+    # Dark mode: the same figures on a dark background, no redraw needed.
     page.click("#wb-theme-toggle")
     page.wait_for_function("() => document.body.classList.contains('dark')")
-    settle(page)
+    again, _ = _walk(page, "memorization", "dark")
+    assert again == captions["memorization"]             # cached: the same computation, same words
     # 'all' chains every paper's steps (same cached computations)
-    page.locator("#tour-name input[value='all']").check()
-    settle(page, 180_000)
+    choose(page, "all")
     total = sum(len(c) for c in captions.values())
     page.wait_for_function(f"() => document.querySelector('#tour-header').innerText.includes('Step 1 of {total}')")
-    assert _state(page)["caption"] == captions["relevance"][0]
+    settle(page, 180_000)
+    assert page.locator("#tour-caption").inner_text() == captions["relevance"][0]
     # Presenter view: the JSON export and link row disappear, the caption grows.
     size = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('.wb-tour-caption')).fontSize)")
     page.locator("#wb-presenter-toggle input").check()
@@ -110,7 +127,7 @@ def test_overview_buttons_open_each_tour(page, server_url):
         page.wait_for_function(f"() => document.querySelector('#tour-header').innerText.includes({first!r})",
                                timeout=180_000)
         settle(page, 180_000)
-        assert page.locator(f"#tour-name input[value='{tour_id}']").is_checked()
+        assert page.locator("#tour-name input").input_value().startswith(PREFIX[tour_id])
         assert "Step 1 of" in page.locator("#tour-header").inner_text()
     shot(page, "tour-from-overview-all")
     page.get_by_role("tab", name="Overview").click()
