@@ -30,6 +30,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from functools import lru_cache
@@ -45,7 +46,7 @@ _MODELS: "OrderedDict[str, dict[str, Any]]" = OrderedDict()  # least recently us
 _GUARD = threading.Lock()
 _LOADING: dict[str, threading.Lock] = {}
 _IN_USE: Counter = Counter()  # model id → scopes (and calls in progress) holding it
-_STATS = {"peak_bytes": 0, "evictions": 0}
+_STATS: dict[str, Any] = {"peak_bytes": 0, "evictions": 0, "retained": []}
 _EVICT_LISTENERS: list[Callable[[str], None]] = []
 _COLLECT_BYTES = 64 * 10**6  # a garbage collection pass costs ~0.1 s: worth it for large models only
 
@@ -341,7 +342,7 @@ def _evict_to_fit(reserve: int = 0) -> list[str]:
     limit = budget_bytes()
     if limit is None:
         return []
-    victims = []
+    victims, entry = [], None
     with _GUARD:
         total = _resident_locked()
         for model_id in list(_MODELS):
@@ -352,23 +353,38 @@ def _evict_to_fit(reserve: int = 0) -> list[str]:
                 continue
             del _MODELS[model_id]
             total -= entry["bytes"]
-            victims.append((model_id, entry["bytes"]))
+            victims.append((model_id, entry["bytes"], _weak(entry["model"])))
             _STATS["evictions"] += 1
         over = total + reserve > limit and total > 0
-    for model_id, n in victims:
+    entry = None  # the store's last reference to the evicted models
+    for model_id, n, _ in victims:
         log.info("evicted %s (%s) to stay within the model budget (%s)", model_id, _fmt(n), _fmt(limit))
         for listener in list(_EVICT_LISTENERS):
             try:
                 listener(model_id)
             except Exception:  # a listener's defect must not break a load
                 log.exception("eviction listener failed for %s", model_id)
-    if sum(n for _, n in victims) >= _COLLECT_BYTES:
+    if sum(n for _, n, _ in victims) >= _COLLECT_BYTES:
         gc.collect()  # a large evicted model may sit in a reference cycle (hooks, closures)
+        # Whatever still lives was kept by someone else (a service's own cache): its memory is not freed.
+        kept = [model_id for model_id, _, ref in victims if ref is not None and ref() is not None]
+        if kept:
+            log.warning("evicted %s, but it is still referenced elsewhere: its memory is not freed "
+                        "(a service should drop it in a store.on_evict listener)", ", ".join(kept))
+            with _GUARD:
+                _STATS["retained"] = (_STATS["retained"] + kept)[-20:]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
     if over and reserve == 0:
         log.info("model store at %s, over its budget %s: the rest is in use", _fmt(total), _fmt(limit))
-    return [v for v, _ in victims]
+    return [v for v, _, _ in victims]
+
+
+def _weak(obj: Any):
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # dicts, tuples: nothing to tell
+        return None
 
 
 def on_evict(listener: Callable[[str], None]) -> None:
@@ -401,11 +417,13 @@ def items() -> list[tuple[str, Any]]:
 
 
 def stats() -> dict[str, Any]:
-    """Budget, bytes resident, the peak so far, evictions, and per model (least recently used
-    first) its bytes, load time and holders."""
+    """Budget, bytes resident, the peak so far, evictions, the last evicted models something else
+    still held (memory not freed), and per model (least recently used first) its bytes, load time
+    and holders."""
     with _GUARD:
         return {"budget_bytes": budget_bytes(), "resident_bytes": _resident_locked(),
                 "peak_bytes": _STATS["peak_bytes"], "evictions": _STATS["evictions"],
+                "retained_after_eviction": list(_STATS["retained"]),
                 "models": [{"id": k, "bytes": v["bytes"], "load_s": v["load_s"], "in_use": _IN_USE.get(k, 0)}
                            for k, v in _MODELS.items()]}
 

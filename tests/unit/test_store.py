@@ -219,6 +219,19 @@ def test_eviction_listener_and_reload_keeps_integrity_check(monkeypatch):
         store._EVICT_LISTENERS.remove(gone.append)
 
 
+def test_an_evicted_model_someone_else_keeps_is_reported(monkeypatch, caplog):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
+    monkeypatch.setattr(store, "_COLLECT_BYTES", 0)  # collect and check after every eviction
+    kept = store.get_or_load("unit:kept", lambda: block(1))  # a service caching the model itself
+    with caplog.at_level("WARNING", logger="workbench"):
+        store.get_or_load("unit:freed", lambda: block(1))  # evicts kept, which the test still holds
+        store.get_or_load("unit:c", lambda: block(1))  # evicts freed: nobody else holds it
+    assert store.stats()["retained_after_eviction"] == ["unit:kept"]
+    assert "unit:kept, but it is still referenced elsewhere" in caplog.text and "unit:freed" not in caplog.text
+    del kept
+    store._STATS["retained"].clear()
+
+
 def test_concurrent_requests_never_lose_a_model_they_hold(monkeypatch):
     """Threads hold request scopes over random models under a budget of two: every model a request
     got stays the same object until its scope ends, and the store is back within budget after."""
