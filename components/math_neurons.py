@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -90,21 +91,42 @@ def data_html(info: dict) -> str:
             f"<br>{non}</div>")
 
 
+# The numeric controls and their ranges: one rule for all (the sliders' own bounds, the API's too).
+# A value outside is refused with the range and nothing is computed; nothing is clamped or rounded.
+K_RANGE, FACTOR_RANGE, N_RANGE = (1, 30), (0, 2), (1, service.MAX_SAMPLES)
+DEFAULTS = {"method": "MathNeuro", "k": 3, "factor": 0.0, "n": service.MAX_SAMPLES}
+
+
+class Bounded(gr.Slider):
+    """Gradio's slider, its value checked by this tab instead of Gradio's preprocess: a refusal
+    names the control and its range, and an empty, 'nan' or 'inf' box gets a clear message rather
+    than Gradio's generic error (a template keeps the stock slider in the browser)."""
+    is_template = True
+
+    def preprocess(self, payload):
+        return payload
+
+
+def _number(raw, name: str, lo: float, hi: float, unit: str = "", whole: bool = False) -> float:
+    rng = f"between {lo:g}{unit} and {hi:g}{unit}"
+    try:
+        x = float(raw)
+    except (TypeError, ValueError):
+        fail(f"{name} must be a number {rng}; {'the box is empty' if raw in (None, '') else f'got {str(raw)[:20]!r}'}.")
+    if not math.isfinite(x):
+        fail(f"{name} must be a finite number {rng}, not {raw!s:.20}. Nothing was computed.")
+    if not lo <= x <= hi or (whole and x != int(x)):
+        kind = "a whole number " if whole else ""
+        fail(f"{name} must be {kind}{rng} (got {x:g}{unit}). Nothing was computed.")
+    return x
+
+
 def _setting(method_label, k_pct, factor, n_samples, nonmath=None) -> Setting:
     if method_label not in METHOD_LABELS:
-        fail(f"Unknown method {method_label!r}.")
-    try:
-        k = float(k_pct)
-        f = float(factor)
-        n = int(n_samples)
-    except (TypeError, ValueError):
-        fail("K, scale factor and number of samples must be numbers.")
-    if not (0.1 <= k <= 50):
-        fail("K must be between 0.1 % and 50 %.")
-    if not (0.0 <= f <= 2.0):
-        fail("The scale factor must be between 0 and 2 (0 prunes).")
-    if not (1 <= n <= service.MAX_SAMPLES):
-        fail(f"The number of samples must be between 1 and {service.MAX_SAMPLES}.")
+        fail(f"Unknown method {str(method_label)[:40]!r}: choose one of {', '.join(METHOD_LABELS)}.")
+    k = _number(k_pct, "K", *K_RANGE, unit=" %")
+    f = _number(factor, "The scale factor", *FACTOR_RANGE)
+    n = int(_number(n_samples, "The number of samples", *N_RANGE, whole=True))
     return Setting(METHOD_LABELS[method_label], k / 100.0, n, f, nonmath=nonmath or service.DEFAULT_NONMATH)
 
 
@@ -282,6 +304,14 @@ def export_png(state: dict, path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ handlers
+def keep_on_failure(event, outputs: list) -> None:
+    """A failed `event` leaves its outputs as they were, without Gradio's 'Error' badge: Gradio keeps
+    the failed status on every output of the event until another event on them completes, so a
+    follow-up that changes nothing completes on them (progress hidden); the message is the toast."""
+    event.failure(lambda: tuple(gr.skip() for _ in outputs), None, outputs, show_progress="hidden",
+                  queue=False, api_visibility="private")
+
+
 def make_handlers(source: str):
     def live(method_label, k_pct, factor, n_samples, nonmath=None):
         s = _setting(method_label, k_pct, factor, n_samples, nonmath)
@@ -390,10 +420,10 @@ def build(ctx) -> None:
     with gr.Row():
         with gr.Column(scale=1, min_width=280):
             method = gr.Radio(list(METHOD_LABELS), value="MathNeuro", label="Method", elem_id="mn-method")
-            k_pct = gr.Slider(1, 30, value=3, step=1, label="K: top % per weight matrix", elem_id="mn-k")
-            factor = gr.Slider(0, 2, value=0, step=0.05, label="Scale factor (0 = prune, 1 = unmodified)",
+            k_pct = Bounded(*K_RANGE, value=DEFAULTS["k"], step=1, label="K: top % per weight matrix", elem_id="mn-k")
+            factor = Bounded(*FACTOR_RANGE, value=DEFAULTS["factor"], step=0.05, label="Scale factor (0 = prune, 1 = unmodified)",
                                elem_id="mn-factor")
-            n_samples = gr.Slider(1, service.MAX_SAMPLES, value=service.MAX_SAMPLES, step=1,
+            n_samples = Bounded(*N_RANGE, value=DEFAULTS["n"], step=1,
                                   label="Samples per side for identification", elem_id="mn-n")
             run = gr.Button("Apply", variant="primary", elem_id="mn-run")
             gr.Markdown("<span class='wb-muted'>Sliders update the accuracies when released; each "
@@ -433,23 +463,53 @@ def build(ctx) -> None:
 
     controls = [method, k_pct, factor, n_samples, nonmath]
     live_out = [acc, table, layers_out]
-    run.click(live, controls, live_out, **model_event(api_name="mn_evaluate"))
-    for sl in (k_pct, factor, n_samples):
-        sl.release(live, controls, live_out, **model_event(api_visibility="private"))
-    method.change(live, controls, live_out, **model_event(api_visibility="private"))
-    fig2_btn.click(figure2, [k_pct, n_samples, nonmath], fig2, **model_event(api_name="mn_figure2"))
-    curve_btn.click(curve, [method, k_pct, n_samples, nonmath], curve_out, **model_event(api_name="mn_scale_curve"))
-    cons_btn.click(consistency, [k_pct, n_samples, nonmath], cons_out, **model_event(api_name="mn_consistency"))
-    ask_btn.click(ask, [prompt] + controls, ask_out, **model_event(api_name="mn_ask"))
-    export_btn.click(export, controls, files, **model_event(api_name="mn_export"))
+    numbers = [k_pct, factor, n_samples]
+    shown = gr.State(None)  # the setting of the accuracies on screen: {"k", "factor", "n"} (numbers)
+
+    def check(method_label, k, f, n):
+        """The fast first step of every event: a refused value stops the chain before any model
+        work, and as this step has no outputs no result block is marked as failed."""
+        s = _setting(method_label, k, f, n)
+        return {"k": 100 * s.top_k, "factor": s.factor, "n": s.n_samples}
+
+    def restore(last):
+        """After a refusal the boxes show the setting on screen again (the browser would otherwise keep
+        the typed value beside a slider it clamped, and the next click would compute with that)."""
+        last = last or DEFAULTS
+        return tuple(gr.update(value=last[key]) for key in ("k", "factor", "n"))
+
+    def chain(trigger, fn, inputs, outputs, **kw):
+        first = trigger(check, [method, k_pct, factor, n_samples], None, show_progress="hidden",
+                        api_visibility="private", concurrency_limit=None)
+        first.failure(restore, shown, numbers, queue=False, show_progress="hidden", api_visibility="private")
+        event = first.success(fn, inputs, outputs, **model_event(**kw))
+        keep_on_failure(event, outputs)
+        return event
+
+    def live_shown(*args):
+        return (*live(*args), check(*args[:4]))
+
+    chain(run.click, live_shown, controls, live_out + [shown], api_name="mn_evaluate")
+    for sl in numbers:
+        chain(sl.release, live_shown, controls, live_out + [shown], api_visibility="private")
+    chain(method.change, live_shown, controls, live_out + [shown], api_visibility="private")
+    chain(fig2_btn.click, figure2, [k_pct, n_samples, nonmath], [fig2], api_name="mn_figure2")
+    chain(curve_btn.click, curve, [method, k_pct, n_samples, nonmath], [curve_out], api_name="mn_scale_curve")
+    chain(cons_btn.click, consistency, [k_pct, n_samples, nonmath], [cons_out], api_name="mn_consistency")
+    chain(ask_btn.click, ask, [prompt] + controls, [ask_out], api_name="mn_ask")
+    chain(export_btn.click, export, controls, [files], api_name="mn_export")
     # a named file is read at once; the accuracies follow with it
-    nm_file.upload(name_nonmath, nm_file, [nonmath, data_box], **model_event(api_name="mn_nonmath")).then(
-        live, controls, live_out, **model_event(api_visibility="private"))
+    named = nm_file.upload(name_nonmath, nm_file, [nonmath, data_box], **model_event(api_name="mn_nonmath"))
+    keep_on_failure(named, [nonmath, data_box])
+    keep_on_failure(named.success(live_shown, controls, live_out + [shown], **model_event(api_visibility="private")),
+                    live_out)
 
     # First view: the default setting's accuracies, computed when the page loads (cached after). In
     # hub mode without a non-math set (or with a model that cannot load), the data card says what
     # is missing instead of an error toast.
     from gradio.context import Context
+
+    skips = tuple(gr.skip() for _ in live_out + [shown])
 
     def first_view(*args):
         if source == "hub":
@@ -457,15 +517,15 @@ def build(ctx) -> None:
                 info = service.describe(_bench(source), args[-1])
             except gr.Error as e:
                 why = html.escape(getattr(e, "message", None) or str(e))
-                return gr.skip(), gr.skip(), gr.skip(), f"<div class='wb-card' style='min-height:0'>{why}</div>"
+                return (*skips, f"<div class='wb-card' style='min-height:0'>{why}</div>")
             if not info["nonmath"]:
-                return gr.skip(), gr.skip(), gr.skip(), data_html(info)
+                return (*skips, data_html(info))
             if links.linked(LINKED):
-                return gr.skip(), gr.skip(), gr.skip(), data_html(info)
-            return (*live(*args), data_html(info))
+                return (*skips, data_html(info))
+            return (*live_shown(*args), data_html(info))
         if links.linked(LINKED):  # a deep link computes its own setting once its values are restored
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return (*live(*args), gr.skip())
+            return (*skips, gr.skip())
+        return (*live_shown(*args), gr.skip())
 
     if Context.root_block is not None:
-        Context.root_block.load(first_view, controls, live_out + [data_box], **model_event(api_visibility="private"))
+        Context.root_block.load(first_view, controls, live_out + [shown, data_box], **model_event(api_visibility="private"))

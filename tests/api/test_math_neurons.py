@@ -28,11 +28,17 @@ def test_evaluate_prunes_math_and_lists_samples(client):
 def test_bad_input_is_a_clear_error(client):
     from gradio_client.exceptions import AppError
 
-    # Gradio checks the sliders' bounds and the radio's choices itself, with a readable message.
-    with pytest.raises(AppError, match="less than minimum value 1"):
-        evaluate(client, k=0)
-    with pytest.raises(AppError, match="greater than maximum value 2"):
+    # One rule for every number: refused with the control's range, whatever the endpoint.
+    with pytest.raises(AppError, match=r"K must be between 1 % and 30 % \(got 500 %\)"):
+        evaluate(client, k=500)
+    with pytest.raises(AppError, match="scale factor must be between 0 and 2"):
         evaluate(client, factor=5)
+    with pytest.raises(AppError, match="number of samples must be a whole number between 1 and 64"):
+        evaluate(client, n=0)
+    with pytest.raises(AppError, match="K must be a finite number"):
+        client.predict("nan", 64, api_name="/mn_figure2")
+    with pytest.raises(AppError, match="scale factor must be a finite number"):
+        client.predict("MathNeuro", 15, "inf", 64, api_name="/mn_export")
     with pytest.raises(AppError, match="(?i)magic.*(not in|choices)|Unknown method"):
         evaluate(client, method="magic")
     with pytest.raises(AppError, match="Type a question"):

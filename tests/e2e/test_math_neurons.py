@@ -51,3 +51,32 @@ def test_math_neurons_controls_and_screenshot(page, server_url):
     expect(page.locator("#mn-files a[href$='mathneuro.png']")).to_have_count(1, timeout=LONG)
     assert not page.locator(".toast-body.error").count()
     shot(page, "math_neurons")
+
+
+def test_a_refused_number_leaves_the_last_view_clean(page, server_url):
+    """K = 500 is refused in the toast with the range; the accuracies on screen stay as they were,
+    no result block carries an 'Error' badge, and the box shows the setting on screen again (so the
+    next click cannot compute with a value the browser clamped). A failing computation (an empty
+    question) leaves its block clean too."""
+    open_tab(page, server_url, "math_neurons")
+    acc = page.locator("#mn-acc")
+    expect(acc).to_contain_text("K = 3 %", timeout=LONG)
+    before = acc.inner_text()
+    box = page.locator("#mn-k input[type=number]")
+    box.fill("500")
+    box.press("Tab")  # the slider sends its value when the box loses focus
+    expect(page.locator(".toast-body")).to_contain_text("K must be between 1 % and 30 % (got 500 %)", timeout=30_000)
+    expect(box).to_have_value("3")
+    assert acc.inner_text() == before
+    badges = page.locator("#tab-math_neurons .wrap span.error")
+    expect(badges).to_have_count(0)
+
+    page.locator("#mn-prompt textarea").fill("   ")
+    page.click("#mn-ask-btn")
+    expect(page.locator(".toast-body")).to_contain_text("Type a question first", timeout=30_000)
+    page.wait_for_timeout(500)
+    expect(badges).to_have_count(0)
+    page.click("#mn-run")
+    expect(acc).to_contain_text("K = 3 %", timeout=LONG)
+    assert acc.inner_text() == before
+    shot(page, "math_neurons-refused")
