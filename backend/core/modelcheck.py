@@ -20,6 +20,7 @@ import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
 from . import presets as P
 from .store import parse_bytes
 
@@ -234,7 +235,8 @@ def architecture_problem(meta: _Meta, method: str) -> str | None:
     if method == "memorization":
         if arch not in SD_PIPELINES:
             return f"{arch}: NeMo needs a Stable Diffusion 1.x/2.x pipeline (StableDiffusionPipeline)"
-        unet_cls = (meta.config.get("unet") or [None, None])[1]
+        spec = meta.config.get("unet")
+        unet_cls = spec[1] if isinstance(spec, list) and len(spec) == 2 else None
         if unet_cls != "UNet2DConditionModel" or meta.unet is None:
             return f"{arch}: NeMo needs a UNet2DConditionModel under unet/ (found {unet_cls})"
         blocks = list(meta.unet.get("down_block_types", []))
@@ -343,8 +345,10 @@ def _size(meta: _Meta) -> tuple[int | None, int | None]:
     if meta.local:
         return local_size(meta.folder)
     params, nbytes = _hub_size(meta.location, meta.revision)
-    if nbytes is None and meta.folder is not None and any(meta.folder.rglob("*.safetensors")):
-        return local_size(meta.folder)  # offline, but the weights are in the local cache
+    if nbytes is None and meta.folder is not None:  # offline: what the local cache holds
+        P.refuse_pickles(meta.folder)
+        if any(meta.folder.rglob("*.safetensors")):
+            return local_size(meta.folder)
     return params, nbytes
 
 
@@ -417,7 +421,11 @@ def custom_max_bytes() -> int | None:
     try:
         return int(float(raw) * 1e9)
     except ValueError:
+        pass
+    try:
         return parse_bytes(raw)
+    except ValueError as e:
+        raise ModelCheckError(f"WORKBENCH_CUSTOM_MAX_GB: {e}") from None
 
 
 def _is_preset(location: str) -> bool:

@@ -166,6 +166,13 @@ def test_hub_ids_read_from_the_cache_offline(root, hub_cache):
     assert (got.n_params, got.n_bytes) == (10, 40)  # offline: from the cached weights' headers
     with pytest.raises(ModelCheckError, match="the hub is not reachable and it is not in the local cache"):
         check_model("someone/not-cached", "relevance")
+    hub_cache("someone/old-mamba", lm("MambaForCausalLM", "mamba"))
+    snapshot = mc._hub_file("someone/old-mamba", "config.json", None).parent  # a cached pickle-only repo
+    for f in snapshot.glob("*.safetensors"):
+        f.unlink()
+    (snapshot / "pytorch_model.bin").write_bytes(b"\x80\x04")
+    with pytest.raises(P.PresetError, match="refusing pickle weights"):
+        check_model("someone/old-mamba", "relevance")
 
 
 def test_custom_model_policy(root, hub_cache, monkeypatch):
