@@ -167,7 +167,7 @@ def accuracy_html(base: dict, mod: dict, s: Setting, n_total: int) -> str:
     return (f"<div class='wb-card' style='min-height:0'><h3>Accuracy: {html.escape(LABEL_OF[s.method])} "
             f"set {what}</h3><div class='wb-paper'>{mod['n_params']:,} of {n_total:,} linear weights "
             f"({100 * mod['n_params'] / max(n_total, 1):.2f} %) · K = {100 * s.top_k:g} % · "
-            f"{s.n_samples} samples per side</div>"
+            f"{s.n_samples} samples per set</div>"
             "<table style='width:100%'><tr><th></th><th>unmodified</th><th>modified</th><th>change</th></tr>"
             f"{rows}</table></div>")
 
@@ -241,7 +241,7 @@ def consistency_plot(cons: dict, s: Setting) -> go.Figure:
     fig.add_trace(go.Scatter(x=xs, y=[100 * cons[str(x)]["min"] for x in xs], mode="lines+markers",
                              name="worst subset", line=dict(color=C.NEUTRAL, dash="dot")))
     fig.update_layout(title=f"Consistency: share of the {s.n_samples}-sample set found from n samples",
-                      xaxis=dict(type="log", title="samples per side (random subsets)",
+                      xaxis=dict(type="log", title="samples per set (random subsets)",
                                  tickmode="array", tickvals=xs, ticktext=[str(x) for x in xs]),
                       yaxis=dict(title="overlap (%)", range=[0, 103]), height=320,
                       margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.3))
@@ -269,6 +269,20 @@ def brief(answer: str, kind: str, width: int = 90) -> str:
     return answer[:width] + "…"
 
 
+def model_name(model_id: str) -> str:
+    """'zoo:math-llama@main' as 'math-llama (zoo)': the name a reader knows, and where it came from."""
+    where, _, rest = model_id.partition(":") if ":" in model_id else ("", "", model_id)
+    name = rest.rsplit("@", 1)[0] if "@" in rest else rest
+    return f"{name} ({where})" if where else name
+
+
+def setting_title(setting: dict, model_id: str) -> str:
+    """What a result is, in words: the set, what was done to it, K, samples and the model."""
+    what = "pruned" if setting["factor"] == 0 else f"scaled × {setting['factor']:g}"
+    return (f"{LABEL_OF[setting['method']]} set {what} · K = {100 * setting['top_k']:g} % · "
+            f"{setting['n_samples']} samples per set · model {model_name(model_id)}")
+
+
 def export_png(state: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -293,11 +307,12 @@ def export_png(state: dict, path: Path) -> None:
     ax.set(xlabel="scale factor", ylabel="accuracy (%)", title="accuracy vs scale factor")
     ax = axes[2]
     layers = state.get("layers") or {}
-    ax.bar(range(len(layers)), [100 * v["fraction"] for v in layers.values()], color=COLORS["mathneuro"])
-    ax.set_xticks(range(len(layers)), [f"L{k}" if k.isdigit() else "head" for k in layers])
-    ax.set(ylabel="selected (%)", title="parameters per layer")
-    fig.suptitle(f"MathNeuro · {state['setting']['method']} · K = {100 * state['setting']['top_k']:g} % · "
-                 f"factor {state['setting']['factor']:g}")
+    ax.bar(range(len(layers)), [100 * v["fraction"] for v in layers.values()],
+           color=COLORS[state["setting"]["method"]])
+    ax.set_xticks(range(len(layers)), [f"layer {k}" if k.isdigit() else "lm_head" for k in layers],
+                  rotation=45 if len(layers) > 6 else 0)
+    ax.set(ylabel="share of the layer's weights in the set (%)", title="where the set lies, per layer")
+    fig.suptitle(state["title"])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -363,6 +378,8 @@ def make_handlers(source: str):
         b = _bench(source)
         progress(0.2, desc="collecting results")
         state = {
+            "title": setting_title({"method": s.method, "top_k": s.top_k, "factor": s.factor,
+                                    "n_samples": s.n_samples}, b.model_id),
             "model": b.model_id,
             "data": service.describe(b, s.nonmath),
             "setting": {"method": s.method, "top_k": s.top_k, "factor": s.factor, "n_samples": s.n_samples},
@@ -424,7 +441,7 @@ def build(ctx) -> None:
             factor = Bounded(*FACTOR_RANGE, value=DEFAULTS["factor"], step=0.05, label="Scale factor (0 = prune, 1 = unmodified)",
                                elem_id="mn-factor")
             n_samples = Bounded(*N_RANGE, value=DEFAULTS["n"], step=1,
-                                  label="Samples per side for identification", elem_id="mn-n")
+                                  label="Samples per set (math, non-math) to find the weights", elem_id="mn-n")
             run = gr.Button("Apply", variant="primary", elem_id="mn-run")
             gr.Markdown("<span class='wb-muted'>Sliders update the accuracies when released; each "
                         "setting is computed once and cached.</span>")

@@ -48,3 +48,22 @@ def test_the_valid_ends_are_accepted_unchanged():
     s = mn._setting("MathNeuro", "1", "0", "64")
     assert (s.top_k, s.factor, s.n_samples) == (0.01, 0.0, 64)
     assert math.isclose(mn._setting("MathNeuro", 2.5, 1.1, 8).top_k, 0.025)
+
+
+def test_the_export_says_what_it_shows(tmp_path):
+    """The export's title names the set, what was done to it, K, the samples and the model (it once
+    read 'MathNeuro · mathneuro')."""
+    title = mn.setting_title({"method": "mathneuro", "top_k": 0.03, "factor": 0.0, "n_samples": 64},
+                             "zoo:math-llama@main")
+    assert title == "MathNeuro set pruned · K = 3 % · 64 samples per set · model math-llama (zoo)"
+    assert "mathneuro" not in title
+    title = mn.setting_title({"method": "random", "top_k": 0.1, "factor": 1.1, "n_samples": 8},
+                             "hub:meta-llama/Llama-3.2-1B-Instruct@main")
+    assert title == ("Random (same count) set scaled × 1.1 · K = 10 % · 8 samples per set · "
+                     "model meta-llama/Llama-3.2-1B-Instruct (hub)")
+    base = {"math": 0.7, "nonmath": 1.0}
+    state = {"title": title, "setting": {"method": "random"}, "baseline": base, "figure2": {"random": base},
+             "scale_curve": [{"factor": 0.0, **base}, {"factor": 1.0, **base}],
+             "layers": {"0": {"fraction": 0.1, "count": 3}, "other": {"fraction": 0.0, "count": 0}}}
+    mn.export_png(state, tmp_path / "x.png")
+    assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
