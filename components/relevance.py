@@ -87,37 +87,58 @@ def token_html(tok: str) -> str:
     return f"<span class='wb-space' style='opacity:0.45'>{SPACE_MARK * lead}</span>{rest}"
 
 
-def heatmap_html(res: dict, normalise: bool = True, mark: set[int] | None = None) -> str:
+def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | None = None) -> str:
+    """One row of tokens per method; `mark[method]` underlines that method's own chosen positions
+    (the long-range section marks each method's top-10)."""
     scaled, vmax = _scale(res, normalise)
+    unknown = set(res.get("unknown_words") or [])
     rows = []
     for meth in res["methods"]:
+        marked = (mark or {}).get(meth, set())
         spans = []
         for i, (tok, v, raw) in enumerate(zip(res["tokens"], scaled[meth], res["relevance"][meth])):
-            border = "border-bottom:3px solid #111;font-weight:700;" if mark and i in mark else ""
+            border = "border-bottom:3px solid #111;font-weight:700;" if i in marked else ""
+            if tok in unknown:
+                border += "outline:1px dashed #6b7280;"
             spans.append(f"<span title='#{i} {html.escape(visible(tok))}: {raw:+.4g}' class='wb-token' style='background:{_rgb(v)};color:{_ink(v)};"
                          f"padding:1px 3px;margin:1px;border-radius:3px;display:inline-block;{border}'>"
                          f"{token_html(tok)}</span>")
         tag = "" if meth in SIGNED else " <span class='wb-muted'>(≥ 0 only)</span>"
         rows.append(f"<div style='margin:4px 0'><div style='font-weight:600;font-size:0.85rem'>"
                     f"{html.escape(LABELS[meth])}{tag}</div><div style='line-height:1.9'>{''.join(spans)}</div></div>")
-    return f"<div class='wb-relevance-heatmap'>{colorbar_html(vmax, normalise)}{''.join(rows)}</div>"
+    note = ""
+    if unknown:
+        words = ", ".join(html.escape(w) for w in res["unknown_words"])
+        note = (f"<div class='wb-muted wb-unknown'>Not in this model's vocabulary (read as the unknown "
+                f"token, outlined): {words}</div>")
+    return f"<div class='wb-relevance-heatmap'>{colorbar_html(vmax, normalise)}{note}{''.join(rows)}</div>"
 
 
 def position_plot(res: dict, normalise: bool = True):
+    """Bars of what the heatmap shows: each method divided by its max |R| when normalised (hover
+    gives the raw value too), else the raw relevance on one axis."""
     import plotly.graph_objects as go
 
-    scaled, _ = _scale(res, normalise)
     fig = go.Figure()
     x = list(range(len(res["tokens"])))
+    shown = [visible(t) for t in res["tokens"]]
     for i, meth in enumerate(res["methods"]):
-        fig.add_bar(x=x, y=scaled[meth], name=LABELS[meth], marker_color=C.qualitative(i),
-                    customdata=np.asarray(res["relevance"][meth]),
-                    hovertemplate="%{customdata:.4g}<extra>" + LABELS[meth] + "</extra>")
-    fig.update_layout(barmode="group", height=380, margin=dict(l=40, r=10, t=40, b=40),
+        raw = np.asarray(res["relevance"][meth], float)
+        if normalise:
+            y = raw / max(np.abs(raw).max(), 1e-12)
+            hover = "%{text}<br>normalised %{y:.3f}<br>raw relevance %{customdata:.4g}"
+        else:
+            y = raw
+            hover = "%{text}<br>relevance %{y:.4g}"
+        fig.add_bar(x=x, y=y, name=LABELS[meth], marker_color=C.qualitative(i), customdata=raw, text=shown,
+                    textposition="none", hovertemplate=hover + "<extra>" + LABELS[meth] + "</extra>")
+    fig.update_layout(barmode="group", height=380, margin=dict(l=50, r=10, t=40, b=40),
                       title="Relevance by position" + (" (normalised per method)" if normalise else ""),
                       legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
-                      xaxis=dict(tickmode="array", tickvals=x, ticktext=[visible(t) for t in res["tokens"]],
-                                 tickangle=-45), yaxis_title="relevance")
+                      xaxis=dict(tickmode="array", tickvals=x, ticktext=shown, tickangle=-45),
+                      yaxis_title="relevance ÷ method's max |R|" if normalise else "relevance")
+    if normalise:
+        fig.update_yaxes(range=[-1.05, 1.05])
     return themed(fig)
 
 
@@ -228,16 +249,25 @@ def longrange_plot(res: dict):
     import plotly.graph_objects as go
 
     fig = go.Figure()
+    far, ys = 1, [0.0, 1.0]
     for i, meth in enumerate(res["methods"]):
         tops = res["top_tokens"][meth]
         top = max(abs(tops[0]["relevance"]), 1e-12) if tops else 1.0
+        far = max([far] + [d["distance"] for d in tops])
+        ys += [d["relevance"] / top for d in tops]
         fig.add_scatter(x=[d["distance"] for d in tops], y=[d["relevance"] / top for d in tops],
                         text=[visible(d["token"]) for d in tops], mode="markers+text", textposition="top center",
+                        customdata=[d["relevance"] for d in tops], cliponaxis=False,
+                        hovertemplate="%{text} · %{x} tokens back<br>relevance %{customdata:.4g}"
+                                      "<extra>" + LABELS[meth] + "</extra>",
                         name=LABELS[meth], marker=dict(color=C.qualitative(i)))
-    fig.update_layout(height=320, margin=dict(l=40, r=10, t=40, b=40),
+    # room around the points so the labels above them (and at the ends) stay inside the plot
+    fig.update_layout(height=360, margin=dict(l=50, r=30, t=50, b=40),
                       title=f"Explaining '{visible(res['target'])}': top-10 tokens",
-                      xaxis_title="distance back from the answer position (tokens)",
-                      yaxis_title="relevance / top relevance")
+                      xaxis=dict(title="distance back from the answer position (tokens)",
+                                 range=[-0.06 * far - 1, far * 1.06 + 1]),
+                      yaxis=dict(title="relevance / top relevance",
+                                 range=[min(ys) - 0.1 * (max(ys) - min(ys)), max(ys) + 0.25 * (max(ys) - min(ys))]))
     return themed(fig)
 
 
@@ -532,7 +562,7 @@ def build(ctx) -> None:
         else:
             gr.Markdown("The zoo long-range model sees one `key` token near the start, then 40–60 noise "
                         "tokens, and must answer with the key's value. The explanation of its predicted "
-                        "answer should sit on the key, far back. Underlined: the top-10 relevant tokens.")
+                        "answer should sit on the key, far back. Underlined: each method's own top-10 tokens.")
         lr_text = gr.Textbox(label="Text (the predicted next token is explained)" if hub else
                              "Sequence (answer: is appended)", value=lr_example, lines=3,
                              elem_id="rel-long-text", interactive=long_ok)
@@ -548,7 +578,7 @@ def build(ctx) -> None:
         progress(0.2, desc="explaining")
         m = _guard(svc.load_text, source, model_id) if hub else svc.load_longrange()
         res = _guard(svc.longrange, m, t, ms)
-        mark = {d["position"] for d in res["top_tokens"].get("mambalrp", res["top_tokens"][res["methods"][0]])}
+        mark = {meth: {d["position"] for d in tops} for meth, tops in res["top_tokens"].items()}
         return heatmap_html(res, True, mark), longrange_plot(res), {"target": res["target"],
                                                                      "top_tokens": res["top_tokens"]}
 

@@ -10,7 +10,7 @@ import torch
 from ..core import limits
 from . import faithfulness as fa
 from .forward import lm_forward
-from .methods import attribute_image, attribute_text
+from .methods import LABELS, attribute_image, attribute_text
 
 
 def sentiment_batch(tok, task: dict, items: list[dict]):
@@ -68,7 +68,7 @@ def sentiment_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
                                                          neutral_id=neutral)
             done += 1
             if progress is not None:
-                progress(done / total, f"{m}: sentences of {L} words")
+                progress(done / total, f"{LABELS[m]}: sentences of {L} words")
     result = {}
     for m, d in out.items():
         s, f = np.array(d["sum_r"]), np.array(d["logit"])
@@ -157,7 +157,7 @@ def sentences_eval(model, groups: list[tuple[torch.Tensor, torch.Tensor | None, 
                                                      neutral_id=neutral_id)
             done += 1
             if progress is not None:
-                progress(done / total, f"{m}: sentences of {ids.shape[1]} tokens")
+                progress(done / total, f"{LABELS[m]}: sentences of {ids.shape[1]} tokens")
     result = {}
     for m, d in out.items():
         s, f = np.array(d["sum_r"]), np.array(d["logit"])

@@ -96,6 +96,19 @@ def text_ids(m: Loaded, text: str) -> tuple[torch.Tensor, list[str], list[int]]:
     return torch.tensor(ids), [str(t) for t in toks], words_pos
 
 
+def unknown_words(m: Loaded, ids: torch.Tensor, toks: list[str]) -> list[str]:
+    """The typed words a word-level (zoo) vocabulary lacks: the model reads each as its unk token.
+    Byte-level BPE vocabularies (the hub checkpoints) spell any text, so they have none."""
+    unk = getattr(m.tokenizer, "unk_token_id", None)
+    if m.preset.source != "zoo" or unk is None:
+        return []
+    seen = []
+    for i, t in zip(ids.tolist(), toks):
+        if i == unk and t != m.tokenizer.unk_token and t not in seen:
+            seen.append(t)
+    return seen
+
+
 def target_token(m: Loaded, target: str) -> tuple[int, str, str]:
     """A typed target as the model's token: (id, its text, a note when the word splits)."""
     try:
@@ -138,6 +151,7 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
     methods = check_methods(methods)
     rules = check_rules(rules)
     ids, toks, words_pos = text_ids(m, text)
+    unknown = unknown_words(m, ids, toks)
     key = make_key(m.model_id, ids, {"methods": methods, "rules": rules, "target": target or ""},
                    revision=m.preset.revision)
 
@@ -155,7 +169,7 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
                 "top_next": tops, "methods": methods, "labels": {k: LABELS[k] for k in methods},
                 "rules": rules, "relevance": rel, "word_positions": words_pos, "conv_bias": conv_bias(m.model),
                 "sum_relevance": {k: float(np.sum(v)) for k, v in rel.items()},
-                "model": m.model_id}
+                "unknown_words": unknown, "model": m.model_id}
 
     return CACHE.get_or_compute(key, compute)
 

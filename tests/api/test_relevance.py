@@ -207,3 +207,42 @@ def test_requests_cross_the_zerogpu_boundary_check(client):
     before = zerogpu.BOUNDARY_CHECKS["calls"]
     explain(client, "the movie was great", methods=("gi",))
     assert zerogpu.BOUNDARY_CHECKS["calls"] == before + 1
+
+
+def test_views_say_what_they_plot():
+    """Long-range rows underline their own method's top tokens; bars and hover match the heatmap's
+    scale; words the zoo vocabulary lacks are named; held-out progress names methods."""
+    from backend.lrp import models
+    from backend.lrp import service as svc
+    from components import relevance as R
+
+    lm = models.load(models.LONG_ZOO)
+    res = svc.longrange(lm, " ".join(lm.heldout[3]["tokens"][:-1]), ["mambalrp", "gi"])
+    mark = {m: {d["position"] for d in t} for m, t in res["top_tokens"].items()}
+    assert mark["mambalrp"] != mark["gi"]
+    heat = R.heatmap_html(res, True, mark)
+    rows = heat.split("font-weight:600;font-size:0.85rem'>")[1:]
+    for meth, row in zip(res["methods"], rows):
+        spans = row.split("class='wb-token'")[1:]
+        assert {i for i, sp in enumerate(spans) if "border-bottom:3px" in sp} == mark[meth], meth
+    lplot = R.longrange_plot(res)
+    assert all(tr.cliponaxis is False for tr in lplot.data)
+
+    m = svc.load_text()
+    res = svc.explain_text(m, "the plot was dull but the cast was brilliant 😀 猫", ["mambalrp", "gi"])
+    assert res["unknown_words"] == ["😀", "猫"]
+    assert "Not in this model's vocabulary" in R.heatmap_html(res) and "😀, 猫" in R.heatmap_html(res)
+    assert svc.explain_text(m, "the cast was brilliant", ["gi"])["unknown_words"] == []
+    raw = {k: np.asarray(v) for k, v in res["relevance"].items()}
+    vmax = max(np.abs(v).max() for v in raw.values())
+    off = R.position_plot(res, False)
+    assert np.allclose(off.data[0].y, raw["mambalrp"]) and "raw" not in off.data[0].hovertemplate
+    assert f"{vmax:.3g}" in R.heatmap_html(res, False)  # the heatmap's scale is the bars' axis
+    on = R.position_plot(res, True)
+    assert np.allclose(on.data[1].y, raw["gi"] / np.abs(raw["gi"]).max())
+    assert np.allclose(on.data[1].customdata, raw["gi"]) and "raw relevance %{customdata" in on.data[1].hovertemplate
+
+    said = []
+    svc.heldout_sentiment(m, ["mambalrp", "gi"], n=10, progress=lambda f, d: said.append(d))
+    assert any(d.startswith("MambaLRP:") for d in said) and any(d.startswith("Gradient×Input:") for d in said)
+    assert not any(d.startswith(("gi:", "mambalrp:")) for d in said)
