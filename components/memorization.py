@@ -106,12 +106,13 @@ def score_html(r: dict) -> str:
     return (f"<div class='wb-card' style='min-height:0' id='memo-score-card'>"
             f"<div><b>Memorization score</b> {s:.3f} vs θ<sub>mem</sub> {th:.3f} → "
             f"<b style='color:{colour}'>{verdict}</b>{train}</div>"
-            f"<div style='position:relative;height:14px;background:var(--background-fill-secondary);"
+            f"<div title='score {s:.4f} · θ_mem {th:.4f}' style='position:relative;height:14px;"
+            f"background:var(--background-fill-secondary);"
             f"border-radius:7px;margin-top:8px'>"
             f"<div style='width:{pct:.1f}%;height:14px;background:{colour};border-radius:7px'></div>"
             f"<div title='θ_mem' style='position:absolute;left:{tpct:.1f}%;top:-3px;width:2px;height:20px;"
             f"background:var(--body-text-color)'></div></div>"
-            f"<div class='wb-muted'>0 … 1 (SSIM); the tick is θ<sub>mem</sub>. Largest neuron "
+            f"<div class='wb-muted wb-advanced'>0 … 1 (SSIM); the tick is θ<sub>mem</sub>. Largest neuron "
             f"z-score: {r['max_z']:.1f}</div></div>")
 
 
@@ -123,21 +124,24 @@ def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
     fx, fy, ftxt = [], [], []
     for i, layer in enumerate(r["layers"]):
         z = r["z"][layer]
+        act = r.get("activation", {}).get(layer) or [None] * len(z)
         xs = list(range(offset, offset + len(z)))
+        tips = [f"{layer}:{c}<br>z = {v:.3f}" + (f"<br>mean |activation| {a:.4g}" if a is not None else "")
+                for c, (v, a) in enumerate(zip(z, act))]
         fig.add_trace(go.Bar(x=xs, y=z, name=layer, marker_color=LAYER_COLOURS[i % len(LAYER_COLOURS)],
-                             hovertext=[f"{layer}:{c} z={v:.2f}" for c, v in enumerate(z)], hoverinfo="text"))
+                             hovertext=tips, hoverinfo="text"))
         out = [(x, v, c) for c, (x, v) in enumerate(zip(xs, z)) if v > Z_OUTLIER]
         if out:
             fig.add_trace(go.Scatter(x=[o[0] for o in out], y=[o[1] for o in out], mode="markers",
                                      marker=dict(symbol="triangle-up", size=9, color=C.NEUTRAL),
                                      name=f"outlier (z > {Z_OUTLIER:g})", legendgroup="outlier",
                                      showlegend=not any(t.name.startswith("outlier") for t in fig.data),
-                                     hovertext=[f"{layer}:{o[2]}" for o in out], hoverinfo="text"))
+                                     hovertext=[f"{layer}:{o[2]} z = {o[1]:.3f}" for o in out], hoverinfo="text"))
         for c, (x, v) in enumerate(zip(xs, z)):
             if f"{layer}:{c}" in found:
                 fx.append(x)
                 fy.append(v)
-                ftxt.append(f"{layer}:{c}")
+                ftxt.append(f"{layer}:{c} (found by NeMo) z = {v:.3f}")
         tickvals.append(offset + len(z) / 2)
         ticktext.append(layer)
         offset += len(z)
@@ -295,7 +299,8 @@ def hist_plot(rows: list[dict]) -> go.Figure:
     counts = [r["n_neurons"] for r in rows]
     top = max(counts + [1])
     fig = go.Figure(go.Histogram(x=counts, xbins=dict(start=-0.5, end=top + 0.5, size=1),
-                                 marker_color=C.QUALITATIVE[0], name="memorized prompts"))
+                                 marker_color=C.QUALITATIVE[0], name="memorized prompts",
+                                 hovertemplate="%{y} prompt(s) with %{x} neuron(s)<extra></extra>"))
     fig.update_layout(height=260, margin=dict(l=40, r=10, t=30, b=40),
                       title=dict(text="Neurons per memorized prompt", font=dict(size=13)),
                       xaxis=dict(title="number of neurons found", dtick=1), yaxis=dict(title="prompts"),
@@ -306,7 +311,7 @@ def hist_plot(rows: list[dict]) -> go.Figure:
 TABLE_HEADERS = ["prompt", "neurons", "SSIM on", "SSIM off", "SSIM random off", "diversity on",
                  "diversity off", "alignment on", "alignment off", "score on", "score off",
                  "score random off"]
-TABLE_WIDTHS = ["25%", "6%"] + ["7%"] * 10
+TABLE_WIDTHS = ["16%"] + ["7.6%"] * 11  # "alignment" fits a column at 1440 px
 
 
 def _r(x, nd=3):
@@ -507,15 +512,17 @@ def make_handlers(source: str):
                    f"another's above θ<sub>mem</sub> {m.theta_mem:.3f}, so (as the official seed filter "
                    "decides) the prompt does not look memorized and nothing was searched. ")
         else:
-            msg = (f"<b>{len(labels)} neuron(s)</b> found in {loc['seconds']:.1f} s "
-                   f"({loc['evaluations']} noise evaluations; initial set {loc['n_initial']} at θ = "
-                   f"{loc['theta']:g}, k = {loc['k']}): {html.escape(', '.join(labels))}. "
-                   "Ticked = switched off below. ")
+            # presenter view keeps the first line; the search's details are marked wb-advanced
+            msg = (f"<b>{len(labels)} neuron(s)</b> found in {loc['seconds']:.1f} s"
+                   f"<span class='wb-advanced'> ({loc['evaluations']} noise evaluations; initial set "
+                   f"{loc['n_initial']} at θ = {loc['theta']:g}, k = {loc['k']})</span>: "
+                   f"{html.escape(', '.join(labels))}. <span class='wb-advanced'>Ticked = switched off below. ")
             if loc["relaxed"]:
                 msg += (f"The initial selection never brought the SSIM to θ<sub>mem</sub> before θ "
                         f"reached 1, so, as the official code does, it was refined against the last SSIM "
                         f"reached, {loc['threshold']:.3f}. ")
-        msg += f"<span class='wb-muted'>{setting}</span>"
+            msg += "</span>"
+        msg += f"<span class='wb-muted wb-advanced'>{setting}</span>"
         if not r["memorized"] and not loc["skipped"]:
             msg += (" <span class='wb-muted'>(This prompt scores below θ<sub>mem</sub>: it is not "
                     "memorized, so what NeMo finds here is only whatever changes its noise most.)</span>")
@@ -729,7 +736,7 @@ def build(ctx) -> None:
         summary = gr.HTML(elem_id="memo-summary")
         # the table takes the page's width: 12 columns, the prompt wide, each header on at most 2 lines
         tbl = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, wrap=True, elem_id="memo-table",
-                           column_widths=TABLE_WIDTHS,
+                           column_widths=TABLE_WIDTHS, elem_classes=["wb-table-words"],
                            label=("Similarity to the training image, diversity, alignment and score"
                                   if d["has_train_images"] else
                                   "Diversity and score (no training images ship with this model)"))

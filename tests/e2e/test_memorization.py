@@ -113,6 +113,13 @@ def test_memorization_controls_and_screenshot(page, server_url):
     page.click("#memo-table-btn")
     expect(page.locator("#memo-summary")).to_contain_text("1 memorized prompts", timeout=LONG)
     expect(page.locator("#memo-hist .js-plotly-plot")).to_be_visible(timeout=LONG)
+    # the paper's table: every column on screen at 1440 px, no header word cut or clipped
+    heads = page.evaluate("""() => [...document.querySelectorAll('#memo-table th')].map(th => {
+        const s = th.querySelector('.header'); const r = th.getBoundingClientRect();
+        return [s.textContent.trim(), r.right, s.scrollWidth - s.clientWidth]; })""")
+    assert len(heads) == 12 and all(right <= 1440 and over <= 1 for _, right, over in heads), heads
+    # hover gives exact numbers on the histogram
+    assert page.evaluate("() => document.querySelector('#memo-hist .js-plotly-plot').data[0].hovertemplate")
 
     # a list of prompts: the sample button fills it, the table sorts by score on a header click
     page.locator("#memo-batch-acc").get_by_text("Check a list of prompts").first.click()  # closed on the zoo

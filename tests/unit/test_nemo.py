@@ -487,3 +487,18 @@ def test_grid_rows_are_on_and_off_columns_are_seeds():
     from PIL import Image
 
     assert Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))).size == (256, 256)
+
+
+def test_figures_give_exact_values_on_hover():
+    from components import memorization as tab
+
+    r = {"layers": ["down0.attn0", "mid.attn0"], "z": {"down0.attn0": [0.5, 4.25], "mid.attn0": [1.125]},
+         "activation": {"down0.attn0": [0.01, 0.2], "mid.attn0": [0.03]}, "score": 0.61234,
+         "theta_mem": 0.5, "memorized": True, "max_z": 4.25}
+    fig = tab.z_plot(r, found=["down0.attn0:1"])
+    tips = [t for tr in fig.data for t in (tr.hovertext or [])]
+    assert "down0.attn0:1<br>z = 4.250<br>mean |activation| 0.2" in tips
+    assert "down0.attn0:1 (found by NeMo) z = 4.250" in tips
+    assert "score 0.6123 · θ_mem 0.5000" in tab.score_html(r)
+    hist = tab.hist_plot([{"n_neurons": 3}, {"n_neurons": 3}])
+    assert "%{y}" in hist.data[0].hovertemplate and "%{x}" in hist.data[0].hovertemplate
