@@ -127,9 +127,9 @@ CSS += """
 
 # Presenter view, second part: a tab's one-line plain caption shown only there (`wb-presenter-only`,
 # in place of its expert explanation marked `wb-advanced`), and its key figure (`wb-keyfig`) at full width.
+# A wide table whose headers break between words only (`wb-table-words`; Gradio breaks them anywhere).
 CSS += """
 body:not(.wb-presenter) .wb-presenter-only {display: none !important;}
 body.wb-presenter .wb-keyfig {max-width: none !important; font-size: 1.1rem;}
-"""
-# A wide table whose headers break between words only (`wb-table-words`; Gradio breaks them anywhere).
 .wb-table-words th .header {word-break: normal !important; overflow-wrap: normal !important; font-size: 0.8rem;}
+"""
