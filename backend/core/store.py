@@ -282,7 +282,7 @@ def in_use() -> dict[str, int]:
 
 # ----------------------------------------------------------------------------------- load, evict
 def _touch(model_id: str, scope: Scope | None) -> Any:  # caller holds _GUARD
-    _MODELS.move_to_end(model_id)
+    _MODELS[model_id] = _MODELS.pop(model_id)  # to the end: most recently used (any dict keeps order)
     if scope is not None:
         scope._hold(model_id)
     return _MODELS[model_id]["model"]

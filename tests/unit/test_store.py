@@ -353,3 +353,11 @@ def test_a_failed_or_abandoned_request_releases_its_models(monkeypatch):
     steps.close()  # the client went away mid-stream
     assert store.in_use() == {}
     assert list(store.loaded()) == ["unit:b"]  # a, released by the failed request, made room for b
+
+
+def test_lru_order_holds_in_a_plain_dict(monkeypatch):
+    monkeypatch.setattr(store, "_MODELS", {})  # as tests that give their module a store of its own do
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "2.5MB")
+    for mid in ("unit:a", "unit:b", "unit:a", "unit:c"):
+        store.get_or_load(mid, lambda: block(1))
+    assert list(store.loaded()) == ["unit:a", "unit:c"]
