@@ -133,3 +133,9 @@ body:not(.wb-presenter) .wb-presenter-only {display: none !important;}
 body.wb-presenter .wb-keyfig {max-width: none !important; font-size: 1.1rem;}
 .wb-table-words th .header {word-break: normal !important; overflow-wrap: normal !important; font-size: 0.8rem;}
 """
+
+# Presenter view, Relevance: the token heatmap is the key figure; its tokens read from the back row.
+CSS += """
+body.wb-presenter .wb-relevance-heatmap .wb-token {font-size: 1.7rem; padding: 2px 6px !important;}
+body.wb-presenter .wb-relevance-heatmap {font-size: 1.15rem;}
+"""

@@ -32,6 +32,9 @@ LINK_RUNS = ("explain_text", "image_example", "explain_image")
 DEFAULT_METHODS = ["mambalrp", "gi", "ig", "mambaattr"]
 RULE_LABELS = {"norm": "RMSNorm: detach the normaliser", "silu": "SiLU: x·stopgrad(σ(x))",
                "ssm": "SSM: detach Ā, B̄, C", "gate": "Gate: half rule"}
+# Presenter view's one plain line in place of the explanation above (components.common: wb-presenter-only).
+PRESENTER_CAPTION = ("Which words made the model give its answer: red pushed it towards the answer, "
+                     "blue against it.")
 PAPER_DAF = {"mambalrp": 1.978, "ig": 0.857, "lrp_ln": 0.877, "gi": 0.078, "random": -0.012}
 HUB_LONG_EXAMPLE = ("The secret code is 4817. Remember it, because you will need it at the end. "
                     "Meanwhile the weather turned cold, the trains ran late, and the market was busy "
@@ -437,13 +440,16 @@ def build(ctx) -> None:
         "are unchanged but whose gradient paths are cut by four rules (RMSNorm, SiLU, selective SSM, "
         "gate), so relevance <i>sums to the explained logit</i>. Compare it with gradient baselines "
         "and Mamba's hidden-attention maps, check conservation, ablate rules, and measure faithfulness "
-        "by deleting the tokens each method calls most (MoRF) or least (LeRF) relevant.</div>")
+        "by deleting the tokens each method calls most (MoRF) or least (LeRF) relevant.</div>",
+        elem_classes=["wb-advanced"])
+    gr.HTML(f"<div class='wb-explain'>{PRESENTER_CAPTION}</div>", elem_classes=["wb-presenter-only"],
+            elem_id="rel-presenter-caption")
     zoo_note = (" — the zoo organism: 1–3 polar words among distractors decide the label by majority; "
                 "the truth is where they are." if text_p.source == "zoo" else "")
     gr.Markdown(f"<span class='wb-muted'>Text model: <b>{html.escape(text_p.label or text_p.path_or_id)}</b>"
                 f"{zoo_note}" + (" — pick the checkpoint below. Tokens are shown as the text they stand "
                                  "for; a faint · marks a token that begins with a space." if hub else "")
-                + "</span>")
+                + "</span>", elem_classes=["wb-advanced"])
 
     # ---------------------------------------------------------------- text
     with gr.Row():
@@ -455,20 +461,21 @@ def build(ctx) -> None:
                                 value=text_p.path_or_id, label="Text model", interactive=len(text_choices) > 1,
                                 elem_id="rel-model")
             methods = gr.CheckboxGroup([(LABELS[m], m) for m in METHODS], value=DEFAULT_METHODS,
-                                       label="Methods", elem_id="rel-methods")
+                                       label="Methods", elem_id="rel-methods", elem_classes=["wb-advanced"])
             rules = gr.CheckboxGroup([(RULE_LABELS[r], r) for r in RULES], value=list(RULES),
-                                     label="MambaLRP rules (untick to ablate)", elem_id="rel-rules")
-            with gr.Row():
+                                     label="MambaLRP rules (untick to ablate)", elem_id="rel-rules",
+                                     elem_classes=["wb-advanced"])
+            with gr.Row(elem_classes=["wb-advanced"]):
                 target = gr.Textbox(label="Target word or token (blank = the model's prediction)", value="",
                                     elem_id="rel-target", scale=2)
                 normalise = gr.Checkbox(label="Normalise per method", value=True, elem_id="rel-normalise")
             explain = gr.Button("Explain", variant="primary", elem_id="rel-explain")
-    heat = gr.HTML(elem_id="rel-heatmap")
+    heat = gr.HTML(elem_id="rel-heatmap", elem_classes=["wb-keyfig"])
     with gr.Row():
         with gr.Column(scale=3):
             bars = gr.Plot(label="Relevance by position", elem_id="rel-bars")
         with gr.Column(scale=2):
-            cons = gr.Markdown(elem_id="rel-conservation")
+            cons = gr.Markdown(elem_id="rel-conservation", elem_classes=["wb-advanced"])
     with gr.Row():
         jfile = gr.File(label="Export JSON", elem_id="rel-json")
         pfile = gr.File(label="Export PNG", elem_id="rel-png")
@@ -594,10 +601,12 @@ def build(ctx) -> None:
             gr.Markdown("<b>Not a paper checkpoint:</b> the image classifier is this project's own "
                         "Vision-Mamba organism (trained here, from the zoo); no hub checkpoint is registered "
                         "for images, so this section runs on it in hub mode too.", elem_id="rel-image-hub-note")
+        gr.Markdown("Which pixels made the classifier name the shape: red pushed towards its answer.",
+                    elem_classes=["wb-presenter-only"])
         gr.Markdown("A patch embedding feeds `MambaModel(inputs_embeds=…)`; the class is the shape of "
                     "the one bright 4×4 object (ring / cross / stripes) on one patch, among noise and distractor strokes on other patches. "
                     "For held-out examples the green box is the ground-truth patch, and each title gives "
-                    "the share of positive relevance inside it.")
+                    "the share of positive relevance inside it.", elem_classes=["wb-advanced"])
         with gr.Row():
             with gr.Column(scale=1):
                 gr.Markdown("**Image** · any size; converted to 16×16 grayscale. <span class='wb-muted'>"

@@ -114,3 +114,15 @@ def test_failed_request_keeps_the_last_view_clean(page, server_url):
     expect(page.locator("#rel-heatmap")).to_contain_text("charming")
     expect(page.locator("#rel-bars .js-plotly-plot")).to_be_visible()
     shot(page, "relevance-error-kept")
+
+    # presenter view: one plain line, the token heatmap large, the expert controls hidden
+    normal = page.evaluate("parseFloat(getComputedStyle(document.querySelector('#rel-heatmap .wb-token')).fontSize)")
+    page.locator("#wb-presenter-toggle").get_by_text("Presenter").first.click()
+    expect(page.locator("#rel-presenter-caption")).to_be_visible()
+    for sel in ("#rel-methods", "#rel-rules", "#rel-target", "#rel-conservation"):
+        expect(page.locator(sel)).to_be_hidden()
+    big = page.evaluate("parseFloat(getComputedStyle(document.querySelector('#rel-heatmap .wb-token')).fontSize)")
+    assert big >= 1.6 * normal, (normal, big)
+    shot(page, "relevance-presenter")
+    page.locator("#wb-presenter-toggle").get_by_text("Presenter").first.click()
+    expect(page.locator("#rel-methods")).to_be_visible()
