@@ -332,6 +332,9 @@ def test_hub_search_generations_and_statistics(hub_probe):
     assert p["gallery_captions"][0] == "your image" and len(p["gallery_captions"]) == 3
     assert "median SSIM to your image" in p["compare_ref"] and "down2.attn1:3" in p["compare_ref"]
     assert len(p["gallery2_captions"]) == 2 and "No reference image" in p["compare_none"]
+    # the grid: the uploaded image beside the seeds; without one, the seeds alone
+    assert "class='memo-ref'" in p["compare_ref"] and "alt='your image'" in p["compare_ref"]
+    assert "memo-ref" not in p["compare_none"] and "data-row='on' data-seed='0'" in p["compare_none"]
     assert "first 50 of 10,000" in p["stats_50"] and p["check_after_stats"]["n_prompts"] == 50
     assert p["stats_file"]["kind"] == "file" and p["stats_file"]["n_prompts"] == 40
     assert len(p["table"]) == 1 and "no training images here" in p["summary"]
