@@ -68,7 +68,8 @@ footer {display:none !important;}
 # Presenter view (a class on <body> set by the header switch, components.links): hide what only an
 # expert needs (closed accordions, raw JSON, file exports, `wb-advanced`), make text and figures big,
 # one result per row (Gradio also prefixes every rule with its container, which outranks a plain
-# `body.x .y`: hence !important). Then the deep-link row, the header switches and the guided tour.
+# `body.x .y`: hence !important). Then the deep-link row, the header switches and the guided tour
+# (whose figure and caption stay side by side in presenter view, so a step is one screen).
 CSS += """
 body.wb-presenter {font-size: 18px;}
 body.wb-presenter .wb-advanced, body.wb-presenter .wb-linkrow,
@@ -94,6 +95,9 @@ body.wb-presenter .js-plotly-plot {min-height: 60vh !important;}
 .wb-tour-controls > button {align-self: flex-end; margin-bottom: 6px;}
 .wb-tour-head {white-space: nowrap; overflow: hidden; text-overflow: ellipsis; font-size: 1.05rem;}
 .wb-tour-caption-box .wb-tour-caption {margin-top: 0;}
+body.wb-presenter .row.wb-tour-body:has(.js-plotly-plot) {flex-direction: row !important;}
+body.wb-presenter .row.wb-tour-body:has(.js-plotly-plot) > * {width: auto !important; max-width: none !important;}
+body.wb-presenter .wb-tour-figure .js-plotly-plot {min-height: 0 !important;}
 """
 
 # Dark mode for figures. Plotly figures carry the shared template (backend.core.colors.themed:

@@ -119,7 +119,7 @@ def build(ctx) -> None:
     gr.HTML("<div class='wb-explain'>Each tour tells one paper's main finding in a few steps, computed "
             "live on this workbench's small models. Press <b>Next</b> to move on; every figure is "
             "recomputed by the paper's method the first time it is shown (hover for exact values)."
-            f"{html.escape(note)}</div>")
+            f"{html.escape(note)}</div>", elem_classes=["wb-advanced"])
     if not available:
         gr.Markdown("No tour is available: no zoo model is built yet.")
         return

@@ -148,7 +148,8 @@ def page():
     kinds = f" ({', '.join(shapes[:-1])} and {shapes[-1]} alike)" if len(shapes) > 1 else ""
     cap = (f"Feature {feature}, alone. Top row: the {len(pg['images'])} of {len(org.index_specs):,} scenes that "
            f"make it fire most; bottom row: where it fires on each (bright = strong, white line = its active "
-           f"region, above it the region's overlap with the {FEAT_COLOUR} pixels). It fires on the <b>{FEAT_COLOUR}</b> things{kinds}: {mean['colour']:.1f} on average on "
+           f"region, above it the region's overlap with the {FEAT_COLOUR} pixels). It fires on the "
+           f"<b>{FEAT_COLOUR}</b> things{kinds}: {mean['colour']:.1f} on average on "
            f"{FEAT_COLOUR} pixels, {'a weaker ' if mean['other'] > 0.2 * mean['colour'] else 'only '}"
            f"{mean['other']:.1f} on the other objects and {mean['background']:.1f} on the background.")
     return fig, cap, {"feature": feature, "label": pg["label"], "top": pg["top"],
@@ -184,7 +185,8 @@ def iou():
                          hovertemplate="%{x}: IoU %{y:.3f}<extra></extra>"), 1, 1)
     fig.add_trace(go.Bar(x=["its top 5 scenes", f"{len(rnd)} random scenes"], y=[t_mean, r_mean], showlegend=False,
                          marker_color=[colors.PAIR[0], colors.NEUTRAL], text=[f"{t_mean:.2f}", f"{r_mean:.2f}"],
-                         textposition="outside", cliponaxis=False, hovertemplate="%{x}: mean IoU %{y:.3f}<extra></extra>"), 1, 2)
+                         textposition="outside", cliponaxis=False,
+                         hovertemplate="%{x}: mean IoU %{y:.3f}<extra></extra>"), 1, 2)
     fig.update_yaxes(range=[0, 1.05])
     fig.update_yaxes(title="overlap score (IoU)", row=1, col=1)
     fig.update_xaxes(tickangle=-40, row=1, col=1)

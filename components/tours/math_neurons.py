@@ -54,7 +54,8 @@ def prune():
     for key, name, col in (("math", "arithmetic", MATH_COLOUR), ("nonmath", "story questions", STORY_COLOUR)):
         vals = [r[key] * 100 for r in (base, mn, rnd)]
         fig.add_trace(go.Bar(x=groups, y=vals, name=name, marker_color=col, text=[f"{v:.0f}%" for v in vals],
-                             textposition="outside", cliponaxis=False, hovertemplate="%{x}<br>" + name + ": %{y:.2f}%<extra></extra>"))
+                             textposition="outside", cliponaxis=False,
+                             hovertemplate="%{x}<br>" + name + ": %{y:.2f}%<extra></extra>"))
     _percent_axis(fig)
     P.finish(fig, legend_top=True, barmode="group")
     share = mn["n_params"]

@@ -123,7 +123,8 @@ def neurons():
     n = loc["n_neurons"]
     in_layers = [ly for ly in layers if found.get(ly)]
     cap = (f"Which parts of the generator hold the copy? <b>NeMo</b> examines the {total} neurons where the "
-           f"prompt's words enter the picture (the cross-attention “value” layers; one bar per neuron), starts from "
+           f"prompt's words enter the picture (the cross-attention “value” layers; one bar per neuron), starts "
+           f"from "
            f"those unusually active for this prompt and drops every one that is not needed: <b>{n} neurons</b> "
            f"remain ({n / total:.0%}, red), in {' and '.join(in_layers)}. "
            + ("As in the real Stable Diffusion, where the paper often finds just a handful per prompt, sometimes "

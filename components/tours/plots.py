@@ -16,7 +16,8 @@ from backend.core import colors
 HEIGHT = 470
 
 
-def figure(rows: int = 1, cols: int = 1, height: int = HEIGHT, **kw) -> go.Figure:
+def figure(rows: int = 1, cols: int = 1, **kw) -> go.Figure:
+    """A grid of subplots (make_subplots' keywords), or one plain figure."""
     return make_subplots(rows=rows, cols=cols, **kw) if rows * cols > 1 or kw else go.Figure()
 
 
@@ -33,7 +34,7 @@ def finish(fig: go.Figure, title: str | None = None, height: int = HEIGHT, legen
     return fig
 
 
-def token_bars(tokens, values, name: str, highlight: int | None = None) -> go.Bar:
+def token_bars(tokens, values, name: str) -> go.Bar:
     """Bars by position (plotly merges equal category labels, so never plot by token text)."""
     v = np.asarray(values, dtype=float)
     return go.Bar(x=np.arange(len(v)), y=v, name=name, marker_color=colors.signed_colors(v),
@@ -102,6 +103,3 @@ def activation_axis(vmax: float, title: str = "activation") -> dict:
     return dict(colorscale=colors.ACTIVATION_PLOTLY, cmin=0, cmax=float(vmax) if vmax > 0 else 1.0,
                 colorbar=dict(title=dict(text=title, side="right"), thickness=12, len=0.8))
 
-
-def bar_labels(values, fmt: str) -> list[str]:
-    return [fmt.format(v) for v in values]

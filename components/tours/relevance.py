@@ -33,7 +33,8 @@ def answer():
     labels = m.task.get("labels", ["positive", "negative"])
     scores = [float(res["top_next"].get(lab, np.nan)) for lab in labels]
     fig = go.Figure(go.Bar(
-        y=labels, x=scores, orientation="h", text=[f"{s:.1f}" for s in scores], textposition="outside", cliponaxis=False,
+        y=labels, x=scores, orientation="h", text=[f"{s:.1f}" for s in scores], textposition="outside",
+        cliponaxis=False,
         marker_color=[colors.POSITIVE if lab == res["target"] else colors.NEUTRAL for lab in labels],
         hovertemplate="%{y}: logit %{x:.4f}<extra></extra>"))
     fig.update_xaxes(title="the model's score for each answer (logit)")
@@ -111,7 +112,7 @@ def conservation():
         y=names[::-1], x=sums[::-1], orientation="h",
         marker_color=[colors.PAIR[1] if b else colors.PAIR[0] for b in balanced[::-1]],
         hovertemplate="%{y}<br>sum of relevance %{x:.6g}<extra></extra>"))
-    fig.add_vline(x=logit, line_dash="dash", line_width=1.4, line_color=colors.NEUTRAL,
+    fig.add_vline(x=logit, line_dash="dash", line_width=1.4, line_color=colors.NEUTRAL, layer="above",
                   annotation_text=f"model score = {logit:.2f}", annotation_position="top")
     fig.update_xaxes(title="sum of all relevance")
     P.finish(fig, height=340)

@@ -110,7 +110,8 @@ def test_tour_modules_are_not_taken_for_tabs():
     assert [t.tour_id for t in all_tours()] == ["relevance", "features", "memorization", "math", "adapters"]
 
 
-@pytest.mark.parametrize("tour,step,msg", [("nope", 1, "not in the list of choices"), ("relevance", 0, "less than minimum"),
+@pytest.mark.parametrize("tour,step,msg", [("nope", 1, "not in the list of choices"),
+                                           ("relevance", 0, "less than minimum"),
                                            ("adapters", 99, "steps 1 to"), ("all", None, "whole number")])
 def test_bad_input_is_a_clear_error(client, tour, step, msg):
     with pytest.raises(Exception) as e:

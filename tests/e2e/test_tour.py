@@ -113,6 +113,9 @@ def test_every_tour_start_to_end(page, server_url):
     assert not page.locator("#wb-link-btn-tour").is_visible()
     bigger = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('.wb-tour-caption')).fontSize)")
     assert bigger > size
+    page.evaluate("() => window.scrollTo(0, 0)")
+    fig, cap = page.locator("#tour-figure").bounding_box(), page.locator("#tour-caption").bounding_box()
+    assert fig["y"] + fig["height"] <= HEIGHT and cap["x"] > fig["x"] + fig["width"] - 1   # one screen, side by side
     shot(page, "tour-presenter-dark")
 
 
