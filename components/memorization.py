@@ -220,7 +220,8 @@ def grid_html(c: dict, grid_id: str = "memo-grid") -> str:
     head = "font-size:0.85rem;font-weight:600;text-align:center;align-self:end"
     cells.append("<div></div>")
     cells += [f"<div class='memo-colhead' style='{head}'>seed {s}</div>" for s in c["seeds"]]
-    for tag, label in (("on", "all neurons on"), ("off", f"{k} neuron{'s' if k != 1 else ''} off")):
+    off_label = f"{k} neuron{'s' if k != 1 else ''} off" if k else "no neurons off"
+    for tag, label in (("on", "all neurons on"), ("off", off_label)):
         cells.append(f"<div class='memo-rowhead' data-row='{tag}' style='font-weight:600;align-self:center;"
                      f"font-size:0.9rem'>{label}</div>")
         if tag == "off" and not k:

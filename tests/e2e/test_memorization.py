@@ -34,7 +34,7 @@ def assert_grid_layout(page, grid: str, n_seeds: int):
     assert 0 <= ref["y"] and ref["y"] + ref["height"] <= vh
 
 
-def test_memorization_controls_and_screenshot(page, server_url):
+def test_memorization_controls_and_screenshot(page, server_url, tmp_path):
     page.set_viewport_size({"width": 1440, "height": 1000})
     open_tab(page, server_url, "memorization")
     prompt = page.locator("#memo-prompt textarea")
@@ -134,3 +134,15 @@ def test_memorization_controls_and_screenshot(page, server_url):
     expect(page.locator("#memo-files a[href$='nemo.png']")).to_have_count(1, timeout=LONG)
     assert not page.locator(".toast-body.error").count()
     shot(page, "memorization")
+
+    # a damaged reference upload: a clear message, the grid kept as it was
+    shown = page.locator("#memo-grid img").first.get_attribute("src")
+    bad = tmp_path / "damaged.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not an image" * 20)
+    page.locator("#memo-ref input[type=file]").set_input_files(str(bad))
+    page.wait_for_timeout(500)
+    page.click("#memo-generate")
+    expect(page.locator(".toast-body.error")).to_contain_text("could not be read", timeout=LONG)
+    settle(page)
+    assert page.locator("#memo-grid img").first.get_attribute("src") == shown
+    assert not page.locator("#memo-compare .error, #memo-gallery .error").count()
