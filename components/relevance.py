@@ -274,6 +274,43 @@ def longrange_plot(res: dict):
     return themed(fig)
 
 
+def image_plot(res: dict):
+    """The input and one map per method as plotly heatmaps on one symmetric scale (each map ÷ its
+    max |R|), the relevance drawn over the grey input; hover gives each pixel's exact relevance."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    meths = res["methods"]
+    share = res.get("share_in_region") or {}
+    titles = [f"input → {res['pred']}"] + [LABELS[m] + (f"<br>{100 * share[m]:.0f}% of R⁺ in box" if m in share else "")
+                                           for m in meths]
+    fig = make_subplots(1, len(meths) + 1, subplot_titles=titles, horizontal_spacing=0.02)
+    img = np.asarray(res["image"], float)
+    gray = dict(z=img, colorscale="gray", zmin=0, zmax=1, showscale=False)
+    fig.add_heatmap(**gray, hovertemplate="x %{x}, y %{y}<br>pixel %{z:.3f}<extra>input</extra>", row=1, col=1)
+    for j, meth in enumerate(meths, start=2):
+        raw = np.asarray(res["maps"][meth], float)
+        fig.add_heatmap(**gray, hoverinfo="skip", row=1, col=j)
+        fig.add_heatmap(z=raw / max(np.abs(raw).max(), 1e-12), customdata=raw, zmin=-1, zmax=1,
+                        colorscale=C.SIGNED_PLOTLY, opacity=0.85, showscale=j == len(meths) + 1,
+                        colorbar=dict(title=dict(text="R ÷ max|R|", side="right"), len=0.9, thickness=12),
+                        hovertemplate="x %{x}, y %{y}<br>relevance %{customdata:.4g}<br>÷ max|R| %{z:.3f}"
+                                      "<extra>" + LABELS[meth] + "</extra>", row=1, col=j)
+    mask = res.get("mask")
+    if mask is not None and np.asarray(mask).any():
+        ys, xs = np.nonzero(np.asarray(mask))
+        for j in range(1, len(meths) + 2):
+            fig.add_shape(type="rect", x0=xs.min() - 0.5, x1=xs.max() + 0.5, y0=ys.min() - 0.5, y1=ys.max() + 0.5,
+                          line=dict(color="lime", width=2), row=1, col=j)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
+    for j in range(1, len(meths) + 2):
+        fig.update_yaxes(scaleanchor=f"x{'' if j == 1 else j}", scaleratio=1, row=1, col=j)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=55, b=10))
+    return themed(fig)
+
+
 def image_figure(res: dict) -> tuple[np.ndarray, str]:
     """Input + one overlay per method on a shared symmetric scale, with a colorbar; returns RGB + PNG path."""
     import matplotlib
@@ -622,10 +659,10 @@ def build(ctx) -> None:
                 img_btn = gr.Button("Explain image", variant="primary", interactive=img_ok,
                                     elem_id="rel-image-explain")
             with gr.Column(scale=3):
-                gr.Markdown("**Heatmaps** · one symmetric scale, each map divided by its max |R|")
-                img_out = gr.Image(label="relevance heatmaps: the input and one map per method",
-                                   show_label=False, format="png", interactive=False, height=300,
-                                   buttons=["download", "fullscreen"], elem_id="rel-image-out")
+                gr.Markdown("**Heatmaps** · one symmetric scale, each map divided by its max |R|; hover a pixel "
+                            "for its exact relevance")
+                img_out = gr.Plot(label="relevance heatmaps: the input and one map per method", show_label=False,
+                                  elem_id="rel-image-out")
                 img_md = gr.Markdown(elem_id="rel-image-md")
                 img_file = gr.File(label="Export PNG", elem_id="rel-image-png")
         if not img_ok:
@@ -640,7 +677,7 @@ def build(ctx) -> None:
         progress(0.2, desc="explaining")
         m = svc.load_image()
         res = _guard(svc.explain_image, m, img, ms, rs)
-        arr, path = image_figure(res)
+        _, path = image_figure(res)
         logits = ", ".join(f"{k} {v:.2f}" for k, v in res["logits"].items())
         md = [f"**Prediction:** {res['pred']} (logits: {logits})"]
         if res["share_in_region"]:
@@ -648,7 +685,7 @@ def build(ctx) -> None:
                 f"{LABELS[k]} {100 * v:.0f}%" for k, v in res["share_in_region"].items())
                       + f" (the box covers {100 * np.mean(res['mask']):.0f}% of the image)")
         md.append("Σ relevance: " + ", ".join(f"{LABELS[k]} {v:.3f}" for k, v in res["sum_relevance"].items()))
-        return arr, "\n\n".join(md), path
+        return image_plot(res), "\n\n".join(md), path
 
     image_out = [img_out, img_md, img_file]
     keep_on_failure(img_btn.click(run_image, [image, methods, rules], image_out,

@@ -246,3 +246,23 @@ def test_views_say_what_they_plot():
     svc.heldout_sentiment(m, ["mambalrp", "gi"], n=10, progress=lambda f, d: said.append(d))
     assert any(d.startswith("MambaLRP:") for d in said) and any(d.startswith("Gradient×Input:") for d in said)
     assert not any(d.startswith(("gi:", "mambalrp:")) for d in said)
+
+
+def test_image_heatmaps_give_exact_values_on_hover():
+    from backend.lrp import service as svc
+    from backend.core.colors import is_themed
+    from components import relevance as R
+
+    m = svc.load_image()
+    res = svc.explain_image(m, svc.example_image(m, 3), ["mambalrp", "gi"])
+    fig = R.image_plot(res)
+    assert is_themed(fig)
+    maps = [t for t in fig.data if t.customdata is not None]
+    assert len(maps) == 2 and all(t.zmin == -1 and t.zmax == 1 for t in maps)
+    for t, meth in zip(maps, res["methods"]):
+        raw = np.asarray(res["maps"][meth])
+        assert np.allclose(np.asarray(t.customdata), raw)
+        assert np.allclose(np.asarray(t.z), raw / np.abs(raw).max())
+        assert "relevance %{customdata" in t.hovertemplate and R.LABELS[meth] in t.hovertemplate
+    assert sum(bool(t.showscale) for t in fig.data) == 1  # one colour bar for the shared scale
+    assert len(fig.layout.shapes) == 3  # the ground-truth box on the input and on each map
