@@ -52,6 +52,62 @@ def _atomic_write(path: Path, write) -> Path:
     return path
 
 
+# ------------------------------------------------------------------------------ guarded inputs
+def _range_words(lo, hi) -> str:
+    return f"between {lo:g} and {hi:g}" if lo is not None and hi is not None else (
+        f"at least {lo:g}" if lo is not None else f"at most {hi:g}")
+
+
+class Num(gr.Number):
+    """A number box that refuses 'nan', 'inf' and out-of-range values by its own name and valid
+    range before any handler runs (Gradio's own checks crash on NaN or do not name the field)."""
+
+    def get_block_name(self) -> str:
+        return "number"  # the stock frontend component
+
+    def preprocess(self, payload):
+        if payload is None:
+            return None
+        name = (self.label or "value").split(" (")[0]
+        try:
+            x = float(payload)
+        except (TypeError, ValueError):
+            raise gr.Error(f"The {name} must be a number.") from None
+        bounds = _range_words(self.minimum, self.maximum) if (self.minimum, self.maximum) != (None, None) else ""
+        if not np.isfinite(x):
+            raise gr.Error(f"The {name} must be a finite number{', ' + bounds if bounds else ''}; got {payload}.")
+        if (self.minimum is not None and x < self.minimum) or (self.maximum is not None and x > self.maximum):
+            raise gr.Error(f"The {name} must be {bounds}; got {x:g}. Nothing was computed.")
+        if self.precision == 0 and x != int(x):
+            raise gr.Error(f"The {name} must be a whole number; got {x:g}.")
+        return super().preprocess(x)
+
+
+class Picture(gr.Image):
+    """An image upload whose unreadable files get a clear message instead of Gradio's generic one."""
+
+    def get_block_name(self) -> str:
+        return "image"
+
+    def preprocess(self, payload):
+        try:
+            return super().preprocess(payload)
+        except gr.Error:
+            raise
+        except Exception as e:  # PIL's UnidentifiedImageError, a truncated file, a decompression bomb
+            raise gr.Error(f"The uploaded file could not be read as an image ({type(e).__name__}); "
+                           f"upload a PNG, JPEG or WebP picture.") from None
+
+
+def keep_on_failure(event, outputs: list) -> None:
+    """A failed event leaves its outputs as they were, clean. Gradio 6.31 puts an 'Error' badge over
+    every output of a failed event (the status tracker keeps the failed status); a follow-up that
+    changes nothing and finishes with its progress hidden gives them a finished status again, so the
+    last good view stays readable and the message lives in the toast only."""
+    event.failure(lambda: tuple(gr.skip() for _ in outputs), None, outputs, show_progress="hidden",
+                  queue=False, api_name=False)
+
+
 # ------------------------------------------------------------------------------ rendering helpers
 def _cmap(values: np.ndarray) -> np.ndarray:
     """Activations in [0, 1] → RGB through the shared sequential map (backend.core.colors)."""
@@ -229,23 +285,55 @@ def open_feature(source: str, feature):
     jpath = _atomic_write(_export_path(f"feature_{f}.json"), lambda p: p.write_text(json.dumps(data, indent=1)))
     ppath = _atomic_write(_export_path(f"feature_{f}.png"), lambda p: _page_png(page, p))
     steer_value = FT.default_clamp_value(org, f)
-    top = float(round(4 * float(org.index.tensors["max_act"].max()), 3)) or 100.0
     return (header, over, dim, _hist_plot(page), _concept_plot(page), str(jpath), str(ppath), data, f,
-            f, gr.Slider(value=steer_value, maximum=max(top, steer_value)))
+            f, gr.Number(value=steer_value, maximum=(top := max(clamp_limit(org), steer_value)),
+                         label=f"clamp value (0–{top:g})"))
+
+
+def clamp_limit(org) -> float:
+    """The largest clamp value offered: 4× the largest activation in the index, at least 10 (the
+    default clamp without an index; an SAE of small activations still gets a usable range)."""
+    if org.index is None:
+        return 100.0
+    return max(float(round(4 * float(org.index.tensors["max_act"].max()), 3)), 10.0)
 
 
 def _image_input(org, image, example):
     if image is not None:
+        if isinstance(image, (str, Path)):  # a file path (API callers, tests)
+            try:
+                from PIL import Image
+
+                with Image.open(image) as im:
+                    return np.asarray(im.convert("RGB"))
+            except Exception as e:
+                fail(f"The uploaded file could not be read as an image ({type(e).__name__}).")
         return np.asarray(image)
     if not org.heldout_specs:
         fail("Upload an image (this model has no scene set to pick from).")
     if example is not None and str(example).strip() != "":
+        n = len(org.heldout_specs)
         try:
-            i = int(example)
-            return S.render(org.heldout_specs[i])[0]
-        except (ValueError, IndexError):
-            fail(f"Pick a held-out scene between 0 and {len(org.heldout_specs) - 1}.")
+            i = int(str(example).strip())
+        except ValueError:
+            i = -1
+        if not 0 <= i < n:  # never a negative index from the end: the rule is one range, said once
+            fail(f"Pick a held-out scene between 0 and {n - 1} (got {str(example)[:20]!r}). Nothing was computed.")
+        return S.render(org.heldout_specs[i])[0]
     fail("Upload an image or pick a held-out scene.")
+
+
+def resize_note(org, image) -> str:
+    """How the model sees an uploaded picture, in words (the zoo's captioner takes one square size)."""
+    h, w = np.asarray(image).shape[:2]
+    if org.is_hub:
+        return (f"Your {w}×{h} px picture: the base image is it resized to a square (stretched), the "
+                f"high-resolution tiles keep its aspect ratio.")
+    size = int(org.vision["image_size"])
+    if (h, w) == (size, size):
+        return ""
+    pad = " padded to a square with its edge colour (aspect kept), then" if h != w else ""
+    return f"Your {w}×{h} px picture was{pad} resized to {size}×{size} px, the captioner's input size."
 
 
 def analyse(source: str, image, example, progress=gr.Progress()):
@@ -275,7 +363,9 @@ def analyse(source: str, image, example, progress=gr.Progress()):
     table = [[r["feature"], r["label"], r["mean_act"]] for r in out["features"]]
     where = (f"<br><span class='wb-muted'>Image positions: {html.escape(out['positions'])}.</span>"
              if org.is_hub else "")
-    return (_big(shown), f"**Model {'answer' if org.is_hub else 'caption'}:** {out['caption'] or '—'}", gallery,
+    note = resize_note(org, img)
+    note = f"\n\n<span class='wb-muted'>{html.escape(note)}</span>" if note else ""
+    return (_big(shown), f"**Model {'answer' if org.is_hub else 'caption'}:** {out['caption'] or '—'}{note}", gallery,
             table, colorbar_html(vmax, "activation per patch") + where)
 
 
@@ -286,7 +376,10 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
     try:
         v = float(value)
     except (TypeError, ValueError):
-        fail("Clamp value must be a number.")
+        fail("The clamp value must be a number.")
+    top = clamp_limit(org)
+    if not np.isfinite(v) or not 0 <= v <= top:
+        fail(f"The clamp value must be between 0 and {top:g}; got {value}. Nothing was computed.")
     if positions not in FT.ST.POSITION_MODES:
         fail(f"Positions must be one of {FT.ST.POSITION_MODES}.")
     progress(0.3, desc="generating with and without the clamp")
@@ -324,9 +417,9 @@ def _site_words(cfg: dict) -> str:
 def _hub_steering_explain(org) -> str:
     return ("<div class='wb-explain'>During the prompt pass the residual stream at the SAE hookpoint "
             f"<code>{html.escape(org.hookpoint)}</code> is replaced by the SAE reconstruction with the chosen feature "
-            "clamped to the slider's value (the paper clamps at every position); the answer is then generated "
+            "clamped to the chosen value (the paper clamps at every position); the answer is then generated "
             "greedily, with and without the clamp. “Image positions” are all of the prompt's image tokens: the base "
-            "image, the high-resolution tiles and their row newlines. The slider's default is 2× the feature's "
+            "image, the high-resolution tiles and their row newlines. The default is 2× the feature's "
             "largest activation in the index.</div>")
 
 
@@ -346,13 +439,13 @@ def _steering_explain(org) -> str:
                    for v in comp.get("sweep", {}).values())
     why = ""
     if norms:
-        why = (f" Why: at this site image-token residuals have norm ≈ {norms['image']:.0f} but the text positions "
+        why = (f" <b>Why the site matters:</b> at this site image-token residuals have norm ≈ {norms['image']:.0f} but the text positions "
                f"only ≈ {norms['bos']:.1f} (&lt;s&gt;) and {norms['prompt_word']:.1f} (prompt word); a clamp on the "
                f"image-feature scale swamps the text positions when applied everywhere, and the caption degenerates.")
     return ("<div class='wb-explain'>During the prompt pass the residual stream at the SAE hookpoint "
             f"<code>{html.escape(org.hookpoint)}</code> is replaced by the SAE reconstruction with the chosen "
-            "feature clamped to the slider's value (the paper clamps at every position). Measured on held-out "
-            f"scenes without the colour (success = a well-formed caption naming it):{why}</div>"
+            "feature clamped to the chosen value (the paper clamps at every position). The table below measures "
+            f"it on held-out scenes without the colour (success: a well-formed caption that names the colour).{why}</div>"
             "<details><summary class='wb-muted'>where the intervention must sit (measured)</summary>"
             "<table style='font-size:0.8rem'><tr><th>intervention</th><th>min over colours</th><th>per colour</th></tr>"
             f"{rows}{crow}</table></details>")
@@ -441,7 +534,10 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
         fail("The zoo organism's index comes with it; rebuild it with: python -m backend.sae.cli build")
     src = _collect_images(org, files, folder)
     for i in range(len(src)):  # every file must open before the model spends time on any
-        src.load(i)
+        try:
+            src.load(i)
+        except Exception as e:
+            fail(f"{src.name(i)} could not be read as an image ({type(e).__name__}); nothing was indexed.")
     org = _org(source, progress)
     flag = _stop_flag(request).start()
     progress(0, desc=f"indexing {len(src)} images")
@@ -530,8 +626,8 @@ def build(ctx) -> None:
                                  interactive=False,
                                  elem_id="features-table", max_height=420)
             with gr.Row():
-                feat = gr.Number(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
-                                 elem_id="features-id", minimum=0, maximum=n_features - 1)
+                feat = Num(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
+                           elem_id="features-id", minimum=0, maximum=n_features - 1)
                 open_btn = gr.Button("Open feature", variant="primary", elem_id="features-open")
             if org.is_hub:
                 ask_btn = gr.Button("Ask the model to name this feature", elem_id="features-ask")
@@ -558,15 +654,15 @@ def build(ctx) -> None:
     gr.Markdown("### Which features fire where")
     with gr.Row():
         with gr.Column(scale=1):
-            upload = gr.Image(label=("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.is_hub
+            upload = Picture(label=("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.is_hub
                                      else "your image (resized to the model's input)"), type="numpy", format="png",
                               height=220, elem_id="features-upload", sources=["upload", "clipboard"])
             gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link"
                         + (": “Link to this view” carries the held-out scene number instead." if n_held else ".")
                         + "</span>")
             # a preset without a scene set (hub) has no scene picker: the upload is the input
-            example = gr.Dropdown([str(i) for i in range(min(n_held, 40))], value="0" if n_held else None,
-                                  label="…or a held-out scene (used when no image is uploaded)",
+            example = gr.Dropdown([str(i) for i in range(n_held)], value="0" if n_held else None,
+                                  label=f"…or a held-out scene, 0–{max(n_held - 1, 0)} (used when no image is uploaded)",
                                   elem_id="features-example", allow_custom_value=True, visible=n_held > 0)
             analyse_btn = gr.Button("Analyse image", variant="primary", elem_id="features-analyse")
         with gr.Column(scale=3):
@@ -584,12 +680,14 @@ def build(ctx) -> None:
     gr.Markdown("### Steering: clamp a feature and watch the caption")
     gr.HTML(_steering_explain(org))
     defaults = FT.steering_defaults(org)
-    slider_max = float(round(4 * float(org.index.tensors["max_act"].max()))) if org.index is not None else 100.0
+    slider_max = clamp_limit(org)
     with gr.Row():
         with gr.Column(scale=2):
-            steer_feat = gr.Number(value=first_id, precision=0, label="feature to clamp", elem_id="features-steer-id")
-            steer_val = gr.Slider(0, slider_max, value=FT.default_clamp_value(org, first_id), step=0.1,
-                                  label="clamp value", elem_id="features-clamp")
+            steer_feat = Num(value=first_id, precision=0, label=f"feature to clamp (0–{n_features - 1})",
+                             elem_id="features-steer-id", minimum=0, maximum=n_features - 1)
+            # a number box, not a slider: a slider's box shows a typed 5000 while the slider sends its max
+            steer_val = Num(value=FT.default_clamp_value(org, first_id), minimum=0, maximum=slider_max,
+                            label=f"clamp value (0–{slider_max:g})", elem_id="features-clamp")
             positions = gr.Radio(POSITION_CHOICES, value=defaults["positions"], label="positions",
                                  elem_id="features-positions")
             with gr.Row():
@@ -608,9 +706,10 @@ def build(ctx) -> None:
 
     page_outputs = [header, gal_overlay, gal_dim, hist, concepts, json_file, png_file, page_data, feat,
                     steer_feat, steer_val]
-    open_btn.click(open_feature, [source, feat], page_outputs, api_name="feature_page")
-    query.submit(list_features, [source, query, sort], table, api_name="features_list")
-    sort.change(list_features, [source, query, sort], table, api_visibility="private")
+    # every event: a failure leaves the last good view as it was (no Error badges), message in the toast
+    keep_on_failure(open_btn.click(open_feature, [source, feat], page_outputs, api_name="feature_page"), page_outputs)
+    keep_on_failure(query.submit(list_features, [source, query, sort], table, api_name="features_list"), [table])
+    keep_on_failure(sort.change(list_features, [source, query, sort], table, api_visibility="private"), [table])
 
     def pick_row(source_, rows, evt: gr.SelectData):
         r = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -620,18 +719,23 @@ def build(ctx) -> None:
             fail("Pick a row of the feature list.")
         return open_feature(source_, fid)
 
-    table.select(pick_row, [source, table], page_outputs, api_visibility="private")
+    keep_on_failure(table.select(pick_row, [source, table], page_outputs, api_visibility="private"), page_outputs)
     if org.is_hub:
-        build_btn.click(build_index, [source, build_files, build_folder], [build_status, table, feat, summary],
-                        **model_event(api_name="build_index")).then(
-            open_feature, [source, feat], page_outputs, api_visibility="private")
+        built = build_btn.click(build_index, [source, build_files, build_folder], [build_status, table, feat, summary],
+                                **model_event(api_name="build_index"))
+        keep_on_failure(built, [build_status, table, feat, summary])
+        keep_on_failure(built.success(open_feature, [source, feat], page_outputs, api_visibility="private"),
+                        page_outputs)
         cancel_btn.click(cancel_index, None, build_status, api_name="cancel_index")
-        ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model")).then(
-            list_features, [source, query, sort], table, api_visibility="private")  # the new label in the list
-    analyse_btn.click(analyse, [source, upload, example], [shown, cap, fire_gallery, firing, fire_bar],
-                      **model_event(api_name="analyse_image"))
-    steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err, suppress],
-                    [steer_img, steer_md, steer_json], **model_event(api_name="steer"))
+        asked = ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model"))
+        keep_on_failure(asked, page_outputs)
+        asked.success(list_features, [source, query, sort], table, api_visibility="private")  # the new label
+    analysis_out = [shown, cap, fire_gallery, firing, fire_bar]
+    keep_on_failure(analyse_btn.click(analyse, [source, upload, example], analysis_out,
+                                      **model_event(api_name="analyse_image")), analysis_out)
+    steer_out = [steer_img, steer_md, steer_json]
+    keep_on_failure(steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err,
+                                            suppress], steer_out, **model_event(api_name="steer")), steer_out)
 
     def from_url(source_, request: gr.Request):
         params = request.query_params if request else {}

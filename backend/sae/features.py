@@ -287,6 +287,7 @@ def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = 
     org = hub_shell(model_id, sae_id, hookpoint, model_class=model_class)
     if weights:
         attach(org, load_hub_parts(org))
+        org.parts_key = ""  # its own weights, not the model store's: need_model leaves them be
     return org
 
 
@@ -630,8 +631,23 @@ def model_image(org: Organism, image: np.ndarray) -> np.ndarray:
     if image.shape[:2] != (size, size):
         from PIL import Image
 
-        image = np.asarray(Image.fromarray(image).convert("RGB").resize((size, size), Image.BILINEAR))
+        image = np.asarray(Image.fromarray(pad_square(image)).convert("RGB").resize((size, size), Image.BILINEAR))
     return image
+
+
+def pad_square(image: np.ndarray) -> np.ndarray:
+    """A non-square picture centred on a square of its border's median colour: the square model
+    input then keeps the objects' shapes (a 2000×50 strip is not squashed into a smear)."""
+    h, w = image.shape[:2]
+    if h == w:
+        return image
+    border = np.concatenate([image[0], image[-1], image[:, 0], image[:, -1]])
+    side = max(h, w)
+    out = np.empty((side, side, 3), np.uint8)
+    out[:] = np.median(border, axis=0).astype(np.uint8)
+    y, x = (side - h) // 2, (side - w) // 2
+    out[y:y + h, x:x + w] = image
+    return out
 
 
 def positions_text(org: Organism, layout: vlm.ImageLayout | None = None) -> str:

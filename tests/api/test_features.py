@@ -123,3 +123,53 @@ def test_tab_header_reports_the_calibrated_steering_per_colour(org):
     for colour, r in org.summary["steering"]["calibrated"]["per_colour"].items():
         assert f"{colour} **{r['success']:.0%}**" in md
     assert "<table" in _steering_explain(org)
+
+
+def test_bad_numbers_are_refused_by_name_and_range_computing_nothing(client, org, monkeypatch, tmp_path):
+    """One rule for every number: 'nan', 'inf' or out of range → the field, its valid range, and no
+    computation (a clamp of 5000 is not run at the largest value offered)."""
+    from gradio_client.exceptions import AppError
+
+    from backend.sae import features as FT
+    from components.features import clamp_limit
+
+    calls = []
+    monkeypatch.setattr(FT, "steer_caption", lambda *a, **k: calls.append(a) or {})
+    n = org.n_features
+    # JSON has no NaN or infinity: they arrive as the text a user typed
+    for bad in ("nan", "inf", -1, n):
+        with pytest.raises(AppError, match=rf"feature id must be (a finite number, )?between 0 and {n - 1}"):
+            client.predict(bad, api_name="/feature_page")
+    top = clamp_limit(org)
+    for bad in (5000.0, -1.0, "nan", "-inf"):
+        with pytest.raises(AppError, match=rf"clamp value must be (a finite number, )?between 0 and {top:g}"):
+            _steer(client, "0", 0, bad)
+    with pytest.raises(AppError, match=rf"feature to clamp must be between 0 and {n - 1}"):
+        _steer(client, "0", n + 3, 1.0)
+    for scene in ("-1", str(len(org.heldout_specs)), "x"):  # the dropdown's range is the message's range
+        with pytest.raises(AppError, match=rf"held-out scene between 0 and {len(org.heldout_specs) - 1}"):
+            _steer(client, scene, 0, 1.0)
+    assert calls == []
+
+
+def test_corrupt_and_odd_uploads(client, tmp_path):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+    from PIL import Image
+
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not really a picture" * 10)
+    for api, args in (("/analyse_image", (handle_file(str(bad)), None)),
+                      ("/steer", (handle_file(str(bad)), None, 0, 1.0, "prompt", False, False))):
+        with pytest.raises(AppError, match="could not be read as an image"):
+            client.predict(*args, api_name=api)
+    # a 2000×50 strip is padded to a square (its shapes kept) and the answer says how it was resized
+    strip = np.full((50, 2000, 3), 230, np.uint8)
+    strip[10:40, 900:1100] = (200, 30, 30)
+    Image.fromarray(strip).save(tmp_path / "strip.png")
+    image, caption, *_ = client.predict(handle_file(str(tmp_path / "strip.png")), None, api_name="/analyse_image")
+    assert "2000×50 px picture was padded to a square" in caption and "resized to" in caption
+    seen = np.asarray(Image.open(image["path"] if isinstance(image, dict) else image).convert("RGB"))
+    assert seen.shape[0] == seen.shape[1]
+    row = seen[seen.shape[0] // 2]
+    assert (row[:, 0] > row[:, 1] + 60).sum() > 0  # the red block is still there, not smeared away

@@ -126,3 +126,55 @@ def test_features_tab_in_hub_mode(tmp_path):
         assert errors == [], errors
         page.locator("#features-header").scroll_into_view_if_needed()
         shot(page, "features-hub")
+
+
+# a status tracker that is showing (not `.hide`) over a result block: Gradio's 'Error' badge
+VISIBLE_TRACKERS = """(sel) => [...document.querySelectorAll(sel + ' .wrap')]
+    .filter(w => !w.classList.contains('hide') && getComputedStyle(w).display !== 'none')
+    .map(w => w.innerText.trim())"""
+PAGE_OUTPUTS = ["#features-header", "#features-overlay", "#features-dimmed", "#features-hist"]
+
+
+def _refused(page, text: str, outputs: list[str]):
+    """The toast says `text`; the outputs carry no 'Error' badge."""
+    import contextlib
+
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
+    expect(page.locator(".toast-body.error").last).to_contain_text(text, timeout=30_000)
+    with contextlib.suppress(PlaywrightTimeout):  # the asserts below say which badge stayed
+        page.wait_for_function(f"(sels) => sels.every(s => ({VISIBLE_TRACKERS})(s).length === 0)",
+                               arg=outputs, timeout=10_000)
+    for sel in outputs:
+        assert page.evaluate(VISIBLE_TRACKERS, sel) == [], sel
+    for close in page.locator(".toast-close").all():  # the next refusal is read on its own
+        close.click()
+
+
+def test_refused_input_keeps_the_last_view_clean(page, server_url):
+    from tests.e2e.conftest import open_tab, settle
+
+    open_tab(page, server_url, "features")
+    header = page.locator("#features-header")
+    page.locator("#features-id input").fill("5")
+    page.locator("#features-open").click()
+    header.get_by_text("Feature 5").wait_for()
+    settle(page)
+    page.locator("#features-id input").fill("99999")
+    page.locator("#features-open").click()
+    _refused(page, "feature id must be between 0 and", PAGE_OUTPUTS)
+    assert "Feature 5" in header.inner_text() and page.locator("#features-overlay img").count() >= 5
+
+    page.locator("#features-steer").click()  # a good steering result first, then a clamp out of range
+    page.locator("#features-steer-out").get_by_text("positions:").wait_for()
+    good = page.locator("#features-steer-out").inner_text()
+    page.locator("#features-clamp input").fill("5000")
+    page.locator("#features-steer").click()
+    _refused(page, "clamp value must be between 0 and", ["#features-steer-out", "#features-steer-img"])
+    assert page.locator("#features-steer-out").inner_text() == good
+    page.locator("#features-clamp input").fill("1")
+    page.locator("#features-example input").fill("-1")
+    page.locator("#features-example input").press("Enter")
+    page.locator("#features-analyse").click()
+    _refused(page, "held-out scene between 0 and", ["#features-shown", "#features-firing"])
