@@ -419,7 +419,7 @@ def make_checks(source: str):
     every output of a failed step with an "Error" badge). The computing steps check again, for the API."""
     def prompt_ok(prompt):
         try:
-            service.clean_prompt(prompt)
+            ndata.clean_prompt(prompt)  # a pure check (no model): runs before the request queues
         except ValueError as e:
             fail(str(e))
 
@@ -436,7 +436,7 @@ def make_checks(source: str):
     def batch_ok(text, upload):
         prompts = _prompt_list(text, upload)
         try:
-            [service.clean_prompt(p) for p in prompts]
+            [ndata.clean_prompt(p) for p in prompts]
         except ValueError as e:
             fail(f"{e} (in the list)")
         if not prompts:

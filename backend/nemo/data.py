@@ -112,3 +112,14 @@ def read_stats_prompts(path: str | Path) -> list[str]:
     from backend.core.precompute import read_texts
 
     return read_texts(path)
+
+
+def clean_prompt(prompt: str | None) -> str:
+    if prompt is not None and not isinstance(prompt, str):
+        raise ValueError("The prompt must be text.")
+    p = (prompt or "").strip()
+    if not p:
+        raise ValueError("Type a prompt first (or pick an example).")
+    if len(p) > 300:
+        raise ValueError("The prompt is too long (300 characters at most).")
+    return p

@@ -25,6 +25,7 @@ from backend.core.presets import Preset, active
 from backend.core.zerogpu import capped, gpu
 
 from . import core, data
+from .data import clean_prompt  # noqa: F401  (part of the service's API)
 from . import stats as nstats
 from .images import as_reference, resize_to  # noqa: F401  (as_reference: part of the service's API)
 from .metrics import diversity, ssim_images
@@ -271,17 +272,6 @@ def _cached_unet_config(preset: Preset) -> dict:
 def get(source: str | None = None) -> MemoModel:
     preset = active(TAB, source)
     return store.get_or_load(preset.model_id, lambda: _load(preset))
-
-
-def clean_prompt(prompt: str | None) -> str:
-    if prompt is not None and not isinstance(prompt, str):
-        raise ValueError("The prompt must be text.")
-    p = (prompt or "").strip()
-    if not p:
-        raise ValueError("Type a prompt first (or pick an example).")
-    if len(p) > 300:
-        raise ValueError("The prompt is too long (300 characters at most).")
-    return p
 
 
 # ----------------------------------------------------------------------------- neuron specs as text
