@@ -62,11 +62,17 @@ def _ink(v: float) -> str:
     return "#ffffff" if abs(float(v)) > 0.6 else "#111827"
 
 
-def _scale(res: dict, normalise: bool) -> tuple[dict, float]:
+def max_abs(res: dict) -> float:
+    return max(max(float(np.abs(np.asarray(v, float)).max()) for v in res["relevance"].values()), 1e-12)
+
+
+def _scale(res: dict, normalise: bool, vmax: float | None = None) -> tuple[dict, float]:
+    """Relevance in [-1, 1] for colouring: per method, or over one scale (`vmax`, by default this
+    result's largest |R|; a pinned comparison passes the larger of both results')."""
     rel = {k: np.asarray(v, float) for k, v in res["relevance"].items()}
     if normalise:
         return {k: v / max(np.abs(v).max(), 1e-12) for k, v in rel.items()}, 1.0
-    vmax = max(max(np.abs(v).max() for v in rel.values()), 1e-12)
+    vmax = vmax or max_abs(res)
     return {k: v / vmax for k, v in rel.items()}, vmax
 
 
@@ -90,10 +96,11 @@ def token_html(tok: str) -> str:
     return f"<span class='wb-space' style='opacity:0.45'>{SPACE_MARK * lead}</span>{rest}"
 
 
-def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | None = None) -> str:
+def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | None = None,
+                 vmax: float | None = None) -> str:
     """One row of tokens per method; `mark[method]` underlines that method's own chosen positions
     (the long-range section marks each method's top-10)."""
-    scaled, vmax = _scale(res, normalise)
+    scaled, vmax = _scale(res, normalise, vmax)
     unknown = set(res.get("unknown_words") or [])
     rows = []
     for meth in res["methods"]:
@@ -356,7 +363,7 @@ def _is_zoo_sentiment_preset(p) -> bool:
     return p.source == "zoo" and p.path_or_id == "mamba-sentiment"
 
 
-def keep_on_failure(event, outputs: list) -> None:
+def keep_on_failure(event, outputs: list):
     """When `event` fails, leave its outputs as they were and clean.
 
     Gradio marks every output of a failed event with an 'Error' badge over the last good result
@@ -365,6 +372,23 @@ def keep_on_failure(event, outputs: list) -> None:
     stays as it was and the message lives in the toast only."""
     event.failure(lambda: tuple(gr.skip() for _ in outputs), None, outputs, show_progress="hidden",
                   queue=False, api_name=False)
+    return event
+
+
+def describe(text, methods, rules, target, model) -> dict:
+    """What a pin keeps: the inputs of an explanation (recomputed from the cache), never tensors."""
+    return {"text": text, "methods": list(methods or []), "rules": list(rules or []), "target": target or "",
+            "model": model}
+
+
+def pinned_html(pin: dict, res: dict, normalise: bool, vmax: float | None) -> str:
+    dropped = [RULE_LABELS[r].split(":")[0] for r in RULES if r not in pin["rules"]]
+    rules = "all MambaLRP rules" if not dropped else "without " + ", ".join(dropped)
+    head = (f"<div class='wb-pinned-head'><b>Pinned</b> · {html.escape(str(pin['model']).split('/')[-1])} · "
+            f"{rules} · target {html.escape(visible(res['target']))} (logit {res['logit']:.3f}) · "
+            f"“{html.escape(pin['text'][:80])}”</div>")
+    return f"<div class='wb-pinned' style='border-top:2px dashed #9ca3af;margin-top:6px;padding-top:4px'>{head}" \
+           f"{heatmap_html(res, normalise, vmax=vmax)}</div>"
 
 
 def refuse_unreadable(image: gr.Image) -> gr.Image:
@@ -509,6 +533,13 @@ def build(ctx) -> None:
             explain = gr.Button("Explain", variant="primary", elem_id="rel-explain")
     heat = gr.HTML(elem_id="rel-heatmap", elem_classes=["wb-keyfig"])
     with gr.Row():
+        pin_btn = gr.Button("Pin this result", size="sm", elem_id="rel-pin", scale=0, min_width=160)
+        unpin_btn = gr.Button("Clear pin", size="sm", elem_id="rel-unpin", scale=0, min_width=120)
+        gr.Markdown("<span class='wb-muted'>A pinned explanation stays below the current one, on the same "
+                    "colour scale: change the rules, the target or the model and compare.</span>")
+    pinned = gr.HTML(elem_id="rel-pinned")
+    last, pin = gr.State(None), gr.State(None)
+    with gr.Row():
         with gr.Column(scale=3):
             bars = gr.Plot(label="Relevance by position", elem_id="rel-bars")
         with gr.Column(scale=2):
@@ -528,8 +559,31 @@ def build(ctx) -> None:
         return heatmap_html(res, norm), position_plot(res, norm), conservation_md(res), jpath, ppath, res
 
     text_out = [heat, bars, cons, jfile, pfile, summary]
-    keep_on_failure(explain.click(run_text, [text, methods, rules, target, normalise, model], text_out,
-                                  **model_event(api_name="explain_text")), text_out)
+    text_in = [text, methods, rules, target, model]
+    ran = keep_on_failure(explain.click(run_text, [text, methods, rules, target, normalise, model], text_out,
+                                        **model_event(api_name="explain_text")), text_out)
+
+    def pair(p, res, norm):
+        """The current heatmap and the pinned one, on one scale when not normalised per method."""
+        if not p or not res:
+            return gr.skip(), ""
+        m = _guard(svc.load_text, source, p["model"])
+        pres = _guard(svc.explain_text, m, p["text"], p["methods"], p["rules"], p["target"] or None)
+        vmax = max(max_abs(res), max_abs(pres))
+        return heatmap_html(res, norm, vmax=vmax), pinned_html(p, pres, norm, vmax)
+
+    def do_pin(last_inputs, res, norm):
+        if not last_inputs or not res:
+            fail("Explain a text first, then pin it.")
+        return (last_inputs, *pair(last_inputs, res, norm))
+
+    ran.success(describe, text_in, [last], queue=False, api_name=False).then(
+        pair, [pin, summary, normalise], [heat, pinned], show_progress="hidden",
+        **model_event(api_name=False))
+    keep_on_failure(pin_btn.click(do_pin, [last, summary, normalise], [pin, heat, pinned],
+                                  **model_event(api_name=False)), [pin, heat, pinned])
+    unpin_btn.click(lambda res, norm: (None, heatmap_html(res, norm) if res else gr.skip(), ""),
+                    [summary, normalise], [pin, heat, pinned], queue=False, api_name=False)
 
     # ---------------------------------------------------------------- held-out evaluation
     with gr.Accordion("Held-out evaluation: faithfulness (ΔA^F) and conservation", open=False,

@@ -117,6 +117,28 @@ def test_failed_request_keeps_the_last_view_clean(page, server_url):
     expect(page.locator("#rel-bars .js-plotly-plot")).to_be_visible()
     shot(page, "relevance-error-kept")
 
+    # compare: pin this explanation, change the rule set and the scale, explain again
+    page.locator("#rel-target textarea, #rel-target input").first.fill("")
+    page.click("#rel-pin")
+    pinned = page.locator("#rel-pinned")
+    expect(pinned).to_contain_text("Pinned", timeout=LONG)
+    expect(pinned).to_contain_text("all MambaLRP rules")
+    expect(pinned).to_contain_text("charming")
+    page.locator("#rel-rules").get_by_text("Gate: half rule").click()
+    page.locator("#rel-normalise").get_by_text("Normalise per method").click()
+    page.locator("#rel-text textarea").fill("a really charming film with a lovely ending")
+    page.click("#rel-explain")
+    expect(page.locator("#rel-heatmap")).to_contain_text("lovely", timeout=LONG)
+    expect(pinned).to_contain_text("all MambaLRP rules", timeout=LONG)
+    settle(page, LONG)
+    bar = "(sel) => document.querySelector(sel + ' .wb-relevance-heatmap > div').innerText"
+    cur, old = page.evaluate(bar, "#rel-heatmap"), page.evaluate(bar, "#rel-pinned")
+    assert "one scale" in cur and cur == old  # the same colour scale for both
+    shot(page, "relevance-pinned")
+    page.click("#rel-unpin")
+    expect(pinned).not_to_contain_text("Pinned", timeout=LONG)
+    page.locator("#rel-normalise").get_by_text("Normalise per method").click()
+
     # presenter view: one plain line, the token heatmap large, the expert controls hidden
     normal = page.evaluate("parseFloat(getComputedStyle(document.querySelector('#rel-heatmap .wb-token')).fontSize)")
     page.locator("#wb-presenter-toggle").get_by_text("Presenter").first.click()
