@@ -102,7 +102,9 @@ body.wb-presenter .wb-tour-figure .js-plotly-plot {min-height: 0 !important;}
 
 # Dark mode for figures. Plotly figures carry the shared template (backend.core.colors.themed:
 # transparent backgrounds, mid-grey grid), so only their text needs the page's colour: titles, axes,
-# legends, colour bars, annotations and point labels (hover labels keep plotly's own contrast).
+# legends, colour bars, annotations and point labels (hover labels keep plotly's own contrast);
+# an annotation in the positive red (colors.POSITIVE, e.g. the tour's steered captions) stays red, lighter
+# (matched without a comma: Gradio splits selectors at commas when it scopes the CSS).
 # Matplotlib PNGs keep their white card so their dark text stays readable.
 CSS += """
 .dark .js-plotly-plot .main-svg .infolayer text, .dark .js-plotly-plot .main-svg .xaxislayer-above text,
@@ -110,6 +112,7 @@ CSS += """
 .dark .js-plotly-plot .main-svg .annotation-text, .dark .js-plotly-plot .main-svg .g-gtitle text {
   fill: #e5e7eb !important;}
 .dark .js-plotly-plot .main-svg .legend .bg {fill: transparent !important;}
+.dark .js-plotly-plot .main-svg .annotation-text[style*="fill: rgb(178"] {fill: #f87171 !important;}
 .dark .js-plotly-plot .modebar-btn path {fill: #9ca3af !important;}
 .dark [data-testid="image"] img, .dark .gallery-item img, .dark .thumbnail-item img {background: #ffffff;}
 .wb-token {color: #111827;}

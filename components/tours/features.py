@@ -75,7 +75,7 @@ def scene():
             seen.add(_label(org, r["feature"]))
         if len(shown) == 3:
             break
-    titles = ["held-out scene"] + [f"feature {r['feature']} (“{html.escape(_label(org, r['feature']))}”)"
+    titles = ["held-out scene"] + [f"feature {r['feature']}<br>“{html.escape(_label(org, r['feature']))}”"
                                    for r in shown]
     fig = P.figure(1, 1 + len(shown), subplot_titles=titles, horizontal_spacing=0.03)
     fig.add_trace(P.image(img, "scene"), 1, 1)
@@ -84,8 +84,8 @@ def scene():
         m = upsample(torch.as_tensor(out["maps"][r["feature"]]), img.shape[0])[0].numpy()
         fig.add_trace(P.heatmap(m, f"feature {r['feature']}"), 1, c)
     P.bare_axes(fig, 1, 1 + len(shown))
-    P.finish(fig, f"The model's caption: “{html.escape(out['caption'])}”", height=340,
-             coloraxis=P.activation_axis(vmax))
+    P.finish(fig, f"The model's caption: “{html.escape(out['caption'])}”", height=360,
+             coloraxis=P.activation_axis(vmax), margin=dict(t=96))  # room for two-line cell titles
     truth = S.caption(org.heldout_specs[i])
     right = "word for word right" if out["caption"] == truth else f"the truth is “{truth}”"
     names = ", ".join(f"“{html.escape(_label(org, r['feature']))}”" for r in shown)
