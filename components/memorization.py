@@ -200,10 +200,11 @@ def _data_uri(img: np.ndarray, limit: int = 256) -> str:
 
 
 def _figure(img: np.ndarray, tip: str, cap: str, attrs: str = "", style: str = "") -> str:
+    """One image of the grid; `cap` is HTML (already escaped), `tip` plain text for the hover."""
     pix = "image-rendering:pixelated;" if max(img.shape[:2]) <= SMALL_PX else ""
     t = html.escape(tip, quote=True)
     return (f"<figure style='margin:0;min-width:0;{style}' {attrs}><img src='{_data_uri(img)}' title='{t}' alt='{t}' "
-            f"style='{_IMG}{pix}'><figcaption style='{_CAP}'>{html.escape(cap)}</figcaption></figure>")
+            f"style='{_IMG}{pix}'><figcaption style='{_CAP}'>{cap}</figcaption></figure>")
 
 
 def grid_html(c: dict, grid_id: str = "memo-grid") -> str:
@@ -216,7 +217,7 @@ def grid_html(c: dict, grid_id: str = "memo-grid") -> str:
     width = CELL_PX * (n + (2 if ref is not None else 0)) + 90
     cells = []
     if ref is not None:
-        cells.append(_figure(ref, kind, kind, "class='memo-ref'", "grid-row:1 / span 3;align-self:center"))
+        cells.append(_figure(ref, kind, html.escape(kind), "class='memo-ref'", "grid-row:1 / span 3;align-self:center"))
     head = "font-size:0.85rem;font-weight:600;text-align:center;align-self:end"
     cells.append("<div></div>")
     cells += [f"<div class='memo-colhead' style='{head}'>seed {s}</div>" for s in c["seeds"]]
@@ -231,7 +232,10 @@ def grid_html(c: dict, grid_id: str = "memo-grid") -> str:
         ss = c[f"ssim_{tag}"]
         for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
             tip = f"seed {seed}, {label}" + (f": SSIM to the {kind} {ss[i]:.4f}" if ss is not None else "")
-            cells.append(_figure(im, tip, f"SSIM {ss[i]:.2f}" if ss is not None else "",
+            # presenter view says "similarity" where the expert view says SSIM
+            cap = (f"<span class='wb-advanced'>SSIM</span><span class='wb-presenter-only'>similarity</span> "
+                   f"{ss[i]:.2f}" if ss is not None else "")
+            cells.append(_figure(im, tip, cap,
                                  f"class='memo-cell' data-row='{tag}' data-seed='{seed}'"))
     return (f"<div class='memo-grid wb-keyfig' id='{grid_id}' style='display:grid;grid-template-columns:{cols};"
             f"gap:6px 8px;max-width:{width}px;align-items:start'>{''.join(cells)}</div>")

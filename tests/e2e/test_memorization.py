@@ -104,9 +104,12 @@ def test_memorization_controls_and_screenshot(page, server_url, tmp_path):
     expect(page.locator("#memo-neurons")).to_be_hidden()
     expect(page.locator("#memo-free")).to_be_hidden()
     expect(page.locator("#memo-presenter-caption")).to_be_visible()
+    expect(page.locator("#memo-grid figcaption .wb-presenter-only").first).to_have_text("similarity")
+    expect(page.locator("#memo-grid figcaption .wb-advanced").first).to_be_hidden()
     assert page.locator("#memo-grid").bounding_box()["width"] > 1.2 * width
     shot(page, "memorization-presenter")
     page.locator("#wb-presenter-toggle input[type=checkbox]").uncheck()
+    expect(page.locator("#memo-grid figcaption .wb-presenter-only").first).to_be_hidden()
 
     page.locator("#memo-table-n input[type=number]").fill("1")  # reuses the localisation above
     page.locator("#memo-table-n input[type=number]").press("Enter")
