@@ -112,6 +112,7 @@ CSS += """
 .dark .js-plotly-plot .main-svg .annotation-text, .dark .js-plotly-plot .main-svg .g-gtitle text {
   fill: #e5e7eb !important;}
 .dark .js-plotly-plot .main-svg .legend .bg {fill: transparent !important;}
+.dark .js-plotly-plot .main-svg .bartext-outside {fill: #e5e7eb !important;}
 .dark .js-plotly-plot .main-svg .annotation-text[style*="fill: rgb(178"] {fill: #f87171 !important;}
 .dark .js-plotly-plot .modebar-btn path {fill: #9ca3af !important;}
 .dark [data-testid="image"] img, .dark .gallery-item img, .dark .thumbnail-item img {background: #ffffff;}

@@ -102,16 +102,20 @@ def neurons():
     layers = chk["layers"]
     total = sum(len(chk["z"][ly]) for ly in layers)
     fig = go.Figure()
-    x0, ticks = 0, []
+    x0, ticks, named = 0, [], set()
     for li, ly in enumerate(layers):
         z = np.asarray(chk["z"][ly], dtype=float)
         xs = x0 + np.arange(len(z))
         on = np.array([c in found.get(ly, set()) for c in range(len(z))])
         for mask, col, name, op in ((~on, colors.NEUTRAL, "other neurons", 0.55),
                                     (on, colors.POSITIVE, f"found by NeMo ({loc['n_neurons']})", 1.0)):
-            fig.add_trace(go.Bar(x=xs[mask], y=z[mask], width=1.0, marker_color=col, opacity=op, name=name,
-                                 legendgroup=name, showlegend=li == 0, customdata=np.nonzero(mask)[0],
+            # one legend entry per kind, from the first layer that has such neurons
+            fig.add_trace(go.Bar(x=xs[mask], y=z[mask], width=1.0, marker=dict(color=col, line_width=0),
+                                 opacity=op, name=name,
+                                 legendgroup=name, showlegend=bool(mask.any()) and name not in named,
+                                 customdata=np.nonzero(mask)[0],
                                  hovertemplate=f"{ly}, neuron " + "%{customdata}<br>z %{y:.3f}<extra></extra>"))
+            named |= {name} if mask.any() else set()
         ticks.append((x0 + len(z) / 2, f"{ly}<br>{len(found.get(ly, ()))} of {len(z)} found"))
         x0 += len(z) + 4
         if li < len(layers) - 1:
