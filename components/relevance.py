@@ -695,7 +695,8 @@ def build(ctx) -> None:
         gr.Markdown("Which pixels made the classifier name the shape: red pushed towards its answer.",
                     elem_classes=["wb-presenter-only"])
         gr.Markdown("A patch embedding feeds `MambaModel(inputs_embeds=…)`; the class is the shape of "
-                    "the one bright 4×4 object (ring / cross / stripes) on one patch, among noise and distractor strokes on other patches. "
+                    "the one bright 4×4 object (ring / cross / stripes) on one patch, or none when there is no "
+                    "object, among noise and distractor strokes on other patches. "
                     "For held-out examples the green box is the ground-truth patch, and each title gives "
                     "the share of positive relevance inside it.", elem_classes=["wb-advanced"])
         with gr.Row():

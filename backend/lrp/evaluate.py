@@ -103,8 +103,11 @@ def longrange_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
 
 def region_eval(model, images: np.ndarray, labels: np.ndarray, masks: np.ndarray, methods, *,
                 neutral_value: float = 0.125, faithfulness: bool = True, batch: int = 50) -> dict:
-    """Per method: share of positive relevance inside the object box; ΔA^F over patches."""
+    """Per method: share of positive relevance inside the object box (over the images that have
+    one, and per label); ΔA^F over patches."""
     x = torch.as_tensor(images, dtype=torch.float32)[:, None]
+    masks, labels = np.asarray(masks, bool), np.asarray(labels)
+    has = masks.reshape(len(masks), -1).any(1)
     with torch.no_grad():
         pred = model(x).argmax(-1).cpu()
     out = {}
@@ -113,8 +116,10 @@ def region_eval(model, images: np.ndarray, labels: np.ndarray, masks: np.ndarray
                           for i in range(0, len(x), batch)]).numpy()
         pos = np.clip(rels, 0, None)
         share = (pos * masks).sum((1, 2)) / np.clip(pos.sum((1, 2)), 1e-12, None)
-        r = {"positive_share_in_region": float(share.mean()),
-             "region_area_share": float(masks.mean())}
+        r = {"positive_share_in_region": float(share[has].mean()) if has.any() else float("nan"),
+             "region_area_share": float(masks[has].mean()) if has.any() else 0.0,
+             "share_by_label": {int(c): float(share[has & (labels == c)].mean())
+                                for c in np.unique(labels[has])}}
         if faithfulness:
             curves = [fa.image_curves(model, x[i], rels[i], target=int(pred[i]), neutral_value=neutral_value)
                       for i in range(len(x))]

@@ -385,7 +385,7 @@ def explain_image(m: Loaded, image, methods, rules=RULES) -> dict:
         idx = match_example(m, img) if m.heldout is not None else None
         share = None
         mask = None
-        if idx is not None:
+        if idx is not None and np.asarray(m.heldout["masks"][idx]).any():  # "none" images have no box
             mask = np.asarray(m.heldout["masks"][idx], bool)
             share = {k: float(np.clip(v, 0, None)[mask].sum() / max(np.clip(v, 0, None).sum(), 1e-12))
                      for k, v in maps.items()}

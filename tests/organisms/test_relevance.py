@@ -89,17 +89,31 @@ def test_long_range_relevance_sits_on_the_far_key():
 def test_image_relevance_concentrates_in_the_object_patch():
     m = models.load(models.IMAGE_ZOO)
     h = m.heldout
+    labels = np.asarray(h["labels"][:100])
     x = torch.tensor(np.asarray(h["images"][:100], np.float32))[:, None]
+    masks = np.asarray(h["masks"][:100], bool)
     with torch.no_grad():
-        acc = float((m.model(x).argmax(-1) == torch.tensor(h["labels"][:100])).float().mean())
+        pred = m.model(x).argmax(-1)
+        blanked = x.clone()
+        blanked[torch.tensor(masks)[:, None]] = m.task["neutral_value"]
+        pred_blanked = m.model(blanked).argmax(-1)
+    acc = float((pred == torch.tensor(labels)).float().mean())
     assert acc >= 0.95
-    res = evaluate.region_eval(m.model, h["images"][:100], h["labels"][:100], h["masks"][:100],
+    # the classifier uses the object: with its patch blanked no shape is recognised any more (a
+    # shape that stayed recognised would be a default class that no method could localise)
+    none = m.task["labels"].index("none")
+    has = masks.reshape(len(masks), -1).any(1)
+    assert (pred_blanked[torch.tensor(has)] == none).float().mean() >= 0.95
+    res = evaluate.region_eval(m.model, h["images"][:100], labels, masks,
                                ["mambalrp", "gi", "random"], faithfulness=False)
     share = {k: v["positive_share_in_region"] for k, v in res.items()}
     area = res["mambalrp"]["region_area_share"]
-    # measured on 100 held-out images: MambaLRP 0.54, GI 0.36, random 0.06 (the patch is 1/16 of the image)
+    # measured on the 76 of 100 held-out images with an object: MambaLRP 0.74 (ring 0.72, cross
+    # 0.76, stripes 0.74), GI 0.39, random 0.06 (the patch is 1/16 of the image)
     assert share["mambalrp"] >= 5 * area, share
     assert share["mambalrp"] > share["gi"] > share["random"], share
+    by_shape = res["mambalrp"]["share_by_label"]
+    assert len(by_shape) == 3 and min(by_shape.values()) >= 5 * area, by_shape
 
 
 @pytest.mark.parametrize("name", ["mamba-sentiment", "vim-regions"])

@@ -243,6 +243,9 @@ IMG = 16
 PATCH = 4
 OBJ = 4
 SHAPES = ["ring", "cross", "stripes"]
+# A class with no object: without it one shape is the default answer ("neither cross nor stripes")
+# and the classifier never looks at it — the ring was that default, unchanged with its patch blanked.
+LABELS = SHAPES + ["none"]
 
 
 def _shape(kind: str) -> np.ndarray:
@@ -260,9 +263,10 @@ def _shape(kind: str) -> np.ndarray:
 def region_image(rng: np.random.Generator):
     """(image [16, 16] float32, label, mask [16, 16] bool). One 4×4 object on one patch of the 4×4
     patch grid, plus 3–6 distractor strokes (2 pixels, as bright as the object) on other patches,
-    over background noise. The mask is the object's patch."""
+    over background noise. The mask is the object's patch. Label "none": strokes and noise only, the
+    mask empty."""
     img = rng.uniform(0.0, 0.25, (IMG, IMG)).astype(np.float32)
-    label = int(rng.integers(len(SHAPES)))
+    label = int(rng.integers(len(LABELS)))
     g = IMG // PATCH
     cell = int(rng.integers(g * g))
     y, x = (cell // g) * PATCH, (cell % g) * PATCH
@@ -277,6 +281,8 @@ def region_image(rng: np.random.Generator):
                 for a, b in cells:
                     img[a, b] = 1.0
                 break
+    if LABELS[label] == "none":
+        return img, label, np.zeros_like(mask)
     obj = _shape(SHAPES[label])
     img[y:y + OBJ, x:x + OBJ] = np.where(obj > 0, 1.0, img[y:y + OBJ, x:x + OBJ])
     return img, label, mask
@@ -291,8 +297,8 @@ def train_regions(out_dir: Path, *, seed: int, steps: int | None) -> dict:
 
     steps = steps or 300
     torch.manual_seed(seed)
-    cfg = {"image_size": IMG, "patch_size": PATCH, "channels": 1, "num_labels": len(SHAPES),
-           "labels": SHAPES,
+    cfg = {"image_size": IMG, "patch_size": PATCH, "channels": 1, "num_labels": len(LABELS),
+           "labels": LABELS,
            "mamba": {"vocab_size": 2, "hidden_size": 32, "state_size": 8, "num_hidden_layers": 2,
                      "intermediate_size": 64, "conv_kernel": 4, "time_step_rank": 2,
                      "use_conv_bias": False, "use_bias": False}}
@@ -327,8 +333,9 @@ def train_regions(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     np.savez_compressed(out_dir / "heldout.npz", images=np.stack(ims).astype(np.float16),
                         labels=np.array(labs, np.int64), masks=np.stack(masks))
     (out_dir / "task.json").write_text(json.dumps({
-        "labels": SHAPES, "image_size": IMG, "patch_size": PATCH, "object_size": OBJ,
+        "labels": LABELS, "image_size": IMG, "patch_size": PATCH, "object_size": OBJ,
         "neutral_value": 0.125,
-        "format": "grayscale 16x16 in [0,1]; class = shape of the one bright 4x4 object on one patch; mask = that patch"},
+        "format": "grayscale 16x16 in [0,1]; class = shape of the one bright 4x4 object on one patch, or none; "
+                  "mask = that patch (empty for none)"},
         indent=1))
     return {"steps": steps, "metrics": {"heldout_accuracy": acc, "final_loss": float(np.mean(losses[-50:]))}}
