@@ -42,6 +42,8 @@ TEXT_POS = {"mathneuro": "top center", "wanda": "top right", "random": "bottom c
 SCALE_FACTORS = [0.0, 0.5, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0]
 CONSISTENCY_SIZES = (1, 4, 16, 64)
 
+PRESENTER_CAPTION = ("<div class='wb-explain'>Switch off the few weights that matter only for math: "
+                     "arithmetic breaks, everything else still works.</div>")
 EXPLAIN = (
     "<div class='wb-explain'><b>What you see.</b> MathNeuro scores every weight of every linear "
     "layer (the untied lm_head included, as in the paper) by <i>|W<sub>ij</sub>| · ‖X<sub>j</sub>‖</i> summed over samples (forward passes only), "
@@ -172,6 +174,43 @@ def accuracy_html(base: dict, mod: dict, s: Setting, n_total: int) -> str:
             f"{rows}</table></div>")
 
 
+def describe_result(s: Setting, base: dict, mod: dict) -> dict:
+    """A shown result as plain numbers: what a pin keeps (never tensors)."""
+    return {"method": s.method, "k": round(100 * s.top_k, 6), "factor": float(s.factor), "n": int(s.n_samples),
+            "math": float(mod["math"]), "nonmath": float(mod["nonmath"]),
+            "base_math": float(base["math"]), "base_nonmath": float(base["nonmath"])}
+
+
+def short_label(d: dict) -> str:
+    what = "pruned" if d["factor"] == 0 else f"× {d['factor']:g}"
+    return f"{LABEL_OF[d['method']].split(' ')[0]}, K {d['k']:g} %, {what}"
+
+
+def accuracy_plot(current: dict, pinned: dict | None = None) -> go.Figure:
+    """The key figure: math and non-math accuracy, unmodified vs the current setting, and the pinned
+    result beside it on the same axes (hatched, so two settings of one method stay apart)."""
+    cats = ["math", "non-math"]
+    bars = [("unmodified", [current["base_math"], current["base_nonmath"]], COLORS["none"], ""),
+            (f"now: {short_label(current)}", [current["math"], current["nonmath"]], COLORS[current["method"]], "")]
+    if pinned:
+        bars.append((f"pinned: {short_label(pinned)}", [pinned["math"], pinned["nonmath"]],
+                     COLORS[pinned["method"]], "/"))
+    fig = go.Figure()
+    for name, ys, color, hatch in bars:
+        fig.add_trace(go.Bar(x=cats, y=[100 * y for y in ys], name=name, marker=dict(color=color, pattern_shape=hatch),
+                             text=[f"{100 * y:.0f} %" for y in ys], textposition="outside", textfont=dict(size=14),
+                             hovertemplate=f"{html.escape(name)}<br>%{{x}} accuracy: %{{y:.1f}} %<extra></extra>"))
+    # The title is the plain one-line caption of the result (the block's label names the figure).
+    def pct(x):  # 0.995 reads 99.5 %, 0.78 reads 78 %
+        return f"{100 * x:.1f}".rstrip("0").rstrip(".") + " %"
+    title = (f"math {pct(current['base_math'])} → {pct(current['math'])}, non-math "
+             f"{pct(current['base_nonmath'])} → {pct(current['nonmath'])}")
+    fig.update_layout(title=title + (" · pinned result hatched" if pinned else ""),
+                      barmode="group", yaxis=dict(title="accuracy (%)", range=[0, 112]), font=dict(size=13),
+                      height=340, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.15))
+    return themed(fig)
+
+
 def _label_positions(points: list[tuple[float, float]], preferred: list[str]) -> list[str]:
     """Text positions for point labels: a label moves to a free side when an earlier point sits
     within a few percent (random pruning often lands on the unmodified point)."""
@@ -190,12 +229,13 @@ def figure2_plot(base: dict, results: dict, k: float) -> go.Figure:
     points = [(100 * base["math"], 100 * base["nonmath"])] + [(100 * r["math"], 100 * r["nonmath"])
                                                              for r in results.values()]
     where = _label_positions(points, ["bottom center"] + [TEXT_POS[m] for m in results])
+    hover = "<b>%{fullData.name}</b><br>math: %{x:.1f} %<br>non-math: %{y:.1f} %<extra></extra>"
     fig.add_trace(go.Scatter(x=[points[0][0]], y=[points[0][1]], mode="markers+text",
-                             name="unmodified", text=["unmodified"], textposition=where[0],
+                             name="unmodified", text=["unmodified"], textposition=where[0], hovertemplate=hover,
                              marker=dict(size=14, color=COLORS["none"], symbol="star")))
     for (m, r), (x, y), pos in zip(results.items(), points[1:], where[1:]):
-        fig.add_trace(go.Scatter(x=[x], y=[y], mode="markers+text",
-                                 name=LABEL_OF[m], text=[LABEL_OF[m].split(" ")[0]],
+        fig.add_trace(go.Scatter(x=[x], y=[y], mode="markers+text", hovertemplate=hover,
+                                 name=f"{LABEL_OF[m]} set pruned", text=[LABEL_OF[m].split(" ")[0]],
                                  textposition=pos, marker=dict(size=13, color=COLORS[m])))
     fig.update_layout(title=f"After pruning each set (top {100 * k:g} %): ideal = top left",
                       xaxis_title="math accuracy (%)", yaxis_title="non-math accuracy (%)",
@@ -207,10 +247,10 @@ def figure2_plot(base: dict, results: dict, k: float) -> go.Figure:
 def curve_plot(curve: list[dict], base: dict, s: Setting) -> go.Figure:
     xs = [r["factor"] for r in curve]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=xs, y=[100 * r["math"] for r in curve], mode="lines+markers",
-                             name="math", line=dict(color=COLORS["mathneuro"])))
-    fig.add_trace(go.Scatter(x=xs, y=[100 * r["nonmath"] for r in curve], mode="lines+markers",
-                             name="non-math", line=dict(color=COLORS["lape"])))
+    for name, key, color in (("math", "math", COLORS["mathneuro"]), ("non-math", "nonmath", COLORS["lape"])):
+        fig.add_trace(go.Scatter(x=xs, y=[100 * r[key] for r in curve], mode="lines+markers", name=name,
+                                 line=dict(color=color),
+                                 hovertemplate=f"factor %{{x:g}}: {name} accuracy %{{y:.1f}} %<extra></extra>"))
     fig.add_vline(x=1.0, line_dash="dot", line_color=C.NEUTRAL)
     fig.update_layout(title=f"Accuracy vs scale factor ({LABEL_OF[s.method]}, K = {100 * s.top_k:g} %)",
                       xaxis_title="scale factor (0 = pruned, 1 = unmodified)", yaxis_title="accuracy (%)",
@@ -222,7 +262,9 @@ def layers_plot(layers: dict, s: Setting) -> go.Figure:
     keys = list(layers)
     fig = go.Figure(go.Bar(x=list(range(len(keys))), y=[100 * layers[k]["fraction"] for k in keys],
                            customdata=[layers[k]["count"] for k in keys],
-                           hovertemplate="%{y:.2f} % (%{customdata} weights)<extra></extra>",
+                           hovertext=[f"layer {k}" if k.isdigit() else "lm_head" for k in keys],
+                           hovertemplate="%{hovertext}: %{y:.2f} % of its linear weights (%{customdata:,} weights)"
+                                         "<extra></extra>",
                            marker_color=COLORS[s.method]))
     fig.update_layout(title=f"{LABEL_OF[s.method]}: share of each layer's linear weights selected",
                       xaxis=dict(tickmode="array", tickvals=list(range(len(keys))),
@@ -236,10 +278,11 @@ def layers_plot(layers: dict, s: Setting) -> go.Figure:
 def consistency_plot(cons: dict, s: Setting) -> go.Figure:
     xs = [int(k) for k in cons]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=xs, y=[100 * cons[str(x)]["mean"] for x in xs], mode="lines+markers",
-                             name="mean overlap", line=dict(color=COLORS["mathneuro"])))
-    fig.add_trace(go.Scatter(x=xs, y=[100 * cons[str(x)]["min"] for x in xs], mode="lines+markers",
-                             name="worst subset", line=dict(color=C.NEUTRAL, dash="dot")))
+    for name, key, line in (("mean overlap", "mean", dict(color=COLORS["mathneuro"])),
+                            ("worst subset", "min", dict(color=C.NEUTRAL, dash="dot"))):
+        fig.add_trace(go.Scatter(x=xs, y=[100 * cons[str(x)][key] for x in xs], mode="lines+markers", name=name,
+                                 line=line, hovertemplate=(f"%{{x}} samples: {name} %{{y:.1f}} % of the "
+                                                           f"{s.n_samples}-sample set<extra></extra>")))
     fig.update_layout(title=f"Consistency: share of the {s.n_samples}-sample set found from n samples",
                       xaxis=dict(type="log", title="samples per set (random subsets)",
                                  tickmode="array", tickvals=xs, ticktext=[str(x) for x in xs]),
@@ -328,14 +371,17 @@ def keep_on_failure(event, outputs: list) -> None:
 
 
 def make_handlers(source: str):
-    def live(method_label, k_pct, factor, n_samples, nonmath=None):
+    def live(method_label, k_pct, factor, n_samples, nonmath=None, pinned=None):
+        """The accuracies of one setting: card, figure (beside the pinned result, if any), sample
+        answers, per-layer plot, and the setting's descriptor (numbers only, kept in gr.State)."""
         s = _setting(method_label, k_pct, factor, n_samples, nonmath)
         b = _bench(source)
         base = _run(b.baseline, nonmath=s.nonmath)
         mod = _run(b.evaluate, s)
         n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
-        return (accuracy_html(base, mod, s, n_total), samples_rows(_run(b.samples, s)),
-                layers_plot(_run(b.layers, s), s))
+        desc = describe_result(s, base, mod)
+        return (accuracy_html(base, mod, s, n_total), accuracy_plot(desc, pinned),
+                samples_rows(_run(b.samples, s)), layers_plot(_run(b.layers, s), s), desc)
 
     def figure2(k_pct, n_samples, nonmath=None, progress=gr.Progress()):
         s = _setting("MathNeuro", k_pct, 0.0, n_samples, nonmath)
@@ -426,9 +472,12 @@ ASK_EXAMPLES = {
 def build(ctx) -> None:
     source = "hub" if ctx.source == "hub" else "zoo"
     live, figure2, curve, consistency, ask, export, name_nonmath = make_handlers(ctx.source)
-    gr.HTML(EXPLAIN if source == "zoo" else explain_hub(active(TAB, ctx.source)))
+    # Presenter view (body.wb-presenter, components.common): the long explanation, the expert
+    # controls and figures give way to a one-line plain caption and the accuracy figure, large.
+    gr.HTML(EXPLAIN if source == "zoo" else explain_hub(active(TAB, ctx.source)), elem_classes=["wb-advanced"])
+    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"])
     nonmath = gr.State(service.DEFAULT_NONMATH)
-    with gr.Row(visible=source == "hub"):
+    with gr.Row(visible=source == "hub", elem_classes=["wb-advanced"]):
         with gr.Column(scale=1, min_width=280):
             nm_file = gr.File(label="Non-math data (JSONL / CSV / text)", file_types=NONMATH_TYPES,
                               type="filepath", elem_id="mn-nonmath-file")
@@ -438,21 +487,27 @@ def build(ctx) -> None:
         with gr.Column(scale=1, min_width=280):
             method = gr.Radio(list(METHOD_LABELS), value="MathNeuro", label="Method", elem_id="mn-method")
             k_pct = Bounded(*K_RANGE, value=DEFAULTS["k"], step=1, label="K: top % per weight matrix", elem_id="mn-k")
-            factor = Bounded(*FACTOR_RANGE, value=DEFAULTS["factor"], step=0.05, label="Scale factor (0 = prune, 1 = unmodified)",
-                               elem_id="mn-factor")
-            n_samples = Bounded(*N_RANGE, value=DEFAULTS["n"], step=1,
-                                  label="Samples per set (math, non-math) to find the weights", elem_id="mn-n")
+            factor = Bounded(*FACTOR_RANGE, value=DEFAULTS["factor"], step=0.05,
+                             label="Scale factor (0 = prune, 1 = unmodified)", elem_id="mn-factor")
+            n_samples = Bounded(*N_RANGE, value=DEFAULTS["n"], step=1, elem_classes=["wb-advanced"],
+                                label="Samples per set (math, non-math) to find the weights", elem_id="mn-n")
             run = gr.Button("Apply", variant="primary", elem_id="mn-run")
+            with gr.Row():
+                pin_btn = gr.Button("Pin this result", size="sm", elem_id="mn-pin")
+                unpin_btn = gr.Button("Clear pin", size="sm", elem_id="mn-unpin")
             gr.Markdown("<span class='wb-muted'>Sliders update the accuracies when released; each "
-                        "setting is computed once and cached.</span>")
+                        "setting is computed once and cached. A pinned result stays beside the current "
+                        "one in the accuracy figure.</span>", elem_classes=["wb-advanced"])
         with gr.Column(scale=2):
             acc = gr.HTML(elem_id="mn-acc")
-            table = gr.Dataframe(headers=["set", "question", "reference", "unmodified", "modified"],
-                                 interactive=False, wrap=True,
-                                 label=("Sample answers (greedy, ✓ = exact match)" if source == "zoo" else
-                                        "Sample answers (greedy, ✓ = right under the set's rule)"),
-                                 column_widths=(["10%", "54%", "12%", "12%", "12%"] if source == "zoo" else
-                                                ["8%", "38%", "8%", "23%", "23%"]), elem_id="mn-samples")
+            acc_fig = gr.Plot(label="Math and non-math accuracy", elem_id="mn-accfig", elem_classes=["wb-keyfig"])
+    with gr.Row(elem_classes=["wb-advanced"]):
+        table = gr.Dataframe(headers=["set", "question", "reference", "unmodified", "modified"],
+                             interactive=False, wrap=True,
+                             label=("Sample answers (greedy, ✓ = exact match)" if source == "zoo" else
+                                    "Sample answers (greedy, ✓ = right under the set's rule)"),
+                             column_widths=(["10%", "54%", "12%", "12%", "12%"] if source == "zoo" else
+                                            ["8%", "38%", "8%", "23%", "23%"]), elem_id="mn-samples")
     with gr.Row():
         with gr.Column():
             fig2_btn = gr.Button("Compare methods (prune each set)", elem_id="mn-fig2-btn")
@@ -460,7 +515,7 @@ def build(ctx) -> None:
         with gr.Column():
             curve_btn = gr.Button("Sweep the scale factor", elem_id="mn-curve-btn")
             curve_out = gr.Plot(label="Accuracy vs scale factor", elem_id="mn-curve")
-    with gr.Row():
+    with gr.Row(elem_classes=["wb-advanced"]):
         with gr.Column():
             layers_out = gr.Plot(label="Parameters per layer", elem_id="mn-layers")
         with gr.Column():
@@ -474,20 +529,20 @@ def build(ctx) -> None:
             gr.Examples([[q] for q in ASK_EXAMPLES[source][1:]], inputs=[prompt])
             ask_btn = gr.Button("Answer", elem_id="mn-ask-btn")
             ask_out = gr.HTML(elem_id="mn-ask-out")
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_classes=["wb-advanced"]):
             export_btn = gr.Button("Export results (JSON + PNG)", elem_id="mn-export-btn")
             files = gr.File(label="Exports", file_count="multiple", elem_id="mn-files")
 
-    controls = [method, k_pct, factor, n_samples, nonmath]
-    live_out = [acc, table, layers_out]
+    pinned = gr.State(None)  # a pinned result's descriptor (describe_result: numbers only)
+    shown = gr.State(None)  # the descriptor of the result on screen
+    controls = [method, k_pct, factor, n_samples, nonmath, pinned]
+    live_out = [acc, acc_fig, table, layers_out, shown]
     numbers = [k_pct, factor, n_samples]
-    shown = gr.State(None)  # the setting of the accuracies on screen: {"k", "factor", "n"} (numbers)
 
     def check(method_label, k, f, n):
         """The fast first step of every event: a refused value stops the chain before any model
         work, and as this step has no outputs no result block is marked as failed."""
-        s = _setting(method_label, k, f, n)
-        return {"k": 100 * s.top_k, "factor": s.factor, "n": s.n_samples}
+        _setting(method_label, k, f, n)
 
     def restore(last):
         """After a refusal the boxes show the setting on screen again (the browser would otherwise keep
@@ -503,35 +558,43 @@ def build(ctx) -> None:
         keep_on_failure(event, outputs)
         return event
 
-    def live_shown(*args):
-        return (*live(*args), check(*args[:4]))
-
-    chain(run.click, live_shown, controls, live_out + [shown], api_name="mn_evaluate")
+    chain(run.click, live, controls, live_out, api_name="mn_evaluate")
     for sl in numbers:
-        chain(sl.release, live_shown, controls, live_out + [shown], api_visibility="private")
-    chain(method.change, live_shown, controls, live_out + [shown], api_visibility="private")
+        chain(sl.release, live, controls, live_out, api_visibility="private")
+    chain(method.change, live, controls, live_out, api_visibility="private")
     chain(fig2_btn.click, figure2, [k_pct, n_samples, nonmath], [fig2], api_name="mn_figure2")
     chain(curve_btn.click, curve, [method, k_pct, n_samples, nonmath], [curve_out], api_name="mn_scale_curve")
     chain(cons_btn.click, consistency, [k_pct, n_samples, nonmath], [cons_out], api_name="mn_consistency")
-    chain(ask_btn.click, ask, [prompt] + controls, [ask_out], api_name="mn_ask")
-    chain(export_btn.click, export, controls, [files], api_name="mn_export")
+    chain(ask_btn.click, ask, [prompt] + controls[:5], [ask_out], api_name="mn_ask")
+    chain(export_btn.click, export, controls[:5], [files], api_name="mn_export")
+
+    # Compare (a pinned datapoint): the pin is the shown result's numbers; no model work.
+    def pin(current):
+        if not current:
+            fail("Nothing to pin yet: wait for the accuracies to appear.")
+        return current, accuracy_plot(current, current)
+
+    def unpin(current):
+        return None, (accuracy_plot(current) if current else gr.skip())
+
+    pin_btn.click(pin, shown, [pinned, acc_fig], api_visibility="private", show_progress="hidden")
+    unpin_btn.click(unpin, shown, [pinned, acc_fig], api_visibility="private", show_progress="hidden")
     # a named file is read at once; the accuracies follow with it
     named = nm_file.upload(name_nonmath, nm_file, [nonmath, data_box], **model_event(api_name="mn_nonmath"))
     keep_on_failure(named, [nonmath, data_box])
-    keep_on_failure(named.success(live_shown, controls, live_out + [shown], **model_event(api_visibility="private")),
-                    live_out)
+    keep_on_failure(named.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
 
     # First view: the default setting's accuracies, computed when the page loads (cached after). In
     # hub mode without a non-math set (or with a model that cannot load), the data card says what
     # is missing instead of an error toast.
     from gradio.context import Context
 
-    skips = tuple(gr.skip() for _ in live_out + [shown])
+    skips = tuple(gr.skip() for _ in live_out)
 
     def first_view(*args):
         if source == "hub":
             try:
-                info = service.describe(_bench(source), args[-1])
+                info = service.describe(_bench(source), args[4])
             except gr.Error as e:
                 why = html.escape(getattr(e, "message", None) or str(e))
                 return (*skips, f"<div class='wb-card' style='min-height:0'>{why}</div>")
@@ -539,10 +602,10 @@ def build(ctx) -> None:
                 return (*skips, data_html(info))
             if links.linked(LINKED):
                 return (*skips, data_html(info))
-            return (*live_shown(*args), data_html(info))
+            return (*live(*args), data_html(info))
         if links.linked(LINKED):  # a deep link computes its own setting once its values are restored
             return (*skips, gr.skip())
-        return (*live_shown(*args), gr.skip())
+        return (*live(*args), gr.skip())
 
     if Context.root_block is not None:
-        Context.root_block.load(first_view, controls, live_out + [shown, data_box], **model_event(api_visibility="private"))
+        Context.root_block.load(first_view, controls, live_out + [data_box], **model_event(api_visibility="private"))

@@ -17,8 +17,9 @@ def evaluate(client, method="MathNeuro", k=15, factor=0.0, n=64):
 
 
 def test_evaluate_prunes_math_and_lists_samples(client):
-    html, table, plot = evaluate(client)
+    html, accfig, table, plot = evaluate(client)
     assert "math" in html and "unmodified" in html and "pts" in html
+    assert accfig is not None
     rows = table["data"] if isinstance(table, dict) else table
     assert len(rows) == 6 and {r[0] for r in rows} == {"math", "non-math"}
     assert all(r[3].endswith(("✓", "✗")) for r in rows)

@@ -2,7 +2,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import open_tab, shot
+from tests.e2e.conftest import open_tab, settle, shot
 
 pytestmark = pytest.mark.timeout(420)
 LONG = 150_000
@@ -77,6 +77,38 @@ def test_a_refused_number_leaves_the_last_view_clean(page, server_url):
     page.wait_for_timeout(500)
     expect(badges).to_have_count(0)
     page.click("#mn-run")
-    expect(acc).to_contain_text("K = 3 %", timeout=LONG)
+    page.wait_for_timeout(300)
+    settle(page, LONG)  # the same setting again, its timer gone
     assert acc.inner_text() == before
     shot(page, "math_neurons-refused")
+
+
+def test_pin_a_result_and_compare_it_in_presenter_view(page, server_url):
+    """'Pin this result' keeps K = 3 % beside K = 10 % in the accuracy figure; presenter view shows
+    that figure large with a one-line caption and hides the expert controls; 'Clear pin' drops it."""
+    open_tab(page, server_url, "math_neurons")
+    acc, fig = page.locator("#mn-acc"), page.locator("#mn-accfig")
+    expect(acc).to_contain_text("K = 3 %", timeout=LONG)
+    expect(fig.locator(".legendtext")).to_have_count(2, timeout=LONG)
+    page.click("#mn-pin")
+    expect(fig.locator(".legendtext", has_text="pinned: MathNeuro, K 3 %, pruned")).to_have_count(1)
+    box = page.locator("#mn-k input[type=number]")
+    box.fill("10")
+    box.press("Tab")
+    expect(acc).to_contain_text("K = 10 %", timeout=LONG)
+    legend = fig.locator(".legendtext")
+    expect(legend).to_have_text(["unmodified", "now: MathNeuro, K 10 %, pruned",
+                                 "pinned: MathNeuro, K 3 %, pruned"], timeout=LONG)
+    expect(fig.locator(".trace.bars")).to_have_count(3)
+
+    page.locator("#wb-presenter-toggle input").check()
+    expect(page.locator("body.wb-presenter")).to_have_count(1)
+    expect(page.locator("#tab-math_neurons .block.wb-presenter-only")).to_contain_text("Switch off the few weights")
+    for hidden in ("#mn-n", "#mn-samples", "#mn-layers", "#mn-cons", "#mn-export-btn"):
+        expect(page.locator(hidden)).to_be_hidden()
+    page.wait_for_timeout(400)  # plotly re-fits to the wider column
+    assert fig.bounding_box()["height"] >= 0.5 * 1000 * 0.9
+    shot(page, "math_neurons-presenter-pinned")
+    page.locator("#wb-presenter-toggle input").uncheck()
+    page.click("#mn-unpin")
+    expect(legend).to_have_text(["unmodified", "now: MathNeuro, K 10 %, pruned"])

@@ -110,6 +110,11 @@ def _figures():
         "math_neurons.figure2_plot": lambda: math_neurons.figure2_plot(base, {"mathneuro": base}, 0.05),
         "math_neurons.curve_plot": lambda: math_neurons.curve_plot([{"factor": 0.0, **base},
                                                                      {"factor": 1.0, **base}], base, s),
+        "math_neurons.accuracy_plot": lambda: math_neurons.accuracy_plot(
+            {"method": "mathneuro", "k": 3, "factor": 0.0, "n": 64, "math": 0.1, "nonmath": 0.9,
+             "base_math": 0.7, "base_nonmath": 1.0},
+            {"method": "random", "k": 3, "factor": 0.0, "n": 64, "math": 0.7, "nonmath": 1.0,
+             "base_math": 0.7, "base_nonmath": 1.0}),
         "math_neurons.layers_plot": lambda: math_neurons.layers_plot({"0": {"fraction": 0.03, "count": 5}}, s),
         "math_neurons.consistency_plot": lambda: math_neurons.consistency_plot(
             {"1": {"mean": 0.5, "min": 0.4}, "4": {"mean": 0.9, "min": 0.8}}, s),

@@ -275,7 +275,7 @@ def test_tab_handlers_in_hub_mode(svc, b, mc_file):
         name_nonmath(str(bad))
     key, card = name_nonmath(str(mc_file))
     assert key.startswith("file:") and "quiz.jsonl" in card and "GSM8K" in card
-    html, rows, plot = live("MathNeuro", 5, 0.0, 8, key)
+    html, fig, rows, plot, shown = live("MathNeuro", 5, 0.0, 8, key)
     assert "MathNeuro set pruned" in html and "K = 5 %" in html and len(rows) == 6
     assert rows[0][0] == "math" and rows[0][2] == "18" and rows[0][3].endswith(("✓", "✗"))
     assert "unmodified:" in ask("What is 2 + 2?", "MathNeuro", 5, 1.1, 8, key)

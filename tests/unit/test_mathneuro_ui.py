@@ -67,3 +67,50 @@ def test_the_export_says_what_it_shows(tmp_path):
              "layers": {"0": {"fraction": 0.1, "count": 3}, "other": {"fraction": 0.0, "count": 0}}}
     mn.export_png(state, tmp_path / "x.png")
     assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _desc(method, k, factor, m, nm):
+    return {"method": method, "k": k, "factor": factor, "n": 64, "math": m, "nonmath": nm,
+            "base_math": 0.78, "base_nonmath": 1.0}
+
+
+def test_a_pinned_result_sits_beside_the_current_one_on_the_same_axes():
+    now, pin = _desc("mathneuro", 3, 0.0, 0.05, 0.995), _desc("mathneuro", 10, 0.0, 0.0, 0.9)
+    fig = mn.accuracy_plot(now)
+    assert [t.name for t in fig.data] == ["unmodified", "now: MathNeuro, K 3 %, pruned"]
+    fig = mn.accuracy_plot(now, pin)
+    assert [t.name for t in fig.data] == ["unmodified", "now: MathNeuro, K 3 %, pruned",
+                                          "pinned: MathNeuro, K 10 %, pruned"]
+    assert [list(t.y) for t in fig.data] == [[78.0, 100.0], [5.0, 99.5], [0.0, 90.0]]
+    assert fig.data[2].marker.pattern.shape == "/" and not fig.data[1].marker.pattern.shape
+    assert fig.layout.barmode == "group" and list(fig.layout.yaxis.range) == [0, 112]
+    rnd = mn.accuracy_plot(now, _desc("random", 3, 1.1, 0.8, 1.0))
+    assert rnd.data[2].name == "pinned: Random, K 3 %, × 1.1"
+
+
+def test_every_figure_of_the_tab_gives_exact_values_on_hover():
+    from backend.mathneuro.service import Setting
+
+    s = Setting("mathneuro", 0.03, 64, 0.0)
+    base = {"math": 0.78, "nonmath": 1.0}
+    figs = {
+        "accuracy": mn.accuracy_plot(_desc("mathneuro", 3, 0.0, 0.05, 0.995), _desc("random", 3, 0.0, 0.77, 1.0)),
+        "figure2": mn.figure2_plot(base, {"mathneuro": {"math": 0.05, "nonmath": 0.99}}, 0.03),
+        "curve": mn.curve_plot([{"factor": 0.0, "math": 0.05, "nonmath": 0.99}, {"factor": 1.0, **base}], base, s),
+        "layers": mn.layers_plot({"0": {"fraction": 0.0123, "count": 1234}, "other": {"fraction": 0.02, "count": 5}}, s),
+        "consistency": mn.consistency_plot({"1": {"mean": 0.5, "min": 0.4}, "4": {"mean": 0.9, "min": 0.8}}, s),
+    }
+    for name, fig in figs.items():
+        for tr in fig.data:
+            t = tr.hovertemplate or ""
+            assert "%{y:.1f} %" in t or "%{y:.2f} %" in t, (name, tr.name, t)
+            assert "<extra></extra>" in t, (name, tr.name)
+    assert "math: %{x:.1f} %" in figs["figure2"].data[0].hovertemplate
+    assert "factor %{x:g}" in figs["curve"].data[0].hovertemplate
+    assert list(figs["layers"].data[0].hovertext) == ["layer 0", "lm_head"]
+    assert "%{customdata:,} weights" in figs["layers"].data[0].hovertemplate
+
+
+def test_the_accuracy_figure_title_is_the_result_in_words():
+    fig = mn.accuracy_plot(_desc("mathneuro", 3, 0.0, 0.05, 0.995))
+    assert fig.layout.title.text == "math 78 % → 5 %, non-math 100 % → 99.5 %"
