@@ -371,8 +371,8 @@ def export_figure(c: dict | None, check: dict | None, table: dict | None):
                 if c[f"ssim_{tag}"] is not None:
                     t += f"\nSSIM {c[f'ssim_{tag}'][i]:.2f}"
                 ax.set_title(t, fontsize=8)
-        if not c["n_neurons"]:
-            axes[1, 1].text(0, 0.5, NO_NEURONS_OFF, fontsize=9, va="center")
+        if not c["n_neurons"]:  # in the figure, not an axis: a long line would defeat tight_layout
+            fig.text(0.5, 0.5, NO_NEURONS_OFF, fontsize=9, ha="center", va="center")
     ax = fig.add_subplot(3, 1, 3)
     if check is not None:
         off = 0

@@ -438,12 +438,13 @@ def test_export_draws_an_off_row_only_when_neurons_are_off():
 
     def titles(c):
         fig = tab.export_figure(c, None, None)
-        out = [ax.get_title() for ax in fig.axes] + [t.get_text() for ax in fig.axes for t in ax.texts]
+        out = [ax.get_title() for ax in fig.axes] + [t.get_text() for t in fig.texts]
         plt.close(fig)
         return out
 
     with_off = titles(fake_compare(neurons=("mid.attn0:1",)))
-    assert sum("off" in t for t in with_off) == 3 and sum(" on" in t for t in with_off) == 3
+    heads = [t.split("\n")[0] for t in with_off if t.startswith("seed")]
+    assert sum(h.endswith(" off") for h in heads) == 3 and sum(h.endswith(" on") for h in heads) == 3
     none_off = titles(fake_compare(neurons=()))
     assert not any(t.startswith("seed") and "off" in t for t in none_off)
     assert sum(t.startswith("seed") for t in none_off) == 3 and tab.NO_NEURONS_OFF in none_off
