@@ -552,7 +552,9 @@ def build(ctx) -> None:
                      **model_event(api_name="errors"))
     start.click(run_race, inputs=[model, methods, seeds, steps, rank, lr],
                 outputs=[race_plot, race_status, race_summary, race_files], **model_event(api_name="race"))
-    stop.click(stop_race, outputs=stop_msg, api_name="race_stop")
-    start.click(lambda: "", outputs=stop_msg, api_visibility="private")
+    # Stop goes straight to the server, not through the queue behind other requests, and with no
+    # progress overlay: its answer is the message
+    stop.click(stop_race, outputs=stop_msg, api_name="race_stop", queue=False, show_progress="hidden")
+    start.click(lambda: "", outputs=stop_msg, api_visibility="private", queue=False, show_progress="hidden")
     conv_btn.click(convert, inputs=[model, rank, conv_steps], outputs=[conv_md, conv_json],
                    **model_event(api_name="convert"))

@@ -7,7 +7,6 @@ cached per (model, layer, rank, settings) in bounded byte caches.
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
 from pathlib import Path
@@ -239,6 +238,7 @@ def request_stop(session: str, wait_s: float = 0.0) -> str:
 
 
 _END = object()
+RACE_BACKLOG = 32  # steps the race's worker may run ahead of its consumer
 
 
 @gpu(duration=lambda key, cfg, *a, **k: capped(20 + 0.02 * cfg.steps * len(cfg.methods) * len(cfg.seeds)))
@@ -254,39 +254,61 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
         raise ServiceError(str(e)) from None
     preset_for(key)
     flag = StopFlag(session).start()
-    events: queue.Queue = queue.Queue()
+    # Events pass in batches: one hand-over between the threads per batch, not per step (per-step
+    # hand-overs under the GIL the training holds let the consumer fall seconds behind). The batch
+    # is bounded, so what the consumer shows is never more than two batches (2 x RACE_BACKLOG
+    # steps: one being shown, one filling) behind the training.
+    pending: list = []
+    cond = threading.Condition()
+    gone = threading.Event()  # the consumer left: nobody takes batches any more
     t0 = time.perf_counter()
+
+    def put(ev) -> None:
+        with cond:
+            while len(pending) >= RACE_BACKLOG and not gone.is_set():
+                cond.wait(0.1)
+            pending.append(ev)
+            if len(pending) == 1:
+                cond.notify_all()
 
     def work():
         try:
             task = task_for(key)
             for ev in race(task, cfg, stop=flag.is_set):
-                events.put(ev)
+                put(ev)
         except BaseException as e:  # handed to the consumer
-            events.put({"error": e})
+            put({"error": e})
         finally:
             # the race is over when its training ends, not when the consumer has drawn and
             # exported it: a Stop waiting on the flag hears so at once
             flag.finish()
-            events.put(_END)
+            put(_END)
 
     worker = threading.Thread(target=work, name=f"pissa-race-{session}", daemon=True)
     worker.start()
     try:
         while True:
-            try:
-                ev = events.get(timeout=heartbeat_s)
-            except queue.Empty:
+            with cond:
+                if not pending:
+                    cond.wait(timeout=heartbeat_s)
+                batch = pending[:]
+                pending.clear()
+                cond.notify_all()  # room again for a worker waiting on a full batch
+            if not batch:
                 yield {"heartbeat": True, "elapsed_s": time.perf_counter() - t0}
                 continue
-            if ev is _END:
-                break
-            if "error" in ev:
-                err = ev["error"]
-                raise (ServiceError(str(err)) if isinstance(err, ValueError) else err)
-            yield ev
+            for ev in batch:
+                if ev is _END:
+                    return
+                if "error" in ev:
+                    err = ev["error"]
+                    raise (ServiceError(str(err)) if isinstance(err, ValueError) else err)
+                yield ev
     finally:
         flag.set()  # a consumer that went away (closed tab, cancelled job) stops the worker too
+        gone.set()
+        with cond:
+            cond.notify_all()
         worker.join(timeout=30)
         flag.finish(keep_stop=worker.is_alive())  # a worker still busy keeps seeing the stop
 

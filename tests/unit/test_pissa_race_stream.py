@@ -3,6 +3,7 @@ figure at most one a second), and Stop ending the race within a second of the re
 answer that says what happened. Driven through the tab's own handlers on the digits toy."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -93,7 +94,7 @@ def test_race_updates_at_most_four_a_second_and_the_figure_one(recorded):
     assert len(live_figs) <= wall / ui.FIGURE_EVERY_S + 1
     fig_gaps = [b - a for a, b in zip(figures.grants, figures.grants[1:])]
     assert not fig_gaps or min(fig_gaps) >= ui.FIGURE_EVERY_S - 1e-6
-    assert len(outs) < 600 / 10
+    assert len(outs) <= 600 / 5
     # the end: every step counted, the final figure drawn with all of them, then the exports
     assert "600/600 steps" in outs[-2][1] and "**finished**" in outs[-2][1]
     final = outs[-2][0]
@@ -125,9 +126,13 @@ def test_stop_ends_the_race_within_a_second_and_says_so():
     answered = time.perf_counter() - t_stop
     worker.join(timeout=60)
     assert not worker.is_alive() and not errors, errors
+    # the training ends within a second of the request (Stop waits for it and says how long)...
+    took = re.fullmatch(r"Race stopped, ([\d.]+) s after the request\.", answer)
+    assert took and float(took.group(1)) <= 1.0 and answered <= ui.STOP_WAIT_S + 0.5, answer
+    # ... and the tab shows it stopped soon after, its final figure drawn (the race once kept
+    # streaming for 22 s after a click); generous for a heavily loaded 2-core machine
     ended = next(t for t, s in seen if isinstance(s, str) and "**stopped**" in s)
-    assert ended - t_stop <= 1.0, ended - t_stop
-    assert answer.startswith("Race stopped") and answered <= ui.STOP_WAIT_S + 0.5, answer
+    assert ended - t_stop <= 2.0, ended - t_stop
     # stopped mid-race, and nothing is left running for the session
     assert "/45000 steps" in seen[-2][1] and "45000/45000" not in seen[-2][1]
     assert ui.stop_race(request=req) == "No race is running: nothing to stop."
@@ -154,4 +159,39 @@ def test_service_stop_waits_for_the_race_to_end():
         assert rest[-1]["done"] and rest[-1]["stopped"]
     finally:
         stream.close()
+    assert service.request_stop(session) == "idle"
+
+
+@pytest.mark.timeout(120)
+def test_training_waits_for_a_slow_consumer(monkeypatch):
+    """What the tab shows stays within two batches of RACE_BACKLOG steps of the training (one being
+    shown, one filling): a consumer busy drawing
+    holds the race back instead of falling seconds behind it (then Stop would find it long over)."""
+    produced = []
+    real_race = service.race
+
+    def counted(*a, **k):
+        for ev in real_race(*a, **k):
+            if "step" in ev:
+                produced.append(ev["step"])
+            yield ev
+
+    monkeypatch.setattr(service, "race", counted)
+    session = uuid.uuid4().hex
+    stream = service.race_stream(MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=3000),
+                                 session, heartbeat_s=0.1)
+    consumed, ahead = 0, []
+    try:
+        for ev in stream:
+            if "step" in ev:
+                consumed += 1
+                ahead.append(len(produced) - consumed)
+                if consumed <= 8:
+                    time.sleep(0.25)  # a slow consumer, as one drawing a figure on a busy machine
+                elif consumed >= 200:
+                    break
+    finally:
+        stream.close()
+    # the toy trains hundreds of steps a second: unbounded, it would be ~500 steps ahead by now
+    assert max(ahead) <= 2 * service.RACE_BACKLOG + 1, max(ahead)
     assert service.request_stop(session) == "idle"
