@@ -229,18 +229,21 @@ def figure2_plot(base: dict, results: dict, k: float) -> go.Figure:
     points = [(100 * base["math"], 100 * base["nonmath"])] + [(100 * r["math"], 100 * r["nonmath"])
                                                              for r in results.values()]
     where = _label_positions(points, ["bottom center"] + [TEXT_POS[m] for m in results])
-    hover = "<b>%{fullData.name}</b><br>math: %{x:.1f} %<br>non-math: %{y:.1f} %<extra></extra>"
-    fig.add_trace(go.Scatter(x=[points[0][0]], y=[points[0][1]], mode="markers+text",
-                             name="unmodified", text=["unmodified"], textposition=where[0], hovertemplate=hover,
+    def hover(what):
+        return f"<b>{what}</b><br>math: %{{x:.1f}} %<br>non-math: %{{y:.1f}} %<extra></extra>"
+    # cliponaxis off: a label above a point at 100 % stays whole
+    fig.add_trace(go.Scatter(x=[points[0][0]], y=[points[0][1]], mode="markers+text", cliponaxis=False,
+                             name="unmodified", text=["unmodified"], textposition=where[0],
+                             hovertemplate=hover("unmodified"),
                              marker=dict(size=14, color=COLORS["none"], symbol="star")))
     for (m, r), (x, y), pos in zip(results.items(), points[1:], where[1:]):
-        fig.add_trace(go.Scatter(x=[x], y=[y], mode="markers+text", hovertemplate=hover,
-                                 name=f"{LABEL_OF[m]} set pruned", text=[LABEL_OF[m].split(" ")[0]],
+        fig.add_trace(go.Scatter(x=[x], y=[y], mode="markers+text", hovertemplate=hover(f"{LABEL_OF[m]} set pruned"),
+                                 name=LABEL_OF[m], text=[LABEL_OF[m].split(" ")[0]], cliponaxis=False,
                                  textposition=pos, marker=dict(size=13, color=COLORS[m])))
     fig.update_layout(title=f"After pruning each set (top {100 * k:g} %): ideal = top left",
                       xaxis_title="math accuracy (%)", yaxis_title="non-math accuracy (%)",
                       xaxis=dict(range=[-5, 105]), yaxis=dict(range=[-5, 110]),
-                      height=380, margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.2))
+                      height=420, margin=dict(l=50, r=20, t=70, b=45), legend=dict(orientation="h", y=-0.2))
     return themed(fig)
 
 

@@ -100,6 +100,8 @@ def test_pin_a_result_and_compare_it_in_presenter_view(page, server_url):
     expect(legend).to_have_text(["unmodified", "now: MathNeuro, K 10 %, pruned",
                                  "pinned: MathNeuro, K 3 %, pruned"], timeout=LONG)
     expect(fig.locator(".trace.bars")).to_have_count(3)
+    fig.locator(".trace.bars .point").first.hover(force=True)  # exact values on hover (plotly reads the pointer)
+    expect(fig.locator(".hoverlayer")).to_contain_text("math accuracy: 78.0 %")
 
     page.locator("#wb-presenter-toggle input").check()
     expect(page.locator("body.wb-presenter")).to_have_count(1)

@@ -105,7 +105,8 @@ def test_every_figure_of_the_tab_gives_exact_values_on_hover():
             t = tr.hovertemplate or ""
             assert "%{y:.1f} %" in t or "%{y:.2f} %" in t, (name, tr.name, t)
             assert "<extra></extra>" in t, (name, tr.name)
-    assert "math: %{x:.1f} %" in figs["figure2"].data[0].hovertemplate
+    assert "<b>unmodified</b><br>math: %{x:.1f} %" in figs["figure2"].data[0].hovertemplate
+    assert "<b>MathNeuro set pruned</b>" in figs["figure2"].data[1].hovertemplate
     assert "factor %{x:g}" in figs["curve"].data[0].hovertemplate
     assert list(figs["layers"].data[0].hovertext) == ["layer 0", "lm_head"]
     assert "%{customdata:,} weights" in figs["layers"].data[0].hovertemplate
