@@ -155,6 +155,45 @@ def _hist_plot(page: dict):
     return themed(fig)
 
 
+def _clear_zero_scale() -> list:
+    """The shared activation colour scale with zero transparent: silent patches show the picture."""
+    from plotly.colors import get_colorscale
+
+    scale = [list(stop) for stop in get_colorscale(C.ACTIVATION_PLOTLY)]
+    return [[0.0, "rgba(0,0,0,0)"], [1e-6, scale[0][1]]] + scale[1:]
+
+
+def patch_figure(images, patch_maps, titles, vmax: float | None = None, height: int = 260):
+    """Pictures with their per-patch activations over them, one panel each: hovering a patch gives
+    its exact activation (the galleries are pictures; this is where the numbers are). One colour
+    scale for every panel, the overlays' own."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    n = max(len(images), 1)
+    vmax = vmax or max([float(np.max(m)) for m in patch_maps if np.size(m)] or [1.0])
+    fig = make_subplots(1, n, subplot_titles=[str(t) for t in titles] or None, horizontal_spacing=0.02)
+    for j, (im, m) in enumerate(zip(images, patch_maps)):
+        m = np.asarray(m, np.float32)
+        h, w = im.shape[:2]
+        gh, gw = m.shape
+        rows, cols = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+        fig.add_trace(go.Image(z=im, hoverinfo="skip"), 1, j + 1)
+        fig.add_trace(go.Heatmap(z=m, x0=w / gw / 2 - 0.5, dx=w / gw, y0=h / gh / 2 - 0.5, dy=h / gh,
+                                 zmin=0, zmax=vmax, colorscale=_clear_zero_scale(), opacity=0.6,
+                                 customdata=np.stack([rows, cols], -1), showscale=j == n - 1,
+                                 colorbar=dict(title="activation", thickness=10),
+                                 hovertemplate="patch row %{customdata[0]}, col %{customdata[1]}"
+                                               "<br>activation %{z:.4f}<extra></extra>"), 1, j + 1)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed",
+                     scaleanchor="x")
+    for j in range(1, n):
+        fig.update_yaxes(scaleanchor=f"x{j + 1}", row=1, col=j + 1)
+    fig.update_layout(height=height, margin=dict(l=4, r=4, t=52, b=4))  # titles below the block label
+    return themed(fig)
+
+
 def _concept_plot(page: dict):
     import plotly.graph_objects as go
 
@@ -251,7 +290,7 @@ def list_features(source: str, query: str, sort: str):
 
 def _empty_page(org, f: int):
     """The page outputs when there is no index: the instructions, nothing else changed."""
-    return (no_index_html(org), [], [], None, None, None, None, {}, f, f, gr.update())
+    return (no_index_html(org), [], [], None, None, None, None, {}, None, f, f, gr.update())
 
 
 def open_feature(source: str, feature):
@@ -267,7 +306,7 @@ def open_feature(source: str, feature):
     if org.is_hub:
         lab = html.escape(page["label"] or "unlabelled")
         header = (f"<h3 style='margin:0'>Feature {f} · <span style='color:var(--color-accent)'>{lab}</span></h3>"
-                  f"<div class='wb-muted'>density {page['density']:.3%} of base-image patch tokens · max activation "
+                  f"<div class='wb-muted wb-advanced'>density {page['density']:.3%} of base-image patch tokens · max activation "
                   f"{page['max_act']:.3f} · mean non-zero {page['mean_act']:.3f} · labels: "
                   f"{html.escape(page['labelled_by'])} · maps: the base image's patches stretched over each "
                   f"picture (bilinear), region ≥ 50% of the map's max</div>"
@@ -276,7 +315,7 @@ def open_feature(source: str, feature):
         lab = html.escape(page["label"] or "no concept")
         header = (f"<h3 style='margin:0'>Feature {f} · <span style='color:var(--color-accent)'>{lab}</span> "
                   f"<span class='wb-badge'>IoU {page['iou']:.2f}</span></h3>"
-                  f"<div class='wb-muted'>{html.escape(page['family'] or '')} · density {page['density']:.3%} of image "
+                  f"<div class='wb-muted wb-advanced'>{html.escape(page['family'] or '')} · density {page['density']:.3%} of image "
                   f"tokens · max activation {page['max_act']:.3f} · mean non-zero {page['mean_act']:.3f} · "
                   f"concept explainer: best IoU of a planted concept mask with the activation regions "
                   f"(bilinear upsampling, ≥ 50% of the map's max) over the top-5 images</div>"
@@ -285,7 +324,9 @@ def open_feature(source: str, feature):
     jpath = _atomic_write(_export_path(f"feature_{f}.json"), lambda p: p.write_text(json.dumps(data, indent=1)))
     ppath = _atomic_write(_export_path(f"feature_{f}.png"), lambda p: _page_png(page, p))
     steer_value = FT.default_clamp_value(org, f)
-    return (header, over, dim, _hist_plot(page), _concept_plot(page), str(jpath), str(ppath), data, f,
+    hover = patch_figure(page["images"], page["patch_maps"],
+                         [f"#{t['image_id']} · {t['score']:.2f}" for t in page["top"]], vmax)
+    return (header, over, dim, _hist_plot(page), _concept_plot(page), str(jpath), str(ppath), data, hover, f,
             f, gr.Number(value=steer_value, maximum=(top := max(clamp_limit(org), steer_value)),
                          label=f"clamp value (0–{top:g})"))
 
@@ -365,8 +406,12 @@ def analyse(source: str, image, example, progress=gr.Progress()):
              if org.is_hub else "")
     note = resize_note(org, img)
     note = f"\n\n<span class='wb-muted'>{html.escape(note)}</span>" if note else ""
+    top = out["features"][:4]
+    hover = patch_figure([shown] * len(top), [out["maps"][r["feature"]] for r in top],
+                         [f"feature {r['feature']}" + (f" · {r['label']}" if r["label"] else "") for r in top],
+                         vmax) if top else None
     return (_big(shown), f"**Model {'answer' if org.is_hub else 'caption'}:** {out['caption'] or '—'}{note}", gallery,
-            table, colorbar_html(vmax, "activation per patch") + where)
+            table, colorbar_html(vmax, "activation per patch") + where, hover)
 
 
 def steer(source: str, image, example, feature, value, positions, add_error, suppress, progress=gr.Progress()):
@@ -404,6 +449,36 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
           f"</table>\n\n<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
           f"error term {'added back' if add_error else 'dropped'}{zeroed}{ok}</span>")
     return _big(FT.thumbnail(FT.model_image(org, img), 320) if org.is_hub else img), md, out
+
+
+# ------------------------------------------------------------------------------ compare (pinned result)
+PRESENTER_CSS = """<style>
+body.wb-presenter #features-overlay {height: auto !important;}
+body.wb-presenter #features-overlay .grid-wrap, body.wb-presenter #features-firing .grid-wrap {
+  height: auto !important; max-height: none !important;}
+</style>"""
+
+
+def pin(result):
+    """Keep the current steering result to compare the next ones against (a small dict of text)."""
+    if not isinstance(result, dict) or "steered" not in result:
+        fail("Generate a steering result first, then pin it.")
+    keep = {k: result.get(k) for k in ("feature", "value", "positions", "add_error", "suppressed", "baseline",
+                                       "steered", "hookpoint")}
+    return keep, pinned_html(keep)
+
+
+def pinned_html(p: dict | None) -> str:
+    if not p:
+        return ""
+    words = (f"feature {int(p['feature'])} = {float(p['value']):g} · {html.escape(str(p['positions']))} positions · "
+             f"error term {'added back' if p.get('add_error') else 'dropped'}"
+             + (f" · {len(p['suppressed'])} rivals zeroed" if p.get("suppressed") else ""))
+    cell = "<div style='word-break:break-word;font-family:var(--font-mono);margin:4px 0'>{}</div>"
+    return (f"<div class='wb-pinned' style='border-left:3px solid var(--color-accent);padding-left:8px'>"
+            f"<b>Pinned</b> <span class='wb-muted'>({words})</span>"
+            f"<div class='wb-muted'>without</div>{cell.format(html.escape(p['baseline'] or '—'))}"
+            f"<div class='wb-muted'>with the clamp</div>{cell.format(html.escape(p['steered'] or '—'))}</div>")
 
 
 # ------------------------------------------------------------------------------ layout
@@ -588,14 +663,19 @@ def build(ctx) -> None:
     labels_words = ("its label (none unless a model explainer has labelled the index: the concept explainer "
                     "needs planted masks)" if org.is_hub else
                     "the planted concept whose mask best matches its regions (IoU)")
-    gr.HTML(
+    # Presenter view (body.wb-presenter, components/common.py): one plain line per section in place of
+    # the expert text (`wb-advanced` hides it), the top images with their activation regions large.
+    gr.HTML(PRESENTER_CSS, padding=False, elem_classes=["wb-advanced"])
+    gr.Markdown("**Each feature is one thing the model has learned to notice. The coloured pictures show "
+                "where in its favourite images it fires.**", elem_classes=["wb-presenter-only"])
+    gr.HTML(elem_classes=["wb-advanced"], value=
         "<div class='wb-explain'>A sparse autoencoder (TopK SAE) splits the model's residual stream into "
         "features. Each feature's page shows the images of the dataset that excite it most, "
         "<b>where</b> it fires on them (left: the activation map over the image; right: the paper's view, "
         "everything outside the activation region dimmed), its activation histogram and how often it fires, "
         f"and {labels_words}. Below, upload an image to see "
         "which features fire where, and clamp a feature to watch the caption change.</div>")
-    summary = gr.Markdown(_summary_md(org), elem_classes=["wb-muted"], elem_id="features-summary")
+    summary = gr.Markdown(_summary_md(org), elem_classes=["wb-muted", "wb-advanced"], elem_id="features-summary")
     if org.is_hub:
         with gr.Accordion("Build the feature index from images", open=org.index is None,
                           elem_id="features-build"):
@@ -615,7 +695,7 @@ def build(ctx) -> None:
 
     with gr.Row():
         with gr.Column(scale=2, min_width=320):
-            with gr.Row():
+            with gr.Row(elem_classes=["wb-advanced"]):  # presenter: the id box below picks the feature
                 query = gr.Textbox(label="search label or id" if org.is_hub else "search concept",
                                    placeholder="a feature id" if org.is_hub else "e.g. red, circle, striped",
                                    elem_id="features-query", scale=2)
@@ -623,7 +703,7 @@ def build(ctx) -> None:
                                    elem_id="features-sort", scale=1)
             table = gr.Dataframe(headers=["feature", "concept", "IoU", "density", "max act"],
                                  value=list_features(ctx.source, "", "density" if org.is_hub else "IoU"),
-                                 interactive=False,
+                                 interactive=False, elem_classes=["wb-advanced"],
                                  elem_id="features-table", max_height=420)
             with gr.Row():
                 feat = Num(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
@@ -638,10 +718,12 @@ def build(ctx) -> None:
             with gr.Row():
                 gal_overlay = gr.Gallery(label="top images · activation overlay", columns=5, height=210,
                                          format="png", elem_id="features-overlay", object_fit="contain")
-            with gr.Row():
+            patch_plot = gr.Plot(label="activation per patch over the top images (hover a patch for its value)",
+                                 elem_id="features-patches", elem_classes=["wb-advanced"])
+            with gr.Row(elem_classes=["wb-advanced"]):
                 gal_dim = gr.Gallery(label="top images · outside the activation region dimmed", columns=5,
                                      height=210, format="png", elem_id="features-dimmed", object_fit="contain")
-            with gr.Row():
+            with gr.Row(elem_classes=["wb-advanced"]):
                 hist = gr.Plot(label="activation histogram", elem_id="features-hist")
                 concepts = gr.Plot(label="concept IoU", elem_id="features-concepts",
                                    visible=not org.is_hub)  # no planted concepts in real images
@@ -652,6 +734,8 @@ def build(ctx) -> None:
                 page_data = gr.JSON(label="feature page (data)")
 
     gr.Markdown("### Which features fire where")
+    gr.Markdown("Upload a picture: the model's strongest features on it, and where each one fires.",
+                elem_classes=["wb-presenter-only"])
     with gr.Row():
         with gr.Column(scale=1):
             upload = Picture(label=("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.is_hub
@@ -676,9 +760,13 @@ def build(ctx) -> None:
                                       object_fit="contain",
                                       format="png", elem_id="features-firing")
             fire_bar = gr.HTML()
+            fire_plot = gr.Plot(label="activation per patch of the strongest features (hover a patch for its value)",
+                                elem_id="features-fire-patches", elem_classes=["wb-advanced"])
 
     gr.Markdown("### Steering: clamp a feature and watch the caption")
-    gr.HTML(_steering_explain(org))
+    gr.Markdown("Switch one feature on hard and compare what the model says with and without it.",
+                elem_classes=["wb-presenter-only"])
+    gr.HTML(_steering_explain(org), elem_classes=["wb-advanced"])
     defaults = FT.steering_defaults(org)
     slider_max = clamp_limit(org)
     with gr.Row():
@@ -689,8 +777,8 @@ def build(ctx) -> None:
             steer_val = Num(value=FT.default_clamp_value(org, first_id), minimum=0, maximum=slider_max,
                             label=f"clamp value (0–{slider_max:g})", elem_id="features-clamp")
             positions = gr.Radio(POSITION_CHOICES, value=defaults["positions"], label="positions",
-                                 elem_id="features-positions")
-            with gr.Row():
+                                 elem_id="features-positions", elem_classes=["wb-advanced"])
+            with gr.Row(elem_classes=["wb-advanced"]):
                 add_err = gr.Checkbox(False, label="add the SAE error term back", elem_id="features-adderr")
                 suppress = gr.Checkbox(defaults["suppress"], visible=not org.is_hub,  # families need concept labels
                                        label="zero rival features of the same family "
@@ -698,14 +786,22 @@ def build(ctx) -> None:
             steer_btn = gr.Button("Generate with and without", variant="primary", elem_id="features-steer")
         with gr.Column(scale=3):
             with gr.Row():
-                steer_img = gr.Image(label="image given to the model" if org.is_hub else "scene given to the captioner", format="png", height=180, interactive=False,
-                                     elem_id="features-steer-img")
-                steer_md = gr.Markdown(elem_id="features-steer-out")
+                with gr.Column(scale=1, min_width=140):
+                    steer_img = gr.Image(label="image given to the model" if org.is_hub else "scene given to the captioner",
+                                         format="png", height=180, interactive=False, elem_id="features-steer-img")
+                with gr.Column(scale=2, min_width=240):
+                    steer_md = gr.Markdown(elem_id="features-steer-out")
+                with gr.Column(scale=2, min_width=200):
+                    pinned_md = gr.HTML(elem_id="features-pinned")  # beside the current result
+            with gr.Row():
+                pin_btn = gr.Button("Pin this result to compare", size="sm", elem_id="features-pin")
+                unpin_btn = gr.Button("Clear the pin", size="sm", elem_id="features-unpin")
             with gr.Accordion("steering result (JSON)", open=False):
                 steer_json = gr.JSON(label="steering result")
+    pinned = gr.State(None)  # the pinned steering result: a small dict of text, never tensors
 
-    page_outputs = [header, gal_overlay, gal_dim, hist, concepts, json_file, png_file, page_data, feat,
-                    steer_feat, steer_val]
+    page_outputs = [header, gal_overlay, gal_dim, hist, concepts, json_file, png_file, page_data, patch_plot,
+                    feat, steer_feat, steer_val]
     # every event: a failure leaves the last good view as it was (no Error badges), message in the toast
     keep_on_failure(open_btn.click(open_feature, [source, feat], page_outputs, api_name="feature_page"), page_outputs)
     keep_on_failure(query.submit(list_features, [source, query, sort], table, api_name="features_list"), [table])
@@ -730,12 +826,16 @@ def build(ctx) -> None:
         asked = ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model"))
         keep_on_failure(asked, page_outputs)
         asked.success(list_features, [source, query, sort], table, api_visibility="private")  # the new label
-    analysis_out = [shown, cap, fire_gallery, firing, fire_bar]
+    analysis_out = [shown, cap, fire_gallery, firing, fire_bar, fire_plot]
     keep_on_failure(analyse_btn.click(analyse, [source, upload, example], analysis_out,
                                       **model_event(api_name="analyse_image")), analysis_out)
     steer_out = [steer_img, steer_md, steer_json]
     keep_on_failure(steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err,
                                             suppress], steer_out, **model_event(api_name="steer")), steer_out)
+
+    keep_on_failure(pin_btn.click(pin, [steer_json], [pinned, pinned_md], api_name="pin_steering"),
+                    [pinned, pinned_md])
+    unpin_btn.click(lambda: (None, ""), None, [pinned, pinned_md], api_visibility="private")
 
     def from_url(source_, request: gr.Request):
         params = request.query_params if request else {}

@@ -534,6 +534,7 @@ def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
         "density": float(t["density"][f]), "max_act": float(t["max_act"][f]), "mean_act": float(t["mean_act"][f]),
         "hist_counts": t["hist"][f].tolist(), "hist_edges": t["hist_edges"].tolist(),
         "top": top, "images": imgs, "maps": up, "regions": reg,
+        "patch_maps": [m.numpy() for m in maps],  # the index's own per-patch values, for exact hover
     }
     PAGE_CACHE.put(key, page)
     return page
@@ -582,7 +583,7 @@ def save_label(org: Organism, entry: dict) -> None:
 
 def page_json(page: dict) -> dict:
     """The JSON-exportable part of a page (no arrays)."""
-    return {k: v for k, v in page.items() if k not in ("images", "maps", "regions")}
+    return {k: v for k, v in page.items() if k not in ("images", "maps", "regions", "patch_maps")}
 
 
 # ---------------------------------------------------------------------------------- analysis

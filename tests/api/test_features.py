@@ -57,7 +57,12 @@ def test_bad_feature_id_is_a_clear_error(client, org):
 
 def test_analyse_held_out_scene(client, org):
     out = client.predict(None, "3", api_name="/analyse_image")
-    image, caption, gallery, table, bar = out
+    image, caption, gallery, table, bar, hover = out
+    fig = json.loads(hover["plot"])  # the per-patch values, hoverable
+    heat = [t for t in fig["data"] if t["type"] == "heatmap"]
+    z = heat[0]["z"]  # plotly 7 sends arrays as typed buffers with their shape
+    shape = tuple(int(d) for d in z["shape"].split(",")) if isinstance(z, dict) else (len(z), len(z[0]))
+    assert heat and "activation %{z" in heat[0]["hovertemplate"] and shape == (org.index.grid,) * 2
     from backend.sae import scenes as S
 
     truth = S.caption(org.heldout_specs[3])

@@ -178,3 +178,37 @@ def test_refused_input_keeps_the_last_view_clean(page, server_url):
     page.locator("#features-example input").press("Enter")
     page.locator("#features-analyse").click()
     _refused(page, "held-out scene between 0 and", ["#features-shown", "#features-firing"])
+
+
+def test_presenter_view_and_a_pinned_result(page, server_url):
+    """Presenter view: plain one-line captions, the expert text and advanced controls hidden, the top
+    images large. Compare: a pinned steering result stays beside the next one."""
+    from tests.e2e.conftest import open_tab, settle
+
+    open_tab(page, server_url, "features")
+    page.locator("#features-header").get_by_text("Feature").first.wait_for()
+    page.locator("#features-steer").click()
+    page.locator("#features-steer-out").get_by_text("positions:").wait_for()
+    first = page.locator("#features-steer-out").inner_text()
+    page.locator("#features-pin").click()
+    pinned = page.locator("#features-pinned")
+    pinned.get_by_text("Pinned").wait_for()
+    page.locator("#features-clamp input").fill("100")
+    page.locator("#features-steer").click()
+    page.locator("#features-steer-out").get_by_text("= 100").wait_for()
+    settle(page)
+    value = first.split(" = ")[1].split()[0].rstrip(")")
+    assert f"= {float(value):g}" in pinned.inner_text() and "= 100" not in pinned.inner_text()
+    box = pinned.bounding_box()
+    out = page.locator("#features-steer-out").bounding_box()
+    assert box["x"] > out["x"] + out["width"] - 1 and abs(box["y"] - out["y"]) < 80  # beside, not below
+
+    width_before = page.locator("#features-overlay img").first.bounding_box()["width"]
+    page.locator("#wb-presenter-toggle input").check()
+    page.wait_for_timeout(800)
+    for hidden in ("#features-summary", "#features-positions", "#features-adderr", "#features-table"):
+        assert not page.locator(hidden).is_visible(), hidden
+    assert page.get_by_text("Switch one feature on hard").is_visible()
+    assert "FVU" not in page.locator("#tab-features").inner_text()
+    assert page.locator("#features-overlay img").first.bounding_box()["width"] > 1.3 * width_before
+    page.locator("#wb-presenter-toggle input").uncheck()

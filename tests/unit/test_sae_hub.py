@@ -243,6 +243,13 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
         tab.build_index("hub", None, str(hub["images"]), _Request(), progress=progress)
 
     header, overlays, dimmed = tab.open_feature("hub", first)[:3]
+    # exact values on hover: each top image's heatmap holds the index's own per-patch activations
+    hover = tab.open_feature("hub", first)[8]
+    heat = [t for t in hover.data if t.type == "heatmap"]
+    _, maps, _ = org.index.top(first, 5)
+    assert len(heat) == len(maps) and "activation %{z" in heat[0].hovertemplate
+    for t, m in zip(heat, maps):
+        np.testing.assert_array_equal(np.asarray(t.z, np.float32), m.numpy())
     assert f"Feature {first}" in header and "unlabelled" in header and "labels: none" in header
     assert len(overlays) == len(dimmed) >= 1
     # the model explainer on request: the loaded VLM sees the top images and names the feature
@@ -259,7 +266,8 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     again = FT.load_hub()  # a restart keeps the label
     assert again.labels[str(first)]["label"] == lab["label"] and again.label_source == FT.MODEL_LABELS
     img = picture(hub, 3)
-    shown, caption, gallery, table, bar = tab.analyse("hub", img, None, progress=progress)
+    shown, caption, gallery, table, bar, hover = tab.analyse("hub", img, None, progress=progress)
+    assert [t.type for t in hover.data].count("heatmap") == min(4, len(table))
     assert caption.startswith("**Model answer:**") and "base image" in bar and "newline" in bar
     assert any("tiles" in c for _, c in gallery) and table
     _, md, res = tab.steer("hub", img, None, first, 5.0, "image", False, False, progress=progress)
