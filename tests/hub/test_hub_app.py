@@ -113,8 +113,8 @@ def test_memorization_main_endpoints(hub_client):
 
 
 def test_math_main_endpoints(hub_client):
-    acc, samples, per_layer = hub_client.predict("MathNeuro", 3, 0.0, 8, api_name="/mn_evaluate")
-    assert acc and samples and per_layer
+    acc, acc_fig, samples, per_layer = hub_client.predict("MathNeuro", 3, 0.0, 8, api_name="/mn_evaluate")
+    assert acc and acc_fig and samples and per_layer
     answer = hub_client.predict("Tom has 23 pens and finds 45 more. How many pens does he have now?", "MathNeuro",
                                 3, 0.0, 8, api_name="/mn_ask")
     assert answer and any(answer)
