@@ -185,12 +185,49 @@ def train_step(task: Task, run: Run, batch_size: int, max_grad_norm: float | Non
     return value, gnorm
 
 
+def race_bytes(model: nn.Module, cfg: RaceConfig) -> int:
+    """Memory a race needs beside the shared base: every run trains its own copy of the model; a full
+    fine-tuning run also keeps float32 weights, their gradients and Adam's two moments. Adapter
+    parameters are a rounding error at the ranks the tab offers."""
+    base = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
+    n = sum(p.numel() for p in model.parameters())
+    per_method = {"lora": base, "pissa": base, "full": base + 16 * n}
+    return sum(per_method[m] for m in cfg.methods) * len(cfg.seeds)
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Free memory where the runs will live: the GPU's free memory, or the host's available RAM."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def check_fits(model: nn.Module, cfg: RaceConfig) -> None:
+    """Refuse a race whose copies cannot fit (a 7B model is 13.5 GB a copy in fp16: 2 methods x 3 seeds
+    would need 81 GB), naming what would, rather than failing half-way with out-of-memory."""
+    need, free = race_bytes(model, cfg), available_bytes(device_of(model))
+    if free is None or need <= 0.9 * free:
+        return
+    per_seed = need // len(cfg.seeds)
+    fits = int(0.9 * free // per_seed) if per_seed else 0
+    hint = (f"at most {fits} seed{'s' if fits != 1 else ''} with these methods fit" if fits
+            else "not even one seed of these methods fits: drop full fine-tuning or use a smaller model")
+    raise ValueError(f"This race needs about {need / 2**30:.1f} GiB for its {len(cfg.methods) * len(cfg.seeds)} "
+                     f"model copies, and {free / 2**30:.1f} GiB are free on {device_of(model).type}: {hint}.")
+
+
 def race(task: Task, cfg: RaceConfig, stop: threading.Event | Callable[[], bool] | None = None,
          ) -> Iterator[dict]:
     """Yield {"setup": i, "of": n} while the runs are built, then {"method", "seed", "step", "loss",
     "grad_norm", "elapsed_s"} for every step of every run (runs interleaved step by step), then one
     {"done": True, "stopped": bool, "summary": ...} event."""
     cfg.validate()
+    check_fits(task.model(), cfg)
     rank = int(cfg.rank or task.default_rank)
     alpha = float(cfg.alpha if cfg.alpha is not None else rank)
     lr = float(cfg.lr or task.default_lr)

@@ -147,3 +147,28 @@ def test_race_config_validation(llama):
                 RaceConfig(steps=0), RaceConfig(lr=5.0)):
         with pytest.raises(ValueError):
             next(race(task, cfg))
+
+
+def test_race_that_cannot_fit_is_refused_before_any_copy(llama, monkeypatch):
+    """Each run trains its own copy: a race whose copies exceed the free memory (a 7B model's 2 methods
+    x 3 seeds) is refused up front, naming how many seeds would fit, instead of running out of memory."""
+    import importlib
+
+    R = importlib.import_module("backend.pissa.race")  # the package exports the function `race` too
+    task = LMTask(llama, torch.zeros(4, 5, dtype=torch.long))
+    base = sum(p.numel() * p.element_size() for p in llama.parameters())
+    cfg = RaceConfig(methods=("lora", "pissa"), seeds=(0, 1, 2), steps=2, rank=4, batch=2)
+    assert R.race_bytes(llama, cfg) >= 6 * base
+    full = RaceConfig(methods=("full",), seeds=(0,), steps=2)
+    assert R.race_bytes(llama, full) > 4 * base  # float32 master weights, gradients and Adam moments
+    copies = []
+    monkeypatch.setattr(R, "clone_model", lambda m: copies.append(m) or m)
+    monkeypatch.setattr(R, "available_bytes", lambda device: int(2.5 * base / 0.9))
+    with pytest.raises(ValueError, match=r"6 model copies.*at most 1 seed with these methods fit"):
+        next(race(task, cfg))
+    monkeypatch.setattr(R, "available_bytes", lambda device: base)
+    with pytest.raises(ValueError, match="not even one seed"):
+        next(race(task, cfg))
+    assert copies == []
+    monkeypatch.setattr(R, "available_bytes", lambda device: 100 * base)
+    assert "setup" in next(race(task, RaceConfig(seeds=(0,), steps=1, rank=4, batch=2)))
