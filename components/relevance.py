@@ -266,9 +266,12 @@ def longrange_plot(res: dict):
         far = max([far] + [d["distance"] for d in tops])
         ys += [d["relevance"] / top for d in tops]
         fig.add_scatter(x=[d["distance"] for d in tops], y=[d["relevance"] / top for d in tops],
-                        text=[visible(d["token"]) for d in tops], mode="markers+text", textposition="top center",
+                        # labels on each method's top 3 only (ten per method pile up); hover names all
+                        text=[visible(d["token"]) if k < 3 else "" for k, d in enumerate(tops)],
+                        mode="markers+text", textposition="top center",
                         customdata=[d["relevance"] for d in tops], cliponaxis=False,
-                        hovertemplate="%{text} · %{x} tokens back<br>relevance %{customdata:.4g}"
+                        hovertext=[visible(d["token"]) for d in tops],
+                        hovertemplate="%{hovertext} · %{x} tokens back<br>relevance %{customdata:.4g}"
                                       "<extra>" + LABELS[meth] + "</extra>",
                         name=LABELS[meth], marker=dict(color=C.qualitative(i)))
     # room around the points so the labels above them (and at the ends) stay inside the plot
@@ -293,16 +296,19 @@ def image_plot(res: dict):
                                            for m in meths]
     fig = make_subplots(1, len(meths) + 1, subplot_titles=titles, horizontal_spacing=0.02)
     img = np.asarray(res["image"], float)
-    gray = dict(z=img, colorscale="gray", zmin=0, zmax=1, showscale=False)
-    fig.add_heatmap(**gray, hovertemplate="x %{x}, y %{y}<br>pixel %{z:.3f}<extra>input</extra>", row=1, col=1)
+    rgb = np.repeat((np.clip(img, 0, 1) * 255).round()[..., None], 3, -1)
+    fig.add_image(z=rgb, hovertemplate="x %{x}, y %{y}<extra>input</extra>", row=1, col=1)
     for j, meth in enumerate(meths, start=2):
         raw = np.asarray(res["maps"][meth], float)
-        fig.add_heatmap(**gray, hoverinfo="skip", row=1, col=j)
-        fig.add_heatmap(z=raw / max(np.abs(raw).max(), 1e-12), customdata=raw, zmin=-1, zmax=1,
-                        colorscale=C.SIGNED_PLOTLY, opacity=0.85, showscale=j == len(meths) + 1,
-                        colorbar=dict(title=dict(text="R ÷ max|R|", side="right"), len=0.9, thickness=12),
+        fig.add_image(z=rgb, hoverinfo="skip", row=1, col=j)
+        # one shared colour axis: every map on the same scale, one colour bar
+        fig.add_heatmap(z=raw / max(np.abs(raw).max(), 1e-12), customdata=raw, coloraxis="coloraxis",
+                        opacity=0.85,
                         hovertemplate="x %{x}, y %{y}<br>relevance %{customdata:.4g}<br>÷ max|R| %{z:.3f}"
                                       "<extra>" + LABELS[meth] + "</extra>", row=1, col=j)
+    fig.update_layout(coloraxis=dict(colorscale=C.SIGNED_PLOTLY, cmin=-1, cmax=1,
+                                     colorbar=dict(title=dict(text="R ÷ max|R|", side="right"), len=0.9,
+                                                   thickness=12)))
     mask = res.get("mask")
     if mask is not None and np.asarray(mask).any():
         ys, xs = np.nonzero(np.asarray(mask))

@@ -81,7 +81,8 @@ def test_relevance_controls_and_screenshot(page, server_url):
     expect(page.locator("#rel-image-md")).to_contain_text("Prediction", timeout=LONG)
     expect(page.locator("#rel-image-out .js-plotly-plot")).to_be_visible(timeout=LONG)
     # the input, then each of the 6 ticked methods as a map drawn over the input
-    expect(page.locator("#rel-image-out .heatmaplayer image")).to_have_count(13)
+    expect(page.locator("#rel-image-out .imagelayer image")).to_have_count(7)
+    expect(page.locator("#rel-image-out .heatmaplayer image")).to_have_count(6)
     expect(page.locator("#rel-image-png a[href$='relevance-image.png']")).to_have_count(1, timeout=LONG)
     settle(page, LONG)
     assert not page.locator(".toast-body.error").count()

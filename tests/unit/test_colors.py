@@ -103,6 +103,9 @@ def _figures():
         "relevance.curves_plot": lambda: relevance.curves_plot(hres),
         "relevance.scatter_plot": lambda: relevance.scatter_plot(hres),
         "relevance.longrange_plot": lambda: relevance.longrange_plot(long_res),
+        "relevance.image_plot": lambda: relevance.image_plot(
+            {"methods": ["mambalrp"], "maps": {"mambalrp": [[0.5, -1.0], [0.0, 2.0]]}, "image": [[0, 1], [1, 0]],
+             "pred": "ring", "mask": [[True, False], [False, False]], "share_in_region": {"mambalrp": 0.2}}),
         "features._hist_plot": lambda: features._hist_plot(page),
         "features._concept_plot": lambda: features._concept_plot(page),
         "memorization.z_plot": lambda: memorization.z_plot(z, ["down0.attn0:1"]),
