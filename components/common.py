@@ -135,10 +135,13 @@ CSS += """
 
 # Presenter view, second part: a tab's one-line plain caption shown only there (`wb-presenter-only`,
 # in place of its expert explanation marked `wb-advanced`), and its key figure (`wb-keyfig`) at full width.
-# A wide table whose headers break between words only (`wb-table-words`; Gradio breaks them anywhere).
+# A row of controls beside its key figure that stays a row (`wb-presenter-row`), so the figure is on the
+# first screen. A wide table whose headers break between words only (`wb-table-words`; Gradio breaks them anywhere).
 CSS += """
 body:not(.wb-presenter) .wb-presenter-only {display: none !important;}
 body.wb-presenter .wb-keyfig {max-width: none !important; font-size: 1.1rem;}
+body.wb-presenter .row.wb-presenter-row:has(.js-plotly-plot) {flex-direction: row !important;}
+body.wb-presenter .row.wb-presenter-row:has(.js-plotly-plot) > * {width: auto !important; max-width: none !important;}
 .wb-table-words th .header {word-break: normal !important; overflow-wrap: normal !important; font-size: 0.8rem;}
 """
 

@@ -486,7 +486,7 @@ def build(ctx) -> None:
                               type="filepath", elem_id="mn-nonmath-file")
         with gr.Column(scale=2):
             data_box = gr.HTML(elem_id="mn-data")
-    with gr.Row():
+    with gr.Row(elem_classes=["wb-presenter-row"]):
         with gr.Column(scale=1, min_width=280):
             method = gr.Radio(list(METHOD_LABELS), value="MathNeuro", label="Method", elem_id="mn-method")
             k_pct = Bounded(*K_RANGE, value=DEFAULTS["k"], step=1, label="K: top % per weight matrix", elem_id="mn-k")
@@ -502,7 +502,7 @@ def build(ctx) -> None:
                         "setting is computed once and cached. A pinned result stays beside the current "
                         "one in the accuracy figure.</span>", elem_classes=["wb-advanced"])
         with gr.Column(scale=2):
-            acc = gr.HTML(elem_id="mn-acc")
+            acc = gr.HTML(elem_id="mn-acc", elem_classes=["wb-advanced"])  # the figure title says it in presenter view
             acc_fig = gr.Plot(label="Math and non-math accuracy", elem_id="mn-accfig", elem_classes=["wb-keyfig"])
     with gr.Row(elem_classes=["wb-advanced"]):
         table = gr.Dataframe(headers=["set", "question", "reference", "unmodified", "modified"],
