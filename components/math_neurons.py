@@ -186,6 +186,11 @@ def short_label(d: dict) -> str:
     return f"{LABEL_OF[d['method']].split(' ')[0]}, K {d['k']:g} %, {what}"
 
 
+def pct(x: float) -> str:
+    """An accuracy as people say it: 0.995 reads 99.5 %, 0.78 reads 78 % (never rounded to a lie)."""
+    return f"{100 * x:.1f}".rstrip("0").rstrip(".") + " %"
+
+
 def accuracy_plot(current: dict, pinned: dict | None = None) -> go.Figure:
     """The key figure: math and non-math accuracy, unmodified vs the current setting, and the pinned
     result beside it on the same axes (hatched, so two settings of one method stay apart)."""
@@ -198,11 +203,9 @@ def accuracy_plot(current: dict, pinned: dict | None = None) -> go.Figure:
     fig = go.Figure()
     for name, ys, color, hatch in bars:
         fig.add_trace(go.Bar(x=cats, y=[100 * y for y in ys], name=name, marker=dict(color=color, pattern_shape=hatch),
-                             text=[f"{100 * y:.0f} %" for y in ys], textposition="outside", textfont=dict(size=14),
+                             text=[pct(y) for y in ys], textposition="outside", textfont=dict(size=14),
                              hovertemplate=f"{html.escape(name)}<br>%{{x}} accuracy: %{{y:.1f}} %<extra></extra>"))
     # The title is the plain one-line caption of the result (the block's label names the figure).
-    def pct(x):  # 0.995 reads 99.5 %, 0.78 reads 78 %
-        return f"{100 * x:.1f}".rstrip("0").rstrip(".") + " %"
     title = (f"math {pct(current['base_math'])} → {pct(current['math'])}, non-math "
              f"{pct(current['base_nonmath'])} → {pct(current['nonmath'])}")
     fig.update_layout(title=title + (" · pinned result hatched" if pinned else ""),
