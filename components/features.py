@@ -20,6 +20,7 @@ from backend.sae import scenes as S
 from backend.core import colors as C
 from components import links
 from components.common import fail, model_event, themed
+from components.inputs import CheckedImage, CheckedNumber, keep_on_failure
 
 TAB_ID = "features"
 TITLE = "Features"
@@ -50,62 +51,6 @@ def _atomic_write(path: Path, write) -> Path:
     write(tmp)
     os.replace(tmp, path)
     return path
-
-
-# ------------------------------------------------------------------------------ guarded inputs
-def _range_words(lo, hi) -> str:
-    return f"between {lo:g} and {hi:g}" if lo is not None and hi is not None else (
-        f"at least {lo:g}" if lo is not None else f"at most {hi:g}")
-
-
-class Num(gr.Number):
-    """A number box that refuses 'nan', 'inf' and out-of-range values by its own name and valid
-    range before any handler runs (Gradio's own checks crash on NaN or do not name the field)."""
-
-    def get_block_name(self) -> str:
-        return "number"  # the stock frontend component
-
-    def preprocess(self, payload):
-        if payload is None:
-            return None
-        name = (self.label or "value").split(" (")[0]
-        try:
-            x = float(payload)
-        except (TypeError, ValueError):
-            raise gr.Error(f"The {name} must be a number.") from None
-        bounds = _range_words(self.minimum, self.maximum) if (self.minimum, self.maximum) != (None, None) else ""
-        if not np.isfinite(x):
-            raise gr.Error(f"The {name} must be a finite number{', ' + bounds if bounds else ''}; got {payload}.")
-        if (self.minimum is not None and x < self.minimum) or (self.maximum is not None and x > self.maximum):
-            raise gr.Error(f"The {name} must be {bounds}; got {x:g}. Nothing was computed.")
-        if self.precision == 0 and x != int(x):
-            raise gr.Error(f"The {name} must be a whole number; got {x:g}.")
-        return super().preprocess(x)
-
-
-class Picture(gr.Image):
-    """An image upload whose unreadable files get a clear message instead of Gradio's generic one."""
-
-    def get_block_name(self) -> str:
-        return "image"
-
-    def preprocess(self, payload):
-        try:
-            return super().preprocess(payload)
-        except gr.Error:
-            raise
-        except Exception as e:  # PIL's UnidentifiedImageError, a truncated file, a decompression bomb
-            raise gr.Error(f"The uploaded file could not be read as an image ({type(e).__name__}); "
-                           f"upload a PNG, JPEG or WebP picture.") from None
-
-
-def keep_on_failure(event, outputs: list) -> None:
-    """A failed event leaves its outputs as they were, clean. Gradio 6.31 puts an 'Error' badge over
-    every output of a failed event (the status tracker keeps the failed status); a follow-up that
-    changes nothing and finishes with its progress hidden gives them a finished status again, so the
-    last good view stays readable and the message lives in the toast only."""
-    event.failure(lambda: tuple(gr.skip() for _ in outputs), None, outputs, show_progress="hidden",
-                  queue=False, api_name=False)
 
 
 # ------------------------------------------------------------------------------ rendering helpers
@@ -706,7 +651,7 @@ def build(ctx) -> None:
                                  interactive=False, elem_classes=["wb-advanced"],
                                  elem_id="features-table", max_height=420)
             with gr.Row():
-                feat = Num(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
+                feat = CheckedNumber(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
                            elem_id="features-id", minimum=0, maximum=n_features - 1)
                 open_btn = gr.Button("Open feature", variant="primary", elem_id="features-open")
             if org.is_hub:
@@ -738,7 +683,7 @@ def build(ctx) -> None:
                 elem_classes=["wb-presenter-only"])
     with gr.Row():
         with gr.Column(scale=1):
-            upload = Picture(label=("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.is_hub
+            upload = CheckedImage(label=("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.is_hub
                                      else "your image (resized to the model's input)"), type="numpy", format="png",
                               height=220, elem_id="features-upload", sources=["upload", "clipboard"])
             gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link"
@@ -771,10 +716,10 @@ def build(ctx) -> None:
     slider_max = clamp_limit(org)
     with gr.Row():
         with gr.Column(scale=2):
-            steer_feat = Num(value=first_id, precision=0, label=f"feature to clamp (0–{n_features - 1})",
+            steer_feat = CheckedNumber(value=first_id, precision=0, label=f"feature to clamp (0–{n_features - 1})",
                              elem_id="features-steer-id", minimum=0, maximum=n_features - 1)
             # a number box, not a slider: a slider's box shows a typed 5000 while the slider sends its max
-            steer_val = Num(value=FT.default_clamp_value(org, first_id), minimum=0, maximum=slider_max,
+            steer_val = CheckedNumber(value=FT.default_clamp_value(org, first_id), minimum=0, maximum=slider_max,
                             label=f"clamp value (0–{slider_max:g})", elem_id="features-clamp")
             positions = gr.Radio(POSITION_CHOICES, value=defaults["positions"], label="positions",
                                  elem_id="features-positions", elem_classes=["wb-advanced"])

@@ -22,6 +22,7 @@ from backend.mathneuro.service import Setting
 from backend.core import colors as C
 from components import links
 from components.common import fail, model_event, themed
+from components.inputs import keep_on_failure
 
 TAB_ID = "math_neurons"
 TITLE = "Math neurons"
@@ -368,14 +369,6 @@ def export_png(state: dict, path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ handlers
-def keep_on_failure(event, outputs: list) -> None:
-    """A failed `event` leaves its outputs as they were, without Gradio's 'Error' badge: Gradio keeps
-    the failed status on every output of the event until another event on them completes, so a
-    follow-up that changes nothing completes on them (progress hidden); the message is the toast."""
-    event.failure(lambda: tuple(gr.skip() for _ in outputs), None, outputs, show_progress="hidden",
-                  queue=False, api_visibility="private")
-
-
 def make_handlers(source: str):
     def live(method_label, k_pct, factor, n_samples, nonmath=None, pinned=None):
         """The accuracies of one setting: card, figure (beside the pinned result, if any), sample

@@ -22,6 +22,7 @@ from backend.nemo import service
 from backend.core import colors as C
 from components import links
 from components.common import fail, model_event, themed
+from components.inputs import checked_image, checked_slider
 
 TAB_ID = "memorization"
 TITLE = "Memorization"
@@ -458,47 +459,6 @@ def make_checks(source: str):
     return prompt_ok, generate_ok, batch_ok, pinned
 
 
-class CheckedImage(gr.Image):
-    """gr.Image whose unreadable upload (a corrupt or non-image file) is refused with a clear
-    message; Gradio's own is a generic error. Same front end as gr.Image."""
-    is_template = True
-
-    def preprocess(self, payload):
-        try:
-            return super().preprocess(payload)
-        except gr.Error:
-            raise
-        except Exception:
-            name = getattr(payload, "orig_name", None) or "the file"
-            raise gr.Error(f"The reference image could not be read ({str(name)[:60]} is not a PNG, JPEG "
-                           "or WebP image, or is damaged). Upload another image.", print_exception=False) from None
-
-
-class CheckedSlider(gr.Slider):
-    """gr.Slider that refuses a value it cannot take (out of range, not whole where the step is 1,
-    NaN, infinity, text) with the valid range, before anything is computed; Gradio's own check lets
-    NaN through and fails with a generic error on an empty value."""
-    is_template = True
-    what = "the value"
-
-    def preprocess(self, payload):
-        lo, hi = self.minimum, self.maximum
-        whole = float(self.step or 0) == 1.0
-        ok = isinstance(payload, (int, float)) and not isinstance(payload, bool) and math.isfinite(payload)
-        ok = ok and lo <= payload <= hi and (not whole or float(payload).is_integer())
-        if not ok:
-            kind = "a whole number" if whole else "a number"
-            raise gr.Error(f"Choose {self.what}: {kind} from {lo:g} to {hi:g} "
-                           f"(got {str(payload)[:20]!s}).", print_exception=False)
-        return super().preprocess(payload)
-
-
-def checked_slider(what: str, *args, **kwargs) -> CheckedSlider:
-    s = CheckedSlider(*args, **kwargs)
-    s.what = what
-    return s
-
-
 def make_handlers(source: str):
     def check(prompt):
         r = service.check(prompt, source=source)
@@ -656,10 +616,10 @@ def build(ctx) -> None:
             stats_card = gr.HTML(stats_html(d["stats_plan"]), elem_id="memo-stats", elem_classes=["wb-advanced"])
             with gr.Accordion("Neuron statistics from the tab (a small set)", open=False, elem_id="memo-stats-acc"):
                 total = max(2, int(d["stats_plan"].get("total") or 2))
-                n_stats = checked_slider("how many prompts the statistics use", 2, max(3, total),
+                n_stats = checked_slider(2, max(3, total),
                                          value=min(total, 1000), step=1,
                                          label=f"First N of the {total:,} {d['stats_plan']['set']}",
-                                         elem_id="memo-stats-n")
+                                         elem_id="memo-stats-n", what="how many prompts the statistics use")
                 stats_btn = gr.Button("Compute statistics in this process", elem_id="memo-stats-btn")
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
@@ -688,12 +648,12 @@ def build(ctx) -> None:
             free = gr.Textbox(label="Also switch off (layer:channel, comma-separated)",
                               placeholder="e.g. mid.attn0:5, down1.attn0:17", elem_id="memo-free",
                               elem_classes=["wb-advanced"])
-            n_seeds = checked_slider("the number of seeds", 1, MAX_SEEDS, value=4, step=1, label="Seeds",
-                                     elem_id="memo-seeds", elem_classes=["wb-advanced"])
-            reference = CheckedImage(label=("Reference image (optional): the training image, if you have it"
+            n_seeds = checked_slider(1, MAX_SEEDS, value=4, step=1, label="Seeds",
+                                     elem_id="memo-seeds", elem_classes=["wb-advanced"], what="the number of seeds")
+            reference = checked_image(label=("Reference image (optional): the training image, if you have it"
                                             if not d["has_train_images"] else
                                             "Reference image (optional; default: the training image)"),
-                                     type="numpy", image_mode="RGB", format="png", height=190,
+                                     type="numpy", image_mode="RGB", format="png", height=190, what="the reference image",
                                      sources=["upload", "clipboard"], elem_id="memo-ref")
             gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate")
             with gr.Row():
@@ -732,9 +692,10 @@ def build(ctx) -> None:
     with gr.Column(visible=n_mem > 0):
         with gr.Row(equal_height=True):
             top = max(2, min(n_mem, TABLE_MAX))  # a slider needs min < max, even for one prompt
-            n_table = checked_slider("how many memorized prompts the table takes", 1, top,
+            n_table = checked_slider(1, top,
                                      value=min(n_mem, 3 if hub else TABLE_MAX) or 1, step=1,
-                                     label="Memorized prompts in the table", elem_id="memo-table-n", scale=2)
+                                     label="Memorized prompts in the table", elem_id="memo-table-n", scale=2,
+                                     what="how many memorized prompts the table takes")
             table_btn = gr.Button("Results for the memorized prompts (paper's table)",
                                   elem_id="memo-table-btn", scale=1)
             export_btn = gr.Button("Export (JSON + PNG)", elem_id="memo-export", scale=1)

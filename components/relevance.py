@@ -21,6 +21,7 @@ from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text
 from backend.lrp.tokens import SPACE_MARK, visible
 from backend.core import colors as C
 from components.common import fail, model_event, themed
+from components.inputs import keep_on_failure
 
 TAB_ID = "relevance"
 TITLE = "Relevance"
@@ -287,7 +288,6 @@ def longrange_plot(res: dict):
 def image_plot(res: dict):
     """The input and one map per method as plotly heatmaps on one symmetric scale (each map ÷ its
     max |R|), the relevance drawn over the grey input; hover gives each pixel's exact relevance."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     meths = res["methods"]
@@ -367,18 +367,6 @@ def image_figure(res: dict) -> tuple[np.ndarray, str]:
 
 def _is_zoo_sentiment_preset(p) -> bool:
     return p.source == "zoo" and p.path_or_id == "mamba-sentiment"
-
-
-def keep_on_failure(event, outputs: list):
-    """When `event` fails, leave its outputs as they were and clean.
-
-    Gradio marks every output of a failed event with an 'Error' badge over the last good result
-    (its status tracker keeps the failed event's status). A follow-up that changes nothing and
-    completes with its progress hidden gives those outputs a finished status again, so the view
-    stays as it was and the message lives in the toast only."""
-    event.failure(lambda: tuple(gr.skip() for _ in outputs), None, outputs, show_progress="hidden",
-                  queue=False, api_name=False)
-    return event
 
 
 def describe(text, methods, rules, target, model) -> dict:

@@ -107,6 +107,8 @@ def _figures():
             {"methods": ["mambalrp"], "maps": {"mambalrp": [[0.5, -1.0], [0.0, 2.0]]}, "image": [[0, 1], [1, 0]],
              "pred": "ring", "mask": [[True, False], [False, False]], "share_in_region": {"mambalrp": 0.2}}),
         "features._hist_plot": lambda: features._hist_plot(page),
+        "features.patch_figure": lambda: features.patch_figure(
+            [np.zeros((8, 8, 3), np.uint8)], [np.array([[0.0, 1.0], [2.0, 0.5]])], ["feature 3"]),
         "features._concept_plot": lambda: features._concept_plot(page),
         "memorization.z_plot": lambda: memorization.z_plot(z, ["down0.attn0:1"]),
         "memorization.hist_plot": lambda: memorization.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),

@@ -450,22 +450,6 @@ def test_export_draws_an_off_row_only_when_neurons_are_off():
     assert sum(t.startswith("seed") for t in none_off) == 3 and tab.NO_NEURONS_OFF in none_off
 
 
-def test_checked_inputs_refuse_with_the_valid_range():
-    import gradio as gr
-
-    from components import memorization as tab
-
-    s = tab.checked_slider("the number of seeds", 1, 8, value=4, step=1, label="Seeds")
-    assert s.get_block_name() == "slider"  # same front end as gr.Slider
-    for bad in (0, 9, 2.5, float("nan"), float("inf"), float("-inf"), None, "3", True):
-        with pytest.raises(gr.Error, match=r"the number of seeds: a whole number from 1 to 8"):
-            s.preprocess(bad)
-    assert [s.preprocess(v) for v in (1, 8, 3.0)] == [1, 8, 3]
-    img = tab.CheckedImage(type="numpy")
-    assert img.get_block_name() == "image"
-    assert img.preprocess(None) is None
-
-
 def test_grid_rows_are_on_and_off_columns_are_seeds():
     from components import memorization as tab
 
