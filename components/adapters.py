@@ -21,6 +21,7 @@ from backend.pissa.race import RACE_METHODS, RaceConfig
 from backend.core import colors as C
 from components import links
 from components.common import fail, model_event, themed
+from components.inputs import CheckedNumber, checked_slider, keep_on_failure
 
 TAB_ID = "adapters"
 TITLE = "Adapters"
@@ -56,6 +57,9 @@ EXPLAIN = (
     "and QPiSSA leave, and race LoRA against PiSSA fine-tuning live. Everything is computed now on the "
     "model in memory (PiSSA/LoRA through peft; NF4 by this project, checked against the published "
     "table).</div>")
+# Presenter view: one plain line in place of the explanation above (components.common, wb-presenter-only)
+PRESENTER_CAPTION = ("<div class='wb-explain'>Start fine-tuning from a weight matrix's biggest directions "
+                     "instead of from noise: it learns faster and quantizes with less error.</div>")
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -108,7 +112,20 @@ def _mpl():
 
 
 # --- 1. one layer -------------------------------------------------------------------------------
-def spectrum_figure(a: dict) -> go.Figure:
+def describe_analysis(key, a: dict) -> dict:
+    """A shown layer analysis as plain numbers: what a pin keeps (the two spectra, no tensors)."""
+    return {"model": key, "layer": a["layer"], "shape": list(a["shape"]), "rank": int(a["rank"]),
+            "init": a["init"], "singular_values": [float(v) for v in a["singular_values"]],
+            "residual_singular_values": [float(v) for v in a["residual_singular_values"]]}
+
+
+def pin_label(p: dict) -> str:
+    return f"pinned: {p['model']} · {p['layer']} · r {p['rank']} · {p['init']}"
+
+
+def spectrum_figure(a: dict, pinned: dict | None = None) -> go.Figure:
+    """The key figure: the layer's spectrum and W_res's; a pinned analysis is drawn over it on the same
+    axes (its W spectrum and principal part faint, dotted)."""
     sv = np.asarray(a["singular_values"])
     res = np.asarray(a["residual_singular_values"])
     r = a["rank"]
@@ -123,7 +140,18 @@ def spectrum_figure(a: dict) -> go.Figure:
                              marker=dict(size=8, color=COLORS["pissa"])))
     fig.add_trace(go.Scatter(x=np.arange(1, len(res) + 1), y=res, mode="lines", name="W_res (frozen)",
                              line=dict(color=COLORS["W_res"], dash="dash")))
-    fig.update_layout(title=f"Singular values of {a['layer']} {tuple(a['shape'])}",
+    if pinned:
+        psv = np.asarray(pinned["singular_values"])
+        pres = np.asarray(pinned["residual_singular_values"])
+        pres = pres[pres > psv[0] * 1e-6]
+        pidx = np.arange(1, len(psv) + 1)
+        fig.add_trace(go.Scatter(x=pidx, y=psv, mode="lines", name=pin_label(pinned) + " · W",
+                                 line=dict(color=COLORS["W"], dash="dot", width=2), opacity=0.7))
+        fig.add_trace(go.Scatter(x=np.arange(1, len(pres) + 1), y=pres, mode="lines",
+                                 name=pin_label(pinned) + " · W_res",
+                                 line=dict(color=COLORS["W_res"], dash="dot", width=2), opacity=0.7))
+    fig.update_layout(title=f"Singular values of {a['layer']} {tuple(a['shape'])}"
+                            + (" · pinned one dotted" if pinned else ""),
                       xaxis_title="index i", yaxis_title="σᵢ (log scale)", yaxis_type="log",
                       height=360, margin=dict(l=50, r=20, t=50, b=45),
                       legend=dict(orientation="h", y=-0.22))
@@ -175,18 +203,22 @@ def _analysis_png(a: dict, path: Path) -> None:
 
 
 @gpu(duration=60)
-def analyse(key, layer, rank, init, progress=gr.Progress()):
+def analyse(key, layer, rank, init, pinned=None, progress=gr.Progress()):
     if not key:
         fail("Pick a model first.")
     if not layer:
         fail("Pick a layer first.")
+    names = _call(service.layer_names, key)
+    if layer not in names:
+        fail(f"{str(layer)[:60]!r} is not a linear layer of {key}: choose one of "
+             f"{', '.join(names[:12])}{' …' if len(names) > 12 else ''}. Nothing was computed.")
     progress(0.1, desc="SVD of the layer")
     a = _call(service.layer_analysis, key, layer, int(rank), init)
     folder = _export_dir()
     png = folder / export_name("pissa", key, layer, f"r{a['rank']}", ext="png")
     _analysis_png(a, png)
     files = [_write_json(folder, export_name("pissa", key, layer, f"r{a['rank']}", ext="json"), a), str(png)]
-    return spectrum_figure(a), histogram_figure(a), layer_stats_md(a), files
+    return spectrum_figure(a, pinned), histogram_figure(a), layer_stats_md(a), files, describe_analysis(key, a)
 
 
 def on_model_change(key):
@@ -462,7 +494,10 @@ def convert(key, rank, steps, progress=gr.Progress()):
 
 # --- layout -------------------------------------------------------------------------------------
 def build(ctx) -> None:
-    gr.HTML(EXPLAIN)
+    # Presenter view (body.wb-presenter, components.common): the plain caption replaces the
+    # explanation, the spectrum and the race curves are the key figures, expert controls are hidden.
+    gr.HTML(EXPLAIN, elem_classes=["wb-advanced"])
+    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"])
     opts = service.choices(ctx.source)
     default = opts[0][1] if opts else None
     # Only a zoo model is loaded while the page is built; a hub checkpoint loads on first use.
@@ -476,17 +511,25 @@ def build(ctx) -> None:
             layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer",
                                 allow_custom_value=True)
             list_layers = gr.Button("List the model's layers", size="sm", elem_id="pissa-list-layers")
-        rank = gr.Slider(1, 128, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2)
+        rank = checked_slider(1, 128, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2,
+                              elem_classes=["wb-advanced"], what="the rank r")
         init = gr.Radio([("full SVD (pissa)", "pissa"), ("fast SVD (pissa_niter_4)", "pissa_niter_4")],
-                        value="pissa", label="PiSSA init (peft)", elem_id="pissa-init", scale=2)
+                        value="pissa", label="PiSSA init (peft)", elem_id="pissa-init", scale=2,
+                        elem_classes=["wb-advanced"])
 
     gr.Markdown("### 1 · Spectrum and the PiSSA split")
-    analyse_btn = gr.Button("Analyse layer", variant="primary", elem_id="pissa-analyse")
     with gr.Row():
-        spec_plot = gr.Plot(label="spectrum", elem_id="pissa-spectrum")
-        hist_plot = gr.Plot(label="histograms", elem_id="pissa-hist")
-    stats = gr.Markdown(elem_id="pissa-stats")
+        analyse_btn = gr.Button("Analyse layer", variant="primary", elem_id="pissa-analyse", scale=2)
+        pin_btn = gr.Button("Pin this result", size="sm", elem_id="pissa-pin", scale=1)
+        unpin_btn = gr.Button("Clear pin", size="sm", elem_id="pissa-unpin", scale=1)
+    pin_md = gr.Markdown(elem_id="pissa-pin-msg", elem_classes=["wb-muted"])
+    with gr.Row():
+        spec_plot = gr.Plot(label="spectrum", elem_id="pissa-spectrum", elem_classes=["wb-keyfig"])
+        hist_plot = gr.Plot(label="histograms", elem_id="pissa-hist", elem_classes=["wb-advanced"])
+    stats = gr.Markdown(elem_id="pissa-stats", elem_classes=["wb-advanced"])
     analysis_files = gr.File(label="export (JSON, PNG)", file_count="multiple", elem_id="pissa-analysis-files")
+    shown = gr.State(None)  # the analysis on screen (describe_analysis: numbers only)
+    pinned = gr.State(None)  # a pinned analysis, drawn over the next ones on the same axes
 
     gr.Markdown("### 2 · Quantization error: QLoRA vs LoftQ vs QPiSSA (NF4, block 64)")
     gr.HTML("<div class='wb-explain'>Each method stores a 4-bit base Q plus a rank-r adapter AB. "
@@ -496,7 +539,8 @@ def build(ctx) -> None:
             "better). The heatmap sweeps the rank.</div>")
     with gr.Row():
         heat_method = gr.Dropdown(["qpissa-1", "qpissa-5", "loftq-1", "loftq-5"], value="qpissa-1",
-                                  label="heatmap method", elem_id="pissa-heat-method", scale=1)
+                                  label="heatmap method", elem_id="pissa-heat-method", scale=1,
+                                  elem_classes=["wb-advanced"])
         errors_btn = gr.Button("Compute error table", variant="primary", elem_id="pissa-errors", scale=2)
     error_md = gr.Markdown(elem_id="pissa-error-summary")
     error_df = gr.Dataframe(headers=ERROR_COLUMNS, interactive=False, elem_id="pissa-error-table", wrap=True)
@@ -512,15 +556,19 @@ def build(ctx) -> None:
             "as they are computed; line style = seed. Stop ends the race after the current step.</div>")
     with gr.Row():
         methods = gr.CheckboxGroup([("LoRA", "lora"), ("PiSSA", "pissa"), ("full fine-tuning", "full")],
-                                   value=["lora", "pissa"], label="methods", elem_id="pissa-methods", scale=2)
-        seeds = gr.Slider(1, 5, value=3, step=1, label="seeds", elem_id="pissa-seeds", scale=1)
-        steps = gr.Slider(10, 500, value=100, step=10, label="steps", elem_id="pissa-steps", scale=1)
-        lr = gr.Number(value=0, label="learning rate (0 = task default)", elem_id="pissa-lr", scale=1)
+                                   value=["lora", "pissa"], label="methods", elem_id="pissa-methods", scale=2,
+                                   elem_classes=["wb-advanced"])
+        seeds = checked_slider(1, 5, value=3, step=1, label="seeds", elem_id="pissa-seeds", scale=1,
+                               elem_classes=["wb-advanced"], what="the number of seeds")
+        steps = checked_slider(10, 500, value=100, step=10, label="steps", elem_id="pissa-steps", scale=1,
+                               what="the number of steps")
+        lr = CheckedNumber(value=0, minimum=0, maximum=0.99, label="learning rate (0 = task default)",
+                           elem_id="pissa-lr", scale=1, elem_classes=["wb-advanced"])
     with gr.Row():
         start = gr.Button("Start race", variant="primary", elem_id="pissa-start")
         stop = gr.Button("Stop", variant="stop", elem_id="pissa-stop")
     stop_msg = gr.Markdown(elem_id="pissa-stop-msg", elem_classes=["wb-muted"])
-    race_plot = gr.Plot(label="race", elem_id="pissa-race")
+    race_plot = gr.Plot(label="race", elem_id="pissa-race", elem_classes=["wb-keyfig"])
     race_status = gr.Markdown(elem_id="pissa-race-status")
     with gr.Row():
         race_summary = gr.JSON(label="summary", elem_id="pissa-race-summary", open=False)
@@ -532,8 +580,8 @@ def build(ctx) -> None:
             "(ΔW = B′A′ − BA), so it can be shared like any LoRA. This fine-tunes briefly with PiSSA, "
             "converts, and compares the two models' outputs.</div>")
     with gr.Row():
-        conv_steps = gr.Slider(1, 100, value=20, step=1, label="PiSSA steps before converting",
-                               elem_id="pissa-conv-steps", scale=2)
+        conv_steps = checked_slider(1, 100, value=20, step=1, label="PiSSA steps before converting",
+                                    elem_id="pissa-conv-steps", scale=2, what="the number of PiSSA steps")
         conv_btn = gr.Button("Fine-tune, convert and compare", variant="primary", elem_id="pissa-convert",
                              scale=1)
     conv_md = gr.Markdown(elem_id="pissa-convert-result")
@@ -541,20 +589,46 @@ def build(ctx) -> None:
 
     model.change(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_name="layers"))
     stale = [spec_plot, hist_plot, stats, analysis_files, error_df, bars_plot, heat_plot, error_md,
-             error_files, race_plot, race_status, race_summary, race_files, conv_md, conv_json]
+             error_files, race_plot, race_status, race_summary, race_files, conv_md, conv_json, shown]
     # no stale results after the user picks another model (a restored link sets results of its own)
     model.input(lambda: [None] * len(stale), outputs=stale, api_visibility="private")
     list_layers.click(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_visibility="private"))
-    analyse_btn.click(analyse, inputs=[model, layer, rank, init],
-                      outputs=[spec_plot, hist_plot, stats, analysis_files], **model_event(api_name="analyse"))
-    errors_btn.click(errors, inputs=[model, rank, heat_method],
-                     outputs=[error_df, bars_plot, heat_plot, error_md, error_files],
-                     **model_event(api_name="errors"))
-    start.click(run_race, inputs=[model, methods, seeds, steps, rank, lr],
-                outputs=[race_plot, race_status, race_summary, race_files], **model_event(api_name="race"))
+    # A refused value (checked inputs) or a failed computation leaves the last good view as it was,
+    # without Gradio's Error badge: the message is the toast (components.inputs.keep_on_failure).
+    analysis_out = [spec_plot, hist_plot, stats, analysis_files, shown]
+    keep_on_failure(analyse_btn.click(analyse, inputs=[model, layer, rank, init, pinned], outputs=analysis_out,
+                                      **model_event(api_name="analyse")), analysis_out)
+    error_out = [error_df, bars_plot, heat_plot, error_md, error_files]
+    keep_on_failure(errors_btn.click(errors, inputs=[model, rank, heat_method], outputs=error_out,
+                                     **model_event(api_name="errors")), error_out)
+    race_out = [race_plot, race_status, race_summary, race_files]
+    keep_on_failure(start.click(run_race, inputs=[model, methods, seeds, steps, rank, lr], outputs=race_out,
+                                **model_event(api_name="race")), race_out)
+
+    # A number typed past a slider's range is refused when the box is left (the toast names the range)
+    # and the slider shows its last accepted value again: the browser would otherwise keep the typed
+    # number beside a slider it clamped, and the next click would compute with the clamped one.
+    for sl in (rank, seeds, steps, conv_steps):
+        last = gr.State(sl.value)
+        ev = sl.release(lambda v: v, sl, last, show_progress="hidden", api_visibility="private",
+                        concurrency_limit=None)
+        ev.failure(lambda v: gr.update(value=v), last, sl, queue=False, show_progress="hidden",
+                   api_visibility="private")
+
+    # Compare (a pinned datapoint): the pin is the shown analysis's numbers; no model work.
+    def pin(current):
+        if not current:
+            fail("Nothing to pin yet: analyse a layer first.")
+        return current, spectrum_figure(current, current), f"{pin_label(current)} (dotted in the spectrum)"
+
+    def unpin(current):
+        return None, (spectrum_figure(current) if current else gr.skip()), ""
+
+    pin_btn.click(pin, shown, [pinned, spec_plot, pin_md], api_visibility="private", show_progress="hidden")
+    unpin_btn.click(unpin, shown, [pinned, spec_plot, pin_md], api_visibility="private", show_progress="hidden")
     # Stop goes straight to the server, not through the queue behind other requests, and with no
     # progress overlay: its answer is the message
     stop.click(stop_race, outputs=stop_msg, api_name="race_stop", queue=False, show_progress="hidden")
     start.click(lambda: "", outputs=stop_msg, api_visibility="private", queue=False, show_progress="hidden")
-    conv_btn.click(convert, inputs=[model, rank, conv_steps], outputs=[conv_md, conv_json],
-                   **model_event(api_name="convert"))
+    keep_on_failure(conv_btn.click(convert, inputs=[model, rank, conv_steps], outputs=[conv_md, conv_json],
+                                   **model_event(api_name="convert")), [conv_md, conv_json])

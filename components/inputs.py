@@ -68,7 +68,10 @@ class CheckedSlider(gr.Slider):
         ok = ok and lo <= payload <= hi and (not whole or float(payload).is_integer())
         if not ok:
             kind = "a whole number" if whole else "a number"
-            raise gr.Error(f"Choose {self.what}: {kind} from {lo:g} to {hi:g} (got {str(payload)[:20]!s}).",
+            # a slider rebuilt by a gr.update() (Gradio makes a new one from its constructor
+            # arguments) has lost `what`: its label names it then
+            what = self.what if self.what != "the value" or not self.label else f"the {self.label.split(' (')[0]}"
+            raise gr.Error(f"Choose {what}: {kind} from {lo:g} to {hi:g} (got {str(payload)[:20]!s}).",
                            print_exception=False)
         return super().preprocess(payload)
 

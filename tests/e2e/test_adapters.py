@@ -113,3 +113,54 @@ def test_adapters_tab_controls(page, server_url):
     assert "task difference" in page.locator("#pissa-race").inner_text()
     shot(page, "adapters-lm")
     assert errors == []
+
+
+def test_refusal_pin_and_presenter_view(page, server_url):
+    """Issue 19 on this tab: a refused rank and an unknown layer leave the last spectrum on screen
+    without an 'Error' badge (message in the toast); a pinned analysis is drawn dotted over the next
+    one on the same axes and 'Clear pin' drops it; presenter view shows a one-line plain caption and
+    the spectrum large, with init, rank, lr, methods and seeds hidden."""
+    from playwright.sync_api import expect
+
+    open_adapters(page, server_url)
+    page.locator("#pissa-analyse").click()
+    spec = page.locator("#pissa-spectrum")
+    page.locator("#pissa-stats").get_by_text("rank 8").wait_for(timeout=90_000)
+    legend = spec.locator(".legendtext")
+    expect(legend).to_have_count(3, timeout=30_000)
+    page.click("#pissa-pin")
+    expect(page.locator("#pissa-pin-msg")).to_contain_text("pinned: pissa-toy · fc2 · r 8 · pissa")
+
+    # a refused rank: the toast names the range, the spectrum stays, no Error badge
+    before = page.locator("#pissa-stats").inner_text()
+    box = page.locator("#pissa-rank input[type='number']")
+    box.fill("500")
+    box.press("Tab")
+    page.locator("#pissa-analyse").click()
+    expect(page.locator(".toast-body")).to_contain_text("from 1 to 128", timeout=30_000)
+    page.wait_for_timeout(500)
+    badges = page.locator("#tab-adapters .wrap span.error")
+    expect(badges).to_have_count(0)
+    assert page.locator("#pissa-stats").inner_text() == before
+
+    # another rank, drawn beside the pinned one on the same axes
+    _set_number(page, "pissa-rank", 3)
+    page.locator("#pissa-analyse").click()
+    page.locator("#pissa-stats").get_by_text("rank 3").wait_for(timeout=90_000)
+    expect(legend.filter(has_text="pinned: pissa-toy · fc2 · r 8")).to_have_count(2, timeout=30_000)
+    expect(spec.locator(".gtitle")).to_contain_text("pinned one dotted")
+    shot(page, "adapters-pinned")
+
+    page.locator("#wb-presenter-toggle input").check()
+    expect(page.locator("body.wb-presenter")).to_have_count(1)
+    expect(page.locator("#tab-adapters .block.wb-presenter-only")).to_contain_text("biggest directions")
+    for hidden in ("#pissa-init", "#pissa-rank", "#pissa-lr", "#pissa-methods", "#pissa-seeds",
+                   "#pissa-hist", "#pissa-stats"):
+        expect(page.locator(hidden)).to_be_hidden()
+    page.wait_for_timeout(400)
+    box = spec.bounding_box()
+    assert box["width"] >= 0.6 * 1440, box  # the key figure takes the row
+    shot(page, "adapters-presenter")
+    page.locator("#wb-presenter-toggle input").uncheck()
+    page.click("#pissa-unpin")
+    expect(legend).to_have_count(3)

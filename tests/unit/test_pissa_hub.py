@@ -98,7 +98,7 @@ def _one_component(files, model_part: str) -> list[Path]:
 @pytest.mark.parametrize("key,layer", [(LLAMA, "model.layers.1.mlp.down_proj"),
                                        (MISTRAL, "model.layers.0.self_attn.k_proj")])
 def test_analyse_exports_under_safe_names(ui, key, layer):
-    _spec, _hist, md, files = ui.analyse(key, layer, 8, "pissa", progress=no_progress)
+    _spec, _hist, md, files, _shown = ui.analyse(key, layer, 8, "pissa", progress=no_progress)
     paths = _one_component(files, key.replace("/", "--"))
     a = json.loads(next(p for p in paths if p.suffix == ".json").read_text())
     assert a["layer"] == layer and layer in md
