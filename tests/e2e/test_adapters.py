@@ -143,6 +143,18 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     expect(badges).to_have_count(0)
     assert page.locator("#pissa-stats").inner_text() == before
 
+    # a failing computation (rank 64 on the 10-row head) leaves the spectrum clean too
+    page.locator("#pissa-layer input").first.click()
+    page.get_by_role("option", name="head", exact=True).click()
+    _set_number(page, "pissa-rank", 64)
+    page.locator("#pissa-analyse").click()
+    expect(page.locator(".toast-body").filter(has_text="between 1 and 10")).to_have_count(1, timeout=30_000)
+    page.wait_for_timeout(500)
+    expect(badges).to_have_count(0)
+    assert page.locator("#pissa-stats").inner_text() == before
+    page.locator("#pissa-layer input").first.click()
+    page.get_by_role("option", name="fc2", exact=True).click()
+
     # another rank, drawn beside the pinned one on the same axes
     _set_number(page, "pissa-rank", 3)
     page.locator("#pissa-analyse").click()
