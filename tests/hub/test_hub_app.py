@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 
 from tests.conftest import ARTIFACTS
+from tests.e2e.conftest import settle
 from tests.helpers.browser import chromium_page
 
 pytestmark = pytest.mark.timeout(900)
@@ -31,6 +32,12 @@ def test_every_tab_builds_in_hub_mode(hub_server):
     assert "hub checkpoints" in texts
 
 
+# Each tab's main button, clicked in the browser as a user would; its result block must fill.
+CLICKS = {"relevance": (["#rel-explain"], "#rel-heatmap"), "memorization": (["#memo-check"], "#memo-score"),
+          # a hub model's layers are listed on demand (it loads the model), then one is analysed
+          "adapters": (["#pissa-list-layers", "#pissa-analyse"], "#pissa-stats")}
+
+
 def test_page_load_raises_no_error_toast_and_every_tab_renders(hub_server):
     url, log = hub_server
     ARTIFACTS.mkdir(exist_ok=True)
@@ -42,6 +49,17 @@ def test_page_load_raises_no_error_toast_and_every_tab_renders(hub_server):
         for tab in page.locator("button[role='tab']").all():
             tab.click()
             page.wait_for_timeout(1200)
+            tab_id = (tab.get_attribute("id") or "").removeprefix("tab-").removesuffix("-button")
+            if tab_id in CLICKS:
+                buttons, result = CLICKS[tab_id]
+                for button in buttons:
+                    page.click(button)
+                    page.wait_for_timeout(300)
+                    settle(page, 120_000)
+                page.wait_for_function(
+                    "(sel) => { const el = document.querySelector(sel); return el && el.innerText.trim().length > 20; }",
+                    arg=result, timeout=120_000)
+                page.wait_for_timeout(500)
             name = tab.inner_text().strip().lower().replace(" ", "-")
             page.screenshot(path=str(ARTIFACTS / f"hub-{name}.png"), full_page=True)
         errors = page.locator(".toast-body.error").all_inner_texts()
