@@ -16,7 +16,7 @@ import torch
 
 from backend.mathneuro import chat, sources
 from tests.conftest import ROOT
-from tests.helpers.standins import REVISION, build_cache, cache_env, digest, repo_folder
+from tests.helpers.standins import REVISION, build_cache, cache_env, digest, repo_folder, use_cache
 from tests.helpers.standins import math as standin
 
 torch.set_num_threads(1)
@@ -96,20 +96,12 @@ def test_hub_nonmath_is_refused_offline_and_race_mmlu_rows_read(monkeypatch):
 # ------------------------------------------------------------------------- the stand-in model
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    import huggingface_hub.constants as hc
-
-    from backend.core import store
     from backend.mathneuro import service
 
     cache = build_cache(tmp_path_factory.mktemp("hf") / "hub", standin.REPOS)
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in cache_env(cache).items():
-            mp.setenv(k, v)
+        use_cache(mp, cache)
         mp.delenv(service.NONMATH_ENV, raising=False)
-        # huggingface_hub read its cache folder at import; transformers asks it at each call
-        mp.setattr(hc, "HF_HUB_CACHE", str(cache))
-        mp.setattr(hc, "HF_HUB_OFFLINE", True)
-        mp.setattr(store, "_MODELS", {})  # the hub model leaves the process store after this module
         mp.setattr(service, "_BENCHES", {})
         mp.setattr(service, "MATH_NEW_TOKENS", NEW_TOKENS)
         mp.setattr(service, "NONMATH_NEW_TOKENS", NEW_TOKENS)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers.standins import REVISION, build_cache, cache_env, digest, repo_folder
+from tests.helpers.standins import REVISION, build_cache, digest, repo_folder, use_cache
 from tests.helpers.standins import adapters as standin
 
 torch.set_num_threads(1)
@@ -24,20 +23,12 @@ def no_progress(*_a, **_k):
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    import huggingface_hub.constants as hc
-
-    from backend.core import store
     from backend.core.cache import ByteLRUCache
     from backend.pissa import service
 
     cache = build_cache(tmp_path_factory.mktemp("hf") / "hub", standin.REPOS)
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in cache_env(cache).items():
-            mp.setenv(k, v)
-        # huggingface_hub read its cache folder at import; transformers asks it at each call
-        mp.setattr(hc, "HF_HUB_CACHE", str(cache))
-        mp.setattr(hc, "HF_HUB_OFFLINE", True)
-        mp.setattr(store, "_MODELS", OrderedDict())  # hub models of this module leave the store after it
+        use_cache(mp, cache)
         mp.setattr(service, "RESULTS", ByteLRUCache(8 * 2**20, name="pissa-hub-test"))
         yield cache
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers.standins import build_cache, cache_env, digest, repo_folder, REVISION
+from tests.helpers.standins import REVISION, build_cache, digest, repo_folder, use_cache
 from tests.helpers.standins import relevance as standin
 
 torch.set_num_threads(1)
@@ -21,18 +21,10 @@ M130, M14 = standin.HUB_130M, standin.HUB_1_4B
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    import huggingface_hub.constants as hc
-
-    from backend.core import store
 
     cache = build_cache(tmp_path_factory.mktemp("hf") / "hub", standin.REPOS)
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in cache_env(cache).items():
-            mp.setenv(k, v)
-        # huggingface_hub read its cache folder at import; transformers asks it at each call
-        mp.setattr(hc, "HF_HUB_CACHE", str(cache))
-        mp.setattr(hc, "HF_HUB_OFFLINE", True)
-        mp.setattr(store, "_MODELS", type(store._MODELS)())  # hub models of this module leave the store after it
+        use_cache(mp, cache)
         yield cache
 
 

@@ -76,3 +76,18 @@ def digest(folder: Path) -> str:
             h.update(p.relative_to(folder).as_posix().encode())
             h.update(p.read_bytes())
     return h.hexdigest()
+
+
+def use_cache(mp, cache: Path) -> None:
+    """Point this process at the stand-in cache, offline, with an empty model store, through a pytest
+    MonkeyPatch `mp` (everything is restored when its context ends). huggingface_hub reads its cache
+    folder and offline switch at import, and transformers asks it at each call: both are patched."""
+    import huggingface_hub.constants as hc
+
+    from backend.core import store
+
+    for k, v in cache_env(cache).items():
+        mp.setenv(k, v)
+    mp.setattr(hc, "HF_HUB_CACHE", str(cache))
+    mp.setattr(hc, "HF_HUB_OFFLINE", True)
+    mp.setattr(store, "_MODELS", type(store._MODELS)())  # hub models leave the store with the context
