@@ -54,6 +54,8 @@ CSS = """
 .wb-card .wb-paper {font-size:0.8rem; color: var(--body-text-color-subdued); margin-bottom:6px;}
 .wb-card p {margin:0; font-size:0.9rem;}
 .wb-muted {color: var(--body-text-color-subdued); font-size:0.85rem;}
+.wb-picker-line {font-size:0.85rem; margin-top:2px;}
+.wb-picker-bad {color: var(--error-text-color, #b91c1c);}
 .wb-explain {border-left:3px solid var(--color-accent); padding:6px 12px; margin:4px 0 10px 0;
   background: var(--background-fill-secondary); border-radius:0 8px 8px 0; font-size:0.92rem;}
 footer {display:none !important;}

@@ -67,9 +67,16 @@ class ModelCheck:
                                **extra)
 
     def summary(self) -> str:
-        size = "size unknown" if self.n_bytes is None else f"{self.n_bytes / 1e9:.2f} GB"
+        size = "size unknown" if self.n_bytes is None else bytes_words(self.n_bytes)
         params = "" if self.n_params is None else f"{_count(self.n_params)} parameters · "
         return f"{self.architecture} · {params}{size}"
+
+
+def bytes_words(n: int) -> str:
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n} bytes"
 
 
 def _count(n: int) -> str:

@@ -16,7 +16,23 @@ os.environ["WORKBENCH_CHECK_WEIGHTS"] = "1"
 
 
 @pytest.fixture(scope="session")
-def app_url():
+def local_models(tmp_path_factory):
+    """A folder of the "your own model" stand-ins (standins.LOCAL), made an allowed root of the app
+    for the whole session (the roots are read at each request)."""
+    from tests.helpers.standins import build_local
+
+    root = build_local(tmp_path_factory.mktemp("own-models"))
+    old = os.environ.get("WORKBENCH_MODEL_ROOTS")
+    os.environ["WORKBENCH_MODEL_ROOTS"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("WORKBENCH_MODEL_ROOTS", None)
+    else:
+        os.environ["WORKBENCH_MODEL_ROOTS"] = old
+
+
+@pytest.fixture(scope="session")
+def app_url(local_models):
     import app
 
     demo = app.build_app("zoo")

@@ -7,9 +7,18 @@ from tests.helpers.server import serve
 
 
 @pytest.fixture(scope="session")
-def server_url():
+def local_models(tmp_path_factory):
+    """A folder of the "your own model" stand-ins (standins.LOCAL), an allowed root of the app."""
+    from tests.helpers.standins import build_local
+
+    return build_local(tmp_path_factory.mktemp("own-models"))
+
+
+@pytest.fixture(scope="session")
+def server_url(local_models):
     ARTIFACTS.mkdir(exist_ok=True)
-    with serve(log_path=ARTIFACTS / "e2e-server.log") as (url, _proc):
+    with serve(log_path=ARTIFACTS / "e2e-server.log",
+               env={"WORKBENCH_MODEL_ROOTS": str(local_models)}) as (url, _proc):
         yield url
 
 

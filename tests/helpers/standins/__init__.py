@@ -35,6 +35,31 @@ def all_repos() -> dict[str, Builder]:
     return repos
 
 
+def all_local() -> dict[str, Builder]:
+    """Every tab module's ``LOCAL`` stand-ins: a folder name and the function that writes a model of
+    an architecture the papers did not use (FalconMamba, LLaVA-1.5, SD-2.x, Qwen2, ...) into it, for
+    the "your own model" pickers. They are saved as a user saves a model (``save_pretrained``), and
+    picked by their path under an allowed root (WORKBENCH_MODEL_ROOTS)."""
+    local: dict[str, Builder] = {}
+    for info in pkgutil.iter_modules(__path__):
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        local.update(getattr(mod, "LOCAL", {}))
+    return local
+
+
+def build_local(root: Path, local: dict[str, Builder] | None = None) -> Path:
+    """Write the local stand-ins (all, or the ones given) as folders under ``root``; returns ``root``.
+    Point WORKBENCH_MODEL_ROOTS at ``root`` to let the app load them."""
+    root = Path(root)
+    for name, build in (local if local is not None else all_local()).items():
+        folder = root / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        build(folder)
+    return root
+
+
 def repo_folder(cache: Path, repo_id: str, kind: str = "models") -> Path:
     return Path(cache) / f"{kind}--{repo_id.replace('/', '--')}"
 

@@ -1,0 +1,76 @@
+"""The one way a tab turns a picked model into a preset: one of its listed presets, or the user's
+own model (a hub id or a folder under the allowed roots), checked before any weights load.
+
+A pick is a *key*: a listed preset's `path_or_id`, or whatever the user typed. Custom keys go
+through the server's policy (`modelcheck.allowed_custom`: WORKBENCH_CUSTOM_MODELS, owners, size
+cap) and the method's architecture check (`modelcheck.check_model`), so a refusal names its reason
+("LlamaForCausalLM: MambaLRP needs a Mamba model") and nothing is downloaded for a model that
+cannot run. Every tab loads what `resolve` returns through its usual path, `presets.load_preset`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from . import modelcheck as M
+from . import presets as P
+
+
+@dataclass(frozen=True)
+class Picked:
+    preset: P.Preset
+    check: M.ModelCheck | None = None  # None for a listed preset
+
+    @property
+    def custom(self) -> bool:
+        return self.check is not None
+
+    @property
+    def key(self) -> str:
+        return self.preset.path_or_id
+
+    def describe(self) -> str:
+        """One line for the tab: which model, and for a custom one its class and size."""
+        if self.check is None:
+            return self.preset.label or self.preset.path_or_id
+        return f"your model · {self.check.location} · {self.check.summary()}"
+
+
+def label(p: P.Preset) -> str:
+    return p.label or p.path_or_id
+
+
+def choices(listed: Iterable[P.Preset]) -> list[tuple[str, str]]:
+    """(label, key) pairs for a dropdown of the listed presets."""
+    return [(label(p), p.path_or_id) for p in listed]
+
+
+def resolve(key: str | None, listed: Iterable[P.Preset], method: str, *, default: P.Preset | None = None,
+            tab: str | None = None, **extra) -> Picked:
+    """The preset for a pick. Empty → `default` (or the first listed); a listed preset's key, id or
+    label → that preset; anything else → the user's own model, checked for `method`.
+
+    Raises modelcheck.ModelCheckError (a PresetError, so a ValueError) with the reason."""
+    listed = list(listed)
+    s = "" if key is None else str(key).strip()
+    if not s:
+        if default is None and not listed:
+            raise M.ModelCheckError("no model to pick from")
+        return Picked(default or listed[0])
+    for p in listed:
+        if s in (p.path_or_id, p.model_id, p.label):
+            return Picked(p)
+    if len(s) > 4096 or "\x00" in s:
+        raise M.ModelCheckError("not a hub id or folder")
+    M.allowed_custom(s)
+    check = M.check_model(s, method)
+    return Picked(check.preset(tab, **extra), check)
+
+
+def check_line(key: str | None, listed: Iterable[P.Preset], method: str) -> str:
+    """What the picker shows under itself: the picked model's description, or why it is refused.
+    Reads metadata only; never raises for bad input."""
+    try:
+        return resolve(key, listed, method).describe()
+    except P.PresetError as e:
+        return f"✗ {e}"

@@ -1,0 +1,56 @@
+"""The model picker every tab shows: its listed models (zoo organisms, the papers' checkpoints) and
+"your own", a hub id or a folder typed into the same box.
+
+The box is a Dropdown that takes typed values, so the pick is URL state like any other input (a
+deep link carries it: components.links). Under it one line says what the pick is, read from
+metadata only (class, parameters, size) or why it is refused, as soon as it changes; the tab's own
+handlers resolve the same key with `backend.core.picker.resolve` before loading anything.
+"""
+from __future__ import annotations
+
+import html
+import os
+
+import gradio as gr
+
+from backend.core import modelcheck as M
+from backend.core import picker
+from backend.core import presets as P
+
+
+def custom_hint() -> str:
+    """How to pick your own model here, or why this server does not let you."""
+    if M._flag("WORKBENCH_CUSTOM_MODELS") is False:
+        return "Custom models are turned off on this server."
+    roots = [str(r) for r in P.allowed_roots()[1:]]
+    where = f"a hub id (owner/name) or a folder under {', '.join(roots)}" if roots else "a hub id (owner/name)"
+    if M.on_public_space() and M._flag("WORKBENCH_CUSTOM_MODELS") is None:
+        owners = os.environ.get("WORKBENCH_CUSTOM_OWNERS", "").strip()
+        if not owners:
+            return "Custom models are off on this Space (its owner can allow them)."
+        where = f"a hub id of {owners}"
+    cap = M.custom_max_bytes()
+    size = f", up to {cap / 1e9:.0f} GB" if cap else ""
+    return f"Or type your own: {where}{size}; safetensors only."
+
+
+def _line(text: str) -> str:
+    bad = text.startswith("✗")
+    cls = "wb-picker-line wb-picker-bad" if bad else "wb-picker-line wb-muted"
+    return f"<div class='{cls}'>{html.escape(text)}</div>"
+
+
+def model_picker(listed: list[P.Preset], method: str, *, elem_id: str, value: str | None = None,
+                 label: str = "Model", scale: int | None = None):
+    """(dropdown, status line). The dropdown's value is a key for `picker.resolve(key, listed, method)`."""
+    listed = list(listed)
+    value = value or (listed[0].path_or_id if listed else None)
+    allow = M._flag("WORKBENCH_CUSTOM_MODELS") is not False
+    with gr.Column(scale=scale, min_width=260, elem_classes=["wb-picker"]):
+        box = gr.Dropdown(picker.choices(listed), value=value, label=label, allow_custom_value=allow,
+                          filterable=True, info=custom_hint(), elem_id=elem_id)
+        line = gr.HTML(_line(picker.check_line(value, listed, method)), elem_id=f"{elem_id}-check",
+                       padding=False)
+    box.change(lambda k: _line(picker.check_line(k, listed, method)), box, line, queue=False,
+               show_progress="hidden", api_visibility="private")
+    return box, line
