@@ -9,8 +9,9 @@ cannot run. Every tab loads what `resolve` returns through its usual path, `pres
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from . import modelcheck as M
 from . import presets as P
@@ -74,3 +75,16 @@ def check_line(key: str | None, listed: Iterable[P.Preset], method: str) -> str:
         return resolve(key, listed, method).describe()
     except P.PresetError as e:
         return f"✗ {e}"
+
+
+@contextmanager
+def loading(preset: P.Preset) -> Iterator[None]:
+    """Turn a failed load of a picked model into a clear message: a hub checkpoint that is neither
+    reachable nor cached, a folder missing a file (tokenizer, processor). The store keeps nothing
+    of a failed load, so the next pick starts clean."""
+    try:
+        yield
+    except OSError as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        where = "the hub is not reachable and it is not in the local cache" if preset.source == "hub" else first
+        raise M.ModelCheckError(f"cannot load {label(preset)}: {where}") from e
