@@ -42,14 +42,50 @@ def describe() -> str:
     return dev.type
 
 
+def spread(module) -> bool:
+    """Whether accelerate dispatched this model over more than one device (device_map)."""
+    dmap = getattr(module, "hf_device_map", None)
+    return isinstance(dmap, dict) and len({str(d) for d in dmap.values()}) > 1
+
+
 def place(module):
     """Move a freshly loaded model to the compute device, once, at load: on a ZeroGPU Space the
     move happens at start-up and the marked functions find the weights already there; on a CPU
-    machine it does nothing."""
+    machine it does nothing. A model spread over several GPUs (`spread_kwargs`) stays where
+    accelerate put it."""
     dev = pick_device()
-    if dev.type != "cpu" and module is not None:
+    if dev.type != "cpu" and module is not None and not spread(module):
         module.to(dev)
     return module
+
+
+def gpu_free_bytes() -> list[int]:
+    """Free bytes of each visible GPU (empty without CUDA)."""
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
+
+
+def spread_kwargs(n_bytes: int | None, *, pipeline: bool = False, free: list[int] | None = None,
+                  headroom: float = 0.85) -> dict:
+    """`from_pretrained` arguments that spread a model too large for one GPU over all of them.
+
+    A model fits one GPU when its weights take at most `headroom` of that GPU's free memory (the
+    rest is left for activations and the methods' own buffers). Otherwise, with two or more GPUs,
+    accelerate places whole blocks with device_map ("auto" for transformers models, "balanced" for
+    diffusers pipelines, the names each library takes), capped per GPU so that nothing is
+    offloaded to the CPU or disk: the methods read weights directly (LRP rules, PiSSA's SVD,
+    MathNeuro's scores), which offloaded (meta) weights would break. WORKBENCH_DEVICE_MAP=auto
+    spreads every model; =off never does."""
+    setting = os.environ.get("WORKBENCH_DEVICE_MAP", "").strip().lower()
+    if setting in ("off", "0", "none") or pick_device().type != "cuda":
+        return {}
+    free = gpu_free_bytes() if free is None else free
+    too_big = n_bytes is not None and bool(free) and n_bytes > headroom * free[0]
+    if len(free) < 2 or not (too_big or setting == "auto"):
+        return {}
+    return {"device_map": "balanced" if pipeline else "auto",
+            "max_memory": {i: int(headroom * f) for i, f in enumerate(free)}}
 
 
 def device_of(module) -> torch.device:

@@ -182,13 +182,32 @@ def load_pretrained(cls, path_or_id: str | os.PathLike, *, weights: bool = True,
     return cls.from_pretrained(location, **kwargs)
 
 
-def load_preset(preset: Preset, **kwargs):
+def load_preset(preset: Preset, *, size_hint: int | None = None, **kwargs):
+    """Load a preset's model. On a machine with several GPUs, a model too large for one (its size
+    from `size_hint`, or from its weight headers) is spread over all of them (device.spread_kwargs)."""
     roots = None
     if preset.source == "zoo":
         roots = [ZOO_ROOT]
     if preset.revision:
         kwargs.setdefault("revision", preset.revision)
+    if "device_map" not in kwargs and _several_gpus():
+        from .device import spread_kwargs
+
+        if size_hint is None and preset.source != "zoo":
+            from .modelcheck import model_size
+
+            try:
+                size_hint = model_size(preset.location(), preset.revision)[1]
+            except PresetError:
+                size_hint = None
+        kwargs.update(spread_kwargs(size_hint, pipeline=preset.model_class.startswith("diffusers.")))
     return load_pretrained(preset.model_class, preset.location(), roots=roots, **kwargs)
+
+
+def _several_gpus() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() > 1
 
 
 def custom_preset(tab: str, path_or_id: str | os.PathLike, model_class: str, *, revision: str | None = None,
