@@ -9,6 +9,9 @@ cannot run. Every tab loads what `resolve` returns through its usual path, `pres
 """
 from __future__ import annotations
 
+import os
+import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -63,9 +66,47 @@ def resolve(key: str | None, listed: Iterable[P.Preset], method: str, *, default
             return Picked(p)
     if len(s) > 4096 or "\x00" in s:
         raise M.ModelCheckError("not a hub id or folder")
+    return _custom(s, method, tab, extra)
+
+
+# A custom pick is checked once and remembered for a few minutes: every request of a tab resolves
+# its pick again, and asking the hub for a config costs a round trip (switching to a loaded model
+# must stay far below 200 ms). The policy settings are part of the key, so changing them takes
+# effect at once; refusals are not remembered.
+_TTL_S = 300.0
+_POLICY = ("WORKBENCH_CUSTOM_MODELS", "WORKBENCH_CUSTOM_OWNERS", "WORKBENCH_CUSTOM_MAX_GB", "SPACE_ID",
+           "WORKBENCH_MODEL_ROOTS")
+_CHECKED: dict[tuple, tuple[float, Picked]] = {}
+_LOCK = threading.Lock()
+
+
+def _custom(s: str, method: str, tab: str | None, extra: dict) -> Picked:
+    try:
+        key = (s, M.method_key(method), tab, tuple(sorted(extra.items())),
+               tuple(os.environ.get(v) for v in _POLICY))
+        hash(key)
+    except TypeError:  # unhashable extras: check every time
+        key = None
+    now = time.monotonic()
+    with _LOCK:
+        hit = _CHECKED.get(key) if key is not None else None
+    if hit is not None and now - hit[0] < _TTL_S:
+        return hit[1]
     M.allowed_custom(s)
     check = M.check_model(s, method)
-    return Picked(check.preset(tab, **extra), check)
+    picked = Picked(check.preset(tab, **extra), check)
+    if key is not None:
+        with _LOCK:
+            if len(_CHECKED) > 256:
+                _CHECKED.clear()
+            _CHECKED[key] = (now, picked)
+    return picked
+
+
+def forget() -> None:
+    """Drop the remembered checks (tests; a folder replaced on disk)."""
+    with _LOCK:
+        _CHECKED.clear()
 
 
 def check_line(key: str | None, listed: Iterable[P.Preset], method: str) -> str:

@@ -106,3 +106,14 @@ def test_a_failed_load_becomes_a_clear_message(root):
     with pytest.raises(KeyError):  # not a loading failure: passes through untouched
         with picker.loading(local):
             raise KeyError("x")
+
+
+def test_a_custom_check_is_remembered_but_policy_changes_apply_at_once(llama, monkeypatch):
+    calls = []
+    real = picker.M.check_model
+    monkeypatch.setattr(picker.M, "check_model", lambda *a, **k: calls.append(a) or real(*a, **k))
+    first = picker.resolve(str(llama), [ZOO], "adapters")
+    assert picker.resolve(str(llama), [ZOO], "adapters") == first and len(calls) == 1
+    monkeypatch.setenv("WORKBENCH_CUSTOM_MODELS", "0")
+    with pytest.raises(ModelCheckError, match="turned off"):
+        picker.resolve(str(llama), [ZOO], "adapters")
