@@ -41,6 +41,11 @@ def _model_table(source: str) -> list[list[str]]:
         active = presets.active(p.tab, source) == p
         state = "loaded" if p.model_id in loaded else ("active" if active else "available")
         rows.append([p.tab, p.source, p.path_or_id, p.model_class.rsplit(".", 1)[-1], state])
+    known = {p.model_id for p in presets.presets()}
+    for model_id in loaded:  # users' own models (picked in a tab), loaded now; not a tokenizer or data
+        source, _, rest = model_id.partition(":")
+        if model_id not in known and source in ("local", "hub") and "#" not in rest:
+            rows.append(["(picked)", "your own", rest.rsplit("@", 1)[0], "", "loaded"])
     return rows or [["—", source, "no models registered yet", "", ""]]
 
 
@@ -51,6 +56,7 @@ def system_status(source: str) -> dict:
         "device": device.describe(),
         "models": [dict(zip(["tab", "source", "id", "class", "state"], r)) for r in _model_table(source)],
         "caches": [c.stats() for c in all_caches()],
+        "model_store": store.stats(),
         # Hooks left on a shared model, or weights changed since load (checked when fingerprints
         # were taken, WORKBENCH_CHECK_WEIGHTS=1), and handler defects: all should stay empty / 0.
         "integrity": store.integrity_problems(),
@@ -64,7 +70,11 @@ def runtime_summary(status: dict) -> str:
     used = sum(c.get("bytes", 0) for c in status["caches"])
     problems = len(status["integrity"]) + status["internal_errors"]
     health = "no problems found" if problems == 0 else f"**{problems} problem(s)**: see the JSON below"
-    return (f"{loaded} model(s) loaded on {html.escape(status['device'])}; caches hold "
+    st = status.get("model_store") or {}
+    budget = st.get("budget_bytes")
+    held = (f" ({st.get('resident_bytes', 0) / 2**30:.2f} of {budget / 2**30:.1f} GiB model budget)"
+            if budget else "")
+    return (f"{loaded} model(s) loaded on {html.escape(status['device'])}{held}; caches hold "
             f"{used / 2**20:.1f} MiB; integrity checks: {health}.")
 
 
@@ -75,7 +85,8 @@ def build(ctx) -> None:
         "the paper's method on a model in memory and computes what you see now, on your input. "
         "By default the models are the <b>zoo</b>: tiny models of the real architectures, trained "
         "by this project with a planted ground truth, so each method's claim can be checked "
-        "against the truth. On a GPU the same code loads the papers' own checkpoints.</div>"
+        "against the truth. On a GPU the same code loads the papers' own checkpoints, and each "
+        "tab's model picker takes your own model too (a hub id or a local folder).</div>"
     )
     buttons = []
     with gr.Row(equal_height=True):
