@@ -22,6 +22,7 @@ from backend.core import colors as C
 from components import links
 from components.common import fail, model_event, themed
 from components.inputs import CheckedNumber, checked_slider, keep_on_failure
+from components.model_picker import model_picker
 
 TAB_ID = "adapters"
 TITLE = "Adapters"
@@ -221,12 +222,12 @@ def analyse(key, layer, rank, init, pinned=None, progress=gr.Progress()):
     return spectrum_figure(a, pinned), histogram_figure(a), layer_stats_md(a), files, describe_analysis(key, a)
 
 
-def on_model_change(key):
+def on_model_change(key, progress=gr.Progress()):
     """The model's layers and a default one; when the page's deep link names this model and one of
     its layers, that layer (the restore sets the model, which lands here)."""
     if not key:
         return gr.update(choices=[], value=None), gr.update()
-    names = _call(service.layer_names, key)
+    names = _call(service.layer_names, key, lambda f, d: progress(f, desc=d))
     default = next((n for n in names if n.endswith("fc2") or n.endswith("q_proj")), names[0])
     query = links.current_query()
     if links.decode(query.get("pissa-model", "null")) == key:
@@ -498,14 +499,15 @@ def build(ctx) -> None:
     # explanation, the spectrum and the race curves are the key figures, expert controls are hidden.
     gr.HTML(EXPLAIN, elem_classes=["wb-advanced"])
     gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"])
-    opts = service.choices(ctx.source)
-    default = opts[0][1] if opts else None
+    listed = service.listed(ctx.source)
+    default = listed[0].path_or_id if listed else None
     # Only a zoo model is loaded while the page is built; a hub checkpoint loads on first use.
     prefill = default and service.preset_for(default).source == "zoo"
     layers = service.layer_names(default) if prefill else []
     layer0 = next((n for n in layers if n.endswith("fc2") or n.endswith("q_proj")), layers[0] if layers else None)
     with gr.Row():
-        model = gr.Dropdown(opts, value=default, label="model", elem_id="pissa-model", scale=2)
+        # the zoo, the papers' checkpoints, or your own model typed in (any model with linear layers)
+        model, _ = model_picker(listed, "adapters", elem_id="pissa-model", value=default, label="model", scale=2)
         with gr.Column(scale=2, min_width=200):
             # custom values: a deep link may name a layer of another model than the default one
             layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer",

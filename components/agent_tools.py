@@ -422,7 +422,7 @@ def pissa_layers(model: str = "") -> str:
     """List the models of the Adapters tab and the linear layers PiSSA can adapt in one of them.
 
     Args:
-        model: a model key from the returned list; empty = the tab's default model.
+        model: a model key from the returned list, or your own model (a hub id owner/name, or a folder under the server's allowed roots); empty = the tab's default model.
 
     Returns:
         JSON: models (list of {key, label}), model (the one listed), layers (names to pass to pissa_layer).
@@ -448,7 +448,7 @@ def pissa_layer(layer: str, rank: int = 8, init: str = "pissa", model: str = "")
         layer: a linear layer's name (see pissa_layers).
         rank: the adapter rank r, 1 to min(matrix shape).
         init: pissa (full SVD) or pissa_niter_N (fast randomized SVD with N subspace iterations, e.g. pissa_niter_4).
-        model: a model key (see pissa_layers); empty = the tab's default model.
+        model: a model key (see pissa_layers), or your own model (hub id or allowed folder); empty = the tab's default model.
 
     Returns:
         JSON: shape, rank, init, energy_top_r (share of ‖W‖²_F in the top r singular values, 0-1), reconstruction_rel_error (‖W_res + AB − W‖/‖W‖), init_output_rel_gap (adapted vs base layer output at init), w_absmax / w_res_absmax and w_std / w_res_std (W vs W_res: a narrower range quantizes better), singular_values and residual_singular_values (the first 64, largest first), n_singular_values, seconds.

@@ -54,7 +54,8 @@ def resolve(key: str | None, listed: Iterable[P.Preset], method: str, *, default
     """The preset for a pick. Empty → `default` (or the first listed); a listed preset's key, id or
     label → that preset; anything else → the user's own model, checked for `method`.
 
-    Raises modelcheck.ModelCheckError (a PresetError, so a ValueError) with the reason."""
+    Raises presets.PresetError (a ValueError; modelcheck.ModelCheckError for what the checks
+    refuse) with the reason."""
     listed = list(listed)
     s = "" if key is None else str(key).strip()
     if not s:
@@ -66,6 +67,10 @@ def resolve(key: str | None, listed: Iterable[P.Preset], method: str, *, default
             return Picked(p)
     if len(s) > 4096 or "\x00" in s:
         raise M.ModelCheckError("not a hub id or folder")
+    if "/" not in s and "\\" not in s and not P.looks_local(s):
+        known = ", ".join(p.path_or_id for p in listed[:8])
+        raise M.ModelCheckError(f"unknown model {s[:80]!r}: pick a listed one{f' ({known})' if known else ''}, "
+                                "or your own as a hub id (owner/name) or a folder")
     return _custom(s, method, tab, extra)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..core import limits
+from ..core import picker
 from ..core import store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.device import pick_device, place
@@ -54,18 +55,44 @@ def choices(source: str = "zoo") -> list[tuple[str, str]]:
     return [(f"{p.label} [{p.source}]", p.path_or_id) for p in available(source)]
 
 
-def preset_for(key: str) -> Preset:
+def listed(source: str = "zoo") -> list[Preset]:
+    """What the model picker lists: the source's presets first, then the zoo's, then the papers'
+    checkpoints (listed in every mode; without the hub they fail to load with a clear message).
+    Anything else the user types is their own model (backend.core.picker)."""
+    first = available(source)
+    return first + [p for p in presets(TAB) if p.source == "hub" and p not in first]
+
+
+def pick(key: str) -> picker.Picked:
+    """A listed preset or the user's own model (any transformers model with linear layers),
+    checked from metadata before anything loads."""
     for p in presets(TAB):
-        if p.path_or_id == key:
-            if not _zoo_built(p):
-                raise ServiceError(f"the zoo model {key!r} is not built yet")
-            return p
-    raise ServiceError(f"unknown model {key!r}")
+        if p.path_or_id == key and not _zoo_built(p):
+            raise ServiceError(f"the zoo model {key!r} is not built yet")
+    if not key:
+        raise ServiceError("Pick a model first.")
+    try:
+        return picker.resolve(key, presets(TAB), "adapters", tab=TAB)
+    except picker.P.PresetError as e:
+        raise ServiceError(str(e)) from None
 
 
-def get_model(key: str):
-    p = preset_for(key)
-    return store.get_or_load(p.model_id, lambda: place(load_preset(p).eval()))
+def preset_for(key: str) -> Preset:
+    return pick(key).preset
+
+
+def get_model(key: str, progress: Callable[[float, str], None] | None = None):
+    picked = pick(key)
+    p, size = picked.preset, picked.check.n_bytes if picked.check else None
+
+    def load():
+        with picker.loading(p):
+            return place(load_preset(p, size_hint=size).eval())
+
+    try:
+        return store.get_or_load(p.model_id, load, size_hint=size, progress=progress)
+    except picker.P.PresetError as e:
+        raise ServiceError(str(e)) from None
 
 
 def get_tokenizer(key: str):
@@ -75,13 +102,18 @@ def get_tokenizer(key: str):
         from transformers import AutoTokenizer
 
         roots = [ZOO_ROOT] if p.source == "zoo" else None
-        return load_pretrained(AutoTokenizer, p.location(), weights=False, roots=roots)
+        try:
+            return load_pretrained(AutoTokenizer, p.location(), weights=False, roots=roots)
+        except (OSError, ValueError) as e:
+            # the race's text task needs one; the spectra and error tables do not
+            raise ServiceError(f"{picker.label(p)} has no tokenizer the race's text task can use "
+                               f"({type(e).__name__}); its layers can still be analysed") from None
 
     return store.get_or_load(p.model_id + "#tokenizer", load)
 
 
-def layer_names(key: str) -> list[str]:
-    return list(linear_layers(get_model(key)))
+def layer_names(key: str, progress: Callable[[float, str], None] | None = None) -> list[str]:
+    return list(linear_layers(get_model(key, progress)))
 
 
 def _weight(key: str, layer: str) -> torch.Tensor:

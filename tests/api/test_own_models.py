@@ -1,0 +1,74 @@
+"""Users' own models through the API: architectures the papers did not use, picked by their folder
+(tests/helpers/standins, `local_models` is an allowed root), and every refusal with its reason."""
+import json
+
+import pytest
+
+
+def own(local_models, name: str) -> str:
+    return str(local_models / name)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name, arch_layer", [("own-qwen2", "model.layers.0.self_attn.q_proj"),
+                                              ("own-gemma", "model.layers.1.mlp.gate_proj")])
+def test_adapters_analyse_a_layer_of_your_own_model(client, local_models, name, arch_layer):
+    key = own(local_models, name)
+    layer, _ = client.predict(key, api_name="/layers")
+    names = [c[1] for c in layer["choices"]]
+    assert arch_layer in names and layer["value"] in names
+    assert not any(n.endswith("lm_head") for n in names)  # tied to the embeddings: not a layer of its own
+    spec, hist, md, files = client.predict(key, arch_layer, 4, "pissa", api_name="/analyse")
+    a = json.loads(open([f for f in files if f.endswith(".json")][0]).read())
+    # the split is exact on the model's own (bfloat16) weights: PiSSA + residual = W
+    assert a["rank"] == 4 and a["reconstruction_rel_error"] <= 1e-5
+    assert a["layer"] == arch_layer and a["model"] == key
+
+
+@pytest.mark.timeout(240)
+def test_adapters_race_and_error_table_run_on_your_own_model(client, local_models):
+    key = own(local_models, "own-qwen2")
+    table, _bars, _heat, md, _files = client.predict(key, 4, "qpissa-1", api_name="/errors")
+    assert len(table["data"]) == 2 * 7  # q, k, v, o, gate, up, down in each of the 2 layers
+    assert "QPiSSA-1 beats LoftQ-1" in md
+    job = client.submit(key, ["lora", "pissa"], 1, 10, 4, 0, api_name="/race")
+    outputs = list(job) and job.outputs()
+    final = [o for o in outputs if isinstance(o[2], dict) and "pissa_beats_lora" in o[2]][-1]
+    assert "**finished**" in final[1]
+    curves = json.loads(open([f for f in outputs[-1][3] if f.endswith(".json")][0]).read())["curves"]
+    assert len(curves) == 2 and all(len(c["loss"]) == 10 for c in curves)
+
+
+@pytest.mark.parametrize("name, words", [
+    ("own-gpt2", "GPT2LMHeadModel: PiSSA adapts nn.Linear weights, and gpt2 models use transformers' Conv1D"),
+    ("own-pickle", "only safetensors checkpoints are loaded"),
+    ("own-noconfig", "no config.json in"),
+    ("no-such-folder", "no model at"),
+])
+def test_adapters_refuse_with_the_reason(client, local_models, name, words):
+    with pytest.raises(Exception) as e:
+        client.predict(own(local_models, name), api_name="/layers")
+    assert words in str(e.value)
+
+
+def test_a_path_outside_the_allowed_roots_is_refused(client, tmp_path):
+    with pytest.raises(Exception) as e:
+        client.predict(str(tmp_path), "fc2", 4, "pissa", api_name="/analyse")
+    assert "outside the allowed model folders" in str(e.value)
+
+
+def test_too_large_and_space_policy_are_checked_before_loading(client, local_models, monkeypatch):
+    from backend.core import store
+
+    key = own(local_models, "own-gemma")
+    monkeypatch.setenv("WORKBENCH_CUSTOM_MAX_GB", "10KB")
+    before = set(store.loaded())
+    with pytest.raises(Exception) as e:
+        client.predict(key, api_name="/layers")
+    assert "too large for this server" in str(e.value) and "the cap is 0.0 GB" in str(e.value)
+    monkeypatch.delenv("WORKBENCH_CUSTOM_MAX_GB")
+    monkeypatch.setenv("SPACE_ID", "owner/workbench")
+    with pytest.raises(Exception) as e:
+        client.predict("someone/their-model", api_name="/layers")
+    assert "custom models are off on this Space" in str(e.value)
+    assert not any("own-gemma" in k for k in set(store.loaded()) - before)  # nothing was loaded

@@ -1,0 +1,46 @@
+"""Your own model, picked in a real browser: typed into a tab's model picker as a folder, checked
+from metadata (the line under the picker), then used by the tab's main action."""
+import pytest
+
+from tests.e2e.conftest import settle, shot
+
+
+def pick(page, elem_id: str, value: str) -> str:
+    """Type a model into a picker, confirm it, and return the check line under it."""
+    line = page.locator(f"#{elem_id}-check .wb-picker-line")
+    before = line.inner_text()
+    box = page.locator(f"#{elem_id} input").first
+    box.click()
+    box.fill(value)
+    box.press("Enter")
+    page.wait_for_function(
+        "([id, old]) => { const l = document.querySelector('#' + id + ' .wb-picker-line');"
+        " return l && l.innerText !== old; }", arg=[f"{elem_id}-check", before], timeout=30_000)
+    return line.inner_text()
+
+
+@pytest.mark.timeout(300)
+def test_adapters_on_your_own_qwen2_and_a_refused_gpt2(page, server_url, local_models):
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server_url}?tab=adapters", timeout=120_000)
+    page.wait_for_selector("#pissa-analyse", state="visible", timeout=120_000)
+    settle(page)
+
+    line = pick(page, "pissa-model", str(local_models / "own-gpt2"))
+    assert line.startswith("✗") and "Conv1D" in line
+    page.locator(".toast-body").get_by_text("Conv1D").first.wait_for(timeout=30_000)  # the layer list refused too
+
+    line = pick(page, "pissa-model", str(local_models / "own-qwen2"))
+    assert "Qwen2ForCausalLM" in line and "parameters" in line and not line.startswith("✗")
+    settle(page)
+    layer = page.locator("#pissa-layer input").first
+    layer.click()
+    page.get_by_role("option", name="model.layers.1.mlp.down_proj", exact=True).click()
+    page.locator("#pissa-analyse").click()
+    page.wait_for_selector("#pissa-spectrum .js-plotly-plot", timeout=90_000)
+    page.get_by_text("reproduces W to a relative error").wait_for()
+    settle(page)
+    assert "model.layers.1.mlp.down_proj" in page.locator("#pissa-stats").inner_text()
+    shot(page, "own-model-adapters")
+    assert not errors, errors
