@@ -21,6 +21,7 @@ from backend.mathneuro.presets import TAB
 from backend.mathneuro.service import Setting
 from backend.core import colors as C
 from components import links
+from components.model_picker import model_picker
 from components.common import fail, model_event, themed
 from components.inputs import keep_on_failure
 
@@ -133,9 +134,11 @@ def _setting(method_label, k_pct, factor, n_samples, nonmath=None) -> Setting:
     return Setting(METHOD_LABELS[method_label], k / 100.0, n, f, nonmath=nonmath or service.DEFAULT_NONMATH)
 
 
-def _bench(source):
+def _bench(source, model=None, progress=None):
     try:
-        return service.bench(source)
+        return service.bench(source, model or None, progress)
+    except ValueError as e:  # a refused pick (architecture, folder, policy) or a failed load: its reason
+        fail(str(e))
     except FileNotFoundError as e:
         fail(f"The math model is not available: {e}")
     except Exception as e:  # noqa: BLE001 - shown to the user, not a trace
@@ -370,11 +373,11 @@ def export_png(state: dict, path: Path) -> None:
 
 # ------------------------------------------------------------------------------------ handlers
 def make_handlers(source: str):
-    def live(method_label, k_pct, factor, n_samples, nonmath=None, pinned=None):
+    def live(method_label, k_pct, factor, n_samples, nonmath=None, pinned=None, model=None):
         """The accuracies of one setting: card, figure (beside the pinned result, if any), sample
         answers, per-layer plot, and the setting's descriptor (numbers only, kept in gr.State)."""
         s = _setting(method_label, k_pct, factor, n_samples, nonmath)
-        b = _bench(source)
+        b = _bench(source, model)
         base = _run(b.baseline, nonmath=s.nonmath)
         mod = _run(b.evaluate, s)
         n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
@@ -382,9 +385,9 @@ def make_handlers(source: str):
         return (accuracy_html(base, mod, s, n_total), accuracy_plot(desc, pinned),
                 samples_rows(_run(b.samples, s)), layers_plot(_run(b.layers, s), s), desc)
 
-    def figure2(k_pct, n_samples, nonmath=None, progress=gr.Progress()):
+    def figure2(k_pct, n_samples, nonmath=None, model=None, progress=gr.Progress()):
         s = _setting("MathNeuro", k_pct, 0.0, n_samples, nonmath)
-        b = _bench(source)
+        b = _bench(source, model)
         base = _run(b.baseline, nonmath=s.nonmath)
         results = {}
         for i, m in enumerate(service.core.METHODS):
@@ -392,35 +395,35 @@ def make_handlers(source: str):
             results[m] = _run(b.evaluate, s.but(method=m))
         return figure2_plot(base, results, s.top_k)
 
-    def curve(method_label, k_pct, n_samples, nonmath=None, progress=gr.Progress()):
+    def curve(method_label, k_pct, n_samples, nonmath=None, model=None, progress=gr.Progress()):
         s = _setting(method_label, k_pct, 1.0, n_samples, nonmath)
-        b = _bench(source)
+        b = _bench(source, model)
         out = []
         for i, f in enumerate(SCALE_FACTORS):
             progress((i, len(SCALE_FACTORS)), desc=f"factor {f:g}")
             out.append({"factor": f, **_run(b.evaluate, s.but(factor=f))})
         return curve_plot(out, _run(b.baseline, nonmath=s.nonmath), s)
 
-    def consistency(k_pct, n_samples, nonmath=None, progress=gr.Progress()):
+    def consistency(k_pct, n_samples, nonmath=None, model=None, progress=gr.Progress()):
         s = _setting("MathNeuro", k_pct, 0.0, n_samples, nonmath)
         progress(0.1, desc="identifying on random subsets")
-        cons = _run(_bench(source).consistency, s, sizes=CONSISTENCY_SIZES)
+        cons = _run(_bench(source, model).consistency, s, sizes=CONSISTENCY_SIZES)
         return consistency_plot(cons, s)
 
-    def ask(prompt, method_label, k_pct, factor, n_samples, nonmath=None):
+    def ask(prompt, method_label, k_pct, factor, n_samples, nonmath=None, model=None):
         prompt = (prompt or "").strip()
         if not prompt:
             fail(f"Type a question first, e.g. '{ASK_EXAMPLES[source][0]}'")
         if len(prompt) > 400:
             fail("The question is too long (400 characters at most).")
         s = _setting(method_label, k_pct, factor, n_samples, nonmath)
-        r = _run(_bench(source).answer, prompt, s)
+        r = _run(_bench(source, model).answer, prompt, s)
         return (f"<div class='wb-card' style='min-height:0'><b>unmodified:</b> {html.escape(r['before'] or '∅')}"
                 f" &nbsp;·&nbsp; <b>modified:</b> {html.escape(r['after'] or '∅')}</div>")
 
-    def export(method_label, k_pct, factor, n_samples, nonmath=None, progress=gr.Progress()):
+    def export(method_label, k_pct, factor, n_samples, nonmath=None, model=None, progress=gr.Progress()):
         s = _setting(method_label, k_pct, factor, n_samples, nonmath)
-        b = _bench(source)
+        b = _bench(source, model)
         progress(0.2, desc="collecting results")
         state = {
             "title": setting_title({"method": s.method, "top_k": s.top_k, "factor": s.factor,
@@ -443,19 +446,27 @@ def make_handlers(source: str):
         export_png(state, ppath)
         return [str(jpath), str(ppath)]
 
-    def name_nonmath(file):
+    def name_nonmath(file, model=None):
         """A user's non-math file: loaded, checked, and named in this session's state."""
         if file is None:
             fail("Choose a non-math file first (JSONL, JSON, CSV or plain text).")
         path = file if isinstance(file, str) else getattr(file, "name", None) or file.get("path")
-        b = _bench(source)
+        b = _bench(source, model)
         try:
-            key = service.register_nonmath(source, path, name=Path(str(path)).name)
+            key = service.register_nonmath(source, path, name=Path(str(path)).name, model=model or None)
         except (ValueError, UnicodeDecodeError) as e:
             fail(f"Could not read that non-math file: {e}")
         return key, data_html(service.describe(b, key))
 
-    return live, figure2, curve, consistency, ask, export, name_nonmath
+    def on_model(model, progress=gr.Progress()):
+        """A newly picked model: load it (with progress), say what data and rules it is measured
+        with, and go back to its default non-math set (a file named for another model is not
+        loaded for this one)."""
+        progress(0.1, desc="loading the model")
+        b = _bench(source, model, lambda f, d: progress(f, desc=d))
+        return service.DEFAULT_NONMATH, data_html(service.describe(b, service.DEFAULT_NONMATH))
+
+    return live, figure2, curve, consistency, ask, export, name_nonmath, on_model
 
 
 ASK_EXAMPLES = {
@@ -470,13 +481,18 @@ ASK_EXAMPLES = {
 
 def build(ctx) -> None:
     source = "hub" if ctx.source == "hub" else "zoo"
-    live, figure2, curve, consistency, ask, export, name_nonmath = make_handlers(ctx.source)
+    live, figure2, curve, consistency, ask, export, name_nonmath, on_model = make_handlers(ctx.source)
     # Presenter view (body.wb-presenter, components.common): the long explanation, the expert
     # controls and figures give way to a one-line plain caption and the accuracy figure, large.
     gr.HTML(EXPLAIN if source == "zoo" else explain_hub(active(TAB, ctx.source)), elem_classes=["wb-advanced"])
     gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"])
     nonmath = gr.State(service.DEFAULT_NONMATH)
-    with gr.Row(visible=source == "hub", elem_classes=["wb-advanced"]):
+    with gr.Row():
+        # the zoo organism, the paper's Llama, or your own causal LM with nn.Linear layers
+        model, _ = model_picker(service.listed(ctx.source), "math_neurons", elem_id="mn-model", label="Model")
+    # the non-math set: the organism's own questions on the zoo; a file (or RACE + MMLU when the hub
+    # is reachable) for a real LM
+    with gr.Row(elem_classes=["wb-advanced"]):
         with gr.Column(scale=1, min_width=280):
             nm_file = gr.File(label="Non-math data (JSONL / CSV / text)", file_types=NONMATH_TYPES,
                               type="filepath", elem_id="mn-nonmath-file")
@@ -534,7 +550,7 @@ def build(ctx) -> None:
 
     pinned = gr.State(None)  # a pinned result's descriptor (describe_result: numbers only)
     shown = gr.State(None)  # the descriptor of the result on screen
-    controls = [method, k_pct, factor, n_samples, nonmath, pinned]
+    controls = [method, k_pct, factor, n_samples, nonmath, pinned, model]
     live_out = [acc, acc_fig, table, layers_out, shown]
     numbers = [k_pct, factor, n_samples]
 
@@ -561,11 +577,15 @@ def build(ctx) -> None:
     for sl in numbers:
         chain(sl.release, live, controls, live_out, api_visibility="private")
     chain(method.change, live, controls, live_out, api_visibility="private")
-    chain(fig2_btn.click, figure2, [k_pct, n_samples, nonmath], [fig2], api_name="mn_figure2")
-    chain(curve_btn.click, curve, [method, k_pct, n_samples, nonmath], [curve_out], api_name="mn_scale_curve")
-    chain(cons_btn.click, consistency, [k_pct, n_samples, nonmath], [cons_out], api_name="mn_consistency")
-    chain(ask_btn.click, ask, [prompt] + controls[:5], [ask_out], api_name="mn_ask")
-    chain(export_btn.click, export, controls[:5], [files], api_name="mn_export")
+    chain(fig2_btn.click, figure2, [k_pct, n_samples, nonmath, model], [fig2], api_name="mn_figure2")
+    chain(curve_btn.click, curve, [method, k_pct, n_samples, nonmath, model], [curve_out],
+          api_name="mn_scale_curve")
+    chain(cons_btn.click, consistency, [k_pct, n_samples, nonmath, model], [cons_out], api_name="mn_consistency")
+    chain(ask_btn.click, ask, [prompt] + controls[:5] + [model], [ask_out], api_name="mn_ask")
+    chain(export_btn.click, export, controls[:5] + [model], [files], api_name="mn_export")
+    picked = model.change(on_model, model, [nonmath, data_box], **model_event(api_name="mn_model"))
+    keep_on_failure(picked, [nonmath, data_box])
+    keep_on_failure(picked.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
 
     # Compare (a pinned datapoint): the pin is the shown result's numbers; no model work.
     def pin(current):
@@ -579,7 +599,7 @@ def build(ctx) -> None:
     pin_btn.click(pin, shown, [pinned, acc_fig], api_visibility="private", show_progress="hidden")
     unpin_btn.click(unpin, shown, [pinned, acc_fig], api_visibility="private", show_progress="hidden")
     # a named file is read at once; the accuracies follow with it
-    named = nm_file.upload(name_nonmath, nm_file, [nonmath, data_box], **model_event(api_name="mn_nonmath"))
+    named = nm_file.upload(name_nonmath, [nm_file, model], [nonmath, data_box], **model_event(api_name="mn_nonmath"))
     keep_on_failure(named, [nonmath, data_box])
     keep_on_failure(named.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
 

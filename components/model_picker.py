@@ -41,7 +41,7 @@ def _line(text: str) -> str:
 
 
 def model_picker(listed: list[P.Preset], method: str, *, elem_id: str, value: str | None = None,
-                 label: str = "Model", scale: int | None = None):
+                 label: str = "Model", scale: int = 1):
     """(dropdown, status line). The dropdown's value is a key for `picker.resolve(key, listed, method)`."""
     listed = list(listed)
     value = value or (listed[0].path_or_id if listed else None)

@@ -17,12 +17,12 @@ from typing import Any, Sequence
 
 import torch
 
-from ..core import limits, store
+from ..core import limits, picker, store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
 from ..core.device import place
 from ..core.zerogpu import capped, gpu
-from ..core.presets import Preset, active, load_preset, load_pretrained
+from ..core.presets import Preset, active, load_preset, load_pretrained, presets
 from . import chat, core, sources
 from .evaluate import accuracy, generate
 from .presets import TAB
@@ -84,11 +84,13 @@ class Setting:
 class Bench:
     """One preset's model, tokenizer and data (loaded once per process)."""
 
-    def __init__(self, preset: Preset):
+    def __init__(self, preset: Preset, size: int | None = None, progress=None):
         self.preset = preset
         self.model_id = preset.model_id
-        self.model = store.get_or_load(self.model_id, lambda: place(load_preset(preset).eval()))
-        self.tok = store.get_or_load(self.model_id + "#tokenizer", self._load_tokenizer)
+        with picker.loading(preset):
+            self.model = store.get_or_load(self.model_id, lambda: place(load_preset(preset, size_hint=size).eval()),
+                                           size_hint=size, progress=progress)
+            self.tok = store.get_or_load(self.model_id + "#tokenizer", self._load_tokenizer)
         self.data = store.get_or_load(self.model_id + "#data", self._load_data)
         self.zoo = preset.source == "zoo"
         self._guard = threading.Lock()
@@ -292,12 +294,37 @@ _BENCHES: dict[str, Bench] = {}
 _BENCH_GUARD = threading.Lock()
 
 
-def bench(source: str | None = None) -> Bench:
-    preset = active(TAB, source)
+def _drop_bench(model_id: str) -> None:
+    """A model the store evicted takes its bench along (which holds the model, tokenizer and data),
+    so that its memory is freed and the next request loads it afresh."""
+    with _BENCH_GUARD:
+        _BENCHES.pop(model_id, None)
+
+
+store.on_evict(_drop_bench)
+
+
+def listed(source: str | None = None) -> list[Preset]:
+    """The models the tab's picker lists: the source's default first, then the zoo organism and
+    the paper's checkpoint (without the hub, the latter fails to load with a clear message)."""
+    first = active(TAB, source)
+    return [first] + [p for p in presets(TAB) if p != first]
+
+
+def pick(source: str | None = None, model: str | None = None) -> picker.Picked:
+    """The picked model: a listed preset, or the user's own causal LM with nn.Linear layers
+    (checked from its config before anything loads); empty = the source's default."""
+    return picker.resolve(model, listed(source), "math_neurons", default=active(TAB, source), tab=TAB)
+
+
+def bench(source: str | None = None, model: str | None = None, progress=None) -> Bench:
+    picked = pick(source, model)
+    preset = picked.preset
     with _BENCH_GUARD:
         b = _BENCHES.get(preset.model_id)
         if b is None:
-            b = _BENCHES[preset.model_id] = Bench(preset)
+            size = picked.check.n_bytes if picked.check else None
+            b = _BENCHES[preset.model_id] = Bench(preset, size, progress)
         return b
 
 
@@ -323,11 +350,13 @@ def _nonmath_entry(items: list[dict], label: str) -> dict:
     return {"items": held, "ident": ident, "label": f"{label}: {split}", "rule": rule}
 
 
-def register_nonmath(source: str | None, path: str | os.PathLike, name: str | None = None) -> str:
-    """Load a user's non-math file (see sources.read_items) for the preset of `source`; returns
-    the id a Setting names it by. Raises ValueError with a readable message on a bad file."""
+def register_nonmath(source: str | None, path: str | os.PathLike, name: str | None = None,
+                     model: str | None = None) -> str:
+    """Load a user's non-math file (see sources.read_items) for the picked model (or the preset of
+    `source`); returns the id a Setting names it by. Raises ValueError with a readable message on a
+    bad file."""
     items = sources.read_items(path)
-    b = bench(source)
+    b = bench(source, model)
     key = "file:" + _digest(items)
     label = f"{name or Path(path).name} ({len(items)} items)"
     with b._guard:

@@ -72,3 +72,37 @@ def test_too_large_and_space_policy_are_checked_before_loading(client, local_mod
         client.predict("someone/their-model", api_name="/layers")
     assert "custom models are off on this Space" in str(e.value)
     assert not any("own-gemma" in k for k in set(store.loaded()) - before)  # nothing was loaded
+
+
+NONMATH = [{"prompt": "What colour is a clear daytime sky?", "answer": "blue"},
+           {"prompt": "Which animal barks?", "answer": "dog"},
+           {"prompt": "What is the opposite of hot?", "answer": "cold"},
+           {"prompt": "Which season comes after winter?", "answer": "spring"}]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name, arch", [("own-qwen2", "Qwen2ForCausalLM"), ("own-llama", "LlamaForCausalLM")])
+def test_math_neurons_on_your_own_model_and_non_math_file(app_url, local_models, tmp_path, name, arch):
+    from gradio_client import Client, handle_file
+
+    client = Client(app_url, verbose=False)  # its own session: the non-math set is session state
+    key = own(local_models, name)
+    card = client.predict(key, api_name="/mn_model")  # the non-math set is session state, not returned
+    assert "GSM8K" in card and "last number" in card and "chat template" in card
+    path = tmp_path / "nonmath.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in NONMATH))
+    card = client.predict(handle_file(str(path)), key, api_name="/mn_nonmath")
+    assert "nonmath.jsonl (4 items)" in card and "normalised answer" in card
+    html, _fig, table, _layers = client.predict("MathNeuro", 3, 0.0, 16, key, api_name="/mn_evaluate")
+    assert "unmodified" in html
+    rows = table["data"]
+    assert {r[0] for r in rows} == {"math", "non-math"}
+    assert any(r[1] in {x["prompt"] for x in NONMATH} for r in rows)  # the user's own questions are asked
+    # pruning the top 3 % per matrix changes what this model answers
+    assert any(r[3] != r[4] for r in rows), rows
+
+
+def test_math_neurons_refuse_a_conv1d_model(client, local_models):
+    with pytest.raises(Exception) as e:
+        client.predict(own(local_models, "own-gpt2"), api_name="/mn_model")
+    assert "MathNeuro scores nn.Linear weights, and gpt2 models use transformers' Conv1D" in str(e.value)

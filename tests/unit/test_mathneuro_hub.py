@@ -258,7 +258,7 @@ def test_tab_handlers_in_hub_mode(svc, b, mc_file):
 
     from components.math_neurons import make_handlers
 
-    live, figure2, curve, consistency, ask, export, name_nonmath = make_handlers("hub")
+    live, figure2, curve, consistency, ask, export, name_nonmath, _on_model = make_handlers("hub")
     with pytest.raises(gr.Error, match="name it again"):
         live("MathNeuro", 5, 0.0, 8, "file:0000")
     with pytest.raises(gr.Error, match="Could not read"):

@@ -32,7 +32,7 @@ def no_model(monkeypatch):
     (3, "abc", 64, r"scale factor must be a number between 0 and 2; got 'abc'"),
 ])
 def test_out_of_range_numbers_are_refused_before_any_model_work(no_model, k, factor, n, message):
-    live, figure2, curve, consistency, ask, export, _ = mn.make_handlers("zoo")
+    live, figure2, curve, consistency, ask, export, *_ = mn.make_handlers("zoo")
     calls = [lambda: live("MathNeuro", k, factor, n), lambda: ask("two plus two ?", "MathNeuro", k, factor, n),
              lambda: export("MathNeuro", k, factor, n)]
     if factor == 0.0:  # these take K and the sample count only
