@@ -20,6 +20,7 @@ from backend.lrp.methods import LABELS, METHODS, SIGNED
 from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text_presets
 from backend.lrp.tokens import SPACE_MARK, visible
 from backend.core import colors as C
+from components.model_picker import model_picker
 from components.common import fail, model_event, themed
 from components.inputs import keep_on_failure
 
@@ -495,13 +496,18 @@ def build(ctx) -> None:
         "are unchanged but whose gradient paths are cut by four rules (RMSNorm, SiLU, selective SSM, "
         "gate), so relevance <i>sums to the explained logit</i>. Compare it with gradient baselines "
         "and Mamba's hidden-attention maps, check conservation, ablate rules, and measure faithfulness "
-        "by deleting the tokens each method calls most (MoRF) or least (LeRF) relevant.</div>",
+        "by deleting the tokens each method calls most (MoRF) or least (LeRF) relevant. Your own "
+        "Mamba or FalconMamba model can be typed into the model box; FalconMamba's extra norms on "
+        "Δ, B and C lie on the SSM parameters' branch, which the SSM rule detaches, so they need no rule "
+        "of their own (being scale-invariant, that branch adds nothing to the total either: on FalconMamba "
+        "conservation holds even with the SSM rule off, which only changes how relevance is shared)."
+        "</div>",
         elem_classes=["wb-advanced"])
     gr.HTML(f"<div class='wb-explain'>{PRESENTER_CAPTION}</div>", elem_classes=["wb-presenter-only"],
             elem_id="rel-presenter-caption")
     zoo_note = (" — the zoo organism: 1–3 polar words among distractors decide the label by majority; "
                 "the truth is where they are." if text_p.source == "zoo" else "")
-    gr.Markdown(f"<span class='wb-muted'>Text model: <b>{html.escape(text_p.label or text_p.path_or_id)}</b>"
+    gr.Markdown(f"<span class='wb-muted'>Default text model: <b>{html.escape(text_p.label or text_p.path_or_id)}</b>"
                 f"{zoo_note}" + (" — pick the checkpoint below. Tokens are shown as the text they stand "
                                  "for; a faint · marks a token that begins with a space." if hub else "")
                 + "</span>", elem_classes=["wb-advanced"])
@@ -512,9 +518,9 @@ def build(ctx) -> None:
             text = gr.Textbox(label="Text", value=TEXT_EXAMPLES[0], lines=2, elem_id="rel-text")
             gr.Examples(TEXT_EXAMPLES, inputs=[text], label="Examples")
         with gr.Column(scale=2):
-            model = gr.Dropdown([(p.label or p.path_or_id, p.path_or_id) for p in text_choices],
-                                value=text_p.path_or_id, label="Text model", interactive=len(text_choices) > 1,
-                                elem_id="rel-model")
+            # the zoo organism, the paper's checkpoints, or your own Mamba / FalconMamba typed in
+            model, _ = model_picker(text_choices, "relevance", elem_id="rel-model", value=text_p.path_or_id,
+                                    label="Text model")
             methods = gr.CheckboxGroup([(LABELS[m], m) for m in METHODS], value=DEFAULT_METHODS,
                                        label="Methods", elem_id="rel-methods", elem_classes=["wb-advanced"])
             rules = gr.CheckboxGroup([(RULE_LABELS[r], r) for r in RULES], value=list(RULES),
@@ -546,7 +552,7 @@ def build(ctx) -> None:
 
     def run_text(t, ms, rs, tgt, norm, model_id=None, progress=gr.Progress()):
         progress(0.1, desc="loading model")
-        m = _guard(svc.load_text, source, model_id)
+        m = _guard(svc.load_text, source, model_id, lambda f, d: progress(0.1 + 0.2 * f, desc=d))
         progress(0.3, desc="explaining")
         res = _guard(svc.explain_text, m, t, ms, rs, tgt or None)
         jpath, ppath = export_text(res)

@@ -88,6 +88,13 @@ def mixer_forward(mixer, x: torch.Tensor, rules: frozenset, *, gamma: float = 0.
     u = _silu(conv[..., :L].transpose(1, 2), "silu" in rules)
     dt_r, B, C = torch.split(mixer.x_proj(u), [mixer.time_step_rank, mixer.ssm_state_size,
                                               mixer.ssm_state_size], dim=-1)
+    if hasattr(mixer, "b_layernorm"):
+        # FalconMamba normalises Δ (before dt_proj), B and C with weightless RMS norms. They sit on the
+        # SSM parameters' branch, which MambaLRP's "ssm" rule detaches as a whole (the scan is then
+        # linear in u), so they need no rule of their own and conservation is unchanged. (Being
+        # scale-invariant in u_t, that branch's Gradient x Input sums to zero by Euler's theorem, so on
+        # FalconMamba the total is conserved even without the SSM rule; tests/unit/test_lrp_falcon_mamba.)
+        dt_r, B, C = mixer.dt_layernorm(dt_r), mixer.b_layernorm(B), mixer.c_layernorm(C)
     dt = F.softplus(F.linear(dt_r, mixer.dt_proj.weight).float() + mixer.dt_proj.bias.float())
     A = -torch.exp(mixer.A_log.float())
     y, y_ssm = selective_scan(u, dt, A, B, C, mixer.D, detach_ssm="ssm" in rules, return_parts=True)
@@ -121,14 +128,17 @@ def _gamma_conv(xc, w, bias, gamma):
 
 def backbone_forward(backbone, embeds: torch.Tensor, rules=(), *, gamma: float = 0.0,
                      capture: Capture | None = None) -> torch.Tensor:
-    """transformers.MambaModel's computation from inputs_embeds to the final-normed hidden states."""
+    """transformers.MambaModel's (or FalconMambaModel's) computation from inputs_embeds to the
+    final-normed hidden states."""
     rules = normalise_rules(rules)
     h = embeds
     for block in backbone.layers:
+        # a model spread over several GPUs (device_map) keeps each block's weights on its own one
+        h = h.to(block.norm.weight.device)
         residual = h.float() if block.residual_in_fp32 else h
         n = _rms_norm(block.norm, h, "norm" in rules).to(h.dtype)
         h = residual + mixer_forward(block.mixer, n, rules, gamma=gamma, capture=capture)
-    return _rms_norm(backbone.norm_f, h, "norm" in rules)
+    return _rms_norm(backbone.norm_f, h.to(backbone.norm_f.weight.device), "norm" in rules)
 
 
 def parts(model):
@@ -156,4 +166,4 @@ def lm_forward(model, input_ids: torch.Tensor | None = None, *, inputs_embeds=No
     h = backbone_forward(backbone, inputs_embeds, rules, gamma=gamma, capture=capture)
     if head is None:
         return h
-    return head(h.to(head.weight.dtype)).float()
+    return head(h.to(head.weight.device, head.weight.dtype)).float()

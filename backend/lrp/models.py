@@ -67,8 +67,9 @@ def _read_task(folder: Path) -> tuple[dict, Any]:
     return task, held
 
 
-def load(preset: P.Preset) -> Loaded:
-    """Load once per process (shared, read-only; requests take the model's lock)."""
+def load(preset: P.Preset, size: int | None = None, progress=None) -> Loaded:
+    """Load once per process (shared, read-only; requests take the model's lock). `size`: the
+    weights' bytes from metadata, for the store's budget and spreading over GPUs."""
 
     def loader() -> Loaded:
         if preset.model_class.endswith("VisionMamba"):
@@ -77,7 +78,7 @@ def load(preset: P.Preset) -> Loaded:
         else:
             from transformers import AutoTokenizer
 
-            model = P.load_preset(preset).eval()
+            model = P.load_preset(preset, size_hint=size).eval()
             roots = [P.ZOO_ROOT] if preset.source == "zoo" else None
             tok = P.load_pretrained(AutoTokenizer, preset.location(), weights=False, roots=roots)
         model.requires_grad_(False)
@@ -85,7 +86,7 @@ def load(preset: P.Preset) -> Loaded:
         task, held = _read_task(Path(preset.location())) if preset.source == "zoo" else ({}, None)
         return Loaded(preset, model, tok, task, held)
 
-    return store.get_or_load(preset.model_id, loader)
+    return store.get_or_load(preset.model_id, loader, size_hint=size, progress=progress)
 
 
 def text_preset(source: str | None = None) -> P.Preset:
@@ -93,12 +94,12 @@ def text_preset(source: str | None = None) -> P.Preset:
 
 
 def text_presets(source: str | None = None) -> list[P.Preset]:
-    """The text models a user can pick under a source: its causal Mamba LMs (the zoo's sentiment
-    organism; in hub mode every registered checkpoint). The default comes first."""
+    """The text models the picker lists: the source's default first, then the zoo's sentiment
+    organism and the paper's checkpoints (listed in every mode; without the hub they fail to load
+    with a clear message). The user may type their own (backend.core.picker)."""
     first = text_preset(source)
-    same = [p for p in P.presets(TAB) if p.source == first.source and p.model_class.endswith("MambaForCausalLM")
-            and p != LONG_ZOO]
-    return [first] + [p for p in same if p != first]
+    text = [p for p in P.presets(TAB) if p.model_class.endswith("MambaForCausalLM") and p not in (LONG_ZOO, first)]
+    return [first] + sorted(text, key=lambda p: p.source != first.source)  # the same source's first
 
 
 def available(preset: P.Preset) -> bool:

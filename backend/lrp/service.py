@@ -14,7 +14,7 @@ from . import evaluate as ev
 from . import faithfulness as fa
 from .forward import RULES, lm_forward
 from .methods import LABELS, METHODS, attribute_image, attribute_text
-from .models import IMAGE_ZOO, LONG_ZOO, TEXT_ZOO, Loaded, load
+from .models import IMAGE_ZOO, LONG_ZOO, TAB, TEXT_ZOO, Loaded, load
 from .sentences import DataError
 from .tokens import WordError, resolve_word, token_text, token_texts
 
@@ -399,18 +399,23 @@ def explain_image(m: Loaded, image, methods, rules=RULES) -> dict:
     return CACHE.get_or_compute(key, compute)
 
 
-def load_text(source: str | None = None, model: str | None = None) -> Loaded:
-    """The tab's text model: the source's first (default) or the one named (a preset's hub id or
-    zoo folder among `models.text_presets(source)`)."""
+def load_text(source: str | None = None, model: str | None = None, progress=None) -> Loaded:
+    """The tab's text model: the source's default, one of the listed presets (`models.text_presets`),
+    or the user's own Mamba / FalconMamba causal LM (a hub id or an allowed folder), checked from its
+    config before anything loads (backend.core.picker)."""
+    from backend.core import picker
+
     from .models import text_preset, text_presets
 
-    if not model:
-        return load(text_preset(source))
-    for p in text_presets(source):
-        if p.path_or_id == model:
-            return load(p)
-    raise InputError(f"{model!r} is not one of this tab's text models "
-                     f"({', '.join(p.path_or_id for p in text_presets(source))}).")
+    try:
+        picked = picker.resolve(model, text_presets(source), "relevance", default=text_preset(source), tab=TAB)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    try:
+        with picker.loading(picked.preset):
+            return load(picked.preset, size=picked.check.n_bytes if picked.check else None, progress=progress)
+    except picker.M.ModelCheckError as e:
+        raise InputError(str(e)) from None
 
 
 def load_longrange() -> Loaded:

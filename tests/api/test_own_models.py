@@ -106,3 +106,21 @@ def test_math_neurons_refuse_a_conv1d_model(client, local_models):
     with pytest.raises(Exception) as e:
         client.predict(own(local_models, "own-gpt2"), api_name="/mn_model")
     assert "MathNeuro scores nn.Linear weights, and gpt2 models use transformers' Conv1D" in str(e.value)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name, cls", [("own-falcon-mamba", "FalconMambaForCausalLM"), ("own-mamba", "MambaForCausalLM")])
+def test_relevance_explains_your_own_mamba_and_falcon_mamba(client, local_models, name, cls):
+    key = own(local_models, name)
+    out = client.predict("the movie was good and the cast was great", ["mambalrp", "gi"],
+                         ["norm", "silu", "ssm", "gate"], "", True, key, api_name="/explain_text")
+    res = out[5]
+    assert res["model"] == f"local:{key}@main"
+    rel = res["relevance"]["mambalrp"]
+    assert len(rel) == len(res["tokens"]) > 5
+    # MambaLRP's total is the explained logit up to what the conv biases absorb (both models have them)
+    assert abs(res["sum_relevance"]["mambalrp"] - res["logit"]) < 0.2 * abs(res["logit"])
+    with pytest.raises(Exception) as e:
+        client.predict("good", ["mambalrp"], ["norm"], "", True, own(local_models, "own-qwen2"),
+                       api_name="/explain_text")
+    assert "Qwen2ForCausalLM: MambaLRP needs a Mamba model" in str(e.value)

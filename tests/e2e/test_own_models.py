@@ -44,3 +44,21 @@ def test_adapters_on_your_own_qwen2_and_a_refused_gpt2(page, server_url, local_m
     assert "model.layers.1.mlp.down_proj" in page.locator("#pissa-stats").inner_text()
     shot(page, "own-model-adapters")
     assert not errors, errors
+
+
+@pytest.mark.timeout(300)
+def test_relevance_on_your_own_falcon_mamba(page, server_url, local_models):
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server_url}?tab=relevance", timeout=120_000)
+    page.wait_for_selector("#rel-explain", state="visible", timeout=120_000)
+    settle(page)
+    line = pick(page, "rel-model", str(local_models / "own-falcon-mamba"))
+    assert "FalconMambaForCausalLM" in line and not line.startswith("✗")
+    page.locator("#rel-explain").click()
+    page.locator("#rel-conservation").get_by_text("relevance").first.wait_for(timeout=90_000)
+    settle(page)
+    assert page.locator("#rel-heatmap .wb-tok, #rel-heatmap span").count() > 5
+    assert "cast" in page.locator("#rel-heatmap").inner_text()
+    shot(page, "own-model-relevance")
+    assert not errors, errors

@@ -103,3 +103,29 @@ def _builder(repo_id: str):
 
 
 REPOS = {HUB_130M: _builder(HUB_130M), HUB_1_4B: _builder(HUB_1_4B)}
+
+
+def build_falcon_mamba(folder: Path) -> None:
+    """A user's FalconMamba (tiiuae/falcon-mamba-7b's layout at a tiny width): the weightless RMS
+    norms on Δ, B and C, an untied head, conv bias on, and a byte-level BPE tokenizer named as
+    Falcon's repos name theirs (PreTrainedTokenizerFast)."""
+    from transformers import FalconMambaConfig, FalconMambaForCausalLM
+
+    n_tok = write_tokenizer(folder)
+    cfg_path = folder / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update({"tokenizer_class": "PreTrainedTokenizerFast", "add_prefix_space": False})
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    config = FalconMambaConfig(vocab_size=n_tok, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2,
+                               conv_kernel=4, time_step_rank=4, use_conv_bias=True, use_bias=False,
+                               residual_in_fp32=True, tie_word_embeddings=False, layer_norm_epsilon=1e-5,
+                               mixer_rms_eps=1e-6, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    torch.manual_seed(5101)
+    model = FalconMambaForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.backbone.layers:
+            layer.mixer.conv1d.bias.normal_(0.0, 0.1)
+    model.save_pretrained(folder)
+
+
+LOCAL = {"own-falcon-mamba": build_falcon_mamba, "own-mamba": _builder(HUB_130M)}
