@@ -11,6 +11,12 @@ Baselines:
   detaches) through captum's InputXGradient — the like-for-like comparison;
 - IG-32: captum Integrated Gradients with 32 steps.
 Target: ratio MambaLRP / GI ≤ 1.3.
+
+Then the same mamba-130m-config model as a user's own folder (saved with a byte-level BPE tokenizer
+under a temporary allowed root), picked and loaded through the Relevance tab's service (picker,
+store, preset loader) and explained there (`service.explain_text`, MambaLRP, a 128-token text):
+its time against transformers' own forward of the same tokens, measured in the same run
+(target ≤ 1.5).
 """
 from __future__ import annotations
 
@@ -97,6 +103,47 @@ def main(argv=None) -> None:
         model = MambaForCausalLM(cfg)
         ids = torch.randint(0, cfg.vocab_size, (1, args.tokens))
         bench("random model, mamba-130m config", model, ids, 42, args.repeats)
+        picked_path(model, args.tokens, args.repeats)
+
+
+def picked_path(model, tokens: int, repeats: int) -> None:
+    """Explain through the tab's own path a model picked as a user's folder; ratio to the forward."""
+    import os
+    import tempfile
+
+    from backend.lrp import service as svc
+    from tests.helpers.standins.relevance import english_lines, write_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["WORKBENCH_MODEL_ROOTS"] = tmp
+        folder = Path(tmp) / "my-mamba-130m"
+        folder.mkdir()
+        write_tokenizer(folder)
+        model.save_pretrained(folder)
+        t0 = time.perf_counter()
+        m = svc.load_text("zoo", str(folder))
+        load_s = time.perf_counter() - t0
+        words = " ".join(english_lines(400)).split()
+        ids = m.tokenizer(" ".join(words), return_tensors="pt").input_ids[0, :tokens]
+        text = m.tokenizer.decode(ids)
+        n = len(svc.text_ids(m, text)[0])
+        ids = torch.tensor([svc.text_ids(m, text)[0].tolist()])
+
+        def explain():
+            svc.CACHE.clear()  # every round computes
+            svc.explain_text(m, text, ["mambalrp"])
+
+        def forward():
+            with torch.no_grad():
+                m.model(ids, use_cache=False)
+
+        r = interleaved({"explain (tab service)": explain, "forward (transformers)": forward}, repeats)
+        print(f"\n== your own folder, mamba-130m config, picked and loaded in {load_s:.1f} s: {n} tokens ==")
+        for k, v in r.items():
+            print(f"  {k:24s} {v * 1000:9.1f} ms")
+        ratio = r["explain (tab service)"] / r["forward (transformers)"]
+        print(f"  explain / transformers forward = {ratio:.3f}   (target ≤ 1.5)")
+        os.environ.pop("WORKBENCH_MODEL_ROOTS", None)
 
 
 if __name__ == "__main__":

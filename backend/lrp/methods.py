@@ -195,6 +195,25 @@ def attribute_text(model, input_ids=None, *, inputs_embeds=None, target, positio
     return rel.float().cpu()
 
 
+def mambalrp_choosing_target(model, input_ids, choose: Callable[[torch.Tensor], int], *, rules=None):
+    """MambaLRP of the last position's logit for a target chosen from that same forward's logits
+    (`choose(logits [V]) -> id`, e.g. the prediction): one forward and one backward, where finding
+    the target first would cost a second forward (the rules change gradients, never values, so
+    these logits are the model's own). Returns (relevance [L], the target's logit, logits [V])."""
+    backbone, head = parts(model)
+    ids = torch.as_tensor(input_ids).long().reshape(1, -1).to(backbone.embeddings.weight.device)
+    with torch.no_grad():
+        x = backbone.embeddings(ids).detach().float()
+    x.requires_grad_(True)
+    with torch.enable_grad():
+        # the head on the last position only: at a 50k vocabulary it is a tenth of the whole cost
+        h = backbone_forward(backbone, x, method_rules("mambalrp", rules))[0, -1]
+        last = head(h.to(head.weight.device, head.weight.dtype)).float()
+        tid = int(choose(last.detach()))
+        (g,) = torch.autograd.grad(last[tid], x)
+    return (x * g).detach().sum(-1)[0].float().cpu(), float(last[tid].detach()), last.detach().float().cpu()
+
+
 def attribute_image(model: VisionMamba, pixel_values: torch.Tensor, *, target, method: str = "mambalrp",
                     rules=None, gamma: float = 0.0, return_score: bool = False):
     """Batched pixel relevance [B, H, W] for the Vision-Mamba classifier (channels summed).
@@ -252,4 +271,5 @@ def conservation(model, input_ids, *, target, position=-1, method="mambalrp", ru
 
 
 __all__ = ["METHODS", "LABELS", "RULES", "SIGNED", "attribute", "attribute_text", "attribute_image",
+           "mambalrp_choosing_target",
            "conservation", "text_scorer", "vision_scorer"]

@@ -13,7 +13,7 @@ from backend.core.zerogpu import capped, gpu
 from . import evaluate as ev
 from . import faithfulness as fa
 from .forward import RULES, lm_forward
-from .methods import LABELS, METHODS, attribute_image, attribute_text
+from .methods import LABELS, METHODS, attribute_image, attribute_text, mambalrp_choosing_target
 from .models import IMAGE_ZOO, LONG_ZOO, TAB, TEXT_ZOO, Loaded, load
 from .sentences import DataError
 from .tokens import WordError, resolve_word, token_text, token_texts
@@ -117,11 +117,14 @@ def target_token(m: Loaded, target: str) -> tuple[int, str, str]:
         raise InputError(str(e)) from None
 
 
-def resolve_target(m: Loaded, ids: torch.Tensor, target: str | None) -> tuple[int, str, dict, str]:
+def resolve_target(m: Loaded, ids: torch.Tensor, target: str | None,
+                   logits: torch.Tensor | None = None) -> tuple[int, str, dict, str]:
     """The explained token: the predicted next token unless one is named; returns its id, its text,
-    the top-5 next tokens (text → logit) and a note about how a typed word was read."""
-    with torch.no_grad():
-        logits = lm_forward(m.model, ids[None])[0, -1]
+    the top-5 next tokens (text → logit) and a note about how a typed word was read. `logits`: the
+    last position's, when a forward already computed them."""
+    if logits is None:
+        with torch.no_grad():
+            logits = lm_forward(m.model, ids[None])[0, -1]
     top = torch.topk(logits, 5)
     tops = {token_text(m.tokenizer, int(i)): float(v) for v, i in zip(top.values, top.indices)}
     if target and str(target).strip() and str(target).strip() != "(predicted)":
@@ -157,9 +160,18 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
 
     def compute():
         with locked(m.model):
-            tid, tname, tops, note = resolve_target(m, ids, target)
-            rel, logit = {}, None
+            rel, logit, found = {}, None, []
+            if "mambalrp" in methods:  # the target comes from the explanation's own forward
+                def choose(last):
+                    found.append(resolve_target(m, ids, target, logits=last))
+                    return found[0][0]
+
+                r, logit, _ = mambalrp_choosing_target(m.model, ids, choose, rules=rules)
+                rel["mambalrp"] = r.numpy().astype(float).tolist()
+            tid, tname, tops, note = found[0] if found else resolve_target(m, ids, target)
             for meth in methods:
+                if meth in rel:
+                    continue
                 r, s = attribute_text(m.model, ids[None], target=tid, method=meth,
                                       rules=rules if meth == "mambalrp" else None, return_score=True)
                 rel[meth] = r[0].numpy().astype(float).tolist()
