@@ -21,8 +21,9 @@ from backend.nemo import images as nimages
 from backend.nemo import service
 from backend.core import colors as C
 from components import links
+from components.model_picker import model_picker
 from components.common import fail, model_event, themed
-from components.inputs import checked_image, checked_slider
+from components.inputs import checked_image, checked_slider, keep_on_failure
 
 TAB_ID = "memorization"
 TITLE = "Memorization"
@@ -428,11 +429,11 @@ def make_checks(source: str):
         except ValueError as e:
             fail(str(e))
 
-    def generate_ok(prompt, selected, free, n_seeds, reference=None):
+    def generate_ok(prompt, selected, free, n_seeds, reference=None, model=None):
         prompt_ok(prompt)
         _seeds(n_seeds)
         try:
-            _spec(service.get(source), selected, free)
+            _spec(service.get(source, model), selected, free)
             if reference is not None:
                 nimages.as_reference(reference)
         except ValueError as e:
@@ -447,29 +448,30 @@ def make_checks(source: str):
         if not prompts:
             fail("No prompts to check.")
 
-    def pinned(pin, reference=None):
+    def pinned(pin, reference=None, model=None):
         """The pinned set drawn below the current one ("" when nothing is pinned)."""
         if not pin:
             return ""
-        m = service.get(source)
+        model = pin.get("model", model)  # drawn with the model it was made with
+        m = service.get(source, model)
         c = service.compare(pin["prompt"], service.parse_neurons(m, pin["neurons"]), pin["seeds"],
-                            source=source, reference=reference)
+                            source=source, reference=reference, model=model)
         return pin_html(c)
 
     return prompt_ok, generate_ok, batch_ok, pinned
 
 
 def make_handlers(source: str):
-    def check(prompt):
-        r = service.check(prompt, source=source)
+    def check(prompt, model=None):
+        r = service.check(prompt, source=source, model=model)
         return score_html(r), z_plot(r), stats_html(r["stats"])
 
-    def find(prompt, progress=gr.Progress()):
+    def find(prompt, model=None, progress=gr.Progress()):
         progress(0.02, desc="statistics of non-memorized prompts")
-        loc = service.find(prompt, progress=lambda f, msg: progress(f, desc=msg), source=source)
-        r = service.check(prompt, source=source)
+        loc = service.find(prompt, progress=lambda f, msg: progress(f, desc=msg), source=source, model=model)
+        r = service.check(prompt, source=source, model=model)
         labels = loc["labels"]
-        m = service.get(source)
+        m = service.get(source, model)
         setting = (f"Search at guidance {loc['guidance_scale']:g} (detection and generations: "
                    f"{m.guidance_scale:g}); seeds kept {len(loc['seeds_kept'])} of {len(loc['seeds'])}.")
         if loc["skipped"]:
@@ -494,36 +496,37 @@ def make_handlers(source: str):
         return (f"<div class='wb-card' style='min-height:0' id='memo-found-card'>{msg}</div>",
                 gr.update(choices=labels, value=labels), z_plot(r, labels))
 
-    def generate(prompt, selected, free, n_seeds, reference=None):
-        m = service.get(source)
+    def generate(prompt, selected, free, n_seeds, reference=None, model=None):
+        m = service.get(source, model)
         seeds = _seeds(n_seeds)
         # the service checks the image (a bad one is a clear message)
         spec = _spec(m, selected, free)
-        c = service.compare(prompt, spec, seeds, source=source, reference=reference)
+        c = service.compare(prompt, spec, seeds, source=source, reference=reference, model=model)
         # what "Pin this result" keeps: a small descriptor, recomputed (from the cache) when drawn
-        pin = {"prompt": c["prompt"], "neurons": c["neurons"], "seeds": seeds}
+        pin = {"prompt": c["prompt"], "neurons": c["neurons"], "seeds": seeds, "model": model}
         return gallery_items(c), result_html(c), pin
 
-    def batch(text, upload, progress=gr.Progress()):
+    def batch(text, upload, model=None, progress=gr.Progress()):
         prompts = _prompt_list(text, upload)
-        rows = service.check_batch(prompts, progress=lambda f, msg: progress(f, desc=msg), source=source)
+        rows = service.check_batch(prompts, progress=lambda f, msg: progress(f, desc=msg), source=source,
+                                   model=model)
         n_mem = sum(r["memorized"] for r in rows)
         note = (f"<div class='wb-muted' id='memo-batch-note'>{len(rows)} prompts, {n_mem} above "
                 f"θ<sub>mem</sub>. Click a column header to sort.</div>")
         return batch_rows(rows), note
 
-    def sample():
-        d = service.describe(source)
+    def sample(model=None):
+        d = service.describe(source, model)  # a user's own pipeline: the paper's LAION lists
         return "\n".join(d["memorized"][:5] + d["ordinary"][:5])
 
-    def stats(n):
+    def stats(n, model=None):
         try:
             n = int(float(n))
         except (TypeError, ValueError):
             fail("The number of prompts must be a number.")
-        return stats_html(service.compute_stats(n, source=source))
+        return stats_html(service.compute_stats(n, source=source, model=model))
 
-    def table(n_prompts, progress=gr.Progress()):
+    def table(n_prompts, model=None, progress=gr.Progress()):
         try:
             n = float(n_prompts)
         except (TypeError, ValueError):
@@ -533,19 +536,19 @@ def make_handlers(source: str):
         if n > TABLE_MAX:
             fail(f"At most {TABLE_MAX} prompts per table.")
         t = service.results_table(progress=lambda f, msg: progress(f, desc=msg), source=source,
-                                  n_prompts=int(n))
+                                  n_prompts=int(n), model=model)
         return table_rows(t["rows"]), hist_plot(t["rows"]), summary_html(t["summary"])
 
-    def export(prompt, selected, free, n_seeds, reference=None, progress=gr.Progress()):
-        m = service.get(source)
+    def export(prompt, selected, free, n_seeds, reference=None, model=None, progress=gr.Progress()):
+        m = service.get(source, model)
         seeds = _seeds(n_seeds)
         spec = _spec(m, selected, free)
         progress(0.1, desc="score and z-scores")
-        r = service.check(prompt, source=source)
+        r = service.check(prompt, source=source, model=model)
         progress(0.3, desc="localising")
-        loc = service.find(prompt, source=source)
+        loc = service.find(prompt, source=source, model=model)
         progress(0.6, desc="generating")
-        c = service.compare(prompt, spec, seeds, source=source, reference=reference)
+        c = service.compare(prompt, spec, seeds, source=source, reference=reference, model=model)
         state = {
             "model": m.model_id, "prompt": r["prompt"], "theta_mem": m.theta_mem,
             "settings": {"guidance_scale": m.guidance_scale, "num_seeds": m.num_seeds,
@@ -570,11 +573,18 @@ def make_handlers(source: str):
         export_png(ppath, c, r, None)
         return [str(jpath), str(ppath)]
 
-    return check, find, generate, batch, sample, stats, table, export
+    def on_model(model, progress=gr.Progress()):
+        """A newly picked pipeline: load it (with progress) and say which neuron statistics it will
+        use; found neurons belong to the previous model, so their boxes are cleared."""
+        progress(0.05, desc="loading the pipeline")
+        st = service.stats_status(source, model, lambda f, d: progress(f, desc=d))
+        return stats_html(st), gr.update(choices=[], value=[]), ""
+
+    return check, find, generate, batch, sample, stats, table, export, on_model
 
 
 def build(ctx) -> None:
-    check, find, generate, batch, sample, stats, table, export = make_handlers(ctx.source)
+    check, find, generate, batch, sample, stats, table, export, on_model = make_handlers(ctx.source)
     try:
         d = service.describe(ctx.source)
         hub = d["source"] == "hub"
@@ -589,6 +599,10 @@ def build(ctx) -> None:
     prompt_ok, generate_ok, batch_ok, pinned = make_checks(ctx.source)
     gr.HTML(EXPLAIN, elem_classes=["wb-advanced"])
     gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"], elem_id="memo-presenter-caption")
+    with gr.Row():
+        # the zoo organism, the paper's SD-1.4, or your own SD-1.x / 2.x pipeline typed in
+        memo_model, _ = model_picker(service.listed(ctx.source), "memorization", elem_id="memo-model",
+                                     label="Stable Diffusion pipeline")
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             prompt = gr.Textbox(label="Prompt", value=default, lines=2, elem_id="memo-prompt")
@@ -710,24 +724,27 @@ def build(ctx) -> None:
             hist = gr.Plot(label="Neurons per prompt", elem_id="memo-hist")
             files = gr.File(label="Exports", file_count="multiple", elem_id="memo-files")
 
-    gen_inputs = [prompt, neurons, free, n_seeds, reference]
+    gen_inputs = [prompt, neurons, free, n_seeds, reference, memo_model]
     check_btn.click(prompt_ok, [prompt], None).success(
-        check, [prompt], [score, zplot, stats_card], **model_event(api_name="memo_check"))
+        check, [prompt, memo_model], [score, zplot, stats_card], **model_event(api_name="memo_check"))
     find_btn.click(prompt_ok, [prompt], None).success(
-        find, [prompt], [found, neurons, zplot], **model_event(api_name="memo_find"))
+        find, [prompt, memo_model], [found, neurons, zplot], **model_event(api_name="memo_find"))
     gen_btn.click(generate_ok, gen_inputs, None).success(
         generate, gen_inputs, [gallery, cmp_out, last], **model_event(api_name="memo_generate")).success(
-        pinned, [pin, reference], pin_out, **model_event(api_visibility="private"))
+        pinned, [pin, reference, memo_model], pin_out, **model_event(api_visibility="private"))
     pin_btn.click(lambda shown: shown if shown else fail("Generate first, then pin the result."),
                   last, pin, api_visibility="private").success(
-        pinned, [pin, reference], pin_out, **model_event(api_visibility="private"))
+        pinned, [pin, reference, memo_model], pin_out, **model_event(api_visibility="private"))
     unpin_btn.click(lambda: (None, ""), None, [pin, pin_out], api_visibility="private")
     batch_btn.click(batch_ok, [batch_text, batch_file], None).success(
-        batch, [batch_text, batch_file], [batch_tbl, batch_note], **model_event(api_name="memo_batch"))
-    sample_btn.click(sample, None, batch_text, api_name="memo_batch_sample")
+        batch, [batch_text, batch_file, memo_model], [batch_tbl, batch_note], **model_event(api_name="memo_batch"))
+    sample_btn.click(sample, memo_model, batch_text, api_name="memo_batch_sample")
     stats_btn.click(lambda n: None, [n_stats], None).success(
-        stats, [n_stats], stats_card, **model_event(api_name="memo_stats"))
+        stats, [n_stats, memo_model], stats_card, **model_event(api_name="memo_stats"))
     table_btn.click(lambda n: None, [n_table], None).success(
-        table, [n_table], [tbl, hist, summary], **model_event(api_name="memo_table"))
+        table, [n_table, memo_model], [tbl, hist, summary], **model_event(api_name="memo_table"))
+    picked = memo_model.change(on_model, memo_model, [stats_card, neurons, found],
+                               **model_event(api_name="memo_model"))
+    keep_on_failure(picked, [stats_card, neurons, found])
     export_btn.click(generate_ok, gen_inputs, None).success(
         export, gen_inputs, files, **model_event(api_name="memo_export"))

@@ -210,9 +210,23 @@ def _remote_code(meta: _Meta) -> str | None:
         return "its config asks for remote code (auto_map), which the workbench never runs"
     if meta.pipeline:
         for name, spec in meta.config.items():
-            if isinstance(spec, list) and len(spec) == 2 and spec[0] not in (None, "diffusers", "transformers"):
+            if isinstance(spec, list) and len(spec) == 2 and spec[0] not in (None, "diffusers", "transformers") \
+                    and not _diffusers_pipeline_module(str(spec[0])):
                 return f"its component {name!r} comes from {spec[0]!r}, remote code the workbench never runs"
     return None
+
+
+def _diffusers_pipeline_module(name: str) -> bool:
+    """A library name diffusers itself resolves inside diffusers.pipelines: SD-1.x's model_index.json
+    names its safety checker ["stable_diffusion", "StableDiffusionSafetyChecker"]."""
+    import importlib.util
+
+    if not name.replace("_", "").isalnum():
+        return False
+    try:
+        return importlib.util.find_spec(f"diffusers.pipelines.{name}") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _transformers_class(name: str) -> bool:

@@ -151,8 +151,14 @@ def noise_differences(pipe, prompt: str, seeds: Sequence[int], *, guidance_scale
     sched = _scheduler(pipe, num_inference_steps)
     t = sched.timesteps[min(step_index, len(sched.timesteps) - 1)]
     latents = initial_latents(pipe, seeds) * sched.init_noise_sigma
+    x_t = sched.scale_model_input(latents, t)
     with deactivate(unet, spec or {}):
-        eps = _eps(unet, sched.scale_model_input(latents, t), t, cond, uncond, guidance_scale)
+        eps = _eps(unet, x_t, t, cond, uncond, guidance_scale)
+    if sched.config.prediction_type == "v_prediction":
+        # SD-2.x's v-models predict v = α·ε − σ·x₀; the metric is on the predicted noise, and
+        # ε = α·v + σ·x_t (α² + σ² = 1), so a v-model is measured as the paper measures SD-1.x
+        abar = sched.alphas_cumprod[int(t)].float()
+        eps = abar.sqrt() * eps + (1 - abar).sqrt() * x_t.float()
     return minmax_per_channel(eps - latents)
 
 

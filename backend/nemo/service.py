@@ -18,10 +18,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from backend.core import store
+from backend.core import picker, store
 from backend.core.cache import ByteLRUCache, make_key
 from backend.core.device import pick_device
-from backend.core.presets import Preset, active
+from backend.core.presets import Preset, active, presets
 from backend.core.zerogpu import capped, gpu
 
 from . import core, data
@@ -126,7 +126,7 @@ class MemoModel:
     def stats_status(self) -> dict:
         """Which statistics are in use, or would be at first use, and what to run for the paper's."""
         src = dict(self._stats_source or {})
-        hub = self.preset.source == "hub"
+        hub = self.preset.source != "zoo"
         set_name = "COCO 2014 captions (the paper's set)" if hub else "ordinary training captions"
         if not src:
             try:
@@ -182,7 +182,7 @@ class MemoModel:
 def _load(preset: Preset) -> MemoModel:
     dev = pick_device()
     # the paper's checkpoints run in half precision on a GPU; the zoo's tiny pipeline stays fp32
-    half = preset.source == "hub" and dev.type == "cuda"
+    half = preset.source != "zoo" and dev.type == "cuda"  # a user's own pipeline too
     pipe = load_preset_pipeline(preset, device=dev, dtype=torch.float16 if half else None)
     folder, info = None, {}
     if preset.source == "zoo":
@@ -200,7 +200,7 @@ def _load(preset: Preset) -> MemoModel:
         search_guidance=float(settings.get("search_guidance_scale",
                                            preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE))),
     )
-    if preset.source == "hub":
+    if preset.source != "zoo":  # the paper's checkpoint or a user's own: the first COCO captions
         model._stats_n = HUB_STATS_N
     return model
 
@@ -214,19 +214,20 @@ def hub_info() -> dict:
             "non_memorized": list(data.coco_captions())}
 
 
-def describe(source: str | None = None) -> dict:
+def describe(source: str | None = None, model: str | None = None) -> dict:
     """What the tab shows before any model is loaded: examples, θ_mem, and the value layers (from
     the UNet's config, so building the page loads no weights)."""
-    preset = active(TAB, source)
+    preset = pick(source, model).preset
     info: dict = {}
     unet_cfg: dict = {}
-    if preset.source == "zoo":
+    if preset.source in ("zoo", "local"):
         folder = Path(preset.location())
-        info = json.loads((folder / "memorization.json").read_text())
         unet_cfg = json.loads((folder / "unet" / "config.json").read_text())
-    else:
+    if preset.source == "zoo":
+        info = json.loads((folder / "memorization.json").read_text())
+    else:  # the paper's checkpoint or a user's own pipeline: the paper's prompt sets
         info = hub_info()
-        unet_cfg = _cached_unet_config(preset)
+        unet_cfg = unet_cfg or _cached_unet_config(preset)
     layers = []
     if unet_cfg:
         ch, lpb = unet_cfg["block_out_channels"], unet_cfg["layers_per_block"]
@@ -241,9 +242,9 @@ def describe(source: str | None = None) -> dict:
     env = os.environ.get(nstats.STATS_ENV) or preset.extra.get("stats_file")
     plan = {"kind": "file", "file": env, "pending": True} if env else {
         "kind": "in-process", "pending": True,
-        "n_prompts": min(HUB_STATS_N, n_stats) if preset.source == "hub" else n_stats}
-    plan.update(set="COCO 2014 captions (the paper's set)" if preset.source == "hub" else "ordinary training captions",
-                total=n_stats, job=STATS_JOB if preset.source == "hub" and not env else None)
+        "n_prompts": min(HUB_STATS_N, n_stats) if preset.source != "zoo" else n_stats}
+    plan.update(set="COCO 2014 captions (the paper's set)" if preset.source != "zoo" else "ordinary training captions",
+                total=n_stats, job=STATS_JOB if preset.source != "zoo" and not env else None)
     return {"model_id": preset.model_id, "label": preset.label, "source": preset.source,
             "stats_plan": plan,
             "memorized": [m["prompt"] for m in info.get("memorized", [])],
@@ -269,9 +270,24 @@ def _cached_unet_config(preset: Preset) -> dict:
         return {}
 
 
-def get(source: str | None = None) -> MemoModel:
-    preset = active(TAB, source)
-    return store.get_or_load(preset.model_id, lambda: _load(preset))
+def listed(source: str | None = None) -> list[Preset]:
+    """What the model picker lists: the source's default, then the zoo organism and the paper's
+    SD-1.4 (without the hub it fails to load with a clear message)."""
+    first = active(TAB, source)
+    return [first] + [p for p in presets(TAB) if p != first]
+
+
+def pick(source: str | None = None, model: str | None = None) -> picker.Picked:
+    """A listed preset, or the user's own Stable Diffusion 1.x/2.x pipeline (a UNet2DConditionModel
+    with text cross-attention), checked from its model_index.json and unet/config.json first."""
+    return picker.resolve(model, listed(source), "memorization", default=active(TAB, source), tab=TAB)
+
+
+def get(source: str | None = None, model: str | None = None, progress=None) -> MemoModel:
+    picked = pick(source, model)
+    preset, size = picked.preset, picked.check.n_bytes if picked.check else None
+    with picker.loading(preset):
+        return store.get_or_load(preset.model_id, lambda: _load(preset), size_hint=size, progress=progress)
 
 
 # ----------------------------------------------------------------------------- neuron specs as text
@@ -319,9 +335,9 @@ def parse_neurons(m: MemoModel, items: Sequence[str] | str | None) -> dict[str, 
 # ----------------------------------------------------------------------------- the tab's operations
 
 @gpu(duration=30)  # a noise-difference step per seed + one text-encoder pass
-def check(prompt: str, source: str | None = None) -> dict:
+def check(prompt: str, source: str | None = None, model: str | None = None) -> dict:
     """Memorization score vs θ_mem, and the per-layer z-scores of the prompt's value neurons."""
-    m = get(source)
+    m = get(source, model)
     prompt = clean_prompt(prompt)
     stats = m.stats()
     key = make_key(m.model_id, prompt, {"op": "check", "g": m.guidance_scale, "n": m.num_seeds,
@@ -347,10 +363,10 @@ def check(prompt: str, source: str | None = None) -> dict:
 
 @gpu(duration=lambda prompts, *a, **k: capped(10 + 3 * len(prompts)))  # one score per prompt
 def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] | None = None,
-                source: str | None = None) -> list[dict]:
+                source: str | None = None, model: str | None = None) -> list[dict]:
     """`check` for a list of prompts (at most data.MAX_PROMPTS) → one row per prompt: score,
     verdict, largest z-score and, where the model's list holds it, its memorization type."""
-    m = get(source)
+    m = get(source, model)
     if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
         raise ValueError("The batch must be a list of prompts.")
     prompts = [clean_prompt(p) for p in prompts]
@@ -362,23 +378,23 @@ def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] |
     rows = []
     for i, p in enumerate(prompts):
         report(i / len(prompts), f"prompt {i + 1}/{len(prompts)}")
-        r = check(p, source=source)
+        r = check(p, source=source, model=model)
         rows.append({"prompt": p, "score": r["score"], "memorized": r["memorized"], "max_z": r["max_z"],
                      "listed_type": r["listed_type"]})
     report(1.0, "done")
     return rows
 
 
-def stats_status(source: str | None = None) -> dict:
+def stats_status(source: str | None = None, model: str | None = None, progress=None) -> dict:
     """Which neuron statistics the loaded model uses (or will at first use)."""
-    return get(source).stats_status()
+    return get(source, model, progress).stats_status()
 
 
 @gpu(duration=120)  # one text-encoder + value-projection pass per prompt
-def compute_stats(n_prompts: int, source: str | None = None) -> dict:
+def compute_stats(n_prompts: int, source: str | None = None, model: str | None = None) -> dict:
     """The small-set job from the tab: statistics over the first `n_prompts` ordinary prompts
     (COCO captions on a hub checkpoint), computed in this process and used from now on."""
-    m = get(source)
+    m = get(source, model)
     try:
         n = int(n_prompts)
     except (TypeError, ValueError):
@@ -388,9 +404,9 @@ def compute_stats(n_prompts: int, source: str | None = None) -> dict:
 
 @gpu(duration=240)  # NeMo's search: dozens of noise-difference evaluations
 def find(prompt: str, progress: Callable[[float, str], None] | None = None,
-         source: str | None = None) -> dict:
+         source: str | None = None, model: str | None = None) -> dict:
     """NeMo's localisation of one prompt → the neurons (as labels and as a spec) and the history."""
-    m = get(source)
+    m = get(source, model)
     prompt = clean_prompt(prompt)
     stats = m.stats()
     key = make_key(m.model_id, prompt, {"op": "find", "g": m.search_guidance, "n": m.num_seeds,
@@ -433,11 +449,11 @@ def alignment(image: np.ndarray, prompt: str) -> float | None:
 
 @gpu(duration=lambda prompt, spec=None, seeds=(), *a, **k: capped(20 + 10 * len(seeds)))  # 2 generations per seed
 def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
-            source: str | None = None, reference: np.ndarray | None = None) -> dict:
+            source: str | None = None, reference: np.ndarray | None = None, model: str | None = None) -> dict:
     """Generations for each seed with the neurons on and off, their SSIM to a reference image (the
     one the user gives, else the prompt's training image where the model ships it), diversity
     across seeds, alignment proxy and memorization score in both conditions."""
-    m = get(source)
+    m = get(source, model)
     prompt = clean_prompt(prompt)
     spec = core.validate_spec(m.pipe.unet, spec)
     seeds = [int(s) for s in seeds]
@@ -483,11 +499,12 @@ def _median(xs) -> float | None:
 
 @gpu(duration=300)  # every memorized prompt: localisation + generations
 def results_table(progress: Callable[[float, str], None] | None = None, source: str | None = None,
-                  seeds: Sequence[int] = (0, 1, 2, 3), n_prompts: int | None = None) -> dict:
+                  seeds: Sequence[int] = (0, 1, 2, 3), n_prompts: int | None = None,
+                  model: str | None = None) -> dict:
     """The paper's table for every memorized prompt of the organism: SSIM to the training image,
     diversity and alignment, with the found neurons on, off, and (baseline) as many random
     neurons off; plus the neurons-per-prompt counts for the histogram."""
-    m = get(source)
+    m = get(source, model)
     if not m.memorized:
         raise ValueError("This model has no list of memorized prompts.")
     report = progress or (lambda f, msg: None)
@@ -497,13 +514,13 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
     for i, item in enumerate(items):
         report(i / n, f"prompt {i + 1}/{n}: localising")
         t0 = time.perf_counter()
-        loc = find(item["prompt"], source=source)
+        loc = find(item["prompt"], source=source, model=model)
         t_loc.append(loc["seconds"] if loc.get("seconds") else time.perf_counter() - t0)
         spec = loc["neurons"]
         rnd = core.random_like(m.pipe.unet, spec, seed=i)
         report((i + 0.5) / n, f"prompt {i + 1}/{n}: generating")
-        c = compare(item["prompt"], spec, seeds, source=source)
-        r = compare(item["prompt"], rnd, seeds, source=source)
+        c = compare(item["prompt"], spec, seeds, source=source, model=model)
+        r = compare(item["prompt"], rnd, seeds, source=source, model=model)
         rows.append({
             "prompt": item["prompt"], "n_neurons": loc["n_neurons"], "neurons": loc["labels"],
             "skipped": loc["skipped"], "relaxed": loc["relaxed"],

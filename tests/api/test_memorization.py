@@ -230,16 +230,16 @@ def _hub_probe(out_path: str) -> None:  # runs in the child process
                                          "has_train_images")}
     res["n_memorized"], res["types"] = len(d["memorized"]), sorted(set(d["memorized_types"]))
     res["first_memorized"], res["first_ordinary"] = d["memorized"][0], d["ordinary"][0]
-    check, find, generate, batch, sample, stats, table, export = tab.make_handlers("hub")
+    check, find, generate, batch, sample, stats, table, export, _on_model = tab.make_handlers("hub")
     progress = lambda *a, **k: None  # noqa: E731
     score, _, stats_card = check(d["memorized"][0])
     res["score_card"], res["stats_card"] = score, stats_card
     text = sample()
-    rows, note = batch(text, None, progress)
+    rows, note = batch(text, None, None, progress)  # no upload, the default model
     res["sample"], res["batch_rows"], res["batch_note"] = text.splitlines(), rows, note
     loc = service.find(d["memorized"][0], source="hub")
     res["find"] = {k: loc[k] for k in ("guidance_scale", "seeds", "seeds_kept", "skipped", "n_neurons")}
-    res["find_card"] = find(d["memorized"][0], progress)[0]
+    res["find_card"] = find(d["memorized"][0], None, progress)[0]
     ref = np.zeros((48, 40, 3), np.uint8)
     gal, cmp_ref, _ = generate(d["memorized"][0], [], "down2.attn1:3", 1, ref)
     # the preset's 50 DDIM steps ran once above; the rest of the walk samples with 10 to stay fast
@@ -260,7 +260,7 @@ def _hub_probe(out_path: str) -> None:  # runs in the child process
     m = service.get("hub")
     m._stats = m._stats_source = None  # as a restart with the variable set
     res["stats_file"] = service.check(d["memorized"][1], source="hub")["stats"]
-    t, _, summary = table(1, progress)
+    t, _, summary = table(1, None, progress)
     res["table"], res["summary"] = t, summary
     Path(out_path).write_text(json.dumps(res, default=str))
 

@@ -124,3 +124,19 @@ def test_relevance_explains_your_own_mamba_and_falcon_mamba(client, local_models
         client.predict("good", ["mambalrp"], ["norm"], "", True, own(local_models, "own-qwen2"),
                        api_name="/explain_text")
     assert "Qwen2ForCausalLM: MambaLRP needs a Mamba model" in str(e.value)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["own-sd15", "own-sd21"])
+def test_memorization_checks_and_generates_on_your_own_pipeline(client, local_models, name):
+    key = own(local_models, name)
+    stats_card, _neurons, _found = client.predict(key, api_name="/memo_model")
+    assert "COCO 2014 captions" in stats_card
+    score, _z, stats_card = client.predict("a photo of a dog on the beach", key, api_name="/memo_check")
+    assert "θ" in score and "first 1,000 of 10,000 COCO 2014 captions" in stats_card
+    gallery, card = client.predict("a photo of a dog", [], "down0.attn0:1, mid.attn0:2", 2, None, key,
+                                   api_name="/memo_generate")
+    assert len(gallery) == 4 and "down0.attn0:1" in card  # 2 seeds, neurons on and off
+    with pytest.raises(Exception) as e:
+        client.predict("a dog", own(local_models, "own-qwen2"), api_name="/memo_check")
+    assert "NeMo needs a Stable Diffusion 1.x/2.x pipeline" in str(e.value)

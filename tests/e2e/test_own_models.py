@@ -62,3 +62,23 @@ def test_relevance_on_your_own_falcon_mamba(page, server_url, local_models):
     assert "cast" in page.locator("#rel-heatmap").inner_text()
     shot(page, "own-model-relevance")
     assert not errors, errors
+
+
+@pytest.mark.timeout(300)
+def test_memorization_on_your_own_sd21(page, server_url, local_models):
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server_url}?tab=memorization", timeout=120_000)
+    page.wait_for_selector("#memo-check", state="visible", timeout=120_000)
+    settle(page)
+    line = pick(page, "memo-model", str(local_models / "own-sd21"))
+    assert "StableDiffusionPipeline" in line and not line.startswith("✗")
+    settle(page)
+    page.locator("#memo-prompt textarea").fill("a photo of a dog on the beach")
+    page.locator("#memo-check").click()
+    page.locator("#memo-score").get_by_text("θ", exact=False).first.wait_for(timeout=90_000)
+    page.wait_for_selector("#memo-z .js-plotly-plot")
+    settle(page)
+    assert "COCO 2014 captions" in page.locator("#memo-stats").inner_text()
+    shot(page, "own-model-memorization")
+    assert not errors, errors

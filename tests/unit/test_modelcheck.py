@@ -252,3 +252,12 @@ def test_sizes_from_the_hubs_metadata(monkeypatch):
     with pytest.raises(ModelCheckError, match="no safetensors weights"):
         mc._hub_size("org/old", None)
     mc._HUB_SIZES.clear()
+
+
+def test_a_pipeline_component_from_a_diffusers_pipeline_module_is_not_remote_code(root):
+    """SD-1.x's model_index.json names its safety checker ["stable_diffusion", ...]: diffusers' own."""
+    ok = write_pipeline(root / "sd15", safety_checker=["stable_diffusion", "StableDiffusionSafetyChecker"])
+    assert check_model(str(ok), "memorization").architecture == "StableDiffusionPipeline"
+    bad = write_pipeline(root / "remote", safety_checker=["my_package", "Checker"])
+    with pytest.raises(ModelCheckError, match="comes from 'my_package', remote code"):
+        check_model(str(bad), "memorization")

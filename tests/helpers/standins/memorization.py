@@ -201,3 +201,46 @@ def build_sd14(folder: Path) -> None:
 
 
 REPOS = {MODEL_ID: build_sd14}
+
+
+def build_sd21(folder: Path) -> None:
+    """A user's Stable Diffusion 2.1 (stabilityai/stable-diffusion-2-1's layout at a tiny width):
+    an OpenCLIP text encoder saved as CLIPTextModel (gelu, "!" as the pad token), a UNet with linear
+    projections in its transformers, per-block head counts and upcast attention, a v-prediction
+    DDIM scheduler, and no safety checker."""
+    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import CLIPImageProcessor, CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+    folder = Path(folder)
+    write_tokenizer(folder / "tokenizer")
+    tcfg_path = folder / "tokenizer" / "tokenizer_config.json"
+    tcfg = json.loads(tcfg_path.read_text())
+    tcfg["pad_token"] = "!"  # SD-2's tokenizer pads with "!" (id of that byte), not <|endoftext|>
+    tcfg_path.write_text(json.dumps(tcfg, indent=2) + "\n")
+    tok = CLIPTokenizer.from_pretrained(folder / "tokenizer")
+    torch.manual_seed(10)
+    te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok.get_vocab()), hidden_size=HIDDEN, intermediate_size=4 * HIDDEN,
+                                      num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=MAX_LEN,
+                                      hidden_act="gelu", projection_dim=HIDDEN, bos_token_id=0, eos_token_id=2,
+                                      pad_token_id=1)).eval()
+    torch.manual_seed(11)
+    unet = UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=2, block_out_channels=(32, 32, 64, 64),
+        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=HIDDEN, attention_head_dim=(2, 2, 4, 4), use_linear_projection=True,
+        upcast_attention=True, norm_num_groups=32, act_fn="silu", flip_sin_to_cos=True, freq_shift=0).eval()
+    torch.manual_seed(12)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, sample_size=64,
+                        block_out_channels=(32, 32, 32, 32), layers_per_block=1, norm_num_groups=32,
+                        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+                        act_fn="silu", scaling_factor=0.18215).eval()
+    sched = DDIMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                          clip_sample=False, set_alpha_to_one=False, steps_offset=1, prediction_type="v_prediction")
+    fe = CLIPImageProcessor(crop_size={"height": 224, "width": 224}, size={"shortest_edge": 224})
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet, scheduler=sched,
+                                   safety_checker=None, feature_extractor=fe, requires_safety_checker=False)
+    pipe.save_pretrained(folder, safe_serialization=True)
+
+
+LOCAL = {"own-sd15": build_sd14, "own-sd21": build_sd21}
