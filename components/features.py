@@ -21,6 +21,7 @@ from backend.core import colors as C
 from components import links
 from components.common import fail, model_event, themed
 from components.inputs import CheckedImage, CheckedNumber, keep_on_failure
+from components.model_picker import model_picker
 
 TAB_ID = "features"
 TITLE = "Features"
@@ -512,6 +513,40 @@ def _summary_md(org) -> str:
     return " · ".join(parts)
 
 
+def _build_note(org) -> str:
+    return (f"<span class='wb-muted'>Image positions: {html.escape(FT.positions_text(org))}. "
+            f"Up to {MAX_TAB_IMAGES} images here (a fraction of a second each on a GPU); "
+            f"a large set with the sharded, resumable job: "
+            f"<code>{html.escape(FT.index_command(org))}</code></span>")
+
+
+def load_own(default_source: str, vlm, sae, hookpoint, progress=gr.Progress()):
+    """Check a model + SAE from metadata and make them this session's organism; its weights load
+    now (with progress), so the first index build or analysis does not wait for them."""
+    first = FT.P.active(FT.TAB, default_source)
+    vlm, sae, hookpoint = (str(x or "").strip() for x in (vlm, sae, hookpoint))
+    same = vlm in ("", first.path_or_id) and sae in ("", first.extra.get("sae", "")) and \
+        hookpoint in ("", first.extra.get("hookpoint", ""))
+    try:
+        source = default_source if same else FT.own_source(vlm, sae, hookpoint)
+        progress(0.1, desc="loading the model and SAE")
+        org = FT.get_organism(source, model=True, progress=lambda f, d: progress(0.1 + 0.8 * f, desc=d))
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        fail(str(e).strip("'\""))
+    n = org.n_features
+    first_id = (FT.feature_table(org, "", "density")[:1] or [{"feature": 0}])[0]["feature"]
+    status = (f"Loaded **{html.escape(org.ids[0] or org.name)}** with the SAE **{html.escape(org.ids[1] or org.name)}** "
+              f"at `{html.escape(org.hookpoint)}` ({n:,} latents, {html.escape(org.sae_text)})."
+              + ("" if org.index is not None or not org.is_hub else
+                 " No feature index yet: build one from your images below."))
+    box = dict(minimum=0, maximum=n - 1)
+    return (source, status, _summary_md(org), gr.update(visible=org.is_hub, open=org.index is None),
+            _build_note(org) if org.is_hub else "", gr.update(visible=org.is_hub),
+            list_features(source, "", "density" if org.is_hub else "IoU"),
+            gr.update(value=first_id, label=f"feature id (0–{n - 1})", **box),
+            gr.update(value=first_id, label=f"feature to clamp (0–{n - 1})", **box))
+
+
 def _stop_flag(request) -> StopFlag:
     return StopFlag(f"features-index:{getattr(request, 'session_hash', None) or 'anonymous'}")
 
@@ -620,23 +655,37 @@ def build(ctx) -> None:
         "everything outside the activation region dimmed), its activation histogram and how often it fires, "
         f"and {labels_words}. Below, upload an image to see "
         "which features fire where, and clamp a feature to watch the caption change.</div>")
+    # the model and SAE: the zoo organism, the paper's LLaVA-NeXT + SAE, or your own LLaVA-family VLM
+    # with your own sparsify / SAELens SAE at a hookpoint you name (a session's choice: its `source`)
+    listed = sorted(FT.P.presets(FT.TAB), key=lambda p: p != FT.P.active(FT.TAB, ctx.source))
+    first_p = listed[0]
+    with gr.Accordion("Model and SAE: the zoo's, the paper's, or your own", open=False, elem_id="features-own",
+                      elem_classes=["wb-advanced"]):
+        with gr.Row():
+            own_vlm, _ = model_picker(listed, "features", elem_id="feat-model", value=first_p.path_or_id,
+                                      label="vision-language model (LLaVA or LLaVA-NeXT family)", scale=2)
+            own_sae = gr.Textbox(label="SAE: hub id or folder (sparsify or SAELens); empty for the zoo's",
+                                 value=first_p.extra.get("sae", "") if first_p.source == "hub" else "",
+                                 elem_id="feat-sae", scale=2)
+            own_hook = gr.Textbox(label="hookpoint, e.g. model.layers.24", elem_id="feat-hookpoint",
+                                  value=first_p.extra.get("hookpoint", ""), scale=1)
+        with gr.Row():
+            own_btn = gr.Button("Load this model and SAE", variant="primary", elem_id="feat-load", scale=0,
+                                min_width=220)
+            own_md = gr.Markdown(elem_id="feat-own-status")
     summary = gr.Markdown(_summary_md(org), elem_classes=["wb-muted", "wb-advanced"], elem_id="features-summary")
-    if org.is_hub:
-        with gr.Accordion("Build the feature index from images", open=org.index is None,
-                          elem_id="features-build"):
-            gr.Markdown(f"<span class='wb-muted'>Image positions: {html.escape(FT.positions_text(org))}. "
-                        f"Up to {MAX_TAB_IMAGES} images here (a fraction of a second each on a GPU); "
-                        f"a large set with the sharded, resumable job: "
-                        f"<code>{html.escape(FT.index_command(org))}</code></span>")
-            with gr.Row():
-                build_files = gr.File(label="images to index", file_count="multiple", file_types=["image"],
-                                      elem_id="features-build-files", scale=2)
-                build_folder = gr.Textbox(label="…or a folder on the server (under WORKBENCH_MODEL_ROOTS)",
-                                          elem_id="features-build-folder", scale=2)
-            with gr.Row():
-                build_btn = gr.Button("Build index", variant="primary", elem_id="features-build-run")
-                cancel_btn = gr.Button("Cancel", variant="stop", elem_id="features-build-cancel")
-            build_status = gr.Markdown(elem_id="features-build-status")
+    with gr.Accordion("Build the feature index from images", open=org.index is None,
+                      elem_id="features-build", visible=org.is_hub) as build_acc:
+        build_note = gr.Markdown(_build_note(org) if org.is_hub else "")
+        with gr.Row():
+            build_files = gr.File(label="images to index", file_count="multiple", file_types=["image"],
+                                  elem_id="features-build-files", scale=2)
+            build_folder = gr.Textbox(label="…or a folder on the server (under WORKBENCH_MODEL_ROOTS)",
+                                      elem_id="features-build-folder", scale=2)
+        with gr.Row():
+            build_btn = gr.Button("Build index", variant="primary", elem_id="features-build-run")
+            cancel_btn = gr.Button("Cancel", variant="stop", elem_id="features-build-cancel")
+        build_status = gr.Markdown(elem_id="features-build-status")
 
     with gr.Row():
         with gr.Column(scale=2, min_width=320):
@@ -654,8 +703,7 @@ def build(ctx) -> None:
                 feat = CheckedNumber(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
                            elem_id="features-id", minimum=0, maximum=n_features - 1)
                 open_btn = gr.Button("Open feature", variant="primary", elem_id="features-open")
-            if org.is_hub:
-                ask_btn = gr.Button("Ask the model to name this feature", elem_id="features-ask")
+            ask_btn = gr.Button("Ask the model to name this feature", elem_id="features-ask", visible=org.is_hub)
             gr.Markdown("<span class='wb-muted'>Click a row or type an id. Deep link: "
                         "<code>?tab=features&amp;feature=ID</code>, or “Link to this view” below.</span>")
         with gr.Column(scale=3):
@@ -761,16 +809,15 @@ def build(ctx) -> None:
         return open_feature(source_, fid)
 
     keep_on_failure(table.select(pick_row, [source, table], page_outputs, api_visibility="private"), page_outputs)
-    if org.is_hub:
-        built = build_btn.click(build_index, [source, build_files, build_folder], [build_status, table, feat, summary],
-                                **model_event(api_name="build_index"))
-        keep_on_failure(built, [build_status, table, feat, summary])
-        keep_on_failure(built.success(open_feature, [source, feat], page_outputs, api_visibility="private"),
-                        page_outputs)
-        cancel_btn.click(cancel_index, None, build_status, api_name="cancel_index")
-        asked = ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model"))
-        keep_on_failure(asked, page_outputs)
-        asked.success(list_features, [source, query, sort], table, api_visibility="private")  # the new label
+    built = build_btn.click(build_index, [source, build_files, build_folder], [build_status, table, feat, summary],
+                            **model_event(api_name="build_index"))
+    keep_on_failure(built, [build_status, table, feat, summary])
+    keep_on_failure(built.success(open_feature, [source, feat], page_outputs, api_visibility="private"),
+                    page_outputs)
+    cancel_btn.click(cancel_index, None, build_status, api_name="cancel_index")
+    asked = ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model"))
+    keep_on_failure(asked, page_outputs)
+    asked.success(list_features, [source, query, sort], table, api_visibility="private")  # the new label
     analysis_out = [shown, cap, fire_gallery, firing, fire_bar, fire_plot]
     keep_on_failure(analyse_btn.click(analyse, [source, upload, example], analysis_out,
                                       **model_event(api_name="analyse_image")), analysis_out)
@@ -781,6 +828,13 @@ def build(ctx) -> None:
     keep_on_failure(pin_btn.click(pin, [steer_json], [pinned, pinned_md], api_name="pin_steering"),
                     [pinned, pinned_md])
     unpin_btn.click(lambda: (None, ""), None, [pinned, pinned_md], api_visibility="private")
+    default_source = gr.State(ctx.source)
+    loaded = own_btn.click(load_own, [default_source, own_vlm, own_sae, own_hook],
+                           [source, own_md, summary, build_acc, build_note, ask_btn, table, feat, steer_feat],
+                           **model_event(api_name="features_load"))
+    keep_on_failure(loaded, [own_md])
+    keep_on_failure(loaded.success(open_feature, [source, feat], page_outputs, api_visibility="private"),
+                    page_outputs)
 
     def from_url(source_, request: gr.Request):
         params = request.query_params if request else {}

@@ -42,6 +42,7 @@ from . import vlm
 from .index import (IMAGE_SUFFIXES, INDEX_ENV, INDEX_FILE, Cancelled, FeatureIndex, ImageSource,  # noqa: F401
                     build_streaming, find_index)
 from . import formats
+from ..core import picker
 from .sae import SparseAutoencoder, load_sae
 
 TAB = "features"
@@ -433,9 +434,53 @@ def index_command(org: Organism, images: str = "IMAGE_FOLDER") -> str:
             f"--image-folder {images} --out {shlex.quote(str(out))}")
 
 
+OWN = "own:"  # a source naming a user's own VLM + SAE + hookpoint (own_source)
+
+
+def own_source(vlm: str, sae: str, hookpoint: str) -> str:
+    """What the tab keeps in a session's state for a user's own VLM + SAE at a hookpoint, after
+    checking them from metadata (`own_organism`); every handler takes it where it takes a source."""
+    org = own_organism(vlm, sae, hookpoint)
+    return OWN + json.dumps([org.ids[0], org.ids[1], org.summary["hub_hookpoint"], org.model_class])
+
+
+def own_organism(vlm: str, sae: str, hookpoint: str) -> Organism:
+    """A user's own LLaVA-family VLM (hub id or allowed folder, checked by backend.core.picker) with
+    their sparsify or SAELens SAE (hub id or folder) at `hookpoint`: the hub organism's code path,
+    metadata first (the SAE's cfg, the model's config, an index if one exists), weights on first need."""
+    vlm, sae, hookpoint = (str(x or "").strip() for x in (vlm, sae, hookpoint))
+    if not vlm:
+        raise ValueError("Pick a vision-language model first.")
+    picked = picker.resolve(vlm, P.presets(TAB), "features", tab=TAB)
+    if picked.preset.source == "zoo":
+        raise ValueError("the zoo organism comes with its own SAE and index: pick it with the SAE box empty")
+    if not sae:
+        raise ValueError("Name the SAE: a hub id (owner/name) or a folder of a sparsify or SAELens SAE.")
+    if not hookpoint:
+        raise ValueError("Name the hookpoint the SAE was trained on, e.g. model.layers.24 (or layers.24).")
+    if not (P.looks_local(sae) or P.HUB_ID_RE.fullmatch(sae)):
+        raise ValueError(f"{sae[:80]!r} is neither a hub id (owner/name) nor a folder")
+    model_id = picked.preset.path_or_id if picked.preset.source == "hub" else picked.preset.location()
+    key = f"own|{model_id}|{sae}|{hookpoint}"
+    with _SHELLS_LOCK:
+        org = _SHELLS.get(key)
+        if org is None:
+            with picker.loading(picked.preset):
+                org = hub_shell(model_id, sae, hookpoint, model_class=picked.preset.model_class)
+            org.summary["size_bytes"] = picked.check.n_bytes if picked.check else None
+            _SHELLS[key] = org
+    return org
+
+
 def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> Organism:
     """The tab's organism. A hub one is its metadata and index until `model=True` (or `need_model`)
-    asks for the weights: building the tab and browsing feature pages never wait for the VLM."""
+    asks for the weights: building the tab and browsing feature pages never wait for the VLM.
+    `source` may name a user's own VLM + SAE (`own_source`)."""
+    if isinstance(source, str) and source.startswith(OWN):
+        vlm_id, sae_id, hookpoint, _cls = json.loads(source[len(OWN):])
+        org = own_organism(vlm_id, sae_id, hookpoint)
+        refresh_index(org)
+        return need_model(org, progress) if model else org
     preset = P.active(TAB, source)
     if preset.source == "hub":
         with _SHELLS_LOCK:

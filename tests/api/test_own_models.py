@@ -140,3 +140,48 @@ def test_memorization_checks_and_generates_on_your_own_pipeline(client, local_mo
     with pytest.raises(Exception) as e:
         client.predict("a dog", own(local_models, "own-qwen2"), api_name="/memo_check")
     assert "NeMo needs a Stable Diffusion 1.x/2.x pipeline" in str(e.value)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("vlm, sae, hook, cls", [
+    ("own-llava15", "own-llava15-sae", "layers.2", "LlavaForConditionalGeneration"),
+    ("own-llava-next", "own-llava-next-sae", "model.layers.8", "LlavaNextForConditionalGeneration")])
+def test_features_on_your_own_vlm_and_sae(app_url, local_models, tmp_path, monkeypatch, vlm, sae, hook, cls):
+    from gradio_client import Client, handle_file
+
+    from tests.helpers.standins.features import sample_images
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # where the tab writes the index it builds
+    images = sample_images(local_models / f"images-{vlm}", 4)
+    client = Client(app_url, verbose=False)  # its own session: the picked organism is session state
+    out = client.predict(own(local_models, vlm), own(local_models, sae), hook, api_name="/features_load")
+    status = out[0]
+    assert "256 latents" in status and "No feature index yet" in status
+    built = client.predict([], str(images[0].parent), api_name="/build_index")
+    assert "Indexed 4 images" in built[0]
+    rows = built[1]["data"]
+    assert rows and all(0 <= int(r[0]) < 256 for r in rows)
+    analysed = client.predict(handle_file(str(images[1])), None, api_name="/analyse_image")
+    firing = analysed[3]["data"]
+    assert len(firing) >= 1 and all(float(r[2]) > 0 for r in firing)
+    fid = int(firing[0][0])
+    _img, md, result = client.predict(handle_file(str(images[1])), None, fid, 5.0, "all", False, False,
+                                      api_name="/steer")
+    assert result["feature"] == fid and "with" in md.lower()
+    with pytest.raises(Exception) as e:  # a hookpoint the SAE has no folder for: refused with the list
+        client.predict(own(local_models, vlm), own(local_models, sae), "model.layers.1", api_name="/features_load")
+    assert "layers" in str(e.value)
+
+
+def test_features_refuse_a_model_that_is_not_llava(app_url, local_models):
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    with pytest.raises(Exception) as e:
+        client.predict(own(local_models, "own-qwen2"), own(local_models, "own-llava15-sae"), "layers.2",
+                       api_name="/features_load")
+    assert "Qwen2ForCausalLM: the Features tab needs a LLaVA-family vision-language model" in str(e.value)
+    with pytest.raises(Exception) as e:
+        client.predict(own(local_models, "own-llava15"), own(local_models, "no-such-sae"), "layers.2",
+                       api_name="/features_load")
+    assert "no model at" in str(e.value)

@@ -18,7 +18,9 @@ def local_models(tmp_path_factory):
 def server_url(local_models):
     ARTIFACTS.mkdir(exist_ok=True)
     with serve(log_path=ARTIFACTS / "e2e-server.log",
-               env={"WORKBENCH_MODEL_ROOTS": str(local_models)}) as (url, _proc):
+               # an index the Features tab builds for an own model is written under HF_HOME
+               env={"WORKBENCH_MODEL_ROOTS": str(local_models),
+                    "HF_HOME": str(local_models.parent / "hf-home")}) as (url, _proc):
         yield url
 
 

@@ -82,3 +82,32 @@ def test_memorization_on_your_own_sd21(page, server_url, local_models):
     assert "COCO 2014 captions" in page.locator("#memo-stats").inner_text()
     shot(page, "own-model-memorization")
     assert not errors, errors
+
+
+@pytest.mark.timeout(300)
+def test_features_on_your_own_llava15_and_sae(page, server_url, local_models):
+    from tests.helpers.standins.features import sample_images
+
+    images = sample_images(local_models / "e2e-images", 3)
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server_url}?tab=features", timeout=120_000)
+    page.wait_for_selector("#features-open", state="visible", timeout=120_000)
+    settle(page)
+    assert not page.locator("#features-build").is_visible()  # the zoo's index comes with it
+    page.locator("#features-own").get_by_text("Model and SAE").click()
+    line = pick(page, "feat-model", str(local_models / "own-llava15"))
+    assert "LlavaForConditionalGeneration" in line and not line.startswith("✗")
+    page.locator("#feat-sae textarea, #feat-sae input").first.fill(str(local_models / "own-llava15-sae"))
+    page.locator("#feat-hookpoint textarea, #feat-hookpoint input").first.fill("model.layers.2")
+    page.locator("#feat-load").click()
+    page.locator("#feat-own-status").get_by_text("No feature index yet").wait_for(timeout=90_000)
+    settle(page)
+    page.locator("#features-build-folder textarea, #features-build-folder input").first.fill(str(images[0].parent))
+    page.locator("#features-build-run").click()
+    page.locator("#features-build-status").get_by_text("Indexed 3 images").wait_for(timeout=90_000)
+    settle(page)
+    page.wait_for_selector("#features-overlay img", timeout=60_000)
+    assert page.locator("#features-table tbody tr").count() >= 1
+    shot(page, "own-model-features")
+    assert not errors, errors

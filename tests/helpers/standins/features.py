@@ -164,3 +164,46 @@ def sample_images(folder: Path, n: int = 6, seed: int = 0) -> list[Path]:
         Image.fromarray(img).save(p)
         out.append(p)
     return out
+
+
+def build_llava15(folder: Path) -> None:
+    """A user's LLaVA-1.5-style model (LlavaForConditionalGeneration: CLIP vision tower, MLP
+    projector, Llama language model; one block of patch tokens per image, no anyres tiles), with a
+    real LlavaProcessor (CLIP image processor, the Llama-3 tokenizer above with its <image> token, the
+    chat template)."""
+    from transformers import (CLIPImageProcessorPil, CLIPVisionConfig, LlamaConfig, LlavaConfig,
+                              LlavaForConditionalGeneration, LlavaProcessor)
+
+    tok = llama3_tokenizer()
+    torch.manual_seed(15)
+    vision = CLIPVisionConfig(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
+                              num_attention_heads=2, image_size=IMAGE_SIZE, patch_size=PATCH, projection_dim=HIDDEN)
+    text = LlamaConfig(vocab_size=len(tok) + 64 - len(tok) % 64, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+                       num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                       bos_token_id=tok.bos_token_id, eos_token_id=tok.convert_tokens_to_ids("<|eot_id|>"),
+                       tie_word_embeddings=False)
+    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids(IMAGE_TOKEN),
+                      vision_feature_layer=-2, vision_feature_select_strategy="default", projector_hidden_act="gelu",
+                      tie_word_embeddings=False)
+    model = LlavaForConditionalGeneration(cfg).eval()
+    model.generation_config.pad_token_id = tok.convert_tokens_to_ids("<|end_of_text|>")
+    model.save_pretrained(folder)
+    ip = CLIPImageProcessorPil(size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+                               image_mean=[0.48145466, 0.4578275, 0.40821073],
+                               image_std=[0.26862954, 0.26130258, 0.27577711])
+    LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=PATCH, vision_feature_select_strategy="default",
+                   num_additional_image_tokens=1, chat_template=CHAT_TEMPLATE).save_pretrained(folder)
+    pre = folder / "preprocessor_config.json"
+    if pre.exists():  # named as the hub names it, without the PIL backend's suffix
+        cfg_ = json.loads(pre.read_text())
+        cfg_["image_processor_type"] = "CLIPImageProcessor"
+        pre.write_text(json.dumps(cfg_, indent=2, sort_keys=True) + "\n")
+
+
+def build_llava15_sae(folder: Path) -> None:
+    _sae_folder(folder / "model.layers.2", 2)
+
+
+# Users' own: a LLaVA-1.5-style model and LLaVA-NeXT saved as folders, each with a sparsify SAE folder.
+LOCAL = {"own-llava15": build_llava15, "own-llava15-sae": build_llava15_sae,
+         "own-llava-next": build_llava, "own-llava-next-sae": build_sae}
