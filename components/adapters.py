@@ -230,7 +230,8 @@ def on_model_change(key, progress=gr.Progress()):
     names = _call(service.layer_names, key, lambda f, d: progress(f, desc=d))
     default = next((n for n in names if n.endswith("fc2") or n.endswith("q_proj")), names[0])
     query = links.current_query()
-    if links.decode(query.get("pissa-model", "null")) == key:
+    # the link's layer goes with the link's model (absent from the link: the default one)
+    if links.decode(query.get("pissa-model", "null")) in (key, None) and "pissa-layer" in query:
         wanted = links.decode(query.get("pissa-layer", "null"))
         default = wanted if wanted in names else default
     return gr.update(choices=names, value=default), gr.update()

@@ -28,8 +28,9 @@ TITLE = "Features"
 ORDER = 2
 SUMMARY = "SAE features of a LLaVA-style model: top images, activation regions, concept labels, steering."
 # A deep link opens its feature page on load (`feature=ID` or the linked `features-id`), then reruns
-# these (components.links): the filtered list, the held-out scene's analysis and the steering.
-LINK_RUNS = ("features_list", "analyse_image", "steer")
+# these (components.links): the model and SAE it names (a user's own too), the filtered list, the
+# held-out scene's analysis and the steering.
+LINK_RUNS = ("features_load", "features_list", "analyse_image", "steer")
 
 DISPLAY = 144  # px per thumbnail
 SORTS = ["density", "max activation", "IoU"]
@@ -275,6 +276,12 @@ def open_feature(source: str, feature):
     return (header, over, dim, _hist_plot(page), _concept_plot(page), str(jpath), str(ppath), data, hover, f,
             f, gr.Number(value=steer_value, maximum=(top := max(clamp_limit(org), steer_value)),
                          label=f"clamp value (0–{top:g})"))
+
+
+def reopen_feature(source: str, feature):
+    """The feature page again after the index or the organism changed (its own name: an event's
+    function name is its endpoint's, and `open_feature` is an agent tool's)."""
+    return open_feature(source, feature)
 
 
 def clamp_limit(org) -> float:
@@ -530,7 +537,8 @@ def load_own(default_source: str, vlm, sae, hookpoint, progress=gr.Progress()):
     try:
         source = default_source if same else FT.own_source(vlm, sae, hookpoint)
         progress(0.1, desc="loading the model and SAE")
-        org = FT.get_organism(source, model=True, progress=lambda f, d: progress(0.1 + 0.8 * f, desc=d))
+        # the default organism keeps loading its weights on first need (a deep link runs this too)
+        org = FT.get_organism(source, model=not same, progress=lambda f, d: progress(0.1 + 0.8 * f, desc=d))
     except (ValueError, KeyError, FileNotFoundError) as e:
         fail(str(e).strip("'\""))
     n = org.n_features
@@ -540,11 +548,14 @@ def load_own(default_source: str, vlm, sae, hookpoint, progress=gr.Progress()):
               + ("" if org.index is not None or not org.is_hub else
                  " No feature index yet: build one from your images below."))
     box = dict(minimum=0, maximum=n - 1)
+    # a deep link's own feature ids stay (this runs first when a link is opened: LINK_RUNS)
+    ids = {} if links.linked(["features-id", "feature"]) else {"value": first_id}
+    clamp = {} if links.linked(["features-steer-id"]) else {"value": first_id}
     return (source, status, _summary_md(org), gr.update(visible=org.is_hub, open=org.index is None),
             _build_note(org) if org.is_hub else "", gr.update(visible=org.is_hub),
             list_features(source, "", "density" if org.is_hub else "IoU"),
-            gr.update(value=first_id, label=f"feature id (0–{n - 1})", **box),
-            gr.update(value=first_id, label=f"feature to clamp (0–{n - 1})", **box))
+            gr.update(label=f"feature id (0–{n - 1})", **box, **ids),
+            gr.update(label=f"feature to clamp (0–{n - 1})", **box, **clamp))
 
 
 def _stop_flag(request) -> StopFlag:
@@ -812,7 +823,7 @@ def build(ctx) -> None:
     built = build_btn.click(build_index, [source, build_files, build_folder], [build_status, table, feat, summary],
                             **model_event(api_name="build_index"))
     keep_on_failure(built, [build_status, table, feat, summary])
-    keep_on_failure(built.success(open_feature, [source, feat], page_outputs, api_visibility="private"),
+    keep_on_failure(built.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),
                     page_outputs)
     cancel_btn.click(cancel_index, None, build_status, api_name="cancel_index")
     asked = ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model"))
@@ -833,7 +844,7 @@ def build(ctx) -> None:
                            [source, own_md, summary, build_acc, build_note, ask_btn, table, feat, steer_feat],
                            **model_event(api_name="features_load"))
     keep_on_failure(loaded, [own_md])
-    keep_on_failure(loaded.success(open_feature, [source, feat], page_outputs, api_visibility="private"),
+    keep_on_failure(loaded.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),
                     page_outputs)
 
     def from_url(source_, request: gr.Request):

@@ -98,7 +98,7 @@ def test_adapters_tab_controls(page, server_url):
 
     # 5. the zoo LM: the layer list follows the model; analyse and a short race on its new task
     page.locator("#pissa-model input").first.click()
-    page.get_by_role("option", name="math-llama (tiny Llama) [zoo]").click()
+    page.get_by_role("option", name="math-llama (tiny Llama)", exact=True).click()
     page.wait_for_function(
         "() => document.querySelector('#pissa-layer input').value.endsWith('q_proj')", timeout=60_000)
     page.locator("#pissa-analyse").click()

@@ -111,3 +111,22 @@ def test_features_on_your_own_llava15_and_sae(page, server_url, local_models):
     assert page.locator("#features-table tbody tr").count() >= 1
     shot(page, "own-model-features")
     assert not errors, errors
+
+
+@pytest.mark.timeout(300)
+def test_a_deep_link_carries_your_own_model_and_reruns_on_it(page, server_url, local_models):
+    """A link to the Adapters tab naming a user's own folder restores the pick, checks it, lists its
+    layers and reruns the analysis there, in a fresh page, without a click."""
+    import json
+    from urllib.parse import urlencode
+
+    key = str(local_models / "own-gemma")
+    query = urlencode({"tab": "adapters", "pissa-model": json.dumps(key),
+                       "pissa-layer": json.dumps("model.layers.0.mlp.up_proj"), "pissa-rank": "4"})
+    page.goto(f"{server_url}?{query}", timeout=120_000)
+    page.wait_for_selector("#pissa-analyse", state="visible", timeout=120_000)
+    page.locator("#pissa-stats").get_by_text("model.layers.0.mlp.up_proj").wait_for(timeout=120_000)
+    settle(page)
+    assert "GemmaForCausalLM" in page.locator("#pissa-model-check").inner_text()
+    assert "rank **4**" in page.locator("#pissa-stats").inner_text() or "rank 4" in page.locator(
+        "#pissa-stats").inner_text()

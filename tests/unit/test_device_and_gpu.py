@@ -78,13 +78,16 @@ from tests.conftest import ROOT  # noqa: E402
 # (models are placed at load, outside any marked function), validators, index/metadata readers.
 NOT_GPU = {
     "backend.lrp.service": {"load_text", "load_image", "load_longrange", "example_image"},
-    "backend.nemo.service": {"get", "describe", "parse_neurons"},
+    # `listed` / `own_source`: the model pickers' lists and metadata checks; `stats_status` loads a
+    # picked pipeline (as `get` does: weights placed at load) and reads which statistics it uses
+    "backend.nemo.service": {"get", "describe", "parse_neurons", "listed", "stats_status"},
     "backend.sae.features": {"get_organism", "feature_table", "feature_page", "page_json",
                              "default_clamp_value", "steering_defaults", "index_command", "model_image",
-                             "positions_text", "refresh_index", "save_label", "shown_label", "thumbnail"},
-    "backend.mathneuro.service": {"bench", "describe", "register_nonmath"},
+                             "positions_text", "refresh_index", "save_label", "shown_label", "thumbnail",
+                             "own_source"},
+    "backend.mathneuro.service": {"bench", "describe", "register_nonmath", "listed"},
     "backend.mathneuro.service.Bench": set(),
-    "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop"},
+    "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed"},
 }
 
 
