@@ -569,6 +569,10 @@ def _collect_images(org, files, folder: str) -> "FT.ImageSource":
 
     if files:
         paths = [Path(getattr(f, "name", f)) for f in (files if isinstance(files, list) else [files])]
+        if any(p.suffix.lower() == ".zip" for p in paths):
+            if len(paths) != 1:
+                fail("Upload one zip of images, or the images themselves, not both.")
+            return _images_from_zip(org, paths[0])
         if len(paths) > MAX_TAB_IMAGES:
             fail(f"At most {MAX_TAB_IMAGES} images from the tab; index larger sets with: {FT.index_command(org)}")
         import hashlib
@@ -591,6 +595,37 @@ def _collect_images(org, files, folder: str) -> "FT.ImageSource":
                  f"{FT.index_command(org, folder.strip())}")
         return src
     fail("Upload some images or name a folder to index.")
+
+
+MAX_ZIP_BYTES = 512 * 2**20  # uncompressed, all images of one uploaded zip together
+
+
+def _images_from_zip(org, path: Path) -> "FT.ImageSource":
+    """The images of an uploaded zip, unpacked beside the index (the index refers to them by name):
+    image files only, at any depth, by their base names (so no entry can point outside the folder),
+    up to MAX_TAB_IMAGES and MAX_ZIP_BYTES uncompressed, as the zip's directory states them."""
+    import hashlib
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            entries = [i for i in z.infolist() if not i.is_dir()
+                       and Path(i.filename).suffix.lower() in FT.IMAGE_SUFFIXES
+                       and not Path(i.filename).name.startswith(".")]
+            if not entries:
+                fail(f"{path.name} holds no images ({', '.join(FT.IMAGE_SUFFIXES)}).")
+            if len(entries) > MAX_TAB_IMAGES:
+                fail(f"{path.name} holds {len(entries)} images: at most {MAX_TAB_IMAGES} from the tab; unpack it "
+                     f"and run: {FT.index_command(org)}")
+            if sum(i.file_size for i in entries) > MAX_ZIP_BYTES:
+                fail(f"{path.name} unpacks to more than {MAX_ZIP_BYTES // 2**20} MiB of images.")
+            dest = Path(org.index_out).parent / f"images-{hashlib.sha256(path.read_bytes()).hexdigest()[:12]}"
+            dest.mkdir(parents=True, exist_ok=True)
+            for n, info in enumerate(sorted(entries, key=lambda i: i.filename)):
+                (dest / f"{n:04d}_{Path(info.filename).name}").write_bytes(z.read(info))
+    except zipfile.BadZipFile:
+        fail(f"{path.name} is not a readable zip file.")
+    return FT.ImageSource.folder(dest)
 
 
 def build_index(source: str, files, folder: str, request: gr.Request = None, progress=gr.Progress()):
@@ -689,7 +724,8 @@ def build(ctx) -> None:
                       elem_id="features-build", visible=org.is_hub) as build_acc:
         build_note = gr.Markdown(_build_note(org) if org.is_hub else "")
         with gr.Row():
-            build_files = gr.File(label="images to index", file_count="multiple", file_types=["image"],
+            build_files = gr.File(label="images to index (or one .zip of them)", file_count="multiple",
+                                  file_types=["image", ".zip"],
                                   elem_id="features-build-files", scale=2)
             build_folder = gr.Textbox(label="…or a folder on the server (under WORKBENCH_MODEL_ROOTS)",
                                       elem_id="features-build-folder", scale=2)

@@ -286,6 +286,8 @@ def stats_html(st: dict) -> str:
         n = st.get("n_prompts")
         what = (f"precomputed file <code>{html.escape(str(st.get('file')))}</code>"
                 + (f" ({n:,} prompts)" if n else ""))
+    elif st.get("own"):
+        what = f"{st.get('n_prompts', 0):,} ordinary prompts you gave, computed in this process"
     else:
         what = (f"the first {st.get('n_prompts', 0):,} of {st.get('total', 0):,} "
                 f"{html.escape(st.get('set', 'ordinary prompts'))}, computed in this process")
@@ -519,12 +521,13 @@ def make_handlers(source: str):
         d = service.describe(source, model)  # a user's own pipeline: the paper's LAION lists
         return "\n".join(d["memorized"][:5] + d["ordinary"][:5])
 
-    def stats(n, model=None):
+    def stats(n, model=None, own_text=""):
         try:
             n = int(float(n))
         except (TypeError, ValueError):
             fail("The number of prompts must be a number.")
-        return stats_html(service.compute_stats(n, source=source, model=model))
+        own = [line for line in str(own_text or "").splitlines() if line.strip()]
+        return stats_html(service.compute_stats(n, source=source, model=model, prompts=own or None))
 
     def table(n_prompts, model=None, progress=gr.Progress()):
         try:
@@ -634,6 +637,9 @@ def build(ctx) -> None:
                                          value=min(total, 1000), step=1,
                                          label=f"First N of the {total:,} {d['stats_plan']['set']}",
                                          elem_id="memo-stats-n", what="how many prompts the statistics use")
+                own_stats = gr.Textbox(label=f"…or your own ordinary (non-memorized) prompts, one per line "
+                                            f"(2–{service.OWN_STATS_MAX:,}; the command-line job for more)",
+                                       lines=3, elem_id="memo-stats-own")
                 stats_btn = gr.Button("Compute statistics in this process", elem_id="memo-stats-btn")
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
@@ -740,7 +746,7 @@ def build(ctx) -> None:
         batch, [batch_text, batch_file, memo_model], [batch_tbl, batch_note], **model_event(api_name="memo_batch"))
     sample_btn.click(sample, memo_model, batch_text, api_name="memo_batch_sample")
     stats_btn.click(lambda n: None, [n_stats], None).success(
-        stats, [n_stats, memo_model], stats_card, **model_event(api_name="memo_stats"))
+        stats, [n_stats, memo_model, own_stats], stats_card, **model_event(api_name="memo_stats"))
     table_btn.click(lambda n: None, [n_table], None).success(
         table, [n_table, memo_model], [tbl, hist, summary], **model_event(api_name="memo_table"))
     picked = memo_model.change(on_model, memo_model, [stats_card, neurons, found],

@@ -6,6 +6,7 @@ are applied only inside `deactivate`, so no request ever sees another's interven
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -49,6 +50,7 @@ GENERIC_PROMPTS = [
 
 _RESULTS = ByteLRUCache(64 * 2 ** 20, name="nemo-results")
 HUB_STATS_N = 1000  # COCO captions the statistics are computed over in-process when none are precomputed
+OWN_STATS_MAX = 2000  # a user's own ordinary prompts for the statistics, computed from the tab
 STATS_JOB = ("python -m backend.precompute.nemo_stats --source hub --out DIR  "
              "(all 10,000 COCO captions; then start the app with WORKBENCH_NEMO_STATS=DIR/nemo-stats.safetensors)")
 
@@ -106,8 +108,20 @@ class MemoModel:
                     self._stats_source = {"kind": "in-process", "n_prompts": len(prompts)}
             return self._stats
 
-    def set_stats_prompts(self, n: int) -> dict:
-        """Recompute the statistics in this process over the first `n` ordinary prompts."""
+    def set_stats_prompts(self, n: int, prompts: Sequence[str] | None = None) -> dict:
+        """Recompute the statistics in this process over the first `n` ordinary prompts, or over the
+        user's own ordinary prompts (at most OWN_STATS_MAX here; the CLI job takes any number)."""
+        if prompts:
+            own = [clean_prompt(p) for p in prompts]
+            if not 2 <= len(own) <= OWN_STATS_MAX:
+                raise ValueError(f"Give between 2 and {OWN_STATS_MAX} ordinary prompts for the statistics "
+                                 f"(got {len(own)}); for more, run {STATS_JOB.split('  ')[0]} --prompts FILE.")
+            stats = core.neuron_stats(self.pipe, own)
+            digest = hashlib.sha256("\n".join(own).encode()).hexdigest()[:12]
+            with self._lock:
+                self._stats = stats
+                self._stats_source = {"kind": "in-process", "n_prompts": len(own), "own": digest}
+            return self.stats_status()
         total = len(self.stats_prompts)
         if not 2 <= n <= total:
             raise ValueError(f"Choose between 2 and {total} prompts for the statistics.")
@@ -121,7 +135,7 @@ class MemoModel:
     def stats_tag(self) -> str:
         """What the statistics in use were computed from (part of every cache key that uses them)."""
         src = self._stats_source or {}
-        return f"{src.get('kind')}:{src.get('file', '')}:{src.get('n_prompts')}"
+        return f"{src.get('kind')}:{src.get('file', '')}:{src.get('n_prompts')}:{src.get('own', '')}"
 
     def stats_status(self) -> dict:
         """Which statistics are in use, or would be at first use, and what to run for the paper's."""
@@ -139,7 +153,9 @@ class MemoModel:
             else:
                 n = min(self._stats_n or len(self.stats_prompts), len(self.stats_prompts))
                 src.update(kind="in-process", n_prompts=n, pending=True)
-        src.update(set=set_name, total=len(self.stats_prompts),
+        if src.get("own"):
+            set_name = "ordinary prompts you gave"
+        src.update(set=set_name, total=src["n_prompts"] if src.get("own") else len(self.stats_prompts),
                    job=STATS_JOB if hub and src.get("kind") != "file" else None)
         return src
 
@@ -391,7 +407,8 @@ def stats_status(source: str | None = None, model: str | None = None, progress=N
 
 
 @gpu(duration=120)  # one text-encoder + value-projection pass per prompt
-def compute_stats(n_prompts: int, source: str | None = None, model: str | None = None) -> dict:
+def compute_stats(n_prompts: int, source: str | None = None, model: str | None = None,
+                  prompts: Sequence[str] | None = None) -> dict:
     """The small-set job from the tab: statistics over the first `n_prompts` ordinary prompts
     (COCO captions on a hub checkpoint), computed in this process and used from now on."""
     m = get(source, model)
@@ -399,7 +416,7 @@ def compute_stats(n_prompts: int, source: str | None = None, model: str | None =
         n = int(n_prompts)
     except (TypeError, ValueError):
         raise ValueError("The number of prompts must be a whole number.") from None
-    return m.set_stats_prompts(n)
+    return m.set_stats_prompts(n, prompts)
 
 
 @gpu(duration=240)  # NeMo's search: dozens of noise-difference evaluations

@@ -137,6 +137,9 @@ def test_memorization_checks_and_generates_on_your_own_pipeline(client, local_mo
     gallery, card = client.predict("a photo of a dog", [], "down0.attn0:1, mid.attn0:2", 2, None, key,
                                    api_name="/memo_generate")
     assert len(gallery) == 4 and "down0.attn0:1" in card  # 2 seeds, neurons on and off
+    card = client.predict(10, key, "a bowl of soup on a table\na red bus in the rain\ntwo cats on a sofa",
+                          api_name="/memo_stats")
+    assert "3 ordinary prompts you gave" in card
     with pytest.raises(Exception) as e:
         client.predict("a dog", own(local_models, "own-qwen2"), api_name="/memo_check")
     assert "NeMo needs a Stable Diffusion 1.x/2.x pipeline" in str(e.value)
@@ -157,7 +160,17 @@ def test_features_on_your_own_vlm_and_sae(app_url, local_models, tmp_path, monke
     out = client.predict(own(local_models, vlm), own(local_models, sae), hook, api_name="/features_load")
     status = out[0]
     assert "256 latents" in status and "No feature index yet" in status
-    built = client.predict([], str(images[0].parent), api_name="/build_index")
+    if vlm == "own-llava-next":  # your images as one uploaded zip (an entry's folders are dropped)
+        import zipfile
+
+        archive = tmp_path / "my-images.zip"
+        with zipfile.ZipFile(archive, "w") as z:
+            for i, p in enumerate(images):
+                z.write(p, f"../nested/{i}/{p.name}")
+            z.writestr("notes.txt", "not an image")
+        built = client.predict([handle_file(str(archive))], "", api_name="/build_index")
+    else:  # a folder on the server, under an allowed root
+        built = client.predict([], str(images[0].parent), api_name="/build_index")
     assert "Indexed 4 images" in built[0]
     rows = built[1]["data"]
     assert rows and all(0 <= int(r[0]) < 256 for r in rows)

@@ -19,15 +19,20 @@ def pick(page, elem_id: str, value: str) -> str:
     return line.inner_text()
 
 
+def open_and_pick(page, url: str, tab: str, ready: str, picker_id: str, folder) -> tuple[str, list]:
+    """Open a tab, wait for its main button, pick a model folder; (check line, page errors so far)."""
+    errors: list = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{url}?tab={tab}", timeout=120_000)
+    page.wait_for_selector(ready, state="visible", timeout=120_000)
+    settle(page)
+    return pick(page, picker_id, str(folder)), errors
+
+
 @pytest.mark.timeout(300)
 def test_adapters_on_your_own_qwen2_and_a_refused_gpt2(page, server_url, local_models):
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server_url}?tab=adapters", timeout=120_000)
-    page.wait_for_selector("#pissa-analyse", state="visible", timeout=120_000)
-    settle(page)
-
-    line = pick(page, "pissa-model", str(local_models / "own-gpt2"))
+    line, errors = open_and_pick(page, server_url, "adapters", "#pissa-analyse", "pissa-model",
+                                 local_models / "own-gpt2")
     assert line.startswith("✗") and "Conv1D" in line
     page.locator(".toast-body").get_by_text("Conv1D").first.wait_for(timeout=30_000)  # the layer list refused too
 
@@ -48,12 +53,8 @@ def test_adapters_on_your_own_qwen2_and_a_refused_gpt2(page, server_url, local_m
 
 @pytest.mark.timeout(300)
 def test_relevance_on_your_own_falcon_mamba(page, server_url, local_models):
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server_url}?tab=relevance", timeout=120_000)
-    page.wait_for_selector("#rel-explain", state="visible", timeout=120_000)
-    settle(page)
-    line = pick(page, "rel-model", str(local_models / "own-falcon-mamba"))
+    line, errors = open_and_pick(page, server_url, "relevance", "#rel-explain", "rel-model",
+                                 local_models / "own-falcon-mamba")
     assert "FalconMambaForCausalLM" in line and not line.startswith("✗")
     page.locator("#rel-explain").click()
     page.locator("#rel-conservation").get_by_text("relevance").first.wait_for(timeout=90_000)
@@ -66,12 +67,8 @@ def test_relevance_on_your_own_falcon_mamba(page, server_url, local_models):
 
 @pytest.mark.timeout(300)
 def test_memorization_on_your_own_sd21(page, server_url, local_models):
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server_url}?tab=memorization", timeout=120_000)
-    page.wait_for_selector("#memo-check", state="visible", timeout=120_000)
-    settle(page)
-    line = pick(page, "memo-model", str(local_models / "own-sd21"))
+    line, errors = open_and_pick(page, server_url, "memorization", "#memo-check", "memo-model",
+                                 local_models / "own-sd21")
     assert "StableDiffusionPipeline" in line and not line.startswith("✗")
     settle(page)
     page.locator("#memo-prompt textarea").fill("a photo of a dog on the beach")
@@ -130,3 +127,24 @@ def test_a_deep_link_carries_your_own_model_and_reruns_on_it(page, server_url, l
     assert "GemmaForCausalLM" in page.locator("#pissa-model-check").inner_text()
     assert "rank **4**" in page.locator("#pissa-stats").inner_text() or "rank 4" in page.locator(
         "#pissa-stats").inner_text()
+
+
+@pytest.mark.timeout(300)
+def test_math_neurons_on_your_own_qwen2(page, server_url, local_models, tmp_path):
+    import json
+
+    line, errors = open_and_pick(page, server_url, "math_neurons", "#mn-run", "mn-model", local_models / "own-qwen2")
+    assert "Qwen2ForCausalLM" in line and not line.startswith("✗")
+    # the data card says what the model is measured on and by which rule; no non-math set offline
+    page.locator("#mn-data").get_by_text("last number").wait_for(timeout=120_000)
+    nonmath = tmp_path / "my-questions.jsonl"
+    nonmath.write_text("\n".join(json.dumps({"prompt": q, "answer": a}) for q, a in [
+        ("Which animal barks?", "dog"), ("What is the opposite of hot?", "cold"),
+        ("Which season comes after winter?", "spring"), ("What colour is grass?", "green")]))
+    page.locator("#mn-nonmath-file input[type=file]").set_input_files(str(nonmath))
+    page.locator("#mn-data").get_by_text("my-questions.jsonl (4 items)").wait_for(timeout=120_000)
+    page.locator("#mn-acc").get_by_text("unmodified").first.wait_for(timeout=180_000)
+    settle(page, 180_000)
+    assert "Which animal barks?" in page.locator("#mn-samples").inner_text()
+    shot(page, "own-model-math")
+    assert not errors, errors

@@ -70,3 +70,19 @@ def test_a_model_that_is_not_a_stable_diffusion_pipeline_is_refused(roots):
     tiny_llama().save_pretrained(roots / "llama")
     with pytest.raises(ValueError, match="NeMo needs a Stable Diffusion 1.x/2.x pipeline"):
         service.get("zoo", str(roots / "llama"))
+
+
+def test_your_own_ordinary_prompts_make_the_statistics(roots):
+    from backend.nemo import service
+
+    key = str(roots / "own-sd15")
+    mine = ["a bowl of soup on a table", "a red bus in the rain", "two cats on a sofa"]
+    st = service.compute_stats(0, model=key, prompts=mine)
+    assert st["n_prompts"] == 3 and st["own"] and st["set"] == "ordinary prompts you gave"
+    m = service.get("zoo", key)
+    assert m.stats().n_prompts == 3
+    tag = m.stats_tag
+    service.compute_stats(0, model=key, prompts=mine[:2])
+    assert m.stats_tag != tag  # checks computed with other statistics are not served from the cache
+    with pytest.raises(ValueError, match="between 2 and"):
+        service.compute_stats(0, model=key, prompts=["only one"])
