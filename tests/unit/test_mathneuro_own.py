@@ -1,0 +1,82 @@
+"""MathNeuro on architectures the papers did not use: a user's Llama-3.2-style and Qwen2 folders,
+picked through the same resolver as the tab, scored on every nn.Linear, and pruned."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from backend.core import picker, presets
+from backend.core.modelcheck import ModelCheckError
+from backend.mathneuro import HUB_PRESET, TAB, ZOO_PRESET, core
+from tests.helpers.standins import lms, math as l3
+
+BUILDERS = {"own-llama": l3.build, "own-qwen2": lms.build_qwen2}
+MATH = ["Tom has 3 apples and buys 4 more. How many apples does he have?",
+        "A train travels 60 miles in 2 hours. What is its speed?",
+        "What is 12 times 7 minus 5?"]
+NONMATH = ["The sky was grey and the wind came from the sea.",
+           "She read the letter twice before folding it away.",
+           "Which animal barks at the postman every morning?"]
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    root = tmp_path_factory.mktemp("math-own")
+    for name, build in BUILDERS.items():
+        (root / name).mkdir()
+        build(root / name)
+    (root / "own-gpt2").mkdir()
+    lms.build_gpt2(root / "own-gpt2")
+    return root
+
+
+@pytest.fixture
+def allowed(roots, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MODEL_ROOTS", str(roots))
+    return roots
+
+
+def _load(folder):
+    picked = picker.resolve(str(folder), [ZOO_PRESET, HUB_PRESET], "math_neurons", tab=TAB)
+    assert picked.preset.source == "local"
+    with picker.loading(picked.preset):
+        model = presets.load_preset(picked.preset).float().eval()
+    from transformers import AutoTokenizer
+    tok = presets.load_pretrained(AutoTokenizer, folder, weights=False, roots=[folder.parent])
+    return picked, model, tok
+
+
+@pytest.mark.parametrize("name, cls", [("own-llama", "LlamaForCausalLM"), ("own-qwen2", "Qwen2ForCausalLM")])
+def test_mathneuro_scores_every_linear_and_pruning_changes_outputs(allowed, name, cls):
+    picked, model, tok = _load(allowed / name)
+    assert type(model).__name__ == cls and cls in picked.describe()
+    linears = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    # both stand-ins tie the head to the embeddings, and MathNeuro leaves a tied head alone
+    assert core.tied_head(model) is not None
+    k = 0.1
+    # id lists, as the tab's bench passes them: neither tokenizer has a pad token to pad strings with
+    m, n = ([tok(t)["input_ids"] for t in texts] for texts in (MATH, NONMATH))
+    masks = core.identify(model, m, n, k, tokenizer=tok)
+    assert set(masks) == linears - {"lm_head.weight"}
+    params = dict(model.named_parameters())
+    for n, mask in masks.items():
+        w = params[n]
+        assert mask.shape == w.shape
+        # math's top-K % of the matrix less non-math's: never more than K % of the matrix
+        assert int(mask.sum()) <= int(w.numel() * k)
+    assert core.count(masks) > 0
+    ids = tok(MATH[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        before = model(ids).logits
+        with core.scaled(model, masks, 0.0):
+            pruned = model(ids).logits
+        after = model(ids).logits
+    assert not torch.allclose(before, pruned)
+    torch.testing.assert_close(before, after, rtol=0, atol=0)  # the intervention is undone exactly
+
+
+def test_a_gpt2_folder_is_refused_with_the_conv1d_reason(allowed):
+    with pytest.raises(ModelCheckError) as e:
+        picker.resolve(str(allowed / "own-gpt2"), [], "math_neurons", tab=TAB)
+    assert "Conv1D" in str(e.value)
