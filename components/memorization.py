@@ -639,7 +639,7 @@ def build(ctx) -> None:
                                          elem_id="memo-stats-n", what="how many prompts the statistics use")
                 own_stats = gr.Textbox(label=f"…or your own ordinary (non-memorized) prompts, one per line "
                                             f"(2–{service.OWN_STATS_MAX:,}; the command-line job for more)",
-                                       lines=3, elem_id="memo-stats-own")
+                                       value="", lines=3, elem_id="memo-stats-own")
                 stats_btn = gr.Button("Compute statistics in this process", elem_id="memo-stats-btn")
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
