@@ -555,7 +555,8 @@ def load_own(default_source: str, vlm, sae, hookpoint, progress=gr.Progress()):
             _build_note(org) if org.is_hub else "", gr.update(visible=org.is_hub),
             list_features(source, "", "density" if org.is_hub else "IoU"),
             gr.update(label=f"feature id (0–{n - 1})", **box, **ids),
-            gr.update(label=f"feature to clamp (0–{n - 1})", **box, **clamp))
+            gr.update(label=f"feature to clamp (0–{n - 1})", **box, **clamp),
+            _steering_explain(org))  # the loaded model's hookpoint, not the default one's
 
 
 def _stop_flag(request) -> StopFlag:
@@ -806,7 +807,7 @@ def build(ctx) -> None:
     gr.Markdown("### Steering: clamp a feature and watch the caption")
     gr.Markdown("Switch one feature on hard and compare what the model says with and without it.",
                 elem_classes=["wb-presenter-only"])
-    gr.HTML(_steering_explain(org), elem_classes=["wb-advanced"])
+    steer_explain = gr.HTML(_steering_explain(org), elem_classes=["wb-advanced"], elem_id="features-steer-explain")
     defaults = FT.steering_defaults(org)
     slider_max = clamp_limit(org)
     with gr.Row():
@@ -877,7 +878,8 @@ def build(ctx) -> None:
     unpin_btn.click(lambda: (None, ""), None, [pinned, pinned_md], api_visibility="private")
     default_source = gr.State(ctx.source)
     loaded = own_btn.click(load_own, [default_source, own_vlm, own_sae, own_hook],
-                           [source, own_md, summary, build_acc, build_note, ask_btn, table, feat, steer_feat],
+                           [source, own_md, summary, build_acc, build_note, ask_btn, table, feat, steer_feat,
+                            steer_explain],
                            **model_event(api_name="features_load"))
     keep_on_failure(loaded, [own_md])
     keep_on_failure(loaded.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),

@@ -100,6 +100,8 @@ def test_features_on_your_own_llava15_and_sae(page, server_url, local_models):
     page.locator("#feat-load").click()
     page.locator("#feat-own-status").get_by_text("No feature index yet").wait_for(timeout=90_000)
     settle(page)
+    # the steering text names the loaded model's hookpoint, not the zoo's
+    assert "layers.2" in page.locator("#features-steer-explain").inner_text()
     page.locator("#features-build-folder textarea, #features-build-folder input").first.fill(str(images[0].parent))
     page.locator("#features-build-run").click()
     page.locator("#features-build-status").get_by_text("Indexed 3 images").wait_for(timeout=90_000)
