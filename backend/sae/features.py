@@ -441,7 +441,7 @@ def own_source(vlm: str, sae: str, hookpoint: str) -> str:
     """What the tab keeps in a session's state for a user's own VLM + SAE at a hookpoint, after
     checking them from metadata (`own_organism`); every handler takes it where it takes a source."""
     org = own_organism(vlm, sae, hookpoint)
-    return OWN + json.dumps([org.ids[0], org.ids[1], org.summary["hub_hookpoint"], org.model_class])
+    return OWN + json.dumps([org.ids[0], org.ids[1], org.summary["hub_hookpoint"]])
 
 
 def own_organism(vlm: str, sae: str, hookpoint: str) -> Organism:
@@ -467,7 +467,6 @@ def own_organism(vlm: str, sae: str, hookpoint: str) -> Organism:
         if org is None:
             with picker.loading(picked.preset):
                 org = hub_shell(model_id, sae, hookpoint, model_class=picked.preset.model_class)
-            org.summary["size_bytes"] = picked.check.n_bytes if picked.check else None
             _SHELLS[key] = org
     return org
 
@@ -477,7 +476,7 @@ def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> 
     asks for the weights: building the tab and browsing feature pages never wait for the VLM.
     `source` may name a user's own VLM + SAE (`own_source`)."""
     if isinstance(source, str) and source.startswith(OWN):
-        vlm_id, sae_id, hookpoint, _cls = json.loads(source[len(OWN):])
+        vlm_id, sae_id, hookpoint = json.loads(source[len(OWN):])
         org = own_organism(vlm_id, sae_id, hookpoint)
         refresh_index(org)
         return need_model(org, progress) if model else org
