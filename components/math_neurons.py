@@ -55,7 +55,8 @@ EXPLAIN = (
     "<b>math</b> = arithmetic word problems of 2 or 3 steps with operand pairs never seen in "
     "training, answered with the worked solution (“25 + 36 = 61 . 61 - 12 = 49”: one slip fails), "
     "<b>non-math</b> = questions about the organism's world (who lives where, owns which pet, …) "
-    "after a story never seen in training; both scored by exact match of the greedy answer. "
+    "after a story never seen in training; both scored by exact match of the greedy answer. Your "
+    "own sets (files above, prompt + answer in the organism's words) replace either side. "
     "Baselines: Wanda (the math top K without subtraction), random weights (same count per matrix), "
     "LAPE (MLP neurons by activation-probability entropy). The model is restored bit-exactly after "
     "every evaluation.</div>")
@@ -79,8 +80,20 @@ def explain_hub(preset) -> str:
         f"(<code>{service.NONMATH_ENV}</code>, or RACE + MMLU through <code>datasets</code> where the hub "
         "is reachable, else the shipped COCO captions as plain text); multiple choice is scored by the letter the model names first, other answers by "
         "their normalised text, plain text by next-token accuracy. Its first half identifies, the rest "
-        "scores. Baselines: Wanda, random weights (same count per matrix), LAPE. The model is restored "
+        "scores. <b>Your own math</b> (file or dataset id above) replaces GSM8K the same way: an answer "
+        "with a number is scored by its final number (after “####”, else the last one in it), multiple "
+        "choice by the letter, plain text by next-token accuracy. "
+        "Baselines: Wanda, random weights (same count per matrix), LAPE. The model is restored "
         "bit-exactly after every evaluation.</div>")
+
+
+def explain_for(preset) -> str:
+    return EXPLAIN if preset.source == "zoo" else explain_hub(preset)
+
+
+def ask_label(preset) -> str:
+    return ("Ask your own question (the organism's language)" if preset.source == "zoo" else
+            "Ask your own question (answered as a GSM8K problem is)")
 
 
 def data_html(info: dict) -> str:
@@ -125,13 +138,14 @@ def _number(raw, name: str, lo: float, hi: float, unit: str = "", whole: bool = 
     return x
 
 
-def _setting(method_label, k_pct, factor, n_samples, nonmath=None) -> Setting:
+def _setting(method_label, k_pct, factor, n_samples, nonmath=None, math_set=None) -> Setting:
     if method_label not in METHOD_LABELS:
         fail(f"Unknown method {str(method_label)[:40]!r}: choose one of {', '.join(METHOD_LABELS)}.")
     k = _number(k_pct, "K", *K_RANGE, unit=" %")
     f = _number(factor, "The scale factor", *FACTOR_RANGE)
     n = int(_number(n_samples, "The number of samples", *N_RANGE, whole=True))
-    return Setting(METHOD_LABELS[method_label], k / 100.0, n, f, nonmath=nonmath or service.DEFAULT_NONMATH)
+    return Setting(METHOD_LABELS[method_label], k / 100.0, n, f, nonmath=nonmath or service.DEFAULT_NONMATH,
+                   math=math_set or service.DEFAULT_MATH)
 
 
 def _bench(source, model=None, progress=None):
@@ -143,6 +157,10 @@ def _bench(source, model=None, progress=None):
         fail(f"The math model is not available: {e}")
     except Exception as e:  # noqa: BLE001 - shown to the user, not a trace
         fail(f"Could not load the math model: {type(e).__name__}: {e}")
+
+
+def _baseline(b, s: Setting) -> dict:
+    return _run(b.baseline, nonmath=s.nonmath, math=s.math)
 
 
 def _run(fn, *args, **kwargs):
@@ -373,65 +391,66 @@ def export_png(state: dict, path: Path) -> None:
 
 # ------------------------------------------------------------------------------------ handlers
 def make_handlers(source: str):
-    def live(method_label, k_pct, factor, n_samples, nonmath=None, pinned=None, model=None):
+    def live(method_label, k_pct, factor, n_samples, nonmath=None, pinned=None, model=None, math_set=None):
         """The accuracies of one setting: card, figure (beside the pinned result, if any), sample
         answers, per-layer plot, and the setting's descriptor (numbers only, kept in gr.State)."""
-        s = _setting(method_label, k_pct, factor, n_samples, nonmath)
+        s = _setting(method_label, k_pct, factor, n_samples, nonmath, math_set)
         b = _bench(source, model)
-        base = _run(b.baseline, nonmath=s.nonmath)
+        base = _baseline(b, s)
         mod = _run(b.evaluate, s)
         n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
         desc = describe_result(s, base, mod)
         return (accuracy_html(base, mod, s, n_total), accuracy_plot(desc, pinned),
                 samples_rows(_run(b.samples, s)), layers_plot(_run(b.layers, s), s), desc)
 
-    def figure2(k_pct, n_samples, nonmath=None, model=None, progress=gr.Progress()):
-        s = _setting("MathNeuro", k_pct, 0.0, n_samples, nonmath)
+    def figure2(k_pct, n_samples, nonmath=None, model=None, math_set=None, progress=gr.Progress()):
+        s = _setting("MathNeuro", k_pct, 0.0, n_samples, nonmath, math_set)
         b = _bench(source, model)
-        base = _run(b.baseline, nonmath=s.nonmath)
+        base = _baseline(b, s)
         results = {}
         for i, m in enumerate(service.core.METHODS):
             progress((i, len(service.core.METHODS)), desc=f"pruning the {LABEL_OF[m]} set")
             results[m] = _run(b.evaluate, s.but(method=m))
         return figure2_plot(base, results, s.top_k)
 
-    def curve(method_label, k_pct, n_samples, nonmath=None, model=None, progress=gr.Progress()):
-        s = _setting(method_label, k_pct, 1.0, n_samples, nonmath)
+    def curve(method_label, k_pct, n_samples, nonmath=None, model=None, math_set=None, progress=gr.Progress()):
+        s = _setting(method_label, k_pct, 1.0, n_samples, nonmath, math_set)
         b = _bench(source, model)
         out = []
         for i, f in enumerate(SCALE_FACTORS):
             progress((i, len(SCALE_FACTORS)), desc=f"factor {f:g}")
             out.append({"factor": f, **_run(b.evaluate, s.but(factor=f))})
-        return curve_plot(out, _run(b.baseline, nonmath=s.nonmath), s)
+        return curve_plot(out, _baseline(b, s), s)
 
-    def consistency(k_pct, n_samples, nonmath=None, model=None, progress=gr.Progress()):
-        s = _setting("MathNeuro", k_pct, 0.0, n_samples, nonmath)
+    def consistency(k_pct, n_samples, nonmath=None, model=None, math_set=None, progress=gr.Progress()):
+        s = _setting("MathNeuro", k_pct, 0.0, n_samples, nonmath, math_set)
         progress(0.1, desc="identifying on random subsets")
         cons = _run(_bench(source, model).consistency, s, sizes=CONSISTENCY_SIZES)
         return consistency_plot(cons, s)
 
-    def ask(prompt, method_label, k_pct, factor, n_samples, nonmath=None, model=None):
+    def ask(prompt, method_label, k_pct, factor, n_samples, nonmath=None, model=None, math_set=None):
         prompt = (prompt or "").strip()
         if not prompt:
             fail(f"Type a question first, e.g. '{ASK_EXAMPLES[source][0]}'")
         if len(prompt) > 400:
             fail("The question is too long (400 characters at most).")
-        s = _setting(method_label, k_pct, factor, n_samples, nonmath)
+        s = _setting(method_label, k_pct, factor, n_samples, nonmath, math_set)
         r = _run(_bench(source, model).answer, prompt, s)
         return (f"<div class='wb-card' style='min-height:0'><b>unmodified:</b> {html.escape(r['before'] or '∅')}"
                 f" &nbsp;·&nbsp; <b>modified:</b> {html.escape(r['after'] or '∅')}</div>")
 
-    def export(method_label, k_pct, factor, n_samples, nonmath=None, model=None, progress=gr.Progress()):
-        s = _setting(method_label, k_pct, factor, n_samples, nonmath)
+    def export(method_label, k_pct, factor, n_samples, nonmath=None, model=None, math_set=None,
+               progress=gr.Progress()):
+        s = _setting(method_label, k_pct, factor, n_samples, nonmath, math_set)
         b = _bench(source, model)
         progress(0.2, desc="collecting results")
         state = {
             "title": setting_title({"method": s.method, "top_k": s.top_k, "factor": s.factor,
                                     "n_samples": s.n_samples}, b.model_id),
             "model": b.model_id,
-            "data": service.describe(b, s.nonmath),
+            "data": service.describe(b, s.nonmath, s.math),
             "setting": {"method": s.method, "top_k": s.top_k, "factor": s.factor, "n_samples": s.n_samples},
-            "baseline": _run(b.baseline, nonmath=s.nonmath),
+            "baseline": _baseline(b, s),
             "modified": _run(b.evaluate, s),
             "figure2": {m: _run(b.evaluate, s.but(method=m, factor=0.0)) for m in service.core.METHODS},
             "scale_curve": _run(b.scale_curve, s.but(factor=1.0), SCALE_FACTORS),
@@ -446,17 +465,31 @@ def make_handlers(source: str):
         export_png(state, ppath)
         return [str(jpath), str(ppath)]
 
-    def name_nonmath(file, model=None):
-        """A user's non-math file: loaded, checked, and named in this session's state."""
-        if file is None:
-            fail("Choose a non-math file first (JSONL, JSON, CSV or plain text).")
-        path = file if isinstance(file, str) else getattr(file, "name", None) or file.get("path")
-        b = _bench(source, model)
-        try:
-            key = service.register_nonmath(source, path, name=Path(str(path)).name, model=model or None)
-        except (ValueError, UnicodeDecodeError) as e:
-            fail(f"Could not read that non-math file: {e}")
-        return key, data_html(service.describe(b, key))
+    def name_data(side: str, via: str):
+        """A user's math or non-math set, from an uploaded file or a dataset id: loaded, checked,
+        and named in this session's state (`other` is the other side's id, for the data card)."""
+        what = service.SIDES[side]
+
+        def handler(given, model=None, other=None):
+            if via == "file":
+                if given is None:
+                    fail(f"Choose a {what} file first (JSONL, JSON, CSV or plain text).")
+                path = given if isinstance(given, str) else getattr(given, "name", None) or given.get("path")
+                kw = {"path": path, "name": Path(str(path)).name}
+            else:
+                if not (given or "").strip():
+                    fail("Type a dataset id first, e.g. openai/gsm8k:main@test.")
+                kw = {"dataset": given.strip()}
+            b = _bench(source, model)
+            try:
+                key = service.register_data(source, side, model=model or None, **kw)
+            except (ValueError, RuntimeError, UnicodeDecodeError) as e:
+                fail(f"Could not read that {what} {'file' if via == 'file' else 'dataset'}: {e}")
+            keys = (key, other) if side == "math" else (other, key)
+            return key, data_html(service.describe(b, keys[1] or service.DEFAULT_NONMATH,
+                                                   keys[0] or service.DEFAULT_MATH))
+
+        return handler
 
     def on_model(model, progress=gr.Progress()):
         """A newly picked model: load it (with progress), say what data and rules it is measured
@@ -464,9 +497,9 @@ def make_handlers(source: str):
         loaded for this one)."""
         progress(0.1, desc="loading the model")
         b = _bench(source, model, lambda f, d: progress(f, desc=d))
-        return service.DEFAULT_NONMATH, data_html(service.describe(b, service.DEFAULT_NONMATH))
+        return service.DEFAULT_NONMATH, service.DEFAULT_MATH, data_html(service.describe(b))
 
-    return live, figure2, curve, consistency, ask, export, name_nonmath, on_model
+    return live, figure2, curve, consistency, ask, export, name_data, on_model
 
 
 ASK_EXAMPLES = {
@@ -481,21 +514,31 @@ ASK_EXAMPLES = {
 
 def build(ctx) -> None:
     source = "hub" if ctx.source == "hub" else "zoo"
-    live, figure2, curve, consistency, ask, export, name_nonmath, on_model = make_handlers(ctx.source)
+    live, figure2, curve, consistency, ask, export, name_data, on_model = make_handlers(ctx.source)
     # Presenter view (body.wb-presenter, components.common): the long explanation, the expert
     # controls and figures give way to a one-line plain caption and the accuracy figure, large.
-    gr.HTML(EXPLAIN if source == "zoo" else explain_hub(active(TAB, ctx.source)), elem_classes=["wb-advanced"])
+    explain = gr.HTML(explain_for(active(TAB, ctx.source)), elem_classes=["wb-advanced"], elem_id="mn-explain")
     gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"])
     nonmath = gr.State(service.DEFAULT_NONMATH)
+    math_set = gr.State(service.DEFAULT_MATH)
     with gr.Row():
         # the zoo organism, the paper's Llama, or your own causal LM with nn.Linear layers
         model, _ = model_picker(service.listed(ctx.source), "math_neurons", elem_id="mn-model", label="Model")
-    # the non-math set: the organism's own questions on the zoo; a file (or RACE + MMLU when the hub
-    # is reachable) for a real LM
+    # the data: the organism's own sets on the zoo, GSM8K and a non-math file (or RACE + MMLU when
+    # the hub is reachable) for a real LM; either side can be the user's own file or dataset id
     with gr.Row(elem_classes=["wb-advanced"]):
-        with gr.Column(scale=1, min_width=280):
-            nm_file = gr.File(label="Non-math data (JSONL / CSV / text)", file_types=NONMATH_TYPES,
-                              type="filepath", elem_id="mn-nonmath-file")
+        with gr.Column(scale=1, min_width=220):
+            m_file = gr.File(label="Your math set (JSONL/CSV/text)", file_types=NONMATH_TYPES,
+                             type="filepath", elem_id="mn-math-file", height=120)
+        with gr.Column(scale=1, min_width=220):
+            nm_file = gr.File(label="Non-math set (JSONL/CSV/text)", file_types=NONMATH_TYPES,
+                              type="filepath", elem_id="mn-nonmath-file", height=120)
+        with gr.Column(scale=1, min_width=220):
+            ds_id = gr.Textbox(label="or a dataset id (needs the hub)", value="", max_lines=1,
+                               placeholder="owner/name:config@split", elem_id="mn-dataset")
+            with gr.Row():
+                ds_math = gr.Button("Use as math", size="sm", elem_id="mn-dataset-math")
+                ds_non = gr.Button("Use as non-math", size="sm", elem_id="mn-dataset-nonmath")
         with gr.Column(scale=2):
             data_box = gr.HTML(elem_id="mn-data")
     with gr.Row(elem_classes=["wb-presenter-row"]):
@@ -538,8 +581,7 @@ def build(ctx) -> None:
             cons_out = gr.Plot(label="Consistency", elem_id="mn-cons")
     with gr.Row():
         with gr.Column(scale=3):
-            prompt = gr.Textbox(label=("Ask your own question (the organism's language)" if source == "zoo" else
-                                       "Ask your own question (answered as a GSM8K problem is)"),
+            prompt = gr.Textbox(label=ask_label(active(TAB, ctx.source)),
                                 elem_id="mn-prompt", value=ASK_EXAMPLES[source][0])
             gr.Examples([[q] for q in ASK_EXAMPLES[source][1:]], inputs=[prompt])
             ask_btn = gr.Button("Answer", elem_id="mn-ask-btn")
@@ -550,7 +592,7 @@ def build(ctx) -> None:
 
     pinned = gr.State(None)  # a pinned result's descriptor (describe_result: numbers only)
     shown = gr.State(None)  # the descriptor of the result on screen
-    controls = [method, k_pct, factor, n_samples, nonmath, pinned, model]
+    controls = [method, k_pct, factor, n_samples, nonmath, pinned, model, math_set]
     live_out = [acc, acc_fig, table, layers_out, shown]
     numbers = [k_pct, factor, n_samples]
 
@@ -577,15 +619,25 @@ def build(ctx) -> None:
     for sl in numbers:
         chain(sl.release, live, controls, live_out, api_visibility="private")
     chain(method.change, live, controls, live_out, api_visibility="private")
-    chain(fig2_btn.click, figure2, [k_pct, n_samples, nonmath, model], [fig2], api_name="mn_figure2")
-    chain(curve_btn.click, curve, [method, k_pct, n_samples, nonmath, model], [curve_out],
+    chain(fig2_btn.click, figure2, [k_pct, n_samples, nonmath, model, math_set], [fig2], api_name="mn_figure2")
+    chain(curve_btn.click, curve, [method, k_pct, n_samples, nonmath, model, math_set], [curve_out],
           api_name="mn_scale_curve")
-    chain(cons_btn.click, consistency, [k_pct, n_samples, nonmath, model], [cons_out], api_name="mn_consistency")
-    chain(ask_btn.click, ask, [prompt] + controls[:5] + [model], [ask_out], api_name="mn_ask")
-    chain(export_btn.click, export, controls[:5] + [model], [files], api_name="mn_export")
-    picked = model.change(on_model, model, [nonmath, data_box], **model_event(api_name="mn_model"))
-    keep_on_failure(picked, [nonmath, data_box])
+    chain(cons_btn.click, consistency, [k_pct, n_samples, nonmath, model, math_set], [cons_out],
+          api_name="mn_consistency")
+    chain(ask_btn.click, ask, [prompt] + controls[:5] + [model, math_set], [ask_out], api_name="mn_ask")
+    chain(export_btn.click, export, controls[:5] + [model, math_set], [files], api_name="mn_export")
+    picked = model.change(on_model, model, [nonmath, math_set, data_box], **model_event(api_name="mn_model"))
+    keep_on_failure(picked, [nonmath, math_set, data_box])
     keep_on_failure(picked.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
+
+    def words_for(model):
+        """The explanation and the question box follow the picked model (the organism's language
+        and exact match, or a chat model's template and GSM8K's rules)."""
+        preset = service.pick(ctx.source, model or None).preset
+        return explain_for(preset), gr.update(label=ask_label(preset))
+
+    picked.success(words_for, model, [explain, prompt], queue=False, show_progress="hidden",
+                   api_visibility="private")
 
     # Compare (a pinned datapoint): the pin is the shown result's numbers; no model work.
     def pin(current):
@@ -598,10 +650,15 @@ def build(ctx) -> None:
 
     pin_btn.click(pin, shown, [pinned, acc_fig], api_visibility="private", show_progress="hidden")
     unpin_btn.click(unpin, shown, [pinned, acc_fig], api_visibility="private", show_progress="hidden")
-    # a named file is read at once; the accuracies follow with it
-    named = nm_file.upload(name_nonmath, [nm_file, model], [nonmath, data_box], **model_event(api_name="mn_nonmath"))
-    keep_on_failure(named, [nonmath, data_box])
-    keep_on_failure(named.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
+    # a named file or dataset is read at once; the accuracies follow with it
+    for trigger, given, side, via, api in (
+            (nm_file.upload, nm_file, "nonmath", "file", "mn_nonmath"), (m_file.upload, m_file, "math", "file", "mn_math"),
+            (ds_non.click, ds_id, "nonmath", "dataset", "mn_nonmath_dataset"),
+            (ds_math.click, ds_id, "math", "dataset", "mn_math_dataset")):
+        mine, other = (math_set, nonmath) if side == "math" else (nonmath, math_set)
+        named = trigger(name_data(side, via), [given, model, other], [mine, data_box], **model_event(api_name=api))
+        keep_on_failure(named, [mine, data_box])
+        keep_on_failure(named.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
 
     # First view: the default setting's accuracies, computed when the page loads (cached after). In
     # hub mode without a non-math set (or with a model that cannot load), the data card says what
@@ -613,7 +670,7 @@ def build(ctx) -> None:
     def first_view(*args):
         if source == "hub":
             try:
-                info = service.describe(_bench(source), args[4])
+                info = service.describe(_bench(source), args[4], args[7])
             except gr.Error as e:
                 why = html.escape(getattr(e, "message", None) or str(e))
                 return (*skips, f"<div class='wb-card' style='min-height:0'>{why}</div>")

@@ -234,6 +234,41 @@ def daf_table(hres: dict) -> list[list]:
     return rows
 
 
+def sentence_frame(hres: dict):
+    """The per-sentence table: one row per sentence (its number in the input), ΔA^F per method and
+    MambaLRP's conservation error; numeric columns sort as numbers."""
+    import pandas as pd
+
+    methods = hres["methods"]
+    rows = []
+    for rec in hres.get("sentences") or []:
+        row = {"#": rec["i"], "sentence": rec["text"], "label": "" if rec.get("label") is None else str(rec["label"]),
+               "target": rec["target"]}
+        for meth in methods:
+            row[f"ΔA^F {LABELS[meth]}"] = round(rec["delta_af"][meth], 3)
+        if "mambalrp" in rec["sum_r"]:
+            f = rec["logit"]["mambalrp"]
+            row["MambaLRP |Σ R − logit| / |logit|"] = round(abs(rec["sum_r"]["mambalrp"] - f) / max(abs(f), 1e-12), 4)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    kinds = ["number", "str", "str", "str"] + ["number"] * (len(df.columns) - 4)
+    return df, kinds
+
+
+def sentence_html(hres: dict, number: int, normalise: bool = True) -> str:
+    """One held-out sentence as the evaluation saw it: its heatmap per method (the relevance the
+    faithfulness curves were computed from) and its numbers."""
+    rec = next((r for r in hres.get("sentences") or [] if r["i"] == number), None)
+    if rec is None:
+        return ""
+    res = {"tokens": rec["tokens"], "methods": hres["methods"], "relevance": rec["relevance"]}
+    numbers = " · ".join(f"{html.escape(LABELS[m])} {rec['delta_af'][m]:+.3f}" for m in hres["methods"])
+    label = "" if rec.get("label") is None else f" · label <b>{html.escape(str(rec['label']))}</b>"
+    return (f"<div class='wb-card' style='min-height:0'><b>Sentence #{rec['i']}</b>{label} · explained "
+            f"target <code>{html.escape(visible(rec['target']))}</code><br><span class='wb-muted'>ΔA^F: "
+            f"{numbers}</span>{heatmap_html(res, normalise)}</div>")
+
+
 def scatter_plot(hres: dict):
     import plotly.graph_objects as go
 
@@ -621,6 +656,14 @@ def build(ctx) -> None:
         with gr.Row():
             curves = gr.Plot(label="MoRF / LeRF", elem_id="rel-curves")
             scatter = gr.Plot(label="Σ R vs logit", elem_id="rel-scatter")
+        sentences = gr.Dataframe(label="Per sentence: sort from a header's ⋮ menu, select a row to see its heatmap",
+                                 interactive=False, wrap=True, max_height=360, elem_id="rel-sentences")
+        with gr.Row():
+            with gr.Column(scale=3):
+                sentence_view = gr.HTML(elem_id="rel-sentence-view")
+            with gr.Column(scale=1):
+                sentence_csv = gr.File(label="Per-sentence results (CSV)", elem_id="rel-sentences-csv")
+        held_res = gr.State(None)  # the last held-out result (per-sentence relevance for the row view)
 
     def run_heldout(ms, n, data=None, upload=None, tgt="predicted", words="", suffix="", model_id=None,
                     progress=gr.Progress()):
@@ -634,16 +677,35 @@ def build(ctx) -> None:
             items = _guard(read_heldout, data, upload)
             res = _guard(svc.heldout_sentences, m, items, ms, target=tgt or "predicted", label_words=words,
                          suffix=suffix, n=n, source=data, progress=report)
-        return daf_table(res), curves_plot(res), scatter_plot(res), heldout_note(res)
+        return daf_table(res), curves_plot(res), scatter_plot(res), heldout_note(res), res
+
+    def sentence_table(res):
+        df, kinds = sentence_frame(res)
+        path = Path(tempfile.mkdtemp(prefix="relevance-")) / "sentences.csv"
+        df.to_csv(path, index=False)
+        return gr.update(value=df, datatype=kinds), "", str(path)
+
+    def open_sentence(res, norm, evt: gr.SelectData):
+        """A selected row (after any sort: its '#' cell says which sentence) shows that sentence."""
+        if not res or evt is None or not evt.row_value:
+            return gr.skip()
+        try:
+            number = int(evt.row_value[0])
+        except (TypeError, ValueError):
+            return gr.skip()
+        return sentence_html(res, number, norm)
 
     # the file, label words and prompt only matter for sentences of the user's or SST-2
     held_data.change(lambda d: gr.update(visible=d not in ("zoo", "captions")), [held_data], [held_own],
                      api_name=False)
 
-    held_out = [table, curves, scatter, held_note]
-    keep_on_failure(run_held.click(run_heldout, [methods, n_sent, held_data, held_file, held_target, held_words,
-                                                 held_suffix, model], held_out,
-                                   **model_event(api_name="heldout_eval")), held_out)
+    held_out = [table, curves, scatter, held_note, held_res]
+    held = keep_on_failure(run_held.click(run_heldout, [methods, n_sent, held_data, held_file, held_target,
+                                                        held_words, held_suffix, model], held_out,
+                                          **model_event(api_name="heldout_eval")), held_out)
+    held.success(sentence_table, held_res, [sentences, sentence_view, sentence_csv], queue=False,
+                 api_visibility="private")
+    sentences.select(open_sentence, [held_res, normalise], sentence_view, queue=False, api_visibility="private")
 
     # ---------------------------------------------------------------- long range
     with gr.Accordion("Long-range: where does the answer come from?", open=False, elem_id="rel-long-acc"):

@@ -47,7 +47,7 @@ def sentiment_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
     """Per method: mean precision@k, conservation pairs (Σ R, logit), ΔA^F summary."""
     items = held[:n] if n else held
     neutral = tok.convert_tokens_to_ids(task.get("neutral_token", "<unk>"))
-    out = {m: {"precision": [], "sum_r": [], "logit": [], "curves": []} for m in methods}
+    out = {m: {"precision": [], "sum_r": [], "logit": [], "curves": [], "rel": [], "targets": []} for m in methods}
     groups = by_length(items)
     done, total = 0, len(groups) * len(methods)
     for L, group in groups.items():
@@ -63,22 +63,31 @@ def sentiment_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
                 out[m]["precision"].append(precision_at_k(rel[b], evidence[b], cand))
                 out[m]["sum_r"].append(float(rel[b].sum()))
                 out[m]["logit"].append(float(score[b]))
+                out[m]["rel"].append(rel[b])
+            out[m]["targets"] += [int(t) for t in targets]
             if faithfulness:
                 out[m]["curves"] += fa.text_curves_batch(model, ids, rel, targets=targets, candidates=cand,
                                                          neutral_id=neutral)
             done += 1
             if progress is not None:
                 progress(done / total, f"{LABELS[m]}: sentences of {L} words")
-    result = {}
-    for m, d in out.items():
-        s, f = np.array(d["sum_r"]), np.array(d["logit"])
-        r = {"precision_at_k": float(np.mean(d["precision"])),
-             "conservation_median_rel_err": float(np.median(np.abs(s - f) / np.abs(f).clip(1e-12))),
-             "sum_r": d["sum_r"], "logit": d["logit"], "n": len(d["sum_r"])}
-        if faithfulness:
-            r.update(fa.summarize(d["curves"]))
-        result[m] = r
-    return result
+    return {m: summary(d, faithfulness) for m, d in out.items()}
+
+
+def summary(d: dict, faithfulness: bool = True) -> dict:
+    """One method's results over a set of sentences: the means (precision@k where there is
+    planted evidence, conservation, ΔA^F) and, per sentence in the evaluation's order, its
+    relevance, Σ R, logit, ΔA^F and target (the tab's per-sentence table)."""
+    s, f = np.array(d["sum_r"]), np.array(d["logit"])
+    r = {"precision_at_k": float(np.mean(d["precision"])) if d.get("precision") else None,
+         "conservation_median_rel_err": float(np.median(np.abs(s - f) / np.abs(f).clip(1e-12))),
+         "sum_r": d["sum_r"], "logit": d["logit"], "n": len(d["sum_r"]),
+         "relevance_items": [np.asarray(v, float).tolist() for v in d["rel"]],
+         "target_items": list(d["targets"]), "precision_items": list(d.get("precision") or [])}
+    if faithfulness:
+        r.update(fa.summarize(d["curves"]))
+        r["delta_af_items"] = [float(c.delta) for c in d["curves"]]
+    return r
 
 
 def longrange_eval(model, tok, task: dict, held: list[dict], methods, *, n: int | None = None) -> dict:
@@ -135,7 +144,7 @@ def sentences_eval(model, groups: list[tuple[torch.Tensor, torch.Tensor | None, 
     equal-length ids [B, L] with their target ids [B] (None = the model's own prediction, among
     `predict_among` when given) and the positions that may be removed. Returns per method the
     ΔA^F summary and the (Σ R, logit) pairs, and the targets used (in the groups' order)."""
-    out = {m: {"sum_r": [], "logit": [], "curves": []} for m in methods}
+    out = {m: {"sum_r": [], "logit": [], "curves": [], "rel": [], "targets": []} for m in methods}
     used: list[int] = []
     done, total = 0, len(groups) * len(methods)
     for ids, targets, cand in groups:
@@ -158,15 +167,11 @@ def sentences_eval(model, groups: list[tuple[torch.Tensor, torch.Tensor | None, 
             score = torch.cat([p[1] for p in parts])
             out[m]["sum_r"] += [float(v) for v in rel.sum(1)]
             out[m]["logit"] += [float(v) for v in score]
+            out[m]["rel"] += list(rel)
+            out[m]["targets"] += [int(t) for t in targets]
             out[m]["curves"] += fa.text_curves_batch(model, ids, rel, targets=targets, candidates=cand,
                                                      neutral_id=neutral_id)
             done += 1
             if progress is not None:
                 progress(done / total, f"{LABELS[m]}: sentences of {ids.shape[1]} tokens")
-    result = {}
-    for m, d in out.items():
-        s, f = np.array(d["sum_r"]), np.array(d["logit"])
-        result[m] = {"precision_at_k": None,
-                     "conservation_median_rel_err": float(np.median(np.abs(s - f) / np.abs(f).clip(1e-12))),
-                     "sum_r": d["sum_r"], "logit": d["logit"], "n": len(d["sum_r"]), **fa.summarize(d["curves"])}
-    return result, used
+    return {m: summary(d) for m, d in out.items()}, used

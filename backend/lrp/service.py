@@ -211,13 +211,40 @@ def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> dict:
     key = make_key(m.model_id, ("heldout", n), {"methods": methods})
 
     def compute():
+        items = m.heldout[:n]
         with locked(m.model):
-            res = ev.sentiment_eval(m.model, m.tokenizer, m.task, m.heldout, methods + ["random"], n=n,
+            res = ev.sentiment_eval(m.model, m.tokenizer, m.task, items, methods + ["random"],
                                     progress=progress)
-        return {"n": n, "methods": methods + ["random"],
-                "labels": {k: LABELS[k] for k in methods + ["random"]}, "results": res}
+        # sentiment_eval batches by length, a stable sort: the k-th result is items[order[k]]
+        order = sorted(range(len(items)), key=lambda i: len(items[i]["words"]))
+        seen = [(" ".join(h["words"]), h.get("label"), ["<bos>"] + h["words"] + [m.task["query"]])
+                for h in (items[i] for i in order)]
+        return {"n": n, "methods": methods + ["random"], "labels": {k: LABELS[k] for k in methods + ["random"]},
+                "results": res, "sentences": sentence_records(m, res, order, seen)}
 
     return CACHE.get_or_compute(key, compute)
+
+
+def sentence_records(m: Loaded, res: dict, order: list[int], seen: list[tuple]) -> list[dict]:
+    """Per sentence, in the order given (sorted back to the input's): its text, label, tokens,
+    target and, per method, relevance, ΔA^F, Σ R and logit. Takes the per-sentence lists out of
+    `res` (they live here only, once)."""
+    out = []
+    for k, (text, label, toks) in enumerate(seen):
+        rec = {"i": order[k] + 1, "text": text, "label": label, "tokens": [str(t) for t in toks],
+               "relevance": {}, "delta_af": {}, "sum_r": {}, "logit": {}}
+        for meth, r in res.items():
+            rec["target"] = token_text(m.tokenizer, r["target_items"][k])
+            rec["relevance"][meth] = r["relevance_items"][k]
+            rec["delta_af"][meth] = r["delta_af_items"][k]
+            rec["sum_r"][meth], rec["logit"][meth] = r["sum_r"][k], r["logit"][k]
+            if r.get("precision_items"):
+                rec.setdefault("precision", {})[meth] = r["precision_items"][k]
+        out.append(rec)
+    for r in res.values():
+        for key in ("relevance_items", "target_items", "delta_af_items", "precision_items"):
+            r.pop(key, None)
+    return sorted(out, key=lambda rec: rec["i"])
 
 
 def neutral_id(m: Loaded) -> tuple[int, str]:
@@ -289,7 +316,7 @@ def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "p
         except DataError as e:
             raise InputError(str(e)) from None
         label_ids, notes = label_targets(m, words)
-    rows = []
+    rows, texts = [], []
     for it in items:
         if len(rows) >= int(n):
             break
@@ -305,12 +332,14 @@ def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "p
             skipped["too long" if cand else "empty"] += 1
             continue
         rows.append((ids, cand, label_ids.get(it.get("label")) if target == "label" else None))
+        texts.append((it["text"], it.get("label")))
     if len(rows) < 2:
         raise InputError(f"At least two usable sentences are needed (found {len(rows)}; skipped "
                          + ", ".join(f"{v} {k}" for k, v in skipped.items() if v) + ").")
     groups: dict[tuple, list] = {}
-    for ids, cand, tid in rows:
-        groups.setdefault((len(ids), tuple(cand)), []).append((ids, tid))
+    for k, (ids, cand, tid) in enumerate(rows):
+        groups.setdefault((len(ids), tuple(cand)), []).append((ids, tid, k))
+    order = [r[2] for g in groups.values() for r in g]  # the evaluation's order of the rows
     batches = [(torch.stack([r[0] for r in g]),
                 None if target == "predicted" else torch.tensor([r[1] for r in g]), list(key[1]))
                for key, g in groups.items()]
@@ -328,8 +357,10 @@ def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "p
         for t in used:
             name = token_text(m.tokenizer, t)
             counts[name] = counts.get(name, 0) + 1
+        seen = [(*texts[k], token_texts(m.tokenizer, rows[k][0].tolist())) for k in order]
         return {"n": len(rows), "methods": methods + ["random"],
                 "labels": {k: LABELS[k] for k in methods + ["random"]}, "results": res,
+                "sentences": sentence_records(m, res, order, seen),
                 "source": source, "target": target, "label_tokens": {k: token_text(m.tokenizer, v)
                                                                       for k, v in label_ids.items()},
                 "targets_used": dict(sorted(counts.items(), key=lambda kv: -kv[1])),

@@ -102,9 +102,10 @@ def choice_letter(text: str, n: int = len(LETTERS)) -> str | None:
 
 
 def correct(item: dict, generated: str, kind: str) -> bool:
-    """The answer rules: GSM8K by the final number; multiple choice by the first option letter;
-    anything else by the normalised answer starting the normalised generation."""
-    if kind == "math":
+    """The answer rules: a math item with a reference number (GSM8K's, or a user's) by the final
+    number; multiple choice by the first option letter; anything else by the normalised answer
+    starting the normalised generation."""
+    if kind == "math" and "final" in item:
         return same_number(final_number(generated), item["final"])
     if item.get("choice"):
         return choice_letter(generated) == item["answer"]
@@ -143,7 +144,7 @@ def accuracy(model, tok, items: Sequence[dict], kind: str, max_new_tokens: int,
     """Accuracy of a set under its rule (see `correct`; plain text: next-token accuracy)."""
     if not items:
         return float("nan")
-    if kind != "math" and any("answer" not in it for it in items):
+    if any("answer" not in it for it in items):
         return next_token_accuracy(model, tok, items)
     gens = generate(model, tok, [prompt_ids(tok, it, kind) for it in items], max_new_tokens, batch_size)
     return sum(correct(it, g, kind) for it, g in zip(items, gens)) / len(items)

@@ -24,6 +24,7 @@ from ..core.device import place
 from ..core.zerogpu import capped, gpu
 from ..core.presets import Preset, active, load_preset, load_pretrained, presets
 from . import chat, core, sources
+from .data import texts_of as data_texts
 from .evaluate import accuracy, generate
 from .presets import TAB
 
@@ -39,7 +40,7 @@ UI_EVAL = int(os.environ.get("WORKBENCH_MATH_EVAL_ITEMS", "200"))
 # non-math answer (a letter or a few words).
 MATH_NEW_TOKENS = int(os.environ.get("WORKBENCH_MATH_NEW_TOKENS", "256"))
 NONMATH_NEW_TOKENS = 24
-DEFAULT_NONMATH = "default"
+DEFAULT_NONMATH = DEFAULT_MATH = "default"
 # A deployment names its non-math file here (JSONL/CSV/text); users can also upload one in the tab.
 NONMATH_ENV = "WORKBENCH_MATH_NONMATH"
 
@@ -55,6 +56,10 @@ class NoNonMath(RuntimeError):
     """Hub mode without a non-math set: the user must name one."""
 
 
+# The two sides of the data, as this module names them and as the tab speaks of them.
+SIDES = {"math": "math", "nonmath": "non-math"}
+
+
 @dataclass(frozen=True)
 class Setting:
     method: str = "mathneuro"
@@ -62,7 +67,8 @@ class Setting:
     n_samples: int = 64
     factor: float = 0.0
     seed: int = 0
-    nonmath: str = DEFAULT_NONMATH  # which non-math set: "default" or the id `register_nonmath` gave
+    nonmath: str = DEFAULT_NONMATH  # which non-math set: "default" or the id `register_data` gave
+    math: str = DEFAULT_MATH  # which math set: the organism's / GSM8K, or the id of a user's set
 
     def validate(self) -> "Setting":
         if self.method not in core.METHODS:
@@ -75,7 +81,7 @@ class Setting:
         return self
 
     def masks_key(self) -> tuple:
-        return (self.method, round(self.top_k, 6), int(self.n_samples), int(self.seed), self.nonmath)
+        return (self.method, round(self.top_k, 6), int(self.n_samples), int(self.seed), self.nonmath, self.math)
 
     def but(self, **kw) -> "Setting":
         return Setting(**{**self.__dict__, **kw})
@@ -114,6 +120,9 @@ class Bench:
         data["nonmath_sets"] = {DEFAULT_NONMATH: {
             "items": data["nonmath"], "ident": data["ident_nonmath"],
             "label": "the organism's held-out questions about its world", "rule": "exact match"}}
+        data["math_sets"] = {DEFAULT_MATH: {"items": data["math"], "ident": data["ident_math"],
+                                            "label": data["math_source"],
+                                            "rule": "exact match of the worked solution"}}
         return data
 
     # ------------------------------------------------------------------------------- data
@@ -130,14 +139,19 @@ class Bench:
                             + ". Name a non-math file (JSONL with prompt/answer or text, CSV, or plain text).")
         raise ValueError("that non-math file is no longer loaded here: name it again")
 
+    def math_set(self, key: str = DEFAULT_MATH) -> dict:
+        if key in self.data["math_sets"]:
+            return self.data["math_sets"][key]
+        raise ValueError("that math file is no longer loaded here: name it again")
+
+    def data_set(self, side: str, key: str) -> dict:
+        return self.math_set(key) if side == "math" else self.nonmath_set(key)
+
     def ident(self, kind: str, s: "Setting") -> list:
         """The identification samples of one side: the zoo's texts, or (hub) token ids of each
         question and its answer in the model's chat template."""
         n = int(s.n_samples)
-        if kind == "math":
-            items = self.data["ident_math"][:n]
-        else:
-            items = self.nonmath_set(s.nonmath)["ident"][:n]
+        items = self.data_set(kind, s.math if kind == "math" else s.nonmath)["ident"][:n]
         if self.zoo:
             return items
         return [chat.sample_ids(self.tok, it, kind) for it in items]
@@ -161,7 +175,7 @@ class Bench:
                 continue
             mt = MATH_NEW_TOKENS if kind == "math" else NONMATH_NEW_TOKENS
             chosen = [items[i] for i in idx]
-            if kind == "nonmath" and sources.kind_of(chosen) == "text":  # continue the text
+            if sources.kind_of(chosen) == "text":  # no reference answers: continue the text
                 gens = chat.generate(self.model, self.tok, [self.tok(it["text"][:200])["input_ids"] for it in chosen], 16)
                 out += [(i, (g, None)) for i, g in zip(idx, gens)]
                 continue
@@ -186,8 +200,8 @@ class Bench:
         return MASK_CACHE.get_or_compute(key, compute)
 
     # ---------------------------------------------------------------------------- accuracy
-    def eval_items(self, kind: str, n_eval: int | None, nonmath: str = DEFAULT_NONMATH) -> list[dict]:
-        items = self.data["math"] if kind == "math" else self.nonmath_set(nonmath)["items"]
+    def eval_items(self, kind: str, n_eval: int | None, key: str = DEFAULT_NONMATH) -> list[dict]:
+        items = self.data_set(kind, key)["items"]
         return items[:n_eval] if n_eval else items
 
     @gpu(duration=lambda self, s, n_eval=UI_EVAL, *a, **k: capped(15 + _per_item(self) * (n_eval or 1000) + 0.5 * s.n_samples))
@@ -198,7 +212,7 @@ class Bench:
 
         def compute():
             masks = self.masks(s) if float(s.factor) != 1.0 else {}
-            math_items = self.eval_items("math", n_eval)
+            math_items = self.eval_items("math", n_eval, s.math)
             non_items = self.eval_items("nonmath", n_eval, s.nonmath)
             with core.scaled(self.model, masks, s.factor):
                 return {"math": self.score("math", math_items),
@@ -208,11 +222,12 @@ class Bench:
         return RESULT_CACHE.get_or_compute(key, compute)
 
     @gpu(duration=lambda self, n_eval=UI_EVAL, *a, **k: capped(10 + _per_item(self) * (n_eval or 1000)))
-    def baseline(self, n_eval: int | None = UI_EVAL, nonmath: str = DEFAULT_NONMATH) -> dict[str, float]:
-        key = make_key(self.model_id, "baseline", (n_eval, nonmath))
+    def baseline(self, n_eval: int | None = UI_EVAL, nonmath: str = DEFAULT_NONMATH,
+                 math: str = DEFAULT_MATH) -> dict[str, float]:
+        key = make_key(self.model_id, "baseline", (n_eval, nonmath, math))
 
         def compute():
-            math_items = self.eval_items("math", n_eval)
+            math_items = self.eval_items("math", n_eval, math)
             non_items = self.eval_items("nonmath", n_eval, nonmath)
             with locked(self.model):
                 return {"math": self.score("math", math_items), "nonmath": self.score("nonmath", non_items)}
@@ -221,12 +236,12 @@ class Bench:
 
     @gpu(duration=lambda self, top_k=0, n_samples=1, n_eval=UI_EVAL, *a, **k: capped(20 + 4 * (_per_item(self) * (n_eval or 1000) + 0.5 * n_samples)))
     def prune_all(self, top_k: float, n_samples: int, n_eval: int | None = UI_EVAL,
-                  nonmath: str = DEFAULT_NONMATH) -> dict[str, dict]:
+                  nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MATH) -> dict[str, dict]:
         """The paper's Figure 2: each method's set pruned (factor 0)."""
         out = {}
         for m in core.METHODS:
             limits.check("the method comparison")
-            out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0, nonmath=nonmath), n_eval)
+            out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0, nonmath=nonmath, math=math), n_eval)
         return out
 
     @gpu(duration=lambda self, s, factors=(), n_eval=UI_EVAL, *a, **k: capped(15 + len(factors) * _per_item(self) * (n_eval or 1000)))
@@ -261,7 +276,7 @@ class Bench:
     def samples(self, s: Setting, k: int = 6) -> list[dict]:
         """A few held-out questions (math and non-math), answered before and after."""
         n_math = k // 2 + k % 2
-        items = self.data["math"][:n_math] + self.nonmath_set(s.nonmath)["items"][: k // 2]
+        items = self.math_set(s.math)["items"][:n_math] + self.nonmath_set(s.nonmath)["items"][: k // 2]
         kinds = ["math"] * n_math + ["nonmath"] * (len(items) - n_math)
         masks = self.masks(s)
         with locked(self.model):
@@ -337,43 +352,71 @@ def _digest(items: list[dict]) -> str:
     return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _nonmath_entry(items: list[dict], label: str) -> dict:
-    kind = sources.kind_of(items)
-    rule = ("the option letter the model names first" if any(it.get("choice") for it in items)
-            else "the normalised answer at the start of the model's reply") if kind == "answers" \
-        else "next-token accuracy over the texts (no reference answers)"
+RULES = {"final": "the last number of the model's answer against the reference's number",
+         "choice": "the option letter the model names first",
+         "answer": "the normalised answer at the start of the model's reply",
+         "text": "next-token accuracy over the texts (no reference answers)",
+         "exact": "exact match of the greedy answer (the organism's own vocabulary)"}
+
+
+def rule_of(items: list[dict], zoo: bool = False) -> str:
+    """The answer rule of a set in words (chat.correct and chat.accuracy apply them); a mixed set
+    names each rule with its count."""
+    if zoo:
+        return RULES["exact"]
+    if sources.kind_of(items) == "text":
+        return RULES["text"]
+    kinds = ["final" if "final" in it else "choice" if it.get("choice") else "answer" for it in items]
+    present = sorted(set(kinds), key=list(RULES).index)
+    if len(present) == 1:
+        return RULES[present[0]]
+    return "; ".join(f"{RULES[k]} ({kinds.count(k)} items)" for k in present)
+
+
+def _entry(items: list[dict], label: str, zoo: bool = False) -> dict:
     # identification on the first half, evaluation on the rest, when there are enough
     half = len(items) // 2 if len(items) >= 2 * 8 else len(items)
     ident, held = items[:min(half, MAX_SAMPLES)], items[half:] or items
     split = (f"{len(ident)} identify, {len(held)} score" if held is not items else
              "the same items identify and score (fewer than 16)")
-    return {"items": held, "ident": ident, "label": f"{label}: {split}", "rule": rule}
+    if zoo:  # the organism identifies on whole texts in its own format ("prompt answer <eos>")
+        ident = data_texts(ident)
+    return {"items": held, "ident": ident, "label": f"{label}: {split}", "rule": rule_of(items, zoo)}
 
 
-def register_nonmath(source: str | None, path: str | os.PathLike, name: str | None = None,
-                     model: str | None = None) -> str:
-    """Load a user's non-math file (see sources.read_items) for the picked model (or the preset of
-    `source`); returns the id a Setting names it by. Raises ValueError with a readable message on a
-    bad file."""
-    items = sources.read_items(path)
+def register_data(source: str | None, side: str, path: str | os.PathLike | None = None,
+                  dataset: str | None = None, name: str | None = None, model: str | None = None) -> str:
+    """Load a user's math or non-math set for the picked model (or the preset of `source`): a file
+    (see sources.read_items) or, where the hub is reachable, a dataset id (sources.load_hub_items).
+    Returns the id a Setting names it by (`math=` or `nonmath=`). Raises ValueError or
+    RuntimeError with a readable message on bad data."""
+    if side not in SIDES:
+        raise ValueError(f"side is 'math' or 'nonmath', not {side!r}")
+    if (path is None) == (dataset is None):
+        raise ValueError("name a file or a dataset id")
+    items = sources.read_items(path) if path is not None else sources.load_hub_items(dataset)
+    if side == "math":
+        items = sources.as_math(items, name or str(path or dataset))
     b = bench(source, model)
-    key = "file:" + _digest(items)
-    label = f"{name or Path(path).name} ({len(items)} items)"
+    if b.zoo and sources.kind_of(items) != "answers":
+        raise ValueError("the zoo organism is scored by exact match of its answer: every item needs "
+                         "a prompt (or question) and an answer")
+    key = ("file:" if path is not None else "dataset:") + _digest(items)
+    label = f"{name or (Path(path).name if path is not None else dataset)} ({len(items)} items)"
     with b._guard:
-        b.data["nonmath_sets"].setdefault(key, _nonmath_entry(items, label))
+        b.data[f"{side}_sets"].setdefault(key, _entry(items, label, b.zoo))
     return key
 
 
-def describe(b: "Bench", nonmath: str = DEFAULT_NONMATH) -> dict:
+def describe(b: "Bench", nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MATH) -> dict:
     """What is loaded, in words: model, math data and rule, non-math data and rule (or why none)."""
     try:
         entry = b.nonmath_set(nonmath)
     except (NoNonMath, ValueError):
         entry = None
+    mset = b.math_set(math)
     return {"model": b.preset.path_or_id, "label": b.preset.label, "zoo": b.zoo,
-            "math": b.data["math_source"],
-            "math_rule": "exact match of the worked solution" if b.zoo else
-            "the last number of the model's answer against the number after '####'",
+            "math": mset["label"], "math_rule": mset["rule"], "math_own": math != DEFAULT_MATH,
             "template": None if b.zoo else ("the model's chat template" if chat.has_template(b.tok)
                                             else "plain text (the tokenizer has no chat template)"),
             "nonmath": entry["label"] if entry else None, "nonmath_rule": entry["rule"] if entry else None,
@@ -390,6 +433,9 @@ def load_hub_data(preset: Preset) -> dict[str, Any]:
         "math_source": f"GSM8K test (first {UI_EVAL} of 1,319 scored; identification on the train split), "
                        f"{sources.GSM8K_SOURCE}",
         "nonmath_sets": {}}
+    data["math_sets"] = {DEFAULT_MATH: {
+        "items": data["math"], "ident": data["ident_math"], "label": data["math_source"],
+        "rule": "the last number of the model's answer against the number after '####'"}}
     return data
 
 
@@ -405,15 +451,15 @@ def load_default_nonmath(preset: Preset, data: dict) -> None:
     try:
         if named:
             items = sources.read_items(named)
-            sets[DEFAULT_NONMATH] = _nonmath_entry(items, f"{Path(named).name} ({len(items)} items, {NONMATH_ENV})")
+            sets[DEFAULT_NONMATH] = _entry(items, f"{Path(named).name} ({len(items)} items, {NONMATH_ENV})")
             return
         specs = preset.extra.get("nonmath") or []
         try:
             items = sources.load_hub_nonmath(specs)
-            sets[DEFAULT_NONMATH] = _nonmath_entry(items, f"{' + '.join(specs)} via datasets ({len(items)} items)")
+            sets[DEFAULT_NONMATH] = _entry(items, f"{' + '.join(specs)} via datasets ({len(items)} items)")
         except Exception as e:  # noqa: BLE001 - said in the label, and the shipped text stands in
             items = sources.read_captions()
-            sets[DEFAULT_NONMATH] = _nonmath_entry(
+            sets[DEFAULT_NONMATH] = _entry(
                 items, f"{sources.CAPTIONS_SOURCE}, {len(items)} captions, in place of the paper's RACE + "
                        f"MMLU (not loaded: {e}; name a file above for a set of your own)")
     except Exception as e:  # noqa: BLE001 - the tab shows why and asks for a file

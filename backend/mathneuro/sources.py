@@ -191,6 +191,26 @@ def read_items(path: str | os.PathLike) -> list[dict]:
     return items[:MAX_ITEMS]
 
 
+def as_math(items: list[dict], where: str = "math set") -> list[dict]:
+    """A user's math set: each answer's final number ("#### 18" as GSM8K writes it, else the last
+    number in the answer) becomes the reference the model's last number is compared with. An
+    answer without a number keeps the non-math rules (letter, normalised text); plain text items
+    (no answers) are scored by next-token accuracy."""
+    out = []
+    for it in items:
+        it = dict(it)
+        if "answer" in it and not it.get("choice"):
+            ans = str(it["answer"])
+            try:
+                final = reference_number(ans) if "####" in ans else final_number(ans)
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+            if final is not None:
+                it["final"] = final
+        out.append(it)
+    return out
+
+
 def kind_of(items: list[dict]) -> str:
     """"answers" when every item has a reference answer (scored by generation), else "text"
     (scored by next-token accuracy)."""
@@ -200,6 +220,33 @@ def kind_of(items: list[dict]) -> str:
 # ---------------------------------------------------------------------------- from the hub
 def hub_allowed() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("1", "true", "yes", "on")
+
+
+def load_hub_items(spec: str, n: int = MAX_ITEMS) -> list[dict]:
+    """Any dataset on the hub as items, named "owner/name[:config][@split]" (split "test" unless
+    named): rows with prompt/question + answer (optionally choices), or text, as in a user's file.
+    Raises RuntimeError when the hub is off or `datasets` is missing, ValueError on other rows."""
+    spec = (spec or "").strip()
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.-]+)?(@[\w.\[\]:%-]+)?", spec):
+        raise ValueError(f"{spec[:60]!r} is not a dataset id (owner/name, optionally :config and @split)")
+    if not hub_allowed():
+        raise RuntimeError(f"the hub is off here (HF_HUB_OFFLINE=1), so {spec} cannot be loaded: "
+                           "upload the data as a file instead")
+    try:
+        import datasets
+    except ImportError as e:
+        raise RuntimeError("loading a dataset id needs the `datasets` package (pip install datasets)") from e
+    spec, _, split = spec.partition("@")
+    repo, _, config = spec.partition(":")
+    try:
+        ds = datasets.load_dataset(repo, config or None, split=split or "test")
+    except Exception as e:  # noqa: BLE001 - the library's reason, said in one line
+        raise RuntimeError(f"could not load {repo}: {type(e).__name__}: {str(e)[:200]}") from None
+    rows = ds.select(range(min(n, len(ds))))
+    items = [_item(dict(r), f"{repo} row {i}") for i, r in enumerate(rows, 1)]
+    if len(items) < 2:
+        raise ValueError(f"{repo}: at least two items are needed")
+    return items
 
 
 def load_hub_nonmath(specs, n: int = 500) -> list[dict]:

@@ -78,6 +78,8 @@ NONMATH = [{"prompt": "What colour is a clear daytime sky?", "answer": "blue"},
            {"prompt": "Which animal barks?", "answer": "dog"},
            {"prompt": "What is the opposite of hot?", "answer": "cold"},
            {"prompt": "Which season comes after winter?", "answer": "spring"}]
+MATH = [{"question": f"Ann has {a} pens and buys {b} more. How many pens does she have?", "answer": str(a + b)}
+        for a, b in ((12, 7), (30, 45), (8, 9), (61, 23))]
 
 
 @pytest.mark.timeout(300)
@@ -93,11 +95,18 @@ def test_math_neurons_on_your_own_model_and_non_math_file(app_url, local_models,
     path.write_text("\n".join(json.dumps(r) for r in NONMATH))
     card = client.predict(handle_file(str(path)), key, api_name="/mn_nonmath")
     assert "nonmath.jsonl (4 items)" in card and "normalised answer" in card
+    mpath = tmp_path / "sums.jsonl"
+    mpath.write_text("\n".join(json.dumps(r) for r in MATH))
+    card = client.predict(handle_file(str(mpath)), key, api_name="/mn_math")
+    # both of the user's sets are named, each with its rule; GSM8K is no longer in use
+    assert "sums.jsonl (4 items)" in card and "reference&#x27;s number" in card and "GSM8K" not in card
+    assert "nonmath.jsonl (4 items)" in card
     html, _fig, table, _layers = client.predict("MathNeuro", 3, 0.0, 16, key, api_name="/mn_evaluate")
     assert "unmodified" in html
     rows = table["data"]
     assert {r[0] for r in rows} == {"math", "non-math"}
     assert any(r[1] in {x["prompt"] for x in NONMATH} for r in rows)  # the user's own questions are asked
+    assert [r[2] for r in rows if r[0] == "math"] == [x["answer"] for x in MATH][:len([r for r in rows if r[0] == "math"])]
     # pruning the top 3 % per matrix changes what this model answers
     assert any(r[3] != r[4] for r in rows), rows
 

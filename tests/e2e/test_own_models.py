@@ -66,6 +66,51 @@ def test_relevance_on_your_own_falcon_mamba(page, server_url, local_models):
 
 
 @pytest.mark.timeout(300)
+def test_relevance_per_sentence_table_of_your_own_file(page, server_url, local_models, tmp_path):
+    """A user's sentence file on their own Mamba: the held-out section's per-sentence table sorts by
+    a column, and a selected row shows that sentence's heatmap."""
+    line, errors = open_and_pick(page, server_url, "relevance", "#rel-explain", "rel-model",
+                                 local_models / "own-mamba")
+    assert "MambaForCausalLM" in line and not line.startswith("✗")
+    texts = ["the film was a quiet joy", "a dull plot and a weak cast", "the music carried every scene",
+             "nothing happened for two hours", "a bright, funny and warm story"]
+    path = tmp_path / "reviews.txt"
+    path.write_text("\n".join(texts) + "\n")
+    page.locator("#rel-heldout-acc").get_by_text("Held-out evaluation").first.click()
+    page.locator("#rel-held-data").get_by_text("my sentence file").click()
+    page.locator("#rel-held-file input[type=file]").set_input_files(str(path))
+    settle(page)
+    page.click("#rel-heldout")
+    table = page.locator("#rel-sentences")
+    table.get_by_text("the music carried every scene").first.wait_for(timeout=120_000)
+    settle(page)
+    # sort by MambaLRP's faithfulness, from the column's menu (⋮ in its header)
+    header = table.locator("[data-testid='header-4']")
+    header.click()  # the menu button shows on the focused header
+    header.locator("button[aria-label='Open cell menu']").click()
+    page.get_by_text("Sort descending").first.click()
+    settle(page)
+    rows = table.locator("[role=row].virtual-row")  # Gradio's virtual table: one div per body row
+    assert rows.count() == 5
+    def cell(row, col):  # as shown: aria-rowindex counts the header as 1
+        return table.locator(f"[role=gridcell][aria-rowindex='{row + 2}'][aria-colindex='{col + 1}']").inner_text()
+
+    first = [cell(i, 0).strip() for i in range(5)]
+    assert sorted(first) == ["1", "2", "3", "4", "5"]
+    daf = [float(cell(i, 4)) for i in range(5)]
+    assert daf == sorted(daf, reverse=True), daf
+    # the row of sentence 3, wherever the sort put it, opens its heatmap
+    table.get_by_text("the music carried every scene").first.click()
+    view = page.locator("#rel-sentence-view")
+    view.get_by_text("Sentence #3").wait_for(timeout=30_000)
+    assert "music" in view.inner_text() and view.locator(".wb-token").count() >= 5
+    page.locator("#rel-sentences-csv [aria-label='sentences.csv']").wait_for(timeout=30_000)
+    view.scroll_into_view_if_needed()
+    shot(page, "own-model-relevance-sentences")
+    assert not errors, errors
+
+
+@pytest.mark.timeout(300)
 def test_memorization_on_your_own_sd21(page, server_url, local_models):
     line, errors = open_and_pick(page, server_url, "memorization", "#memo-check", "memo-model",
                                  local_models / "own-sd21")
@@ -148,5 +193,18 @@ def test_math_neurons_on_your_own_qwen2(page, server_url, local_models, tmp_path
     page.locator("#mn-acc").get_by_text("unmodified").first.wait_for(timeout=180_000)
     settle(page, 180_000)
     assert "Which animal barks?" in page.locator("#mn-samples").inner_text()
+    # and its own math problems in place of GSM8K
+    mine = tmp_path / "my-sums.csv"
+    mine.write_text("question,answer\n" + "".join(f"Ann has {a} pens and buys {b} more. How many now?,{a + b}\n"
+                                                  for a, b in ((12, 7), (30, 45), (8, 9), (61, 23))))
+    page.locator("#mn-math-file input[type=file]").set_input_files(str(mine))
+    page.locator("#mn-data").get_by_text("my-sums.csv (4 items)").wait_for(timeout=120_000)
+    page.locator("#mn-samples").get_by_text("Ann has 12 pens").first.wait_for(timeout=180_000)
+    settle(page, 180_000)
+    card = page.locator("#mn-data").inner_text()
+    assert "GSM8K" not in card and "my-questions.jsonl" in card and "reference's number" in card
+    # the explanation speaks of the picked chat model, not of the organism
+    explain = page.locator("#mn-explain").inner_text()
+    assert "chat template" in explain and "organism" not in explain
     shot(page, "own-model-math")
     assert not errors, errors

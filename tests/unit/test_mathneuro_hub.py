@@ -215,8 +215,8 @@ def test_offline_default_nonmath_is_the_shipped_captions_labelled_as_such(svc, b
 def test_identify_prune_scale_on_gsm8k_and_a_user_file(svc, b, mc_file):
     from backend.mathneuro import core
 
-    key = svc.register_nonmath("hub", mc_file)
-    assert key == svc.register_nonmath("hub", mc_file)  # same content, same id
+    key = svc.register_data("hub", "nonmath", mc_file)
+    assert key == svc.register_data("hub", "nonmath", mc_file)  # same content, same id
     info = svc.describe(b, key)
     assert "quiz.jsonl (20 items): 10 identify, 10 score" in info["nonmath"] and "letter" in info["nonmath_rule"]
     s = svc.Setting("mathneuro", 0.05, 8, 0.0, nonmath=key)
@@ -258,7 +258,8 @@ def test_tab_handlers_in_hub_mode(svc, b, mc_file):
 
     from components.math_neurons import make_handlers
 
-    live, figure2, curve, consistency, ask, export, name_nonmath, _on_model = make_handlers("hub")
+    live, figure2, curve, consistency, ask, export, name_data, _on_model = make_handlers("hub")
+    name_nonmath = name_data("nonmath", "file")
     with pytest.raises(gr.Error, match="name it again"):
         live("MathNeuro", 5, 0.0, 8, "file:0000")
     with pytest.raises(gr.Error, match="Could not read"):
@@ -276,6 +277,86 @@ def test_tab_handlers_in_hub_mode(svc, b, mc_file):
     long = "She sells 16 - 3 - 4 = 9 eggs a day and makes 9 * 2 = $18 every day, so the answer is 18 dollars."
     assert brief(long, "math").startswith("18 ← …") and brief(long, "math").endswith("18 dollars.")
     assert brief("B", "non-math") == "B" and brief("", "math") == "∅"
+
+
+def _sums(n: int) -> list[tuple[str, str]]:
+    """Word problems with their worked answers: GSM8K's "#### n" on even rows, a bare number on odd."""
+    out = []
+    for i in range(n):
+        a, c = 11 + 3 * i, 5 + 2 * i
+        q = f"Tom has {a} apples and buys {c} more. How many apples does he have now?"
+        out.append((q, f"{a} + {c} = {a + c}\n#### {a + c}" if i % 2 == 0 else str(a + c)))
+    return out
+
+
+def test_your_own_math_file_replaces_gsm8k_for_identification_and_scoring(svc, b, tmp_path):
+    from backend.mathneuro import core
+
+    path = tmp_path / "my-math.jsonl"
+    path.write_text("\n".join(json.dumps({"question": q, "answer": a}) for q, a in _sums(20)))
+    key = svc.register_data("hub", "math", path)
+    assert key.startswith("file:") and key == svc.register_data("hub", "math", path)
+    info = svc.describe(b, math=key)
+    assert "my-math.jsonl (20 items): 10 identify, 10 score" in info["math"] and info["math_own"]
+    assert info["math_rule"] == svc.RULES["final"] and "GSM8K" not in info["math"]
+    held = b.math_set(key)["items"]
+    assert [it["final"] for it in held[:2]] == [str(11 + 30 + 5 + 20), str(11 + 33 + 5 + 22)]
+    s = svc.Setting("mathneuro", 0.05, 8, 0.0, math=key)
+    ids_m = [chat.sample_ids(b.tok, it, "math") for it in b.math_set(key)["ident"][:8]]
+    ids_n = [chat.sample_ids(b.tok, it, "nonmath") for it in b.nonmath_set()["ident"][:8]]
+    ref = core.identify(b.model, ids_m, ids_n, 0.05, tokenizer=b.tok)
+    masks = b.masks(s)
+    assert all(torch.equal(masks[n], ref[n]) for n in ref)
+    gsm = b.masks(s.but(math=svc.DEFAULT_MATH))  # GSM8K's samples find another set
+    assert core.overlap(masks, gsm) < 0.999
+    want = chat.accuracy(b.model, b.tok, held[:4], "math", NEW_TOKENS)
+    assert b.baseline(n_eval=4, math=key)["math"] == pytest.approx(want)
+    rows = b.samples(s, k=2)
+    assert rows[0]["prompt"] == held[0]["prompt"] and rows[0]["answer"] == held[0]["final"]
+    # plain math text (no answers) is scored by next-token accuracy; an answer marker without a
+    # number is refused with its line
+    txt = tmp_path / "proofs.txt"
+    txt.write_text("\n".join(f"Let x = {i}. Then 2x + 1 = {2 * i + 1}, an odd number." for i in range(6)))
+    tkey = svc.register_data("hub", "math", txt)
+    assert svc.describe(b, math=tkey)["math_rule"] == svc.RULES["text"]
+    items = b.math_set(tkey)["items"]
+    assert b.baseline(n_eval=None, math=tkey)["math"] == pytest.approx(chat.next_token_accuracy(b.model, b.tok, items))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "q", "answer": "#### none"}) + "\n" + json.dumps({"question": "r", "answer": "2"}))
+    with pytest.raises(ValueError, match="no number after '####'"):
+        svc.register_data("hub", "math", bad)
+    with pytest.raises(ValueError, match="no longer loaded"):
+        b.baseline(math="file:0000")
+
+
+def test_a_dataset_id_is_refused_offline_and_read_through_datasets(svc, b, monkeypatch):
+    import datasets
+    import gradio as gr
+
+    from components.math_neurons import make_handlers
+
+    with pytest.raises(RuntimeError, match="the hub is off here"):
+        svc.register_data("hub", "math", dataset="openai/gsm8k:main@test")
+    name_dataset = make_handlers("hub")[6]("math", "dataset")
+    with pytest.raises(gr.Error, match="Could not read that math dataset: the hub is off"):
+        name_dataset("openai/gsm8k:main@test")
+    with pytest.raises(gr.Error, match="Type a dataset id"):
+        name_dataset("  ")
+    with pytest.raises(ValueError, match="not a dataset id"):
+        svc.register_data("hub", "math", dataset="a b c")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    asked = []
+    rows = [{"question": q, "answer": a} for q, a in _sums(6)]
+
+    def load_dataset(repo, config=None, split=None):
+        asked.append((repo, config, split))
+        return datasets.Dataset.from_list(rows)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    key, card = name_dataset("openai/gsm8k:main@train")
+    assert asked == [("openai/gsm8k", "main", "train")] and key.startswith("dataset:")
+    assert "openai/gsm8k:main@train (6 items)" in card and "reference&#x27;s number" in card
+    assert [it["final"] for it in b.math_set(key)["items"]] == [str(11 + 3 * i + 5 + 2 * i) for i in range(6)]
 
 
 def test_cli_reads_the_files_first_and_runs_offline(hub, b, mc_file, tmp_path, capsys):

@@ -80,3 +80,28 @@ def test_a_gpt2_folder_is_refused_with_the_conv1d_reason(allowed):
     with pytest.raises(ModelCheckError) as e:
         picker.resolve(str(allowed / "own-gpt2"), [], "math_neurons", tab=TAB)
     assert "Conv1D" in str(e.value)
+
+
+def test_your_own_math_and_non_math_sets_on_the_zoo_organism(tmp_path):
+    """The organism's held-out problems, uploaded as a file of one's own, score as the organism's
+    exact-match rule scores them; text without answers is refused (the organism has no other rule)."""
+    import json
+
+    from backend.mathneuro import service
+    from backend.mathneuro.evaluate import accuracy
+
+    b = service.bench("zoo")
+    mine = b.data["math"][:40]
+    path = tmp_path / "arith.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": it["prompt"], "answer": it["answer"]}) for it in mine))
+    key = service.register_data("zoo", "math", path)
+    info = service.describe(b, math=key)
+    assert "arith.jsonl (40 items): 20 identify, 20 score" in info["math"] and "exact match" in info["math_rule"]
+    r = b.baseline(n_eval=None, math=key)
+    assert r["math"] == pytest.approx(accuracy(b.model, b.tok, mine[20:])) and r["math"] > 0.5
+    s = service.Setting("mathneuro", 0.15, 16, 0.0, math=key)
+    assert b.evaluate(s, n_eval=None)["math"] < r["math"] - 0.3  # its own MathNeuro set breaks it
+    text = tmp_path / "words.txt"
+    text.write_text("ann has a cat .\nbob lives by the lake .\n")
+    with pytest.raises(ValueError, match="needs a prompt"):
+        service.register_data("zoo", "nonmath", text)

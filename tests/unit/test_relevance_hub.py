@@ -255,14 +255,42 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
     assert "tokens for this model" in cons and "biases absorb" in cons
     path = tmp_path / "dev.tsv"
     path.write_text(LABELLED)
-    table, curves, scatter, note = fns["heldout_eval"](["mambalrp", "gi"], 20, "file", str(path), "label",
-                                                       "0=bad, 1=good", "", M130)
+    table, curves, scatter, note, res = fns["heldout_eval"](["mambalrp", "gi"], 20, "file", str(path), "label",
+                                                            "0=bad, 1=good", "", M130)
     assert {row[0] for row in table} == {"MambaLRP", "Gradient×Input", "Random"}
     assert "your sentence file" in note and "5 sentences" in note and "`·good`" in note and "`<|endoftext|>`" in note
-    _, _, _, note = fns["heldout_eval"](["mambalrp"], 20, "file", str(path), "predicted", "", "", M130)
+    _, _, _, note, res = fns["heldout_eval"](["mambalrp", "gi"], 20, "file", str(path), "predicted", "", "", M130)
     assert "own next-token prediction" in note
+    # per sentence, in the file's order: what the evaluation explained, and its heatmap on selection
+    texts = [line.split("\t")[0] for line in LABELLED.splitlines()[1:]]
+    recs = res["sentences"]
+    assert [r["i"] for r in recs] == [1, 2, 3, 4, 5] and [r["text"] for r in recs] == texts
+    assert np.mean([r["delta_af"]["mambalrp"] for r in recs]) == pytest.approx(res["results"]["mambalrp"]["delta_af"])
+    from backend.lrp import service as svc
+    from backend.lrp.forward import lm_forward
+    from backend.lrp.methods import attribute_text
+    from backend.lrp.tokens import token_text
+
+    m = svc.load_text("hub", M130)
+    for r in recs:
+        ids = svc.text_ids(m, r["text"])[0][None]
+        with torch.no_grad():
+            pred = int(lm_forward(m.model, ids)[0, -1].argmax())
+        assert r["target"] == token_text(m.tokenizer, pred)
+        gi = attribute_text(m.model, ids, target=pred, method="gi")[0].numpy()
+        assert np.allclose(r["relevance"]["gi"], gi, atol=1e-5) and len(r["tokens"]) == ids.shape[1]
+        assert sum(r["relevance"]["mambalrp"]) == pytest.approx(r["sum_r"]["mambalrp"], rel=1e-5)
+    from components.relevance import sentence_frame, sentence_html
+
+    df, kinds = sentence_frame(res)
+    assert list(df["#"]) == [1, 2, 3, 4, 5] and kinds[0] == "number" and kinds[-1] == "number"
+    assert list(df.columns[4:7]) == ["ΔA^F MambaLRP", "ΔA^F Gradient×Input", "ΔA^F Random"]
+    assert df["MambaLRP |Σ R − logit| / |logit|"].max() < 0.2
+    view = sentence_html(res, 3)
+    assert "Sentence #3" in view and "music" in view and "wb-relevance-heatmap" in view
+    assert sentence_html(res, 99) == ""
     # out of the box (no upload, no hub): the shipped captions, the model's own predictions as targets
-    table, _, _, note = fns["heldout_eval"](["mambalrp"], 20)
+    table, _, _, note, _ = fns["heldout_eval"](["mambalrp"], 20)
     assert "COCO 2014 captions" in note and "20 sentences" in note and len(table) == 2
     with pytest.raises(gr.Error, match="no labels"):
         fns["heldout_eval"](["mambalrp"], 20, "captions", None, "label", "", "", M130)
