@@ -157,6 +157,7 @@ def test_memorization_checks_and_generates_on_your_own_pipeline(client, local_mo
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("vlm, sae, hook, cls", [
     ("own-llava15", "own-llava15-sae", "layers.2", "LlavaForConditionalGeneration"),
+    ("own-llava15", "own-llava15-saelens", "model.layers.2", "LlavaForConditionalGeneration"),
     ("own-llava-next", "own-llava-next-sae", "model.layers.8", "LlavaNextForConditionalGeneration")])
 def test_features_on_your_own_vlm_and_sae(app_url, local_models, tmp_path, monkeypatch, vlm, sae, hook, cls):
     from gradio_client import Client, handle_file
@@ -169,6 +170,8 @@ def test_features_on_your_own_vlm_and_sae(app_url, local_models, tmp_path, monke
     out = client.predict(own(local_models, vlm), own(local_models, sae), hook, api_name="/features_load")
     status = out[0]
     assert "256 latents" in status and "No feature index yet" in status
+    if sae.endswith("saelens"):  # read as SAELens wrote it: JumpReLU, hook name from its metadata
+        assert "jumprelu" in status and "layers.2`" in status, status
     if vlm == "own-llava-next":  # your images as one uploaded zip (an entry's folders are dropped)
         import zipfile
 

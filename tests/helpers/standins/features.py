@@ -204,6 +204,27 @@ def build_llava15_sae(folder: Path) -> None:
     _sae_folder(folder / "model.layers.2", 2)
 
 
-# Users' own: a LLaVA-1.5-style model and LLaVA-NeXT saved as folders, each with a sparsify SAE folder.
+def build_llava15_saelens(folder: Path) -> None:
+    """A JumpReLU SAE as SAELens 6 saves one (cfg.json with the TransformerLens hook name under
+    metadata, sae_weights.safetensors with W_enc [d_in, d_sae]) on the output of layer 2."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(12)
+    dec = torch.randn(N_LATENTS, HIDDEN, generator=g)
+    dec /= dec.norm(dim=1, keepdim=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({"W_enc": (torch.randn(HIDDEN, N_LATENTS, generator=g) / HIDDEN ** 0.5).contiguous(),
+               "b_enc": torch.zeros(N_LATENTS), "W_dec": dec.contiguous(), "b_dec": torch.zeros(HIDDEN),
+               "threshold": torch.full((N_LATENTS,), 0.05)}, str(folder / "sae_weights.safetensors"))
+    cfg = {"d_in": HIDDEN, "d_sae": N_LATENTS, "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": True,
+           "normalize_activations": "none", "reshape_activations": "none", "architecture": "jumprelu",
+           "metadata": {"sae_lens_version": "6.54.12", "hook_name": "blocks.2.hook_resid_post",
+                        "model_name": "own-llava15"}}
+    (folder / "cfg.json").write_text(json.dumps(cfg) + "\n")
+
+
+# Users' own: a LLaVA-1.5-style model and LLaVA-NeXT saved as folders, with a sparsify SAE folder
+# each, and a SAELens JumpReLU SAE for the first.
 LOCAL = {"own-llava15": build_llava15, "own-llava15-sae": build_llava15_sae,
+         "own-llava15-saelens": build_llava15_saelens,
          "own-llava-next": build_llava, "own-llava-next-sae": build_sae}
