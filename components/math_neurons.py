@@ -583,7 +583,7 @@ def build(ctx) -> None:
         with gr.Column(scale=3):
             prompt = gr.Textbox(label=ask_label(active(TAB, ctx.source)),
                                 elem_id="mn-prompt", value=ASK_EXAMPLES[source][0])
-            gr.Examples([[q] for q in ASK_EXAMPLES[source][1:]], inputs=[prompt])
+            examples = gr.Examples([[q] for q in ASK_EXAMPLES[source][1:]], inputs=[prompt])
             ask_btn = gr.Button("Answer", elem_id="mn-ask-btn")
             ask_out = gr.HTML(elem_id="mn-ask-out")
         with gr.Column(scale=2, elem_classes=["wb-advanced"]):
@@ -630,14 +630,19 @@ def build(ctx) -> None:
     keep_on_failure(picked, [nonmath, math_set, data_box])
     keep_on_failure(picked.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
 
-    def words_for(model):
-        """The explanation and the question box follow the picked model (the organism's language
-        and exact match, or a chat model's template and GSM8K's rules)."""
+    def words_for(model, asked):
+        """The explanation, the question box and its examples follow the picked model (the
+        organism's language and exact match, or a chat model's template and GSM8K's rules); a
+        question the user typed stays."""
         preset = service.pick(ctx.source, model or None).preset
-        return explain_for(preset), gr.update(label=ask_label(preset))
+        kind = "zoo" if preset.source == "zoo" else "hub"
+        ours = any(asked == q for qs in ASK_EXAMPLES.values() for q in qs)
+        return (explain_for(preset),
+                gr.update(label=ask_label(preset), **({"value": ASK_EXAMPLES[kind][0]} if ours else {})),
+                gr.Dataset(samples=[[q] for q in ASK_EXAMPLES[kind][1:]]))
 
-    picked.success(words_for, model, [explain, prompt], queue=False, show_progress="hidden",
-                   api_visibility="private")
+    picked.success(words_for, [model, prompt], [explain, prompt, examples.dataset], queue=False,
+                   show_progress="hidden", api_visibility="private")
 
     # Compare (a pinned datapoint): the pin is the shown result's numbers; no model work.
     def pin(current):

@@ -176,7 +176,7 @@ def test_a_deep_link_carries_your_own_model_and_reruns_on_it(page, server_url, l
         "#pissa-stats").inner_text()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(450)  # three live evaluations, each generating GSM8K-length answers on 2 cores
 def test_math_neurons_on_your_own_qwen2(page, server_url, local_models, tmp_path):
     import json
 
@@ -206,5 +206,8 @@ def test_math_neurons_on_your_own_qwen2(page, server_url, local_models, tmp_path
     # the explanation speaks of the picked chat model, not of the organism
     explain = page.locator("#mn-explain").inner_text()
     assert "chat template" in explain and "organism" not in explain
+    # so does the question box: its example is a word problem in plain English now
+    assert page.locator("#mn-prompt textarea").input_value().startswith("Tom has 23 pens")
+    assert "Tom has 23 pens" not in page.locator("#mn-explain").inner_text()
     shot(page, "own-model-math")
     assert not errors, errors
