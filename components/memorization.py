@@ -586,16 +586,30 @@ def make_handlers(source: str):
     return check, find, generate, batch, sample, stats, table, export, on_model
 
 
+def model_note(d: dict) -> str:
+    layers = (", ".join(f"{n} ({s})" for n, s in d["layers"]) if d["layers"] else "discovered when the model loads")
+    return (f"<span class='wb-muted'>{html.escape(d['label'])} · value layers (neurons): "
+            f"{html.escape(layers)} · detection and generations at guidance "
+            f"{d['guidance_scale']:g}, the neuron search at guidance {d['search_guidance']:g} "
+            f"(the official search's default).</span>")
+
+
+def example_sets(d: dict) -> tuple[list, list, str, str]:
+    """The memorized (with VM/TM type) and ordinary examples of a model, with their labels: the
+    organism's own captions, or the paper's LAION lists for SD-1.x/2.x pipelines."""
+    zoo = d["source"] == "zoo"
+    return (list(zip(d["memorized"], d["memorized_types"])), d["ordinary"][:3],
+            "Memorized training captions" if zoo else "Memorized LAION captions (the NeMo paper's list)",
+            "Ordinary captions (held out)" if zoo else "Unmemorized LAION captions (the paper's list)")
+
+
 def build(ctx) -> None:
     check, find, generate, batch, sample, stats, table, export, on_model = make_handlers(ctx.source)
     try:
         d = service.describe(ctx.source)
         hub = d["source"] == "hub"
-        mem_examples = list(zip(d["memorized"], d["memorized_types"]))
-        ord_examples = d["ordinary"][:3]
+        mem_examples, ord_examples, mem_label, ord_label = example_sets(d)
         default = mem_examples[0][0] if mem_examples else ord_examples[0]
-        layer_note = (", ".join(f"{n} ({s})" for n, s in d["layers"]) if d["layers"]
-                      else "discovered when the model loads")
     except Exception as e:  # a missing organism must not take the whole app down
         gr.Markdown(f"The memorization model could not be loaded: {html.escape(str(e))}")
         return
@@ -613,20 +627,13 @@ def build(ctx) -> None:
                                   info="VM: verbatim copy of a training image; TM: template (layout copied, details vary)",
                                   value=mem_examples[0][1] if mem_examples else "", max_lines=1,
                                   elem_id="memo-type")
-            if mem_examples:
-                gr.Examples([[p, t] for p, t in mem_examples], inputs=[prompt, mem_type],
-                            label=("Memorized LAION captions (the NeMo paper's list)" if hub
-                                   else "Memorized training captions"),
-                            examples_per_page=6 if hub else 4, elem_id="memo-ex-mem")
-            gr.Examples([[p] for p in ord_examples], inputs=[prompt],
-                        label=("Unmemorized LAION captions (the paper's list)" if hub
-                               else "Ordinary captions (held out)"), elem_id="memo-ex-ord")
+            mem_ex = gr.Examples([[p, t] for p, t in mem_examples], inputs=[prompt, mem_type], label=mem_label,
+                                 examples_per_page=6 if hub else 4, elem_id="memo-ex-mem")
+            ord_ex = gr.Examples([[p] for p in ord_examples], inputs=[prompt], label=ord_label,
+                                 elem_id="memo-ex-ord")
             check_btn = gr.Button("Check memorization", variant="primary", elem_id="memo-check")
             find_btn = gr.Button("Find neurons (NeMo)", elem_id="memo-find")
-            gr.Markdown(f"<span class='wb-muted'>{html.escape(d['label'])} · value layers (neurons): "
-                        f"{html.escape(layer_note)} · detection and generations at guidance "
-                        f"{d['guidance_scale']:g}, the neuron search at guidance {d['search_guidance']:g} "
-                        f"(the official search's default).</span>", elem_classes=["wb-advanced"])
+            note = gr.HTML(model_note(d), elem_classes=["wb-advanced"], elem_id="memo-model-note")
         with gr.Column(scale=2):
             score = gr.HTML(elem_id="memo-score")
             zplot = gr.Plot(label="Per-layer z-scores", elem_id="memo-z")
@@ -752,5 +759,15 @@ def build(ctx) -> None:
     picked = memo_model.change(on_model, memo_model, [stats_card, neurons, found],
                                **model_event(api_name="memo_model"))
     keep_on_failure(picked, [stats_card, neurons, found])
+
+    def words_for(model):
+        """The model line and the example captions follow the picked pipeline."""
+        info = service.describe(ctx.source, model or None)
+        mem, ordinary, mlabel, olabel = example_sets(info)
+        return (model_note(info), gr.Dataset(samples=[[p, t] for p, t in mem], label=mlabel),
+                gr.Dataset(samples=[[p] for p in ordinary], label=olabel))
+
+    picked.success(words_for, memo_model, [note, mem_ex.dataset, ord_ex.dataset], queue=False,
+                   show_progress="hidden", api_visibility="private")
     export_btn.click(generate_ok, gen_inputs, None).success(
         export, gen_inputs, files, **model_event(api_name="memo_export"))

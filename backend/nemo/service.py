@@ -210,7 +210,7 @@ def _load(preset: Preset) -> MemoModel:
     model = MemoModel(
         preset=preset, pipe=pipe, folder=folder, info=info,
         theta_mem=float(info.get("theta_mem", preset.extra.get("theta_mem", 0.428))),
-        guidance_scale=float(settings.get("guidance_scale", preset.extra.get("guidance_scale", 7.0))),
+        guidance_scale=guidance_of(settings, preset),
         num_seeds=int(settings.get("num_seeds", preset.extra.get("num_seeds", 5))),
         num_inference_steps=int(settings.get("num_inference_steps", preset.extra.get("num_inference_steps", 10))),
         search_guidance=float(settings.get("search_guidance_scale",
@@ -267,11 +267,17 @@ def describe(source: str | None = None, model: str | None = None) -> dict:
             # zoo captions were planted with their own image: verbatim memorization by construction
             "memorized_types": [m.get("type", "VM") for m in info.get("memorized", [])],
             "has_train_images": any(m.get("image") for m in info.get("memorized", [])),
-            "guidance_scale": settings.get("guidance_scale", preset.extra.get("guidance_scale")),
+            "guidance_scale": guidance_of(settings, preset),
             "search_guidance": settings.get("search_guidance_scale",
                                             preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE)),
             "ordinary": list(info.get("heldout", []))[:6] or GENERIC_PROMPTS[:6],
             "theta_mem": info.get("theta_mem", preset.extra.get("theta_mem")), "layers": layers}
+
+
+def guidance_of(settings: dict, preset: Preset) -> float:
+    """Detection's and generation's guidance scale: the organism's or preset's own, else 7.0 (a
+    user's pipeline; what the NeMo paper's SD-1.4 runs use)."""
+    return float(settings.get("guidance_scale", preset.extra.get("guidance_scale", 7.0)))
 
 
 def _cached_unet_config(preset: Preset) -> dict:

@@ -122,6 +122,10 @@ def test_memorization_on_your_own_sd21(page, server_url, local_models):
     page.wait_for_selector("#memo-z .js-plotly-plot")
     settle(page)
     assert "COCO 2014 captions" in page.locator("#memo-stats").inner_text()
+    # the model line names the picked pipeline's value layers; its examples are the paper's lists
+    note = page.locator("#memo-model-note").inner_text()
+    assert "own-sd21" in note and "mid.attn0 (64)" in note and "sd-memo" not in note
+    assert "Memorized LAION captions" in page.locator("#memo-ex-mem").inner_text()
     shot(page, "own-model-memorization")
     assert not errors, errors
 
