@@ -882,6 +882,18 @@ def build(ctx) -> None:
                             steer_explain],
                            **model_event(api_name="features_load"))
     keep_on_failure(loaded, [own_md])
+
+    def planted_views(source_):
+        """Planted concepts (their IoU plot, the search by concept, zeroing rival features of a
+        family) exist for the zoo organism only: a loaded model and SAE show them or hide them."""
+        planted = not FT.get_organism(source_).is_hub
+        return (gr.update(visible=planted), gr.update(visible=planted, value=planted and defaults["suppress"]),
+                gr.update(value="IoU" if planted else "density"),
+                gr.update(label="search concept" if planted else "search label or id",
+                          placeholder="e.g. red, circle, striped" if planted else "a feature id"))
+
+    loaded.success(planted_views, source, [concepts, suppress, sort, query], queue=False,
+                   show_progress="hidden", api_visibility="private")
     keep_on_failure(loaded.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),
                     page_outputs)
 

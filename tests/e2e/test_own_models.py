@@ -141,6 +141,7 @@ def test_features_on_your_own_llava15_and_sae(page, server_url, local_models):
     page.wait_for_selector("#features-open", state="visible", timeout=120_000)
     settle(page)
     assert not page.locator("#features-build").is_visible()  # the zoo's index comes with it
+    assert page.locator("#features-suppress").is_visible()  # the zoo's families of planted concepts
     page.locator("#features-own").get_by_text("Model and SAE").click()
     line = pick(page, "feat-model", str(local_models / "own-llava15"))
     assert "LlavaForConditionalGeneration" in line and not line.startswith("✗")
@@ -151,6 +152,9 @@ def test_features_on_your_own_llava15_and_sae(page, server_url, local_models):
     settle(page)
     # the steering text names the loaded model's hookpoint, not the zoo's
     assert "layers.2" in page.locator("#features-steer-explain").inner_text()
+    # no planted concepts in the user's images: the concept IoU plot and rival zeroing go away
+    assert not page.locator("#features-concepts").is_visible()
+    assert not page.locator("#features-suppress").is_visible()
     page.locator("#features-build-folder textarea, #features-build-folder input").first.fill(str(images[0].parent))
     page.locator("#features-build-run").click()
     page.locator("#features-build-status").get_by_text("Indexed 3 images").wait_for(timeout=90_000)
