@@ -85,7 +85,8 @@ NOT_GPU = {
                              "default_clamp_value", "steering_defaults", "index_command", "model_image",
                              "positions_text", "refresh_index", "save_label", "shown_label", "thumbnail",
                              "own_source"},
-    "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "SIDES"},
+    # `pick`: the picked model's preset, from its metadata (the tab's words follow it)
+    "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick", "SIDES"},
     "backend.mathneuro.service.Bench": set(),
     "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed"},
 }
