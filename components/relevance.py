@@ -405,6 +405,13 @@ def _is_zoo_sentiment_preset(p) -> bool:
     return p.source == "zoo" and p.path_or_id == "mamba-sentiment"
 
 
+def held_sources_for(preset) -> list[str]:
+    """The held-out sentence sets a text model can run: the organism's own set (planted evidence)
+    for the zoo sentiment organism, the shipped captions for any other model (the zoo's word-level
+    vocabulary would read them as <unk>s), and a file or SST-2 for all."""
+    return (["zoo"] if _is_zoo_sentiment_preset(preset) else ["captions"]) + ["file", "sst2"]
+
+
 def describe(text, methods, rules, target, model) -> dict:
     """What a pin keeps: the inputs of an explanation (recomputed from the cache), never tensors."""
     return {"text": text, "methods": list(methods or []), "rules": list(rules or []), "target": target or "",
@@ -629,8 +636,7 @@ def build(ctx) -> None:
                     "(higher = more faithful). Precision@k (zoo only): share of the top-k words that are the "
                     "label-supporting evidence words (k = their number). Paper (SST-2, Mamba-130M): "
                     "MambaLRP 1.978, IG 0.857, LRP (LN-rule) 0.877, GI 0.078, random −0.012.")
-        # the zoo's word-level vocabulary reads the shipped captions as <unk>s: captions in hub mode only
-        held_sources = (["zoo"] if not hub and _is_zoo_sentiment_preset(text_p) else ["captions"]) + ["file", "sst2"]
+        held_sources = held_sources_for(text_p)
         with gr.Row():
             held_data = gr.Radio([(HELD_SOURCES[k], k) for k in held_sources], value=held_sources[0],
                                  label="Sentences", elem_id="rel-held-data")
@@ -698,6 +704,19 @@ def build(ctx) -> None:
     # the file, label words and prompt only matter for sentences of the user's or SST-2
     held_data.change(lambda d: gr.update(visible=d not in ("zoo", "captions")), [held_data], [held_own],
                      api_name=False)
+
+    def held_for_model(model_id):
+        """A newly picked text model gets the sentence sets it can run (an unreadable pick says why
+        when it is used)."""
+        try:
+            options = held_sources_for(svc.pick_text(source, model_id or None).preset)
+        except svc.InputError:
+            return gr.skip(), gr.skip()
+        return (gr.update(choices=[(HELD_SOURCES[k], k) for k in options], value=options[0]),
+                gr.update(visible=options[0] not in ("zoo", "captions")))
+
+    model.change(held_for_model, model, [held_data, held_own], queue=False, show_progress="hidden",
+                 api_visibility="private")
 
     held_out = [table, curves, scatter, held_note, held_res]
     held = keep_on_failure(run_held.click(run_heldout, [methods, n_sent, held_data, held_file, held_target,

@@ -448,16 +448,23 @@ def load_text(source: str | None = None, model: str | None = None, progress=None
     config before anything loads (backend.core.picker)."""
     from backend.core import picker
 
-    from .models import text_preset, text_presets
-
-    try:
-        picked = picker.resolve(model, text_presets(source), "relevance", default=text_preset(source), tab=TAB)
-    except ValueError as e:
-        raise InputError(str(e)) from None
+    picked = pick_text(source, model)
     try:
         with picker.loading(picked.preset):
             return load(picked.preset, size=picked.check.n_bytes if picked.check else None, progress=progress)
     except picker.M.ModelCheckError as e:
+        raise InputError(str(e)) from None
+
+
+def pick_text(source: str | None = None, model: str | None = None):
+    """The picked text model (backend.core.picker.Picked), from its metadata: nothing loads."""
+    from backend.core import picker
+
+    from .models import text_preset, text_presets
+
+    try:
+        return picker.resolve(model, text_presets(source), "relevance", default=text_preset(source), tab=TAB)
+    except ValueError as e:
         raise InputError(str(e)) from None
 
 

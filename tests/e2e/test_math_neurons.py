@@ -118,14 +118,14 @@ def test_pin_a_result_and_compare_it_in_presenter_view(page, server_url):
     expect(legend).to_have_text(["unmodified", "now: MathNeuro, K 10 %, pruned"])
 
 
-def test_math_neurons_on_your_own_qwen2_folder(page, server_url, local_models):
-    """A user's Qwen2 folder typed into the picker: checked from its config (class, size) before
+def test_math_neurons_on_your_own_llama_folder(page, server_url, local_models):
+    """A user's Llama-3.2-style folder typed into the picker: checked from its config (class, size) before
     loading, then the main action prunes its MathNeuro set and shows its accuracy."""
     from tests.e2e.test_own_models import open_and_pick
 
     line, errors = open_and_pick(page, server_url, "math_neurons", "#mn-run", "mn-model",
-                                 local_models / "own-qwen2")
-    assert "Qwen2ForCausalLM" in line and "parameters" in line and not line.startswith("✗"), line
+                                 local_models / "own-llama")
+    assert "LlamaForCausalLM" in line and "parameters" in line and not line.startswith("✗"), line
     # the data card names the chat template the questions go through and the answer rule
     expect(page.locator("#mn-data")).to_contain_text("chat template", timeout=LONG)
     expect(page.locator("#mn-data")).to_contain_text("last number", timeout=LONG)
@@ -139,7 +139,7 @@ def test_math_neurons_on_your_own_qwen2_folder(page, server_url, local_models):
     expect(acc).to_contain_text("MathNeuro set pruned", timeout=LONG)
     expect(page.locator("#tab-math_neurons .wrap.pending")).to_have_count(0, timeout=LONG)
     expect(page.locator("#mn-accfig .js-plotly-plot")).to_be_visible(timeout=LONG)
-    expect(page.locator("#mn-data")).to_contain_text("own-qwen2")
+    expect(page.locator("#mn-data")).to_contain_text("own-llama")
     settle(page)
     assert not page.locator(".toast-body.error").count()
     shot(page, "math-own-model")

@@ -1,6 +1,7 @@
 """Your own model, picked in a real browser: typed into a tab's model picker as a folder, checked
 from metadata (the line under the picker), then used by the tab's main action."""
 import pytest
+from playwright.sync_api import expect
 
 from tests.e2e.conftest import settle, shot
 
@@ -77,6 +78,9 @@ def test_relevance_per_sentence_table_of_your_own_file(page, server_url, local_m
     path = tmp_path / "reviews.txt"
     path.write_text("\n".join(texts) + "\n")
     page.locator("#rel-heldout-acc").get_by_text("Held-out evaluation").first.click()
+    # the organism's planted-evidence set is for the organism: this model gets captions, a file, SST-2
+    expect(page.locator("#rel-held-data")).not_to_contain_text("zoo held-out set")
+    expect(page.locator("#rel-held-data")).to_contain_text("COCO captions")
     page.locator("#rel-held-data").get_by_text("my sentence file").click()
     page.locator("#rel-held-file input[type=file]").set_input_files(str(path))
     settle(page)
@@ -111,9 +115,10 @@ def test_relevance_per_sentence_table_of_your_own_file(page, server_url, local_m
 
 
 @pytest.mark.timeout(300)
-def test_memorization_on_your_own_sd21(page, server_url, local_models):
+@pytest.mark.parametrize("name", ["own-sd21", "own-sd15"])
+def test_memorization_on_your_own_sd_pipeline(page, server_url, local_models, name):
     line, errors = open_and_pick(page, server_url, "memorization", "#memo-check", "memo-model",
-                                 local_models / "own-sd21")
+                                 local_models / name)
     assert "StableDiffusionPipeline" in line and not line.startswith("✗")
     settle(page)
     page.locator("#memo-prompt textarea").fill("a photo of a dog on the beach")
@@ -124,14 +129,17 @@ def test_memorization_on_your_own_sd21(page, server_url, local_models):
     assert "COCO 2014 captions" in page.locator("#memo-stats").inner_text()
     # the model line names the picked pipeline's value layers; its examples are the paper's lists
     note = page.locator("#memo-model-note").inner_text()
-    assert "own-sd21" in note and "mid.attn0 (64)" in note and "sd-memo" not in note
+    assert name in note and "mid.attn0 (64)" in note and "sd-memo" not in note
     assert "Memorized LAION captions" in page.locator("#memo-ex-mem").inner_text()
-    shot(page, "own-model-memorization")
+    shot(page, f"own-model-memorization-{name}")
     assert not errors, errors
 
 
 @pytest.mark.timeout(300)
-def test_features_on_your_own_llava15_and_sae(page, server_url, local_models):
+@pytest.mark.parametrize("vlm, sae, hook, cls", [
+    ("own-llava15", "own-llava15-sae", "model.layers.2", "LlavaForConditionalGeneration"),
+    ("own-llava-next", "own-llava-next-sae", "model.layers.8", "LlavaNextForConditionalGeneration")])
+def test_features_on_your_own_vlm_and_sae(page, server_url, local_models, vlm, sae, hook, cls):
     from tests.helpers.standins.features import sample_images
 
     images = sample_images(local_models / "e2e-images", 3)
@@ -143,15 +151,15 @@ def test_features_on_your_own_llava15_and_sae(page, server_url, local_models):
     assert not page.locator("#features-build").is_visible()  # the zoo's index comes with it
     assert page.locator("#features-suppress").is_visible()  # the zoo's families of planted concepts
     page.locator("#features-own").get_by_text("Model and SAE").click()
-    line = pick(page, "feat-model", str(local_models / "own-llava15"))
-    assert "LlavaForConditionalGeneration" in line and not line.startswith("✗")
-    page.locator("#feat-sae textarea, #feat-sae input").first.fill(str(local_models / "own-llava15-sae"))
-    page.locator("#feat-hookpoint textarea, #feat-hookpoint input").first.fill("model.layers.2")
+    line = pick(page, "feat-model", str(local_models / vlm))
+    assert cls in line and not line.startswith("✗")
+    page.locator("#feat-sae textarea, #feat-sae input").first.fill(str(local_models / sae))
+    page.locator("#feat-hookpoint textarea, #feat-hookpoint input").first.fill(hook)
     page.locator("#feat-load").click()
     page.locator("#feat-own-status").get_by_text("No feature index yet").wait_for(timeout=90_000)
     settle(page)
     # the steering text names the loaded model's hookpoint, not the zoo's
-    assert "layers.2" in page.locator("#features-steer-explain").inner_text()
+    assert hook.removeprefix("model.") in page.locator("#features-steer-explain").inner_text()
     # no planted concepts in the user's images: the concept IoU plot and rival zeroing go away
     assert not page.locator("#features-concepts").is_visible()
     assert not page.locator("#features-suppress").is_visible()
@@ -160,8 +168,8 @@ def test_features_on_your_own_llava15_and_sae(page, server_url, local_models):
     page.locator("#features-build-status").get_by_text("Indexed 3 images").wait_for(timeout=90_000)
     settle(page)
     page.wait_for_selector("#features-overlay img", timeout=60_000)
-    assert page.locator("#features-table tbody tr").count() >= 1
-    shot(page, "own-model-features")
+    assert page.locator("#features-table [role=row].virtual-row").count() >= 1  # the features that fired
+    shot(page, f"own-model-features-{vlm}")
     assert not errors, errors
 
 

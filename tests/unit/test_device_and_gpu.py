@@ -77,7 +77,7 @@ from tests.conftest import ROOT  # noqa: E402
 # What the components call in the backend that never touches a model on the accelerator: loaders
 # (models are placed at load, outside any marked function), validators, index/metadata readers.
 NOT_GPU = {
-    "backend.lrp.service": {"load_text", "load_image", "load_longrange", "example_image"},
+    "backend.lrp.service": {"load_text", "pick_text", "load_image", "load_longrange", "example_image"},
     # `listed` / `own_source`: the model pickers' lists and metadata checks; `stats_status` loads a
     # picked pipeline (as `get` does: weights placed at load) and reads which statistics it uses
     "backend.nemo.service": {"get", "describe", "parse_neurons", "listed", "stats_status"},
