@@ -278,6 +278,18 @@ def open_feature(source: str, feature):
                          label=f"clamp value (0–{top:g})"))
 
 
+def _explain(org) -> str:
+    labels_words = ("its label (none unless a model explainer has labelled the index: the concept explainer "
+                    "needs planted masks)" if org.is_hub else
+                    "the planted concept whose mask best matches its regions (IoU)")
+    return ("<div class='wb-explain'>A sparse autoencoder splits the model's residual stream into "
+            "features. Each feature's page shows the images of the dataset that excite it most, "
+            "<b>where</b> it fires on them (left: the activation map over the image; right: the paper's view, "
+            "everything outside the activation region dimmed), its activation histogram and how often it fires, "
+            f"and {labels_words}. Below, upload an image to see "
+            "which features fire where, and clamp a feature to watch the caption change.</div>")
+
+
 def reopen_feature(source: str, feature):
     """The feature page again after the index or the organism changed (its own name: an event's
     function name is its endpoint's, and `open_feature` is an agent tool's)."""
@@ -687,21 +699,12 @@ def build(ctx) -> None:
     except Exception as e:  # the organism is not built: say so instead of failing the whole app
         gr.Markdown(f"**The Features model could not be loaded:** {html.escape(str(e))}")
         return
-    labels_words = ("its label (none unless a model explainer has labelled the index: the concept explainer "
-                    "needs planted masks)" if org.is_hub else
-                    "the planted concept whose mask best matches its regions (IoU)")
     # Presenter view (body.wb-presenter, components/common.py): one plain line per section in place of
     # the expert text (`wb-advanced` hides it), the top images with their activation regions large.
     gr.HTML(PRESENTER_CSS, padding=False, elem_classes=["wb-advanced"])
     gr.Markdown("**Each feature is one thing the model has learned to notice. The coloured pictures show "
                 "where in its favourite images it fires.**", elem_classes=["wb-presenter-only"])
-    gr.HTML(elem_classes=["wb-advanced"], value=
-        "<div class='wb-explain'>A sparse autoencoder (TopK SAE) splits the model's residual stream into "
-        "features. Each feature's page shows the images of the dataset that excite it most, "
-        "<b>where</b> it fires on them (left: the activation map over the image; right: the paper's view, "
-        "everything outside the activation region dimmed), its activation histogram and how often it fires, "
-        f"and {labels_words}. Below, upload an image to see "
-        "which features fire where, and clamp a feature to watch the caption change.</div>")
+    explain = gr.HTML(_explain(org), elem_classes=["wb-advanced"], elem_id="features-explain")
     # the model and SAE: the zoo organism, the paper's LLaVA-NeXT + SAE, or your own LLaVA-family VLM
     # with your own sparsify / SAELens SAE at a hookpoint you name (a session's choice: its `source`)
     listed = sorted(FT.P.presets(FT.TAB), key=lambda p: p != FT.P.active(FT.TAB, ctx.source))
@@ -886,13 +889,14 @@ def build(ctx) -> None:
     def planted_views(source_):
         """Planted concepts (their IoU plot, the search by concept, zeroing rival features of a
         family) exist for the zoo organism only: a loaded model and SAE show them or hide them."""
-        planted = not FT.get_organism(source_).is_hub
-        return (gr.update(visible=planted), gr.update(visible=planted, value=planted and defaults["suppress"]),
+        org_ = FT.get_organism(source_)
+        planted = not org_.is_hub
+        return (_explain(org_), gr.update(visible=planted), gr.update(visible=planted, value=planted and defaults["suppress"]),
                 gr.update(value="IoU" if planted else "density"),
                 gr.update(label="search concept" if planted else "search label or id",
                           placeholder="e.g. red, circle, striped" if planted else "a feature id"))
 
-    loaded.success(planted_views, source, [concepts, suppress, sort, query], queue=False,
+    loaded.success(planted_views, source, [explain, concepts, suppress, sort, query], queue=False,
                    show_progress="hidden", api_visibility="private")
     keep_on_failure(loaded.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),
                     page_outputs)

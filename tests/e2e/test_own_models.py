@@ -163,6 +163,7 @@ def test_features_on_your_own_vlm_and_sae(page, server_url, local_models, vlm, s
     # no planted concepts in the user's images: the concept IoU plot and rival zeroing go away
     assert not page.locator("#features-concepts").is_visible()
     assert not page.locator("#features-suppress").is_visible()
+    assert "planted concept" not in page.locator("#features-explain").inner_text()
     page.locator("#features-build-folder textarea, #features-build-folder input").first.fill(str(images[0].parent))
     page.locator("#features-build-run").click()
     page.locator("#features-build-status").get_by_text("Indexed 3 images").wait_for(timeout=90_000)
