@@ -34,15 +34,20 @@ def local_models(tmp_path_factory):
 @pytest.fixture(scope="session")
 def app_url(local_models):
     import app
+    from backend.mathneuro import service as math_service
 
     demo = app.build_app("zoo")
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                 **app.launch_kwargs())
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    # a stand-in's GSM8K answers are noise at any length: 16 tokens, not 256 (the answer rules are
+    # tested in tests/unit/test_mathneuro_hub.py)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(math_service, "MATH_NEW_TOKENS", 16)
+        try:
+            yield f"http://127.0.0.1:{port}/"
+        finally:
+            demo.close()
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,10 @@ def server_url(local_models):
     with serve(log_path=ARTIFACTS / "e2e-server.log",
                # an index the Features tab builds for an own model is written under HF_HOME
                env={"WORKBENCH_MODEL_ROOTS": str(local_models),
-                    "HF_HOME": str(local_models.parent / "hf-home")}) as (url, _proc):
+                    "HF_HOME": str(local_models.parent / "hf-home"),
+                    # a stand-in's GSM8K answers are noise at any length: 16 tokens, not 256 (the
+                    # answer rules are tested in tests/unit/test_mathneuro_hub.py)
+                    "WORKBENCH_MATH_NEW_TOKENS": "16"}) as (url, _proc):
         yield url
 
 

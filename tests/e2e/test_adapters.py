@@ -14,6 +14,16 @@ def open_adapters(page, url):
     page.wait_for_selector("#pissa-analyse", state="visible", timeout=120_000)
 
 
+def _settled(page, elem_id: str) -> None:
+    """Wait until the component's status tracker is hidden again (no run in progress over it)."""
+    import re
+
+    from playwright.sync_api import expect
+
+    expect(page.locator(f"#{elem_id} [data-testid='status-tracker']").first).to_have_class(
+        re.compile(r"\bhide\b"), timeout=30_000)
+
+
 def _set_number(page, elem_id: str, value) -> None:
     box = page.locator(f"#{elem_id} input[type='number']").first
     box.fill(str(value))
@@ -139,6 +149,7 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     page.locator("#pissa-analyse").click()
     expect(page.locator(".toast-body")).to_contain_text("from 1 to 128", timeout=30_000)
     page.wait_for_timeout(500)
+    _settled(page, "pissa-stats")
     badges = page.locator("#tab-adapters .wrap span.error")
     expect(badges).to_have_count(0)
     assert page.locator("#pissa-stats").inner_text() == before
@@ -150,6 +161,7 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     page.locator("#pissa-analyse").click()
     expect(page.locator(".toast-body").filter(has_text="between 1 and 10")).to_have_count(1, timeout=30_000)
     page.wait_for_timeout(500)
+    _settled(page, "pissa-stats")  # the failed run's progress gives way to the kept result
     expect(badges).to_have_count(0)
     assert page.locator("#pissa-stats").inner_text() == before
     page.locator("#pissa-layer input").first.click()
