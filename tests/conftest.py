@@ -26,3 +26,16 @@ def _fresh_model_checks():
 
     picker.forget()
     yield
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus):
+    """After a failed run, the internal errors the served apps logged (their tracebacks live only in
+    test-artifacts/*.log, which a CI run's printout does not include)."""
+    if exitstatus == 0 or not ARTIFACTS.is_dir():
+        return
+    for log in sorted(ARTIFACTS.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        starts = [i for i, line in enumerate(lines) if "internal error in" in line]
+        for i in starts[:3]:
+            terminalreporter.write_sep("-", f"{log.name}: line {i + 1} of {len(starts)} internal error(s)")
+            terminalreporter.write_line("\n".join(line[:300] for line in lines[i:i + 40]))

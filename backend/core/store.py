@@ -434,9 +434,11 @@ def reset_peak() -> None:
 
 
 def integrity_problems() -> list[str]:
-    """Hooks left on, or weights changed since load, for every model loaded so far."""
+    """Hooks left on, or weights changed since load, for every model loaded so far that no request
+    holds now: a running request's hooks and scaled weights are its intervention in progress (its
+    context restores them when it ends), not something left behind."""
     with _GUARD:
-        entries = list(_MODELS.items())
+        entries = [(k, e) for k, e in _MODELS.items() if k not in _IN_USE]
     problems = []
     for model_id, e in entries:
         n = hooks_on(e["model"])

@@ -81,6 +81,22 @@ def test_integrity_check_sees_hooks_and_changed_weights(monkeypatch):
     assert store.integrity_problems() == []
 
 
+def test_a_running_requests_intervention_is_not_a_problem_until_it_outlives_the_request():
+    # The Overview may be refreshed while another user's request has its hooks on a shared model.
+    model = store.get_or_load("unit:mlp3", lambda: TinyMLP(seed=5))
+    with store.request_scope():
+        store.get_or_load("unit:mlp3", lambda: pytest.fail("loaded"))
+        with iv.zero_channels(model, "fc1", [0]):
+            assert store.integrity_problems() == []
+            leaked = iv.zero_channels(model, "fc1", [1])
+            leaked.__enter__()  # a hook its request forgets to remove
+    try:
+        assert store.integrity_problems() == ["unit:mlp3: 1 hook(s) left on the model"]
+    finally:
+        leaked.__exit__(None, None, None)
+    assert store.integrity_problems() == []
+
+
 @pytest.mark.parametrize("text,expected", [
     ("8GB", 8 * 10**9), ("1.5GiB", int(1.5 * 2**30)), ("512 MB", 512 * MB), ("1234", 1234),
     ("2mib", 2 * 2**20), (" none ", None), ("", None), ("inf", None), (3000, 3000)])
