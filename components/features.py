@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gradio as gr
 import numpy as np
+import pandas as pd
 
 from backend.core.stopflag import StopFlag
 from backend.sae import features as FT
@@ -226,13 +227,23 @@ def _feature_id(org, value) -> int:
     return f
 
 
-def list_features(source: str, query: str, sort: str):
+def sorts_of(org) -> list[str]:
+    return SORTS if not org.is_hub else [s for s in SORTS if s != "IoU"]  # no planted masks, no IoU
+
+
+def list_features(source: str, query: str, sort: str) -> pd.DataFrame:
+    """The feature list: the zoo's concept and its IoU; for a loaded model and SAE, the explainer's
+    label and no IoU column (real images have no planted masks to score against)."""
     org = _org(source)
-    if sort not in SORTS:
-        fail(f"Sort by one of {SORTS}.")
+    if sort not in sorts_of(org):
+        fail(f"Sort by one of {sorts_of(org)}.")
     rows = FT.feature_table(org, query or "", {"IoU": "iou", "max activation": "max_act"}.get(sort, sort))
-    return [[r["feature"], r["label"], None if org.is_hub else round(r["iou"], 3),  # no planted masks, no IoU
-             round(r["density"], 4), round(r["max_act"], 2)] for r in rows]
+    if org.is_hub:
+        return pd.DataFrame([[r["feature"], r["label"], round(r["density"], 4), round(r["max_act"], 2)]
+                             for r in rows], columns=["feature", "label", "density", "max act"])
+    return pd.DataFrame([[r["feature"], r["label"], round(r["iou"], 3), round(r["density"], 4),
+                          round(r["max_act"], 2)] for r in rows],
+                        columns=["feature", "concept", "IoU", "density", "max act"])
 
 
 def _empty_page(org, f: int):
@@ -366,7 +377,8 @@ def analyse(source: str, image, example, progress=gr.Progress()):
             tm = upsample(t, shown.shape[:2])[0].numpy()
             gallery.append((_big(overlay(shown, tm, max(float(t.max()), 1e-9))),
                             f"feature {f} · tiles ({t.shape[0]}×{t.shape[1]} patches)"))
-    table = [[r["feature"], r["label"], r["mean_act"]] for r in out["features"]]
+    table = pd.DataFrame([[r["feature"], r["label"], r["mean_act"]] for r in out["features"]],
+                         columns=["feature", "label" if org.is_hub else "concept", "mean activation"])
     where = (f"<br><span class='wb-muted'>Image positions: {html.escape(out['positions'])}.</span>"
              if org.is_hub else "")
     note = resize_note(org, img)
@@ -665,7 +677,7 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
         flag.finish()
     FT.refresh_index(org)
     rows = list_features(source, "", "density")
-    first_id = rows[0][0] if rows else 0
+    first_id = int(rows.iloc[0, 0]) if len(rows) else 0
     return (f"**Indexed {len(src)} images** → `{html.escape(str(org.index_path))}`. The feature list now "
             f"shows the features that fired; the densest one is open.", rows, first_id, _hub_summary_md(org))
 
@@ -744,10 +756,9 @@ def build(ctx) -> None:
                 query = gr.Textbox(label="search label or id" if org.is_hub else "search concept",
                                    placeholder="a feature id" if org.is_hub else "e.g. red, circle, striped",
                                    elem_id="features-query", scale=2)
-                sort = gr.Dropdown(SORTS, value="density" if org.is_hub else "IoU", label="sort by",
+                sort = gr.Dropdown(sorts_of(org), value="density" if org.is_hub else "IoU", label="sort by",
                                    elem_id="features-sort", scale=1)
-            table = gr.Dataframe(headers=["feature", "concept", "IoU", "density", "max act"],
-                                 value=list_features(ctx.source, "", "density" if org.is_hub else "IoU"),
+            table = gr.Dataframe(value=list_features(ctx.source, "", "density" if org.is_hub else "IoU"),
                                  interactive=False, elem_classes=["wb-advanced"],
                                  elem_id="features-table", max_height=420)
             with gr.Row():
@@ -799,7 +810,8 @@ def build(ctx) -> None:
                                  elem_id="features-shown")
                 with gr.Column():
                     cap = gr.Markdown()
-                    firing = gr.Dataframe(headers=["feature", "concept", "mean activation"], interactive=False)
+                    firing = gr.Dataframe(headers=["feature", "label" if org.is_hub else "concept",
+                                                   "mean activation"], interactive=False)
             fire_gallery = gr.Gallery(label="strongest features on this image", columns=6, height=200,
                                       object_fit="contain",
                                       format="png", elem_id="features-firing")
@@ -892,7 +904,7 @@ def build(ctx) -> None:
         org_ = FT.get_organism(source_)
         planted = not org_.is_hub
         return (_explain(org_), gr.update(visible=planted), gr.update(visible=planted, value=planted and defaults["suppress"]),
-                gr.update(value="IoU" if planted else "density"),
+                gr.update(choices=sorts_of(org_), value="IoU" if planted else "density"),
                 gr.update(label="search concept" if planted else "search label or id",
                           placeholder="e.g. red, circle, striped" if planted else "a feature id"))
 

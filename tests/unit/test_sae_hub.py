@@ -222,7 +222,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     # no index yet: the page says what to run, the list is empty, nothing raises
     header = tab.open_feature("hub", 3)[0]
     assert "No feature index yet" in header and "backend.precompute.sae_index --source hub" in header
-    assert tab.list_features("hub", "", "density") == []
+    assert tab.list_features("hub", "", "density").empty
     # the tab is built without scene controls (the hub preset has no scene set)
     with gr.Blocks():
         tab.build(TabContext(tabs=None, source="hub"))
@@ -236,7 +236,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     status = tab.build_index("hub", files, "", _Request(), progress=cancelling)[0]
     assert status.startswith("**Cancelled**") and org.index is None
     status, rows, first, summary = tab.build_index("hub", files, "", _Request(), progress=progress)
-    assert status.startswith("**Indexed 6 images**") and rows and first == rows[0][0]
+    assert status.startswith("**Indexed 6 images**") and len(rows) and first == rows.iloc[0, 0]
     assert seen[-1][0] == 1.0 and "6/6" in seen[-1][1] and "6 images" in summary
     assert org.index is not None and org.index_path == tmp_path / "tab-index" / INDEX_FILE
     with pytest.raises(P.PresetError, match="outside the allowed"):  # a server folder must lie under the roots
@@ -259,8 +259,12 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     assert lab["explainer"] == "model" and lab["label"] and lab["images"] >= 1 and count_hooks(org.model) == n0
     assert FT.shown_label(lab) == lab["label"] and "asked on request" in header
     assert header.split("</h3>")[0].endswith(f"{html.escape(lab['label'])}</span>")
-    listed = {r[0]: r for r in tab.list_features("hub", "", "density")}
-    assert listed[first][1] == lab["label"] and listed[first][2] is None  # labelled; no IoU without masks
+    table = tab.list_features("hub", "", "density")
+    assert list(table.columns) == ["feature", "label", "density", "max act"]  # no IoU without masks
+    listed = {r[0]: r for r in table.values.tolist()}
+    assert listed[first][1] == lab["label"]
+    with pytest.raises(gr.Error, match="Sort by one of"):
+        tab.list_features("hub", "", "IoU")
     saved = json.loads((tmp_path / "tab-index" / "labels.json").read_text())
     assert saved[str(first)]["label"] == lab["label"]
     again = FT.load_hub()  # a restart keeps the label
@@ -269,7 +273,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     shown, caption, gallery, table, bar, hover = tab.analyse("hub", img, None, progress=progress)
     assert [t.type for t in hover.data].count("heatmap") == min(4, len(table))
     assert caption.startswith("**Model answer:**") and "base image" in bar and "newline" in bar
-    assert any("tiles" in c for _, c in gallery) and table
+    assert any("tiles" in c for _, c in gallery) and len(table)
     _, md, res = tab.steer("hub", img, None, first, 5.0, "image", False, False, progress=progress)
     assert "positions: image" in md and "<table" in md and res["well_formed"] is None
     assert "well-formed" not in md
