@@ -231,10 +231,12 @@ def sentence_records(m: Loaded, res: dict, order: list[int], seen: list[tuple]) 
     `res` (they live here only, once)."""
     out = []
     for k, (text, label, toks) in enumerate(seen):
+        # every method explains the same target token for a sentence: decode it once
+        first = next(iter(res.values()), None)
         rec = {"i": order[k] + 1, "text": text, "label": label, "tokens": [str(t) for t in toks],
+               "target": token_text(m.tokenizer, first["target_items"][k]) if first else None,
                "relevance": {}, "delta_af": {}, "sum_r": {}, "logit": {}}
         for meth, r in res.items():
-            rec["target"] = token_text(m.tokenizer, r["target_items"][k])
             rec["relevance"][meth] = r["relevance_items"][k]
             rec["delta_af"][meth] = r["delta_af_items"][k]
             rec["sum_r"][meth], rec["logit"][meth] = r["sum_r"][k], r["logit"][k]
