@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from .bpe import llama3_bpe
+
 MODEL_ID = "llava-hf/llama3-llava-next-8b-hf"
 SAE_ID = "lmms-lab/llama3-llava-next-8b-hf-sae-131k"
 HIDDEN = 32
@@ -26,10 +28,6 @@ IMAGE_SIZE, PATCH = 32, 8
 PINPOINTS = [[32, 64], [64, 32], [64, 64], [96, 32], [32, 96]]  # the real [[336, 672], ...] / 10.5
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 IMAGE_TOKEN = "<image>"
-# The Llama-3 pre-tokenizer split: contractions, words with one leading non-letter, numbers of at
-# most three digits, punctuation runs, newlines, spaces.
-SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 REPO = Path(__file__).resolve().parents[3]
 
 # Llama-3 turns: header, blank line, the images as "<image>\n", the text, <|eot_id|>. Written for
@@ -60,18 +58,10 @@ def english_lines() -> list[str]:
 
 def llama3_tokenizer(vocab_size: int = 2000):
     """A byte-level BPE tokenizer ('Ġ' pieces, English words) with the Llama-3 specials + <image>."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(english_lines(), trainer=trainer)
+    tok = llama3_bpe(english_lines(), vocab_size)
     tok.add_special_tokens(SPECIALS + [IMAGE_TOKEN])
     bos = tok.token_to_id("<|begin_of_text|>")
     tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .bpe import llama3_bpe
 from .relevance import english_lines
 
 HUB_ID = "meta-llama/Llama-3.2-1B-Instruct"
@@ -24,10 +25,6 @@ BPE_VOCAB = 2000
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
             "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>",
             "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"]
-# The Llama-3 pre-tokenizer pattern: contractions, words with one leading non-letter, numbers of
-# at most three digits, punctuation runs, newlines, spaces.
-SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 # Written for this stand-in: the Llama-3 turn format (system turn with the knowledge-date lines,
 # each message as a header block closed by <|eot_id|>, an open assistant header to generate into).
@@ -53,17 +50,9 @@ def gsm8k_texts() -> list[str]:
 
 
 def llama3_tokenizer():
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import AddedToken, processors
 
-    tok = Tokenizer(models.BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=BPE_VOCAB, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(gsm8k_texts(), trainer=trainer)
+    tok = llama3_bpe(gsm8k_texts(), BPE_VOCAB)
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
     bos = tok.token_to_id(SPECIALS[0])
     tok.post_processor = processors.Sequence([
