@@ -119,8 +119,12 @@ def run(org, out: Path, *, n_images: int | None = None, top_k: int = 16, chunk: 
             "build_s": round(time.perf_counter() - t0, 2), "scene_file": "index_scenes.json",
             "precompute": {"chunk": chunk, "chunks": -(-len(specs) // chunk),
                            "processes": int(getattr(state, "num_processes", 1))}}
-    index = to_index(merged, meta)
-    final = Path(out) / INDEX_FILE
+    return _save(to_index(merged, meta), Path(out))
+
+
+def _save(index: FeatureIndex, out: Path) -> FeatureIndex:
+    """Write the index beside the job's shards, whole or not at all (a reader never sees half)."""
+    final = out / INDEX_FILE
     tmp = final.with_suffix(".tmp")
     index.save(tmp)
     tmp.replace(final)
@@ -161,12 +165,7 @@ def run_hub(org, source, out: Path, *, top_k: int = 16, chunk: int = 64, batch: 
     meta = FT.index_meta(org, source, top_k, build_s=round(time.perf_counter() - t0, 2),
                          precompute={"chunk": chunk, "batch": batch, "chunks": -(-len(source) // chunk),
                                      "processes": int(getattr(state, "num_processes", 1))})
-    index = to_index(merged, meta)
-    final = Path(out) / INDEX_FILE
-    tmp = final.with_suffix(".tmp")
-    index.save(tmp)
-    tmp.replace(final)
-    return index
+    return _save(to_index(merged, meta), Path(out))
 
 
 def main(argv: list[str] | None = None) -> None:
