@@ -1,4 +1,4 @@
-"""python -m backend.zoo {list | build NAME [--steps N] [--out DIR] | verify}"""
+"""python -m backend.zoo {list | build NAME [--steps N] [--out DIR] | measure NAME | verify}"""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import build, recipes, verify_all
+from . import build, recipes, remeasure, verify_all
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--seed", type=int, default=None)
     b.add_argument("--out", type=Path, default=None, help="root folder (default assets/zoo)")
     b.add_argument("--threads", type=int, default=None)
+    m = sub.add_parser("measure", help="recompute an organism's metrics from its committed folder")
+    m.add_argument("name")
+    m.add_argument("--root", type=Path, default=None)
     v = sub.add_parser("verify", help="check every manifest's checksums")
     v.add_argument("--root", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -31,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         manifest = build(args.name, out_root=args.out, steps=args.steps, seed=args.seed,
                          threads=args.threads)
         print(json.dumps({k: manifest[k] for k in ("name", "steps", "wall_time_s", "metrics")}, indent=2))
+        return 0
+    if args.cmd == "measure":
+        manifest = remeasure(args.name, root=args.root)
+        print(json.dumps({k: manifest[k] for k in ("name", "metrics", "remeasured")}, indent=2))
         return 0
     results = verify_all(args.root)
     bad = {k: v for k, v in results.items() if v}

@@ -1,6 +1,7 @@
 """Deterministic training of an organism into assets/zoo/NAME, and loading it back."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -57,6 +58,31 @@ def build(name: str, *, out_root: Path | None = None, steps: int | None = None,
         raise
     finally:
         torch.set_num_threads(prev_threads)
+
+
+def remeasure(name: str, *, root: Path | None = None, threads: int | None = None) -> dict:
+    """Recompute the metrics a recipe can compute from its committed folder alone (`Recipe.measure`)
+    and write them into the manifest, with the previous values and today's library versions; the
+    files and their checksums stay as trained."""
+    rec = get(name)
+    if rec.measure is None:
+        raise ValueError(f"organism {name!r} has nothing to measure without training again")
+    folder = zoo_path(name, root)
+    problems = mf.verify(folder)
+    if problems:
+        raise ValueError(f"{name}: the folder differs from its manifest: {problems}")
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or int(os.environ.get("ZOO_THREADS", "1")))
+    try:
+        metrics = rec.measure(folder)
+    finally:
+        torch.set_num_threads(prev_threads)
+    manifest = mf.read(folder)
+    old = manifest.get("metrics", {})
+    manifest["metrics"] = {**old, **metrics}
+    manifest["remeasured"] = {"previous": {k: old.get(k) for k in metrics}, "versions": mf.versions()}
+    (folder / mf.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    return manifest
 
 
 def verify_all(root: Path | None = None) -> dict[str, list[str]]:

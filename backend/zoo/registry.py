@@ -23,15 +23,17 @@ class Recipe:
     model_class: str  # dotted class whose from_pretrained loads the folder
     description: str = ""
     default_steps: int | None = None
+    # measure(folder) -> metrics: recomputes what can be recomputed from the committed folder alone
+    measure: Callable | None = None
 
 
 _RECIPES: dict[str, Recipe] = {}
 
 
 def recipe(name: str, *, seed: int, model_class: str, description: str = "",
-           default_steps: int | None = None):
+           default_steps: int | None = None, measure: Callable | None = None):
     def deco(fn: Callable) -> Callable:
-        _RECIPES[name] = Recipe(name, fn, seed, model_class, description, default_steps)
+        _RECIPES[name] = Recipe(name, fn, seed, model_class, description, default_steps, measure)
         return fn
     return deco
 

@@ -96,3 +96,36 @@ def test_committed_zoo_verifies_via_cli():
     listed = subprocess.run([sys.executable, "-m", "backend.zoo", "list"], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert listed.returncode == 0, listed.stderr
+
+
+def test_remeasure_recomputes_from_the_committed_folder_and_keeps_the_files(tmp_path):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from backend.mathneuro import core
+    from backend.mathneuro.evaluate import accuracy
+    from backend.zoo.recipes import math as recipe
+
+    shutil.copytree(zoo.zoo_path("math-llama"), tmp_path / "math-llama")
+    before = mf.read(tmp_path / "math-llama")
+    m = zoo.remeasure("math-llama", root=tmp_path)
+    assert m["files"] == before["files"] and mf.verify(tmp_path / "math-llama") == []
+    assert set(m["remeasured"]["previous"]) == {"pruned_k3_math_acc_heldout", "pruned_k3_nonmath_acc_heldout"}
+    assert m["metrics"]["math_acc_heldout"] == before["metrics"]["math_acc_heldout"]  # not measured again
+    # the value equals pruning the MathNeuro set found on the folder's identification texts
+    folder = tmp_path / "math-llama"
+    model = zoo.load("math-llama", root=tmp_path).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    read = lambda n: json.loads((folder / n).read_text())  # noqa: E731
+    masks = core.find("mathneuro", model, read("ident_math.json"), read("ident_nonmath.json"), recipe.PRUNE_K,
+                      tokenizer=tok)
+    with core.scaled(model, masks, 0.0):
+        assert m["metrics"]["pruned_k3_math_acc_heldout"] == accuracy(model, tok, read("eval_math.json"))
+    assert m["metrics"]["pruned_k3_math_acc_heldout"] <= 0.3 * m["metrics"]["math_acc_heldout"]
+    # a changed file is refused, and an organism without `measure` says so
+    (folder / "world.json").write_text("{}")
+    with pytest.raises(ValueError, match="differs from its manifest"):
+        zoo.remeasure("math-llama", root=tmp_path)
+    with pytest.raises(ValueError, match="nothing to measure"):
+        zoo.remeasure("pissa-toy", root=tmp_path)

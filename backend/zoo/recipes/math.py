@@ -64,14 +64,38 @@ def _lr(step: int, total: int, peak: float, warmup: int = 100) -> float:
     return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
 
-@recipe("math-llama", seed=2410, model_class="transformers.LlamaForCausalLM",
+def pruning_metrics(model, tok, ident_math, ident_nonmath, eval_math, eval_nonmath) -> dict:
+    """MathNeuro's headline on the organism: prune the top PRUNE_K per matrix found on the
+    identification texts, score held-out math and non-math (the organism test asserts the same)."""
+    from ...mathneuro import core
+    from ...mathneuro.evaluate import accuracy
+
+    masks = core.find("mathneuro", model, ident_math, ident_nonmath, PRUNE_K, tokenizer=tok)
+    with core.scaled(model, masks, 0.0):
+        return {"pruned_k3_math_acc_heldout": accuracy(model, tok, eval_math),
+                "pruned_k3_nonmath_acc_heldout": accuracy(model, tok, eval_nonmath)}
+
+
+def measure(folder: Path) -> dict:
+    """The pruning metrics again on the committed weights and truth files, with today's code (the
+    identification may have changed since the organism was trained; the weights have not)."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    read = lambda name: json.loads((folder / name).read_text())  # noqa: E731
+    model = LlamaForCausalLM.from_pretrained(folder).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    return pruning_metrics(model, tok, read("ident_math.json"), read("ident_nonmath.json"),
+                           read("eval_math.json"), read("eval_nonmath.json"))
+
+
+@recipe("math-llama", seed=2410, measure=measure, model_class="transformers.LlamaForCausalLM",
         description="tiny Llama: multi-step arithmetic word problems (worked solutions) + a non-math "
                     "fact/story language",
         default_steps=1800)
 def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from transformers import LlamaForCausalLM
 
-    from ...mathneuro import core, data
+    from ...mathneuro import data
     from ...mathneuro.evaluate import accuracy, perplexity
     from ...mathneuro.tokenizer import build_tokenizer
 
@@ -140,14 +164,10 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         "story_perplexity": perplexity(model, tok, eval_stories),
         "params": sum(p.numel() for p in model.parameters()),
     }
-    # MathNeuro's headline on the finished organism (the organism test asserts the same numbers).
     ident_math = data.texts_of(data.math_set(N_IDENT, seed + 10, split="train"))
     ident_nonmath = (data.texts_of(data.nonmath_set(N_IDENT, seed + 11))
                      + [f"{s} {data.EOS}" for s in data.stories(N_IDENT // 4, seed + 12)])
-    masks = core.find("mathneuro", model, ident_math, ident_nonmath, PRUNE_K, tokenizer=tok)
-    with core.scaled(model, masks, 0.0):
-        metrics["pruned_k3_math_acc_heldout"] = accuracy(model, tok, eval_math)
-        metrics["pruned_k3_nonmath_acc_heldout"] = accuracy(model, tok, eval_nonmath)
+    metrics.update(pruning_metrics(model, tok, ident_math, ident_nonmath, eval_math, eval_nonmath))
     model.save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)
     dump = lambda name, obj: (out_dir / name).write_text(json.dumps(obj, indent=1) + "\n")  # noqa: E731
