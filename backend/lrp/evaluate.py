@@ -44,34 +44,16 @@ def precision_at_k(relevance: np.ndarray, evidence: list[int], candidates: list[
 
 def sentiment_eval(model, tok, task: dict, held: list[dict], methods, *, n: int | None = None,
                    faithfulness: bool = True, rules=None, progress=None) -> dict:
-    """Per method: mean precision@k, conservation pairs (Σ R, logit), ΔA^F summary."""
+    """Per method: mean precision@k of the planted evidence, conservation pairs (Σ R, logit), ΔA^F
+    summary; `sentences_eval` on the organism's sentences, grouped by length (a stable sort)."""
     items = held[:n] if n else held
-    neutral = tok.convert_tokens_to_ids(task.get("neutral_token", "<unk>"))
-    out = {m: {"precision": [], "sum_r": [], "logit": [], "curves": [], "rel": [], "targets": []} for m in methods}
-    groups = by_length(items)
-    done, total = 0, len(groups) * len(methods)
-    for L, group in groups.items():
+    groups = []
+    for L, group in by_length(items).items():
         ids, evidence = sentiment_batch(tok, task, group)
-        targets = predicted_labels(model, tok, task, ids)
-        cand = list(range(1, L + 1))
-        for m in methods:
-            limits.check("the held-out evaluation")
-            rel, score = attribute_text(model, ids, target=targets, position=-1, method=m,
-                                        rules=rules if m == "mambalrp" else None, return_score=True)
-            rel = rel.numpy()
-            for b in range(len(group)):
-                out[m]["precision"].append(precision_at_k(rel[b], evidence[b], cand))
-                out[m]["sum_r"].append(float(rel[b].sum()))
-                out[m]["logit"].append(float(score[b]))
-                out[m]["rel"].append(rel[b])
-            out[m]["targets"] += [int(t) for t in targets]
-            if faithfulness:
-                out[m]["curves"] += fa.text_curves_batch(model, ids, rel, targets=targets, candidates=cand,
-                                                         neutral_id=neutral)
-            done += 1
-            if progress is not None:
-                progress(done / total, f"{LABELS[m]}: sentences of {L} words")
-    return {m: summary(d, faithfulness) for m, d in out.items()}
+        groups.append((ids, predicted_labels(model, tok, task, ids), list(range(1, L + 1)), evidence))
+    neutral = tok.convert_tokens_to_ids(task.get("neutral_token", "<unk>"))
+    return sentences_eval(model, groups, methods, neutral_id=neutral, rules=rules, faithfulness=faithfulness,
+                          progress=progress)[0]
 
 
 def summary(d: dict, faithfulness: bool = True) -> dict:
@@ -137,17 +119,19 @@ def region_eval(model, images: np.ndarray, labels: np.ndarray, masks: np.ndarray
     return out
 
 
-def sentences_eval(model, groups: list[tuple[torch.Tensor, torch.Tensor | None, list[int]]], methods, *,
-                   neutral_id: int, predict_among: list[int] | None = None, rules=None,
+def sentences_eval(model, groups: list[tuple], methods, *, neutral_id: int,
+                   predict_among: list[int] | None = None, rules=None, faithfulness: bool = True,
                    progress=None) -> tuple[dict, list[int]]:
-    """Faithfulness and conservation on sentences without planted evidence. `groups`: batches of
-    equal-length ids [B, L] with their target ids [B] (None = the model's own prediction, among
-    `predict_among` when given) and the positions that may be removed. Returns per method the
-    ΔA^F summary and the (Σ R, logit) pairs, and the targets used (in the groups' order)."""
-    out = {m: {"sum_r": [], "logit": [], "curves": [], "rel": [], "targets": []} for m in methods}
+    """Faithfulness and conservation on sentences. `groups`: batches of equal-length ids [B, L]
+    with their target ids [B] (None = the model's own prediction, among `predict_among` when
+    given), the positions that may be removed and, optionally, each row's planted evidence
+    positions (then precision@k too). Returns per method the summary (ΔA^F, the (Σ R, logit)
+    pairs, per-sentence values) and the targets used (in the groups' order)."""
+    out = {m: {"precision": [], "sum_r": [], "logit": [], "curves": [], "rel": [], "targets": []}
+           for m in methods}
     used: list[int] = []
     done, total = 0, len(groups) * len(methods)
-    for ids, targets, cand in groups:
+    for ids, targets, cand, *evidence in groups:
         if targets is None:
             with torch.no_grad():
                 logits = lm_forward(model, ids)[:, -1].float().cpu()
@@ -169,9 +153,12 @@ def sentences_eval(model, groups: list[tuple[torch.Tensor, torch.Tensor | None, 
             out[m]["logit"] += [float(v) for v in score]
             out[m]["rel"] += list(rel)
             out[m]["targets"] += [int(t) for t in targets]
-            out[m]["curves"] += fa.text_curves_batch(model, ids, rel, targets=targets, candidates=cand,
-                                                     neutral_id=neutral_id)
+            if evidence:
+                out[m]["precision"] += [precision_at_k(r, e, cand) for r, e in zip(rel, evidence[0])]
+            if faithfulness:
+                out[m]["curves"] += fa.text_curves_batch(model, ids, rel, targets=targets, candidates=cand,
+                                                         neutral_id=neutral_id)
             done += 1
             if progress is not None:
                 progress(done / total, f"{LABELS[m]}: sentences of {ids.shape[1]} tokens")
-    return {m: summary(d) for m, d in out.items()}, used
+    return {m: summary(d, faithfulness) for m, d in out.items()}, used
