@@ -138,6 +138,7 @@ def test_memorization_on_your_own_sd_pipeline(page, server_url, local_models, na
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("vlm, sae, hook, cls", [
     ("own-llava15", "own-llava15-sae", "model.layers.2", "LlavaForConditionalGeneration"),
+    ("own-llava15", "own-llava15-saelens", "model.layers.2", "LlavaForConditionalGeneration"),
     ("own-llava-next", "own-llava-next-sae", "model.layers.8", "LlavaNextForConditionalGeneration")])
 def test_features_on_your_own_vlm_and_sae(page, server_url, local_models, vlm, sae, hook, cls):
     from tests.helpers.standins.features import sample_images
@@ -158,6 +159,8 @@ def test_features_on_your_own_vlm_and_sae(page, server_url, local_models, vlm, s
     page.locator("#feat-load").click()
     page.locator("#feat-own-status").get_by_text("No feature index yet").wait_for(timeout=90_000)
     settle(page)
+    if sae.endswith("saelens"):  # read as SAELens wrote it: a JumpReLU SAE
+        assert "jumprelu" in page.locator("#feat-own-status").inner_text()
     # the steering text names the loaded model's hookpoint, not the zoo's
     assert hook.removeprefix("model.") in page.locator("#features-steer-explain").inner_text()
     # no planted concepts in the user's images: the concept IoU plot and rival zeroing go away
@@ -170,7 +173,7 @@ def test_features_on_your_own_vlm_and_sae(page, server_url, local_models, vlm, s
     settle(page)
     page.wait_for_selector("#features-overlay img", timeout=60_000)
     assert page.locator("#features-table [role=row].virtual-row").count() >= 1  # the features that fired
-    shot(page, f"own-model-features-{vlm}")
+    shot(page, f"own-model-features-{sae}")
     heads = page.locator("#features-table thead th").all_inner_texts()
     assert any("label" in h for h in heads) and not any("IoU" in h or "concept" in h for h in heads), heads
     page.locator("#features-sort input").click()
