@@ -811,7 +811,8 @@ def build(ctx) -> None:
                 with gr.Column():
                     cap = gr.Markdown()
                     firing = gr.Dataframe(headers=["feature", "label" if org.is_hub else "concept",
-                                                   "mean activation"], interactive=False)
+                                                   "mean activation"], interactive=False,
+                                          elem_id="features-firing-table")
             fire_gallery = gr.Gallery(label="strongest features on this image", columns=6, height=200,
                                       object_fit="contain",
                                       format="png", elem_id="features-firing")
@@ -910,6 +911,17 @@ def build(ctx) -> None:
 
     loaded.success(planted_views, source, [explain, concepts, suppress, sort, query], queue=False,
                    show_progress="hidden", api_visibility="private")
+
+    def cleared(source_):
+        """The last analysis and steering were another model's: blank them (a pinned result stays,
+        for comparison), with the firing table's columns for the model now loaded."""
+        label = "label" if FT.get_organism(source_).is_hub else "concept"
+        again = "<span class='wb-muted'>A new model and SAE are loaded: run this again to see theirs.</span>"
+        return (None, again, [], pd.DataFrame(columns=["feature", label, "mean activation"]), "", None,
+                None, again, None)
+
+    loaded.success(cleared, source, analysis_out + steer_out, queue=False, show_progress="hidden",
+                   api_visibility="private")
     keep_on_failure(loaded.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),
                     page_outputs)
 

@@ -174,8 +174,9 @@ def test_features_on_your_own_vlm_and_sae(page, server_url, local_models, vlm, s
     page.wait_for_selector("#features-overlay img", timeout=60_000)
     assert page.locator("#features-table [role=row].virtual-row").count() >= 1  # the features that fired
     shot(page, f"own-model-features-{sae}")
-    heads = page.locator("#features-table thead th").all_inner_texts()
-    assert any("label" in h for h in heads) and not any("IoU" in h or "concept" in h for h in heads), heads
+    for table in ("#features-table", "#features-firing-table"):  # an explainer's labels; no planted concepts
+        heads = page.locator(f"{table} thead th").all_inner_texts()
+        assert any("label" in h for h in heads) and not any("IoU" in h or "concept" in h for h in heads), heads
     page.locator("#features-sort input").click()
     options = [o.split("\n")[-1] for o in page.get_by_role("option").all_inner_texts()]
     assert "density" in options and "IoU" not in options, options
