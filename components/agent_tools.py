@@ -215,7 +215,7 @@ def open_feature(feature: int) -> tuple[str, gr.FileData]:
     """
     from backend.sae import features as FT
 
-    from .features import dimmed, overlay
+    from .feature_figures import dimmed, overlay
 
     org = _organism()
     f = _whole(feature, "feature", 0, org.n_features - 1)

@@ -74,7 +74,7 @@ def test_cmap_helpers_follow_the_shared_maps():
 def _figures():
     """Every plotly figure builder of the tabs, on small inputs of the shape the backends return."""
     from backend.mathneuro.service import Setting
-    from components import adapters, features, math_neurons, memorization, relevance
+    from components import adapters, feature_figures, math_neurons, memorization, relevance
 
     toks = ["<bos>", "good", "film", "label:"]
     res = {"tokens": toks, "methods": ["mambalrp", "gi"],
@@ -106,10 +106,10 @@ def _figures():
         "relevance.image_plot": lambda: relevance.image_plot(
             {"methods": ["mambalrp"], "maps": {"mambalrp": [[0.5, -1.0], [0.0, 2.0]]}, "image": [[0, 1], [1, 0]],
              "pred": "ring", "mask": [[True, False], [False, False]], "share_in_region": {"mambalrp": 0.2}}),
-        "features._hist_plot": lambda: features._hist_plot(page),
-        "features.patch_figure": lambda: features.patch_figure(
+        "feature_figures._hist_plot": lambda: feature_figures._hist_plot(page),
+        "feature_figures.patch_figure": lambda: feature_figures.patch_figure(
             [np.zeros((8, 8, 3), np.uint8)], [np.array([[0.0, 1.0], [2.0, 0.5]])], ["feature 3"]),
-        "features._concept_plot": lambda: features._concept_plot(page),
+        "feature_figures._concept_plot": lambda: feature_figures._concept_plot(page),
         "memorization.z_plot": lambda: memorization.z_plot(z, ["down0.attn0:1"]),
         "memorization.hist_plot": lambda: memorization.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
         "math_neurons.figure2_plot": lambda: math_neurons.figure2_plot(base, {"mathneuro": base}, 0.05),
@@ -131,7 +131,7 @@ def _figures():
     }
 
 
-TAB_FILES = ["relevance", "features", "memorization", "math_neurons", "adapters"]
+TAB_FILES = ["relevance", "features", "feature_figures", "memorization", "math_neurons", "adapters"]
 
 
 def _figure_builders() -> set[str]:
