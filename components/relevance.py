@@ -4,8 +4,6 @@ in backend.lrp.service."""
 from __future__ import annotations
 
 import html
-import io
-import json
 import math
 import tempfile
 from pathlib import Path
@@ -16,13 +14,15 @@ import numpy as np
 from backend.lrp import sentences as S
 from backend.lrp import service as svc
 from backend.lrp.forward import RULES
-from backend.lrp.methods import LABELS, METHODS, SIGNED
+from backend.lrp.methods import LABELS, METHODS
 from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text_presets
-from backend.lrp.tokens import SPACE_MARK, visible
-from backend.core import colors as C
+from backend.lrp.tokens import visible
 from components.model_picker import model_picker
-from components.common import fail, model_event, themed
+from components.common import fail, model_event
 from components.inputs import keep_on_failure
+from components.relevance_figures import (_code, conservation_md, curves_plot, daf_table, export_text,
+                                          heatmap_html, image_figure, image_plot, longrange_plot, max_abs,
+                                          position_plot, scatter_plot, sentence_frame, sentence_html)
 
 TAB_ID = "relevance"
 TITLE = "Relevance"
@@ -37,7 +37,6 @@ RULE_LABELS = {"norm": "RMSNorm: detach the normaliser", "silu": "SiLU: x·stopg
 # Presenter view's one plain line in place of the explanation above (components.common: wb-presenter-only).
 PRESENTER_CAPTION = ("Which words made the model give its answer: red pushed it towards the answer, "
                      "blue against it.")
-PAPER_DAF = {"mambalrp": 1.978, "ig": 0.857, "lrp_ln": 0.877, "gi": 0.078, "random": -0.012}
 HUB_LONG_EXAMPLE = ("The secret code is 4817. Remember it, because you will need it at the end. "
                     "Meanwhile the weather turned cold, the trains ran late, and the market was busy "
                     "with people buying bread, apples and coffee before the holiday. The secret code is")
@@ -51,355 +50,7 @@ TEXT_EXAMPLES = [
 ]
 
 
-# ----------------------------------------------------------------------------- colours & rendering
-
-def _rgb(v: float) -> str:
-    """v in [-1, 1] → the shared diverging map (red = positive, blue = negative, white = 0)."""
-    r, g, b = C.cmap_rgb((float(np.clip(v, -1, 1)) + 1) / 2, C.SIGNED_CMAP)
-    return f"rgb({r},{g},{b})"
-
-
-def _ink(v: float) -> str:
-    """Text colour that reads on the token's background: white on the dark ends of the map."""
-    return "#ffffff" if abs(float(v)) > 0.6 else "#111827"
-
-
-def max_abs(res: dict) -> float:
-    return max(max(float(np.abs(np.asarray(v, float)).max()) for v in res["relevance"].values()), 1e-12)
-
-
-def _scale(res: dict, normalise: bool, vmax: float | None = None) -> tuple[dict, float]:
-    """Relevance in [-1, 1] for colouring: per method, or over one scale (`vmax`, by default this
-    result's largest |R|; a pinned comparison passes the larger of both results')."""
-    rel = {k: np.asarray(v, float) for k, v in res["relevance"].items()}
-    if normalise:
-        return {k: v / max(np.abs(v).max(), 1e-12) for k, v in rel.items()}, 1.0
-    vmax = vmax or max_abs(res)
-    return {k: v / vmax for k, v in rel.items()}, vmax
-
-
-def colorbar_html(vmax: float, normalise: bool) -> str:
-    lo, hi = ("−1", "+1") if normalise else (f"−{vmax:.3g}", f"+{vmax:.3g}")
-    what = "relevance ÷ each method's max |R|" if normalise else "relevance (one scale for all methods)"
-    return (f"<div style='display:flex;align-items:center;gap:8px;margin:6px 0 2px 0;font-size:0.8rem'>"
-            f"<span>{lo}</span><div style='width:220px;height:12px;border-radius:3px;"
-            f"background:{C.css_gradient(C.SIGNED_CMAP)};border:1px solid #ccc'></div><span>{hi}</span>"
-            f"<span class='wb-muted'>{what} · red supports the target, blue speaks against it</span></div>")
-
-
-def token_html(tok: str) -> str:
-    """A token's text with its leading spaces drawn as faint marks (' was' → ·was), so the word
-    boundaries a byte-level BPE keeps stay visible without the raw 'Ġ' pieces."""
-    shown = visible(tok)
-    lead = len(shown) - len(shown.lstrip(SPACE_MARK))
-    rest = html.escape(shown[lead:]) or "&nbsp;"
-    if not lead:
-        return rest
-    return f"<span class='wb-space' style='opacity:0.45'>{SPACE_MARK * lead}</span>{rest}"
-
-
-def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | None = None,
-                 vmax: float | None = None) -> str:
-    """One row of tokens per method; `mark[method]` underlines that method's own chosen positions
-    (the long-range section marks each method's top-10)."""
-    scaled, vmax = _scale(res, normalise, vmax)
-    unknown = set(res.get("unknown_words") or [])
-    rows = []
-    for meth in res["methods"]:
-        marked = (mark or {}).get(meth, set())
-        spans = []
-        for i, (tok, v, raw) in enumerate(zip(res["tokens"], scaled[meth], res["relevance"][meth])):
-            border = "border-bottom:3px solid #111;font-weight:700;" if i in marked else ""
-            if tok in unknown:
-                border += "outline:1px dashed #6b7280;"
-            spans.append(f"<span title='#{i} {html.escape(visible(tok))}: {raw:+.4g}' class='wb-token' style='background:{_rgb(v)};color:{_ink(v)};"
-                         f"padding:1px 3px;margin:1px;border-radius:3px;display:inline-block;{border}'>"
-                         f"{token_html(tok)}</span>")
-        tag = "" if meth in SIGNED else " <span class='wb-muted'>(≥ 0 only)</span>"
-        rows.append(f"<div style='margin:4px 0'><div style='font-weight:600;font-size:0.85rem'>"
-                    f"{html.escape(LABELS[meth])}{tag}</div><div style='line-height:1.9'>{''.join(spans)}</div></div>")
-    note = ""
-    if unknown:
-        words = ", ".join(html.escape(w) for w in res["unknown_words"])
-        note = (f"<div class='wb-muted wb-unknown'>Not in this model's vocabulary (read as the unknown "
-                f"token, outlined): {words}</div>")
-    return f"<div class='wb-relevance-heatmap'>{colorbar_html(vmax, normalise)}{note}{''.join(rows)}</div>"
-
-
-def position_plot(res: dict, normalise: bool = True):
-    """Bars of what the heatmap shows: each method divided by its max |R| when normalised (hover
-    gives the raw value too), else the raw relevance on one axis."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    x = list(range(len(res["tokens"])))
-    shown = [visible(t) for t in res["tokens"]]
-    for i, meth in enumerate(res["methods"]):
-        raw = np.asarray(res["relevance"][meth], float)
-        if normalise:
-            y = raw / max(np.abs(raw).max(), 1e-12)
-            hover = "%{text}<br>normalised %{y:.3f}<br>raw relevance %{customdata:.4g}"
-        else:
-            y = raw
-            hover = "%{text}<br>relevance %{y:.4g}"
-        fig.add_bar(x=x, y=y, name=LABELS[meth], marker_color=C.qualitative(i), customdata=raw, text=shown,
-                    textposition="none", hovertemplate=hover + "<extra>" + LABELS[meth] + "</extra>")
-    fig.update_layout(barmode="group", height=380, margin=dict(l=50, r=10, t=40, b=40),
-                      title="Relevance by position" + (" (normalised per method)" if normalise else ""),
-                      legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
-                      xaxis=dict(tickmode="array", tickvals=x, ticktext=shown, tickangle=-45),
-                      yaxis_title="relevance ÷ method's max |R|" if normalise else "relevance")
-    if normalise:
-        fig.update_yaxes(range=[-1.05, 1.05])
-    return themed(fig)
-
-
-def conservation_md(res: dict) -> str:
-    f = res["logit"]
-    lines = [f"**Target** {_code(visible(res['target']))} · logit f = **{f:.4f}**", ""]
-    if res.get("target_note"):
-        lines += [f"<span class='wb-muted'>{html.escape(res['target_note'])}</span>", ""]
-    lines += ["| method | Σ relevance | Σ R − f | \\|Σ R − f\\| / \\|f\\| |", "|---|---|---|---|"]
-    for meth in res["methods"]:
-        s = res["sum_relevance"][meth]
-        lines.append(f"| {LABELS[meth]} | {s:.4f} | {s - f:+.2e} | {abs(s - f) / max(abs(f), 1e-12):.2e} |")
-    lines.append("")
-    lines.append("<span class='wb-muted'>With every rule on and zero biases, MambaLRP's relevance sums to "
-                 "the logit (conservation); drop a rule to see it break. Attention methods are not "
-                 "meant to sum to f.</span>")
-    if res.get("conv_bias"):
-        lines.append("")
-        lines.append("<span class='wb-muted'>This model's conv1d layers have biases (as Mamba-130M's "
-                     "do): the biases absorb a share of the logit, so Σ R − f is not zero here even "
-                     "with every rule on; that gap is the biases' share, not a broken rule.</span>")
-    return "\n".join(lines)
-
-
-def _tmpdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="wb-relevance-"))
-
-
-def export_text(res: dict) -> tuple[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    d = _tmpdir()
-    jpath = d / "relevance.json"
-    data = dict(res)
-    data["tokens_shown"] = [visible(t) for t in res["tokens"]]  # leading space → "·"
-    jpath.write_text(json.dumps(data, indent=1, default=float))
-    scaled, _ = _scale(res, True)
-    M = np.stack([scaled[m] for m in res["methods"]])
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(res["tokens"])), 0.6 * len(res["methods"]) + 1.6), dpi=110)
-    im = ax.imshow(M, cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, aspect="auto")
-    ax.set_yticks(range(len(res["methods"])), [LABELS[m] for m in res["methods"]])
-    ax.set_xticks(range(len(res["tokens"])), [visible(t) for t in res["tokens"]], rotation=60, ha="right", fontsize=8)
-    ax.set_title(f"explaining '{visible(res['target'])}' (logit {res['logit']:.3f})", fontsize=9)
-    fig.colorbar(im, ax=ax, label="relevance / max|R|", fraction=0.03)
-    fig.tight_layout()
-    ppath = d / "relevance.png"
-    fig.savefig(ppath)
-    plt.close(fig)
-    return str(jpath), str(ppath)
-
-
-def curves_plot(hres: dict):
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    for i, meth in enumerate(hres["methods"]):
-        r = hres["results"][meth]
-        c = C.qualitative(i)
-        fig.add_scatter(x=r["grid"], y=r["morf"], name=f"{LABELS[meth]} MoRF", line=dict(color=c))
-        fig.add_scatter(x=r["grid"], y=r["lerf"], name=f"{LABELS[meth]} LeRF", line=dict(color=c, dash="dash"))
-    fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=40),
-                      legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=10)),
-                      title=f"Target logit while removing words ({hres['n']} held-out sentences)",
-                      xaxis_title=f"fraction of words replaced by {hres.get('neutral', '<unk>')}",
-                      yaxis_title="target logit")
-    return themed(fig)
-
-
-def daf_table(hres: dict) -> list[list]:
-    rows = []
-    for meth in sorted(hres["methods"], key=lambda m: -hres["results"][m]["delta_af"]):
-        r = hres["results"][meth]
-        paper = PAPER_DAF.get(meth)
-        prec = r.get("precision_at_k")
-        rows.append([LABELS[meth], round(r["delta_af"], 3), round(r["delta_af_se"], 3), round(r["a_lerf"], 3),
-                     round(r["a_morf"], 3), "" if prec is None else round(prec, 3),
-                     "" if paper is None else paper])
-    return rows
-
-
-def sentence_frame(hres: dict):
-    """The per-sentence table: one row per sentence (its number in the input), ΔA^F per method and
-    MambaLRP's conservation error; numeric columns sort as numbers."""
-    import pandas as pd
-
-    methods = hres["methods"]
-    rows = []
-    for rec in hres.get("sentences") or []:
-        row = {"#": rec["i"], "sentence": rec["text"], "label": "" if rec.get("label") is None else str(rec["label"]),
-               "target": rec["target"]}
-        for meth in methods:
-            row[f"ΔA^F {LABELS[meth]}"] = round(rec["delta_af"][meth], 3)
-        if "mambalrp" in rec["sum_r"]:
-            f = rec["logit"]["mambalrp"]
-            row["MambaLRP |Σ R − logit| / |logit|"] = round(abs(rec["sum_r"]["mambalrp"] - f) / max(abs(f), 1e-12), 4)
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    kinds = ["number", "str", "str", "str"] + ["number"] * (len(df.columns) - 4)
-    return df, kinds
-
-
-def sentence_html(hres: dict, number: int, normalise: bool = True) -> str:
-    """One held-out sentence as the evaluation saw it: its heatmap per method (the relevance the
-    faithfulness curves were computed from) and its numbers."""
-    rec = next((r for r in hres.get("sentences") or [] if r["i"] == number), None)
-    if rec is None:
-        return ""
-    res = {"tokens": rec["tokens"], "methods": hres["methods"], "relevance": rec["relevance"]}
-    numbers = " · ".join(f"{html.escape(LABELS[m])} {rec['delta_af'][m]:+.3f}" for m in hres["methods"])
-    label = "" if rec.get("label") is None else f" · label <b>{html.escape(str(rec['label']))}</b>"
-    return (f"<div class='wb-card' style='min-height:0'><b>Sentence #{rec['i']}</b>{label} · explained "
-            f"target <code>{html.escape(visible(rec['target']))}</code><br><span class='wb-muted'>ΔA^F: "
-            f"{numbers}</span>{heatmap_html(res, normalise)}</div>")
-
-
-def scatter_plot(hres: dict):
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    allv = []
-    for meth, color in (("mambalrp", C.PAIR[1]), ("gi", C.PAIR[0])):
-        r = hres["results"].get(meth)
-        if r is None:
-            continue
-        fig.add_scatter(x=r["sum_r"], y=r["logit"], mode="markers", name=LABELS[meth],
-                        marker=dict(color=color, size=6, opacity=0.7))
-        allv += r["sum_r"] + r["logit"]
-    if allv:
-        lo, hi = min(allv), max(allv)
-        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="Σ R = f",
-                        line=dict(color=C.NEUTRAL, dash="dot"))
-    fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=40), title="Conservation on the held-out set",
-                      legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
-                      xaxis_title="Σ relevance", yaxis_title="target logit f")
-    return themed(fig)
-
-
-def longrange_plot(res: dict):
-    """Top-10 relevant tokens per method against their distance back from the answer."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    far, ys = 1, [0.0, 1.0]
-    for i, meth in enumerate(res["methods"]):
-        tops = res["top_tokens"][meth]
-        top = max(abs(tops[0]["relevance"]), 1e-12) if tops else 1.0
-        far = max([far] + [d["distance"] for d in tops])
-        ys += [d["relevance"] / top for d in tops]
-        fig.add_scatter(x=[d["distance"] for d in tops], y=[d["relevance"] / top for d in tops],
-                        # labels on each method's top 3 only (ten per method pile up); hover names all
-                        text=[visible(d["token"]) if k < 3 else "" for k, d in enumerate(tops)],
-                        mode="markers+text", textposition="top center",
-                        customdata=[d["relevance"] for d in tops], cliponaxis=False,
-                        hovertext=[visible(d["token"]) for d in tops],
-                        hovertemplate="%{hovertext} · %{x} tokens back<br>relevance %{customdata:.4g}"
-                                      "<extra>" + LABELS[meth] + "</extra>",
-                        name=LABELS[meth], marker=dict(color=C.qualitative(i)))
-    # room around the points so the labels above them (and at the ends) stay inside the plot
-    fig.update_layout(height=360, margin=dict(l=50, r=30, t=50, b=40),
-                      title=f"Explaining '{visible(res['target'])}': top-10 tokens",
-                      xaxis=dict(title="distance back from the answer position (tokens)",
-                                 range=[-0.06 * far - 1, far * 1.06 + 1]),
-                      yaxis=dict(title="relevance / top relevance",
-                                 range=[min(ys) - 0.1 * (max(ys) - min(ys)), max(ys) + 0.25 * (max(ys) - min(ys))]))
-    return themed(fig)
-
-
-def image_plot(res: dict):
-    """The input and one map per method as plotly heatmaps on one symmetric scale (each map ÷ its
-    max |R|), the relevance drawn over the grey input; hover gives each pixel's exact relevance."""
-    from plotly.subplots import make_subplots
-
-    meths = res["methods"]
-    share = res.get("share_in_region") or {}
-    titles = [f"input → {res['pred']}"] + [LABELS[m] + (f"<br>{100 * share[m]:.0f}% of R⁺ in box" if m in share else "")
-                                           for m in meths]
-    fig = make_subplots(1, len(meths) + 1, subplot_titles=titles, horizontal_spacing=0.02)
-    img = np.asarray(res["image"], float)
-    rgb = np.repeat((np.clip(img, 0, 1) * 255).round()[..., None], 3, -1)
-    fig.add_image(z=rgb, hovertemplate="x %{x}, y %{y}<extra>input</extra>", row=1, col=1)
-    for j, meth in enumerate(meths, start=2):
-        raw = np.asarray(res["maps"][meth], float)
-        fig.add_image(z=rgb, hoverinfo="skip", row=1, col=j)
-        # one shared colour axis: every map on the same scale, one colour bar
-        fig.add_heatmap(z=raw / max(np.abs(raw).max(), 1e-12), customdata=raw, coloraxis="coloraxis",
-                        opacity=0.85,
-                        hovertemplate="x %{x}, y %{y}<br>relevance %{customdata:.4g}<br>÷ max|R| %{z:.3f}"
-                                      "<extra>" + LABELS[meth] + "</extra>", row=1, col=j)
-    fig.update_layout(coloraxis=dict(colorscale=C.SIGNED_PLOTLY, cmin=-1, cmax=1,
-                                     colorbar=dict(title=dict(text="R ÷ max|R|", side="right"), len=0.9,
-                                                   thickness=12)))
-    mask = res.get("mask")
-    if mask is not None and np.asarray(mask).any():
-        ys, xs = np.nonzero(np.asarray(mask))
-        for j in range(1, len(meths) + 2):
-            fig.add_shape(type="rect", x0=xs.min() - 0.5, x1=xs.max() + 0.5, y0=ys.min() - 0.5, y1=ys.max() + 0.5,
-                          line=dict(color="lime", width=2), row=1, col=j)
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
-    for j in range(1, len(meths) + 2):
-        fig.update_yaxes(scaleanchor=f"x{'' if j == 1 else j}", scaleratio=1, row=1, col=j)
-    fig.update_annotations(font_size=11)
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=55, b=10))
-    return themed(fig)
-
-
-def image_figure(res: dict) -> tuple[np.ndarray, str]:
-    """Input + one overlay per method on a shared symmetric scale, with a colorbar; returns RGB + PNG path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    maps = {k: np.asarray(v) / max(np.abs(v).max(), 1e-12) for k, v in res["maps"].items()}
-    n = len(res["methods"]) + 1
-    fig, axes = plt.subplots(1, n, figsize=(2.3 * n + 0.8, 3.0), dpi=100)
-    axes = np.atleast_1d(axes)
-    axes[0].imshow(res["image"], cmap="gray", vmin=0, vmax=1)
-    axes[0].set_title(f"input → {res['pred']}", fontsize=9)
-    if res.get("mask") is not None:
-        axes[0].contour(np.asarray(res["mask"], float), levels=[0.5], colors="lime", linewidths=1)
-    im = None
-    for ax, meth in zip(axes[1:], res["methods"]):
-        ax.imshow(res["image"], cmap="gray", vmin=0, vmax=1)
-        im = ax.imshow(maps[meth], cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, alpha=0.85)
-        if res.get("mask") is not None:
-            ax.contour(np.asarray(res["mask"], float), levels=[0.5], colors="lime", linewidths=1)
-        share = res.get("share_in_region") or {}
-        extra = f"\n{100 * share[meth]:.0f}% of R⁺ in box" if meth in share else ""
-        ax.set_title(LABELS[meth] + extra, fontsize=9)
-    for ax in axes:
-        ax.set_xticks([])
-        ax.set_yticks([])
-    if im is not None:
-        fig.colorbar(im, ax=list(axes), fraction=0.02, label="relevance / max|R|")
-    path = _tmpdir() / "relevance-image.png"
-    fig.savefig(path, bbox_inches="tight")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    plt.close(fig)
-    from PIL import Image
-
-    return np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")), str(path)
-
-
-# ----------------------------------------------------------------------------- event handlers
+# ----------------------------------------------------------------------------- colours & rens
 
 def _is_zoo_sentiment_preset(p) -> bool:
     return p.source == "zoo" and p.path_or_id == "mamba-sentiment"
@@ -475,14 +126,6 @@ def _guard(fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except (svc.InputError, S.DataError) as e:
         fail(str(e))
-
-
-def _code(text: str) -> str:
-    """Markdown code span of any text: code spans show '<' as it is, so no HTML escaping; a
-    backtick inside is fenced by a longer run."""
-    text = str(text)
-    fence = "``" if "`" in text else "`"
-    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
 
 
 def heldout_note(hres: dict) -> str:

@@ -74,7 +74,7 @@ def test_cmap_helpers_follow_the_shared_maps():
 def _figures():
     """Every plotly figure builder of the tabs, on small inputs of the shape the backends return."""
     from backend.mathneuro.service import Setting
-    from components import adapters, feature_figures, math_neurons, memorization, relevance
+    from components import adapters, feature_figures, math_neurons, memorization, relevance_figures
 
     toks = ["<bos>", "good", "film", "label:"]
     res = {"tokens": toks, "methods": ["mambalrp", "gi"],
@@ -99,11 +99,11 @@ def _figures():
     race = {("lora", 0): {"step": [1, 2], "loss": [1.0, 0.5], "grad_norm": [1.0, 0.7]},
             ("pissa", 0): {"step": [1, 2], "loss": [0.9, 0.3], "grad_norm": [1.1, 0.6]}}
     return {
-        "relevance.position_plot": lambda: relevance.position_plot(res, True),
-        "relevance.curves_plot": lambda: relevance.curves_plot(hres),
-        "relevance.scatter_plot": lambda: relevance.scatter_plot(hres),
-        "relevance.longrange_plot": lambda: relevance.longrange_plot(long_res),
-        "relevance.image_plot": lambda: relevance.image_plot(
+        "relevance_figures.position_plot": lambda: relevance_figures.position_plot(res, True),
+        "relevance_figures.curves_plot": lambda: relevance_figures.curves_plot(hres),
+        "relevance_figures.scatter_plot": lambda: relevance_figures.scatter_plot(hres),
+        "relevance_figures.longrange_plot": lambda: relevance_figures.longrange_plot(long_res),
+        "relevance_figures.image_plot": lambda: relevance_figures.image_plot(
             {"methods": ["mambalrp"], "maps": {"mambalrp": [[0.5, -1.0], [0.0, 2.0]]}, "image": [[0, 1], [1, 0]],
              "pred": "ring", "mask": [[True, False], [False, False]], "share_in_region": {"mambalrp": 0.2}}),
         "feature_figures._hist_plot": lambda: feature_figures._hist_plot(page),
@@ -131,7 +131,7 @@ def _figures():
     }
 
 
-TAB_FILES = ["relevance", "features", "feature_figures", "memorization", "math_neurons", "adapters"]
+TAB_FILES = ["relevance", "relevance_figures", "features", "feature_figures", "memorization", "math_neurons", "adapters"]
 
 
 def _figure_builders() -> set[str]:
