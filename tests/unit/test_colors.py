@@ -74,7 +74,7 @@ def test_cmap_helpers_follow_the_shared_maps():
 def _figures():
     """Every plotly figure builder of the tabs, on small inputs of the shape the backends return."""
     from backend.mathneuro.service import Setting
-    from components import adapters, feature_figures, math_neurons, memorization, relevance_figures
+    from components import adapters, feature_figures, math_neurons, memorization_figures, relevance_figures
 
     toks = ["<bos>", "good", "film", "label:"]
     res = {"tokens": toks, "methods": ["mambalrp", "gi"],
@@ -110,8 +110,8 @@ def _figures():
         "feature_figures.patch_figure": lambda: feature_figures.patch_figure(
             [np.zeros((8, 8, 3), np.uint8)], [np.array([[0.0, 1.0], [2.0, 0.5]])], ["feature 3"]),
         "feature_figures._concept_plot": lambda: feature_figures._concept_plot(page),
-        "memorization.z_plot": lambda: memorization.z_plot(z, ["down0.attn0:1"]),
-        "memorization.hist_plot": lambda: memorization.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
+        "memorization_figures.z_plot": lambda: memorization_figures.z_plot(z, ["down0.attn0:1"]),
+        "memorization_figures.hist_plot": lambda: memorization_figures.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
         "math_neurons.figure2_plot": lambda: math_neurons.figure2_plot(base, {"mathneuro": base}, 0.05),
         "math_neurons.curve_plot": lambda: math_neurons.curve_plot([{"factor": 0.0, **base},
                                                                      {"factor": 1.0, **base}], base, s),
@@ -131,7 +131,7 @@ def _figures():
     }
 
 
-TAB_FILES = ["relevance", "relevance_figures", "features", "feature_figures", "memorization", "math_neurons", "adapters"]
+TAB_FILES = ["relevance", "relevance_figures", "features", "feature_figures", "memorization", "memorization_figures", "math_neurons", "adapters"]
 
 
 def _figure_builders() -> set[str]:

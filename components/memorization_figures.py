@@ -1,0 +1,331 @@
+"""The Memorization tab's pictures and exports: the score card, z-scores per value neuron, the
+generation grids and comparison cards, the statistics, the batch table and its histogram, and the
+PNG export."""
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+
+from backend.core import colors as C
+from backend.nemo import data as ndata
+from components.common import themed
+
+TYPES = ndata.TYPES
+LAYER_COLOURS = list(C.QUALITATIVE)  # the shared qualitative palette, one colour per layer
+Z_OUTLIER = 3.0
+
+
+def score_html(r: dict) -> str:
+    s, th = r["score"], r["theta_mem"]
+    verdict = ("memorized" if r["memorized"] else "not memorized")
+    colour = "#e11d48" if r["memorized"] else "#16a34a"
+    pct = max(0.0, min(1.0, s)) * 100
+    tpct = max(0.0, min(1.0, th)) * 100
+    if r.get("is_training_prompt"):
+        train = " · <span class='wb-muted'>this caption is in the training set with its own image</span>"
+    elif r.get("listed_type"):
+        t = r["listed_type"]
+        train = (f" · <span class='wb-muted'>the NeMo paper lists this caption as memorized "
+                 f"({html.escape(t)}: {html.escape(TYPES.get(t, t))})</span>")
+    else:
+        train = ""
+    return (f"<div class='wb-card' style='min-height:0' id='memo-score-card'>"
+            f"<div><b>Memorization score</b> {s:.3f} vs θ<sub>mem</sub> {th:.3f} → "
+            f"<b style='color:{colour}'>{verdict}</b>{train}</div>"
+            f"<div title='score {s:.4f} · θ_mem {th:.4f}' style='position:relative;height:14px;"
+            f"background:var(--background-fill-secondary);"
+            f"border-radius:7px;margin-top:8px'>"
+            f"<div style='width:{pct:.1f}%;height:14px;background:{colour};border-radius:7px'></div>"
+            f"<div title='θ_mem' style='position:absolute;left:{tpct:.1f}%;top:-3px;width:2px;height:20px;"
+            f"background:var(--body-text-color)'></div></div>"
+            f"<div class='wb-muted wb-advanced'>0 … 1 (SSIM); the tick is θ<sub>mem</sub>. Largest neuron "
+            f"z-score: {r['max_z']:.1f}</div></div>")
+
+
+def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
+    fig = go.Figure()
+    offset = 0
+    found = set(found or [])
+    tickvals, ticktext = [], []
+    fx, fy, ftxt = [], [], []
+    for i, layer in enumerate(r["layers"]):
+        z = r["z"][layer]
+        act = r.get("activation", {}).get(layer) or [None] * len(z)
+        xs = list(range(offset, offset + len(z)))
+        tips = [f"{layer}:{c}<br>z = {v:.3f}" + (f"<br>mean |activation| {a:.4g}" if a is not None else "")
+                for c, (v, a) in enumerate(zip(z, act))]
+        fig.add_trace(go.Bar(x=xs, y=z, name=layer, marker_color=LAYER_COLOURS[i % len(LAYER_COLOURS)],
+                             hovertext=tips, hoverinfo="text"))
+        out = [(x, v, c) for c, (x, v) in enumerate(zip(xs, z)) if v > Z_OUTLIER]
+        if out:
+            fig.add_trace(go.Scatter(x=[o[0] for o in out], y=[o[1] for o in out], mode="markers",
+                                     marker=dict(symbol="triangle-up", size=9, color=C.NEUTRAL),
+                                     name=f"outlier (z > {Z_OUTLIER:g})", legendgroup="outlier",
+                                     showlegend=not any(t.name.startswith("outlier") for t in fig.data),
+                                     hovertext=[f"{layer}:{o[2]} z = {o[1]:.3f}" for o in out], hoverinfo="text"))
+        for c, (x, v) in enumerate(zip(xs, z)):
+            if f"{layer}:{c}" in found:
+                fx.append(x)
+                fy.append(v)
+                ftxt.append(f"{layer}:{c} (found by NeMo) z = {v:.3f}")
+        tickvals.append(offset + len(z) / 2)
+        ticktext.append(layer)
+        offset += len(z)
+    if fx:
+        fig.add_trace(go.Scatter(x=fx, y=fy, mode="markers", hovertext=ftxt, hoverinfo="text",
+                                 marker=dict(symbol="diamond", size=10, color=C.POSITIVE,
+                                             line=dict(width=1, color="#ffffff")),
+                                 name="found by NeMo"))
+    fig.add_hline(y=Z_OUTLIER, line_dash="dot", line_color="#94a3b8")
+    fig.update_layout(height=320, margin=dict(l=40, r=10, t=30, b=40), bargap=0,
+                      title=dict(text="z = |a − μ| / σ per value neuron", font=dict(size=13)),
+                      xaxis=dict(tickvals=tickvals, ticktext=ticktext, title="layer (neurons in order)"),
+                      yaxis=dict(title="z-score"), legend=dict(orientation="h", y=-0.25))
+    return themed(fig)
+
+
+def _big(img: np.ndarray, scale: int = 4) -> np.ndarray:
+    a = (np.clip(img, 0, 1) * 255).round().astype(np.uint8)
+    return np.kron(a, np.ones((scale, scale, 1), np.uint8))
+
+
+def gallery_items(c: dict) -> list[tuple[np.ndarray, str]]:
+    """The images as files (full size, downloadable): reference, then each seed on, then off."""
+    items = []
+    if c["train_image"] is not None:
+        items.append((_big(c["train_image"]), c.get("reference_kind") or "training image"))
+    for tag in ("on", "off"):
+        for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
+            cap = f"s{seed} {tag}"
+            if c[f"ssim_{tag}"] is not None:
+                cap += f" SSIM {c[f'ssim_{tag}'][i]:.2f}"
+            items.append((_big(im), cap))
+    return items
+
+
+NO_NEURONS_OFF = "No neurons switched off: tick found neurons or type some, then generate."
+CELL_PX = 190  # a grid cell's largest width: reference + 2 rows of seeds fit a 1000 px high screen
+SMALL_PX = 96  # images this small are drawn with sharp pixels
+_IMG = "width:100%;aspect-ratio:1;object-fit:contain;display:block;border-radius:6px;"
+_CAP = "font-size:0.8rem;text-align:center;color:var(--body-text-color-subdued);margin-top:2px"
+
+
+def _data_uri(img: np.ndarray, limit: int = 256) -> str:
+    """A PNG data URI (no file round trip; a hub image is shrunk to `limit` px for the grid)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    im = Image.fromarray((np.clip(img, 0, 1) * 255).round().astype(np.uint8))
+    if max(im.size) > limit:
+        im.thumbnail((limit, limit), Image.BICUBIC)
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _figure(img: np.ndarray, tip: str, cap: str, attrs: str = "", style: str = "") -> str:
+    """One image of the grid; `cap` is HTML (already escaped), `tip` plain text for the hover."""
+    pix = "image-rendering:pixelated;" if max(img.shape[:2]) <= SMALL_PX else ""
+    t = html.escape(tip, quote=True)
+    return (f"<figure style='margin:0;min-width:0;{style}' {attrs}><img src='{_data_uri(img)}' title='{t}' alt='{t}' "
+            f"style='{_IMG}{pix}'><figcaption style='{_CAP}'>{cap}</figcaption></figure>")
+
+
+def grid_html(c: dict, grid_id: str = "memo-grid") -> str:
+    """The key figure: columns are seeds, rows are all neurons on and the chosen neurons off, the
+    reference image (training image or the user's) beside them at twice the size. Exact SSIM values
+    on hover. With nothing switched off the "off" row says so instead of repeating the "on" row."""
+    n, k = len(c["seeds"]), c["n_neurons"]
+    ref, kind = c["train_image"], c.get("reference_kind") or "training image"
+    cols = ("minmax(0,2fr) " if ref is not None else "") + f"5.5em repeat({n}, minmax(0,1fr))"
+    width = CELL_PX * (n + (2 if ref is not None else 0)) + 90
+    cells = []
+    if ref is not None:
+        cells.append(_figure(ref, kind, html.escape(kind), "class='memo-ref'", "grid-row:1 / span 3;align-self:center"))
+    head = "font-size:0.85rem;font-weight:600;text-align:center;align-self:end"
+    cells.append("<div></div>")
+    cells += [f"<div class='memo-colhead' style='{head}'>seed {s}</div>" for s in c["seeds"]]
+    off_label = f"{k} neuron{'s' if k != 1 else ''} off" if k else "no neurons off"
+    for tag, label in (("on", "all neurons on"), ("off", off_label)):
+        cells.append(f"<div class='memo-rowhead' data-row='{tag}' style='font-weight:600;align-self:center;"
+                     f"font-size:0.9rem'>{label}</div>")
+        if tag == "off" and not k:
+            cells.append(f"<div class='memo-none wb-muted' data-row='off' style='grid-column:span {n};"
+                         f"align-self:center;padding:8px'>{NO_NEURONS_OFF}</div>")
+            continue
+        ss = c[f"ssim_{tag}"]
+        for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
+            tip = f"seed {seed}, {label}" + (f": SSIM to the {kind} {ss[i]:.4f}" if ss is not None else "")
+            # presenter view says "similarity" where the expert view says SSIM
+            cap = (f"<span class='wb-advanced'>SSIM</span><span class='wb-presenter-only'>similarity</span> "
+                   f"{ss[i]:.2f}" if ss is not None else "")
+            cells.append(_figure(im, tip, cap,
+                                 f"class='memo-cell' data-row='{tag}' data-seed='{seed}'"))
+    return (f"<div class='memo-grid wb-keyfig' id='{grid_id}' style='display:grid;grid-template-columns:{cols};"
+            f"gap:6px 8px;max-width:{width}px;align-items:start'>{''.join(cells)}</div>")
+
+
+def _fmt(x, nd=3):
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def compare_html(c: dict, card_id: str = "memo-compare-card") -> str:
+    rows = []
+    conds = (("on", "all neurons on"), ("off", f"{c['n_neurons']} neuron(s) off"))
+    for tag, label in conds if c["n_neurons"] else conds[:1]:  # nothing off: no "off" row to report
+        ss = c[f"ssim_{tag}"]
+        rows.append(f"<tr><td>{label}</td><td>{_fmt(float(np.median(ss)) if ss else None)}</td>"
+                    f"<td>{_fmt(c[f'diversity_{tag}'])}</td><td>{_fmt(c[f'alignment_{tag}'], 2)}</td>"
+                    f"<td>{_fmt(c[f'score_{tag}'])}</td></tr>")
+    neurons = html.escape(", ".join(c["neurons"]) or "none")
+    ref = c.get("reference_kind")
+    ref_note = ("" if ref else "<div class='wb-muted'>No reference image: upload one (e.g. the training "
+                "image, if you have it) to measure the copy; diversity across seeds tells without one.</div>")
+    return (f"<div class='wb-card' style='min-height:0;margin-top:8px' id='{card_id}'>"
+            f"<table style='width:100%;font-size:0.9rem'><tr><th></th><th>median SSIM to {html.escape(ref or 'a reference')}</th>"
+            "<th>diversity (1 − mean pairwise SSIM)</th><th>prompt alignment (colour proxy)</th>"
+            f"<th>memorization score (θ<sub>mem</sub> {c['theta_mem']:.3f})</th></tr>{''.join(rows)}</table>"
+            f"<div class='wb-muted'>Switched off: {neurons}</div>{ref_note}</div>")
+
+
+def result_html(c: dict) -> str:
+    """What Generate shows: the grid, then the numbers."""
+    return grid_html(c) + compare_html(c)
+
+
+def pin_html(c: dict) -> str:
+    """The pinned generation set, drawn like the current one below it for a side-by-side reading."""
+    off = html.escape(", ".join(c["neurons"]) or "none")
+    return (f"<div id='memo-pinned' style='margin-top:10px;border-top:2px dashed var(--border-color-primary);"
+            f"padding-top:8px'><div style='margin-bottom:6px'><b>Pinned</b> · "
+            f"<span class='wb-muted'>{html.escape(c['prompt'][:120])} · switched off: {off}</span></div>"
+            + grid_html(c, "memo-pin-grid") + compare_html(c, "memo-pin-card") + "</div>")
+
+
+def stats_html(st: dict) -> str:
+    """Which neuron statistics the z-scores and the search use, and what to run for better ones."""
+    if st.get("kind") == "file":
+        n = st.get("n_prompts")
+        what = (f"precomputed file <code>{html.escape(str(st.get('file')))}</code>"
+                + (f" ({n:,} prompts)" if n else ""))
+    elif st.get("own"):
+        what = f"{st.get('n_prompts', 0):,} ordinary prompts you gave, computed in this process"
+    else:
+        what = (f"the first {st.get('n_prompts', 0):,} of {st.get('total', 0):,} "
+                f"{html.escape(st.get('set', 'ordinary prompts'))}, computed in this process")
+    when = " (at first use)" if st.get("pending") else ""
+    job = (f"<div class='wb-muted'>For the paper's statistics over all of them run "
+           f"<code>{html.escape(st['job'])}</code>.</div>" if st.get("job") else "")
+    err = (f"<div class='wb-muted'>{html.escape(st['error'])}</div>" if st.get("error") else "")
+    return (f"<div class='wb-card' style='min-height:0' id='memo-stats-card'><b>Neuron statistics</b> "
+            f"(μ, σ per value neuron for the z-scores): {what}{when}.{job}{err}</div>")
+
+
+def batch_rows(rows: list[dict]) -> list[list]:
+    return [[r["prompt"], round(r["score"], 4), "memorized" if r["memorized"] else "not memorized",
+             round(r["max_z"], 2), r["listed_type"] or ""] for r in rows]
+
+
+def hist_plot(rows: list[dict]) -> go.Figure:
+    counts = [r["n_neurons"] for r in rows]
+    top = max(counts + [1])
+    fig = go.Figure(go.Histogram(x=counts, xbins=dict(start=-0.5, end=top + 0.5, size=1),
+                                 marker_color=C.QUALITATIVE[0], name="memorized prompts",
+                                 hovertemplate="%{y} prompt(s) with %{x} neuron(s)<extra></extra>"))
+    fig.update_layout(height=260, margin=dict(l=40, r=10, t=30, b=40),
+                      title=dict(text="Neurons per memorized prompt", font=dict(size=13)),
+                      xaxis=dict(title="number of neurons found", dtick=1), yaxis=dict(title="prompts"),
+                      showlegend=False)
+    return themed(fig)
+
+
+TABLE_HEADERS = ["prompt", "neurons", "SSIM on", "SSIM off", "SSIM random off", "diversity on",
+                 "diversity off", "alignment on", "alignment off", "score on", "score off",
+                 "score random off"]
+TABLE_WIDTHS = ["16%"] + ["7.6%"] * 11  # "alignment" fits a column at 1440 px
+
+
+def _r(x, nd=3):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, nd)
+
+
+def table_rows(rows: list[dict]) -> list[list]:
+    return [[r["prompt"], r["n_neurons"], _r(r["ssim_on"]), _r(r["ssim_off"]), _r(r["ssim_random_off"]),
+             _r(r["diversity_on"]), _r(r["diversity_off"]), _r(r["alignment_on"], 2),
+             _r(r["alignment_off"], 2), _r(r["score_on"]), _r(r["score_off"]), _r(r["score_random_off"])]
+            for r in rows]
+
+
+def summary_html(s: dict) -> str:
+    return ("<div class='wb-card' style='min-height:0' id='memo-summary-card'>"
+            f"<b>{s['n_prompts']} memorized prompts</b> (search at guidance {s['search_guidance']:g}; "
+            f"{s['n_skipped']} skipped by the seed filter, {s['n_relaxed']} refined against the relaxed "
+            f"threshold). Median neurons per localized prompt "
+            f"<b>{s['median_neurons']:g}</b>; with them off, <b>{100 * s['share_below_theta_off']:.0f} %</b> "
+            f"fall below θ<sub>mem</sub> (random neurons of the same count: "
+            f"{100 * s['share_below_theta_random']:.0f} %); "
+            + (f"median SSIM to the training image {s['median_ssim_on']:.2f} → <b>{s['median_ssim_off']:.2f}</b> "
+               f"(random: {s['median_ssim_random_off']:.2f}). " if s.get("median_ssim_on") is not None else
+               f"no training images here: median diversity across seeds {_fmt(s.get('median_diversity_on'), 2)} "
+               f"→ <b>{_fmt(s.get('median_diversity_off'), 2)}</b>. ")
+            + f"Median localisation time {s['median_localisation_s']:.1f} s.</div>")
+
+
+def export_figure(c: dict | None, check: dict | None, table: dict | None):
+    """The export's figure: reference image, a row of generations with all neurons on and, only when
+    some are switched off, a row with them off (an "off" row with nothing off would repeat the "on"
+    row under a false label); below, the z-scores or the neurons-per-prompt histogram."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_img = 0 if c is None else len(c["seeds"])
+    cols = max(n_img + 1, 3)
+    fig, axes = plt.subplots(3, cols, figsize=(2.2 * cols, 7.2), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    if c is not None:
+        if c["train_image"] is not None:
+            axes[0, 0].imshow(c["train_image"])
+            axes[0, 0].set_title(c.get("reference_kind") or "training image", fontsize=8)
+        tags = ("on", "off") if c["n_neurons"] else ("on",)
+        for j, tag in enumerate(tags):
+            for i, im in enumerate(c[f"images_{tag}"]):
+                ax = axes[j, i + 1]
+                ax.imshow(im)
+                t = f"seed {c['seeds'][i]} {tag}" if c["n_neurons"] else f"seed {c['seeds'][i]}"
+                if c[f"ssim_{tag}"] is not None:
+                    t += f"\nSSIM {c[f'ssim_{tag}'][i]:.2f}"
+                ax.set_title(t, fontsize=8)
+        if not c["n_neurons"]:  # in the figure, not an axis: a long line would defeat tight_layout
+            fig.text(0.5, 0.5, NO_NEURONS_OFF, fontsize=9, ha="center", va="center")
+    ax = fig.add_subplot(3, 1, 3)
+    if check is not None:
+        off = 0
+        for i, layer in enumerate(check["layers"]):
+            z = check["z"][layer]
+            ax.bar(range(off, off + len(z)), z, width=1.0, color=LAYER_COLOURS[i % len(LAYER_COLOURS)], label=layer)
+            off += len(z)
+        ax.axhline(Z_OUTLIER, ls=":", c="#94a3b8")
+        ax.set(ylabel="z-score", title=f"score {check['score']:.3f} vs θ_mem {check['theta_mem']:.3f}")
+        ax.legend(fontsize=7, ncol=4)
+    elif table is not None:
+        ax.hist([r["n_neurons"] for r in table["rows"]], bins=np.arange(-0.5, 12.5, 1), color=C.QUALITATIVE[0])
+        ax.set(xlabel="neurons per memorized prompt", ylabel="prompts")
+    fig.suptitle(f"NeMo · {c['prompt'] if c else ''}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def export_png(path: Path, c: dict | None, check: dict | None, table: dict | None) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = export_figure(c, check, table)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
