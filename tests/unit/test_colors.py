@@ -74,7 +74,7 @@ def test_cmap_helpers_follow_the_shared_maps():
 def _figures():
     """Every plotly figure builder of the tabs, on small inputs of the shape the backends return."""
     from backend.mathneuro.service import Setting
-    from components import adapters, feature_figures, math_neurons, memorization_figures, relevance_figures
+    from components import adapters, feature_figures, math_figures, memorization_figures, relevance_figures
 
     toks = ["<bos>", "good", "film", "label:"]
     res = {"tokens": toks, "methods": ["mambalrp", "gi"],
@@ -112,16 +112,16 @@ def _figures():
         "feature_figures._concept_plot": lambda: feature_figures._concept_plot(page),
         "memorization_figures.z_plot": lambda: memorization_figures.z_plot(z, ["down0.attn0:1"]),
         "memorization_figures.hist_plot": lambda: memorization_figures.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
-        "math_neurons.figure2_plot": lambda: math_neurons.figure2_plot(base, {"mathneuro": base}, 0.05),
-        "math_neurons.curve_plot": lambda: math_neurons.curve_plot([{"factor": 0.0, **base},
+        "math_figures.figure2_plot": lambda: math_figures.figure2_plot(base, {"mathneuro": base}, 0.05),
+        "math_figures.curve_plot": lambda: math_figures.curve_plot([{"factor": 0.0, **base},
                                                                      {"factor": 1.0, **base}], base, s),
-        "math_neurons.accuracy_plot": lambda: math_neurons.accuracy_plot(
+        "math_figures.accuracy_plot": lambda: math_figures.accuracy_plot(
             {"method": "mathneuro", "k": 3, "factor": 0.0, "n": 64, "math": 0.1, "nonmath": 0.9,
              "base_math": 0.7, "base_nonmath": 1.0},
             {"method": "random", "k": 3, "factor": 0.0, "n": 64, "math": 0.7, "nonmath": 1.0,
              "base_math": 0.7, "base_nonmath": 1.0}),
-        "math_neurons.layers_plot": lambda: math_neurons.layers_plot({"0": {"fraction": 0.03, "count": 5}}, s),
-        "math_neurons.consistency_plot": lambda: math_neurons.consistency_plot(
+        "math_figures.layers_plot": lambda: math_figures.layers_plot({"0": {"fraction": 0.03, "count": 5}}, s),
+        "math_figures.consistency_plot": lambda: math_figures.consistency_plot(
             {"1": {"mean": 0.5, "min": 0.4}, "4": {"mean": 0.9, "min": 0.8}}, s),
         "adapters.spectrum_figure": lambda: adapters.spectrum_figure(a),
         "adapters.histogram_figure": lambda: adapters.histogram_figure(a),
@@ -131,7 +131,7 @@ def _figures():
     }
 
 
-TAB_FILES = ["relevance", "relevance_figures", "features", "feature_figures", "memorization", "memorization_figures", "math_neurons", "adapters"]
+TAB_FILES = ["relevance", "relevance_figures", "features", "feature_figures", "memorization", "memorization_figures", "math_neurons", "math_figures", "adapters"]
 
 
 def _figure_builders() -> set[str]:

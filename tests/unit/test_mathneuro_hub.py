@@ -272,7 +272,7 @@ def test_tab_handlers_in_hub_mode(svc, b, mc_file):
     assert "MathNeuro set pruned" in html and "K = 5 %" in html and len(rows) == 6
     assert rows[0][0] == "math" and rows[0][2] == "18" and rows[0][3].endswith(("✓", "✗"))
     assert "unmodified:" in ask("What is 2 + 2?", "MathNeuro", 5, 1.1, 8, key)
-    from components.math_neurons import brief
+    from components.math_figures import brief
 
     long = "She sells 16 - 3 - 4 = 9 eggs a day and makes 9 * 2 = $18 every day, so the answer is 18 dollars."
     assert brief(long, "math").startswith("18 ← …") and brief(long, "math").endswith("18 dollars.")

@@ -6,6 +6,7 @@ import gradio as gr
 import pytest
 
 from backend.mathneuro import service
+from components import math_figures as figures
 from components import math_neurons as mn
 
 
@@ -53,11 +54,11 @@ def test_the_valid_ends_are_accepted_unchanged():
 def test_the_export_says_what_it_shows(tmp_path):
     """The export's title names the set, what was done to it, K, the samples and the model (it once
     read 'MathNeuro · mathneuro')."""
-    title = mn.setting_title({"method": "mathneuro", "top_k": 0.03, "factor": 0.0, "n_samples": 64},
+    title = figures.setting_title({"method": "mathneuro", "top_k": 0.03, "factor": 0.0, "n_samples": 64},
                              "zoo:math-llama@main")
     assert title == "MathNeuro set pruned · K = 3 % · 64 samples per set · model math-llama (zoo)"
     assert "mathneuro" not in title
-    title = mn.setting_title({"method": "random", "top_k": 0.1, "factor": 1.1, "n_samples": 8},
+    title = figures.setting_title({"method": "random", "top_k": 0.1, "factor": 1.1, "n_samples": 8},
                              "hub:meta-llama/Llama-3.2-1B-Instruct@main")
     assert title == ("Random (same count) set scaled × 1.1 · K = 10 % · 8 samples per set · "
                      "model meta-llama/Llama-3.2-1B-Instruct (hub)")
@@ -65,7 +66,7 @@ def test_the_export_says_what_it_shows(tmp_path):
     state = {"title": title, "setting": {"method": "random"}, "baseline": base, "figure2": {"random": base},
              "scale_curve": [{"factor": 0.0, **base}, {"factor": 1.0, **base}],
              "layers": {"0": {"fraction": 0.1, "count": 3}, "other": {"fraction": 0.0, "count": 0}}}
-    mn.export_png(state, tmp_path / "x.png")
+    figures.export_png(state, tmp_path / "x.png")
     assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -76,15 +77,15 @@ def _desc(method, k, factor, m, nm):
 
 def test_a_pinned_result_sits_beside_the_current_one_on_the_same_axes():
     now, pin = _desc("mathneuro", 3, 0.0, 0.05, 0.995), _desc("mathneuro", 10, 0.0, 0.0, 0.9)
-    fig = mn.accuracy_plot(now)
+    fig = figures.accuracy_plot(now)
     assert [t.name for t in fig.data] == ["unmodified", "now: MathNeuro, K 3 %, pruned"]
-    fig = mn.accuracy_plot(now, pin)
+    fig = figures.accuracy_plot(now, pin)
     assert [t.name for t in fig.data] == ["unmodified", "now: MathNeuro, K 3 %, pruned",
                                           "pinned: MathNeuro, K 10 %, pruned"]
     assert [list(t.y) for t in fig.data] == [[78.0, 100.0], [5.0, 99.5], [0.0, 90.0]]
     assert fig.data[2].marker.pattern.shape == "/" and not fig.data[1].marker.pattern.shape
     assert fig.layout.barmode == "group" and list(fig.layout.yaxis.range) == [0, 112]
-    rnd = mn.accuracy_plot(now, _desc("random", 3, 1.1, 0.8, 1.0))
+    rnd = figures.accuracy_plot(now, _desc("random", 3, 1.1, 0.8, 1.0))
     assert rnd.data[2].name == "pinned: Random, K 3 %, × 1.1"
 
 
@@ -94,11 +95,11 @@ def test_every_figure_of_the_tab_gives_exact_values_on_hover():
     s = Setting("mathneuro", 0.03, 64, 0.0)
     base = {"math": 0.78, "nonmath": 1.0}
     figs = {
-        "accuracy": mn.accuracy_plot(_desc("mathneuro", 3, 0.0, 0.05, 0.995), _desc("random", 3, 0.0, 0.77, 1.0)),
-        "figure2": mn.figure2_plot(base, {"mathneuro": {"math": 0.05, "nonmath": 0.99}}, 0.03),
-        "curve": mn.curve_plot([{"factor": 0.0, "math": 0.05, "nonmath": 0.99}, {"factor": 1.0, **base}], base, s),
-        "layers": mn.layers_plot({"0": {"fraction": 0.0123, "count": 1234}, "other": {"fraction": 0.02, "count": 5}}, s),
-        "consistency": mn.consistency_plot({"1": {"mean": 0.5, "min": 0.4}, "4": {"mean": 0.9, "min": 0.8}}, s),
+        "accuracy": figures.accuracy_plot(_desc("mathneuro", 3, 0.0, 0.05, 0.995), _desc("random", 3, 0.0, 0.77, 1.0)),
+        "figure2": figures.figure2_plot(base, {"mathneuro": {"math": 0.05, "nonmath": 0.99}}, 0.03),
+        "curve": figures.curve_plot([{"factor": 0.0, "math": 0.05, "nonmath": 0.99}, {"factor": 1.0, **base}], base, s),
+        "layers": figures.layers_plot({"0": {"fraction": 0.0123, "count": 1234}, "other": {"fraction": 0.02, "count": 5}}, s),
+        "consistency": figures.consistency_plot({"1": {"mean": 0.5, "min": 0.4}, "4": {"mean": 0.9, "min": 0.8}}, s),
     }
     for name, fig in figs.items():
         for tr in fig.data:
@@ -113,10 +114,10 @@ def test_every_figure_of_the_tab_gives_exact_values_on_hover():
 
 
 def test_the_accuracy_figure_title_is_the_result_in_words():
-    fig = mn.accuracy_plot(_desc("mathneuro", 3, 0.0, 0.05, 0.995))
+    fig = figures.accuracy_plot(_desc("mathneuro", 3, 0.0, 0.05, 0.995))
     assert fig.layout.title.text == "math 78 % → 5 %, non-math 100 % → 99.5 %"
 
 
 def test_bar_labels_and_title_agree():
-    fig = mn.accuracy_plot(_desc("random", 3, 0.0, 0.745, 1.0))
+    fig = figures.accuracy_plot(_desc("random", 3, 0.0, 0.745, 1.0))
     assert list(fig.data[1].text) == ["74.5 %", "100 %"] and "→ 74.5 %" in fig.layout.title.text
