@@ -63,9 +63,13 @@ def _batches(samples: Sequence, tokenizer, batch_size: int) -> Iterator[tuple[to
         if isinstance(chunk[0], str):
             if tokenizer is None:
                 raise ValueError("text samples need a tokenizer")
-            enc = tokenizer(chunk, padding=True, return_tensors="pt")
-            yield enc["input_ids"], enc["attention_mask"].bool()
-            continue
+            if tokenizer.pad_token_id is not None:
+                enc = tokenizer(chunk, padding=True, return_tensors="pt")
+                yield enc["input_ids"], enc["attention_mask"].bool()
+                continue
+            # Llama-3-style tokenizers ship without a pad token, so padding=True refuses; the mask
+            # makes the pad id irrelevant, so the id lists are padded below instead.
+            chunk = [tokenizer(s)["input_ids"] for s in chunk]
         seqs = [torch.as_tensor(s, dtype=torch.long).flatten() for s in chunk]
         if any(s.numel() == 0 for s in seqs):
             raise ValueError("empty sample")

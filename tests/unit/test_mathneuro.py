@@ -154,6 +154,22 @@ def test_padded_batches_give_the_masks_of_one_sample_at_a_time(side, texts):
     assert count_hooks(m) == 0
 
 
+def test_text_samples_need_no_pad_token(texts):
+    """A tokenizer without a pad token (Llama-3 ships none) still takes batches of strings: the
+    same norms as one string at a time."""
+    m = tiny_llama(seed=3)
+    tok = build_tokenizer()
+    tok.pad_token = None
+    assert tok.pad_token_id is None
+    with pytest.raises(ValueError):
+        tok(texts[0][:2], padding=True)  # what a batch of strings used to hit
+    one = core.input_norms(m, texts[0], tokenizer=tok, batch_size=1)
+    many = core.input_norms(m, texts[0], tokenizer=tok, batch_size=32)
+    for n in one:
+        torch.testing.assert_close(many[n], one[n], rtol=1e-5, atol=1e-6)
+    assert count_hooks(m) == 0
+
+
 def test_same_data_for_both_sides_gives_an_empty_set(model, tok, texts):
     masks = core.identify(model, texts[0], texts[0], 0.1, tokenizer=tok)
     assert core.count(masks) == 0
