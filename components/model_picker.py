@@ -20,11 +20,11 @@ from backend.core import presets as P
 
 def custom_hint() -> str:
     """How to pick your own model here, or why this server does not let you."""
-    if M._flag("WORKBENCH_CUSTOM_MODELS") is False:
+    if M.custom_models_setting() is False:
         return "Custom models are turned off on this server."
     roots = [str(r) for r in P.allowed_roots()[1:]]
     where = f"a hub id (owner/name) or a folder under {', '.join(roots)}" if roots else "a hub id (owner/name)"
-    if M.on_public_space() and M._flag("WORKBENCH_CUSTOM_MODELS") is None:
+    if M.on_public_space() and M.custom_models_setting() is None:
         owners = os.environ.get("WORKBENCH_CUSTOM_OWNERS", "").strip()
         if not owners:
             return "Custom models are off on this Space (its owner can allow them)."
@@ -45,7 +45,7 @@ def model_picker(listed: list[P.Preset], method: str, *, elem_id: str, value: st
     """(dropdown, status line). The dropdown's value is a key for `picker.resolve(key, listed, method)`."""
     listed = list(listed)
     value = value or (listed[0].path_or_id if listed else None)
-    allow = M._flag("WORKBENCH_CUSTOM_MODELS") is not False
+    allow = M.custom_models_setting() is not False
     with gr.Column(scale=scale, min_width=260, elem_classes=["wb-picker"]):
         box = gr.Dropdown(picker.choices(listed), value=value, label=label, allow_custom_value=allow,
                           filterable=True, info=custom_hint(), elem_id=elem_id)

@@ -433,6 +433,12 @@ def _flag(name: str) -> bool | None:
     return None
 
 
+def custom_models_setting() -> bool | None:
+    """WORKBENCH_CUSTOM_MODELS as the owner set it: True (allowed), False (off) or None (unset: allowed
+    locally, off on a public Space unless the owner is listed in WORKBENCH_CUSTOM_OWNERS)."""
+    return _flag("WORKBENCH_CUSTOM_MODELS")
+
+
 def custom_max_bytes() -> int | None:
     """WORKBENCH_CUSTOM_MAX_GB (a number of GB, or a size such as 500MB); on a Space 20 GB by
     default, no cap locally."""
@@ -468,7 +474,7 @@ def allowed_custom(path_or_id: str, *, revision: str | None = None, roots: list[
     if _is_preset(location):
         return
     local = Path(location).exists()
-    setting = _flag("WORKBENCH_CUSTOM_MODELS")
+    setting = custom_models_setting()
     if setting is False:
         raise ModelCheckError("custom models are turned off on this server (WORKBENCH_CUSTOM_MODELS=0); "
                               "pick one of the listed models")
