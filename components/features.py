@@ -19,6 +19,7 @@ from backend.core.stopflag import StopFlag
 from backend.sae import features as FT
 from backend.sae import scenes as S
 from components import links
+from components.feature_images import MAX_TAB_IMAGES, collect_images
 from components.feature_figures import (_big, _concept_plot, _hist_plot, _maps_max, _page_png,
                                         colorbar_html, dimmed, overlay, patch_figure)
 from components.common import fail, model_event
@@ -38,7 +39,6 @@ SORTS = ["density", "max activation", "IoU"]
 POSITION_CHOICES = [("every prompt position (paper)", "prompt"), ("prompt + generated tokens", "all"),
                     ("image positions of the prompt", "image")]
 _EXPORT_DIR: Path | None = None
-MAX_TAB_IMAGES = 256  # an index built from the tab; larger sets go to the sharded command-line job
 
 
 def _export_path(name: str) -> Path:
@@ -453,78 +453,12 @@ def _stop_flag(request) -> StopFlag:
     return StopFlag(f"features-index:{getattr(request, 'session_hash', None) or 'anonymous'}")
 
 
-def _collect_images(org, files, folder: str) -> "FT.ImageSource":
-    """The images to index from the tab: uploaded files (copied beside the index, which refers to
-    them by name) or a server folder under the allowed roots."""
-    from backend.core import presets as P
-
-    if files:
-        paths = [Path(getattr(f, "name", f)) for f in (files if isinstance(files, list) else [files])]
-        if any(p.suffix.lower() == ".zip" for p in paths):
-            if len(paths) != 1:
-                fail("Upload one zip of images, or the images themselves, not both.")
-            return _images_from_zip(org, paths[0])
-        if len(paths) > MAX_TAB_IMAGES:
-            fail(f"At most {MAX_TAB_IMAGES} images from the tab; index larger sets with: {FT.index_command(org)}")
-        import hashlib
-        import shutil
-
-        h = hashlib.sha256()
-        for p in paths:
-            h.update(p.read_bytes())
-        dest = Path(org.index_out).parent / f"images-{h.hexdigest()[:12]}"
-        dest.mkdir(parents=True, exist_ok=True)
-        for i, p in enumerate(paths):
-            if p.suffix.lower() not in FT.IMAGE_SUFFIXES:
-                fail(f"{p.name} is not an image ({', '.join(FT.IMAGE_SUFFIXES)}).")
-            shutil.copyfile(p, dest / f"{i:04d}_{p.name}")
-        return FT.ImageSource.folder(dest)
-    if folder and folder.strip():
-        src = FT.ImageSource.folder(P.validate_local_path(folder.strip()))
-        if len(src) > MAX_TAB_IMAGES:
-            fail(f"{len(src)} images: at most {MAX_TAB_IMAGES} from the tab; for this folder run: "
-                 f"{FT.index_command(org, folder.strip())}")
-        return src
-    fail("Upload some images or name a folder to index.")
-
-
-MAX_ZIP_BYTES = 512 * 2**20  # uncompressed, all images of one uploaded zip together
-
-
-def _images_from_zip(org, path: Path) -> "FT.ImageSource":
-    """The images of an uploaded zip, unpacked beside the index (the index refers to them by name):
-    image files only, at any depth, by their base names (so no entry can point outside the folder),
-    up to MAX_TAB_IMAGES and MAX_ZIP_BYTES uncompressed, as the zip's directory states them."""
-    import hashlib
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            entries = [i for i in z.infolist() if not i.is_dir()
-                       and Path(i.filename).suffix.lower() in FT.IMAGE_SUFFIXES
-                       and not Path(i.filename).name.startswith(".")]
-            if not entries:
-                fail(f"{path.name} holds no images ({', '.join(FT.IMAGE_SUFFIXES)}).")
-            if len(entries) > MAX_TAB_IMAGES:
-                fail(f"{path.name} holds {len(entries)} images: at most {MAX_TAB_IMAGES} from the tab; unpack it "
-                     f"and run: {FT.index_command(org)}")
-            if sum(i.file_size for i in entries) > MAX_ZIP_BYTES:
-                fail(f"{path.name} unpacks to more than {MAX_ZIP_BYTES // 2**20} MiB of images.")
-            dest = Path(org.index_out).parent / f"images-{hashlib.sha256(path.read_bytes()).hexdigest()[:12]}"
-            dest.mkdir(parents=True, exist_ok=True)
-            for n, info in enumerate(sorted(entries, key=lambda i: i.filename)):
-                (dest / f"{n:04d}_{Path(info.filename).name}").write_bytes(z.read(info))
-    except zipfile.BadZipFile:
-        fail(f"{path.name} is not a readable zip file.")
-    return FT.ImageSource.folder(dest)
-
-
 def build_index(source: str, files, folder: str, request: gr.Request = None, progress=gr.Progress()):
     """Index a small image set here, with a progress bar; Cancel stops it between batches."""
     org = _org(source)
     if not org.is_hub:
         fail("The zoo organism's index comes with it; rebuild it with: python -m backend.sae.cli build")
-    src = _collect_images(org, files, folder)
+    src = collect_images(org, files, folder)
     for i in range(len(src)):  # every file must open before the model spends time on any
         try:
             src.load(i)
