@@ -19,7 +19,7 @@ def _cmap(values: np.ndarray) -> np.ndarray:
     return C.cmap_rgb(values, C.ACTIVATION_CMAP)
 
 
-def _big(img: np.ndarray, size: int = DISPLAY) -> np.ndarray:
+def enlarged(img: np.ndarray, size: int = DISPLAY) -> np.ndarray:
     rep = max(1, size // img.shape[0])
     return np.repeat(np.repeat(img, rep, 0), rep, 1)
 
@@ -43,7 +43,7 @@ def colorbar_html(vmax: float, label: str = "activation") -> str:
             f"<span class='wb-muted'>{html.escape(label)}</span></div>")
 
 
-def _hist_plot(page: dict):
+def hist_plot(page: dict):
     import plotly.graph_objects as go
 
     counts = np.asarray(page["hist_counts"])
@@ -76,7 +76,7 @@ def patch_figure(images, patch_maps, titles, vmax: float | None = None, height: 
     from plotly.subplots import make_subplots
 
     n = max(len(images), 1)
-    vmax = vmax or max([float(np.max(m)) for m in patch_maps if np.size(m)] or [1.0])
+    vmax = vmax or maps_max(patch_maps)
     fig = make_subplots(1, n, subplot_titles=[str(t) for t in titles] or None, horizontal_spacing=0.02)
     for j, (im, m) in enumerate(zip(images, patch_maps)):
         m = np.asarray(m, np.float32)
@@ -99,7 +99,7 @@ def patch_figure(images, patch_maps, titles, vmax: float | None = None, height: 
     return themed(fig)
 
 
-def _concept_plot(page: dict):
+def concept_plot(page: dict):
     import plotly.graph_objects as go
 
     scores = page.get("concept_scores") or {}
@@ -113,7 +113,7 @@ def _concept_plot(page: dict):
     return themed(fig)
 
 
-def _page_png(page: dict, path: Path) -> Path:
+def page_png(page: dict, path: Path) -> Path:
     """The feature page as one PNG (PIL, fast): title, top images, activation overlays with a colour
     bar, and the dimmed-outside-region view."""
     from PIL import Image, ImageDraw
@@ -127,11 +127,11 @@ def _page_png(page: dict, path: Path) -> Path:
     draw.text((pad, 6), f"feature {page['feature']}: {page['label'] or 'no concept'} (IoU {page['iou']:.2f})  "
               f"density {page['density']:.2%}  max {page['max_act']:.2f}", fill="black")
     draw.text((pad, 22), "rows: top images (score) / activation overlay / outside the region dimmed", fill="gray")
-    vmax = max(_maps_max(page["maps"]), 1e-9)
+    vmax = max(maps_max(page["maps"]), 1e-9)
     for j, (im, m, r) in enumerate(zip(page["images"], page["maps"], page["regions"])):
         x = pad + j * (t + pad)
         for i, view in enumerate((im, overlay(im, m, vmax), dimmed(im, r))):
-            canvas.paste(Image.fromarray(_big(view, t)).resize((t, t), Image.NEAREST), (x, head + i * (t + pad)))
+            canvas.paste(Image.fromarray(enlarged(view, t)).resize((t, t), Image.NEAREST), (x, head + i * (t + pad)))
         draw.text((x + 2, head + 2), f"#{page['top'][j]['image_id']} {page['top'][j]['score']:.2f}", fill="white")
     y = head + 3 * (t + pad) + 6
     bar = _cmap(np.linspace(0, 1, min(W - 2 * pad - 120, 400))[None, :].repeat(12, 0))
@@ -142,6 +142,6 @@ def _page_png(page: dict, path: Path) -> Path:
     return path
 
 
-def _maps_max(maps) -> float:
+def maps_max(maps) -> float:
     """The largest activation over a page's maps (an array, or a list of maps of different shapes)."""
     return max([float(np.max(m)) for m in maps if np.size(m)] or [1.0])

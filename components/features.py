@@ -20,7 +20,7 @@ from backend.sae import features as FT
 from backend.sae import scenes as S
 from components import links
 from components.feature_images import MAX_TAB_IMAGES, collect_images
-from components.feature_figures import (_big, _concept_plot, _hist_plot, _maps_max, _page_png,
+from components.feature_figures import (enlarged, concept_plot, hist_plot, maps_max, page_png,
                                         colorbar_html, dimmed, overlay, patch_figure)
 from components.common import fail, model_event
 from components.inputs import CheckedImage, CheckedNumber, keep_on_failure
@@ -93,6 +93,11 @@ def _feature_id(org, value) -> int:
     return f
 
 
+def firing_columns(org) -> list[str]:
+    """The "which features fire" table's columns: the zoo's planted concept, or a loaded SAE's label."""
+    return ["feature", "label" if org.is_hub else "concept", "mean activation"]
+
+
 def sorts_of(org) -> list[str]:
     return SORTS if not org.is_hub else [s for s in SORTS if s != "IoU"]  # no planted masks, no IoU
 
@@ -123,10 +128,10 @@ def open_feature(source: str, feature):
     if org.index is None:
         return _empty_page(org, f)
     page = FT.feature_page(org, f)
-    vmax = _maps_max(page["maps"])
-    over = [(_big(overlay(im, m, vmax)), f"#{t['image_id']} · {t['score']:.2f}")
+    vmax = maps_max(page["maps"])
+    over = [(enlarged(overlay(im, m, vmax)), f"#{t['image_id']} · {t['score']:.2f}")
             for im, m, t in zip(page["images"], page["maps"], page["top"])]
-    dim = [(_big(dimmed(im, r)), t["caption"]) for im, r, t in zip(page["images"], page["regions"], page["top"])]
+    dim = [(enlarged(dimmed(im, r)), t["caption"]) for im, r, t in zip(page["images"], page["regions"], page["top"])]
     if org.is_hub:
         lab = html.escape(page["label"] or "unlabelled")
         header = (f"<h3 style='margin:0'>Feature {f} · <span style='color:var(--color-accent)'>{lab}</span></h3>"
@@ -146,11 +151,11 @@ def open_feature(source: str, feature):
                   + colorbar_html(vmax, "overlay colour scale"))
     data = FT.page_json(page)
     jpath = _atomic_write(_export_path(f"feature_{f}.json"), lambda p: p.write_text(json.dumps(data, indent=1)))
-    ppath = _atomic_write(_export_path(f"feature_{f}.png"), lambda p: _page_png(page, p))
+    ppath = _atomic_write(_export_path(f"feature_{f}.png"), lambda p: page_png(page, p))
     steer_value = FT.default_clamp_value(org, f)
     hover = patch_figure(page["images"], page["patch_maps"],
                          [f"#{t['image_id']} · {t['score']:.2f}" for t in page["top"]], vmax)
-    return (header, over, dim, _hist_plot(page), _concept_plot(page), str(jpath), str(ppath), data, hover, f,
+    return (header, over, dim, hist_plot(page), concept_plot(page), str(jpath), str(ppath), data, hover, f,
             f, gr.Number(value=steer_value, maximum=(top := max(clamp_limit(org), steer_value)),
                          label=f"clamp value (0–{top:g})"))
 
@@ -236,15 +241,15 @@ def analyse(source: str, image, example, progress=gr.Progress()):
         f = row["feature"]
         m = upsample(out["maps"][f], shown.shape[:2])[0].numpy()
         name = row["label"] or ("unlabelled" if org.is_hub else "?")
-        gallery.append((_big(overlay(shown, m, vmax)), f"feature {f} · {name} · mean {row['mean_act']:.2f}"
+        gallery.append((enlarged(overlay(shown, m, vmax)), f"feature {f} · {name} · mean {row['mean_act']:.2f}"
                         + (" · base image" if org.is_hub else "")))
         if f in out.get("tile_maps", {}):  # the finer map of LLaVA-NeXT's high-resolution tiles
             t = out["tile_maps"][f]
             tm = upsample(t, shown.shape[:2])[0].numpy()
-            gallery.append((_big(overlay(shown, tm, max(float(t.max()), 1e-9))),
+            gallery.append((enlarged(overlay(shown, tm, max(float(t.max()), 1e-9))),
                             f"feature {f} · tiles ({t.shape[0]}×{t.shape[1]} patches)"))
     table = pd.DataFrame([[r["feature"], r["label"], r["mean_act"]] for r in out["features"]],
-                         columns=["feature", "label" if org.is_hub else "concept", "mean activation"])
+                         columns=firing_columns(org))
     where = (f"<br><span class='wb-muted'>Image positions: {html.escape(out['positions'])}.</span>"
              if org.is_hub else "")
     note = resize_note(org, img)
@@ -253,7 +258,7 @@ def analyse(source: str, image, example, progress=gr.Progress()):
     hover = patch_figure([shown] * len(top), [out["maps"][r["feature"]] for r in top],
                          [f"feature {r['feature']}" + (f" · {r['label']}" if r["label"] else "") for r in top],
                          vmax) if top else None
-    return (_big(shown), f"**Model {'answer' if org.is_hub else 'caption'}:** {out['caption'] or '—'}{note}", gallery,
+    return (enlarged(shown), f"**Model {'answer' if org.is_hub else 'caption'}:** {out['caption'] or '—'}{note}", gallery,
             table, colorbar_html(vmax, "activation per patch") + where, hover)
 
 
@@ -291,7 +296,7 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
           f"<tr>{row.format(f'feature {f} ({html.escape(name)}) = {v:g}')}{cell(out['steered'])}</tr>"
           f"</table>\n\n<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
           f"error term {'added back' if add_error else 'dropped'}{zeroed}{ok}</span>")
-    return _big(FT.thumbnail(FT.model_image(org, img), 320) if org.is_hub else img), md, out
+    return enlarged(FT.thumbnail(FT.model_image(org, img), 320) if org.is_hub else img), md, out
 
 
 # ------------------------------------------------------------------------------ compare (pinned result)
@@ -610,8 +615,7 @@ def build(ctx) -> None:
                                  elem_id="features-shown")
                 with gr.Column():
                     cap = gr.Markdown()
-                    firing = gr.Dataframe(headers=["feature", "label" if org.is_hub else "concept",
-                                                   "mean activation"], interactive=False,
+                    firing = gr.Dataframe(headers=firing_columns(org), interactive=False,
                                           elem_id="features-firing-table")
             fire_gallery = gr.Gallery(label="strongest features on this image", columns=6, height=200,
                                       object_fit="contain",
@@ -715,9 +719,8 @@ def build(ctx) -> None:
     def cleared(source_):
         """The last analysis and steering were another model's: blank them (a pinned result stays,
         for comparison), with the firing table's columns for the model now loaded."""
-        label = "label" if FT.get_organism(source_).is_hub else "concept"
         again = "<span class='wb-muted'>A new model and SAE are loaded: run this again to see theirs.</span>"
-        return (None, again, [], pd.DataFrame(columns=["feature", label, "mean activation"]), "", None,
+        return (None, again, [], pd.DataFrame(columns=firing_columns(FT.get_organism(source_))), "", None,
                 None, again, None)
 
     loaded.success(cleared, source, analysis_out + steer_out, queue=False, show_progress="hidden",

@@ -23,6 +23,7 @@ COLORS = {"mathneuro": C.QUALITATIVE[0], "wanda": C.QUALITATIVE[3], "random": C.
 TEXT_POS = {"mathneuro": "top center", "wanda": "top right", "random": "bottom center",
             "lape": "top left"}  # nearby points (random, LAPE, unmodified) keep readable labels
 
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 

@@ -20,8 +20,8 @@ from backend.lrp.tokens import visible
 from components.model_picker import model_picker
 from components.common import fail, model_event
 from components.inputs import keep_on_failure
-from components.relevance_figures import (_code, conservation_md, curves_plot, daf_table, export_text,
-                                          heatmap_html, image_figure, image_plot, longrange_plot, max_abs,
+from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
+                                          heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
                                           position_plot, scatter_plot, sentence_frame, sentence_html)
 
 TAB_ID = "relevance"
@@ -137,15 +137,15 @@ def heldout_note(hres: dict) -> str:
     if hres.get("source") == "zoo":
         parts.append("**Target:** the label the organism prefers for each sentence")
     elif hres.get("target") == "label":
-        words = ", ".join(f"{html.escape(k)} → {_code(visible(v))}" for k, v in hres["label_tokens"].items())
+        words = ", ".join(f"{html.escape(k)} → {md_code(visible(v))}" for k, v in hres["label_tokens"].items())
         parts.append(f"**Target:** each sentence's label word ({words})")
     elif hres.get("target") == "predicted":
-        top = ", ".join(f"{_code(visible(k))} ×{v}" for k, v in list(hres["targets_used"].items())[:6])
+        top = ", ".join(f"{md_code(visible(k))} ×{v}" for k, v in list(hres["targets_used"].items())[:6])
         parts.append(f"**Target:** the model's own next-token prediction ({top})")
     if hres.get("suffix"):
-        parts.append(f"**Prompt after each sentence:** {_code(hres['suffix'])} (its tokens are never removed)")
+        parts.append(f"**Prompt after each sentence:** {md_code(hres['suffix'])} (its tokens are never removed)")
     if hres.get("neutral"):
-        parts.append(f"Removed tokens are replaced by {_code(hres['neutral'])}.")
+        parts.append(f"Removed tokens are replaced by {md_code(hres['neutral'])}.")
     if hres.get("skipped"):
         parts.append("Skipped: " + ", ".join(f"{v} ({k})" for k, v in hres["skipped"].items()) + ".")
     for note in hres.get("notes", []):

@@ -20,7 +20,7 @@ from components.common import themed
 PAPER_DAF = {"mambalrp": 1.978, "ig": 0.857, "lrp_ln": 0.877, "gi": 0.078, "random": -0.012}
 
 
-def _code(text: str) -> str:
+def md_code(text: str) -> str:
     """Markdown code span of any text: code spans show '<' as it is, so no HTML escaping; a
     backtick inside is fenced by a longer run."""
     text = str(text)
@@ -132,7 +132,7 @@ def position_plot(res: dict, normalise: bool = True):
 
 def conservation_md(res: dict) -> str:
     f = res["logit"]
-    lines = [f"**Target** {_code(visible(res['target']))} · logit f = **{f:.4f}**", ""]
+    lines = [f"**Target** {md_code(visible(res['target']))} · logit f = **{f:.4f}**", ""]
     if res.get("target_note"):
         lines += [f"<span class='wb-muted'>{html.escape(res['target_note'])}</span>", ""]
     lines += ["| method | Σ relevance | Σ R − f | \\|Σ R − f\\| / \\|f\\| |", "|---|---|---|---|"]

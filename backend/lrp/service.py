@@ -230,9 +230,9 @@ def sentence_records(m: Loaded, res: dict, order: list[int], seen: list[tuple]) 
     target and, per method, relevance, ΔA^F, Σ R and logit. Takes the per-sentence lists out of
     `res` (they live here only, once)."""
     out = []
+    # every method explains the same target token for a sentence: decode it once, from any method
+    first = next(iter(res.values()), None)
     for k, (text, label, toks) in enumerate(seen):
-        # every method explains the same target token for a sentence: decode it once
-        first = next(iter(res.values()), None)
         rec = {"i": order[k] + 1, "text": text, "label": label, "tokens": [str(t) for t in toks],
                "target": token_text(m.tokenizer, first["target_items"][k]) if first else None,
                "relevance": {}, "delta_af": {}, "sum_r": {}, "logit": {}}

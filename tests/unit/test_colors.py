@@ -106,10 +106,10 @@ def _figures():
         "relevance_figures.image_plot": lambda: relevance_figures.image_plot(
             {"methods": ["mambalrp"], "maps": {"mambalrp": [[0.5, -1.0], [0.0, 2.0]]}, "image": [[0, 1], [1, 0]],
              "pred": "ring", "mask": [[True, False], [False, False]], "share_in_region": {"mambalrp": 0.2}}),
-        "feature_figures._hist_plot": lambda: feature_figures._hist_plot(page),
+        "feature_figures.hist_plot": lambda: feature_figures.hist_plot(page),
         "feature_figures.patch_figure": lambda: feature_figures.patch_figure(
             [np.zeros((8, 8, 3), np.uint8)], [np.array([[0.0, 1.0], [2.0, 0.5]])], ["feature 3"]),
-        "feature_figures._concept_plot": lambda: feature_figures._concept_plot(page),
+        "feature_figures.concept_plot": lambda: feature_figures.concept_plot(page),
         "memorization_figures.z_plot": lambda: memorization_figures.z_plot(z, ["down0.attn0:1"]),
         "memorization_figures.hist_plot": lambda: memorization_figures.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
         "math_figures.figure2_plot": lambda: math_figures.figure2_plot(base, {"mathneuro": base}, 0.05),
