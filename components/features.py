@@ -34,6 +34,7 @@ SUMMARY = "SAE features of a LLaVA-style model: top images, activation regions, 
 # these (components.links): the model and SAE it names (a user's own too), the filtered list, the
 # held-out scene's analysis and the steering.
 LINK_RUNS = ("features_load", "features_list", "analyse_image", "steer")
+LINK_PARAMS = ("feature",)  # read by the tab's own load event, not a linked input
 
 SORTS = ["density", "max activation", "IoU"]
 POSITION_CHOICES = [("every prompt position (paper)", "prompt"), ("prompt + generated tokens", "all"),

@@ -15,6 +15,9 @@ any of a tab's linked inputs, those events run once the inputs are restored (thr
 per-tab button whose click chains the tab's own handlers, so the computation, its concurrency group
 and its caching are the tab's own). A page opened without link values runs nothing extra.
 
+A tab may also read a query key of its own in its load event (Features opens `feature=ID`): it
+names such keys in `LINK_PARAMS`, so the restore does not report them as unknown.
+
 A component whose valid values are not its static choices (e.g. neuron tick boxes filled by a
 search) can accept linked values through `accept_link(comp, validate)`: `validate(list) -> list`
 raises ValueError for a bad value, and the restore shows the linked values as the choices.
@@ -223,11 +226,13 @@ def build_query(tab_id: str, pairs: Iterable[tuple[str, Any]]) -> str:
     return "?" + urlencode(items)
 
 
-def parse_query(params, registry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """{elem_id: value} for every valid linked value, and the notices for the ones skipped."""
+def parse_query(params, registry: dict[str, Any], own: Iterable[str] = ()) -> tuple[dict[str, Any], list[str]]:
+    """{elem_id: value} for every valid linked value, and the notices for the ones skipped; `own`
+    keys are read by a tab itself (its LINK_PARAMS) and passed over here."""
     values, notices = {}, []
+    skip = RESERVED | set(own)
     for key in list(params.keys()):
-        if key in RESERVED:
+        if key in skip:
             continue
         comp = registry.get(key)
         if comp is None:
@@ -342,11 +347,14 @@ class DeepLinks:
 
         outputs = [c for t in self.tabs for c in t.inputs]
         registry = self.registry
+        from components import tab_modules
+
+        own = {k for m in tab_modules() if m.TAB_ID in ids for k in getattr(m, "LINK_PARAMS", ())}
 
         def restore(request: gr.Request):
             params = request.query_params if request else {}
             wanted = params.get("tab") or default_tab
-            values, notices = parse_query(params, registry)
+            values, notices = parse_query(params, registry, own)
             if params.get("tab") and wanted not in ids:
                 notices.insert(0, f"no tab {wanted[:40]!r}")
             if notices:

@@ -268,6 +268,9 @@ def test_feature_parameter_opens_the_feature_page(server_url):
         page.wait_for_selector("#tab-features", state="visible")
         page.locator("#features-header").get_by_text("Feature 5").wait_for(timeout=60_000)
         assert page.locator("#features-id input").input_value() == "5"
+        # `feature` is the tab's own link key: no "unknown link parameter" notice for it
+        texts = page.locator(".toast-body, [data-testid='toast-body']").all_inner_texts()
+        assert not any("feature" in t for t in texts), texts
 
 
 def test_bad_link_values_are_ignored_with_a_notice(server_url):

@@ -57,6 +57,9 @@ def test_parse_query_skips_bad_and_unknown_keeps_good():
     values, notices = links.parse_query(params, registry)
     assert values == {"t": "plain words", "r": "q"}
     assert len(notices) == 3 and any("nosuch" in n for n in notices)
+    # a key a tab reads itself (its LINK_PARAMS) is neither a value nor a notice
+    values, notices = links.parse_query({"feature": "5", "nosuch": "1"}, registry, own={"feature"})
+    assert values == {} and len(notices) == 1 and "nosuch" in notices[0]
 
 
 def test_bare_words_and_numbers_decode():
