@@ -25,6 +25,7 @@ import gradio as gr  # noqa: E402
 
 from components import tab_modules  # noqa: E402
 from components import agent_tools  # noqa: E402
+from components import visitor  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
 from components.gradio_fixes import atomic_image_cache  # noqa: E402
 from components.guard import guard_events  # noqa: E402
@@ -37,7 +38,10 @@ QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
 def build_app(source: str = SOURCE) -> gr.Blocks:
     atomic_image_cache()
     modules = tab_modules()
-    with gr.Blocks(title="Interpretability workbench", analytics_enabled=False) as demo:
+    # Gradio's own copies of uploads and results go after the session time limit too
+    ttl = int(visitor.sessions.ttl_seconds())
+    with gr.Blocks(title="Interpretability workbench", analytics_enabled=False,
+                   delete_cache=(min(ttl, 3600), ttl)) as demo:
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
             gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
                     "<span class='wb-sub'>five papers, five live instruments</span>"
@@ -57,6 +61,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         # Deep links: ?tab=ID opens that tab; ?<elem_id>=<json> restores every linked input of every
         # tab (components.links); invalid values are skipped with a notice.
         links.install(demo, tabs, default_tab=modules[0].TAB_ID)
+    visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
     guard_events(demo)
     # Bounded queue; model-touching events set their own per-device group (components.common).
     demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)

@@ -4,6 +4,7 @@ UI only: the feature list, feature pages, image analysis and steering come from 
 """
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
@@ -19,7 +20,7 @@ from backend.core.stopflag import StopFlag
 from backend.sae import features as FT
 from backend.sae import scenes as S
 from components import links
-from components.feature_images import MAX_TAB_IMAGES, collect_images
+from components.feature_images import MAX_TAB_IMAGES, collect_images, own_build
 from components.feature_figures import (enlarged, concept_plot, hist_plot, maps_max, page_png,
                                         colorbar_html, dimmed, overlay, patch_figure)
 from components.common import fail, model_event
@@ -151,8 +152,10 @@ def open_feature(source: str, feature):
                   f"(bilinear upsampling, ≥ 50% of the map's max) over the top-5 images</div>"
                   + colorbar_html(vmax, "overlay colour scale"))
     data = FT.page_json(page)
-    jpath = _atomic_write(_export_path(f"feature_{f}.json"), lambda p: p.write_text(json.dumps(data, indent=1)))
-    ppath = _atomic_write(_export_path(f"feature_{f}.png"), lambda p: page_png(page, p))
+    # named for the index too: two visitors' own indexes never share an export file
+    tag = hashlib.sha256(org.cache_id.encode()).hexdigest()[:10]
+    jpath = _atomic_write(_export_path(f"feature_{f}-{tag}.json"), lambda p: p.write_text(json.dumps(data, indent=1)))
+    ppath = _atomic_write(_export_path(f"feature_{f}-{tag}.png"), lambda p: page_png(page, p))
     steer_value = FT.default_clamp_value(org, f)
     hover = patch_figure(page["images"], page["patch_maps"],
                          [f"#{t['image_id']} · {t['score']:.2f}" for t in page["top"]], vmax)
@@ -460,11 +463,14 @@ def _stop_flag(request) -> StopFlag:
 
 
 def build_index(source: str, files, folder: str, request: gr.Request = None, progress=gr.Progress()):
-    """Index a small image set here, with a progress bar; Cancel stops it between batches."""
+    """Index a small image set here, with a progress bar; Cancel stops it between batches. The index
+    and the uploaded images are this visitor's (components.feature_images.own_build): the source
+    returned names them, and no other visitor's view or the owner's index file changes."""
     org = _org(source)
     if not org.is_hub:
         fail("The zoo organism's index comes with it; rebuild it with: python -m backend.sae.cli build")
-    src = collect_images(org, files, folder)
+    target = own_build(org, request)
+    src = collect_images(org, files, folder, target.images, target.room)
     for i in range(len(src)):  # every file must open before the model spends time on any
         try:
             src.load(i)
@@ -473,19 +479,22 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
     org = _org(source, progress)
     flag = _stop_flag(request).start()
     progress(0, desc=f"indexing {len(src)} images")
+    out = target.index_file(src)
     try:
-        # written to the file the organism reads; refresh_index below installs it in this process
+        # written to a file; reading it back installs it (for this visitor, or for all when shared)
         FT.index_images(org, src, progress=lambda d, n: progress(d / n, desc=f"{d}/{n} images indexed"),
-                        should_stop=flag.is_set)
+                        should_stop=flag.is_set, out=out)
     except FT.Cancelled as e:
-        return (f"**Cancelled** ({e}); nothing was written.", gr.update(), gr.update(), gr.update())
+        return (f"**Cancelled** ({e}); nothing was written.", gr.update(), gr.update(), gr.update(), source)
     finally:
         flag.finish()
-    FT.refresh_index(org)
+    source = target.installed(source, out)
+    org = _org(source)
     rows = list_features(source, "", "density")
     first_id = int(rows.iloc[0, 0]) if len(rows) else 0
-    return (f"**Indexed {len(src)} images** → `{html.escape(str(org.index_path))}`. The feature list now "
-            f"shows the features that fired; the densest one is open.", rows, first_id, _hub_summary_md(org))
+    return (f"**Indexed {len(src)} images** → `{html.escape(str(org.index_path))}`{target.note}. The feature "
+            f"list now shows the features that fired; the densest one is open.", rows, first_id,
+            _hub_summary_md(org), source)
 
 
 def ask_model(source: str, feature, progress=gr.Progress()):
@@ -678,9 +687,9 @@ def build(ctx) -> None:
         return open_feature(source_, fid)
 
     keep_on_failure(table.select(pick_row, [source, table], page_outputs, api_visibility="private"), page_outputs)
-    built = build_btn.click(build_index, [source, build_files, build_folder], [build_status, table, feat, summary],
-                            **model_event(api_name="build_index"))
-    keep_on_failure(built, [build_status, table, feat, summary])
+    built = build_btn.click(build_index, [source, build_files, build_folder],
+                            [build_status, table, feat, summary, source], **model_event(api_name="build_index"))
+    keep_on_failure(built, [build_status, table, feat, summary, source])
     keep_on_failure(built.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),
                     page_outputs)
     cancel_btn.click(cancel_index, None, build_status, api_name="cancel_index")

@@ -19,6 +19,7 @@ from backend.nemo import images as nimages
 from backend.nemo import service
 from components import links
 from components.model_picker import model_picker
+from components.visitor import own_folder, room_of, stats_dir
 from components.common import fail, model_event
 from components.inputs import checked_image, checked_slider, keep_on_failure
 from components.memorization_figures import (NO_NEURONS_OFF, TABLE_HEADERS, TABLE_WIDTHS, batch_rows, export_png,
@@ -149,14 +150,16 @@ def make_checks(source: str):
 
 
 def make_handlers(source: str):
-    def check(prompt, model=None):
-        r = service.check(prompt, source=source, model=model)
+    def check(prompt, model=None, request: gr.Request = None):
+        r = service.check(prompt, source=source, model=model, own_dir=stats_dir(request))
         return score_html(r), z_plot(r), stats_html(r["stats"])
 
-    def find(prompt, model=None, progress=gr.Progress()):
+    def find(prompt, model=None, request: gr.Request = None, progress=gr.Progress()):
         progress(0.02, desc="statistics of non-memorized prompts")
-        loc = service.find(prompt, progress=lambda f, msg: progress(f, desc=msg), source=source, model=model)
-        r = service.check(prompt, source=source, model=model)
+        own = stats_dir(request)
+        loc = service.find(prompt, progress=lambda f, msg: progress(f, desc=msg), source=source, model=model,
+                           own_dir=own)
+        r = service.check(prompt, source=source, model=model, own_dir=own)
         labels = loc["labels"]
         m = service.get(source, model)
         setting = (f"Search at guidance {loc['guidance_scale']:g} (detection and generations: "
@@ -193,10 +196,10 @@ def make_handlers(source: str):
         pin = {"prompt": c["prompt"], "neurons": c["neurons"], "seeds": seeds, "model": model}
         return gallery_items(c), result_html(c), pin
 
-    def batch(text, upload, model=None, progress=gr.Progress()):
+    def batch(text, upload, model=None, request: gr.Request = None, progress=gr.Progress()):
         prompts = _prompt_list(text, upload)
         rows = service.check_batch(prompts, progress=lambda f, msg: progress(f, desc=msg), source=source,
-                                   model=model)
+                                   model=model, own_dir=stats_dir(request))
         n_mem = sum(r["memorized"] for r in rows)
         note = (f"<div class='wb-muted' id='memo-batch-note'>{len(rows)} prompts, {n_mem} above "
                 f"θ<sub>mem</sub>. Click a column header to sort.</div>")
@@ -206,15 +209,17 @@ def make_handlers(source: str):
         d = service.describe(source, model)  # a user's own pipeline: the paper's LAION lists
         return "\n".join(d["memorized"][:5] + d["ordinary"][:5])
 
-    def stats(n, model=None, own_text=""):
+    def stats(n, model=None, own_text="", request: gr.Request = None):
+        """This visitor's statistics (every visitor's when the owner shares builds: components.visitor)."""
         try:
             n = int(float(n))
         except (TypeError, ValueError):
             fail("The number of prompts must be a number.")
         own = [line for line in str(own_text or "").splitlines() if line.strip()]
-        return stats_html(service.compute_stats(n, source=source, model=model, prompts=own or None))
+        return stats_html(service.compute_stats(n, source=source, model=model, prompts=own or None,
+                                                own_dir=own_folder(request, "nemo"), room=room_of(request)))
 
-    def table(n_prompts, model=None, progress=gr.Progress()):
+    def table(n_prompts, model=None, request: gr.Request = None, progress=gr.Progress()):
         try:
             n = float(n_prompts)
         except (TypeError, ValueError):
@@ -224,17 +229,19 @@ def make_handlers(source: str):
         if n > TABLE_MAX:
             fail(f"At most {TABLE_MAX} prompts per table.")
         t = service.results_table(progress=lambda f, msg: progress(f, desc=msg), source=source,
-                                  n_prompts=int(n), model=model)
+                                  n_prompts=int(n), model=model, own_dir=stats_dir(request))
         return table_rows(t["rows"]), hist_plot(t["rows"]), summary_html(t["summary"])
 
-    def export(prompt, selected, free, n_seeds, reference=None, model=None, progress=gr.Progress()):
+    def export(prompt, selected, free, n_seeds, reference=None, model=None, request: gr.Request = None,
+               progress=gr.Progress()):
         m = service.get(source, model)
         seeds = _seeds(n_seeds)
         spec = _spec(m, selected, free)
+        own = stats_dir(request)
         progress(0.1, desc="score and z-scores")
-        r = service.check(prompt, source=source, model=model)
+        r = service.check(prompt, source=source, model=model, own_dir=own)
         progress(0.3, desc="localising")
-        loc = service.find(prompt, source=source, model=model)
+        loc = service.find(prompt, source=source, model=model, own_dir=own)
         progress(0.6, desc="generating")
         c = service.compare(prompt, spec, seeds, source=source, reference=reference, model=model)
         state = {
@@ -261,11 +268,11 @@ def make_handlers(source: str):
         export_png(ppath, c, r, None)
         return [str(jpath), str(ppath)]
 
-    def on_model(model, progress=gr.Progress()):
+    def on_model(model, request: gr.Request = None, progress=gr.Progress()):
         """A newly picked pipeline: load it (with progress) and say which neuron statistics it will
         use; found neurons belong to the previous model, so their boxes are cleared."""
         progress(0.05, desc="loading the pipeline")
-        st = service.stats_status(source, model, lambda f, d: progress(f, desc=d))
+        st = service.stats_status(source, model, lambda f, d: progress(f, desc=d), own_dir=stats_dir(request))
         return stats_html(st), gr.update(choices=[], value=[]), ""
 
     return check, find, generate, batch, sample, stats, table, export, on_model

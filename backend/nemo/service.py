@@ -28,6 +28,7 @@ from backend.core.zerogpu import capped, gpu
 from . import core, data
 from .data import clean_prompt  # noqa: F401  (part of the service's API)
 from . import stats as nstats
+from . import visitor
 from .images import as_reference, resize_to  # noqa: F401  (as_reference: part of the service's API)
 from .metrics import diversity, ssim_images
 from .presets import TAB, load_preset_pipeline
@@ -357,13 +358,14 @@ def parse_neurons(m: MemoModel, items: Sequence[str] | str | None) -> dict[str, 
 # ----------------------------------------------------------------------------- the tab's operations
 
 @gpu(duration=30)  # a noise-difference step per seed + one text-encoder pass
-def check(prompt: str, source: str | None = None, model: str | None = None) -> dict:
-    """Memorization score vs θ_mem, and the per-layer z-scores of the prompt's value neurons."""
+def check(prompt: str, source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> dict:
+    """Memorization score vs θ_mem, and the per-layer z-scores of the prompt's value neurons (against
+    the session's own statistics when `own_dir` holds some: backend.nemo.visitor)."""
     m = get(source, model)
     prompt = clean_prompt(prompt)
-    stats = m.stats()
+    stats, tag, status = visitor.stats_for(m, own_dir)
     key = make_key(m.model_id, prompt, {"op": "check", "g": m.guidance_scale, "n": m.num_seeds,
-                                        "stats": m.stats_tag})
+                                        "stats": tag})
 
     def compute():
         score = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
@@ -379,13 +381,13 @@ def check(prompt: str, source: str | None = None, model: str | None = None) -> d
                 "max_z": float(max(z[n].max() for n in m.layers)),
                 "is_training_prompt": m.train_image(prompt) is not None,
                 "listed_type": listed.get("type", "VM") if listed else None,
-                "stats": m.stats_status()}
+                "stats": status}
     return _RESULTS.get_or_compute(key, compute)
 
 
 @gpu(duration=lambda prompts, *a, **k: capped(10 + 3 * len(prompts)))  # one score per prompt
 def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] | None = None,
-                source: str | None = None, model: str | None = None) -> list[dict]:
+                source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> list[dict]:
     """`check` for a list of prompts (at most data.MAX_PROMPTS) → one row per prompt: score,
     verdict, largest z-score and, where the model's list holds it, its memorization type."""
     m = get(source, model)
@@ -400,40 +402,44 @@ def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] |
     rows = []
     for i, p in enumerate(prompts):
         report(i / len(prompts), f"prompt {i + 1}/{len(prompts)}")
-        r = check(p, source=source, model=model)
+        r = check(p, source=source, model=model, own_dir=own_dir)
         rows.append({"prompt": p, "score": r["score"], "memorized": r["memorized"], "max_z": r["max_z"],
                      "listed_type": r["listed_type"]})
     report(1.0, "done")
     return rows
 
 
-def stats_status(source: str | None = None, model: str | None = None, progress=None) -> dict:
-    """Which neuron statistics the loaded model uses (or will at first use)."""
-    return get(source, model, progress).stats_status()
+def stats_status(source: str | None = None, model: str | None = None, progress=None,
+                 own_dir: Path | None = None) -> dict:
+    """Which neuron statistics the loaded model uses (or will at first use) for this session."""
+    return visitor.status_of(get(source, model, progress), own_dir)
 
 
 @gpu(duration=120)  # one text-encoder + value-projection pass per prompt
 def compute_stats(n_prompts: int, source: str | None = None, model: str | None = None,
-                  prompts: Sequence[str] | None = None) -> dict:
+                  prompts: Sequence[str] | None = None, own_dir: Path | None = None, room=None) -> dict:
     """The small-set job from the tab: statistics over the first `n_prompts` ordinary prompts
-    (COCO captions on a hub checkpoint), computed in this process and used from now on."""
+    (COCO captions on a hub checkpoint) or over `prompts`. With `own_dir` (a visitor's session
+    folder) they are that session's only; without, they replace the shared ones from now on."""
     m = get(source, model)
     try:
         n = int(n_prompts)
     except (TypeError, ValueError):
         raise ValueError("The number of prompts must be a whole number.") from None
+    if own_dir is not None:
+        return visitor.compute(m, n, prompts, own_dir, room)
     return m.set_stats_prompts(n, prompts)
 
 
 @gpu(duration=240)  # NeMo's search: dozens of noise-difference evaluations
 def find(prompt: str, progress: Callable[[float, str], None] | None = None,
-         source: str | None = None, model: str | None = None) -> dict:
+         source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> dict:
     """NeMo's localisation of one prompt → the neurons (as labels and as a spec) and the history."""
     m = get(source, model)
     prompt = clean_prompt(prompt)
-    stats = m.stats()
+    stats, tag, _ = visitor.stats_for(m, own_dir)
     key = make_key(m.model_id, prompt, {"op": "find", "g": m.search_guidance, "n": m.num_seeds,
-                                        "theta": m.theta_mem, "stats": m.stats_tag})
+                                        "theta": m.theta_mem, "stats": tag})
 
     def compute():
         loc = core.localize(m.pipe, prompt, stats, m.theta_mem, num_seeds=m.num_seeds,
@@ -523,7 +529,7 @@ def _median(xs) -> float | None:
 @gpu(duration=300)  # every memorized prompt: localisation + generations
 def results_table(progress: Callable[[float, str], None] | None = None, source: str | None = None,
                   seeds: Sequence[int] = (0, 1, 2, 3), n_prompts: int | None = None,
-                  model: str | None = None) -> dict:
+                  model: str | None = None, own_dir: Path | None = None) -> dict:
     """The paper's table for every memorized prompt of the organism: SSIM to the training image,
     diversity and alignment, with the found neurons on, off, and (baseline) as many random
     neurons off; plus the neurons-per-prompt counts for the histogram."""
@@ -537,7 +543,7 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
     for i, item in enumerate(items):
         report(i / n, f"prompt {i + 1}/{n}: localising")
         t0 = time.perf_counter()
-        loc = find(item["prompt"], source=source, model=model)
+        loc = find(item["prompt"], source=source, model=model, own_dir=own_dir)
         t_loc.append(loc["seconds"] if loc.get("seconds") else time.perf_counter() - t0)
         spec = loc["neurons"]
         rnd = core.random_like(m.pipe.unet, spec, seed=i)

@@ -67,9 +67,9 @@ def to_stats(tensors: Mapping[str, torch.Tensor]) -> NeuronStats:
 
 
 def save_stats(tensors: Mapping[str, torch.Tensor], path: Path, *, model_id: str = "",
-               prompts: Sequence[str] | None = None) -> Path:
+               prompts: Sequence[str] | None = None, extra: Mapping[str, str] | None = None) -> Path:
     path = Path(path)
-    meta = {"model_id": model_id, "n_prompts": str(int(tensors["count"][0]))}
+    meta = {"model_id": model_id, "n_prompts": str(int(tensors["count"][0])), **(extra or {})}
     if prompts is not None:
         meta["prompts_sha256"] = prompts_digest(prompts)
     tmp = path.with_suffix(".tmp")

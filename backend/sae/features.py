@@ -474,7 +474,11 @@ def own_organism(vlm: str, sae: str, hookpoint: str) -> Organism:
 def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> Organism:
     """The tab's organism. A hub one is its metadata and index until `model=True` (or `need_model`)
     asks for the weights: building the tab and browsing feature pages never wait for the VLM.
-    `source` may name a user's own VLM + SAE (`own_source`)."""
+    `source` may name a user's own VLM + SAE (`own_source`), or a visitor's own index (backend.sae.visitor)."""
+    if isinstance(source, str) and source.startswith("session:"):
+        from . import visitor
+
+        return visitor.organism(source, model=model, progress=progress)
     if isinstance(source, str) and source.startswith(OWN):
         vlm_id, sae_id, hookpoint = json.loads(source[len(OWN):])
         org = own_organism(vlm_id, sae_id, hookpoint)

@@ -1,0 +1,224 @@
+"""What a visitor brings, or derives from it, stays with that visitor: one folder per browser (or API
+client) session, with a disk quota, removed when the session ends or after it has been idle too long.
+
+A Space is one process shared by strangers. An index built from a visitor's images, or neuron
+statistics over a visitor's prompts, must never replace what the other visitors see, nor write over
+the owner's files (WORKBENCH_SAE_INDEX, WORKBENCH_NEMO_STATS, precomputed and shipped data). So such
+builds go to `folder(session)`, content-addressed (`content_name`), and the UI keeps only a small
+descriptor (a path) in the session's state. A path under a session folder is what a worker process
+(ZeroGPU) writes and the server process reads: nothing lives only in memory.
+
+Settings (read at each call, so tests and a Space's variables take effect without a restart):
+  WORKBENCH_SESSION_DIR    where the session folders live (default: <tmp>/workbench-sessions)
+  WORKBENCH_SESSION_QUOTA  bytes one session's folder may hold, e.g. 500MB (default), "none" for no cap
+  WORKBENCH_SESSION_TTL    seconds a session may stay idle before its folder is removed (default 7200)
+  WORKBENCH_SHARED_BUILDS  =1: a private Space's owner shares every visitor's builds (the index a tab
+                           builds is written where the owner's settings point, statistics replace the
+                           shared ones), as before per-session folders existed
+No gradio here: components.sessions ties these to Gradio's session hash and unload event.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .store import parse_bytes
+
+DIR_ENV, QUOTA_ENV, TTL_ENV, SHARED_ENV = ("WORKBENCH_SESSION_DIR", "WORKBENCH_SESSION_QUOTA",
+                                           "WORKBENCH_SESSION_TTL", "WORKBENCH_SHARED_BUILDS")
+DEFAULT_QUOTA = "500MB"
+DEFAULT_TTL = 7200.0
+DIRECT = "direct"  # calls from Python (a notebook, a test) with no Gradio session behind them
+_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MARK = ".last-used"
+_LOCK = threading.Lock()
+_ON_END: list[Callable[[str, Path], None]] = []
+_SWEEPER: threading.Thread | None = None
+
+
+class QuotaExceeded(ValueError):
+    """A session's files would pass WORKBENCH_SESSION_QUOTA (a ValueError: the UI shows its message)."""
+
+
+def shared_builds() -> bool:
+    return os.environ.get(SHARED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def root() -> Path:
+    name = os.environ.get(DIR_ENV, "").strip()
+    return Path(name).expanduser() if name else Path(tempfile.gettempdir()) / "workbench-sessions"
+
+
+def quota_bytes() -> int | None:
+    return parse_bytes(os.environ.get(QUOTA_ENV, "").strip() or DEFAULT_QUOTA)
+
+
+def ttl_seconds() -> float:
+    try:
+        return max(float(os.environ.get(TTL_ENV, "") or DEFAULT_TTL), 1.0)
+    except ValueError:
+        return DEFAULT_TTL
+
+
+def session_id(session: str | None) -> str:
+    """A Gradio session hash as a folder name (anything else is refused, so no id leaves the root)."""
+    sid = str(session or DIRECT)
+    if not _ID_RE.fullmatch(sid):
+        raise ValueError("this request carries no usable session id")
+    return sid
+
+
+def folder(session: str | None, *, create: bool = True) -> Path:
+    """The session's own folder (made and marked as used now when `create`)."""
+    path = root() / session_id(session)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / _MARK).touch()
+        _maybe_sweep()
+    return path
+
+
+def find(session: str | None, *parts: str) -> Path | None:
+    """An existing file of the session's folder, or None (nothing is created: a read is no use)."""
+    p = root().joinpath(session_id(session), *parts)
+    if p.exists():
+        try:
+            (p.parents[len(parts) - 1] / _MARK).touch()
+        except OSError:
+            pass
+        return p
+    return None
+
+
+def owns(session: str | None, path: str | os.PathLike) -> bool:
+    """Whether `path` lies inside the session's folder (a descriptor is checked before it is used)."""
+    try:
+        Path(path).resolve().relative_to((root() / session_id(session)).resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def content_name(chunks: Iterable[bytes | str], n: int = 16) -> str:
+    """A name for content: the same input gets the same file, so a rebuild overwrites nothing else."""
+    h = hashlib.sha256()
+    for c in chunks:
+        h.update(c.encode() if isinstance(c, str) else c)
+    return h.hexdigest()[:n]
+
+
+def used_bytes(session: str | None) -> int:
+    base = root() / session_id(session)
+    return sum(p.stat().st_size for p in base.rglob("*") if p.is_file()) if base.is_dir() else 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 10**5 else f"{n / 1e3:.1f} kB"
+
+
+def check_room(session: str | None, extra: int, what: str = "these files") -> None:
+    """Refuse before writing `extra` bytes that would take the session past its quota."""
+    cap = quota_bytes()
+    if cap is None:
+        return
+    have = used_bytes(session)
+    if have + int(extra) > cap:
+        raise QuotaExceeded(
+            f"Refused: {what} ({_mb(int(extra))}) would take this session's files to {_mb(have + int(extra))}, "
+            f"over its quota of {_mb(cap)} ({QUOTA_ENV}). Nothing was written. Use fewer or smaller files, "
+            f"or reload the page to start a new session (its files are removed).")
+
+
+def keep_within_quota(session: str | None, written: Iterable[Path], what: str = "the result") -> None:
+    """After a write whose size was not known before: over the quota, remove it and refuse."""
+    cap = quota_bytes()
+    if cap is None:
+        return
+    have = used_bytes(session)
+    if have > cap:
+        for p in written:
+            p = Path(p)
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        raise QuotaExceeded(
+            f"Refused: {what} took this session's files to {_mb(have)}, over its quota of {_mb(cap)} "
+            f"({QUOTA_ENV}); it was removed again. Use fewer images, or ask the Space's owner for a larger quota.")
+
+
+def on_end(fn: Callable[[str, Path], None]) -> Callable[[str, Path], None]:
+    """`fn(session, folder)` runs when a session ends (e.g. to drop in-memory views of its files)."""
+    _ON_END.append(fn)
+    return fn
+
+
+def end(session: str | None) -> bool:
+    """The session is over: drop what refers to its files, then the folder. True if it had one."""
+    sid = session_id(session)
+    path = root() / sid
+    for fn in list(_ON_END):
+        try:
+            fn(sid, path)
+        except Exception:  # one listener's failure must not keep the files
+            pass
+    existed = path.exists()
+    shutil.rmtree(path, ignore_errors=True)
+    return existed
+
+
+def sweep(now: float | None = None) -> list[str]:
+    """End every session idle for longer than WORKBENCH_SESSION_TTL; returns their ids."""
+    base = root()
+    if not base.is_dir():
+        return []
+    now = time.time() if now is None else now
+    ttl, gone = ttl_seconds(), []
+    for d in base.iterdir():
+        if not d.is_dir() or not _ID_RE.fullmatch(d.name):
+            continue
+        mark = d / _MARK
+        try:
+            last = (mark if mark.exists() else d).stat().st_mtime
+        except OSError:
+            continue
+        if now - last > ttl:
+            end(d.name)
+            gone.append(d.name)
+    return gone
+
+
+_LAST_SWEEP = [0.0]
+
+
+def _maybe_sweep() -> None:
+    """A sweep at most once a minute, piggybacked on session use (no thread needed for it)."""
+    now = time.monotonic()
+    with _LOCK:
+        if now - _LAST_SWEEP[0] < 60:
+            return
+        _LAST_SWEEP[0] = now
+    sweep()
+
+
+def start_sweeper(interval: float | None = None) -> None:
+    """A daemon thread that sweeps idle sessions even when no one uses the app (once per process)."""
+    global _SWEEPER
+    with _LOCK:
+        if _SWEEPER is not None and _SWEEPER.is_alive():
+            return
+
+        def loop():
+            while True:
+                time.sleep(interval or min(max(ttl_seconds() / 4, 5.0), 300.0))
+                try:
+                    sweep()
+                except Exception:
+                    pass
+
+        _SWEEPER = threading.Thread(target=loop, name="workbench-session-sweeper", daemon=True)
+        _SWEEPER.start()

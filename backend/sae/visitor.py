@@ -1,0 +1,82 @@
+"""A visitor's own feature index: built from the visitor's images into the visitor's session folder
+(backend.core.sessions), seen by that visitor only, never written over the owner's index file.
+
+The tab's session state keeps a source that names the shared organism and the visitor's index file
+(`session_source`); `organism(source)` gives a view of the shared organism (the same weights, from
+the model store) whose index, labels and cache keys are the visitor's. Views of a session's files
+are dropped when the session ends.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from ..core import sessions, store
+from . import features as FT
+
+PREFIX = "session:"
+_VIEWS: dict[str, FT.Organism] = {}
+_LOCK = threading.Lock()
+
+
+def session_source(base_source: str, index_file: str | Path) -> str:
+    """The source a session keeps once it has its own index (its base: the shared organism's)."""
+    return PREFIX + json.dumps([base_of(base_source), str(index_file)])
+
+
+def base_of(source: str) -> str:
+    """The shared organism's source behind a session source (itself otherwise)."""
+    if isinstance(source, str) and source.startswith(PREFIX):
+        return json.loads(source[len(PREFIX):])[0]
+    return source
+
+
+def is_session(source) -> bool:
+    return isinstance(source, str) and source.startswith(PREFIX)
+
+
+def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
+    """The visitor's view: the shared organism with the visitor's index. A file that is gone (the
+    session ended or was swept) leaves the shared organism, never another visitor's index."""
+    base_source, index_file = json.loads(source[len(PREFIX):])
+    base = FT.get_organism(base_source, model=model, progress=progress)
+    path = Path(index_file)
+    if not path.is_file():
+        return base
+    with _LOCK:
+        view = _VIEWS.get(source)
+        if view is None or view.parts_key != base.parts_key:
+            tag = sessions.content_name([str(path)], 12)
+            view = replace(base, index=None, index_path=None, labels={}, label_source=FT.NO_LABELS,
+                           index_out=path, index_note="", version=0, lock=threading.RLock(),
+                           model_id=f"{base.model_id}|visitor:{tag}",
+                           summary={**base.summary, "index_stamp": None, "labels_stamp": None})
+            _VIEWS[source] = view
+    FT.refresh_index(view)  # the visitor's file: loaded once, again only when it changes
+    if base.model is not None and view.model is not base.model:
+        FT.attach(view, FT.HubParts(base.model, base.processor, base.sae))
+    return view
+
+
+def index_file(folder: Path, org: FT.Organism, image_names: list[str], digest: str) -> Path:
+    """Content-addressed: the same images through the same model and SAE give the same file."""
+    key = sessions.content_name([json.dumps([org.parts_key or org.model_id, org.hookpoint, image_names]), digest])
+    return Path(folder) / key / FT.INDEX_FILE
+
+
+@sessions.on_end
+def _drop(session: str, folder: Path) -> None:
+    with _LOCK:
+        for key in [k for k, v in _VIEWS.items() if v.index_out is not None and sessions.owns(session, v.index_out)]:
+            del _VIEWS[key]
+
+
+def _on_evict(parts_key: str) -> None:
+    for view in list(_VIEWS.values()):
+        if view.parts_key == parts_key:
+            FT.attach(view, None)
+
+
+store.on_evict(_on_evict)

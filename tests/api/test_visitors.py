@@ -1,0 +1,135 @@
+"""Two visitors at once, each its own gradio_client session: what one brings (images, an index built
+from them, neuron statistics over its own prompts) stays with it. The other visitor's view, the
+shared statistics and the owner's index file do not change, and the visitor's folder goes when its
+session ends."""
+from __future__ import annotations
+
+import hashlib
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+VLM, SAE, HOOK = "own-llava15", "own-llava15-sae", "layers.2"
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def rows(table) -> list:
+    return table["data"] if isinstance(table, dict) else table
+
+
+@pytest.fixture
+def sessions_dir(tmp_path, monkeypatch):
+    root = tmp_path / "sessions"
+    monkeypatch.setenv("WORKBENCH_SESSION_DIR", str(root))
+    monkeypatch.delenv("WORKBENCH_SHARED_BUILDS", raising=False)
+    return root
+
+
+@pytest.fixture
+def owner_index(local_models, tmp_path, monkeypatch, sessions_dir):
+    """The owner's precomputed index (WORKBENCH_SAE_INDEX) over the owner's images, for the own
+    LLaVA-1.5 stand-in and its SAE; a fresh organism registry reads that setting."""
+    from backend.sae import features as FT
+    from tests.helpers.standins.features import sample_images
+
+    monkeypatch.setattr(FT, "_SHELLS", {})
+    target = tmp_path / "owner" / "feature_index.safetensors"
+    monkeypatch.setenv("WORKBENCH_SAE_INDEX", str(target))
+    images = sample_images(tmp_path / "owner-images", 4, seed=1)
+    org = FT.get_organism(FT.own_source(str(local_models / VLM), str(local_models / SAE), HOOK), model=True)
+    FT.index_images(org, FT.ImageSource.folder(images[0].parent), out=target)
+    FT.refresh_index(org)
+    assert org.index_path == target
+    return target
+
+
+def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_index, sessions_dir, tmp_path,
+                                                 monkeypatch):
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    from backend.sae import features as FT
+    from tests.helpers.standins.features import sample_images
+
+    before = sha(owner_index)
+    a, b = Client(app_url, verbose=False), Client(app_url, verbose=False)
+    vlm, sae = str(local_models / VLM), str(local_models / SAE)
+    for c in (a, b):
+        summary = c.predict(vlm, sae, HOOK, api_name="/features_load")[1]
+        assert "4 images" in summary and "owner-images" in summary
+    b_list = rows(b.predict("", "density", api_name="/features_list"))
+    fid = int(b_list[0][0])
+    b_page = b.predict(fid, api_name="/feature_page")[7]
+
+    archive = tmp_path / "mine.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for i, p in enumerate(sample_images(tmp_path / "a-images", 3, seed=7)):
+            z.write(p, f"visitor-a-{i}.png")
+    built = a.predict([handle_file(str(archive))], "", api_name="/build_index")
+    assert "Indexed 3 images" in built[0]
+    # the owner's file is untouched, and B sees the owner's index: none of A's images
+    assert sha(owner_index) == before
+    assert rows(b.predict("", "density", api_name="/features_list")) == b_list
+    again = b.predict(fid, api_name="/feature_page")[7]
+    assert again["top"] == b_page["top"] and not any("visitor-a" in t["caption"] for t in again["top"])
+    assert "4 images" in b.predict(vlm, sae, HOOK, api_name="/features_load")[1]
+    shared = FT.get_organism(FT.own_source(vlm, sae, HOOK))
+    assert shared.index_path == owner_index and shared.index.meta["n_images"] == 4
+    # A sees its own, from A's own folder
+    assert "only this session sees it" in built[0]
+    a_folder = sessions_dir / a.session_hash
+    assert list(a_folder.rglob(FT.INDEX_FILE))
+    a_rows = rows(a.predict("", "density", api_name="/features_list"))
+    a_page = a.predict(int(a_rows[0][0]), api_name="/feature_page")[7]
+    assert a_page["top"] and all(t["caption"].startswith("0") and "visitor-a" in t["caption"]
+                                 for t in a_page["top"])
+
+    # past the quota: refused with the reason, nothing written anywhere
+    monkeypatch.setenv("WORKBENCH_SESSION_QUOTA", "100B")
+    c = Client(app_url, verbose=False)
+    c.predict(vlm, sae, HOOK, api_name="/features_load")
+    with pytest.raises(AppError, match=r"over its quota of 0\.1 kB \(WORKBENCH_SESSION_QUOTA\)"):
+        c.predict([handle_file(str(archive))], "", api_name="/build_index")
+    assert sha(owner_index) == before
+    assert not list((sessions_dir / c.session_hash).rglob("*.png"))
+    c.close()
+
+    # A's session ends: its folder goes
+    a.close()
+    deadline = time.monotonic() + 20
+    while a_folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert not a_folder.exists()
+    b.close()
+
+
+def test_a_visitors_statistics_leave_the_others_scores_alone(app_url, sessions_dir):
+    import json
+
+    from gradio_client import Client
+
+    from backend.nemo import service
+
+    info = service.describe("zoo")
+    prompt = info["memorized"][0]
+    shared = service.check(prompt, source="zoo")
+    a, b = Client(app_url, verbose=False), Client(app_url, verbose=False)
+    b_score, b_z, b_card = b.predict(prompt, api_name="/memo_check")
+    own = "a red circle on a blue square\na green triangle\na yellow star on grey\nthree blue dots"
+    card = a.predict(10, None, own, api_name="/memo_stats")
+    assert "4 ordinary prompts you gave" in card
+    a_score, a_z, a_card = a.predict(prompt, api_name="/memo_check")
+    assert "4 ordinary prompts you gave" in a_card
+    assert json.loads(a_z["plot"]) != json.loads(b_z["plot"])  # A's z-scores use A's statistics
+    after = b.predict(prompt, api_name="/memo_check")
+    assert after[2] == b_card and json.loads(after[1]["plot"]) == json.loads(b_z["plot"])
+    assert service.check(prompt, source="zoo")["z"] == shared["z"]
+    assert list((sessions_dir / a.session_hash / "nemo").glob("*.safetensors"))
+    a.close()
+    b.close()
