@@ -133,3 +133,24 @@ def test_a_visitors_statistics_leave_the_others_scores_alone(app_url, sessions_d
     assert list((sessions_dir / a.session_hash / "nemo").glob("*.safetensors"))
     a.close()
     b.close()
+
+
+def test_a_private_spaces_owner_can_share_builds(app_url, sessions_dir, monkeypatch):
+    """WORKBENCH_SHARED_BUILDS=1: a session's statistics are everyone's again (and nothing is kept
+    in its own folder)."""
+    from gradio_client import Client
+
+    from backend.nemo import service
+
+    monkeypatch.setenv("WORKBENCH_SHARED_BUILDS", "1")
+    prompt = service.describe("zoo")["memorized"][0]
+    shared = service.check(prompt, source="zoo")
+    a = Client(app_url, verbose=False)
+    try:
+        a.predict(20, None, "", api_name="/memo_stats")
+        assert service.check(prompt, source="zoo")["z"] != shared["z"]
+        assert not (sessions_dir / a.session_hash).exists()
+    finally:
+        a.predict(160, None, "", api_name="/memo_stats")  # the organism's statistics for the next tests
+        a.close()
+    assert service.check(prompt, source="zoo")["z"] == shared["z"]

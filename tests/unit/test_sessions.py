@@ -1,0 +1,70 @@
+"""backend.core.sessions: a visitor's folder, its quota, its end and the time limit."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from backend.core import sessions
+
+
+@pytest.fixture(autouse=True)
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv(sessions.DIR_ENV, str(tmp_path / "sessions"))
+    for env in (sessions.QUOTA_ENV, sessions.TTL_ENV, sessions.SHARED_ENV):
+        monkeypatch.delenv(env, raising=False)
+    return tmp_path / "sessions"
+
+
+def test_each_session_has_its_own_folder_and_ids_cannot_leave_the_root(root):
+    a, b = sessions.folder("abc123"), sessions.folder("xyz_789")
+    assert a != b and a.parent == b.parent == root
+    assert sessions.owns("abc123", a / "x" / "file") and not sessions.owns("abc123", b / "file")
+    for bad in ("../up", "a/b", "", "x" * 65, "a b"):
+        with pytest.raises(ValueError):
+            sessions.folder(bad or "..")
+
+
+def test_quota_refuses_before_writing_and_removes_what_passed_it(monkeypatch):
+    monkeypatch.setenv(sessions.QUOTA_ENV, "1kB")
+    f = sessions.folder("s1")
+    (f / "a.bin").write_bytes(b"x" * 600)
+    sessions.check_room("s1", 300)
+    with pytest.raises(sessions.QuotaExceeded, match=r"over its quota of 1\.0 kB \(WORKBENCH_SESSION_QUOTA\)"):
+        sessions.check_room("s1", 500, "the uploaded images")
+    big = f / "index"
+    big.mkdir()
+    (big / "i.bin").write_bytes(b"y" * 600)
+    with pytest.raises(sessions.QuotaExceeded, match="removed again"):
+        sessions.keep_within_quota("s1", [big], "the index")
+    assert not big.exists() and (f / "a.bin").exists()
+    monkeypatch.setenv(sessions.QUOTA_ENV, "none")
+    sessions.check_room("s1", 10**12)
+
+
+def test_ending_a_session_removes_its_folder_and_tells_listeners(monkeypatch):
+    heard = []
+    monkeypatch.setattr(sessions, "_ON_END", [lambda sid, path: heard.append((sid, path.exists()))])
+    f = sessions.folder("gone")
+    (f / "x").write_text("x")
+    other = sessions.folder("stays")
+    assert sessions.end("gone") and not f.exists() and other.exists()
+    assert heard == [("gone", True)]
+    assert not sessions.end("gone")  # twice is harmless
+
+
+def test_idle_sessions_are_swept_after_the_time_limit(monkeypatch):
+    monkeypatch.setenv(sessions.TTL_ENV, "60")
+    old, fresh = sessions.folder("old"), sessions.folder("fresh")
+    past = time.time() - 120
+    os.utime(old / ".last-used", (past, past))
+    assert sessions.sweep() == ["old"]
+    assert not old.exists() and fresh.exists()
+    assert sessions.find("fresh", ".last-used") is not None and sessions.find("fresh", "nothing") is None
+
+
+def test_shared_builds_setting(monkeypatch):
+    assert not sessions.shared_builds()
+    monkeypatch.setenv(sessions.SHARED_ENV, "1")
+    assert sessions.shared_builds()
