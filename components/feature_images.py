@@ -56,6 +56,19 @@ def own_build(org, request) -> Build:
     return Build(org, session_of(request), images)
 
 
+def own_labels(source: str, org, request) -> str:
+    """The source under which a visitor's model labels are kept: a visitor's own index keeps them
+    beside it already; the shared index gets a labels file in the visitor's folder (starting from
+    the shared labels), so the owner's labels.json is never written by a visitor."""
+    if visitor.is_session(source) or org.index_path is None:
+        return source
+    folder = own_folder(request, "features", "labels")
+    if folder is None:  # shared builds: the labels beside the shared index, for everyone
+        return source
+    name = sessions.content_name([str(org.index_path)], 12) + "-labels.json"
+    return visitor.session_source(source, org.index_path, folder / name)
+
+
 def collect_images(org, files, folder: str, dest_root: Path | None = None, room=None) -> "FT.ImageSource":
     """The images to index from the tab: uploaded files (copied under `dest_root`, a visitor's own
     folder, else beside the index, which refers to them by name) or a server folder under the

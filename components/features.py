@@ -20,7 +20,7 @@ from backend.core.stopflag import StopFlag
 from backend.sae import features as FT
 from backend.sae import scenes as S
 from components import links
-from components.feature_images import MAX_TAB_IMAGES, collect_images, own_build
+from components.feature_images import MAX_TAB_IMAGES, collect_images, own_build, own_labels
 from components.feature_figures import (enlarged, concept_plot, hist_plot, maps_max, page_png,
                                         colorbar_html, dimmed, overlay, patch_figure)
 from components.common import fail, model_event
@@ -497,16 +497,19 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
             _hub_summary_md(org), source)
 
 
-def ask_model(source: str, feature, progress=gr.Progress()):
-    """Label the open feature with the loaded VLM as the explainer, then show the page again."""
+def ask_model(source: str, feature, request: gr.Request = None, progress=gr.Progress()):
+    """Label the open feature with the loaded VLM as the explainer, then show the page again. The
+    label is this visitor's (components.feature_images.own_labels), as is the source returned."""
     org = _org(source, progress)
     if not org.is_hub:
         fail("The zoo's features are labelled by the concept explainer.")
     f = _feature_id(org, feature)
     if org.index is None:
         fail("Build the feature index first: the model is shown the feature's top images.")
-    FT.save_label(org, FT.model_label(org, f))
-    return open_feature(source, f)
+    entry = FT.model_label(org, f)
+    source = own_labels(source, org, request)
+    FT.save_label(_org(source), entry)
+    return (*open_feature(source, f), source)
 
 
 def cancel_index(request: gr.Request = None):
@@ -693,8 +696,8 @@ def build(ctx) -> None:
     keep_on_failure(built.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),
                     page_outputs)
     cancel_btn.click(cancel_index, None, build_status, api_name="cancel_index")
-    asked = ask_btn.click(ask_model, [source, feat], page_outputs, **model_event(api_name="ask_model"))
-    keep_on_failure(asked, page_outputs)
+    asked = ask_btn.click(ask_model, [source, feat], page_outputs + [source], **model_event(api_name="ask_model"))
+    keep_on_failure(asked, page_outputs + [source])
     asked.success(list_features, [source, query, sort], table, api_visibility="private")  # the new label
     analysis_out = [shown, cap, fire_gallery, firing, fire_bar, fire_plot]
     keep_on_failure(analyse_btn.click(analyse, [source, upload, example], analysis_out,

@@ -108,6 +108,7 @@ class Organism:
     parts_key: str = ""  # the model store's key of the hub VLM + SAE
     model_class: str = ""
     lock: Any = field(default_factory=threading.RLock, repr=False)  # index and label swaps
+    labels_file: Path | None = None  # where model labels are kept, if not labels.json beside the index
 
     @property
     def n_features(self) -> int:
@@ -322,6 +323,13 @@ def _stamp(path: Path | None):
         return None
 
 
+def labels_path(org: Organism) -> Path | None:
+    """The labels file of the index in use (a visitor's own, backend.sae.visitor, or beside the index)."""
+    if org.labels_file is not None:
+        return Path(org.labels_file)
+    return Path(org.index_path).parent / "labels.json" if org.index_path is not None else None
+
+
 def refresh_index(org: Organism) -> None:
     """A hub organism picks up an index written since it was loaded (by the tab's build, which may
     run in another process, or by the precompute job): a stat per call, a load only on change."""
@@ -331,7 +339,7 @@ def refresh_index(org: Organism) -> None:
     # published beside the SAE
     found = find_index(org.index_out, org.folder / org.summary.get("sae_folder", ""), org.folder)
     if found is None or _stamp(found) == org.summary.get("index_stamp"):
-        labels = Path(org.index_path).parent / "labels.json" if org.index_path is not None else None
+        labels = labels_path(org)
         stamp = _stamp(labels)
         if stamp is not None and stamp != org.summary.get("labels_stamp"):  # labelled in another process
             with org.lock:
@@ -354,7 +362,10 @@ def install_index(org: Organism, index: FeatureIndex, path: Path | None = None) 
         raise ValueError(f"the index has {index.n_features} features but the SAE has {org.n_features}")
     if org.is_hub and index.source is None:
         raise ValueError("the index records no image folder or dataset")
-    labels = _read_json(Path(path).parent / "labels.json", {}) if path is not None else {}
+    beside = Path(path).parent / "labels.json" if path is not None else None
+    # a visitor's own labels file, until it exists, starts from the labels beside the index
+    own = Path(org.labels_file) if org.labels_file is not None and Path(org.labels_file).exists() else None
+    labels = _read_json(own or beside, {}) if (own or beside) is not None else {}
     with org.lock:  # readers take the pieces together, never a half-swapped pair
         org.index, org.index_path = index, path
         if org.is_hub:
@@ -363,7 +374,7 @@ def install_index(org: Organism, index: FeatureIndex, path: Path | None = None) 
                                 else "labels.json beside the index") if labels else NO_LABELS
         org.index_note = ""
         org.summary["index_stamp"] = _stamp(path)
-        org.summary["labels_stamp"] = _stamp(Path(path).parent / "labels.json") if path is not None else None
+        org.summary["labels_stamp"] = _stamp(own or beside)
         org.version += 1
 
 
@@ -618,8 +629,8 @@ def save_label(org: Organism, entry: dict) -> None:
         org.labels = {**org.labels, str(entry["feature"]): {k: v for k, v in entry.items() if k != "feature"}}
         org.label_source = MODEL_LABELS
         org.version += 1  # pages cached with the old label
-        if org.index_path is not None:
-            path = Path(org.index_path).parent / "labels.json"
+        path = labels_path(org)
+        if path is not None:
             try:
                 tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
                 tmp.write_text(json.dumps(org.labels, indent=1))

@@ -21,9 +21,10 @@ _VIEWS: dict[str, FT.Organism] = {}
 _LOCK = threading.Lock()
 
 
-def session_source(base_source: str, index_file: str | Path) -> str:
-    """The source a session keeps once it has its own index (its base: the shared organism's)."""
-    return PREFIX + json.dumps([base_of(base_source), str(index_file)])
+def session_source(base_source: str, index_file: str | Path, labels_file: str | Path | None = None) -> str:
+    """The source a session keeps once it has its own index (its base: the shared organism's), or
+    its own labels of the shared index (`index_file` the shared one, `labels_file` the visitor's)."""
+    return PREFIX + json.dumps([base_of(base_source), str(index_file), str(labels_file) if labels_file else ""])
 
 
 def base_of(source: str) -> str:
@@ -40,7 +41,7 @@ def is_session(source) -> bool:
 def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
     """The visitor's view: the shared organism with the visitor's index. A file that is gone (the
     session ended or was swept) leaves the shared organism, never another visitor's index."""
-    base_source, index_file = json.loads(source[len(PREFIX):])
+    base_source, index_file, labels_file = json.loads(source[len(PREFIX):])
     base = FT.get_organism(base_source, model=model, progress=progress)
     path = Path(index_file)
     if not path.is_file():
@@ -48,11 +49,15 @@ def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
     with _LOCK:
         view = _VIEWS.get(source)
         if view is None or view.parts_key != base.parts_key:
-            tag = sessions.content_name([str(path)], 12)
-            view = replace(base, index=None, index_path=None, labels={}, label_source=FT.NO_LABELS,
-                           index_out=path, index_note="", version=0, lock=threading.RLock(),
-                           model_id=f"{base.model_id}|visitor:{tag}",
-                           summary={**base.summary, "index_stamp": None, "labels_stamp": None})
+            tag = sessions.content_name([str(path), labels_file], 12)
+            own = {"labels_file": Path(labels_file) if labels_file else None, "index_out": path,
+                   "lock": threading.RLock(), "model_id": f"{base.model_id}|visitor:{tag}"}
+            if base.index_path is not None and Path(base.index_path) == path:  # the shared index, own labels
+                view = replace(base, **own, summary={**base.summary, "labels_stamp": None})
+            else:
+                view = replace(base, **own, index=None, index_path=None, labels={}, label_source=FT.NO_LABELS,
+                               index_note="", version=0,
+                               summary={**base.summary, "index_stamp": None, "labels_stamp": None})
             _VIEWS[source] = view
     FT.refresh_index(view)  # the visitor's file: loaded once, again only when it changes
     if base.model is not None and view.model is not base.model:
@@ -69,8 +74,9 @@ def index_file(folder: Path, org: FT.Organism, image_names: list[str], digest: s
 @sessions.on_end
 def _drop(session: str, folder: Path) -> None:
     with _LOCK:
-        for key in [k for k, v in _VIEWS.items() if v.index_out is not None and sessions.owns(session, v.index_out)]:
-            del _VIEWS[key]
+        for key, v in list(_VIEWS.items()):
+            if any(p is not None and sessions.owns(session, p) for p in (v.index_out, v.labels_file)):
+                del _VIEWS[key]
 
 
 def _on_evict(parts_key: str) -> None:

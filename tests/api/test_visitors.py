@@ -90,6 +90,13 @@ def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_in
     assert a_page["top"] and all(t["caption"].startswith("0") and "visitor-a" in t["caption"]
                                  for t in a_page["top"])
 
+    # B asks the model to name a feature of the owner's index: B's label, kept in B's folder
+    labelled = b.predict(fid, api_name="/ask_model")
+    assert labelled[7]["label"] and labelled[7]["labelled_by"] == FT.MODEL_LABELS
+    assert not (owner_index.parent / "labels.json").exists() and shared.labels == {}
+    assert list((sessions_dir / b.session_hash).rglob("*labels.json"))
+    assert b.predict(fid, api_name="/feature_page")[7]["label"] == labelled[7]["label"]
+
     # past the quota: refused with the reason, nothing written anywhere
     monkeypatch.setenv("WORKBENCH_SESSION_QUOTA", "100B")
     c = Client(app_url, verbose=False)
