@@ -19,6 +19,7 @@ from backend.mathneuro import service
 from backend.mathneuro.presets import TAB
 from backend.mathneuro.service import Setting
 from components import links
+from components.visitor import session_of
 from components.model_picker import model_picker
 from components.common import fail, model_event
 from components.inputs import keep_on_failure
@@ -246,7 +247,7 @@ def make_handlers(source: str):
         and named in this session's state (`other` is the other side's id, for the data card)."""
         what = service.SIDES[side]
 
-        def handler(given, model=None, other=None):
+        def handler(given, model=None, other=None, request: gr.Request = None):
             if via == "file":
                 if given is None:
                     fail(f"Choose a {what} file first (JSONL, JSON, CSV or plain text).")
@@ -258,7 +259,8 @@ def make_handlers(source: str):
                 kw = {"dataset": given.strip()}
             b = _bench(source, model)
             try:
-                key = service.register_data(source, side, model=model or None, **kw)
+                # kept while this session lasts (components.visitor)
+                key = service.register_data(source, side, model=model or None, owner=session_of(request), **kw)
             except (ValueError, RuntimeError, UnicodeDecodeError) as e:
                 fail(f"Could not read that {what} {'file' if via == 'file' else 'dataset'}: {e}")
             keys = (key, other) if side == "math" else (other, key)

@@ -24,6 +24,7 @@ from ..core.device import place
 from ..core.zerogpu import capped, gpu
 from ..core.presets import Preset, active, load_preset, load_pretrained, presets
 from . import chat, core, sources
+from . import visitor_sets
 from .data import texts_of as data_texts
 from .evaluate import accuracy, generate
 from .presets import TAB
@@ -385,7 +386,8 @@ def _entry(items: list[dict], label: str, zoo: bool = False) -> dict:
 
 
 def register_data(source: str | None, side: str, path: str | os.PathLike | None = None,
-                  dataset: str | None = None, name: str | None = None, model: str | None = None) -> str:
+                  dataset: str | None = None, name: str | None = None, model: str | None = None,
+                  owner: str | None = None) -> str:
     """Load a user's math or non-math set for the picked model (or the preset of `source`): a file
     (see sources.read_items) or, where the hub is reachable, a dataset id (sources.load_hub_items).
     Returns the id a Setting names it by (`math=` or `nonmath=`). Raises ValueError or
@@ -403,8 +405,11 @@ def register_data(source: str | None, side: str, path: str | os.PathLike | None 
                          "a prompt (or question) and an answer")
     key = ("file:" if path is not None else "dataset:") + _digest(items)
     label = f"{name or (Path(path).name if path is not None else dataset)} ({len(items)} items)"
+    entry = _entry(items, label, b.zoo)
     with b._guard:
-        b.data[f"{side}_sets"].setdefault(key, _entry(items, label, b.zoo))
+        b.data[f"{side}_sets"].setdefault(key, entry)
+    if owner is not None:  # a visitor's set: dropped when the last session that named it ends
+        visitor_sets.hold(owner, b.data, side, key, entry)
     return key
 
 

@@ -161,3 +161,29 @@ def test_a_private_spaces_owner_can_share_builds(app_url, sessions_dir, monkeypa
         a.predict(160, None, "", api_name="/memo_stats")  # the organism's statistics for the next tests
         a.close()
     assert service.check(prompt, source="zoo")["z"] == shared["z"]
+
+
+def test_a_visitors_math_set_goes_with_the_session(app_url, tmp_path):
+    """A non-math file a visitor names is kept (by content) while that session lasts, then dropped
+    from the shared bench's data."""
+    import json
+
+    from gradio_client import Client, handle_file
+
+    from backend.mathneuro import service
+
+    data = service.bench("zoo").data
+    before = set(data["nonmath_sets"])
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": f"where does ann live {i} ?", "answer": "ann lives here"})
+                              for i in range(4)))
+    a = Client(app_url, verbose=False)
+    card = a.predict(handle_file(str(path)), None, api_name="/mn_nonmath")
+    assert "mine.jsonl (4 items)" in card
+    added = set(data["nonmath_sets"]) - before
+    assert len(added) == 1
+    a.close()
+    deadline = time.monotonic() + 20
+    while added & set(data["nonmath_sets"]) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert set(data["nonmath_sets"]) == before

@@ -212,6 +212,9 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     from components.common import TabContext
 
     monkeypatch.setenv(INDEX_ENV, str(tmp_path / "tab-index" / INDEX_FILE))
+    # the owner's own use: builds shared, written where the setting points (tests/api/test_visitors.py
+    # has the visitors' own)
+    monkeypatch.setenv("WORKBENCH_SHARED_BUILDS", "1")
     org = FT.load_hub()
     monkeypatch.setattr(FT, "get_organism", lambda source="zoo", **kw: org)
     seen = []
@@ -235,7 +238,8 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     cancelling = lambda frac, desc=None: tab.cancel_index(_Request())  # noqa: E731
     status = tab.build_index("hub", files, "", _Request(), progress=cancelling)[0]
     assert status.startswith("**Cancelled**") and org.index is None
-    status, rows, first, summary = tab.build_index("hub", files, "", _Request(), progress=progress)
+    status, rows, first, summary, source = tab.build_index("hub", files, "", _Request(), progress=progress)
+    assert source == "hub"  # shared: the session keeps the shared organism
     assert status.startswith("**Indexed 6 images**") and len(rows) and first == rows.iloc[0, 0]
     assert seen[-1][0] == 1.0 and "6/6" in seen[-1][1] and "6 images" in summary
     assert org.index is not None and org.index_path == tmp_path / "tab-index" / INDEX_FILE
