@@ -220,6 +220,8 @@ def stats_html(st: dict) -> str:
         what = (f"the first {st.get('n_prompts', 0):,} of {st.get('total', 0):,} "
                 f"{html.escape(st.get('set', 'ordinary prompts'))}, computed in this process")
     when = " (at first use)" if st.get("pending") else ""
+    if st.get("session"):  # backend.nemo.visitor: the other visitors keep the shared ones
+        when += "; yours only: the other visitors' z-scores use the shared statistics"
     job = (f"<div class='wb-muted'>For the paper's statistics over all of them run "
            f"<code>{html.escape(st['job'])}</code>.</div>" if st.get("job") else "")
     err = (f"<div class='wb-muted'>{html.escape(st['error'])}</div>" if st.get("error") else "")
