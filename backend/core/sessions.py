@@ -97,6 +97,17 @@ def find(session: str | None, *parts: str) -> Path | None:
     return None
 
 
+def used(path: str | os.PathLike) -> None:
+    """Mark the session whose folder holds `path` as in use now (reading one's own index or
+    statistics keeps the session from the time limit as much as building them)."""
+    try:
+        rel = Path(path).resolve().relative_to(root().resolve())
+        if rel.parts and _ID_RE.fullmatch(rel.parts[0]):
+            (root() / rel.parts[0] / _MARK).touch()
+    except (ValueError, OSError):
+        pass
+
+
 def owns(session: str | None, path: str | os.PathLike) -> bool:
     """Whether `path` lies inside the session's folder (a descriptor is checked before it is used)."""
     try:

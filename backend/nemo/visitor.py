@@ -46,6 +46,7 @@ def stats_for(m, own_dir: Path | None) -> tuple[core.NeuronStats, str, dict]:
     path = own_file(m, own_dir) if own_dir is not None else None
     if path is None or not path.is_file():
         return m.stats(), m.stats_tag, m.stats_status()
+    sessions.used(path)
     meta = nstats.file_meta(path)
     return _load(path, m), f"own:{meta.get('prompts_sha256', '')}:{meta.get('n_prompts')}", status(m, meta)
 

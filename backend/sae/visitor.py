@@ -46,6 +46,7 @@ def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
     path = Path(index_file)
     if not path.is_file():
         return base
+    sessions.used(labels_file or path)
     with _LOCK:
         view = _VIEWS.get(source)
         if view is None or view.parts_key != base.parts_key:

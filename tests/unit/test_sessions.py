@@ -59,6 +59,11 @@ def test_idle_sessions_are_swept_after_the_time_limit(monkeypatch):
     old, fresh = sessions.folder("old"), sessions.folder("fresh")
     past = time.time() - 120
     os.utime(old / ".last-used", (past, past))
+    used = sessions.folder("used") / "features" / "index.bin"
+    used.parent.mkdir()
+    used.write_bytes(b"x")
+    os.utime(used.parents[1] / ".last-used", (past, past))
+    sessions.used(used)  # reading one's own files counts as use
     assert sessions.sweep() == ["old"]
     assert not old.exists() and fresh.exists()
     assert sessions.find("fresh", ".last-used") is not None and sessions.find("fresh", "nothing") is None
