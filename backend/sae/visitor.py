@@ -8,8 +8,10 @@ are dropped when the session ends.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import threading
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,8 +19,13 @@ from ..core import sessions, store
 from . import features as FT
 
 PREFIX = "session:"
-_VIEWS: dict[str, FT.Organism] = {}
+# Views in memory, least recently used first. An index holds n_latents × top_k patch maps whatever
+# the number of images (2.4 GB for the paper's 131k-latent SAE), so only a few stay loaded; one that
+# is dropped loads again from its file when its visitor comes back.
+MAX_VIEWS = 4
+_VIEWS: "OrderedDict[str, FT.Organism]" = OrderedDict()
 _LOCK = threading.Lock()
+_SERIAL = itertools.count(1)  # each view's cache keys its own: no page cached for an earlier one is reused
 
 
 def session_source(base_source: str, index_file: str | Path, labels_file: str | Path | None = None) -> str:
@@ -52,7 +59,7 @@ def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
         if view is None or view.parts_key != base.parts_key:
             tag = sessions.content_name([str(path), labels_file], 12)
             own = {"labels_file": Path(labels_file) if labels_file else None, "index_out": path,
-                   "lock": threading.RLock(), "model_id": f"{base.model_id}|visitor:{tag}"}
+                   "lock": threading.RLock(), "model_id": f"{base.model_id}|visitor:{tag}:{next(_SERIAL)}"}
             if base.index_path is not None and Path(base.index_path) == path:  # the shared index, own labels
                 view = replace(base, **own, summary={**base.summary, "labels_stamp": None})
             else:
@@ -60,6 +67,9 @@ def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
                                index_note="", version=0,
                                summary={**base.summary, "index_stamp": None, "labels_stamp": None})
             _VIEWS[source] = view
+        _VIEWS.move_to_end(source)
+        while len(_VIEWS) > MAX_VIEWS:
+            _VIEWS.popitem(last=False)
     FT.refresh_index(view)  # the visitor's file: loaded once, again only when it changes
     if base.model is not None and view.model is not base.model:
         FT.attach(view, FT.HubParts(base.model, base.processor, base.sae))
