@@ -187,3 +187,47 @@ def test_a_visitors_math_set_goes_with_the_session(app_url, tmp_path):
     while added & set(data["nonmath_sets"]) and time.monotonic() < deadline:
         time.sleep(0.25)
     assert set(data["nonmath_sets"]) == before
+
+
+def test_parallel_visitors_count_zero_leaks(app_url, local_models, owner_index, tmp_path):
+    """Three visitors build their own indexes at the same time while a fourth browses the owner's:
+    every top image any of them is shown comes from their own set (leaks counted, must be 0)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gradio_client import Client, handle_file
+
+    from tests.helpers.standins.features import sample_images
+
+    vlm, sae = str(local_models / VLM), str(local_models / SAE)
+    before = sha(owner_index)
+
+    def zip_of(k: int) -> str:
+        archive = tmp_path / f"v{k}.zip"
+        with zipfile.ZipFile(archive, "w") as z:
+            for i, p in enumerate(sample_images(tmp_path / f"v{k}-images", 3, seed=20 + k)):
+                z.write(p, f"visitor-{k}-{i}.png")
+        return str(archive)
+
+    def visit(k: int) -> tuple[int, int]:
+        """(pages' top images seen, of them not the visitor's own)"""
+        c = Client(app_url, verbose=False)
+        try:
+            c.predict(vlm, sae, HOOK, api_name="/features_load")
+            if k < 3:
+                c.predict([handle_file(zip_of(k))], "", api_name="/build_index")
+            own = f"visitor-{k}-" if k < 3 else "img_"  # the owner's images are img_NN.png
+            seen = leaks = 0
+            for r in rows(c.predict("", "density", api_name="/features_list"))[:4]:
+                for t in c.predict(int(r[0]), api_name="/feature_page")[7]["top"]:
+                    seen += 1
+                    leaks += own not in t["caption"] or (k == 3 and "visitor" in t["caption"])
+            return seen, leaks
+        finally:
+            c.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(visit, range(4)))
+    print("visitors (top images seen, leaks):", results)
+    assert all(seen > 0 for seen, _ in results)
+    assert sum(leaks for _, leaks in results) == 0
+    assert sha(owner_index) == before
