@@ -252,11 +252,13 @@ def request_scope():
         scope.close()
 
 
-def scoped_iter(iterable: Iterable) -> Iterator:
+def scoped_iter(iterable: Iterable, tell: Callable[[list[str]], None] | None = None) -> Iterator:
     """Iterate a stream under one scope, entered afresh at each step (steps may run in different
-    threads and contexts, so a context variable set at the first step is not seen at the next)."""
+    threads and contexts, so a context variable set at the first step is not seen at the next).
+    `tell(notes)` hears the scope's new notes after each step."""
     scope = Scope()
     it = iter(iterable)
+    told = 0
     try:
         while True:
             with scope.active():
@@ -264,6 +266,9 @@ def scoped_iter(iterable: Iterable) -> Iterator:
                     x = next(it)
                 except StopIteration:
                     return
+            if tell is not None and len(scope.notes) > told:
+                tell(scope.notes[told:])
+                told = len(scope.notes)
             yield x
     finally:
         close = getattr(it, "close", None)
@@ -273,10 +278,11 @@ def scoped_iter(iterable: Iterable) -> Iterator:
         scope.close()
 
 
-async def scoped_aiter(aiterable) -> AsyncIterator:
+async def scoped_aiter(aiterable, tell: Callable[[list[str]], None] | None = None) -> AsyncIterator:
     """`scoped_iter` for an async stream."""
     scope = Scope()
     it = aiterable.__aiter__()
+    told = 0
     try:
         while True:
             with scope.active():
@@ -284,6 +290,9 @@ async def scoped_aiter(aiterable) -> AsyncIterator:
                     x = await it.__anext__()
                 except StopAsyncIteration:
                     return
+            if tell is not None and len(scope.notes) > told:
+                tell(scope.notes[told:])
+                told = len(scope.notes)
             yield x
     finally:
         aclose = getattr(it, "aclose", None)
