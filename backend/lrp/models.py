@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from backend.core import presets as P
-from backend.core import weights
+from backend.core import preload, weights
 
 TAB = "relevance"
 
@@ -83,6 +83,9 @@ def load(preset: P.Preset, size: int | None = None, progress=None) -> Loaded:
         return Loaded(preset, model, tok, task, held)
 
     return weights.view(preset, TAB, derive, size=size, progress=progress)
+
+
+preload.register(TAB, load)
 
 
 def text_preset(source: str | None = None) -> P.Preset:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..core import limits, picker, weights
+from ..core import limits, picker, preload, weights
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
 from ..core.zerogpu import capped, gpu
@@ -318,9 +318,16 @@ def pick(source: str | None = None, model: str | None = None) -> picker.Picked:
 
 def bench(source: str | None = None, model: str | None = None, progress=None) -> Bench:
     picked = pick(source, model)
-    preset, size = picked.preset, picked.check.n_bytes if picked.check else None
+    return bench_of(picked.preset, picked.check.n_bytes if picked.check else None, progress)
+
+
+def bench_of(preset: Preset, size: int | None = None, progress=None) -> Bench:
+    """The tab's bench of a preset (the shared model's view; `size` from metadata)."""
     with picker.loading(preset):
         return weights.view(preset, TAB, lambda m: Bench(preset, m), size=size, progress=progress)
+
+
+preload.register(TAB, bench_of)
 
 
 def reference_of(item: dict) -> str:

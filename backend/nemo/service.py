@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from backend.core import picker, store
+from backend.core import picker, preload, store
 from backend.core.cache import ByteLRUCache, make_key
 from backend.core.device import pick_device
 from backend.core.presets import Preset, active, presets
@@ -307,9 +307,16 @@ def pick(source: str | None = None, model: str | None = None) -> picker.Picked:
 
 def get(source: str | None = None, model: str | None = None, progress=None) -> MemoModel:
     picked = pick(source, model)
-    preset, size = picked.preset, picked.check.n_bytes if picked.check else None
+    return get_preset(picked.preset, picked.check.n_bytes if picked.check else None, progress)
+
+
+def get_preset(preset: Preset, size: int | None = None, progress=None) -> MemoModel:
+    """The loaded model of a preset (once per process; `size` from metadata)."""
     with picker.loading(preset):
         return store.get_or_load(preset.model_id, lambda: _load(preset), size_hint=size, progress=progress)
+
+
+preload.register(TAB, get_preset)
 
 
 # ----------------------------------------------------------------------------- neuron specs as text

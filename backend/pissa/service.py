@@ -17,7 +17,7 @@ import torch
 
 from ..core import limits
 from ..core import picker
-from ..core import weights
+from ..core import preload, weights
 from ..core.cache import ByteLRUCache, make_key
 from ..core.device import pick_device
 from ..core.interventions import locked
@@ -90,6 +90,9 @@ def get_model(key: str, progress: Callable[[float, str], None] | None = None):
             return weights.model(p, size, progress)
     except picker.P.PresetError as e:
         raise ServiceError(str(e)) from None
+
+
+preload.register(TAB, weights.model)
 
 
 def _view(key: str, part: str, derive: Callable):
