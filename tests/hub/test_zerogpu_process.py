@@ -65,19 +65,24 @@ def calls(image):
         "relevance": lambda c: c.predict("the plot was dull but the cast was brilliant", ["mambalrp", "gi"],
                                          ["norm", "silu", "ssm", "gate"], "was", True, "state-spaces/mamba-130m-hf",
                                          api_name="/explain_text")[-1],
-        "features": lambda c: c.predict(handle_file(image), None, 0, 4.0, "prompt", False, False, api_name="/steer")[1:3],
+        "features": lambda c: c.predict(handle_file(image), None, api_name="/analyse_image")[1:],
         "memorization": lambda c: c.predict(PROMPT, api_name="/memo_check")[0],
-        "math_neurons": lambda c: c.predict("MathNeuro", 3, 0.0, 8, api_name="/mn_evaluate")[0],
+        "math_neurons": lambda c: c.predict("Tom has 23 pens and finds 45 more. How many pens does he have now?",
+                                            "MathNeuro", 3, 0.0, 8, api_name="/mn_ask"),
         "adapters": lambda c: c.predict(KEY, "model.layers.0.self_attn.q_proj", 4, "pissa", api_name="/analyse")[2],
     }
 
 
 def test_every_tab_answers_twice_in_forked_workers_as_in_process(forked, hub_client, image):
     client, workers, log = forked
+    import time
     for tab, call in calls(image).items():
+        t0 = time.time()
         want = _plain(call(hub_client))
+        t1 = time.time()
         n = len(workers.read_text().splitlines()) if workers.exists() else 0
         first, second = _plain(call(client)), _plain(call(client))
+        print("TIMING", tab, round(t1 - t0, 1), round(time.time() - t1, 1), repr(want)[:200])
         assert len(workers.read_text().splitlines()) >= n + 2, f"{tab}: its calls did not run in workers"
         assert first == want, f"{tab}: a forked worker's answer differs from the in-process one"
         assert second == want, f"{tab}: the second call differs (state kept only in a worker?)"
