@@ -104,7 +104,7 @@ def budget_bytes() -> int | None:
 
 
 def _fmt(n: int | None) -> str:
-    return "unlimited" if n is None else f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n / 1e6:.1f} MB"
+    return "unlimited" if n is None else f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n / 1e6:.3g} MB"
 
 
 # ----------------------------------------------------------------------------------- sizes
@@ -353,9 +353,10 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
         entry["fingerprint"] = fingerprint(model)
     limit = budget_bytes()
     if limit is not None and entry["bytes"] > limit:
-        entry["note"] = (f"{model_id} ({_fmt(entry['bytes'])}) is larger than the model budget "
+        name = model_id.split("|")[0].removesuffix("@main")  # the checkpoint, as a user knows it
+        entry["note"] = (f"{name} ({_fmt(entry['bytes'])}) is larger than the model budget "
                          f"({_fmt(limit)}): it stays loaded alone until another model is needed, "
-                         "and loads again after that")
+                         "and loads again at its next use after that")
         log.warning("model %s", entry["note"])
     with _GUARD:
         _MODELS[model_id] = entry

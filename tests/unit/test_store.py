@@ -460,4 +460,4 @@ def test_every_kind_of_handler_shows_the_over_budget_notice_once_per_load(monkey
     asyncio.run(guard.guarded(coro)())
     asyncio.run(drain())
     assert [n.split(" ")[0] for n in shown] == ["unit:big-plain", "unit:big-gen", "unit:big-coro", "unit:big-agen"]
-    assert all("larger than the model budget (1.5 MB)" in n for n in shown)
+    assert all("(2 MB) is larger than the model budget (1.5 MB)" in n for n in shown)
