@@ -81,30 +81,29 @@ def preset_for(key: str) -> Preset:
     return pick(key).preset
 
 
-def get_model(key: str, progress: Callable[[float, str], None] | None = None):
-    """The picked model: the one copy every tab shares (backend.core.weights), never modified here."""
+def _shared(key: str, fetch: Callable):
+    """`fetch(preset, size)` for the picked model, a failed load as the message the tab shows."""
     picked = pick(key)
     p, size = picked.preset, picked.check.n_bytes if picked.check else None
     try:
         with picker.loading(p):
-            return weights.model(p, size, progress)
+            return fetch(p, size)
     except picker.P.PresetError as e:
         raise ServiceError(str(e)) from None
 
 
-preload.register(TAB, weights.model)
+def get_model(key: str, progress: Callable[[float, str], None] | None = None):
+    """The picked model: the one copy every tab shares (backend.core.weights), never modified here."""
+    return _shared(key, lambda p, size: weights.model(p, size, progress))
 
 
 def _view(key: str, part: str, derive: Callable):
     """The tab's `part` of the picked model's entry (its tokenizer, the race's task data): made once
     per loaded model, and gone with it."""
-    picked = pick(key)
-    p, size = picked.preset, picked.check.n_bytes if picked.check else None
-    try:
-        with picker.loading(p):
-            return weights.view(p, f"{TAB}.{part}", derive, size=size)
-    except picker.P.PresetError as e:
-        raise ServiceError(str(e)) from None
+    return _shared(key, lambda p, size: weights.view(p, f"{TAB}.{part}", derive, size=size))
+
+
+preload.register(TAB, weights.model)
 
 
 def get_tokenizer(key: str):

@@ -114,3 +114,13 @@ def test_checkpoints_preload_in_the_main_process_and_workers_leave_it_alone(fork
     assert any("llava" in m for m in loaded)
     # the main process loaded each once, at start; the workers' loads (none were needed) stay theirs
     assert store["evictions"] == 0 and all(m["in_use"] == 0 for m in store["models"])
+
+
+def test_a_refusal_in_a_worker_reaches_the_user_as_it_does_in_process(forked, hub_client):
+    def refusal(c):
+        with pytest.raises(Exception) as e:
+            c.predict(KEY, "no.such.layer", 4, "pissa", api_name="/analyse")
+        return str(e.value)
+
+    want = refusal(hub_client)
+    assert "is not a linear layer" in want and refusal(forked[0]) == want
