@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 
-from backend.core import netenv
+from backend.core import netenv, preload
 from backend.core.presets import active_source
 
 # Before gradio / huggingface_hub are imported: no analytics, no telemetry, and no hub access at
@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="also serve the methods as MCP tools for agents at /gradio_api/mcp/ (or WORKBENCH_MCP=1)")
     args = ap.parse_args(argv)
     demo = build_app(args.preset)
+    # ZeroGPU: the checkpoints load here, in the main process, so every GPU worker inherits them
+    preload.run(args.preset)
     mcp = agent_tools.mcp_wanted(args.mcp)
     if mcp:  # components.agent_tools: the tools, and the UI's events kept out of the tool list
         agent_tools.install(demo, args.preset)

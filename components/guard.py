@@ -48,15 +48,22 @@ def _translate(exc: BaseException, where: str) -> BaseException:
                     "not changed and the server keeps running.")
 
 
+def show_notes(notes: list[str]) -> None:
+    """What the model store wants a request's user to know (a model kept alone over the budget)."""
+    for note in notes:
+        gr.Warning(note)
+
+
 def guarded(fn):
     """Wrap a handler of any kind (function, coroutine, generator, async generator). Each call runs
-    in a model-store request scope, so no model it uses is evicted before it ends."""
+    in a model-store request scope, so no model it uses is evicted before it ends; the scope's notes
+    are shown in the tab."""
     where = getattr(fn, "__qualname__", repr(fn))
     if inspect.isasyncgenfunction(fn):
         @functools.wraps(fn)
         async def agen(*a, **k):
             try:  # no budget: a stream's steps may run in different contexts; streams stop themselves
-                async for x in scoped_aiter(fn(*a, **k)):
+                async for x in scoped_aiter(fn(*a, **k), show_notes):
                     yield x
             except Exception as e:
                 raise _translate(e, where) from e
@@ -65,7 +72,7 @@ def guarded(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
             try:
-                yield from scoped_iter(fn(*a, **k))
+                yield from scoped_iter(fn(*a, **k), show_notes)
             except Exception as e:
                 raise _translate(e, where) from e
         return gen
@@ -73,8 +80,10 @@ def guarded(fn):
         @functools.wraps(fn)
         async def coro(*a, **k):
             try:
-                with budget(JOB_SECONDS), request_scope():
-                    return await fn(*a, **k)
+                with budget(JOB_SECONDS), request_scope() as scope:
+                    out = await fn(*a, **k)
+                    show_notes(scope.notes)
+                    return out
             except Exception as e:
                 raise _translate(e, where) from e
         return coro
@@ -82,8 +91,10 @@ def guarded(fn):
     @functools.wraps(fn)
     def plain(*a, **k):
         try:
-            with budget(JOB_SECONDS), request_scope():
-                return fn(*a, **k)
+            with budget(JOB_SECONDS), request_scope() as scope:
+                out = fn(*a, **k)
+                show_notes(scope.notes)
+                return out
         except Exception as e:
             raise _translate(e, where) from e
     return plain

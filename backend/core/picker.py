@@ -18,6 +18,7 @@ from typing import Iterable, Iterator
 
 from . import modelcheck as M
 from . import presets as P
+from .store import budget_bytes
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,15 @@ class Picked:
         """One line for the tab: which model, and for a custom one its class and size."""
         if self.check is None:
             return self.preset.label or self.preset.path_or_id
-        return f"your model · {self.check.location} · {self.check.summary()}"
+        line = f"your model · {self.check.location} · {self.check.summary()}"
+        try:
+            limit = budget_bytes()
+        except ValueError:  # a malformed setting is reported where a load needs it
+            limit = None
+        if limit is not None and (self.check.n_bytes or 0) > limit:
+            line += (f" · larger than the model budget ({M.bytes_words(limit)}): it stays loaded alone until "
+                     "another model is needed")
+        return line
 
 
 def label(p: P.Preset) -> str:

@@ -9,9 +9,19 @@ number of bytes; "none" for no limit; by default 80 % of the GPU's memory, or 60
 RAM without one). A model's bytes are its tensors (parameters and buffers of its nn.Modules, each
 storage once, on any device); tokenizers and data count as nothing and are never evicted. Before
 and after every load the least recently used models that no request is using are evicted until the
-rest fits, so the store exceeds its budget by at most the model being loaded; a model larger than
-the whole budget is kept alone. A model in use is never evicted, so concurrent requests that hold
-different models can push the store past its budget until they end (the log says so).
+rest fits, so the store exceeds its budget by at most the model being loaded. A model larger than
+the whole budget is kept alone, and stays loaded (the most recently used entry is never evicted
+just to fit) until another model is needed: then it goes before that one loads. Every request that
+loads it hears why (`notes()`: the tabs show it). A model in use is never evicted, so concurrent
+requests that hold different models can push the store past its budget until they end (the log
+says so).
+
+One entry per weights, views per tab. An entry holds one loaded model (its tensors), whichever tabs
+use it. What a tab derives from it (the model with its tokenizer, an LRP wrapper, a MathNeuro
+bench, a task's data) is a *view*, `get_view(model_id, name, loader, derive)`, kept in the entry
+under the view's name: no tab can receive another tab's type under a shared id, the weights are
+counted once, a view's own tensors (beyond the model's) are added to its entry's bytes, and the
+views leave with their entry.
 
 Request scopes. components.guard opens `request_scope()` around every event handler (and
 `scoped_iter` / `scoped_aiter` around streams, whose steps may run in different threads). Every
@@ -94,7 +104,7 @@ def budget_bytes() -> int | None:
 
 
 def _fmt(n: int | None) -> str:
-    return "unlimited" if n is None else f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n / 1e6:.1f} MB"
+    return "unlimited" if n is None else f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n / 1e6:.3g} MB"
 
 
 # ----------------------------------------------------------------------------------- sizes
@@ -140,9 +150,8 @@ def _leaves(obj: Any, depth: int = 3, seen: set | None = None) -> Iterator[Any]:
         yield from _leaves(v, depth - 1, seen)
 
 
-def nbytes_of(obj: Any) -> int:
-    """Bytes of the tensors a stored value holds, each storage counted once (any device)."""
-    seen, total = set(), 0
+def _storages(obj: Any) -> Iterator[tuple[tuple, int]]:
+    """(storage key, bytes) of every tensor or array a stored value holds (repeats included)."""
     for t in _leaves(obj):
         if isinstance(t, np.ndarray):
             key, n = ("numpy", id(t if t.base is None else t.base)), t.nbytes
@@ -154,6 +163,15 @@ def nbytes_of(obj: Any) -> int:
                 key, n = (str(t.device), st.data_ptr()), st.nbytes()
             except (RuntimeError, NotImplementedError):  # tensor subclasses without a plain storage
                 key, n = (str(t.device), id(t)), t.numel() * t.element_size()
+        yield key, n
+
+
+def nbytes_of(obj: Any, besides: Any = None) -> int:
+    """Bytes of the tensors a stored value holds, each storage counted once (any device); with
+    `besides`, only those it does not share with that value (a view's own bytes beside its model)."""
+    seen = {key for key, _ in _storages(besides)} if besides is not None else set()
+    total = 0
+    for key, n in _storages(obj):
         if key not in seen:
             seen.add(key)
             total += n
@@ -182,6 +200,7 @@ class Scope:
 
     def __init__(self):
         self.ids: set[str] = set()
+        self.notes: list[str] = []  # what this request's loads want the user to know
         self.closed = False
 
     def _hold(self, model_id: str) -> None:  # caller holds _GUARD
@@ -233,11 +252,13 @@ def request_scope():
         scope.close()
 
 
-def scoped_iter(iterable: Iterable) -> Iterator:
+def scoped_iter(iterable: Iterable, tell: Callable[[list[str]], None] | None = None) -> Iterator:
     """Iterate a stream under one scope, entered afresh at each step (steps may run in different
-    threads and contexts, so a context variable set at the first step is not seen at the next)."""
+    threads and contexts, so a context variable set at the first step is not seen at the next).
+    `tell(notes)` hears the scope's new notes after each step."""
     scope = Scope()
     it = iter(iterable)
+    told = 0
     try:
         while True:
             with scope.active():
@@ -245,6 +266,9 @@ def scoped_iter(iterable: Iterable) -> Iterator:
                     x = next(it)
                 except StopIteration:
                     return
+            if tell is not None and len(scope.notes) > told:
+                tell(scope.notes[told:])
+                told = len(scope.notes)
             yield x
     finally:
         close = getattr(it, "close", None)
@@ -254,10 +278,11 @@ def scoped_iter(iterable: Iterable) -> Iterator:
         scope.close()
 
 
-async def scoped_aiter(aiterable) -> AsyncIterator:
+async def scoped_aiter(aiterable, tell: Callable[[list[str]], None] | None = None) -> AsyncIterator:
     """`scoped_iter` for an async stream."""
     scope = Scope()
     it = aiterable.__aiter__()
+    told = 0
     try:
         while True:
             with scope.active():
@@ -265,6 +290,9 @@ async def scoped_aiter(aiterable) -> AsyncIterator:
                     x = await it.__anext__()
                 except StopAsyncIteration:
                     return
+            if tell is not None and len(scope.notes) > told:
+                tell(scope.notes[told:])
+                told = len(scope.notes)
             yield x
     finally:
         aclose = getattr(it, "aclose", None)
@@ -306,64 +334,118 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
                 return _touch(model_id, scope)
             _IN_USE[model_id] += 1  # this call's own hold, so the eviction after loading spares it
         try:
-            _evict_to_fit(reserve=size_hint or 0)
-            if progress is not None:
-                progress(0.0, f"loading {model_id}")
-            t0 = time.perf_counter()
-            model = loader()
-            entry = {"model": model, "load_s": time.perf_counter() - t0, "bytes": nbytes_of(model)}
-            if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":
-                entry["fingerprint"] = fingerprint(model)
-            with _GUARD:
-                _MODELS[model_id] = entry
-                _STATS["peak_bytes"] = max(_STATS["peak_bytes"], _resident_locked())
-                if scope is not None:
-                    scope._hold(model_id)
-            limit = budget_bytes()
-            if limit is not None and entry["bytes"] > limit:
-                log.warning("model %s (%s) is larger than the model budget (%s): it is kept alone",
-                            model_id, _fmt(entry["bytes"]), _fmt(limit))
-            log.info("loaded %s (%s) in %.1f s", model_id, _fmt(entry["bytes"]), entry["load_s"])
-            _evict_to_fit()
-            if progress is not None:
-                progress(1.0, f"loaded {model_id} in {entry['load_s']:.1f} s")
-            return model
+            return _load(model_id, loader, size_hint, progress, scope)
         finally:
             with _GUARD:
                 _release(model_id)
 
 
+def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
+          progress: Callable[[float, str], None] | None, scope: Scope | None) -> Any:
+    _evict_to_fit(reserve=size_hint or 0, incoming=True)  # another model is needed: room for it
+    if progress is not None:
+        progress(0.0, f"loading {model_id}")
+    t0 = time.perf_counter()
+    model = loader()
+    entry = {"model": model, "load_s": time.perf_counter() - t0, "bytes": nbytes_of(model),
+             "views": {}, "view_bytes": {}}
+    if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":
+        entry["fingerprint"] = fingerprint(model)
+    limit = budget_bytes()
+    if limit is not None and entry["bytes"] > limit:
+        name = model_id.split("|")[0].removesuffix("@main")  # the checkpoint, as a user knows it
+        entry["note"] = (f"{name} ({_fmt(entry['bytes'])}) is larger than the model budget "
+                         f"({_fmt(limit)}): it stays loaded alone until another model is needed, "
+                         "and loads again at its next use after that")
+        log.warning("model %s", entry["note"])
+    with _GUARD:
+        _MODELS[model_id] = entry
+        _STATS["peak_bytes"] = max(_STATS["peak_bytes"], _resident_locked())
+        if scope is not None:
+            scope._hold(model_id)
+            if "note" in entry and entry["note"] not in scope.notes:
+                scope.notes.append(entry["note"])
+    log.info("loaded %s (%s) in %.1f s", model_id, _fmt(entry["bytes"]), entry["load_s"])
+    _evict_to_fit()
+    if progress is not None:
+        progress(1.0, f"loaded {model_id} in {entry['load_s']:.1f} s")
+    return model
+
+
+def get_view(model_id: str, name: str, loader: Callable[[], Any], derive: Callable[[Any], Any], *,
+             size_hint: int | None = None, progress: Callable[[float, str], None] | None = None) -> Any:
+    """The view `name` (a tab, or a tab's part: "relevance", "adapters.tokenizer") of the model
+    `model_id`: `derive(model)` once per loaded model, loading the model first if needed (as
+    `get_or_load`). The view lives in the model's entry and leaves with it."""
+    with _held(model_id):
+        model = get_or_load(model_id, loader, size_hint=size_hint, progress=progress)
+        with _GUARD:
+            entry = _MODELS.get(model_id)
+            if entry is not None and entry["model"] is model and name in entry["views"]:
+                return entry["views"][name]
+            lock = _LOADING.setdefault(f"{model_id}\x00{name}", threading.Lock())
+        with lock:
+            with _GUARD:
+                entry = _MODELS.get(model_id)
+                if entry is not None and entry["model"] is model and name in entry["views"]:
+                    return entry["views"][name]
+            view = derive(model)
+            own = nbytes_of(view, besides=model)
+            with _GUARD:
+                entry = _MODELS.get(model_id)
+                if entry is not None and entry["model"] is model:  # not evicted meanwhile (held: never)
+                    entry["views"][name] = view
+                    entry["view_bytes"][name] = own
+            return view
+
+
+@contextmanager
+def _held(model_id: str):
+    """Hold `model_id` for the block even outside a request scope."""
+    with _GUARD:
+        _IN_USE[model_id] += 1
+    try:
+        yield
+    finally:
+        with _GUARD:
+            _release(model_id)
+
+
+def _bytes(entry: dict) -> int:
+    return entry["bytes"] + sum(entry.get("view_bytes", {}).values())
+
+
 def _resident_locked() -> int:
-    return sum(e["bytes"] for e in _MODELS.values())
+    return sum(_bytes(e) for e in _MODELS.values())
 
 
-def _evict_to_fit(reserve: int = 0) -> list[str]:
-    """Evict least recently used models no one holds until the rest plus `reserve` fits."""
+def _evict_to_fit(reserve: int = 0, incoming: bool = False) -> list[str]:
+    """Evict least recently used models no one holds until the rest plus `reserve` fits. The most
+    recently used model stays unless another is `incoming` (about to load): a model larger than
+    the whole budget is not evicted (and reloaded at the next request) while nothing else needs room."""
     limit = budget_bytes()
     if limit is None:
         return []
     victims, entry = [], None
     with _GUARD:
         total = _resident_locked()
+        sized = [k for k, e in _MODELS.items() if _bytes(e)]
+        keep = sized[-1] if sized and not incoming else None
         for model_id in list(_MODELS):
             if total + reserve <= limit:
                 break
             entry = _MODELS[model_id]
-            if _IN_USE.get(model_id) or not entry["bytes"]:
+            if _IN_USE.get(model_id) or not _bytes(entry) or model_id == keep:
                 continue
             del _MODELS[model_id]
-            total -= entry["bytes"]
-            victims.append((model_id, entry["bytes"], _weak(entry["model"])))
+            total -= _bytes(entry)
+            victims.append((model_id, _bytes(entry), _weak(entry["model"])))
             _STATS["evictions"] += 1
         over = total + reserve > limit and total > 0
     entry = None  # the store's last reference to the evicted models
     for model_id, n, _ in victims:
         log.info("evicted %s (%s) to stay within the model budget (%s)", model_id, _fmt(n), _fmt(limit))
-        for listener in list(_EVICT_LISTENERS):
-            try:
-                listener(model_id)
-            except Exception:  # a listener's defect must not break a load
-                log.exception("eviction listener failed for %s", model_id)
+        _tell(model_id)
     if sum(n for _, n, _ in victims) >= _COLLECT_BYTES:
         gc.collect()  # a large evicted model may sit in a reference cycle (hooks, closures)
         # Whatever still lives was kept by someone else (a service's own cache): its memory is not freed.
@@ -376,8 +458,17 @@ def _evict_to_fit(reserve: int = 0) -> list[str]:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
     if over and reserve == 0:
-        log.info("model store at %s, over its budget %s: the rest is in use", _fmt(total), _fmt(limit))
+        log.info("model store at %s, over its budget %s: the rest is in use or kept alone", _fmt(total),
+                 _fmt(limit))
     return [v for v, _, _ in victims]
+
+
+def _tell(model_id: str) -> None:
+    for listener in list(_EVICT_LISTENERS):
+        try:
+            listener(model_id)
+        except Exception:  # a listener's defect must not break a load
+            log.exception("eviction listener failed for %s", model_id)
 
 
 def _weak(obj: Any):
@@ -394,15 +485,20 @@ def on_evict(listener: Callable[[str], None]) -> None:
 
 
 def evict(model_id: str) -> bool:
-    """Remove one model now unless a request holds it; True if it was removed."""
+    """Remove one model (and its views) now unless a request holds it; True if it was removed."""
     with _GUARD:
         if model_id not in _MODELS or _IN_USE.get(model_id):
             return False
         del _MODELS[model_id]
         _STATS["evictions"] += 1
-    for listener in list(_EVICT_LISTENERS):
-        listener(model_id)
+    _tell(model_id)
     return True
+
+
+def notes() -> list[str]:
+    """What the current request's loads want its user to know (a model kept alone over the budget)."""
+    scope = _SCOPE.get()
+    return list(scope.notes) if scope is not None else []
 
 
 def loaded() -> dict[str, float]:
@@ -418,13 +514,15 @@ def items() -> list[tuple[str, Any]]:
 
 def stats() -> dict[str, Any]:
     """Budget, bytes resident, the peak so far, evictions, the last evicted models something else
-    still held (memory not freed), and per model (least recently used first) its bytes, load time
-    and holders."""
+    still held (memory not freed), and per model (least recently used first) its bytes (the
+    weights once, and the views' own), its views, load time and holders."""
     with _GUARD:
         return {"budget_bytes": budget_bytes(), "resident_bytes": _resident_locked(),
                 "peak_bytes": _STATS["peak_bytes"], "evictions": _STATS["evictions"],
                 "retained_after_eviction": list(_STATS["retained"]),
-                "models": [{"id": k, "bytes": v["bytes"], "load_s": v["load_s"], "in_use": _IN_USE.get(k, 0)}
+                "models": [{"id": k, "bytes": v["bytes"], "views": sorted(v.get("views", {})),
+                            "view_bytes": sum(v.get("view_bytes", {}).values()), "load_s": v["load_s"],
+                            "in_use": _IN_USE.get(k, 0), **({"note": v["note"]} if "note" in v else {})}
                            for k, v in _MODELS.items()]}
 
 

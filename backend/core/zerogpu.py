@@ -16,12 +16,19 @@ outermost marked call) and what it caches stays in that worker; a marked functio
 another marked function runs directly. The outermost mark therefore belongs on the Gradio handler,
 and the service-level marks give each computation's estimate (and cover callers outside Gradio).
 components.guard.guard_events puts that outermost mark on every model-touching handler.
+
+What a worker loads or computes dies with it. So the checkpoints load in the main process at start
+(backend.core.preload, WORKBENCH_PRELOAD), where every worker inherits them, and what a worker
+computes for everyone is written to disk for the main process and later workers (NeMo's statistics,
+a feature index). tests/helpers/zerogpu holds a stand-in `spaces` whose GPU forks a child per call,
+with pickled arguments and results, to test this on any machine (tests/hub/test_zerogpu_process.py).
 """
 from __future__ import annotations
 
 import contextvars
 import functools
 import inspect
+import io
 import os
 import pickle
 from typing import Callable
@@ -72,9 +79,21 @@ class BoundaryError(TypeError):
     """What ZeroGPU could not pickle across its worker boundary."""
 
 
+class _CpuOnly(pickle.Pickler):
+    """Pickles as ZeroGPU does, and refuses a tensor off the CPU (a worker's GPU memory does not
+    reach the main process)."""
+
+    def reducer_override(self, obj):
+        import torch
+
+        if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
+            raise TypeError(f"a tensor on {obj.device}: return CPU values")
+        return NotImplemented
+
+
 def _check_pickle(what: str, name: str, obj) -> None:
     try:
-        pickle.dumps(obj)
+        _CpuOnly(io.BytesIO()).dump(obj)
     except Exception as e:
         raise BoundaryError(f"{name}: its {what} cannot cross the ZeroGPU worker boundary "
                             f"({type(e).__name__}: {e})") from e

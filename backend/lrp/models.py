@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from backend.core import presets as P
-from backend.core import store
-from backend.core.device import place
+from backend.core import preload, weights
 
 TAB = "relevance"
 
@@ -68,25 +67,25 @@ def _read_task(folder: Path) -> tuple[dict, Any]:
 
 
 def load(preset: P.Preset, size: int | None = None, progress=None) -> Loaded:
-    """Load once per process (shared, read-only; requests take the model's lock). `size`: the
-    weights' bytes from metadata, for the store's budget and spreading over GPUs."""
+    """The tab's view of a preset's shared model (backend.core.weights: loaded once per process for
+    every tab, read-only; requests take the model's lock) with its tokenizer and what a zoo folder
+    plants. `size`: the weights' bytes from metadata, for the store's budget and spreading over GPUs."""
 
-    def loader() -> Loaded:
-        if preset.model_class.endswith("VisionMamba"):
-            model = P.load_preset(preset)
-            tok = None
-        else:
+    def derive(model) -> Loaded:
+        tok = None
+        if not preset.model_class.endswith("VisionMamba"):
             from transformers import AutoTokenizer
 
-            model = P.load_preset(preset, size_hint=size).eval()
             roots = [P.ZOO_ROOT] if preset.source == "zoo" else None
             tok = P.load_pretrained(AutoTokenizer, preset.location(), weights=False, roots=roots)
-        model.requires_grad_(False)
-        place(model)
-        task, held = _read_task(Path(preset.location())) if preset.source == "zoo" else ({}, None)
+        folder = None if preset.source == "hub" else Path(preset.location())
+        task, held = _read_task(folder) if folder is not None and folder.is_dir() else ({}, None)
         return Loaded(preset, model, tok, task, held)
 
-    return store.get_or_load(preset.model_id, loader, size_hint=size, progress=progress)
+    return weights.view(preset, TAB, derive, size=size, progress=progress)
+
+
+preload.register(TAB, load)
 
 
 def text_preset(source: str | None = None) -> P.Preset:

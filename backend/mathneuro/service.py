@@ -17,12 +17,11 @@ from typing import Any, Sequence
 
 import torch
 
-from ..core import limits, picker, store
+from ..core import limits, picker, preload, weights
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
-from ..core.device import place
 from ..core.zerogpu import capped, gpu
-from ..core.presets import Preset, active, load_preset, load_pretrained, presets
+from ..core.presets import Preset, active, load_pretrained, presets
 from . import chat, core, sources
 from . import visitor_sets
 from .data import texts_of as data_texts
@@ -89,16 +88,15 @@ class Setting:
 
 
 class Bench:
-    """One preset's model, tokenizer and data (loaded once per process)."""
+    """The tab's view of a preset's shared model (backend.core.weights): the model, the tab's own
+    tokenizer and data (made once per loaded model; they leave the store with it)."""
 
-    def __init__(self, preset: Preset, size: int | None = None, progress=None):
+    def __init__(self, preset: Preset, model):
         self.preset = preset
         self.model_id = preset.model_id
-        with picker.loading(preset):
-            self.model = store.get_or_load(self.model_id, lambda: place(load_preset(preset, size_hint=size).eval()),
-                                           size_hint=size, progress=progress)
-            self.tok = store.get_or_load(self.model_id + "#tokenizer", self._load_tokenizer)
-        self.data = store.get_or_load(self.model_id + "#data", self._load_data)
+        self.model = model
+        self.tok = self._load_tokenizer()
+        self.data = self._load_data()
         self.zoo = preset.source == "zoo"
         self._guard = threading.Lock()
 
@@ -306,20 +304,6 @@ class Bench:
         return chat.generate(self.model, self.tok, [chat.prompt_ids(self.tok, item, "math")], MATH_NEW_TOKENS)[0]
 
 
-_BENCHES: dict[str, Bench] = {}
-_BENCH_GUARD = threading.Lock()
-
-
-def _drop_bench(model_id: str) -> None:
-    """A model the store evicted takes its bench along (which holds the model, tokenizer and data),
-    so that its memory is freed and the next request loads it afresh."""
-    with _BENCH_GUARD:
-        _BENCHES.pop(model_id, None)
-
-
-store.on_evict(_drop_bench)
-
-
 def listed(source: str | None = None) -> list[Preset]:
     """The models the tab's picker lists: the source's default first, then the zoo organism and
     the paper's checkpoint (without the hub, the latter fails to load with a clear message)."""
@@ -335,13 +319,16 @@ def pick(source: str | None = None, model: str | None = None) -> picker.Picked:
 
 def bench(source: str | None = None, model: str | None = None, progress=None) -> Bench:
     picked = pick(source, model)
-    preset = picked.preset
-    with _BENCH_GUARD:
-        b = _BENCHES.get(preset.model_id)
-        if b is None:
-            size = picked.check.n_bytes if picked.check else None
-            b = _BENCHES[preset.model_id] = Bench(preset, size, progress)
-        return b
+    return bench_of(picked.preset, picked.check.n_bytes if picked.check else None, progress)
+
+
+def bench_of(preset: Preset, size: int | None = None, progress=None) -> Bench:
+    """The tab's bench of a preset (the shared model's view; `size` from metadata)."""
+    with picker.loading(preset):
+        return weights.view(preset, TAB, lambda m: Bench(preset, m), size=size, progress=progress)
+
+
+preload.register(TAB, bench_of)
 
 
 def reference_of(item: dict) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import threading
@@ -19,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from backend.core import picker, store
+from backend.core import picker, preload, store
 from backend.core.cache import ByteLRUCache, make_key
 from backend.core.device import pick_device
 from backend.core.presets import Preset, active, presets
@@ -105,9 +106,26 @@ class MemoModel:
                     self._stats_source = {"kind": "file", "file": str(path), "n_prompts": self._stats.n_prompts}
                 else:
                     prompts = self.stats_prompts[:self._stats_n] if self._stats_n else self.stats_prompts
-                    self._stats = core.neuron_stats(self.pipe, prompts)
+                    self._stats = self._kept_stats(prompts)
                     self._stats_source = {"kind": "in-process", "n_prompts": len(prompts)}
             return self._stats
+
+    def _kept_stats(self, prompts: Sequence[str]) -> core.NeuronStats:
+        """The statistics over `prompts`, computed once and kept on disk (nstats.computed_path), so
+        that a ZeroGPU worker's computation outlives the worker."""
+        path = nstats.computed_path(self.model_id, prompts, self.pipe)
+        if path.is_file():
+            try:
+                return nstats.load_stats(path, self.pipe.unet)
+            except ValueError:  # a torn or foreign file: computed afresh below, and replaced
+                pass
+        stats = core.neuron_stats(self.pipe, prompts)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nstats.save_stats(nstats.as_tensors(stats), path, model_id=self.model_id, prompts=prompts)
+        except OSError as e:  # a read-only disk: the statistics still serve this process
+            logging.getLogger("workbench").warning("could not keep the NeMo statistics at %s: %s", path, e)
+        return stats
 
     def set_stats_prompts(self, n: int, prompts: Sequence[str] | None = None) -> dict:
         """Recompute the statistics in this process over the first `n` ordinary prompts, or over the
@@ -308,9 +326,16 @@ def pick(source: str | None = None, model: str | None = None) -> picker.Picked:
 
 def get(source: str | None = None, model: str | None = None, progress=None) -> MemoModel:
     picked = pick(source, model)
-    preset, size = picked.preset, picked.check.n_bytes if picked.check else None
+    return get_preset(picked.preset, picked.check.n_bytes if picked.check else None, progress)
+
+
+def get_preset(preset: Preset, size: int | None = None, progress=None) -> MemoModel:
+    """The loaded model of a preset (once per process; `size` from metadata)."""
     with picker.loading(preset):
         return store.get_or_load(preset.model_id, lambda: _load(preset), size_hint=size, progress=progress)
+
+
+preload.register(TAB, get_preset)
 
 
 # ----------------------------------------------------------------------------- neuron specs as text

@@ -13,6 +13,8 @@ The service uses it when WORKBENCH_NEMO_STATS names such a file for the loaded m
 """
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -21,7 +23,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..core.precompute import texts_digest
-from .core import NeuronStats, layer_sizes
+from .core import NeuronStats, layer_sizes, value_layers
 
 STATS_FILE = "nemo-stats.safetensors"
 STATS_ENV = "WORKBENCH_NEMO_STATS"
@@ -103,3 +105,28 @@ def load_stats(path: Path, unet=None) -> NeuronStats:
                              f"({len(got)} layers, {sum(got.values())} neurons; this model: "
                              f"{len(want)} layers, {sum(want.values())} neurons)")
     return stats
+
+
+def as_tensors(stats: NeuronStats) -> dict[str, torch.Tensor]:
+    """NeuronStats → the file's μ, σ and count tensors (`to_stats` reads them back exactly)."""
+    out = {f"mean/{k}": v for k, v in stats.mean.items()}
+    out.update({f"std/{k}": v for k, v in stats.std.items()})
+    out["count"] = torch.tensor([stats.n_prompts], dtype=torch.long)
+    return out
+
+
+def computed_path(model_id: str, prompts: Sequence[str], pipe) -> Path:
+    """Where statistics computed at run time are kept: under $HF_HOME/workbench/nemo-stats (a
+    Space's persistent storage when it has one), named by the model, the weights they read (the
+    value layers and the text encoder's last norm) and the prompts. Under ZeroGPU they are computed
+    in a GPU worker: kept here, they reach the main process and every later worker instead of
+    dying with the worker that computed them."""
+    h = hashlib.sha256(f"{model_id}\n{prompts_digest(prompts)}".encode())
+    modules = dict(pipe.unet.named_modules())
+    weights = [modules[n].weight for n in value_layers(pipe.unet)]
+    norm = getattr(getattr(pipe.text_encoder, "text_model", None), "final_layer_norm", None)
+    weights += list(norm.parameters()) if norm is not None else []
+    for w in weights:
+        h.update(w.detach().float().cpu().contiguous().numpy().tobytes())
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    return Path(home) / "workbench" / "nemo-stats" / f"{h.hexdigest()[:24]}.safetensors"

@@ -17,13 +17,13 @@ import torch
 
 from ..core import limits
 from ..core import picker
-from ..core import store
+from ..core import preload, weights
 from ..core.cache import ByteLRUCache, make_key
-from ..core.device import pick_device, place
+from ..core.device import pick_device
 from ..core.interventions import locked
 from ..core.stopflag import StopFlag
 from ..core.zerogpu import capped, gpu
-from ..core.presets import ZOO_ROOT, Preset, load_preset, load_pretrained, presets
+from ..core.presets import ZOO_ROOT, Preset, load_pretrained, presets
 from . import PRESETS, TAB  # noqa: F401  (importing the package registers the presets)
 from .adapters import linear_layers
 from .decompose import error_reduction_ratio, pissa_split, singular_spectrum
@@ -81,24 +81,35 @@ def preset_for(key: str) -> Preset:
     return pick(key).preset
 
 
-def get_model(key: str, progress: Callable[[float, str], None] | None = None):
+def _shared(key: str, fetch: Callable):
+    """`fetch(preset, size)` for the picked model, a failed load as the message the tab shows."""
     picked = pick(key)
     p, size = picked.preset, picked.check.n_bytes if picked.check else None
-
-    def load():
-        with picker.loading(p):
-            return place(load_preset(p, size_hint=size).eval())
-
     try:
-        return store.get_or_load(p.model_id, load, size_hint=size, progress=progress)
+        with picker.loading(p):
+            return fetch(p, size)
     except picker.P.PresetError as e:
         raise ServiceError(str(e)) from None
+
+
+def get_model(key: str, progress: Callable[[float, str], None] | None = None):
+    """The picked model: the one copy every tab shares (backend.core.weights), never modified here."""
+    return _shared(key, lambda p, size: weights.model(p, size, progress))
+
+
+def _view(key: str, part: str, derive: Callable):
+    """The tab's `part` of the picked model's entry (its tokenizer, the race's task data): made once
+    per loaded model, and gone with it."""
+    return _shared(key, lambda p, size: weights.view(p, f"{TAB}.{part}", derive, size=size))
+
+
+preload.register(TAB, weights.model)
 
 
 def get_tokenizer(key: str):
     p = preset_for(key)
 
-    def load():
+    def load(_model):
         from transformers import AutoTokenizer
 
         roots = [ZOO_ROOT] if p.source == "zoo" else None
@@ -109,7 +120,7 @@ def get_tokenizer(key: str):
             raise ServiceError(f"{picker.label(p)} has no tokenizer the race's text task can use "
                                f"({type(e).__name__}); its layers can still be analysed") from None
 
-    return store.get_or_load(p.model_id + "#tokenizer", load)
+    return _view(key, "tokenizer", load)
 
 
 def layer_names(key: str, progress: Callable[[float, str], None] | None = None) -> list[str]:
@@ -233,7 +244,7 @@ def task_for(key: str):
     p = preset_for(key)
     model = get_model(key)
     if p.extra.get("task") == "digits":
-        def digits():
+        def digits(model):
             splits = None
             if p.source == "zoo":
                 f = Path(p.location()) / "splits.json"
@@ -241,14 +252,14 @@ def task_for(key: str):
                     splits = json.loads(f.read_text())
             return DigitsTask(model, splits)
 
-        return store.get_or_load(p.model_id + "#pissa-task", digits)
+        return _view(key, "task", digits)
 
-    def data():
+    def data(_model):
         from .lm_task import difference_task_data
 
         return difference_task_data(get_tokenizer(key), n=512, seed=0)
 
-    ids, mask = store.get_or_load(p.model_id + "#pissa-task", data)
+    ids, mask = _view(key, "task", data)
     return LMTask(model, ids, mask, name="difference")
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..core import presets as P
-from ..core import store
+from ..core import preload, store
 from ..core.cache import ByteLRUCache, make_key
 from ..core.device import device_of, pick_device, place
 from ..core.interventions import locked
@@ -505,6 +505,9 @@ def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> 
         refresh_index(org)
         return need_model(org, progress) if model else org
     return store.get_or_load(preset.model_id, load_zoo)
+
+
+preload.register(TAB, lambda preset: get_organism(preset.source, model=True))
 
 
 def load_organism(name: str = ZOO_SAE) -> Organism:

@@ -102,7 +102,6 @@ def hub(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         use_cache(mp, cache)
         mp.delenv(service.NONMATH_ENV, raising=False)
-        mp.setattr(service, "_BENCHES", {})
         mp.setattr(service, "MATH_NEW_TOKENS", NEW_TOKENS)
         mp.setattr(service, "NONMATH_NEW_TOKENS", NEW_TOKENS)
         yield cache

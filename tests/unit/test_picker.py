@@ -50,6 +50,14 @@ def test_own_folder_becomes_a_loadable_checked_preset(llama):
     assert got.preset.model_id == f"local:{llama}@main"
 
 
+def test_the_pick_line_says_when_a_model_is_larger_than_the_budget(llama, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "none")
+    assert "budget" not in picker.check_line(str(llama), [ZOO], "adapters")
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1000")
+    assert "larger than the model budget (1.00 KB): it stays loaded alone" in \
+        picker.check_line(str(llama), [ZOO], "adapters")
+
+
 @pytest.mark.parametrize("method, words", [("relevance", "MambaLRP needs a Mamba model"),
                                            ("features", "LLaVA-family"),
                                            ("memorization", "Stable Diffusion")])

@@ -377,3 +377,87 @@ def test_lru_order_holds_in_a_plain_dict(monkeypatch):
     for mid in ("unit:a", "unit:b", "unit:a", "unit:c"):
         store.get_or_load(mid, lambda: block(1))
     assert list(store.loaded()) == ["unit:a", "unit:c"]
+
+
+def test_a_model_over_the_budget_stays_loaded_until_another_is_needed(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
+    loads = []
+
+    def big():
+        loads.append("big")
+        return block(2)
+
+    with store.request_scope():
+        first = store.get_or_load("unit:big", big)
+        assert any("larger than the model budget" in n and "unit:big" in n for n in store.notes())
+    for _ in range(3):  # the next requests find it loaded: no reload, nothing more to say
+        with store.request_scope():
+            assert store.get_or_load("unit:big", big) is first
+            assert store.notes() == []
+    assert loads == ["big"] and list(store.loaded()) == ["unit:big"]
+    assert "larger than the model budget" in store.stats()["models"][0]["note"]
+    resident_while_loading = []
+
+    def small():
+        resident_while_loading.append(store.stats()["resident_bytes"])
+        return block(1)
+
+    store.get_or_load("unit:small", small)  # another model is needed: big makes room first
+    assert list(store.loaded()) == ["unit:small"] and resident_while_loading == [0]
+    assert store.notes() == []  # outside a request there is no one to tell
+
+
+def test_views_are_per_name_counted_beside_their_model_and_leave_with_it(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "none")
+    made = []
+
+    def derive(name, extra):
+        def make(model):
+            made.append(name)
+            return {"model": model, "name": name, "extra": torch.zeros(extra // 4)}
+        return make
+
+    a = store.get_view("unit:m", "tab-a", lambda: block(1), derive("a", 1000))
+    b = store.get_view("unit:m", "tab-b", lambda: pytest.fail("loaded once"), derive("b", 400))
+    assert store.get_view("unit:m", "tab-a", lambda: block(1), derive("a", 1000)) is a
+    assert a["name"] == "a" and b["name"] == "b" and a["model"] is b["model"] and made == ["a", "b"]
+    (entry,) = store.stats()["models"]
+    assert entry["views"] == ["tab-a", "tab-b"] and entry["bytes"] == MB and entry["view_bytes"] == 1400
+    assert store.stats()["resident_bytes"] == MB + 1400
+    assert store.evict("unit:m") and store.stats()["models"] == []
+    store.get_view("unit:m", "tab-a", lambda: block(1), derive("a", 1000))
+    assert made == ["a", "b", "a"]  # derived afresh for the reloaded model
+
+
+def test_every_kind_of_handler_shows_the_over_budget_notice_once_per_load(monkeypatch):
+    from components import guard
+
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
+    shown = []
+    monkeypatch.setattr(guard.gr, "Warning", shown.append)
+
+    def plain():
+        store.get_or_load("unit:big-plain", lambda: block(2))
+
+    def gen():
+        yield 1
+        store.get_or_load("unit:big-gen", lambda: block(2))
+        yield 2
+
+    async def coro():
+        store.get_or_load("unit:big-coro", lambda: block(2))
+
+    async def agen():
+        store.get_or_load("unit:big-agen", lambda: block(2))
+        yield 1
+
+    async def drain():
+        return [x async for x in guard.guarded(agen)()]
+
+    guard.guarded(plain)()
+    guard.guarded(plain)()  # loaded already: no second notice
+    assert list(guard.guarded(gen)()) == [1, 2]
+    asyncio.run(guard.guarded(coro)())
+    asyncio.run(drain())
+    assert [n.split(" ")[0] for n in shown] == ["unit:big-plain", "unit:big-gen", "unit:big-coro", "unit:big-agen"]
+    assert all("(2 MB) is larger than the model budget (1.5 MB)" in n for n in shown)

@@ -72,3 +72,14 @@ def test_without_the_check_nothing_is_pickled(monkeypatch):
 
     lock = threading.Lock()
     assert service(lock) is lock
+
+
+def test_a_result_off_the_cpu_is_refused(check):
+    import torch
+
+    @zerogpu.gpu(duration=10)
+    def meta():
+        return {"t": torch.empty(2, device="meta")}
+
+    with pytest.raises(zerogpu.BoundaryError, match="result.*tensor on meta"):
+        meta()

@@ -1,0 +1,92 @@
+"""Loading the registered checkpoints at start, in the main process (ZeroGPU's process model).
+
+On ZeroGPU every marked call runs in a forked GPU worker: a model loaded there is lost with the
+worker, so every cold worker would read the weights again inside a visitor's GPU quota. Loaded in
+the main process before the app serves, the weights are inherited by every worker (ZeroGPU packs
+them once). Each tab registers how it loads a preset with `register(tab, load)`; `run()` loads the
+active source's registered checkpoints that WORKBENCH_PRELOAD names, within the model budget:
+
+    unset / auto   under ZeroGPU: every checkpoint of the active source that fits; elsewhere none
+    all            every checkpoint of the active source that fits (any machine)
+    none           nothing (every model loads at its tab's first request)
+    a,b,...        those tabs (relevance, features, memorization, math_neurons, adapters) or
+                   checkpoints (hub ids or zoo names), as far as they fit
+
+A checkpoint fits when its size (from its metadata, before any weights load) fits what is left of
+the budget; one that does not is named in the log and loads at first use as before.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable
+
+from . import presets as P
+
+log = logging.getLogger("workbench")
+ENV = "WORKBENCH_PRELOAD"
+_LOADERS: dict[str, Callable[[P.Preset], object]] = {}
+
+
+def register(tab: str, load: Callable[[P.Preset], object]) -> None:
+    """How `tab` loads one of its registered presets with everything its view needs."""
+    _LOADERS[tab] = load
+
+
+def wanted(source: str, setting: str | None = None) -> list[P.Preset]:
+    """The registered presets of `source` the setting names, in registration order."""
+    from .zerogpu import spaces_available
+
+    s = (os.environ.get(ENV, "auto") if setting is None else setting).strip().lower()
+    if s in ("", "auto"):
+        s = "all" if spaces_available() else "none"
+    if s in ("none", "0", "off", "no"):
+        return []
+    names = None if s in ("all", "1", "on", "yes") else {n.strip() for n in s.split(",") if n.strip()}
+    out = []
+    for p in P.presets():
+        if p.source != source or p.tab not in _LOADERS or p in out:
+            continue
+        if names is None or p.tab in names or p.path_or_id.lower() in names:
+            out.append(p)
+    return out
+
+
+def _size(p: P.Preset) -> int | None:
+    from .modelcheck import model_size
+
+    try:
+        return model_size(p.location(), p.revision, [P.ZOO_ROOT] if p.source == "zoo" else None)[1]
+    except Exception:  # unreadable metadata: the load itself will say what is wrong
+        return None
+
+
+def run(source: str, setting: str | None = None) -> list[str]:
+    """Load what the setting names (see the module's doc); returns the presets loaded. A load that
+    fails is logged and left to the tab, which shows why at its first request."""
+    from .store import budget_bytes
+
+    chosen = wanted(source, setting)
+    if not chosen:
+        return []
+    left = budget_bytes()
+    done = []
+    for p in chosen:
+        size = _size(p)
+        if left is not None and size is not None and size > left:
+            log.info("preload: %s (%.2f GB) does not fit what is left of the model budget (%.2f GB); "
+                     "it loads at first use", p.path_or_id, size / 1e9, left / 1e9)
+            continue
+        t0 = time.perf_counter()
+        try:
+            _LOADERS[p.tab](p)
+        except Exception as e:  # noqa: BLE001 - the tab reports it to its users
+            log.warning("preload: %s for %s failed (%s: %s); the tab loads it at first use",
+                        p.path_or_id, p.tab, type(e).__name__, str(e)[:200])
+            continue
+        if left is not None and size is not None:
+            left -= size
+        done.append(f"{p.tab}:{p.path_or_id}")
+        log.info("preload: %s for %s in %.1f s", p.path_or_id, p.tab, time.perf_counter() - t0)
+    return done

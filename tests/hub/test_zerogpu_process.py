@@ -1,0 +1,126 @@
+"""Hub mode under ZeroGPU's process model, without ZeroGPU: the app is served with the stand-in
+`spaces` package (tests/helpers/zerogpu), whose GPU runs every marked call in a forked child with
+pickled arguments and results. The checkpoints preload in the main process at start; every tab's
+main endpoint, called twice, answers as the app run in-process does (the hub suite's own server),
+although whatever a call loads or caches dies with its worker."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ARTIFACTS, ROOT
+from tests.helpers.server import serve
+from tests.helpers.standins import cache_env
+
+pytestmark = pytest.mark.timeout(900)
+KEY = "meta-llama/Llama-2-7b-hf"
+PROMPT = "The No Limits Business Woman Podcast"  # a memorized LAION prompt of the paper's list
+
+
+@pytest.fixture(scope="module")
+def forked(hub_cache, tmp_path_factory):
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = ARTIFACTS / "hub-zerogpu-server.log"
+    workers = tmp_path_factory.mktemp("zerogpu") / "workers.log"
+    env = {**cache_env(hub_cache), "WORKBENCH_MATH_EVAL_ITEMS": "16", "WORKBENCH_MATH_NEW_TOKENS": "16",
+           "PYTHONPATH": str(ROOT / "tests" / "helpers" / "zerogpu"), "WORKBENCH_FAKE_SPACES_LOG": str(workers)}
+    with serve(env=env, log_path=log) as (url, _proc):
+        from gradio_client import Client
+
+        yield Client(url, verbose=False), workers, log
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    from PIL import Image
+    from skimage import data
+
+    p = tmp_path_factory.mktemp("img") / "coffee.png"
+    Image.fromarray(data.coffee()).resize((96, 64)).save(p)
+    return str(p)
+
+
+def _plain(x):
+    """An answer without what differs between two servers: files are named by their kind, not
+    their temporary paths; plots are compared as data, not as JSON text (whose key order may
+    differ); floats are rounded at float32's precision."""
+    if isinstance(x, dict) and x.get("type") == "plotly" and isinstance(x.get("plot"), str):
+        x = {**x, "plot": json.loads(x["plot"])}
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items() if k not in ("url", "path", "orig_name", "meta")}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, float):
+        return float(f"{x:.5g}")
+    if isinstance(x, str):
+        if x.startswith(("/", "http")) and Path(x.split("?")[0]).suffix:
+            return f"<file {Path(x).suffix}>"
+        return re.sub(r"/[^\s'\"<>]*/gradio/[^\s'\"<>]*", "<file>", x)
+    return x
+
+
+def _walk(a, b, path=""):
+    """Print where two answers differ (pytest shows it with the failure)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in set(a) | set(b):
+            _walk(a.get(k), b.get(k), path + "." + str(k))
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _walk(x, y, path + f"[{i}]")
+    elif a != b:
+        print("differs at", path, repr(a)[:300], "|", repr(b)[:300])
+
+
+def calls(image):
+    from gradio_client import handle_file
+
+    return {
+        "relevance": lambda c: c.predict("the plot was dull but the cast was brilliant", ["mambalrp", "gi"],
+                                         ["norm", "silu", "ssm", "gate"], "was", True, "state-spaces/mamba-130m-hf",
+                                         api_name="/explain_text")[-1],
+        "features": lambda c: c.predict(handle_file(image), None, api_name="/analyse_image")[1:],
+        "memorization": lambda c: c.predict(PROMPT, api_name="/memo_check")[0],
+        "math_neurons": lambda c: c.predict("Tom has 23 pens and finds 45 more. How many pens does he have now?",
+                                            "MathNeuro", 3, 0.0, 8, api_name="/mn_ask"),
+        "adapters": lambda c: c.predict(KEY, "model.layers.0.self_attn.q_proj", 4, "pissa", api_name="/analyse")[2],
+    }
+
+
+def test_every_tab_answers_twice_in_forked_workers_as_in_process(forked, hub_client, image):
+    client, workers, log = forked
+    for tab, call in calls(image).items():
+        want = _plain(call(hub_client))
+        n = len(workers.read_text().splitlines()) if workers.exists() else 0
+        first, second = _plain(call(client)), _plain(call(client))
+        assert len(workers.read_text().splitlines()) >= n + 2, f"{tab}: its calls did not run in workers"
+        if first != want:
+            _walk(want, first)
+        assert first == want, f"{tab}: a forked worker's answer differs from the in-process one"
+        assert second == want, f"{tab}: the second call differs (state kept only in a worker?)"
+    text = log.read_text()
+    assert "internal error" not in text, text[-3000:]
+
+
+def test_checkpoints_preload_in_the_main_process_and_workers_leave_it_alone(forked):
+    client, _workers, _log = forked
+    store = client.predict(api_name="/status")[1]["model_store"]
+    loaded = {m["id"].split("|")[0] for m in store["models"]}
+    for repo in ("state-spaces/mamba-130m-hf", "state-spaces/mamba-1.4b-hf", "CompVis/stable-diffusion-v1-4",
+                 "meta-llama/Llama-3.2-1B-Instruct", KEY):
+        assert any(repo in m for m in loaded), (repo, loaded)
+    assert any("llava" in m for m in loaded)
+    # the main process loaded each once, at start; the workers' loads (none were needed) stay theirs
+    assert store["evictions"] == 0 and all(m["in_use"] == 0 for m in store["models"])
+
+
+def test_a_refusal_in_a_worker_reaches_the_user_as_it_does_in_process(forked, hub_client):
+    def refusal(c):
+        with pytest.raises(Exception) as e:
+            c.predict(KEY, "no.such.layer", 4, "pissa", api_name="/analyse")
+        return str(e.value)
+
+    want = refusal(hub_client)
+    assert "is not a linear layer" in want and refusal(forked[0]) == want
