@@ -502,7 +502,7 @@ def install(demo: gr.Blocks, source: str) -> list[str]:
         raise ValueError(f"endpoint name(s) {taken} already used by the app")
     with demo:
         for tool, tab in TOOLS:
-            fn = gpu(duration=HANDLER_GPU_SECONDS.get(tab, 120))(guarded(tool))
+            fn = gpu(duration=HANDLER_GPU_SECONDS.get(tab, 120), estimate=False)(guarded(tool))
             fn._wb_guarded = True  # guard_events leaves it as it is
             gr.api(fn, api_name=tool.__name__, concurrency_id=MODEL_GROUP, concurrency_limit=1)
     unwrap_multiple_outputs()

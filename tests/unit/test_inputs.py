@@ -4,14 +4,15 @@ import gradio as gr
 import pytest
 from gradio.data_classes import FileData
 
-from components.inputs import CheckedNumber, checked_image, checked_slider, keep_on_failure
+from backend.core import bounds
+from components.inputs import CheckedNumber, bounded_slider, checked_image, keep_on_failure
 
 
 def test_slider_refuses_with_the_valid_range():
-    s = checked_slider(1, 8, value=4, step=1, label="Seeds", what="the number of seeds")
+    s = bounded_slider(bounds.MEMO_SEEDS, value=4, step=1, label="Seeds")
     assert s.get_block_name() == "slider"  # same front end as gr.Slider
-    for bad in (0, 9, 2.5, float("nan"), float("inf"), float("-inf"), None, "3", True):
-        with pytest.raises(gr.Error, match=r"the number of seeds: a whole number from 1 to 8"):
+    for bad in (0, 9, 2.5, float("nan"), float("inf"), float("-inf"), None, "three", True):
+        with pytest.raises(gr.Error, match=r"The number of seeds must be a whole number between 1 and 8 \(got "):
             s.preprocess(bad)
     assert [s.preprocess(v) for v in (1, 8, 3.0)] == [1, 8, 3]
 
