@@ -27,34 +27,21 @@ def keep_on_failure(event, outputs: list):
     return event
 
 
-def range_words(lo, hi) -> str:
-    if lo is not None and hi is not None:
-        return f"between {lo:g} and {hi:g}"
-    return f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
-
-
 class CheckedNumber(gr.Number):
-    """A number box that refuses empty, 'nan', 'inf', out-of-range and (precision 0) fractional values
-    by its label and valid range."""
+    """A number box that refuses 'nan', 'inf', out-of-range and (precision 0) fractional values with
+    its label and valid range, in the words of backend.core.bounds (the API's and the tools')."""
     is_template = True
 
     def preprocess(self, payload):
         if payload is None:
             return None
-        name = (self.label or "value").split(" (")[0]
+        r = bounds.Range(f"The {(self.label or 'value').split(' (')[0]}",
+                         -math.inf if self.minimum is None else self.minimum,
+                         math.inf if self.maximum is None else self.maximum, whole=self.precision == 0)
         try:
-            x = float(payload)
-        except (TypeError, ValueError):
-            raise gr.Error(f"The {name} must be a number.", print_exception=False) from None
-        bounded = (self.minimum, self.maximum) != (None, None)
-        bounds = range_words(self.minimum, self.maximum) if bounded else ""
-        if not math.isfinite(x):
-            raise gr.Error(f"The {name} must be a finite number{', ' + bounds if bounds else ''}; got {payload}.",
-                           print_exception=False)
-        if (self.minimum is not None and x < self.minimum) or (self.maximum is not None and x > self.maximum):
-            raise gr.Error(f"The {name} must be {bounds}; got {x:g}. Nothing was computed.", print_exception=False)
-        if self.precision == 0 and x != int(x):
-            raise gr.Error(f"The {name} must be a whole number; got {x:g}.", print_exception=False)
+            x = bounds.check(r, payload)
+        except ValueError as e:
+            raise gr.Error(str(e), print_exception=False) from None
         return super().preprocess(x)
 
 

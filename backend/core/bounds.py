@@ -25,7 +25,12 @@ class Range:
 
     def words(self) -> str:
         kind = "a whole number " if self.whole else ""
-        return f"{kind}between {self.lo:g}{self.unit} and {self.hi:g}{self.unit}"
+        lo, hi = f"{self.lo:g}{self.unit}", f"{self.hi:g}{self.unit}"
+        if math.isfinite(self.lo) and math.isfinite(self.hi):
+            return f"{kind}between {lo} and {hi}"
+        if math.isfinite(self.lo) or math.isfinite(self.hi):
+            return f"{kind or 'a number '}{'at least ' + lo if math.isfinite(self.lo) else 'at most ' + hi}"
+        return (kind or "a number ").strip()
 
     def refusal(self, value) -> str:
         shown = f"{value:g}{self.unit}" if isinstance(value, (int, float)) and not isinstance(value, bool) \
