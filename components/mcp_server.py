@@ -19,7 +19,7 @@ from typing import Any
 
 from backend.core import bounds
 
-BODY_BYTES = 12 * 2**20  # an 8 MB image in base64 (≈ 10.7 MB) plus the JSON around it
+BODY_BYTES = 32 * 2**20  # an 8 MB image in base64 (≈ 10.7 MB) with room for a clear refusal of larger ones
 _STATE: dict[str, dict] = {"annotations": {}, "extras": {}, "ranges": {}}
 
 

@@ -462,3 +462,48 @@ def test_feature_pages_answer_while_a_long_model_call_runs(mcp_url):
     print(f"feature pages during a model call: p95 {p95:.3f} s, median {times[10]:.3f} s, "
           f"race ran ≥ {running_for:.1f} s")
     assert p95 <= 1.0, times
+
+
+@pytest.mark.skipif(not FEATURES_BUILT, reason="the Features organism is not built")
+@pytest.mark.parametrize("transport", ["streamable", "sse"])
+def test_an_image_under_the_documented_size_is_taken_and_a_larger_one_refused(mcp_url, transport):
+    """steer_feature documents images up to 8 MB; the `mcp` package took 4 MiB bodies and dropped the
+    request of a 6 MB image with HTTP 413. Now a 6 MB image is captioned, a 10 MB one gets the tool's
+    own clear error, and the session keeps working — on both transports (README: Agents)."""
+    import numpy as np
+    from PIL import Image
+
+    def png_of(side: int) -> str:
+        rng = np.random.default_rng(side)  # noise: a PNG as large as its pixels
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(buf, format="PNG",
+                                                                                     compress_level=1)
+        return base64.b64encode(buf.getvalue()).decode()
+
+    six, ten = png_of(1420), png_of(1850)
+    assert 5.5e6 < len(six) * 3 / 4 < 8 * 2**20 < len(ten) * 3 / 4 < 11e6
+
+    async def work(s):
+        f = 0
+        ok = await s.call_tool("steer_feature", {"feature": f, "positions": "prompt", "image_base64": six})
+        big = await s.call_tool("steer_feature", {"feature": f, "positions": "prompt", "image_base64": ten})
+        after = await s.call_tool("find_features", {"limit": 1})
+        return ok, big, after
+
+    if transport == "sse":
+        from mcp import ClientSession
+        from mcp.client.sse import sse_client
+
+        async def run():
+            async with sse_client(mcp_url + "gradio_api/mcp/sse") as (read, write):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    return await work(s)
+
+        ok, big, after = asyncio.run(run())
+    else:
+        ok, big, after = _session(mcp_url, work)
+    assert not ok.isError, ok.content[0].text[:300]
+    assert json.loads(ok.content[0].text)["scene"] is None
+    assert big.isError and "image_base64 is larger than 8 MB" in big.content[0].text
+    assert not after.isError
