@@ -129,8 +129,8 @@ def test_conversion_gives_the_same_outputs(client):
     ((MODEL, "fc9", 8, "pissa"), "/analyse", "not a linear layer of pissa-toy: choose one of fc1, fc2, head"),
     ((MODEL, ["lora"], 9, 10, 8, 0), "/race", "The number of seeds must be a whole number between 1 and 5 (got 9)"),
     ((MODEL, ["lora"], 2, 5000, 8, 0), "/race", "The number of steps must be a whole number between 10 and 500"),
-    ((MODEL, ["lora"], 2, 10, 8, "nan"), "/race", "learning rate must be a finite number"),
-    ((MODEL, ["lora"], 2, 10, 8, "inf"), "/race", "learning rate must be a finite number"),
+    ((MODEL, ["lora"], 2, 10, 8, "nan"), "/race", "learning rate must be between 0 and 0.99 (got 'nan')"),
+    ((MODEL, ["lora"], 2, 10, 8, "inf"), "/race", "learning rate must be between 0 and 0.99 (got 'inf')"),
     ((MODEL, 8, 0, ), "/convert", "The number of PiSSA steps before converting must be a whole number between 1 and 100"),
     ((MODEL, 0, "qpissa-1"), "/errors", "The rank r"),
 ])

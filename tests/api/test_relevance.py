@@ -97,7 +97,7 @@ def test_numbers_out_of_range_and_unreadable_images_are_refused(client, tmp_path
         with pytest.raises(AppError, match="whole number between 0 and 199"):
             client.predict(bad, api_name="/image_example")
     slider = bounded_slider(bounds.REL_EXAMPLE, step=1)  # JSON cannot carry NaN/inf
-    for bad in (float("nan"), float("inf"), "7", True):
+    for bad in (float("nan"), float("inf"), "seven", True):
         with pytest.raises(gr.Error, match="whole number between 0 and 199"):
             slider.preprocess(bad)
     assert slider.preprocess(7) == 7
