@@ -49,3 +49,20 @@ def test_a_failed_event_gets_a_silent_follow_up_on_its_outputs():
     # it changes nothing: one skip per output, and it is not part of the API
     assert [type(u).__name__ for u in silent[0].fn()] == [type(gr.skip()).__name__]
     assert silent[0].api_visibility == "private"
+
+
+def test_the_pages_refusal_of_a_typed_number_is_the_apis():
+    """components.range_guard: what the page reports about a number typed past a slider's range is
+    refused in the words the slider's own check (the API's) uses."""
+    import json
+
+    from components import range_guard
+
+    s = bounded_slider(bounds.MEMO_SEEDS, value=4, step=1, label="Seeds", elem_id="t-seeds")
+    with pytest.raises(gr.Error) as api:
+        s.preprocess(99)
+    report = {"id": "t-seeds", "label": "Seeds", "value": 99, "min": 1, "max": 8, "step": 1, "n": 1}
+    with pytest.raises(gr.Error) as page:
+        range_guard.refusal(json.dumps(report))
+    assert page.value.message == api.value.message == bounds.MEMO_SEEDS.refusal(99)
+    assert range_guard.refusal("not json") is None  # a broken report computes nothing and says nothing
