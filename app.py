@@ -29,6 +29,7 @@ from components import visitor  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
 from components.gradio_fixes import atomic_image_cache  # noqa: E402
 from components.guard import guard_events  # noqa: E402
+from components import range_guard  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
 
 log = logging.getLogger("workbench")
@@ -62,6 +63,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         # tab (components.links); invalid values are skipped with a notice.
         links.install(demo, tabs, default_tab=modules[0].TAB_ID)
     visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
+    range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
     guard_events(demo)
     # Bounded queue; model-touching events set their own per-device group (components.common).
     demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)

@@ -20,8 +20,9 @@ from backend.pissa import service
 from backend.pissa.race import RACE_METHODS, RaceConfig
 from backend.core import colors as C
 from components import links
+from backend.core import bounds
 from components.common import fail, model_event, themed
-from components.inputs import CheckedNumber, checked_slider, keep_on_failure
+from components.inputs import CheckedNumber, bounded_slider, keep_on_failure
 from components.model_picker import model_picker
 
 TAB_ID = "adapters"
@@ -44,6 +45,7 @@ DASHES = ["solid", "dash", "dot", "dashdot"]
 # redraw, and a figure of nine runs costs it 30-300 ms, so steps are coalesced into at most four
 # updates a second, and the figure goes out at most once a second (the status line in between).
 UPDATE_EVERY_S = 0.25
+INIT_LABELS = {"pissa": "full SVD (pissa)", "pissa_niter_4": "fast SVD (pissa_niter_4)"}
 FIGURE_EVERY_S = 1.0
 STOP_WAIT_S = 1.5  # Stop answers once the race has ended, or says it is still finishing a step
 MAX_PLOT_POINTS = 150
@@ -213,8 +215,9 @@ def analyse(key, layer, rank, init, pinned=None, progress=gr.Progress()):
     if layer not in names:
         fail(f"{str(layer)[:60]!r} is not a linear layer of {key}: choose one of "
              f"{', '.join(names[:12])}{' …' if len(names) > 12 else ''}. Nothing was computed.")
+    _call(bounds.check_choice, "init", init, bounds.PISSA_INITS)
     progress(0.1, desc="SVD of the layer")
-    a = _call(service.layer_analysis, key, layer, int(rank), init)
+    a = _call(service.layer_analysis, key, layer, _call(bounds.check, bounds.PISSA_RANK, rank), init)
     folder = _export_dir()
     png = folder / export_name("pissa", key, layer, f"r{a['rank']}", ext="png")
     _analysis_png(a, png)
@@ -388,15 +391,8 @@ def run_race(key, methods, n_seeds, steps, rank, lr, request: gr.Request = None)
     methods = [m for m in RACE_METHODS if m in (methods or [])]
     if not methods:
         fail("Tick at least one method (LoRA, PiSSA, full fine-tuning).")
-    try:
-        lr = float(lr or 0)
-        n_seeds, steps, rank = int(n_seeds), int(steps), int(rank)
-    except (TypeError, ValueError):
-        fail("steps, seeds, rank and learning rate must be numbers.")
-    if not (0 <= lr < 1):  # NaN fails this too
-        fail("Learning rate must be in [0, 1); 0 uses the task's default.")
-    if not 1 <= n_seeds <= 5:
-        fail("Use 1 to 5 seeds.")
+    n_seeds, steps = _call(bounds.check, bounds.PISSA_SEEDS, n_seeds), _call(bounds.check, bounds.PISSA_STEPS, steps)
+    rank, lr = _call(bounds.check, bounds.PISSA_RANK, rank), _call(bounds.check, bounds.PISSA_LR, lr or 0)
     cfg = RaceConfig(methods=tuple(methods), seeds=tuple(range(n_seeds)), steps=steps,
                      lr=lr or None, rank=rank)
     _call(cfg.validate)
@@ -472,7 +468,8 @@ def convert(key, rank, steps, progress=gr.Progress()):
     if not key:
         fail("Pick a model first.")
     progress(0.2, desc="fine-tuning with PiSSA, then converting")
-    r = _call(service.conversion_demo, key, int(rank), int(steps))
+    r = _call(service.conversion_demo, key, _call(bounds.check, bounds.PISSA_RANK, rank),
+              _call(bounds.check, bounds.PISSA_CONVERT_STEPS, steps))
     half = r["dtype"] in ("float16", "bfloat16")
     change = r["change_from_base"] / r["output_scale"]
     verdict = "the same outputs" if r["same_outputs"] else "NOT the same outputs!"
@@ -514,9 +511,9 @@ def build(ctx) -> None:
             layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer",
                                 allow_custom_value=True)
             list_layers = gr.Button("List the model's layers", size="sm", elem_id="pissa-list-layers")
-        rank = checked_slider(1, 128, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2,
-                              elem_classes=["wb-advanced"], what="the rank r")
-        init = gr.Radio([("full SVD (pissa)", "pissa"), ("fast SVD (pissa_niter_4)", "pissa_niter_4")],
+        rank = bounded_slider(bounds.PISSA_RANK, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2,
+                              elem_classes=["wb-advanced"])
+        init = gr.Radio([(INIT_LABELS[i], i) for i in bounds.PISSA_INITS],
                         value="pissa", label="PiSSA init (peft)", elem_id="pissa-init", scale=2,
                         elem_classes=["wb-advanced"])
 
@@ -561,11 +558,11 @@ def build(ctx) -> None:
         methods = gr.CheckboxGroup([("LoRA", "lora"), ("PiSSA", "pissa"), ("full fine-tuning", "full")],
                                    value=["lora", "pissa"], label="methods", elem_id="pissa-methods", scale=2,
                                    elem_classes=["wb-advanced"])
-        seeds = checked_slider(1, 5, value=3, step=1, label="seeds", elem_id="pissa-seeds", scale=1,
-                               elem_classes=["wb-advanced"], what="the number of seeds")
-        steps = checked_slider(10, 500, value=100, step=10, label="steps", elem_id="pissa-steps", scale=1,
-                               what="the number of steps")
-        lr = CheckedNumber(value=0, minimum=0, maximum=0.99, label="learning rate (0 = task default)",
+        seeds = bounded_slider(bounds.PISSA_SEEDS, value=3, step=1, label="seeds", elem_id="pissa-seeds", scale=1,
+                               elem_classes=["wb-advanced"])
+        steps = bounded_slider(bounds.PISSA_STEPS, value=100, step=10, label="steps", elem_id="pissa-steps",
+                               scale=1)
+        lr = CheckedNumber(value=0, minimum=bounds.PISSA_LR.lo, maximum=bounds.PISSA_LR.hi, label="learning rate (0 = task default)",
                            elem_id="pissa-lr", scale=1, elem_classes=["wb-advanced"])
     with gr.Row():
         start = gr.Button("Start race", variant="primary", elem_id="pissa-start")
@@ -583,8 +580,8 @@ def build(ctx) -> None:
             "(ΔW = B′A′ − BA), so it can be shared like any LoRA. This fine-tunes briefly with PiSSA, "
             "converts, and compares the two models' outputs.</div>")
     with gr.Row():
-        conv_steps = checked_slider(1, 100, value=20, step=1, label="PiSSA steps before converting",
-                                    elem_id="pissa-conv-steps", scale=2, what="the number of PiSSA steps")
+        conv_steps = bounded_slider(bounds.PISSA_CONVERT_STEPS, value=20, step=1,
+                                    label="PiSSA steps before converting", elem_id="pissa-conv-steps", scale=2)
         conv_btn = gr.Button("Fine-tune, convert and compare", variant="primary", elem_id="pissa-convert",
                              scale=1)
     conv_md = gr.Markdown(elem_id="pissa-convert-result")
@@ -608,15 +605,7 @@ def build(ctx) -> None:
     keep_on_failure(start.click(run_race, inputs=[model, methods, seeds, steps, rank, lr], outputs=race_out,
                                 **model_event(api_name="race")), race_out)
 
-    # A number typed past a slider's range is refused when the box is left (the toast names the range)
-    # and the slider shows its last accepted value again: the browser would otherwise keep the typed
-    # number beside a slider it clamped, and the next click would compute with the clamped one.
-    for sl in (rank, seeds, steps, conv_steps):
-        last = gr.State(sl.value)
-        ev = sl.release(lambda v: v, sl, last, show_progress="hidden", api_visibility="private",
-                        concurrency_limit=None)
-        ev.failure(lambda v: gr.update(value=v), last, sl, queue=False, show_progress="hidden",
-                   api_visibility="private")
+    # A number typed past a slider's range: components.range_guard refuses it in the browser.
 
     # Compare (a pinned datapoint): the pin is the shown analysis's numbers; no model work.
     def pin(current):

@@ -24,10 +24,10 @@ from typing import Literal
 import gradio as gr
 import numpy as np
 
+from backend.core import bounds
 from backend.core.presets import active_source
 from backend.core.zerogpu import gpu
 
-from .common import MODEL_GROUP
 from .guard import HANDLER_GPU_SECONDS, guarded
 
 _SOURCE: str | None = None  # the app's preset source, set by install()
@@ -35,8 +35,12 @@ _PNG_DIR: Path | None = None
 TOP_Z = 10  # neurons listed by check_memorization
 MAX_SINGULAR_VALUES = 64  # singular values listed by pissa_layer (the rest are summarised)
 MAX_PNGS = 64  # images kept in this process's folder for answers still on their way out
+SIG_DIGITS = 4  # numbers in answers: an agent reads them, and full floats made answers 3× longer
 
 MathMethod = Literal["mathneuro", "wanda", "random", "lape"]
+RelMethod = Literal["mambalrp", "lrp_ln", "gi", "smoothgrad", "ig", "attnroll", "mambaattr"]
+RelRule = Literal["norm", "silu", "ssm", "gate"]
+PissaInit = Literal["pissa", "pissa_niter_4"]  # bounds.PISSA_INITS, the tab's choices
 SteerPositions = Literal["default", "prompt", "all", "image"]
 
 
@@ -52,9 +56,9 @@ def _json(obj) -> str:
             return o.item()
         raise TypeError(f"{type(o).__name__} is not JSON")
 
-    def clean(o):  # NaN/inf are not JSON; an agent reads null
-        if isinstance(o, float) and not math.isfinite(o):
-            return None
+    def clean(o):  # NaN/inf are not JSON; an agent reads null; 4 significant digits are plenty
+        if isinstance(o, float):
+            return round_sig(o)
         if isinstance(o, dict):
             return {str(k): clean(v) for k, v in o.items()}
         if isinstance(o, (list, tuple)):
@@ -62,6 +66,13 @@ def _json(obj) -> str:
         return o
 
     return json.dumps(clean(json.loads(json.dumps(obj, default=default))), ensure_ascii=False)
+
+
+def round_sig(x: float, digits: int = SIG_DIGITS) -> float | None:
+    """`x` to `digits` significant digits (None for NaN and infinities, which JSON cannot carry)."""
+    if not math.isfinite(x):
+        return None
+    return float(f"{x:.{digits}g}")
 
 
 def _png(image: np.ndarray, name: str) -> gr.FileData:
@@ -109,33 +120,12 @@ def _grid(rows: list[list[np.ndarray]], side: int = 96, pad: int = 4) -> np.ndar
     return canvas
 
 
-def _whole(value, name: str, lo: int | None = None, hi: int | None = None) -> int:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a whole number, got {value!r}.") from None
-    if not math.isfinite(f) or f != int(f):
-        raise ValueError(f"{name} must be a whole number, got {value!r}.")
-    v = int(f)
-    if hi is None and lo is not None and v < lo:
-        raise ValueError(f"{name} must be at least {lo}, got {v}.")
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ValueError(f"{name} must be between {lo} and {hi}, got {v}.")
-    return v
-
-
-def _number(value, name: str, lo: float, hi: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}.") from None
-    if not (math.isfinite(v) and lo <= v <= hi):
-        raise ValueError(f"{name} must be between {lo:g} and {hi:g}, got {value!r}.")
-    return v
+def _whole(value, name: str, lo: int, hi: int) -> int:
+    return bounds.check(bounds.Range(name, lo, hi), value)
 
 
 # ------------------------------------------------------------------------------------ Relevance
-def token_relevance(text: str, methods: list[str] | None = None, rules: list[str] | None = None,
+def token_relevance(text: str, methods: list[RelMethod] | None = None, rules: list[RelRule] | None = None,
                     target: str = "", model: str = "") -> str:
     """Explain a Mamba language model's prediction as relevance per input token (MambaLRP and baselines).
 
@@ -145,7 +135,7 @@ def token_relevance(text: str, methods: list[str] | None = None, rules: list[str
     sentence (IG and SmoothGrad take tens of passes); at most 256 tokens.
 
     Args:
-        text: the input text (1 to 256 tokens).
+        text: the input text (1 to 256 tokens, at most 2,000 characters).
         methods: attribution methods, any of mambalrp, lrp_ln (LRP with only the norm rule), gi (Gradient×Input), smoothgrad, ig (Integrated Gradients), attnroll (attention rollout), mambaattr (Mamba's hidden attention); default mambalrp, gi, ig, mambaattr.
         rules: MambaLRP rules to apply, any of norm, silu, ssm, gate; default all four (leave one out to ablate it).
         target: the word or token whose logit is explained; empty = the model's own top prediction.
@@ -184,7 +174,7 @@ def find_features(query: str = "", sort: Literal["density", "max_act", "iou"] = 
     Args:
         query: text to match in a feature's label (e.g. 'red', 'circle'); empty = all features.
         sort: order: density (share of image tokens where it fires, 0-1), max_act (largest activation), iou (concept-mask IoU, 0-1, zoo only).
-        limit: how many features to return, 1 to 500.
+        limit: how many features to return, 1 to 500 (default 20).
 
     Returns:
         JSON: list of {feature, label, iou, density, max_act}, best first.
@@ -194,7 +184,7 @@ def find_features(query: str = "", sort: Literal["density", "max_act", "iou"] = 
     org = _organism()
     if sort not in ("density", "max_act", "iou"):
         raise ValueError("sort must be one of density, max_act, iou.")
-    n = _whole(limit, "limit", 1, 500)
+    n = bounds.check(bounds.FEAT_LIMIT, limit)
     if org.index is None:
         raise ValueError("This model has no feature index yet: build one in the Features tab.")
     return _json(FT.feature_table(org, query or "", sort, limit=n))
@@ -218,7 +208,7 @@ def open_feature(feature: int) -> tuple[str, gr.FileData]:
     from .feature_figures import dimmed, overlay
 
     org = _organism()
-    f = _whole(feature, "feature", 0, org.n_features - 1)
+    f = _whole(feature, "The feature id", 0, org.n_features - 1)
     page = FT.feature_page(org, f)
     vmax = max([float(np.max(m)) for m in page["maps"] if np.size(m)] or [1.0])
     imgs = list(page["images"])
@@ -239,7 +229,7 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
 
     Args:
         feature: the feature id to clamp, 0 to the number of features - 1.
-        value: the clamp value in activation units; a negative value = the tab's default (a calibrated multiple of the feature's max activation).
+        value: the clamp value in activation units, 0 to 10× the index's largest activation (the tab's range); a negative value (the default) = the tab's default for this feature (a calibrated multiple of its max activation).
         scene: which held-out scene to caption, 0 to the number of held-out scenes - 1.
         positions: where to clamp: prompt (every prompt position, the paper's choice), all (prompt and generated tokens), image (the image positions only), default (the setting the tab starts with, calibrated for this model).
         add_error: add the SAE's reconstruction error back (keeps everything the SAE does not explain).
@@ -253,14 +243,13 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
     from backend.sae import scenes as S
 
     org = _organism()
-    f = _whole(feature, "feature", 0, org.n_features - 1)
+    f = _whole(feature, "The feature to clamp", 0, org.n_features - 1)
     own = _decode_image(image_base64) if image_base64 else None
     if own is None and not org.heldout_specs:
         raise ValueError("This model has no held-out scenes to caption: pass your image as image_base64.")
-    i = None if own is not None else _whole(scene, "scene", 0, len(org.heldout_specs) - 1)
-    v = _number(value, "value", -math.inf, math.inf) if value is not None else -1.0
-    if v < 0:
-        v = FT.default_clamp_value(org, f)
+    i = None if own is not None else _whole(scene, "The held-out scene", 0, len(org.heldout_specs) - 1)
+    v = FT.default_clamp_value(org, f) if value is None or (isinstance(value, (int, float)) and value < 0) \
+        else bounds.check(FT.clamp_range(org), value)
     defaults = FT.steering_defaults(org)
     positions = defaults["positions"] if positions == "default" else positions
     if positions not in FT.ST.POSITION_MODES:
@@ -353,7 +342,7 @@ def generate_without_neurons(prompt: str, neurons: list[str], seeds: int = 4) ->
     Args:
         prompt: the text prompt (1 to 300 characters).
         neurons: neurons to switch off, as 'layer:channel' labels (from find_memorization_neurons or check_memorization), e.g. ['mid.attn0:5']; an empty list switches none off.
-        seeds: number of seeds (0, 1, ...), 1 to 8.
+        seeds: number of seeds (0, 1, ...), 1 to 8 (default 4).
 
     Returns:
         JSON: neurons switched off, seeds, ssim_on/ssim_off (per seed, null without a training image), diversity_on/off, alignment_on/off (share of the prompt's colours shown), score_on/off, theta_mem; and a PNG: the training image, then one row with the neurons on and one with them off.
@@ -364,7 +353,7 @@ def generate_without_neurons(prompt: str, neurons: list[str], seeds: int = 4) ->
         neurons = [neurons]
     if not isinstance(neurons, (list, tuple)) or not all(isinstance(x, str) for x in neurons):
         raise ValueError("neurons must be a list of labels like 'down1.attn0:17'.")
-    n = _whole(seeds, "seeds", 1, 8)
+    n = bounds.check(bounds.MEMO_SEEDS, seeds)
     source = _source()
     m = service.get(source)
     spec = service.parse_neurons(m, [s for it in neurons for s in it.replace(";", ",").split(",")])
@@ -377,44 +366,72 @@ def generate_without_neurons(prompt: str, neurons: list[str], seeds: int = 4) ->
 
 # -------------------------------------------------------------------------------- Math neurons
 def math_neurons(method: MathMethod = "mathneuro", k_percent: float = 3.0, factor: float = 0.0,
-                 n_samples: int = 64) -> str:
+                 n_samples: int = 64, math_items: list[dict] | None = None,
+                 nonmath_items: list[dict] | None = None) -> str:
     """Find math-specific parameters (MathNeuro) and measure math vs non-math accuracy with them scaled.
 
     Scores every linear weight by |W_ij|·‖X_j‖ summed over samples, keeps the top K % per matrix on
     math problems minus those also top K % on non-math text, multiplies them by `factor` for this
-    call only, and scores both held-out sets by exact match. The model is restored bit-exactly before
-    the answer returns. Cost: the identification (2 × n_samples forward passes) plus greedy answers
-    to a few hundred held-out questions (seconds on the zoo model on a CPU, a minute or more for a
-    1B model; results are cached per setting).
+    call only, and scores both held-out sets by exact match. The default factor 0 PRUNES the set
+    (the paper's ablation); 1.1 is the paper's boost. The model is restored bit-exactly before the
+    answer returns. Your own math or non-math items (as in the tab's file upload) replace the
+    model's sets for identification and scoring. Cost: the identification (2 × n_samples forward
+    passes) plus greedy answers to up to 200 held-out items per side (seconds on the zoo model on a
+    CPU, a minute or more for a 1B model; results are cached per setting).
 
     Args:
         method: which set: mathneuro (math top K minus non-math top K), wanda (math top K, no subtraction), random (the same count per matrix at random), lape (MLP neurons by activation-probability entropy).
-        k_percent: K, the top share per weight matrix in percent, 0.1 to 50 (the paper and the tab use a few percent).
-        factor: the scale applied to the chosen weights, 0 to 2: 0 prunes them, 1.1 is the paper's boost, 1 leaves the model as it is.
-        n_samples: samples per side used to identify the set, 1 to 64.
+        k_percent: K, the top share per weight matrix in percent, 1 to 30 (default 3, as the tab).
+        factor: the scale applied to the chosen weights, 0 to 2; default 0 = prune them; 1.1 is the paper's boost; 1 leaves the model as it is.
+        n_samples: samples per side used to identify the set, 1 to 64 (default 64).
+        math_items: your own math set, at least 2 items, each {"question": ..., "answer": ...} (the answer's last number, or the number after '####', is the reference); null = the model's own math set.
+        nonmath_items: your own non-math set, at least 2 items, each {"question": ..., "answer": ...} or {"text": ...}; null = the model's own non-math set.
 
     Returns:
-        JSON: baseline {math, nonmath} and modified {math, nonmath} accuracies (0-1), n_params (weights in the set), n_total (linear weights), share, and layers: the set's count per layer.
+        JSON: action (pruned or scaled × factor), baseline {math, nonmath} and modified {math, nonmath} accuracies (0-1), n_scored {math, nonmath} (items scored per side), math_set / nonmath_set (which data), n_params (weights in the set), n_total (linear weights), share, and layers: the set's count per layer.
     """
     from backend.mathneuro import service
     from backend.mathneuro.service import Setting
 
-    if method not in service.core.METHODS:
-        raise ValueError(f"method must be one of {', '.join(service.core.METHODS)}.")
-    k = _number(k_percent, "k_percent", 0.1, 50)
-    f = _number(factor, "factor", 0.0, 2.0)
-    n = _whole(n_samples, "n_samples", 1, service.MAX_SAMPLES)
-    s = Setting(method, k / 100.0, n, f)
+    bounds.check_choice("method", method, service.core.METHODS)
+    k = bounds.check(bounds.MATH_K, k_percent)
+    f = bounds.check(bounds.MATH_FACTOR, factor)
+    n = bounds.check(bounds.MATH_SAMPLES, n_samples)
     try:
         b = service.bench(_source())
     except FileNotFoundError as e:
         raise ValueError(f"The math model is not available: {e}") from None
-    base, mod = b.baseline(), b.evaluate(s)
+    sets = {side: _own_items(service, side, items)
+            for side, items in (("math", math_items), ("nonmath", nonmath_items))}
+    sets = {side: key for side, key in sets.items() if key}
+    s = Setting(method, k / 100.0, n, f, **sets)
+    base, mod = b.baseline(**{side: s.__dict__[side] for side in ("math", "nonmath")}), b.evaluate(s)
     n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
     return _json({"method": method, "k_percent": k, "factor": f, "n_samples": n, "model": b.model_id,
+                  "action": "pruned" if f == 0 else f"scaled × {f:g}",
                   "baseline": base, "modified": {k_: mod[k_] for k_ in ("math", "nonmath")},
+                  "n_scored": {side: len(b.eval_items(side, service.UI_EVAL, s.__dict__[side]))
+                               for side in ("math", "nonmath")},
+                  "math_set": "yours" if "math" in sets else "the model's",
+                  "nonmath_set": "yours" if "nonmath" in sets else "the model's",
                   "n_params": mod["n_params"], "n_total": n_total, "share": mod["n_params"] / max(n_total, 1),
                   "layers": b.layers(s)})
+
+
+def _own_items(service, side: str, items) -> str | None:
+    """An agent's own items, registered as the tab registers an uploaded file (same checks)."""
+    if items is None:
+        return None
+    if not isinstance(items, list) or not all(isinstance(it, dict) for it in items):
+        raise ValueError(f"{side}_items must be a list of objects like {{\"question\": ..., \"answer\": ...}}.")
+    folder = Path(tempfile.mkdtemp(prefix="wb-agent-items-"))
+    path = folder / f"{side}.jsonl"
+    try:
+        path.write_text("\n".join(json.dumps(it, ensure_ascii=False) for it in items), encoding="utf-8")
+        return service.register_data(_source(), side, path=path, name=f"your {side} items")
+    finally:
+        path.unlink(missing_ok=True)
+        folder.rmdir()
 
 
 # ------------------------------------------------------------------------------------ Adapters
@@ -437,7 +454,7 @@ def pissa_layers(model: str = "") -> str:
                   "layers": service.layer_names(key)})
 
 
-def pissa_layer(layer: str, rank: int = 8, init: str = "pissa", model: str = "") -> str:
+def pissa_layer(layer: str, rank: int = 8, init: PissaInit = "pissa", model: str = "") -> str:
     """Analyse one weight matrix for PiSSA: its spectrum and the principal / residual split at rank r.
 
     W = U S Vᵀ; PiSSA's adapter starts from the top-r singular triplets (A = U_r S_r^½,
@@ -446,8 +463,8 @@ def pissa_layer(layer: str, rank: int = 8, init: str = "pissa", model: str = "")
 
     Args:
         layer: a linear layer's name (see pissa_layers).
-        rank: the adapter rank r, 1 to min(matrix shape).
-        init: pissa (full SVD) or pissa_niter_N (fast randomized SVD with N subspace iterations, e.g. pissa_niter_4).
+        rank: the adapter rank r, 1 to 128 and at most min(matrix shape).
+        init: pissa (full SVD) or pissa_niter_4 (fast randomized SVD, 4 subspace iterations): the tab's two choices.
         model: a model key (see pissa_layers), or your own model (hub id or allowed folder); empty = the tab's default model.
 
     Returns:
@@ -457,12 +474,11 @@ def pissa_layer(layer: str, rank: int = 8, init: str = "pissa", model: str = "")
 
     if not isinstance(layer, str) or not layer:
         raise ValueError("Name a layer (pissa_layers lists them).")
-    if not isinstance(init, str):
-        raise ValueError("init must be 'pissa' or 'pissa_niter_N'.")
+    bounds.check_choice("init", init, bounds.PISSA_INITS)
     if not model:
         opts = service.choices(_source())
         model = opts[0][1] if opts else ""
-    r = _whole(rank, "rank", 1)
+    r = bounds.check(bounds.PISSA_RANK, rank)
     a = service.layer_analysis(model, layer, r, init)
     out = {k: v for k, v in a.items() if not k.endswith("_sample")}
     out["n_singular_values"] = len(a["singular_values"])
@@ -471,13 +487,72 @@ def pissa_layer(layer: str, rank: int = 8, init: str = "pissa", model: str = "")
     return _json(out)
 
 
+def memorized_prompts() -> str:
+    """List the prompts the Memorization tab's Stable Diffusion model is known to have memorized.
+
+    Reads the model's prompt lists only (no model call; milliseconds). Pass one to
+    check_memorization, find_memorization_neurons or generate_without_neurons; an ordinary prompt
+    of your own for contrast.
+
+    Returns:
+        JSON: model, prompts (list of {prompt, type: the NeMo paper's memorization type, VM = verbatim}), n, has_training_images (whether generate_without_neurons can compare with the training image).
+    """
+    from backend.nemo import service
+
+    d = service.describe(_source())
+    rows = [{"prompt": p, "type": t} for p, t in zip(d["memorized"], d["memorized_types"])]
+    return _json({"model": d["model_id"], "prompts": rows, "n": len(rows),
+                  "has_training_images": d["has_train_images"]})
+
+
 # ------------------------------------------------------------------------------- registration
-# Each tool with the tab whose ZeroGPU allowance it shares (components.guard).
-TOOLS = [(token_relevance, "relevance"), (find_features, "features"), (open_feature, "features"),
-         (steer_feature, "features"), (check_memorization, "memorization"),
-         (find_memorization_neurons, "memorization"), (generate_without_neurons, "memorization"),
-         (math_neurons, "math_neurons"), (pissa_layers, "adapters"), (pissa_layer, "adapters")]
-TOOL_NAMES = [fn.__name__ for fn, _ in TOOLS]
+# Each tool: the tab whose ZeroGPU allowance and model queue it shares (components.guard), whether
+# it reads the model (a read-only tool that does not waits behind no model call), whether it
+# applies an intervention (always undone before the answer), and its typical cost on the zoo.
+TOOLS = [(token_relevance, "relevance", True, True, "about a second per method"),
+         (find_features, "features", False, False, "milliseconds (reads the feature index)"),
+         (open_feature, "features", False, False, "well under a second (reads the feature index)"),
+         (steer_feature, "features", True, True, "two greedy captions, about a second"),
+         (check_memorization, "memorization", True, False, "a noise step per seed, about a second"),
+         (find_memorization_neurons, "memorization", True, True, "dozens of noise evaluations, seconds"),
+         (generate_without_neurons, "memorization", True, True, "two generations per seed, seconds"),
+         (memorized_prompts, "memorization", False, False, "milliseconds (reads the prompt lists)"),
+         (math_neurons, "math_neurons", True, True, "seconds on the zoo, a minute or more at 1B"),
+         (pissa_layers, "adapters", True, False, "loads the model once, then milliseconds"),
+         (pissa_layer, "adapters", True, False, "one SVD, milliseconds on the zoo")]
+TOOL_NAMES = [t[0].__name__ for t in TOOLS]
+# The declared ranges of the tools' cost arguments (backend.core.bounds), stated in the schemas
+RANGES = {"find_features": {"limit": bounds.FEAT_LIMIT}, "generate_without_neurons": {"seeds": bounds.MEMO_SEEDS},
+          "math_neurons": {"k_percent": bounds.MATH_K, "factor": bounds.MATH_FACTOR, "n_samples": bounds.MATH_SAMPLES},
+          "pissa_layer": {"rank": bounds.PISSA_RANK, "init": bounds.PISSA_INITS}}
+READS_GROUP = "agent-reads"  # the tools that touch no model: never behind a model call
+
+
+def annotations() -> dict[str, dict]:
+    """MCP tool annotations: nothing a tool does persists (interventions are undone before the
+    answer), so every tool is read-only to the world; `intervention` and `cost` say more."""
+    return {fn.__name__: {"title": fn.__name__.replace("_", " "), "readOnlyHint": True, "destructiveHint": False,
+                          "idempotentHint": True, "openWorldHint": False, "intervention": intervention,
+                          "cost": cost}
+            for fn, _tab, _model, intervention, cost in TOOLS}
+
+
+def schema_extras(source: str) -> dict[str, dict[str, dict]]:
+    """The models a `model` parameter takes, listed in the schema (an agent learnt them from an
+    error before); own models (a hub id or an allowed folder) are taken too where the owner allows."""
+    from backend.core.modelcheck import custom_models_setting
+    from backend.lrp.models import text_presets
+    from backend.pissa import service
+
+    own = custom_models_setting() is not False
+
+    def models(keys: list[str]) -> dict:
+        keys = [""] + [k for k in keys if k]
+        return {"examples": keys} if own else {"enum": keys}
+
+    listed = models([p.path_or_id for p in text_presets(source)])
+    pissa = models([k for _lab, k in service.choices(source)])
+    return {"token_relevance": {"model": listed}, "pissa_layers": {"model": pissa}, "pissa_layer": {"model": pissa}}
 
 
 def hide_ui_events(demo: gr.Blocks) -> int:
@@ -494,6 +569,10 @@ def hide_ui_events(demo: gr.Blocks) -> int:
 
 def install(demo: gr.Blocks, source: str) -> list[str]:
     """Register the tools on a built app and leave them the only public endpoints."""
+    from . import mcp_server
+    from .common import MODEL_CONCURRENCY, model_group
+    from .guard import gated
+
     global _SOURCE
     _SOURCE = source
     hide_ui_events(demo)
@@ -501,31 +580,17 @@ def install(demo: gr.Blocks, source: str) -> list[str]:
     if taken:  # a UI event of that name would shadow the tool (or the tools are installed already)
         raise ValueError(f"endpoint name(s) {taken} already used by the app")
     with demo:
-        for tool, tab in TOOLS:
-            fn = gpu(duration=HANDLER_GPU_SECONDS.get(tab, 120))(guarded(tool))
+        for tool, tab, model, _intervention, _cost in TOOLS:
+            fn = guarded(tool)
+            if model:  # queued with its tab's model calls, never beside a model load
+                fn = gpu(duration=HANDLER_GPU_SECONDS.get(tab, 120), estimate=False)(gated(fn))
+                queue = {"concurrency_id": model_group(tab), "concurrency_limit": MODEL_CONCURRENCY}
+            else:
+                queue = {"concurrency_id": READS_GROUP, "concurrency_limit": 4}
             fn._wb_guarded = True  # guard_events leaves it as it is
-            gr.api(fn, api_name=tool.__name__, concurrency_id=MODEL_GROUP, concurrency_limit=1)
-    unwrap_multiple_outputs()
+            gr.api(fn, api_name=tool.__name__, **queue)
+    mcp_server.adjust(annotations(), schema_extras(source), RANGES)
     return TOOL_NAMES
-
-
-def unwrap_multiple_outputs() -> None:
-    """Gradio 6.31's MCP server wraps a queued tool's result in a list once more when the client
-    asks for no progress updates, so a tool with two outputs (JSON + image) reached the client as
-    one text holding both. Hand over the outputs one by one, as the progress path already does."""
-    from anyio.to_thread import run_sync
-    from gradio import mcp as gmcp
-
-    cls = gmcp.GradioMCPServer
-    if getattr(cls._execute_tool_without_progress, "_wb_unwrapped", False):
-        return
-
-    async def _execute_tool_without_progress(self, job):
-        result = await run_sync(job.result)
-        return list(result) if isinstance(result, tuple) else [result]
-
-    _execute_tool_without_progress._wb_unwrapped = True
-    cls._execute_tool_without_progress = _execute_tool_without_progress
 
 
 def mcp_wanted(flag: bool = False, env: dict | None = None) -> bool:

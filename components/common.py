@@ -1,6 +1,7 @@
 """Shared UI pieces: theme, CSS, the per-device concurrency group, error helpers."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,14 +10,28 @@ import gradio as gr
 from backend.core.colors import themed  # noqa: F401  (re-exported: every tab's plotly figures)
 from backend.core.device import pick_device
 
-# Every model-touching event joins this group: one model computation at a time per device, so
-# requests queue instead of thrashing a 2-core CPU or oversubscribing one GPU.
+# Every model-touching event is marked with this group; components.guard.guard_events then gives it
+# its tab's queue (`model_group`): one computation at a time per tab's models, and a long call in
+# one tab never holds up another tab, nor any call that touches no model (feature lists and pages,
+# status), which keeps Gradio's own per-event queue. The model's lock serialises what several tabs
+# do to one shared model. WORKBENCH_MODEL_CONCURRENCY raises the per-tab limit (a GPU with room).
 MODEL_GROUP = f"model-{pick_device().type}"
+MODEL_CONCURRENCY = int(os.environ.get("WORKBENCH_MODEL_CONCURRENCY", "1"))
 
 
 def model_event(**extra: Any) -> dict[str, Any]:
     """Keyword arguments for `.click(...)` / `.change(...)` of a model-touching event."""
-    return {"concurrency_id": MODEL_GROUP, "concurrency_limit": 1, **extra}
+    return {"concurrency_id": MODEL_GROUP, "concurrency_limit": MODEL_CONCURRENCY, **extra}
+
+
+def model_group(tab: str) -> str:
+    """The queue of one tab's model calls."""
+    return f"{MODEL_GROUP}-{tab}"
+
+
+def is_model_group(concurrency_id) -> bool:
+    return isinstance(concurrency_id, str) and (concurrency_id == MODEL_GROUP
+                                                or concurrency_id.startswith(MODEL_GROUP + "-"))
 
 
 @dataclass

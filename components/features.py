@@ -23,6 +23,7 @@ from components import links
 from components.feature_images import MAX_TAB_IMAGES, collect_images, own_build, own_labels
 from components.feature_figures import (enlarged, concept_plot, hist_plot, maps_max, page_png,
                                         colorbar_html, dimmed, overlay, patch_figure)
+from backend.core import bounds
 from components.common import fail, model_event
 from components.inputs import CheckedImage, CheckedNumber, keep_on_failure
 from components.model_picker import model_picker
@@ -86,13 +87,7 @@ def no_index_html(org) -> str:
 
 
 def _feature_id(org, value) -> int:
-    try:
-        f = int(float(value))
-    except (TypeError, ValueError):
-        fail("Feature id must be a whole number.")
-    if not 0 <= f < org.n_features:
-        fail(f"Feature id must be between 0 and {org.n_features - 1}.")
-    return f
+    return bounds.check(bounds.Range("The feature id", 0, org.n_features - 1), value)
 
 
 def firing_columns(org) -> list[str]:
@@ -183,11 +178,8 @@ def reopen_feature(source: str, feature):
 
 
 def clamp_limit(org) -> float:
-    """The largest clamp value offered: 4× the largest activation in the index, at least 10 (the
-    default clamp without an index; an SAE of small activations still gets a usable range)."""
-    if org.index is None:
-        return 100.0
-    return max(float(round(4 * float(org.index.tensors["max_act"].max()), 3)), 10.0)
+    """The largest clamp value offered (backend.core.bounds: the API and the tools take the same)."""
+    return FT.clamp_range(org).hi
 
 
 def _image_input(org, image, example):
@@ -270,13 +262,7 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
     org = _org(source, progress)
     img = _image_input(org, image, example)
     f = _feature_id(org, feature)
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        fail("The clamp value must be a number.")
-    top = clamp_limit(org)
-    if not np.isfinite(v) or not 0 <= v <= top:
-        fail(f"The clamp value must be between 0 and {top:g}; got {value}. Nothing was computed.")
+    v = bounds.check(FT.clamp_range(org), value)
     if positions not in FT.ST.POSITION_MODES:
         fail(f"Positions must be one of {FT.ST.POSITION_MODES}.")
     progress(0.3, desc="generating with and without the clamp")

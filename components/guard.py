@@ -16,12 +16,13 @@ import threading
 
 import gradio as gr
 
+from backend.core import loadgate
 from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
 from backend.core.store import request_scope, scoped_aiter, scoped_iter
 from backend.core.zerogpu import MAX_DURATION, gpu
 
-from .common import MODEL_GROUP
+from .common import MODEL_GROUP, model_group
 
 log = logging.getLogger("workbench")
 INPUT_ERRORS = (ValueError, KeyError, IndexError, PresetError)
@@ -112,13 +113,34 @@ HANDLER_GPU_SECONDS = {"relevance": 120, "features": 120, "memorization": MAX_DU
 DEFAULT_GPU_SECONDS = 120
 
 
+def gated(fn):
+    """A model call: never beside a model load (backend.core.loadgate); a stream step by step."""
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*a, **k):
+            yield from loadgate.gated_iter(fn(*a, **k))
+        return gen
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        return fn  # the app's model handlers are synchronous; an async one runs ungated
+
+    @functools.wraps(fn)
+    def plain(*a, **k):
+        with loadgate.computing():
+            return fn(*a, **k)
+    return plain
+
+
+def handler_tab(fn) -> str:
+    return getattr(inspect.unwrap(fn), "__module__", "").rpartition(".")[2]
+
+
 def handler_gpu_seconds(fn) -> int:
-    tab = getattr(inspect.unwrap(fn), "__module__", "").rpartition(".")[2]
-    return HANDLER_GPU_SECONDS.get(tab, DEFAULT_GPU_SECONDS)
+    return HANDLER_GPU_SECONDS.get(handler_tab(fn), DEFAULT_GPU_SECONDS)
 
 
 def guard_events(demo: gr.Blocks) -> gr.Blocks:
-    """Guard every handler; mark every model-touching one (the MODEL_GROUP events) for ZeroGPU.
+    """Guard every handler; mark every model-touching one (the MODEL_GROUP events) for ZeroGPU and
+    give it its tab's model queue.
 
     The ZeroGPU mark sits outermost, on the handler: under ZeroGPU a marked call from the main
     process runs in a GPU worker process and its arguments are pickled, and a handler's arguments are
@@ -129,8 +151,11 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
             continue
         fn = guarded(block_fn.fn)
         sync = not (inspect.iscoroutinefunction(block_fn.fn) or inspect.isasyncgenfunction(block_fn.fn))
-        if block_fn.concurrency_id == MODEL_GROUP and sync:
-            fn = gpu(duration=handler_gpu_seconds(block_fn.fn))(fn)
+        if block_fn.concurrency_id == MODEL_GROUP:  # its tab's model queue (components.common)
+            block_fn.concurrency_id = model_group(handler_tab(block_fn.fn))
+            fn = gated(fn)
+            if sync:
+                fn = gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(fn)
         fn._wb_guarded = True
         block_fn.fn = fn
     return demo

@@ -11,6 +11,10 @@ import math
 
 import gradio as gr
 
+from backend.core import bounds
+
+from . import range_guard
+
 
 def keep_on_failure(event, outputs: list):
     """When `event` fails, leave its outputs as they were and clean. Returns `event` for chaining.
@@ -23,57 +27,45 @@ def keep_on_failure(event, outputs: list):
     return event
 
 
-def range_words(lo, hi) -> str:
-    if lo is not None and hi is not None:
-        return f"between {lo:g} and {hi:g}"
-    return f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
-
-
 class CheckedNumber(gr.Number):
-    """A number box that refuses empty, 'nan', 'inf', out-of-range and (precision 0) fractional values
-    by its label and valid range."""
+    """A number box that refuses 'nan', 'inf', out-of-range and (precision 0) fractional values with
+    its label and valid range, in the words of backend.core.bounds (the API's and the tools')."""
     is_template = True
 
     def preprocess(self, payload):
         if payload is None:
             return None
-        name = (self.label or "value").split(" (")[0]
+        r = bounds.Range(f"The {(self.label or 'value').split(' (')[0]}",
+                         -math.inf if self.minimum is None else self.minimum,
+                         math.inf if self.maximum is None else self.maximum, whole=self.precision == 0)
         try:
-            x = float(payload)
-        except (TypeError, ValueError):
-            raise gr.Error(f"The {name} must be a number.", print_exception=False) from None
-        bounded = (self.minimum, self.maximum) != (None, None)
-        bounds = range_words(self.minimum, self.maximum) if bounded else ""
-        if not math.isfinite(x):
-            raise gr.Error(f"The {name} must be a finite number{', ' + bounds if bounds else ''}; got {payload}.",
-                           print_exception=False)
-        if (self.minimum is not None and x < self.minimum) or (self.maximum is not None and x > self.maximum):
-            raise gr.Error(f"The {name} must be {bounds}; got {x:g}. Nothing was computed.", print_exception=False)
-        if self.precision == 0 and x != int(x):
-            raise gr.Error(f"The {name} must be a whole number; got {x:g}.", print_exception=False)
+            x = bounds.check(r, payload)
+        except ValueError as e:
+            raise gr.Error(str(e), print_exception=False) from None
         return super().preprocess(x)
 
 
 class CheckedSlider(gr.Slider):
-    """A slider that refuses a value it cannot take (out of range, not whole where the step is 1, NaN,
-    infinity, text) with the valid range; `what` names it in the message ("the number of seeds").
-    Build it with `checked_slider`: Gradio binds a component's constructor arguments by signature."""
+    """A slider that refuses a value it cannot take (out of range, not whole where the step is whole,
+    NaN, infinity, text) with the message of backend.core.bounds, the one the API and the MCP tools
+    give. Build it with `bounded_slider`: Gradio binds a component's constructor arguments by
+    signature. In the browser, a number typed into its box is refused the same way (RANGE_JS)."""
     is_template = True
-    what = "the value"
+    what = "The value"
+    unit = ""
+    whole = None
 
     def preprocess(self, payload):
-        lo, hi = self.minimum, self.maximum
-        whole = float(self.step or 0) == 1.0
-        ok = isinstance(payload, (int, float)) and not isinstance(payload, bool) and math.isfinite(payload)
-        ok = ok and lo <= payload <= hi and (not whole or float(payload).is_integer())
-        if not ok:
-            kind = "a whole number" if whole else "a number"
-            # a slider rebuilt by a gr.update() (Gradio makes a new one from its constructor
-            # arguments) has lost `what`: its label names it then
-            what = self.what if self.what != "the value" or not self.label else f"the {self.label.split(' (')[0]}"
-            raise gr.Error(f"Choose {what}: {kind} from {lo:g} to {hi:g} (got {str(payload)[:20]!s}).",
-                           print_exception=False)
-        return super().preprocess(payload)
+        # a slider rebuilt by a gr.update() (Gradio makes a new one from its constructor arguments)
+        # has lost `what`: its label names it then
+        name = self.what if self.what != "The value" or not self.label else f"The {self.label.split(' (')[0]}"
+        whole = self.whole if self.whole is not None else \
+            float(self.step or 1).is_integer() and float(self.minimum).is_integer()
+        try:
+            x = bounds.check(bounds.Range(name, self.minimum, self.maximum, whole, self.unit), payload)
+        except ValueError as e:
+            raise gr.Error(str(e), print_exception=False) from None
+        return super().preprocess(x)
 
 
 class CheckedImage(gr.Image):
@@ -94,9 +86,13 @@ class CheckedImage(gr.Image):
                            "upload another.", print_exception=False) from None
 
 
-def checked_slider(*args, what: str = "the value", **kwargs) -> CheckedSlider:
-    s = CheckedSlider(*args, **kwargs)
-    s.what = what
+def bounded_slider(r: bounds.Range, hi: float | None = None, **kwargs) -> CheckedSlider:
+    """A slider over the declared range `r` (its upper end lowered to `hi` where the data allows
+    less: a model's memorized prompts, a layer's rank)."""
+    top = r.hi if hi is None else min(r.hi, hi)
+    s = CheckedSlider(r.lo, top, **kwargs)
+    s.what, s.unit, s.whole = r.name, r.unit, r.whole
+    range_guard.declare(s.elem_id, r)
     return s
 
 

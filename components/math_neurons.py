@@ -21,6 +21,8 @@ from backend.mathneuro.service import Setting
 from components import links
 from components.visitor import session_of
 from components.model_picker import model_picker
+from backend.core import bounds
+from components import range_guard
 from components.common import fail, model_event
 from components.inputs import keep_on_failure
 from components.math_figures import (LABEL_OF, METHOD_LABELS, accuracy_html, accuracy_plot,
@@ -104,7 +106,7 @@ def data_html(info: dict) -> str:
 
 # The numeric controls and their ranges: one rule for all (the sliders' own bounds, the API's too).
 # A value outside is refused with the range and nothing is computed; nothing is clamped or rounded.
-K_RANGE, FACTOR_RANGE, N_RANGE = (1, 30), (0, 2), (1, service.MAX_SAMPLES)
+K_RANGE, FACTOR_RANGE, N_RANGE = ((r.lo, r.hi) for r in (bounds.MATH_K, bounds.MATH_FACTOR, bounds.MATH_SAMPLES))
 DEFAULTS = {"method": "MathNeuro", "k": 3, "factor": 0.0, "n": service.MAX_SAMPLES}
 
 
@@ -118,26 +120,14 @@ class Bounded(gr.Slider):
         return payload
 
 
-def _number(raw, name: str, lo: float, hi: float, unit: str = "", whole: bool = False) -> float:
-    rng = f"between {lo:g}{unit} and {hi:g}{unit}"
-    try:
-        x = float(raw)
-    except (TypeError, ValueError):
-        fail(f"{name} must be a number {rng}; {'the box is empty' if raw in (None, '') else f'got {str(raw)[:20]!r}'}.")
-    if not math.isfinite(x):
-        fail(f"{name} must be a finite number {rng}, not {raw!s:.20}. Nothing was computed.")
-    if not lo <= x <= hi or (whole and x != int(x)):
-        kind = "a whole number " if whole else ""
-        fail(f"{name} must be {kind}{rng} (got {x:g}{unit}). Nothing was computed.")
-    return x
-
-
 def _setting(method_label, k_pct, factor, n_samples, nonmath=None, math_set=None) -> Setting:
     if method_label not in METHOD_LABELS:
         fail(f"Unknown method {str(method_label)[:40]!r}: choose one of {', '.join(METHOD_LABELS)}.")
-    k = _number(k_pct, "K", *K_RANGE, unit=" %")
-    f = _number(factor, "The scale factor", *FACTOR_RANGE)
-    n = int(_number(n_samples, "The number of samples", *N_RANGE, whole=True))
+    try:
+        k, f, n = (bounds.check(r, v) for r, v in ((bounds.MATH_K, k_pct), (bounds.MATH_FACTOR, factor),
+                                                    (bounds.MATH_SAMPLES, n_samples)))
+    except ValueError as e:
+        fail(str(e))
     return Setting(METHOD_LABELS[method_label], k / 100.0, n, f, nonmath=nonmath or service.DEFAULT_NONMATH,
                    math=math_set or service.DEFAULT_MATH)
 
@@ -327,6 +317,8 @@ def build(ctx) -> None:
                              label="Scale factor (0 = prune, 1 = unmodified)", elem_id="mn-factor")
             n_samples = Bounded(*N_RANGE, value=DEFAULTS["n"], step=1, elem_classes=["wb-advanced"],
                                 label="Samples per set (math, non-math) to find the weights", elem_id="mn-n")
+            for sl, r in ((k_pct, bounds.MATH_K), (factor, bounds.MATH_FACTOR), (n_samples, bounds.MATH_SAMPLES)):
+                range_guard.declare(sl.elem_id, r)
             run = gr.Button("Apply", variant="primary", elem_id="mn-run")
             with gr.Row():
                 pin_btn = gr.Button("Pin this result", size="sm", elem_id="mn-pin")

@@ -21,7 +21,8 @@ from components import links
 from components.model_picker import model_picker
 from components.visitor import own_folder, room_of, stats_dir
 from components.common import fail, model_event
-from components.inputs import checked_image, checked_slider, keep_on_failure
+from backend.core import bounds
+from components.inputs import bounded_slider, checked_image, keep_on_failure
 from components.memorization_figures import (NO_NEURONS_OFF, TABLE_HEADERS, TABLE_WIDTHS, batch_rows, export_png,
                                              gallery_items, hist_plot, pin_html, result_html, score_html,
                                              stats_html, summary_html, table_rows, z_plot)
@@ -35,8 +36,8 @@ SUMMARY = "NeMo: detect memorized prompts in Stable Diffusion, localize the neur
 LINK_RUNS = ("memo_check", "memo_generate")
 
 TYPES = ndata.TYPES
-MAX_SEEDS = 8
-TABLE_MAX = 50  # memorized prompts one table request may take
+MAX_SEEDS = int(bounds.MEMO_SEEDS.hi)
+TABLE_MAX = int(bounds.MEMO_TABLE.hi)  # memorized prompts one table request may take
 BATCH_HEADERS = ["prompt", "score", "verdict", "largest z", "in the memorized list"]
 
 EXPLAIN = (
@@ -62,13 +63,7 @@ PRESENTER_CAPTION = (
 
 
 def _seeds(n) -> list[int]:
-    try:
-        n = float(n)
-    except (TypeError, ValueError):
-        fail("The number of seeds must be a number.")
-    if not math.isfinite(n) or not (1 <= n <= MAX_SEEDS):
-        fail(f"Choose between 1 and {MAX_SEEDS} seeds.")
-    return list(range(int(n)))
+    return list(range(bounds.check(bounds.MEMO_SEEDS, n)))
 
 
 def _free(text) -> str:
@@ -211,25 +206,15 @@ def make_handlers(source: str):
 
     def stats(n, model=None, own_text="", request: gr.Request = None):
         """This visitor's statistics (every visitor's when the owner shares builds: components.visitor)."""
-        try:
-            n = int(float(n))
-        except (TypeError, ValueError):
-            fail("The number of prompts must be a number.")
+        n = bounds.check(bounds.MEMO_STATS, n)
         own = [line for line in str(own_text or "").splitlines() if line.strip()]
         return stats_html(service.compute_stats(n, source=source, model=model, prompts=own or None,
                                                 own_dir=own_folder(request, "nemo"), room=room_of(request)))
 
     def table(n_prompts, model=None, request: gr.Request = None, progress=gr.Progress()):
-        try:
-            n = float(n_prompts)
-        except (TypeError, ValueError):
-            fail("The number of prompts must be a number.")
-        if not math.isfinite(n) or n < 1:
-            fail("Choose at least one prompt.")
-        if n > TABLE_MAX:
-            fail(f"At most {TABLE_MAX} prompts per table.")
+        n = bounds.check(bounds.MEMO_TABLE, n_prompts)
         t = service.results_table(progress=lambda f, msg: progress(f, desc=msg), source=source,
-                                  n_prompts=int(n), model=model, own_dir=stats_dir(request))
+                                  n_prompts=n, model=model, own_dir=stats_dir(request))
         return table_rows(t["rows"]), hist_plot(t["rows"]), summary_html(t["summary"])
 
     def export(prompt, selected, free, n_seeds, reference=None, model=None, request: gr.Request = None,
@@ -332,10 +317,10 @@ def build(ctx) -> None:
             stats_card = gr.HTML(stats_html(d["stats_plan"]), elem_id="memo-stats", elem_classes=["wb-advanced"])
             with gr.Accordion("Neuron statistics from the tab (a small set)", open=False, elem_id="memo-stats-acc"):
                 total = max(2, int(d["stats_plan"].get("total") or 2))
-                n_stats = checked_slider(2, max(3, total),
+                n_stats = bounded_slider(bounds.MEMO_STATS, max(3, total),
                                          value=min(total, 1000), step=1,
                                          label=f"First N of the {total:,} {d['stats_plan']['set']}",
-                                         elem_id="memo-stats-n", what="how many prompts the statistics use")
+                                         elem_id="memo-stats-n")
                 own_stats = gr.Textbox(label=f"…or your own ordinary (non-memorized) prompts, one per line "
                                             f"(2–{service.OWN_STATS_MAX:,}; the command-line job for more)",
                                        value="", lines=3, elem_id="memo-stats-own")
@@ -367,8 +352,8 @@ def build(ctx) -> None:
             free = gr.Textbox(label="Also switch off (layer:channel, comma-separated)",
                               placeholder="e.g. mid.attn0:5, down1.attn0:17", elem_id="memo-free",
                               elem_classes=["wb-advanced"])
-            n_seeds = checked_slider(1, MAX_SEEDS, value=4, step=1, label="Seeds",
-                                     elem_id="memo-seeds", elem_classes=["wb-advanced"], what="the number of seeds")
+            n_seeds = bounded_slider(bounds.MEMO_SEEDS, value=4, step=1, label="Seeds",
+                                     elem_id="memo-seeds", elem_classes=["wb-advanced"])
             reference = checked_image(label=("Reference image (optional): the training image, if you have it"
                                             if not d["has_train_images"] else
                                             "Reference image (optional; default: the training image)"),
@@ -411,10 +396,9 @@ def build(ctx) -> None:
     with gr.Column(visible=n_mem > 0):
         with gr.Row(equal_height=True):
             top = max(2, min(n_mem, TABLE_MAX))  # a slider needs min < max, even for one prompt
-            n_table = checked_slider(1, top,
+            n_table = bounded_slider(bounds.MEMO_TABLE, top,
                                      value=min(n_mem, 3 if hub else TABLE_MAX) or 1, step=1,
-                                     label="Memorized prompts in the table", elem_id="memo-table-n", scale=2,
-                                     what="how many memorized prompts the table takes")
+                                     label="Memorized prompts in the table", elem_id="memo-table-n", scale=2)
             table_btn = gr.Button("Results for the memorized prompts (paper's table)",
                                   elem_id="memo-table-btn", scale=1)
             export_btn = gr.Button("Export (JSON + PNG)", elem_id="memo-export", scale=1)

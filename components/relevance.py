@@ -11,6 +11,7 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
+from backend.core import bounds
 from backend.lrp import sentences as S
 from backend.lrp import service as svc
 from backend.lrp.forward import RULES
@@ -19,7 +20,7 @@ from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text
 from backend.lrp.tokens import visible
 from components.model_picker import model_picker
 from components.common import fail, model_event
-from components.inputs import keep_on_failure
+from components.inputs import bounded_slider, keep_on_failure
 from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
                                           heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
                                           position_plot, scatter_plot, sentence_frame, sentence_html)
@@ -100,25 +101,6 @@ def refuse_unreadable(image: gr.Image) -> gr.Image:
 
     image.preprocess = preprocess
     return image
-
-
-def refuse_out_of_range(slider: gr.Slider, what: str) -> gr.Slider:
-    """Refuse a value the slider cannot take (out of range, fractional, NaN, infinite, empty) with
-    its valid range, before anything is computed. Gradio's own check lets NaN through and fails
-    generically on an empty box; no value is ever clamped into range."""
-    check = slider.preprocess
-    lo, hi = slider.minimum, slider.maximum
-
-    def preprocess(payload):
-        ok = (isinstance(payload, (int, float)) and not isinstance(payload, bool) and math.isfinite(payload)
-              and lo <= payload <= hi and float(payload).is_integer())
-        if not ok:
-            raise gr.Error(f"{what} must be a whole number from {lo:g} to {hi:g} (got {str(payload)[:20]}); "
-                           "nothing was computed.", print_exception=False)
-        return check(payload)
-
-    slider.preprocess = preprocess
-    return slider
 
 
 def _guard(fn, *args, **kwargs):
@@ -296,8 +278,8 @@ def build(ctx) -> None:
                 held_suffix = gr.Textbox(label="Prompt after each sentence (optional, e.g. ' Sentiment:')",
                                          value="", elem_id="rel-held-suffix")
         with gr.Row():
-            n_sent = refuse_out_of_range(gr.Slider(20, 240, value=60, step=10, label="Held-out sentences (at most)",
-                                                   elem_id="rel-n"), "The number of held-out sentences")
+            n_sent = bounded_slider(bounds.REL_SENTENCES, value=60, step=10, label="Held-out sentences (at most)",
+                                    elem_id="rel-n")
             run_held = gr.Button("Run held-out evaluation", elem_id="rel-heldout")
         held_note = gr.Markdown(elem_id="rel-held-note")
         table = gr.Dataframe(headers=["method", "ΔA^F", "± s.e.", "A LeRF", "A MoRF", "precision@k",
@@ -316,6 +298,7 @@ def build(ctx) -> None:
 
     def run_heldout(ms, n, data=None, upload=None, tgt="predicted", words="", suffix="", model_id=None,
                     progress=gr.Progress()):
+        n = bounds.check(bounds.REL_SENTENCES, n)
         m = _guard(svc.load_text, source, model_id)
         report = lambda f, d: progress(f, desc=d)  # noqa: E731
         data = data or held_sources[0]
@@ -432,8 +415,8 @@ def build(ctx) -> None:
                                                    type="numpy", format="png", image_mode="L", height=220,
                                                    elem_id="rel-image"))
                 with gr.Row():
-                    ex_idx = refuse_out_of_range(gr.Slider(0, 199, value=0, step=1, label="Held-out example",
-                                                           elem_id="rel-ex-idx"), "The held-out example number")
+                    ex_idx = bounded_slider(bounds.REL_EXAMPLE, value=0, step=1, label="Held-out example",
+                                            elem_id="rel-ex-idx")
                     ex_btn = gr.Button("Load example", size="sm", interactive=img_ok, elem_id="rel-ex-load")
                 img_btn = gr.Button("Explain image", variant="primary", interactive=img_ok,
                                     elem_id="rel-image-explain")
@@ -448,7 +431,7 @@ def build(ctx) -> None:
             gr.Markdown("<span class='wb-muted'>The image organism is not built.</span>")
 
     def load_example(i):
-        return _guard(svc.example_image, svc.load_image(), i)
+        return _guard(svc.example_image, svc.load_image(), bounds.check(bounds.REL_EXAMPLE, i))
 
     keep_on_failure(ex_btn.click(load_example, [ex_idx], [image], api_name="image_example"), [image])
 

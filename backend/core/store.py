@@ -50,6 +50,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import loadgate
+
 log = logging.getLogger("workbench")
 
 _MODELS: "OrderedDict[str, dict[str, Any]]" = OrderedDict()  # least recently used first
@@ -346,7 +348,8 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
     if progress is not None:
         progress(0.0, f"loading {model_id}")
     t0 = time.perf_counter()
-    model = loader()
+    with loadgate.loading():  # never beside a computation (backend.core.loadgate)
+        model = loader()
     entry = {"model": model, "load_s": time.perf_counter() - t0, "bytes": nbytes_of(model),
              "views": {}, "view_bytes": {}}
     if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":

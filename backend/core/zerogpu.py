@@ -33,6 +33,8 @@ import os
 import pickle
 from typing import Callable
 
+from .bounds import check_cost
+
 try:  # pragma: no cover - only present on Spaces
     import spaces as _spaces
 except Exception:  # ImportError, or spaces failing outside a Space
@@ -135,11 +137,35 @@ def _checked_gen(name: str, f: Callable, args, kwargs):
         it.close()  # a consumer that stops early closes the inner generator too (its finally runs)
 
 
-def gpu(fn: Callable | None = None, *, duration: float | Callable = 60):
+def _capped_call(f: Callable, duration, name: str) -> Callable:
+    """`f` refused before it starts when its estimate is over the per-call cap (backend.core.bounds)."""
+    what = f"This computation ({name})"
+
+    def check(args, kwargs):
+        check_cost(float(duration(*args, **kwargs) if callable(duration) else duration), what)
+
+    if inspect.isgeneratorfunction(f):
+        @functools.wraps(f)
+        def g(*args, **kwargs):
+            check(args, kwargs)
+            yield from f(*args, **kwargs)
+    else:
+        @functools.wraps(f)
+        def g(*args, **kwargs):
+            check(args, kwargs)
+            return f(*args, **kwargs)
+    return g
+
+
+def gpu(fn: Callable | None = None, *, duration: float | Callable = 60, estimate: bool = True):
+    """`estimate=False`: `duration` is an allowance (a handler's), not an estimate of this call's
+    cost, so it is not checked against the per-call cap."""
     duration = _safe(duration)
 
     def wrap(f: Callable) -> Callable:
         name = f"{f.__module__}.{f.__qualname__}"
+        if estimate:
+            f = _capped_call(f, duration, f.__qualname__)
         if _spaces is not None:  # pragma: no cover
             g = _spaces.GPU(duration=duration)(f)
         elif inspect.isgeneratorfunction(f):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from backend.core import bounds
 from backend.core.cache import ByteLRUCache, make_key
 from backend.core.interventions import locked
 from backend.core.zerogpu import capped, gpu
@@ -71,6 +72,9 @@ def text_ids(m: Loaded, text: str) -> tuple[torch.Tensor, list[str], list[int]]:
     """Token ids, token strings and the positions that count as input words (for faithfulness)."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("Type a sentence first.")
+    if len(text) > bounds.REL_TEXT_CHARS:  # before tokenizing: one 100k-character word is one token
+        raise InputError(f"The text is {len(text):,} characters long; at most {bounds.REL_TEXT_CHARS:,} are "
+                         "taken. Nothing was computed.")
     tok = m.tokenizer
     if _is_zoo_sentiment(m):
         words = text.lower().replace(",", " ").replace(".", " ").split()

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from ..core import limits
+from ..core import limits, loadgate
 from ..core import picker
 from ..core import preload, weights
 from ..core.cache import ByteLRUCache, make_key
@@ -317,7 +317,8 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
     def work():
         try:
             task = task_for(key)
-            for ev in race(task, cfg, stop=flag.is_set):
+            # each training step is a model computation: a load elsewhere waits for it, not for the race
+            for ev in loadgate.gated_iter(race(task, cfg, stop=flag.is_set)):
                 put(ev)
         except BaseException as e:  # handed to the consumer
             put({"error": e})

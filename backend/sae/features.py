@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core import bounds
 from ..core import presets as P
 from ..core import preload, store
 from ..core.cache import ByteLRUCache, make_key
@@ -778,6 +779,12 @@ def steering_defaults(org: Organism) -> dict:
     st = org.summary.get("steering", {})
     return {"positions": st.get("default_positions", "prompt"), "multiple": float(st.get("value_multiple", 2.0)),
             "suppress": bool(st.get("suppress_other_colours", False)), "hookpoint": org.hookpoint}
+
+
+def clamp_range(org: Organism) -> bounds.Range:
+    """The clamp values steering takes: 0 to 10× the index's largest activation (backend.core.bounds)."""
+    top = None if org.index is None else float(org.index.tensors["max_act"].max())
+    return bounds.Range("The clamp value", 0, bounds.clamp_max(top), whole=False)
 
 
 def default_clamp_value(org: Organism, feature: int, multiple: float | None = None) -> float:

@@ -122,17 +122,17 @@ def test_conversion_gives_the_same_outputs(client):
     ((MODEL, [], 2, 10, 8, 0), "/race", "Tick at least one method"),
     ((MODEL, ["lora"], 2, 10, 8, 5), "/race", "learning rate must be between 0 and 0.99"),
     # issue 19: one rule for numbers (the control's valid range, nothing computed) and unknown layers
-    ((MODEL, "fc2", 0, "pissa"), "/analyse", "the rank r: a whole number from 1 to 128"),
-    ((MODEL, "fc2", 500, "pissa"), "/analyse", "from 1 to 128 (got 500)"),
-    ((MODEL, "fc2", "nan", "pissa"), "/analyse", "Choose the rank r: a whole number from 1 to 128 (got nan)"),
-    ((MODEL, "fc2", 2.5, "pissa"), "/analyse", "the rank r: a whole number"),
+    ((MODEL, "fc2", 0, "pissa"), "/analyse", "The rank r must be a whole number between 1 and 128"),
+    ((MODEL, "fc2", 500, "pissa"), "/analyse", "between 1 and 128 (got 500)"),
+    ((MODEL, "fc2", "nan", "pissa"), "/analyse", "The rank r must be a whole number between 1 and 128 (got 'nan')"),
+    ((MODEL, "fc2", 2.5, "pissa"), "/analyse", "The rank r must be a whole number"),
     ((MODEL, "fc9", 8, "pissa"), "/analyse", "not a linear layer of pissa-toy: choose one of fc1, fc2, head"),
-    ((MODEL, ["lora"], 9, 10, 8, 0), "/race", "the number of seeds: a whole number from 1 to 5 (got 9)"),
-    ((MODEL, ["lora"], 2, 5000, 8, 0), "/race", "the number of steps: a number from 10 to 500"),
-    ((MODEL, ["lora"], 2, 10, 8, "nan"), "/race", "learning rate must be a finite number"),
-    ((MODEL, ["lora"], 2, 10, 8, "inf"), "/race", "learning rate must be a finite number"),
-    ((MODEL, 8, 0, ), "/convert", "the number of PiSSA steps: a whole number from 1 to 100"),
-    ((MODEL, 0, "qpissa-1"), "/errors", "the rank r"),
+    ((MODEL, ["lora"], 9, 10, 8, 0), "/race", "The number of seeds must be a whole number between 1 and 5 (got 9)"),
+    ((MODEL, ["lora"], 2, 5000, 8, 0), "/race", "The number of steps must be a whole number between 10 and 500"),
+    ((MODEL, ["lora"], 2, 10, 8, "nan"), "/race", "learning rate must be between 0 and 0.99 (got 'nan')"),
+    ((MODEL, ["lora"], 2, 10, 8, "inf"), "/race", "learning rate must be between 0 and 0.99 (got 'inf')"),
+    ((MODEL, 8, 0, ), "/convert", "The number of PiSSA steps before converting must be a whole number between 1 and 100"),
+    ((MODEL, 0, "qpissa-1"), "/errors", "The rank r"),
 ])
 def test_bad_input_gives_a_clear_message(client, args, api, msg):
     with pytest.raises(Exception) as e:

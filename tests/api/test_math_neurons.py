@@ -36,9 +36,9 @@ def test_bad_input_is_a_clear_error(client):
         evaluate(client, factor=5)
     with pytest.raises(AppError, match="number of samples must be a whole number between 1 and 64"):
         evaluate(client, n=0)
-    with pytest.raises(AppError, match="K must be a finite number"):
+    with pytest.raises(AppError, match=r"K must be between 1 % and 30 % \(got 'nan'\)"):
         client.predict("nan", 64, api_name="/mn_figure2")
-    with pytest.raises(AppError, match="scale factor must be a finite number"):
+    with pytest.raises(AppError, match=r"scale factor must be between 0 and 2 \(got 'inf'\)"):
         client.predict("MathNeuro", 15, "inf", 64, api_name="/mn_export")
     with pytest.raises(AppError, match="(?i)magic.*(not in|choices)|Unknown method"):
         evaluate(client, method="magic")

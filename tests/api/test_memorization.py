@@ -75,9 +75,9 @@ def test_bad_input_is_a_clear_error(client, zoo_info):
         client.predict(mem, [], "hello", 2, api_name="/memo_generate")
     # numbers it cannot take are refused with the valid range, before anything is computed
     for bad in (0, 9, 2.5, "nan", "inf"):  # JSON carries no NaN float (the unit tests send those)
-        with pytest.raises(AppError, match="whole number from 1 to 8"):
+        with pytest.raises(AppError, match="number of seeds must be a whole number between 1 and 8"):
             client.predict(mem, [], "", bad, api_name="/memo_generate")
-    with pytest.raises(AppError, match="whole number from 1 to 10"):  # the zoo's 10 memorized prompts
+    with pytest.raises(AppError, match="whole number between 1 and 10"):  # the zoo's 10 memorized prompts
         client.predict("-inf", api_name="/memo_table")
 
 
@@ -150,7 +150,7 @@ def test_batch_and_statistics_bad_input(client):
         client.predict("  \n ", None, api_name="/memo_batch")
     with pytest.raises(AppError, match="at most 100"):
         client.predict("\n".join(f"a red circle {i}" for i in range(101)), None, api_name="/memo_batch")
-    with pytest.raises(AppError, match="from 2 to 160"):  # the slider refuses with its range
+    with pytest.raises(AppError, match=r"whole number between 2 and 160 \(got 1\)"):  # the slider refuses with its range
         client.predict(1, api_name="/memo_stats")
     from backend.nemo import service
 

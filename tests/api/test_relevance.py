@@ -87,17 +87,18 @@ def test_numbers_out_of_range_and_unreadable_images_are_refused(client, tmp_path
 
     import gradio as gr
 
-    from components.relevance import refuse_out_of_range
+    from backend.core import bounds
+    from components.inputs import bounded_slider
 
     for bad in (500, 5, 25.5, None):  # a browser sends a NaN typed in a number box as null
-        with pytest.raises(AppError, match="whole number from 20 to 240"):
+        with pytest.raises(AppError, match="whole number between 20 and 240"):
             client.predict(["mambalrp"], bad, api_name="/heldout_eval")
     for bad in (200, -1, 3.5):
-        with pytest.raises(AppError, match="whole number from 0 to 199"):
+        with pytest.raises(AppError, match="whole number between 0 and 199"):
             client.predict(bad, api_name="/image_example")
-    slider = refuse_out_of_range(gr.Slider(0, 199, step=1), "The example")  # JSON cannot carry NaN/inf
-    for bad in (float("nan"), float("inf"), "7", True):
-        with pytest.raises(gr.Error, match="whole number from 0 to 199"):
+    slider = bounded_slider(bounds.REL_EXAMPLE, step=1)  # JSON cannot carry NaN/inf
+    for bad in (float("nan"), float("inf"), "seven", True):
+        with pytest.raises(gr.Error, match="whole number between 0 and 199"):
             slider.preprocess(bad)
     assert slider.preprocess(7) == 7
     broken = tmp_path / "broken.png"

@@ -147,7 +147,7 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     box.fill("500")
     box.press("Tab")
     page.locator("#pissa-analyse").click()
-    expect(page.locator(".toast-body")).to_contain_text("from 1 to 128", timeout=30_000)
+    expect(page.locator(".toast-body")).to_contain_text("The rank r must be a whole number between 1 and 128 (got 500)", timeout=30_000)
     page.wait_for_timeout(500)
     _settled(page, "pissa-stats")
     badges = page.locator("#tab-adapters .wrap span.error")

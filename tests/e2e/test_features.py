@@ -163,7 +163,7 @@ def test_refused_input_keeps_the_last_view_clean(page, server_url):
     settle(page)
     page.locator("#features-id input").fill("99999")
     page.locator("#features-open").click()
-    _refused(page, "feature id must be between 0 and", PAGE_OUTPUTS)
+    _refused(page, "feature id must be a whole number between 0 and", PAGE_OUTPUTS)
     assert "Feature 5" in header.inner_text() and page.locator("#features-overlay img").count() >= 5
 
     page.locator("#features-steer").click()  # a good steering result first, then a clamp out of range

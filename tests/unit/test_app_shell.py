@@ -19,17 +19,24 @@ def test_build_app_has_a_tab_per_module_and_a_bounded_queue():
     assert demo._queue.max_size == app.QUEUE_MAX and app.QUEUE_MAX > 0
 
 
-def test_model_events_share_one_group_per_device():
-    from components.common import MODEL_GROUP, model_event
+def test_model_events_queue_per_tab_and_other_events_never_join_them():
+    """One long model call in a tab holds up neither another tab's model calls nor any event that
+    touches no model (the feature list and page, status): each tab's model events have their own
+    queue of one, everything else keeps Gradio's per-event queue."""
+    from components.common import MODEL_GROUP, is_model_group, model_event, model_group
 
     kw = model_event(api_name="x")
     assert kw["concurrency_id"] == MODEL_GROUP and kw["concurrency_limit"] == 1
     assert MODEL_GROUP.startswith("model-")
     demo = app.build_app("zoo")
-    groups = {d.concurrency_id for d in demo.fns.values() if d.concurrency_id == MODEL_GROUP}
-    limits = {d.concurrency_limit for d in demo.fns.values() if d.concurrency_id == MODEL_GROUP}
-    assert limits <= {1}
-    assert groups <= {MODEL_GROUP}
+    model = [d for d in demo.fns.values() if is_model_group(d.concurrency_id)]
+    assert {d.concurrency_limit for d in model} == {1}
+    groups = {d.concurrency_id for d in model}
+    tabs = ("relevance", "features", "memorization", "math_neurons", "adapters")
+    assert {model_group(t) for t in tabs} <= groups and MODEL_GROUP not in groups, groups
+    free = {d.api_name: d.concurrency_id for d in demo.fns.values()
+            if d.api_name in ("feature_page", "features_list", "status", "image_example")}
+    assert len(free) == 4 and not any(is_model_group(c) for c in free.values()), free
 
 
 def test_importing_app_switches_analytics_and_telemetry_off():

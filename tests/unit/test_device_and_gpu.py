@@ -84,10 +84,10 @@ NOT_GPU = {
     "backend.sae.features": {"get_organism", "feature_table", "feature_page", "page_json",
                              "default_clamp_value", "steering_defaults", "index_command", "model_image",
                              "positions_text", "refresh_index", "save_label", "shown_label", "thumbnail",
-                             "own_source"},
+                             "own_source", "clamp_range"},
     # `pick`: the picked model's preset, from its metadata (the tab's words follow it)
     "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick", "SIDES"},
-    "backend.mathneuro.service.Bench": set(),
+    "backend.mathneuro.service.Bench": {"eval_items"},  # the held-out items a setting is scored on
     "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed"},
 }
 

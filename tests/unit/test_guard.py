@@ -96,12 +96,12 @@ def test_model_handlers_carry_the_outermost_zerogpu_mark():
     (generators stay generators for Gradio's streaming) and its signature (Gradio injects Progress and
     Request by parameter), and asks for a tab's duration; the other events are not marked."""
     from backend.core.zerogpu import MAX_DURATION, estimate, is_marked
-    from components.common import MODEL_GROUP
+    from components.common import is_model_group
 
     demo = app.build_app("zoo")
     fns = [f for f in demo.fns.values() if f.fn is not None]
-    model = [f for f in fns if f.concurrency_id == MODEL_GROUP]
-    other = [f for f in fns if f.concurrency_id != MODEL_GROUP]
+    model = [f for f in fns if is_model_group(f.concurrency_id)]
+    other = [f for f in fns if not is_model_group(f.concurrency_id)]
     assert len(model) >= 20 and other
     for f in model:
         assert is_marked(f.fn), f.api_name

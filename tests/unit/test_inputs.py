@@ -4,14 +4,15 @@ import gradio as gr
 import pytest
 from gradio.data_classes import FileData
 
-from components.inputs import CheckedNumber, checked_image, checked_slider, keep_on_failure
+from backend.core import bounds
+from components.inputs import CheckedNumber, bounded_slider, checked_image, keep_on_failure
 
 
 def test_slider_refuses_with_the_valid_range():
-    s = checked_slider(1, 8, value=4, step=1, label="Seeds", what="the number of seeds")
+    s = bounded_slider(bounds.MEMO_SEEDS, value=4, step=1, label="Seeds")
     assert s.get_block_name() == "slider"  # same front end as gr.Slider
-    for bad in (0, 9, 2.5, float("nan"), float("inf"), float("-inf"), None, "3", True):
-        with pytest.raises(gr.Error, match=r"the number of seeds: a whole number from 1 to 8"):
+    for bad in (0, 9, 2.5, float("nan"), float("inf"), float("-inf"), None, "three", True):
+        with pytest.raises(gr.Error, match=r"The number of seeds must be a whole number between 1 and 8 \(got "):
             s.preprocess(bad)
     assert [s.preprocess(v) for v in (1, 8, 3.0)] == [1, 8, 3]
 
@@ -19,9 +20,9 @@ def test_slider_refuses_with_the_valid_range():
 def test_number_refuses_nan_inf_out_of_range_and_fractions():
     n = CheckedNumber(value=3, minimum=0, maximum=255, precision=0, label="feature id (0–255)")
     assert n.get_block_name() == "number"
-    for bad, words in (("nan", "finite number, between 0 and 255"), ("inf", "finite number"),
-                       (300, "between 0 and 255; got 300. Nothing was computed"), (2.5, "whole number"),
-                       ("abc", "must be a number")):
+    for bad, words in (("nan", "between 0 and 255 \\(got 'nan'\\)"), ("inf", "got 'inf'"),
+                       (300, "The feature id must be a whole number between 0 and 255 \\(got 300\\). Nothing was computed"),
+                       (2.5, "whole number"), ("abc", "got 'abc'")):
         with pytest.raises(gr.Error, match=words):
             n.preprocess(bad)
     assert n.preprocess(None) is None and n.preprocess(7) == 7
@@ -48,3 +49,20 @@ def test_a_failed_event_gets_a_silent_follow_up_on_its_outputs():
     # it changes nothing: one skip per output, and it is not part of the API
     assert [type(u).__name__ for u in silent[0].fn()] == [type(gr.skip()).__name__]
     assert silent[0].api_visibility == "private"
+
+
+def test_the_pages_refusal_of_a_typed_number_is_the_apis():
+    """components.range_guard: what the page reports about a number typed past a slider's range is
+    refused in the words the slider's own check (the API's) uses."""
+    import json
+
+    from components import range_guard
+
+    s = bounded_slider(bounds.MEMO_SEEDS, value=4, step=1, label="Seeds", elem_id="t-seeds")
+    with pytest.raises(gr.Error) as api:
+        s.preprocess(99)
+    report = {"id": "t-seeds", "label": "Seeds", "value": 99, "min": 1, "max": 8, "step": 1, "n": 1}
+    with pytest.raises(gr.Error) as page:
+        range_guard.refusal(json.dumps(report))
+    assert page.value.message == api.value.message == bounds.MEMO_SEEDS.refusal(99)
+    assert range_guard.refusal("not json") is None  # a broken report computes nothing and says nothing

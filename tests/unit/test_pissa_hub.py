@@ -129,9 +129,9 @@ def test_conversion_is_judged_by_the_dtype(ui, key, dtype):
 
 
 def test_race_runs_every_method_on_a_half_precision_checkpoint(ui):
-    outs = list(ui.run_race(LLAMA, ["lora", "pissa", "full"], 1, 8, 8, 0))
+    outs = list(ui.run_race(LLAMA, ["lora", "pissa", "full"], 1, 10, 8, 0))
     status, summary, files = outs[-2][1], outs[-2][2], outs[-1][3]
-    assert "24/24 steps" in status and "**finished**" in status
+    assert "30/30 steps" in status and "**finished**" in status
     data = json.loads(next(p for p in _one_component(files, "meta-llama--Llama-2-7b-hf")
                            if p.suffix == ".json").read_text())
     curves = {c["method"]: c["loss"] for c in data["curves"]}

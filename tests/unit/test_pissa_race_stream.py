@@ -110,7 +110,7 @@ def test_stop_ends_the_race_within_a_second_and_says_so():
 
     def consume():
         try:
-            for out in ui.run_race(MODEL, ["lora", "pissa", "full"], 3, 5000, 8, 0, request=req):
+            for out in ui.run_race(MODEL, ["lora", "pissa", "full"], 3, 500, 8, 0, request=req):
                 seen.append((time.perf_counter(), out[1]))
         except Exception as e:  # handed to the test
             errors.append(e)
@@ -134,7 +134,7 @@ def test_stop_ends_the_race_within_a_second_and_says_so():
     ended = next(t for t, s in seen if isinstance(s, str) and "**stopped**" in s)
     assert ended - t_stop <= 2.0, ended - t_stop
     # stopped mid-race, and nothing is left running for the session
-    assert "/45000 steps" in seen[-2][1] and "45000/45000" not in seen[-2][1]
+    assert "/4500 steps" in seen[-2][1] and "4500/4500" not in seen[-2][1]
     assert ui.stop_race(request=req) == "No race is running: nothing to stop."
 
 

@@ -1,0 +1,122 @@
+"""The range of every argument that scales a computation's cost, declared once.
+
+The tabs build their sliders and number boxes from these ranges, their handlers and the API check
+values with `check`, and the MCP tools state them in their schemas and check them the same way, so a
+value outside is refused with one message wherever it comes from ("… must be between … (got …).
+Nothing was computed."). Nothing is ever clamped into range.
+
+`check_cost` compares a computation's estimated seconds (its ZeroGPU estimate, backend.core.zerogpu)
+with the per-call cap a Space owner sets (WORKBENCH_CALL_CAP_S) before the computation starts.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Range:
+    name: str  # how a message names the argument
+    lo: float
+    hi: float
+    whole: bool = True
+    unit: str = ""
+
+    def words(self) -> str:
+        kind = "a whole number " if self.whole else ""
+        lo, hi = f"{self.lo:g}{self.unit}", f"{self.hi:g}{self.unit}"
+        if math.isfinite(self.lo) and math.isfinite(self.hi):
+            return f"{kind}between {lo} and {hi}"
+        if math.isfinite(self.lo) or math.isfinite(self.hi):
+            return f"{kind or 'a number '}{'at least ' + lo if math.isfinite(self.lo) else 'at most ' + hi}"
+        return (kind or "a number ").strip()
+
+    def refusal(self, value) -> str:
+        shown = f"{value:g}{self.unit}" if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else repr(str(value)[:20]) if value not in (None, "") else "an empty box"
+        return f"{self.name} must be {self.words()} (got {shown}). Nothing was computed."
+
+    def with_hi(self, hi: float) -> "Range":
+        """The same argument with a bound that depends on the data (a model's layer count, a feature's
+        activations): the upper end never exceeds the declared one."""
+        return Range(self.name, self.lo, min(self.hi, hi), self.whole, self.unit)
+
+
+# Relevance
+REL_EXAMPLE = Range("The held-out example", 0, 199)
+REL_SENTENCES = Range("The number of held-out sentences", 20, 240)
+REL_TEXT_CHARS = 2000  # characters of one explained text (the model takes 256 tokens at most)
+# Features
+FEAT_LIMIT = Range("limit", 1, 500)
+CLAMP_FLOOR, CLAMP_TIMES = 10.0, 10.0  # the clamp reaches 10× the index's largest activation, at least 10
+# Memorization
+MEMO_SEEDS = Range("The number of seeds", 1, 8)
+MEMO_STATS = Range("The number of ordinary prompts for the statistics", 2, 20000)
+MEMO_TABLE = Range("The number of memorized prompts in the table", 1, 50)
+# Math neurons
+MATH_K = Range("K", 1, 30, whole=False, unit=" %")
+MATH_FACTOR = Range("The scale factor", 0, 2, whole=False)
+MATH_SAMPLES = Range("The number of samples", 1, 64)
+# Adapters
+PISSA_RANK = Range("The rank r", 1, 128)
+PISSA_SEEDS = Range("The number of seeds", 1, 5)
+PISSA_STEPS = Range("The number of steps", 10, 500)
+PISSA_CONVERT_STEPS = Range("The number of PiSSA steps before converting", 1, 100)
+PISSA_LR = Range("The learning rate", 0, 0.99, whole=False)
+PISSA_INITS = ("pissa", "pissa_niter_4")  # full SVD, or the fast randomized SVD the tab offers
+
+
+def clamp_max(largest_activation: float | None) -> float:
+    """The largest clamp value a feature may be given: 10× the index's largest activation (an
+    unindexed SAE: 100)."""
+    if largest_activation is None:
+        return 100.0
+    return max(float(round(CLAMP_TIMES * float(largest_activation), 3)), CLAMP_FLOOR)
+
+
+def check(r: Range, value) -> float | int:
+    """`value` as a number within `r` (an int where `r` is whole), or ValueError with the range."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(r.refusal(value)) from None
+    if isinstance(value, bool) or not math.isfinite(x) or not r.lo <= x <= r.hi or (r.whole and x != int(x)):
+        raise ValueError(r.refusal(value if math.isfinite(x) else str(value)))
+    return int(x) if r.whole else x
+
+
+def check_choice(name: str, value, choices) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))} (got {str(value)[:40]!r}). "
+                         "Nothing was computed.")
+    return value
+
+
+def check_text(name: str, text, most: int) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be text.")
+    if len(text) > most:
+        raise ValueError(f"{name} is {len(text):,} characters long; at most {most:,} are taken. "
+                         "Nothing was computed.")
+    return text
+
+
+class CostTooHigh(ValueError):
+    """A computation's estimate is over the per-call cap: refused before it starts."""
+
+
+def call_cap() -> float | None:
+    """The per-call cap in seconds (WORKBENCH_CALL_CAP_S; unset, empty or 0: no cap)."""
+    raw = os.environ.get("WORKBENCH_CALL_CAP_S", "").strip()
+    if not raw:
+        return None
+    cap = float(raw)
+    return cap if cap > 0 else None
+
+
+def check_cost(estimate_s: float, what: str) -> None:
+    cap = call_cap()
+    if cap is not None and estimate_s > cap:
+        raise CostTooHigh(f"{what} is estimated at {estimate_s:.0f} s, over this server's per-call cap of "
+                          f"{cap:g} s (WORKBENCH_CALL_CAP_S); choose smaller settings. Nothing was computed.")

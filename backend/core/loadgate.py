@@ -1,0 +1,80 @@
+"""Model loads never overlap model computations of this process.
+
+Model calls of different tabs run side by side (components.common: one queue per tab), but loading a
+checkpoint is not safe beside a running computation: transformers' loader changes process-wide
+torch state while it builds a model (a computation in another thread then saw meta tensors).
+So a load waits until no computation runs and computations wait while a load runs; a
+computation that itself needs a model gives up its own hold while it loads (no deadlock).
+Computations hold the gate per call, or per step of a stream (`gated_iter`), so a long stream
+lets a load through between steps.
+"""
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+WAIT_S = 60.0
+_COND = threading.Condition()
+_STATE = {"computing": 0, "loading": False}
+_HELD: contextvars.ContextVar[int] = contextvars.ContextVar("wb_computing_held", default=0)
+_IN_LOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("wb_in_load", default=False)
+
+
+@contextmanager
+def computing():
+    with _COND:
+        while _STATE["loading"]:
+            _COND.wait()
+        _STATE["computing"] += 1
+    token = _HELD.set(_HELD.get() + 1)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+        with _COND:
+            _STATE["computing"] -= 1
+            _COND.notify_all()
+
+
+@contextmanager
+def loading():
+    if _IN_LOAD.get():  # a loader that loads another model (an SAE's base model) holds the gate already
+        yield
+        return
+    mine = _HELD.get()
+    with _COND:
+        _STATE["computing"] -= mine  # this caller's own computation waits for its load
+        # bounded: a computation that waits for something this caller holds (a model's lock) must not
+        # stall both for ever; past the wait the load goes ahead, as it did before the gate
+        deadline = time.monotonic() + WAIT_S
+        while _STATE["loading"] or (_STATE["computing"] and time.monotonic() < deadline):
+            _COND.wait(timeout=max(0.01, deadline - time.monotonic()))
+        _STATE["loading"] = True
+    token = _IN_LOAD.set(True)
+    try:
+        yield
+    finally:
+        _IN_LOAD.reset(token)
+        with _COND:
+            _STATE["loading"] = False
+            _STATE["computing"] += mine
+            _COND.notify_all()
+
+
+def gated_iter(it: Iterator) -> Iterator:
+    """A stream whose every step is a computation."""
+    try:
+        while True:
+            with computing():
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+            yield item
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()

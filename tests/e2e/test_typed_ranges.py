@@ -1,0 +1,90 @@
+"""A number typed into a slider's box past its range, in Chromium: refused with the range (the API's
+own message), nothing computed, and the box shows the value in use (components.range_guard).
+
+Gradio's slider used to clamp it silently and compute: held-out example 500 loaded example 199,
+Memorization seeds 99 became 8 and 0 became 1, and Math's card said "scaled × 2" after "5" was
+refused while its box went back to 0.5.
+"""
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import open_tab, settle, shot
+
+pytestmark = pytest.mark.timeout(300)
+LONG = 150_000
+
+
+def api_refusal(server_url, *args, api_name) -> str:
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError) as e:
+        Client(server_url, verbose=False).predict(*args, api_name=api_name)
+    return str(e.value)
+
+
+def toasts(page) -> list[str]:
+    return [t.strip() for t in page.locator(".toast-body").all_inner_texts()]
+
+
+def test_held_out_example_past_the_range_is_refused_and_nothing_loads(page, server_url):
+    open_tab(page, server_url, "relevance")
+    box = page.locator("#rel-ex-idx input[type=number]")
+    box.scroll_into_view_if_needed()
+    box.fill("7")
+    box.press("Enter")
+    page.click("#rel-ex-load")
+    expect(page.locator("#rel-image img")).to_have_count(1, timeout=LONG)
+    settle(page, LONG)
+    shown = page.locator("#rel-image img").get_attribute("src")
+
+    box.fill("500")
+    page.click("#rel-ex-load")  # the click that leaves the box: refused, and it loads nothing
+    message = "The held-out example must be a whole number between 0 and 199 (got 500). Nothing was computed."
+    expect(page.locator(".toast-body").first).to_contain_text(message, timeout=30_000)
+    expect(box).to_have_value("7")
+    page.wait_for_timeout(1500)
+    settle(page, LONG)
+    assert page.locator("#rel-image img").get_attribute("src") == shown  # example 199 never loaded
+    assert message in api_refusal(server_url, 500, api_name="/image_example")  # the same words as the API
+    shot(page, "typed-range-relevance")
+
+
+@pytest.mark.parametrize("typed", ["99", "0"])
+def test_memorization_seeds_past_the_range_are_refused_not_clamped(page, server_url, typed):
+    open_tab(page, server_url, "memorization")
+    box = page.locator("#memo-seeds input[type=number]")
+    box.scroll_into_view_if_needed()
+    before = box.input_value()
+    box.fill(typed)
+    box.press("Tab")
+    message = (f"The number of seeds must be a whole number between 1 and 8 (got {typed}). "
+               "Nothing was computed.")
+    expect(page.locator(".toast-body").first).to_contain_text(message, timeout=30_000)
+    expect(box).to_have_value(before)  # neither 8 nor 1: the value in use
+    page.wait_for_timeout(500)
+    expect(box).to_have_value(before)
+    if typed == "99":
+        shot(page, "typed-range-memorization")
+
+
+def test_math_card_agrees_with_the_box_after_a_refusal(page, server_url):
+    open_tab(page, server_url, "math_neurons")
+    acc = page.locator("#mn-acc")
+    expect(acc).to_contain_text("MathNeuro set pruned", timeout=LONG)
+    box = page.locator("#mn-factor input[type=number]")
+    box.fill("0.5")
+    box.press("Enter")
+    page.click("#mn-run")
+    expect(acc).to_contain_text("scaled × 0.5", timeout=LONG)
+    settle(page, LONG)
+    box.fill("5")
+    page.click("#mn-run")
+    expect(page.locator(".toast-body").first).to_contain_text(
+        "The scale factor must be between 0 and 2 (got 5). Nothing was computed.", timeout=30_000)
+    page.wait_for_timeout(1500)
+    settle(page, LONG)
+    expect(box).to_have_value("0.5")
+    assert "scaled × 0.5" in acc.inner_text() and "× 2" not in acc.inner_text()
+    assert len([t for t in toasts(page) if "got 5" in t]) == 1  # one refusal, one toast
+    shot(page, "typed-range-math")
