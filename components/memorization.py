@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import tempfile
 from pathlib import Path
 
