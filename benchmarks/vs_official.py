@@ -20,7 +20,6 @@ import ast
 import contextlib
 import csv
 import importlib.util
-import math
 import os
 import platform
 import statistics
@@ -576,7 +575,7 @@ def sd14_reduced():
     return pipe
 
 
-def bench_nemo_sd14(folder: Path, repeats: int, n_prompts: int = 2) -> list[dict]:
+def bench_nemo_sd14(folder: Path, repeats: int, n_prompts: int = 3) -> list[dict]:
     """Random weights memorize nothing: θ_mem is set just under the seeds' own agreement (as
     benchmarks.fullsize does), so that no seed is filtered out and the search runs its full
     course (θ down to 1, then the refinement against the last SSIM)."""
@@ -632,17 +631,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"start {start:%Y-%m-%d %H:%M} UTC  load {os.getloadavg()[0]:.2f}  cpus {os.cpu_count()}  "
           f"threads {args.threads}  torch {torch.__version__}  {platform.processor() or platform.machine()}"
           f"  GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
+    sections = {
+        "lrp": lambda: bench_lrp(args.official / "MambaLRP", args.repeats),
+        "mathneuro": lambda: bench_mathneuro(args.official / "MathNeuro"),
+        "pissa": lambda: bench_pissa(args.official / "PiSSA", args.repeats),
+        "nemo": lambda: bench_nemo_zoo(args.official / NEMO_REPO, args.repeats, args.nemo_prompts),
+        "nemo_sd14": lambda: bench_nemo_sd14(args.official / NEMO_REPO, args.repeats),
+    }
     rows: list[dict] = []
-    if "lrp" in only:
-        rows += bench_lrp(args.official / "MambaLRP", args.repeats)
-    if "mathneuro" in only:
-        rows += bench_mathneuro(args.official / "MathNeuro")
-    if "pissa" in only:
-        rows += bench_pissa(args.official / "PiSSA", args.repeats)
-    if "nemo" in only:
-        rows += bench_nemo_zoo(args.official / NEMO_REPO, args.repeats, args.nemo_prompts)
-    if "nemo_sd14" in only:
-        rows += bench_nemo_sd14(args.official / NEMO_REPO, args.repeats)
+    for name, run in sections.items():
+        if name in only:
+            new = run()
+            rows += new
+            print("\n".join(table(new).splitlines()[2:]), flush=True)  # as each section ends
     print(table(rows))
     print(f"end {datetime.now(timezone.utc):%H:%M} UTC  load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return rows
