@@ -318,8 +318,9 @@ class _Checker:
 def initial_selection(pipe, prompt: str, stats: NeuronStats, checker: _Checker, *,
                       theta_start: float = 5.0, theta_step: float = 0.25, k_start: int = 0,
                       theta_min: float = 1.0, max_k: int | None = None, history: list | None = None):
-    """Per layer: neurons with z > θ plus the top-k by raw activation; while switching the selection
-    off leaves the SSIM above θ_mem, θ falls by `theta_step` (down to `theta_min`) and k grows by one.
+    """Per layer: neurons with z > θ plus the top-k by raw activation (in that order, each once);
+    while switching the selection off leaves the SSIM above θ_mem, θ falls by `theta_step` (down
+    to `theta_min`) and k grows by one.
 
     Returns (spec, θ, k, found, threshold). As in the official code the search ends when θ reaches
     `theta_min` (θ = 1 with k = 16 from the defaults; the last selection tried is θ = 1.25, k = 15) or
@@ -332,11 +333,17 @@ def initial_selection(pipe, prompt: str, stats: NeuronStats, checker: _Checker, 
     while True:
         spec: Spec = {}
         for n in acts:
-            chosen = set((z[n] > theta).nonzero().flatten().tolist())
+            # The refinement tries the neurons in list order and its outcome depends on that order,
+            # so each layer's list is the official one: the z-score outliers by channel index, then
+            # the top-k by activation, highest first. The official list keeps a neuron twice when
+            # both criteria pick it; switching one copy back on then changes nothing, so that neuron
+            # is never really tested (kept under the relaxed threshold). Here it appears once, at
+            # its first occurrence.
+            chosen = (z[n] > theta).nonzero().flatten().tolist()
             if k > 0:
-                chosen |= set(acts[n].topk(min(k, sizes[n])).indices.tolist())
+                chosen += acts[n].topk(min(k, sizes[n])).indices.tolist()
             if chosen:
-                spec[n] = sorted(chosen)
+                spec[n] = list(dict.fromkeys(chosen))
         sim = checker.similarity(spec) if spec else 1.0
         if history is not None:
             history.append({"stage": "initial", "theta": theta, "k": k, "n": count(spec),

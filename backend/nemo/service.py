@@ -345,7 +345,8 @@ def neuron_label(layer: str, channel: int) -> str:
 
 
 def spec_labels(spec: dict[str, list[int]]) -> list[str]:
-    return [neuron_label(layer, c) for layer, chans in spec.items() for c in chans]
+    """Labels by layer and channel (a search keeps its lists in the order it tried them)."""
+    return [neuron_label(layer, c) for layer, chans in spec.items() for c in sorted(chans)]
 
 
 def parse_neurons(m: MemoModel, items: Sequence[str] | str | None) -> dict[str, list[int]]:
