@@ -508,7 +508,7 @@ def build(ctx) -> None:
     layer0 = next((n for n in layers if n.endswith("fc2") or n.endswith("q_proj")), layers[0] if layers else None)
     with gr.Row():
         # the zoo, the papers' checkpoints, or your own model typed in (any model with linear layers)
-        model, _ = model_picker(listed, "adapters", elem_id="pissa-model", value=default, label="model", scale=2)
+        model, _ = model_picker(listed, "adapters", elem_id="pissa-model", value=default, takes="language model", scale=2)
         with gr.Column(scale=2, min_width=200):
             # custom values: a deep link may name a layer of another model than the default one
             layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer",

@@ -531,7 +531,7 @@ def build(ctx) -> None:
                       elem_classes=["wb-advanced"]):
         with gr.Row():
             own_vlm, _ = model_picker(listed, "features", elem_id="feat-model", value=first_p.path_or_id,
-                                      label="vision-language model (LLaVA or LLaVA-NeXT family)", scale=2)
+                                      takes="LLaVA or LLaVA-NeXT model", scale=2)
             own_sae = gr.Textbox(label="SAE: hub id or folder (sparsify or SAELens); empty for the zoo's",
                                  value=first_p.extra.get("sae", "") if first_p.source == "hub" else "",
                                  elem_id="feat-sae", scale=2)

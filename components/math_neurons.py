@@ -299,7 +299,8 @@ def build(ctx) -> None:
     math_set = gr.State(service.DEFAULT_MATH)
     with gr.Row():
         # the zoo organism, the paper's Llama, or your own causal LM with nn.Linear layers
-        model, _ = model_picker(service.listed(ctx.source), "math_neurons", elem_id="mn-model", label="Model")
+        model, _ = model_picker(service.listed(ctx.source), "math_neurons", elem_id="mn-model",
+                                takes="causal language model")
     # the data: the organism's own sets on the zoo, GSM8K and a non-math file (or RACE + MMLU when
     # the hub is reachable) for a real LM; either side can be the user's own file or dataset id
     with gr.Row(elem_classes=["wb-advanced"]):

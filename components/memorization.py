@@ -304,7 +304,7 @@ def build(ctx) -> None:
     with gr.Row():
         # the zoo organism, the paper's SD-1.4, or your own SD-1.x / 2.x pipeline typed in
         memo_model, _ = model_picker(service.listed(ctx.source), "memorization", elem_id="memo-model",
-                                     label="Stable Diffusion pipeline")
+                                     takes="Stable Diffusion pipeline")
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             prompt = gr.Textbox(label="Prompt", value=default, lines=2, elem_id="memo-prompt")

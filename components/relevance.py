@@ -205,7 +205,7 @@ def build(ctx) -> None:
         with gr.Column(scale=2):
             # the zoo organism, the paper's checkpoints, or your own Mamba / FalconMamba typed in
             model, _ = model_picker(text_choices, "relevance", elem_id="rel-model", value=text_p.path_or_id,
-                                    label="Text model")
+                                    takes="Mamba language model")
             methods = gr.CheckboxGroup([(LABELS[m], m) for m in METHODS], value=DEFAULT_METHODS,
                                        label="Methods", elem_id="rel-methods", elem_classes=["wb-advanced"])
             rules = gr.CheckboxGroup([(RULE_LABELS[r], r) for r in RULES], value=list(RULES),

@@ -168,7 +168,9 @@ def _slug(text: str) -> str:
 def default_index_path(model_id: str, sae_id: str, hookpoint: str) -> Path:
     """Where a build writes the index of a hub model + SAE when $WORKBENCH_SAE_INDEX names nothing:
     beside the Hugging Face cache, under $HF_HOME (a Space's persistent storage when it has one; a
-    hub snapshot itself is not a place to write into)."""
+    hub snapshot itself is not a place to write into). Keyed by the hookpoint in its one spelling
+    (formats.canonical_hookpoint), so `layers.3` finds what `blocks.3.hook_resid_post` built."""
+    hookpoint = formats.canonical_hookpoint(hookpoint)
     hf_home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
     base = Path(hf_home) / "workbench" / "sae-index"
     return base / f"{_slug(model_id)}__{_slug(sae_id)}__{_slug(hookpoint)}" / INDEX_FILE
@@ -233,10 +235,12 @@ def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str =
 
     config = P.load_pretrained(AutoConfig, model_id, weights=False)
     root, sub, entry = sae_location(sae_id, hookpoint, weights=False)
+    info = formats.describe_entry(entry)
+    formats.check_width(info, getattr(getattr(config, "text_config", config), "hidden_size", None), str(model_id))
     org = Organism(f"hub:{sae_id}", root, hookpoint=formats.model_hookpoint(hookpoint),
                    model_id=f"hub:{model_id}|{sae_id}", source="hub", label_source=NO_LABELS,
-                   ids=(str(model_id), str(sae_id)), sae_info=formats.describe_entry(entry),
-                   vision=_vision(config), parts_key=f"{TAB}:hub:{model_id}|{sae_id}|{hookpoint}",
+                   ids=(str(model_id), str(sae_id)), sae_info=info, vision=_vision(config),
+                   parts_key=f"{TAB}:hub:{model_id}|{sae_id}|{formats.canonical_hookpoint(hookpoint)}",
                    model_class=model_class)
     org.summary = {"hub_hookpoint": hookpoint, "sae_folder": sub}
     org.index_out = index_target() or default_index_path(str(model_id), str(sae_id), hookpoint)
@@ -297,7 +301,8 @@ def need_model(org: Organism, progress=None) -> Organism:
     them since); `progress(fraction, message)` hears about a load. The zoo's are always there."""
     if not org.is_hub or not org.parts_key:
         return org
-    parts = store.get_or_load(org.parts_key, lambda: load_hub_parts(org), progress=progress)
+    with picker.loading(org.ids[0]):
+        parts = store.get_or_load(org.parts_key, lambda: load_hub_parts(org), progress=progress)
     attach(org, parts)
     return org
 
@@ -461,7 +466,7 @@ def own_organism(vlm: str, sae: str, hookpoint: str) -> Organism:
     if not (P.looks_local(sae) or P.HUB_ID_RE.fullmatch(sae)):
         raise ValueError(f"{sae[:80]!r} is neither a hub id (owner/name) nor a folder")
     model_id = picked.preset.path_or_id if picked.preset.source == "hub" else picked.preset.location()
-    key = f"own|{model_id}|{sae}|{hookpoint}"
+    key = f"own|{model_id}|{sae}|{formats.canonical_hookpoint(hookpoint)}"
     with _SHELLS_LOCK:
         org = _SHELLS.get(key)
         if org is None:
