@@ -212,12 +212,29 @@ def _image_input(org, image, example):
     fail("Upload an image or pick a held-out scene.")
 
 
+def upload_label(org) -> str:
+    if not org.is_hub:
+        return "your image (resized to the model's input)"
+    return ("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.vision.get("anyres") else
+            "your image (any size: resized to the model's square input)")
+
+
+def scene_picker(org) -> dict:
+    """The held-out scene dropdown's settings: the zoo's scenes, or hidden for a model without any."""
+    n = len(org.heldout_specs)
+    return {"choices": [str(i) for i in range(n)], "value": "0" if n else None, "visible": n > 0,
+            "label": f"…or a held-out scene, 0–{max(n - 1, 0)} (used when no image is uploaded)"}
+
+
 def resize_note(org, image) -> str:
     """How the model sees an uploaded picture, in words (the zoo's captioner takes one square size)."""
     h, w = np.asarray(image).shape[:2]
-    if org.is_hub:
+    if org.is_hub and org.vision.get("anyres"):
         return (f"Your {w}×{h} px picture: the base image is it resized to a square (stretched), the "
                 f"high-resolution tiles keep its aspect ratio.")
+    if org.is_hub:
+        return (f"Your {w}×{h} px picture: the model's processor resizes and crops it to its "
+                f"{int(org.vision['image_size'])} px square input.")
     size = int(org.vision["image_size"])
     if (h, w) == (size, size):
         return ""
@@ -342,9 +359,9 @@ def _hub_steering_explain(org) -> str:
     return ("<div class='wb-explain'>During the prompt pass the residual stream at the SAE hookpoint "
             f"<code>{html.escape(org.hookpoint)}</code> is replaced by the SAE reconstruction with the chosen feature "
             "clamped to the chosen value (the paper clamps at every position); the answer is then generated "
-            "greedily, with and without the clamp. “Image positions” are all of the prompt's image tokens: the base "
-            "image, the high-resolution tiles and their row newlines. The default is 2× the feature's "
-            "largest activation in the index.</div>")
+            "greedily, with and without the clamp. “Image positions” are all of the prompt's image tokens"
+            + (": the base image, the high-resolution tiles and their row newlines" if org.vision.get("anyres") else "")
+            + ". The default is 2× the feature's largest activation in the index.</div>")
 
 
 def _steering_explain(org) -> str:
@@ -599,16 +616,13 @@ def build(ctx) -> None:
                 elem_classes=["wb-presenter-only"])
     with gr.Row():
         with gr.Column(scale=1):
-            upload = CheckedImage(label=("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.is_hub
-                                     else "your image (resized to the model's input)"), type="numpy", format="png",
+            upload = CheckedImage(label=upload_label(org), type="numpy", format="png",
                               height=220, elem_id="features-upload", sources=["upload", "clipboard"])
             gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link"
                         + (": “Link to this view” carries the held-out scene number instead." if n_held else ".")
                         + "</span>")
             # a preset without a scene set (hub) has no scene picker: the upload is the input
-            example = gr.Dropdown([str(i) for i in range(n_held)], value="0" if n_held else None,
-                                  label=f"…or a held-out scene, 0–{max(n_held - 1, 0)} (used when no image is uploaded)",
-                                  elem_id="features-example", allow_custom_value=True, visible=n_held > 0)
+            example = gr.Dropdown(**scene_picker(org), elem_id="features-example", allow_custom_value=True)
             analyse_btn = gr.Button("Analyse image", variant="primary", elem_id="features-analyse")
         with gr.Column(scale=3):
             with gr.Row():
@@ -712,9 +726,10 @@ def build(ctx) -> None:
         return (_explain(org_), gr.update(visible=planted), gr.update(visible=planted, value=planted and defaults["suppress"]),
                 gr.update(choices=sorts_of(org_), value="IoU" if planted else "density"),
                 gr.update(label="search concept" if planted else "search label or id",
-                          placeholder="e.g. red, circle, striped" if planted else "a feature id"))
+                          placeholder="e.g. red, circle, striped" if planted else "a feature id"),
+                gr.update(**scene_picker(org_)), gr.update(label=upload_label(org_)))
 
-    loaded.success(planted_views, source, [explain, concepts, suppress, sort, query], queue=False,
+    loaded.success(planted_views, source, [explain, concepts, suppress, sort, query, example, upload], queue=False,
                    show_progress="hidden", api_visibility="private")
 
     def cleared(source_):

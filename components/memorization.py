@@ -288,6 +288,13 @@ def example_sets(d: dict) -> tuple[list, list, str, str]:
             "Ordinary captions (held out)" if zoo else "Unmemorized LAION captions (the paper's list)")
 
 
+def stats_slider(plan: dict) -> dict:
+    """The statistics slider's range and words for a model's statistics set."""
+    total = max(2, int(plan.get("total") or 2))
+    return {"minimum": 2, "maximum": max(3, total), "value": min(total, 1000),
+            "label": f"First N of the {total:,} {plan['set']}"}
+
+
 def build(ctx) -> None:
     check, find, generate, batch, sample, stats, table, export, on_model = make_handlers(ctx.source)
     try:
@@ -324,11 +331,8 @@ def build(ctx) -> None:
             zplot = gr.Plot(label="Per-layer z-scores", elem_id="memo-z")
             stats_card = gr.HTML(stats_html(d["stats_plan"]), elem_id="memo-stats", elem_classes=["wb-advanced"])
             with gr.Accordion("Neuron statistics from the tab (a small set)", open=False, elem_id="memo-stats-acc"):
-                total = max(2, int(d["stats_plan"].get("total") or 2))
-                n_stats = checked_slider(2, max(3, total),
-                                         value=min(total, 1000), step=1,
-                                         label=f"First N of the {total:,} {d['stats_plan']['set']}",
-                                         elem_id="memo-stats-n", what="how many prompts the statistics use")
+                n_stats = checked_slider(**stats_slider(d["stats_plan"]), step=1, elem_id="memo-stats-n",
+                                         what="how many prompts the statistics use")
                 own_stats = gr.Textbox(label=f"…or your own ordinary (non-memorized) prompts, one per line "
                                             f"(2–{service.OWN_STATS_MAX:,}; the command-line job for more)",
                                        value="", lines=3, elem_id="memo-stats-own")
@@ -445,14 +449,17 @@ def build(ctx) -> None:
                                **model_event(api_name="memo_model"))
     keep_on_failure(picked, [stats_card, neurons, found])
 
-    def words_for(model):
-        """The model line and the example captions follow the picked pipeline."""
+    def words_for(model, asked):
+        """The model line, the example captions, the statistics slider and the prompt's listed type
+        follow the picked pipeline."""
         info = service.describe(ctx.source, model or None)
         mem, ordinary, mlabel, olabel = example_sets(info)
         return (model_note(info), gr.Dataset(samples=[[p, t] for p, t in mem], label=mlabel),
-                gr.Dataset(samples=[[p] for p in ordinary], label=olabel))
+                gr.Dataset(samples=[[p] for p in ordinary], label=olabel),
+                gr.update(**stats_slider(info["stats_plan"])), dict(mem).get(asked, ""))
 
-    picked.success(words_for, memo_model, [note, mem_ex.dataset, ord_ex.dataset], queue=False,
+    picked.success(words_for, [memo_model, prompt], [note, mem_ex.dataset, ord_ex.dataset, n_stats, mem_type],
+                   queue=False,
                    show_progress="hidden", api_visibility="private")
     export_btn.click(generate_ok, gen_inputs, None).success(
         export, gen_inputs, files, **model_event(api_name="memo_export"))

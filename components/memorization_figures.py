@@ -262,14 +262,26 @@ def table_rows(rows: list[dict]) -> list[list]:
             for r in rows]
 
 
+def _effect_words(s: dict) -> str:
+    """What switching the found neurons off did, said only over prompts where some were found."""
+    n_loc = s.get("n_localized", s["n_prompts"])
+    if not n_loc or s.get("share_below_theta_off") is None:
+        above = s.get("n_above_on")
+        why = (f" ({above} of {s['n_prompts']} score above θ<sub>mem</sub> {s['theta_mem']:.3f} with every "
+               "neuron on)" if above is not None else "")
+        return (f"<b>No neurons were found for any of them</b>{why}: there is nothing to switch off, so "
+                "there is no effect to report; ")
+    of = "" if n_loc == s["n_prompts"] else f" ({n_loc} of {s['n_prompts']} had neurons to switch off)"
+    return (f"Median neurons per localized prompt <b>{s['median_neurons']:g}</b>; with them off, "
+            f"<b>{100 * s['share_below_theta_off']:.0f} %</b>{of} fall below θ<sub>mem</sub> (random "
+            f"neurons of the same count: {100 * s['share_below_theta_random']:.0f} %); ")
+
+
 def summary_html(s: dict) -> str:
     return ("<div class='wb-card' style='min-height:0' id='memo-summary-card'>"
             f"<b>{s['n_prompts']} memorized prompts</b> (search at guidance {s['search_guidance']:g}; "
             f"{s['n_skipped']} skipped by the seed filter, {s['n_relaxed']} refined against the relaxed "
-            f"threshold). Median neurons per localized prompt "
-            f"<b>{s['median_neurons']:g}</b>; with them off, <b>{100 * s['share_below_theta_off']:.0f} %</b> "
-            f"fall below θ<sub>mem</sub> (random neurons of the same count: "
-            f"{100 * s['share_below_theta_random']:.0f} %); "
+            f"threshold). " + _effect_words(s)
             + (f"median SSIM to the training image {s['median_ssim_on']:.2f} → <b>{s['median_ssim_off']:.2f}</b> "
                f"(random: {s['median_ssim_random_off']:.2f}). " if s.get("median_ssim_on") is not None else
                f"no training images here: median diversity across seeds {_fmt(s.get('median_diversity_on'), 2)} "

@@ -556,6 +556,7 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
             "score_on": c["score_on"], "score_off": c["score_off"], "score_random_off": r["score_off"],
         })
     report(1.0, "done")
+    found = [r for r in rows if r["n_neurons"] > 0]
     summary = {
         "n_prompts": n, "theta_mem": m.theta_mem,
         # over the prompts the seed filter kept (a skipped one has no neurons by definition)
@@ -563,8 +564,13 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
         "n_skipped": int(sum(r["skipped"] for r in rows)),
         "n_relaxed": int(sum(r["relaxed"] for r in rows)),
         "search_guidance": m.search_guidance,
-        "share_below_theta_off": float(np.mean([r["score_off"] <= m.theta_mem for r in rows])),
-        "share_below_theta_random": float(np.mean([r["score_random_off"] <= m.theta_mem for r in rows])),
+        # the effect of switching neurons off, over the prompts that had some to switch off (with
+        # none off a prompt's score is its unchanged score, not a result of the method)
+        "n_localized": len(found),
+        "n_above_on": int(sum(r["score_on"] > m.theta_mem for r in rows)),
+        "share_below_theta_off": float(np.mean([r["score_off"] <= m.theta_mem for r in found])) if found else None,
+        "share_below_theta_random": (float(np.mean([r["score_random_off"] <= m.theta_mem for r in found]))
+                                     if found else None),
         "median_ssim_on": _median([r["ssim_on"] for r in rows]),
         "median_ssim_off": _median([r["ssim_off"] for r in rows]),
         "median_ssim_random_off": _median([r["ssim_random_off"] for r in rows]),

@@ -1,0 +1,49 @@
+"""What a tab says follows the model it shows: the words of a user's own model replace the zoo's
+(scene picker, tiles, statistics set, listed type), and a table says nothing about an effect that
+was not measured."""
+from types import SimpleNamespace
+
+import numpy as np
+
+from components import features as F
+from components import memorization as M
+from components import memorization_figures as MF
+
+
+def org(hub: bool, anyres: bool, scenes: int = 0):
+    return SimpleNamespace(is_hub=hub, vision={"anyres": anyres, "image_size": 336}, heldout_specs=[{}] * scenes,
+                           hookpoint="model.layers.2")
+
+
+def test_features_words_follow_the_loaded_vlm():
+    zoo, next_, llava15 = org(False, False, 256), org(True, True), org(True, False)
+    assert F.scene_picker(zoo)["visible"] and F.scene_picker(zoo)["label"].startswith("…or a held-out scene, 0–255")
+    assert F.scene_picker(llava15) == {"choices": [], "value": None, "visible": False,
+                                       "label": "…or a held-out scene, 0–0 (used when no image is uploaded)"}
+    assert "high-resolution tiles" in F.upload_label(next_)
+    for words in (F.upload_label(llava15), F.resize_note(llava15, np.zeros((30, 70, 3))),
+                  F._hub_steering_explain(llava15)):
+        assert "tiles" not in words, words
+    assert "336 px square" in F.resize_note(llava15, np.zeros((30, 70, 3)))
+    assert "high-resolution tiles" in F._hub_steering_explain(next_)
+
+
+def test_memorization_statistics_slider_follows_the_set():
+    got = M.stats_slider({"total": 1000, "set": "COCO captions (shipped)"})
+    assert got == {"minimum": 2, "maximum": 1000, "value": 1000, "label": "First N of the 1,000 COCO captions (shipped)"}
+
+
+def summary(**kw):
+    s = {"n_prompts": 3, "search_guidance": 0.0, "n_skipped": 3, "n_relaxed": 0, "median_neurons": 0.0,
+         "theta_mem": 0.428, "n_localized": 0, "n_above_on": 0, "share_below_theta_off": None,
+         "share_below_theta_random": None, "median_ssim_on": None, "median_diversity_on": 0.5,
+         "median_diversity_off": 0.5, "median_localisation_s": 1.0}
+    return MF.summary_html({**s, **kw})
+
+
+def test_no_neurons_found_reports_no_effect():
+    words = summary()
+    assert "No neurons were found for any of them" in words and "0 of 3 score above" in words
+    assert "fall below" not in words
+    words = summary(n_localized=2, median_neurons=4.0, share_below_theta_off=1.0, share_below_theta_random=0.5)
+    assert "with them off, <b>100 %</b> (2 of 3 had neurons to switch off) fall below" in words
