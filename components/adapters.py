@@ -504,7 +504,8 @@ def build(ctx) -> None:
     default = listed[0].path_or_id if listed else None
     # Only a zoo model is loaded while the page is built; a hub checkpoint loads on first use.
     prefill = default and service.preset_for(default).source == "zoo"
-    layers = service.layer_names(default) if prefill else []
+    # a hub checkpoint's layers come from its config (no weights): the list is never empty at start
+    layers = service.layer_names(default) if prefill else (service.config_layer_names(default) if default else [])
     layer0 = next((n for n in layers if n.endswith("fc2") or n.endswith("q_proj")), layers[0] if layers else None)
     with gr.Row():
         # the zoo, the papers' checkpoints, or your own model typed in (any model with linear layers)
@@ -590,12 +591,15 @@ def build(ctx) -> None:
     conv_md = gr.Markdown(elem_id="pissa-convert-result")
     conv_json = gr.JSON(label="conversion check", open=False, elem_id="pissa-convert-json")
 
-    model.change(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_name="layers"))
+    # a refused pick leaves the layer list and rank as they were (the reason is the toast, no badges)
+    keep_on_failure(model.change(on_model_change, inputs=model, outputs=[layer, rank],
+                                 **model_event(api_name="layers")), [layer, rank])
     stale = [spec_plot, hist_plot, stats, analysis_files, error_df, bars_plot, heat_plot, error_md,
              error_files, race_plot, race_status, race_summary, race_files, conv_md, conv_json, shown]
     # no stale results after the user picks another model (a restored link sets results of its own)
     model.input(lambda: [None] * len(stale), outputs=stale, api_visibility="private")
-    list_layers.click(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_visibility="private"))
+    keep_on_failure(list_layers.click(on_model_change, inputs=model, outputs=[layer, rank],
+                                      **model_event(api_visibility="private")), [layer, rank])
     # A refused value (checked inputs) or a failed computation leaves the last good view as it was,
     # without Gradio's Error badge: the message is the toast (components.inputs.keep_on_failure).
     analysis_out = [spec_plot, hist_plot, stats, analysis_files, shown]
