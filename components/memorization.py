@@ -17,6 +17,7 @@ import gradio as gr
 from backend.nemo import data as ndata
 from backend.nemo import images as nimages
 from backend.nemo import service
+from backend.nemo.metrics import auroc
 from components import links
 from components.model_picker import model_picker
 from components.common import fail, model_event
@@ -198,8 +199,13 @@ def make_handlers(source: str):
         rows = service.check_batch(prompts, progress=lambda f, msg: progress(f, desc=msg), source=source,
                                    model=model)
         n_mem = sum(r["memorized"] for r in rows)
+        listed = [r["score"] for r in rows if r["listed_type"]]
+        other = [r["score"] for r in rows if not r["listed_type"]]
+        auc = (f" Detection AUROC {auroc(listed, other):.2f} ({len(listed)} prompts of the memorized list "
+               f"vs {len(other)} others; θ<sub>mem</sub> is mean + 1 σ of ordinary prompts' scores, so about "
+               "one ordinary prompt in six scores above it)." if listed and other else "")
         note = (f"<div class='wb-muted' id='memo-batch-note'>{len(rows)} prompts, {n_mem} above "
-                f"θ<sub>mem</sub>. Click a column header to sort.</div>")
+                f"θ<sub>mem</sub>.{auc} Click a column header to sort.</div>")
         return batch_rows(rows), note
 
     def sample(model=None):
@@ -428,23 +434,29 @@ def build(ctx) -> None:
 
     gen_inputs = [prompt, neurons, free, n_seeds, reference, memo_model]
     check_btn.click(prompt_ok, [prompt], None).success(
-        check, [prompt, memo_model], [score, zplot, stats_card], **model_event(api_name="memo_check"))
+        check, [prompt, memo_model], [score, zplot, stats_card], show_progress_on=[score],
+        **model_event(api_name="memo_check"))
     find_btn.click(prompt_ok, [prompt], None).success(
-        find, [prompt, memo_model], [found, neurons, zplot], **model_event(api_name="memo_find"))
+        find, [prompt, memo_model], [found, neurons, zplot], show_progress_on=[found],
+        **model_event(api_name="memo_find"))
     gen_btn.click(generate_ok, gen_inputs, None).success(
-        generate, gen_inputs, [gallery, cmp_out, last], **model_event(api_name="memo_generate")).success(
-        pinned, [pin, reference, memo_model], pin_out, **model_event(api_visibility="private"))
+        generate, gen_inputs, [gallery, cmp_out, last], show_progress_on=[cmp_out],
+        **model_event(api_name="memo_generate")).success(
+        # one progress bar per request: the pinned set redraws from the cache, quietly
+        pinned, [pin, reference, memo_model], pin_out, show_progress="hidden", **model_event(api_visibility="private"))
     pin_btn.click(lambda shown: shown if shown else fail("Generate first, then pin the result."),
                   last, pin, api_visibility="private").success(
         pinned, [pin, reference, memo_model], pin_out, **model_event(api_visibility="private"))
     unpin_btn.click(lambda: (None, ""), None, [pin, pin_out], api_visibility="private")
     batch_btn.click(batch_ok, [batch_text, batch_file], None).success(
-        batch, [batch_text, batch_file, memo_model], [batch_tbl, batch_note], **model_event(api_name="memo_batch"))
+        batch, [batch_text, batch_file, memo_model], [batch_tbl, batch_note], show_progress_on=[batch_tbl],
+        **model_event(api_name="memo_batch"))
     sample_btn.click(sample, memo_model, batch_text, api_name="memo_batch_sample")
     stats_btn.click(lambda n: None, [n_stats], None).success(
         stats, [n_stats, memo_model, own_stats], stats_card, **model_event(api_name="memo_stats"))
     table_btn.click(lambda n: None, [n_table], None).success(
-        table, [n_table, memo_model], [tbl, hist, summary], **model_event(api_name="memo_table"))
+        table, [n_table, memo_model], [tbl, hist, summary], show_progress_on=[summary],
+        **model_event(api_name="memo_table"))
     picked = memo_model.change(on_model, memo_model, [stats_card, neurons, found],
                                **model_event(api_name="memo_model"))
     keep_on_failure(picked, [stats_card, neurons, found])

@@ -33,9 +33,12 @@ def score_html(r: dict) -> str:
                  f"({html.escape(t)}: {html.escape(TYPES.get(t, t))})</span>")
     else:
         train = ""
+    det = r.get("detection")
+    auc = (f" · <span title='how well the score tells the memorized prompts from held-out ordinary ones "
+           f"(1 = perfectly, 0.5 = chance)'>detection AUROC <b>{det['auroc']:.2f}</b></span>" if det else "")
     return (f"<div class='wb-card' style='min-height:0' id='memo-score-card'>"
             f"<div><b>Memorization score</b> {s:.3f} vs θ<sub>mem</sub> {th:.3f} → "
-            f"<b style='color:{colour}'>{verdict}</b>{train}</div>"
+            f"<b style='color:{colour}'>{verdict}</b>{auc}{train}</div>"
             f"<div title='score {s:.4f} · θ_mem {th:.4f}' style='position:relative;height:14px;"
             f"background:var(--background-fill-secondary);"
             f"border-radius:7px;margin-top:8px'>"
@@ -43,7 +46,21 @@ def score_html(r: dict) -> str:
             f"<div title='θ_mem' style='position:absolute;left:{tpct:.1f}%;top:-3px;width:2px;height:20px;"
             f"background:var(--body-text-color)'></div></div>"
             f"<div class='wb-muted wb-advanced'>0 … 1 (SSIM); the tick is θ<sub>mem</sub>. Largest neuron "
-            f"z-score: {r['max_z']:.1f}</div></div>")
+            f"z-score: {r['max_z']:.1f}</div>{theta_words(th, det)}</div>")
+
+
+def theta_words(th: float, det: dict | None) -> str:
+    """What θ_mem is and how far to trust one verdict: the rule, and the measured separation."""
+    rule = (f"θ<sub>mem</sub> = mean + 1 σ of ordinary prompts' scores, so about one ordinary prompt in six "
+            "scores above it: a score just over it is weak evidence. ")
+    if det:
+        how = (f"Detection AUROC {det['auroc']:.2f} over this model's {det['n_memorized']} memorized and "
+               f"{det['n_ordinary']} held-out ordinary prompts ({det['memorized_above']} of {det['n_memorized']} "
+               f"and {det['ordinary_above']} of {det['n_ordinary']} above θ<sub>mem</sub> {th:.3f}).")
+    else:
+        how = ("No scores are recorded for this model: “Check a list of prompts” with memorized and "
+               "ordinary ones measures its AUROC.")
+    return f"<div class='wb-muted wb-advanced' id='memo-theta-words'>{rule}{how}</div>"
 
 
 def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
@@ -94,11 +111,12 @@ def _big(img: np.ndarray, scale: int = 4) -> np.ndarray:
 
 
 def gallery_items(c: dict) -> list[tuple[np.ndarray, str]]:
-    """The images as files (full size, downloadable): reference, then each seed on, then off."""
+    """The images as files (full size, downloadable): reference, then each seed on, then off (only
+    when neurons are off: otherwise the "off" images are the "on" ones again)."""
     items = []
     if c["train_image"] is not None:
         items.append((_big(c["train_image"]), c.get("reference_kind") or "training image"))
-    for tag in ("on", "off"):
+    for tag in ("on", "off")[:2 if c.get("n_neurons") else 1]:
         for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
             cap = f"s{seed} {tag}"
             if c[f"ssim_{tag}"] is not None:

@@ -47,3 +47,23 @@ def test_no_neurons_found_reports_no_effect():
     assert "fall below" not in words
     words = summary(n_localized=2, median_neurons=4.0, share_below_theta_off=1.0, share_below_theta_random=0.5)
     assert "with them off, <b>100 %</b> (2 of 3 had neurons to switch off) fall below" in words
+
+
+def test_the_tours_ordinary_prompt_is_one_the_tab_calls_ordinary_with_a_margin():
+    from backend.nemo import service as N
+
+    m = N.get()
+    d = N.describe()
+    assert d["ordinary"] == m.ordinary_examples  # the tab's examples are the tour's
+    r = N.check(m.ordinary_examples[0])  # the tour's ordinary prompt, scored as the tab scores it
+    assert not r["memorized"] and r["score"] <= r["theta_mem"] - N.EXAMPLE_MARGIN, r["score"]
+    recorded = dict(zip(m.info["heldout"], m.info["scores"]["heldout"]))
+    assert abs(recorded[r["prompt"]] - r["score"]) < 1e-4  # the recorded scores are the tab's
+    # "5 memorized + 5 unmemorized from the list" holds 5 the tab calls memorized, not 6
+    assert all(recorded[p] <= m.theta_mem - N.EXAMPLE_MARGIN for p in d["ordinary"][:5])
+    det = r["detection"]
+    assert det["auroc"] == 1.0 and det["n_ordinary"] == 60 and 0 < det["ordinary_above"] < 60 / 3
+    card = MF.score_html(r)
+    assert "→ <b style='color:#16a34a'>not memorized</b> · " in card and "detection AUROC <b>1.00</b>" in card
+    assert "mean + 1 σ of ordinary prompts' scores, so about one ordinary prompt in six" in card
+    assert f"{det['ordinary_above']} of 60 above" in card
