@@ -280,6 +280,21 @@ def analyse(source: str, image, example, progress=gr.Progress()):
             table, colorbar_html(vmax, "activation per patch") + where, hover)
 
 
+def concept_words(out: dict) -> str:
+    """The steering verdict in words: whether the clamp made the caption name the feature's concept."""
+    names, concept = out.get("names_concept"), html.escape(out.get("concept") or "")
+    if names is None:
+        return ("<span id='features-steer-verdict'>No label for this feature, so no verdict on whether the "
+                "caption names its concept: compare the two captions.</span>")
+    if names["steered"] and not names["baseline"]:
+        text = f"✓ <b>Steered: the caption now names “{concept}”</b> (it did not without the clamp)."
+    elif names["steered"]:
+        text = f"The caption names “{concept}” with the clamp, but it already did without it: no evidence of steering."
+    else:
+        text = f"✗ <b>Not steered: the caption does not name “{concept}”</b> with the clamp."
+    return f"<span id='features-steer-verdict'>{text}</span>"
+
+
 def steer(source: str, image, example, feature, value, positions, add_error, suppress, progress=gr.Progress()):
     org = _org(source, progress)
     img = _image_input(org, image, example)
@@ -302,6 +317,7 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
     lab = FT.shown_label(org.labels.get(str(f), {}))
     ok = {True: " · steered output is well-formed", False: " · steered output is not a well-formed caption",
           None: ""}[out["well_formed"]]
+    verdict = concept_words(out)
     zeroed = f" · {len(out['suppressed'])} rival features zeroed" if out["suppressed"] else ""
     def cell(text: str) -> str:  # free text from a model: escaped, wrapped even inside long words
         return f"<td style='word-break:break-word;font-family:var(--font-mono)'>{html.escape(text) or '—'}</td>"
@@ -312,7 +328,7 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
           f"{'answer' if org.is_hub else 'caption'}</th></tr>"
           f"<tr>{row.format('without')}{cell(out['baseline'])}</tr>"
           f"<tr>{row.format(f'feature {f} ({html.escape(name)}) = {v:g}')}{cell(out['steered'])}</tr>"
-          f"</table>\n\n<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
+          f"</table>\n\n{verdict}\n\n<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
           f"error term {'added back' if add_error else 'dropped'}{zeroed}{ok}</span>")
     return enlarged(FT.thumbnail(FT.model_image(org, img), 320) if org.is_hub else img), md, out
 
@@ -675,6 +691,16 @@ def build(ctx) -> None:
             with gr.Accordion("steering result (JSON)", open=False):
                 steer_json = gr.JSON(label="steering result")
     pinned = gr.State(None)  # the pinned steering result: a small dict of text, never tensors
+
+    def clamp_for(source_, fid):
+        """A newly typed feature gets its own default clamp value, not the previous feature's."""
+        org_ = _org(source_)
+        if fid is None or not 0 <= int(fid) < org_.n_features:
+            return gr.skip()
+        return FT.default_clamp_value(org_, int(fid))
+
+    steer_feat.input(clamp_for, [source, steer_feat], steer_val, queue=False, show_progress="hidden",
+                     api_visibility="private")
 
     page_outputs = [header, gal_overlay, gal_dim, hist, concepts, json_file, png_file, page_data, patch_plot,
                     feat, steer_feat, steer_val]

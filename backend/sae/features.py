@@ -794,7 +794,7 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
     key = make_key(org.cache_id, image, ("steer", int(feature), float(value), positions, bool(add_error), suppress))
     hit = _RESULT_CACHE.get(key)
     if hit is not None:
-        return hit
+        return concept_verdict(org, hit)
     need_model(org)
     with locked(org.model):
         if org.is_hub:
@@ -813,4 +813,14 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
            # the zoo's captions follow a template that can be checked; free text cannot
            "well_formed": None if org.is_hub else S.parse_caption(steered) is not None}
     _RESULT_CACHE.put(key, out)
-    return out
+    return concept_verdict(org, out)
+
+
+def concept_verdict(org: Organism, out: dict) -> dict:
+    """A steering result with the verdict that matters: does the steered caption name the feature's
+    concept (its label now, which a hub model may have been asked for since), and did the one
+    without the clamp already? `names_concept` is None for a feature without a label."""
+    concept = shown_label(org.labels.get(str(out["feature"]), {}))
+    names = ({"baseline": ST.names_concept(out["baseline"], concept), "steered": ST.names_concept(out["steered"], concept)}
+             if concept else None)
+    return {**out, "concept": concept, "names_concept": names}

@@ -67,3 +67,25 @@ def test_the_tours_ordinary_prompt_is_one_the_tab_calls_ordinary_with_a_margin()
     assert "→ <b style='color:#16a34a'>not memorized</b> · " in card and "detection AUROC <b>1.00</b>" in card
     assert "mean + 1 σ of ordinary prompts' scores, so about one ordinary prompt in six" in card
     assert f"{det['ordinary_above']} of 60 above" in card
+
+
+def test_steering_says_whether_the_caption_now_names_the_concept():
+    from backend.sae import features as FT
+    from backend.sae import scenes as S
+    from backend.sae.steer import names_concept
+
+    assert names_concept("a striped red circle top left", "red")
+    assert not names_concept("a striped red circle top left and", "red")  # malformed: not a caption
+    assert names_concept("a plain blue square bottom right", "bottom right")
+    assert names_concept("A dog on a Red sofa.", "red sofa") and not names_concept("a redder sofa", "red")
+    org = FT.get_organism("zoo")
+    colour, f = next(iter(org.summary["steering"]["colour_features"].items()))
+    spec = next(s for s in org.heldout_specs if all(o["colour"] != colour for o in s["objects"]))
+    out = FT.steer_caption(org, S.render(spec)[0], int(f), FT.default_clamp_value(org, int(f)))
+    assert out["concept"] == colour
+    assert out["names_concept"] == {"baseline": False, "steered": names_concept(out["steered"], colour)}
+    words = F.concept_words(out)
+    assert (f"now names “{colour}”" in words) == out["names_concept"]["steered"]
+    assert (f"does not name “{colour}”" in words) == (not out["names_concept"]["steered"])
+    assert "no verdict" in F.concept_words({**out, "names_concept": None, "concept": ""})
+    assert "already did without it" in F.concept_words({**out, "names_concept": {"baseline": True, "steered": True}})
