@@ -457,6 +457,14 @@ def build(ctx) -> None:
     table_btn.click(lambda n: None, [n_table], None).success(
         table, [n_table, memo_model], [tbl, hist, summary], show_progress_on=[summary],
         **model_event(api_name="memo_table"))
+    # Found neurons belong to the prompt they were found for: a new prompt (typed or an example)
+    # clears them, so neither a generation nor a link pairs them with another prompt.
+    def prompt_changed():
+        return gr.update(choices=[], value=[]), ("<div class='wb-muted' id='memo-found-card'>The prompt changed: "
+                                                 "“Find neurons” finds the ones for this prompt.</div>")
+
+    for trigger in (prompt.input, mem_ex.dataset.click, ord_ex.dataset.click):
+        trigger(prompt_changed, None, [neurons, found], queue=False, show_progress="hidden", api_visibility="private")
     picked = memo_model.change(on_model, memo_model, [stats_card, neurons, found],
                                **model_event(api_name="memo_model"))
     keep_on_failure(picked, [stats_card, neurons, found])
