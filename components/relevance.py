@@ -22,7 +22,8 @@ from components.common import fail, model_event
 from components.inputs import keep_on_failure
 from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
                                           heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
-                                          position_plot, scatter_plot, sentence_frame, sentence_html)
+                                          position_plot, scatter_plot, sentence_frame, sentence_html,
+                                          sentence_widths)
 
 TAB_ID = "relevance"
 TITLE = "Relevance"
@@ -305,8 +306,10 @@ def build(ctx) -> None:
         with gr.Row():
             curves = gr.Plot(label="MoRF / LeRF", elem_id="rel-curves")
             scatter = gr.Plot(label="Σ R vs logit", elem_id="rel-scatter")
-        sentences = gr.Dataframe(label="Per sentence: sort from a header's ⋮ menu, select a row to see its heatmap",
-                                 interactive=False, wrap=True, max_height=360, elem_id="rel-sentences")
+        sentences = gr.Dataframe(label="Per sentence: sort from a header's ⋮ menu, select a row to see its heatmap; "
+                                       "conservation error = |Σ R − logit| / |logit|",
+                                 interactive=False, wrap=True, max_height=360, elem_id="rel-sentences",
+                                 elem_classes=["wb-table-words"])
         with gr.Row():
             with gr.Column(scale=3):
                 sentence_view = gr.HTML(elem_id="rel-sentence-view")
@@ -332,7 +335,7 @@ def build(ctx) -> None:
         df, kinds = sentence_frame(res)
         path = Path(tempfile.mkdtemp(prefix="relevance-")) / "sentences.csv"
         df.to_csv(path, index=False)
-        return gr.update(value=df, datatype=kinds), "", str(path)
+        return gr.update(value=df, datatype=kinds, column_widths=sentence_widths(df.columns)), "", str(path)
 
     def open_sentence(res, norm, evt: gr.SelectData):
         """A selected row (after any sort: its '#' cell says which sentence) shows that sentence."""

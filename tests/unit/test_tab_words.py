@@ -89,3 +89,30 @@ def test_steering_says_whether_the_caption_now_names_the_concept():
     assert (f"does not name “{colour}”" in words) == (not out["names_concept"]["steered"])
     assert "no verdict" in F.concept_words({**out, "names_concept": None, "concept": ""})
     assert "already did without it" in F.concept_words({**out, "names_concept": {"baseline": True, "steered": True}})
+
+
+def test_long_range_plot_keeps_every_methods_points_and_labels_apart():
+    from components import relevance_figures as RF
+
+    def tops(*pairs):
+        return [{"token": t, "distance": d, "relevance": r, "position": 60 - d} for t, d, r in pairs]
+
+    res = {"methods": ["gi", "mambalrp", "ig"], "target": "v3",
+           "top_tokens": {"mambalrp": tops(("key3", 55, 4.7), ("n18", 52, 1.1), ("n7", 54, 0.9)),
+                          "gi": tops(("n7", 54, 0.01), ("n18", 52, 0.005), ("n4", 14, 0.001)),
+                          "ig": tops(("key3", 55, 10.9), ("n16", 1, 2.5), ("n18", 52, 1.7))}}
+    fig = RF.longrange_plot(res)
+    rows = {}
+    for tr in fig.data:
+        rows.setdefault(tr.name, set()).update(tr.y)
+    assert all(len(ys) == 1 for ys in rows.values()) and len({min(ys) for ys in rows.values()}) == 3  # a row each
+    assert max(rows["MambaLRP"]) == 2  # the headline method on top, never under another's marker
+    for tr in fig.data:  # within a row, labels at the same height never overlap (7 px a character)
+        if tr.text is None:
+            continue
+        span = fig.layout.xaxis.range[1] - fig.layout.xaxis.range[0]
+        boxes = sorted((x - (len(t) * 7 + 6) / 2 * span / 600, x + (len(t) * 7 + 6) / 2 * span / 600)
+                       for x, t in zip(tr.x, tr.text) if t)
+        assert all(a[1] <= b[0] for a, b in zip(boxes, boxes[1:])), (tr.name, tr.text, tr.x)
+    labelled = {t for tr in fig.data if tr.name == "MambaLRP" and tr.text for t in tr.text}
+    assert "key3" in labelled
