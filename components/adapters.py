@@ -499,7 +499,7 @@ def build(ctx) -> None:
     # Presenter view (body.wb-presenter, components.common): the plain caption replaces the
     # explanation, the spectrum and the race curves are the key figures, expert controls are hidden.
     gr.HTML(EXPLAIN, elem_classes=["wb-advanced"])
-    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"])
+    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only", "wb-lead"])
     listed = service.listed(ctx.source)
     default = listed[0].path_or_id if listed else None
     # Only a zoo model is loaded while the page is built; a hub checkpoint loads on first use.
@@ -568,11 +568,11 @@ def build(ctx) -> None:
                                what="the number of steps")
         lr = CheckedNumber(value=0, minimum=0, maximum=0.99, label="learning rate (0 = task default)",
                            elem_id="pissa-lr", scale=1, elem_classes=["wb-advanced"])
-    with gr.Row():
+    with gr.Row(elem_classes=["wb-keyfirst"]):
         start = gr.Button("Start race", variant="primary", elem_id="pissa-start")
         stop = gr.Button("Stop", variant="stop", elem_id="pissa-stop")
     stop_msg = gr.Markdown(elem_id="pissa-stop-msg", elem_classes=["wb-muted"])
-    race_plot = gr.Plot(label="race", elem_id="pissa-race", elem_classes=["wb-keyfig"])
+    race_plot = gr.Plot(label="race", elem_id="pissa-race", elem_classes=["wb-keyfig", "wb-keyfirst"])
     race_status = gr.Markdown(elem_id="pissa-race-status")
     with gr.Row():
         race_summary = gr.JSON(label="summary", elem_id="pissa-race-summary", open=False)

@@ -554,7 +554,7 @@ def build(ctx) -> None:
     # the expert text (`wb-advanced` hides it), the top images with their activation regions large.
     gr.HTML(PRESENTER_CSS, padding=False, elem_classes=["wb-advanced"])
     gr.Markdown("**Each feature is one thing the model has learned to notice. The coloured pictures show "
-                "where in its favourite images it fires.**", elem_classes=["wb-presenter-only"])
+                "where in its favourite images it fires.**", elem_classes=["wb-presenter-only", "wb-lead"])
     explain = gr.HTML(_explain(org), elem_classes=["wb-advanced"], elem_id="features-explain")
     # the model and SAE: the zoo organism, the paper's LLaVA-NeXT + SAE, or your own LLaVA-family VLM
     # with your own sparsify / SAELens SAE at a hookpoint you name (a session's choice: its `source`)
@@ -608,10 +608,11 @@ def build(ctx) -> None:
             gr.Markdown("<span class='wb-muted'>Click a row or type an id. Deep link: "
                         "<code>?tab=features&amp;feature=ID</code>, or “Link to this view” below.</span>")
         with gr.Column(scale=3):
-            header = gr.HTML(elem_id="features-header")
+            header = gr.HTML(elem_id="features-header", elem_classes=["wb-keyfirst"])
             with gr.Row():
                 gal_overlay = gr.Gallery(label="top images · activation overlay", columns=5, height=210,
-                                         format="png", elem_id="features-overlay", object_fit="contain")
+                                         format="png", elem_id="features-overlay", object_fit="contain",
+                                         elem_classes=["wb-keyfirst"])
             patch_plot = gr.Plot(label="activation per patch over the top images (hover a patch for its value)",
                                  elem_id="features-patches", elem_classes=["wb-advanced"])
             with gr.Row(elem_classes=["wb-advanced"]):

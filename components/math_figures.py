@@ -84,12 +84,13 @@ def accuracy_plot(current: dict, pinned: dict | None = None) -> go.Figure:
         fig.add_trace(go.Bar(x=cats, y=[100 * y for y in ys], name=name, marker=dict(color=color, pattern_shape=hatch),
                              text=[pct(y) for y in ys], textposition="outside", textfont=dict(size=14),
                              hovertemplate=f"{html.escape(name)}<br>%{{x}} accuracy: %{{y:.1f}} %<extra></extra>"))
-    # The title is the plain one-line caption of the result (the block's label names the figure).
-    title = (f"math {pct(current['base_math'])} → {pct(current['math'])}, non-math "
+    # The title is the plain caption of the result (the block's label names the figure), one side a
+    # line, so that it fits a 1000 px window beside the controls.
+    title = (f"math {pct(current['base_math'])} → {pct(current['math'])},<br>non-math "
              f"{pct(current['base_nonmath'])} → {pct(current['nonmath'])}")
     fig.update_layout(title=title + (" · pinned result hatched" if pinned else ""),
                       barmode="group", yaxis=dict(title="accuracy (%)", range=[0, 112]), font=dict(size=13),
-                      height=340, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.15))
+                      height=360, margin=dict(l=50, r=20, t=70, b=40), legend=dict(orientation="h", y=-0.15))
     return themed(fig)
 
 

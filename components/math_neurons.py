@@ -300,7 +300,7 @@ def build(ctx) -> None:
     # Presenter view (body.wb-presenter, components.common): the long explanation, the expert
     # controls and figures give way to a one-line plain caption and the accuracy figure, large.
     explain = gr.HTML(explain_for(active(TAB, ctx.source)), elem_classes=["wb-advanced"], elem_id="mn-explain")
-    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"])
+    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only", "wb-lead"])
     nonmath = gr.State(service.DEFAULT_NONMATH)
     math_set = gr.State(service.DEFAULT_MATH)
     with gr.Row():
@@ -341,7 +341,7 @@ def build(ctx) -> None:
                         "one in the accuracy figure.</span>", elem_classes=["wb-advanced"])
         with gr.Column(scale=2):
             acc = gr.HTML(elem_id="mn-acc", elem_classes=["wb-advanced"])  # the figure title says it in presenter view
-            acc_fig = gr.Plot(label="Math and non-math accuracy", elem_id="mn-accfig", elem_classes=["wb-keyfig"])
+            acc_fig = gr.Plot(label="Math and non-math accuracy", elem_id="mn-accfig", elem_classes=["wb-keyfig", "wb-keyfirst"])
     with gr.Row(elem_classes=["wb-advanced"]):
         table = gr.Dataframe(headers=["set", "question", "reference", "unmodified", "modified"],
                              interactive=False, wrap=True,

@@ -313,7 +313,7 @@ def build(ctx) -> None:
         return
     prompt_ok, generate_ok, batch_ok, pinned = make_checks(ctx.source)
     gr.HTML(EXPLAIN, elem_classes=["wb-advanced"])
-    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"], elem_id="memo-presenter-caption")
+    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only", "wb-lead"], elem_id="memo-presenter-caption")
     with gr.Row():
         # the zoo organism, the paper's SD-1.4, or your own SD-1.x / 2.x pipeline typed in
         memo_model, _ = model_picker(service.listed(ctx.source), "memorization", elem_id="memo-model",
@@ -377,7 +377,8 @@ def build(ctx) -> None:
                                             "Reference image (optional; default: the training image)"),
                                      type="numpy", image_mode="RGB", format="png", height=190, what="the reference image",
                                      sources=["upload", "clipboard"], elem_id="memo-ref")
-            gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate")
+            gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate",
+                                elem_classes=["wb-keyfirst"])
             with gr.Row():
                 pin_btn = gr.Button("Pin this result", size="sm", elem_id="memo-pin")
                 unpin_btn = gr.Button("Clear pin", size="sm", elem_id="memo-unpin")
@@ -385,7 +386,7 @@ def build(ctx) -> None:
                         "and draws it below the next one, e.g. to compare two neuron sets.</span>",
                         elem_classes=["wb-advanced"])
         with gr.Column(scale=2):
-            cmp_out = gr.HTML(elem_id="memo-compare")
+            cmp_out = gr.HTML(elem_id="memo-compare", elem_classes=["wb-keyfirst"])
             pin_out = gr.HTML(elem_id="memo-pin-box")
             with gr.Accordion("The images as files (full size, download)", open=False,
                               elem_id="memo-gallery-acc", elem_classes=["wb-advanced"]):

@@ -189,7 +189,7 @@ def build(ctx) -> None:
         "conservation holds even with the SSM rule off, which only changes how relevance is shared)."
         "</div>",
         elem_classes=["wb-advanced"])
-    gr.HTML(f"<div class='wb-explain'>{PRESENTER_CAPTION}</div>", elem_classes=["wb-presenter-only"],
+    gr.HTML(f"<div class='wb-explain'>{PRESENTER_CAPTION}</div>", elem_classes=["wb-presenter-only", "wb-lead"],
             elem_id="rel-presenter-caption")
     zoo_note = (" — the zoo organism: 1–3 polar words among distractors decide the label by majority; "
                 "the truth is where they are." if text_p.source == "zoo" else "")
