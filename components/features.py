@@ -219,6 +219,16 @@ def upload_label(org) -> str:
             "your image (any size: resized to the model's square input)")
 
 
+def link_note(org) -> str:
+    return ("<span class='wb-muted'>An uploaded image cannot travel in a link"
+            + (": “Link to this view” carries the held-out scene number instead." if org.heldout_specs else ".")
+            + "</span>")
+
+
+def input_label(org) -> str:
+    return "input scene" if org.heldout_specs else "input image"
+
+
 def scene_picker(org) -> dict:
     """The held-out scene dropdown's settings: the zoo's scenes, or hidden for a model without any."""
     n = len(org.heldout_specs)
@@ -635,15 +645,13 @@ def build(ctx) -> None:
         with gr.Column(scale=1):
             upload = CheckedImage(label=upload_label(org), type="numpy", format="png",
                               height=220, elem_id="features-upload", sources=["upload", "clipboard"])
-            gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link"
-                        + (": “Link to this view” carries the held-out scene number instead." if n_held else ".")
-                        + "</span>")
+            link_md = gr.Markdown(link_note(org))
             # a preset without a scene set (hub) has no scene picker: the upload is the input
             example = gr.Dropdown(**scene_picker(org), elem_id="features-example", allow_custom_value=True)
             analyse_btn = gr.Button("Analyse image", variant="primary", elem_id="features-analyse")
         with gr.Column(scale=3):
             with gr.Row():
-                shown = gr.Image(label="input image" if org.is_hub else "input scene", format="png", height=200, interactive=False,
+                shown = gr.Image(label=input_label(org), format="png", height=200, interactive=False,
                                  elem_id="features-shown")
                 with gr.Column():
                     cap = gr.Markdown()
@@ -754,9 +762,13 @@ def build(ctx) -> None:
                 gr.update(choices=sorts_of(org_), value="IoU" if planted else "density"),
                 gr.update(label="search concept" if planted else "search label or id",
                           placeholder="e.g. red, circle, striped" if planted else "a feature id"),
-                gr.update(**scene_picker(org_)), gr.update(label=upload_label(org_)))
+                gr.update(**scene_picker(org_)), gr.update(label=upload_label(org_)), link_note(org_),
+                gr.update(label=input_label(org_)),
+                gr.update(label="image given to the model" if org_.is_hub else "scene given to the captioner"))
 
-    loaded.success(planted_views, source, [explain, concepts, suppress, sort, query, example, upload], queue=False,
+    loaded.success(planted_views, source, [explain, concepts, suppress, sort, query, example, upload, link_md, shown,
+                                           steer_img],
+                   queue=False,
                    show_progress="hidden", api_visibility="private")
 
     def cleared(source_):

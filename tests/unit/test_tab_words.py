@@ -25,6 +25,8 @@ def test_features_words_follow_the_loaded_vlm():
                   F._hub_steering_explain(llava15)):
         assert "tiles" not in words, words
     assert "336 px square" in F.resize_note(llava15, np.zeros((30, 70, 3)))
+    assert F.input_label(llava15) == "input image" and "scene" not in F.link_note(llava15)
+    assert F.input_label(zoo) == "input scene" and "held-out scene number" in F.link_note(zoo)
     assert "high-resolution tiles" in F._hub_steering_explain(next_)
 
 
