@@ -496,16 +496,17 @@ def build(ctx) -> None:
     # Presenter view (body.wb-presenter, components.common): the plain caption replaces the
     # explanation, the spectrum and the race curves are the key figures, expert controls are hidden.
     gr.HTML(EXPLAIN, elem_classes=["wb-advanced"])
-    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"])
+    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only", "wb-lead"])
     listed = service.listed(ctx.source)
     default = listed[0].path_or_id if listed else None
     # Only a zoo model is loaded while the page is built; a hub checkpoint loads on first use.
     prefill = default and service.preset_for(default).source == "zoo"
-    layers = service.layer_names(default) if prefill else []
+    # a hub checkpoint's layers come from its config (no weights): the list is never empty at start
+    layers = service.layer_names(default) if prefill else (service.config_layer_names(default) if default else [])
     layer0 = next((n for n in layers if n.endswith("fc2") or n.endswith("q_proj")), layers[0] if layers else None)
     with gr.Row():
         # the zoo, the papers' checkpoints, or your own model typed in (any model with linear layers)
-        model, _ = model_picker(listed, "adapters", elem_id="pissa-model", value=default, label="model", scale=2)
+        model, _ = model_picker(listed, "adapters", elem_id="pissa-model", value=default, takes="language model", scale=2)
         with gr.Column(scale=2, min_width=200):
             # custom values: a deep link may name a layer of another model than the default one
             layer = gr.Dropdown(layers, value=layer0, label="linear layer", elem_id="pissa-layer",
@@ -564,11 +565,11 @@ def build(ctx) -> None:
                                scale=1)
         lr = CheckedNumber(value=0, minimum=bounds.PISSA_LR.lo, maximum=bounds.PISSA_LR.hi, label="learning rate (0 = task default)",
                            elem_id="pissa-lr", scale=1, elem_classes=["wb-advanced"])
-    with gr.Row():
+    with gr.Row(elem_classes=["wb-keyfirst"]):
         start = gr.Button("Start race", variant="primary", elem_id="pissa-start")
         stop = gr.Button("Stop", variant="stop", elem_id="pissa-stop")
     stop_msg = gr.Markdown(elem_id="pissa-stop-msg", elem_classes=["wb-muted"])
-    race_plot = gr.Plot(label="race", elem_id="pissa-race", elem_classes=["wb-keyfig"])
+    race_plot = gr.Plot(label="race", elem_id="pissa-race", elem_classes=["wb-keyfig", "wb-keyfirst"])
     race_status = gr.Markdown(elem_id="pissa-race-status")
     with gr.Row():
         race_summary = gr.JSON(label="summary", elem_id="pissa-race-summary", open=False)
@@ -587,12 +588,15 @@ def build(ctx) -> None:
     conv_md = gr.Markdown(elem_id="pissa-convert-result")
     conv_json = gr.JSON(label="conversion check", open=False, elem_id="pissa-convert-json")
 
-    model.change(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_name="layers"))
+    # a refused pick leaves the layer list and rank as they were (the reason is the toast, no badges)
+    keep_on_failure(model.change(on_model_change, inputs=model, outputs=[layer, rank],
+                                 **model_event(api_name="layers")), [layer, rank])
     stale = [spec_plot, hist_plot, stats, analysis_files, error_df, bars_plot, heat_plot, error_md,
              error_files, race_plot, race_status, race_summary, race_files, conv_md, conv_json, shown]
     # no stale results after the user picks another model (a restored link sets results of its own)
     model.input(lambda: [None] * len(stale), outputs=stale, api_visibility="private")
-    list_layers.click(on_model_change, inputs=model, outputs=[layer, rank], **model_event(api_visibility="private"))
+    keep_on_failure(list_layers.click(on_model_change, inputs=model, outputs=[layer, rank],
+                                      **model_event(api_visibility="private")), [layer, rank])
     # A refused value (checked inputs) or a failed computation leaves the last good view as it was,
     # without Gradio's Error badge: the message is the toast (components.inputs.keep_on_failure).
     analysis_out = [spec_plot, hist_plot, stats, analysis_files, shown]

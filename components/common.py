@@ -57,12 +57,14 @@ THEME = gr.themes.Soft(
 )
 
 CSS = """
-.wb-header {display:flex; align-items:baseline; gap:14px; padding:6px 2px 2px 2px;}
+.wb-header {display:flex; flex-wrap:wrap; align-items:baseline; column-gap:14px; row-gap:2px; padding:6px 2px 2px 2px;}
 .wb-header h1 {margin:0; font-size:1.6rem; font-weight:700; letter-spacing:-0.01em;}
 .wb-header .wb-sub {color: var(--body-text-color-subdued); font-size:0.95rem;}
 .wb-badge {display:inline-block; padding:2px 9px; border-radius:999px; font-size:0.75rem;
   font-weight:600; background: var(--color-accent-soft); color: var(--color-accent);
-  border:1px solid var(--color-accent); margin-left:6px;}
+  border:1px solid var(--color-accent); margin-left:6px; white-space:nowrap;}
+/* a dropdown's text stops before its arrow (Gradio lets a long choice run under it) */
+.gradio-container .secondary-wrap:has(.icon-wrap) input {padding-right: 26px !important; text-overflow: ellipsis;}
 .wb-card {border:1px solid var(--border-color-primary); border-radius:12px; padding:14px 16px;
   background: var(--block-background-fill); min-height: 128px;}
 .wb-card h3 {margin:0 0 4px 0; font-size:1.05rem;}
@@ -89,7 +91,7 @@ footer {display:none !important;}
 # (whose figure and caption stay side by side in presenter view, so a step is one screen).
 CSS += """
 body.wb-presenter {font-size: 18px;}
-body.wb-presenter .wb-advanced, body.wb-presenter .wb-linkrow,
+body.wb-presenter .wb-advanced,
 body.wb-presenter .gr-accordion:not(:has(> .label-wrap.open)),
 body.wb-presenter .block:not(.gr-accordion):has(.json-holder),
 body.wb-presenter .block:not(.gr-accordion):has(.file-preview-holder) {display: none !important;}
@@ -160,6 +162,18 @@ body.wb-presenter .wb-keyfig {max-width: none !important; font-size: 1.1rem;}
 body.wb-presenter .row.wb-presenter-row:has(.js-plotly-plot) {flex-direction: row !important;}
 body.wb-presenter .row.wb-presenter-row:has(.js-plotly-plot) > * {width: auto !important; max-width: none !important;}
 .wb-table-words th .header {word-break: normal !important; overflow-wrap: normal !important; font-size: 0.8rem;}
+"""
+
+# Presenter view, third part: the key figure first. Every row and column on the way from the tab to
+# a block marked `wb-keyfirst` gives up its box (display: contents), so that block and its
+# neighbours become items of the tab's own column; the tab's plain caption (`wb-lead`) comes
+# first, then the marked blocks (the figure and the button that fills it), then the rest in order.
+CSS += """
+body.wb-presenter .tabitem:has(.wb-keyfirst) {flex-direction: column !important;}
+body.wb-presenter .tabitem .column:has(.wb-keyfirst), body.wb-presenter .tabitem .row:has(.wb-keyfirst),
+body.wb-presenter .tabitem .form:has(.wb-keyfirst) {display: contents !important;}
+body.wb-presenter .tabitem .wb-lead {order: -2;}
+body.wb-presenter .tabitem .wb-keyfirst {order: -1;}
 """
 
 # Presenter view, Relevance: the token heatmap is the key figure; its tokens read from the back row.

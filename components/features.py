@@ -207,12 +207,39 @@ def _image_input(org, image, example):
     fail("Upload an image or pick a held-out scene.")
 
 
+def upload_label(org) -> str:
+    if not org.is_hub:
+        return "your image (resized to the model's input)"
+    return ("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.vision.get("anyres") else
+            "your image (any size: resized to the model's square input)")
+
+
+def link_note(org) -> str:
+    return ("<span class='wb-muted'>An uploaded image cannot travel in a link"
+            + (": “Link to this view” carries the held-out scene number instead." if org.heldout_specs else ".")
+            + "</span>")
+
+
+def input_label(org) -> str:
+    return "input scene" if org.heldout_specs else "input image"
+
+
+def scene_picker(org) -> dict:
+    """The held-out scene dropdown's settings: the zoo's scenes, or hidden for a model without any."""
+    n = len(org.heldout_specs)
+    return {"choices": [str(i) for i in range(n)], "value": "0" if n else None, "visible": n > 0,
+            "label": f"…or a held-out scene, 0–{max(n - 1, 0)} (used when no image is uploaded)"}
+
+
 def resize_note(org, image) -> str:
     """How the model sees an uploaded picture, in words (the zoo's captioner takes one square size)."""
     h, w = np.asarray(image).shape[:2]
-    if org.is_hub:
+    if org.is_hub and org.vision.get("anyres"):
         return (f"Your {w}×{h} px picture: the base image is it resized to a square (stretched), the "
                 f"high-resolution tiles keep its aspect ratio.")
+    if org.is_hub:
+        return (f"Your {w}×{h} px picture: the model's processor resizes and crops it to its "
+                f"{int(org.vision['image_size'])} px square input.")
     size = int(org.vision["image_size"])
     if (h, w) == (size, size):
         return ""
@@ -258,6 +285,21 @@ def analyse(source: str, image, example, progress=gr.Progress()):
             table, colorbar_html(vmax, "activation per patch") + where, hover)
 
 
+def concept_words(out: dict) -> str:
+    """The steering verdict in words: whether the clamp made the caption name the feature's concept."""
+    names, concept = out.get("names_concept"), html.escape(out.get("concept") or "")
+    if names is None:
+        return ("<span id='features-steer-verdict'>No label for this feature, so no verdict on whether the "
+                "caption names its concept: compare the two captions.</span>")
+    if names["steered"] and not names["baseline"]:
+        text = f"✓ <b>Steered: the caption now names “{concept}”</b> (it did not without the clamp)."
+    elif names["steered"]:
+        text = f"The caption names “{concept}” with the clamp, but it already did without it: no evidence of steering."
+    else:
+        text = f"✗ <b>Not steered: the caption does not name “{concept}”</b> with the clamp."
+    return f"<span id='features-steer-verdict'>{text}</span>"
+
+
 def steer(source: str, image, example, feature, value, positions, add_error, suppress, progress=gr.Progress()):
     org = _org(source, progress)
     img = _image_input(org, image, example)
@@ -274,6 +316,7 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
     lab = FT.shown_label(org.labels.get(str(f), {}))
     ok = {True: " · steered output is well-formed", False: " · steered output is not a well-formed caption",
           None: ""}[out["well_formed"]]
+    verdict = concept_words(out)
     zeroed = f" · {len(out['suppressed'])} rival features zeroed" if out["suppressed"] else ""
     def cell(text: str) -> str:  # free text from a model: escaped, wrapped even inside long words
         return f"<td style='word-break:break-word;font-family:var(--font-mono)'>{html.escape(text) or '—'}</td>"
@@ -284,7 +327,7 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
           f"{'answer' if org.is_hub else 'caption'}</th></tr>"
           f"<tr>{row.format('without')}{cell(out['baseline'])}</tr>"
           f"<tr>{row.format(f'feature {f} ({html.escape(name)}) = {v:g}')}{cell(out['steered'])}</tr>"
-          f"</table>\n\n<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
+          f"</table>\n\n{verdict}\n\n<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
           f"error term {'added back' if add_error else 'dropped'}{zeroed}{ok}</span>")
     return enlarged(FT.thumbnail(FT.model_image(org, img), 320) if org.is_hub else img), md, out
 
@@ -331,9 +374,9 @@ def _hub_steering_explain(org) -> str:
     return ("<div class='wb-explain'>During the prompt pass the residual stream at the SAE hookpoint "
             f"<code>{html.escape(org.hookpoint)}</code> is replaced by the SAE reconstruction with the chosen feature "
             "clamped to the chosen value (the paper clamps at every position); the answer is then generated "
-            "greedily, with and without the clamp. “Image positions” are all of the prompt's image tokens: the base "
-            "image, the high-resolution tiles and their row newlines. The default is 2× the feature's "
-            "largest activation in the index.</div>")
+            "greedily, with and without the clamp. “Image positions” are all of the prompt's image tokens"
+            + (": the base image, the high-resolution tiles and their row newlines" if org.vision.get("anyres") else "")
+            + ". The default is 2× the feature's largest activation in the index.</div>")
 
 
 def _steering_explain(org) -> str:
@@ -519,7 +562,7 @@ def build(ctx) -> None:
     # the expert text (`wb-advanced` hides it), the top images with their activation regions large.
     gr.HTML(PRESENTER_CSS, padding=False, elem_classes=["wb-advanced"])
     gr.Markdown("**Each feature is one thing the model has learned to notice. The coloured pictures show "
-                "where in its favourite images it fires.**", elem_classes=["wb-presenter-only"])
+                "where in its favourite images it fires.**", elem_classes=["wb-presenter-only", "wb-lead"])
     explain = gr.HTML(_explain(org), elem_classes=["wb-advanced"], elem_id="features-explain")
     # the model and SAE: the zoo organism, the paper's LLaVA-NeXT + SAE, or your own LLaVA-family VLM
     # with your own sparsify / SAELens SAE at a hookpoint you name (a session's choice: its `source`)
@@ -529,7 +572,7 @@ def build(ctx) -> None:
                       elem_classes=["wb-advanced"]):
         with gr.Row():
             own_vlm, _ = model_picker(listed, "features", elem_id="feat-model", value=first_p.path_or_id,
-                                      label="vision-language model (LLaVA or LLaVA-NeXT family)", scale=2)
+                                      takes="LLaVA or LLaVA-NeXT model", scale=2)
             own_sae = gr.Textbox(label="SAE: hub id or folder (sparsify or SAELens); empty for the zoo's",
                                  value=first_p.extra.get("sae", "") if first_p.source == "hub" else "",
                                  elem_id="feat-sae", scale=2)
@@ -573,10 +616,11 @@ def build(ctx) -> None:
             gr.Markdown("<span class='wb-muted'>Click a row or type an id. Deep link: "
                         "<code>?tab=features&amp;feature=ID</code>, or “Link to this view” below.</span>")
         with gr.Column(scale=3):
-            header = gr.HTML(elem_id="features-header")
+            header = gr.HTML(elem_id="features-header", elem_classes=["wb-keyfirst"])
             with gr.Row():
                 gal_overlay = gr.Gallery(label="top images · activation overlay", columns=5, height=210,
-                                         format="png", elem_id="features-overlay", object_fit="contain")
+                                         format="png", elem_id="features-overlay", object_fit="contain",
+                                         elem_classes=["wb-keyfirst"])
             patch_plot = gr.Plot(label="activation per patch over the top images (hover a patch for its value)",
                                  elem_id="features-patches", elem_classes=["wb-advanced"])
             with gr.Row(elem_classes=["wb-advanced"]):
@@ -597,20 +641,15 @@ def build(ctx) -> None:
                 elem_classes=["wb-presenter-only"])
     with gr.Row():
         with gr.Column(scale=1):
-            upload = CheckedImage(label=("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.is_hub
-                                     else "your image (resized to the model's input)"), type="numpy", format="png",
+            upload = CheckedImage(label=upload_label(org), type="numpy", format="png",
                               height=220, elem_id="features-upload", sources=["upload", "clipboard"])
-            gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link"
-                        + (": “Link to this view” carries the held-out scene number instead." if n_held else ".")
-                        + "</span>")
+            link_md = gr.Markdown(link_note(org))
             # a preset without a scene set (hub) has no scene picker: the upload is the input
-            example = gr.Dropdown([str(i) for i in range(n_held)], value="0" if n_held else None,
-                                  label=f"…or a held-out scene, 0–{max(n_held - 1, 0)} (used when no image is uploaded)",
-                                  elem_id="features-example", allow_custom_value=True, visible=n_held > 0)
+            example = gr.Dropdown(**scene_picker(org), elem_id="features-example", allow_custom_value=True)
             analyse_btn = gr.Button("Analyse image", variant="primary", elem_id="features-analyse")
         with gr.Column(scale=3):
             with gr.Row():
-                shown = gr.Image(label="input image" if org.is_hub else "input scene", format="png", height=200, interactive=False,
+                shown = gr.Image(label=input_label(org), format="png", height=200, interactive=False,
                                  elem_id="features-shown")
                 with gr.Column():
                     cap = gr.Markdown()
@@ -659,6 +698,16 @@ def build(ctx) -> None:
             with gr.Accordion("steering result (JSON)", open=False):
                 steer_json = gr.JSON(label="steering result")
     pinned = gr.State(None)  # the pinned steering result: a small dict of text, never tensors
+
+    def clamp_for(source_, fid):
+        """A newly typed feature gets its own default clamp value, not the previous feature's."""
+        org_ = _org(source_)
+        if fid is None or not 0 <= int(fid) < org_.n_features:
+            return gr.skip()
+        return FT.default_clamp_value(org_, int(fid))
+
+    steer_feat.input(clamp_for, [source, steer_feat], steer_val, queue=False, show_progress="hidden",
+                     api_visibility="private")
 
     page_outputs = [header, gal_overlay, gal_dim, hist, concepts, json_file, png_file, page_data, patch_plot,
                     feat, steer_feat, steer_val]
@@ -710,9 +759,14 @@ def build(ctx) -> None:
         return (_explain(org_), gr.update(visible=planted), gr.update(visible=planted, value=planted and defaults["suppress"]),
                 gr.update(choices=sorts_of(org_), value="IoU" if planted else "density"),
                 gr.update(label="search concept" if planted else "search label or id",
-                          placeholder="e.g. red, circle, striped" if planted else "a feature id"))
+                          placeholder="e.g. red, circle, striped" if planted else "a feature id"),
+                gr.update(**scene_picker(org_)), gr.update(label=upload_label(org_)), link_note(org_),
+                gr.update(label=input_label(org_)),
+                gr.update(label="image given to the model" if org_.is_hub else "scene given to the captioner"))
 
-    loaded.success(planted_views, source, [explain, concepts, suppress, sort, query], queue=False,
+    loaded.success(planted_views, source, [explain, concepts, suppress, sort, query, example, upload, link_md, shown,
+                                           steer_img],
+                   queue=False,
                    show_progress="hidden", api_visibility="private")
 
     def cleared(source_):

@@ -170,12 +170,17 @@ def coerce(comp, raw: Any) -> Any:
         v = _number(raw, what)
         if not comp.minimum <= v <= comp.maximum:
             raise LinkValueError(f"{what} must lie between {comp.minimum} and {comp.maximum}")
+        step = float(comp.step or 0)
+        if step >= 1 and not float((v - comp.minimum) / step).is_integer():  # 3.5 on a whole-number slider
+            raise LinkValueError(f"{what} must be a whole number of steps of {step:g} from {comp.minimum:g}")
         return v
     if isinstance(comp, gr.Number):
         v = _number(raw, what)
         if comp.minimum is not None and v < comp.minimum or comp.maximum is not None and v > comp.maximum:
             raise LinkValueError(f"{what} is out of range")
-        return int(round(v)) if comp.precision == 0 else v
+        if comp.precision == 0 and not float(v).is_integer():  # refused as the box refuses it, not rounded
+            raise LinkValueError(f"{what} must be a whole number")
+        return int(v) if comp.precision == 0 else v
     if isinstance(comp, gr.CheckboxGroup) or (isinstance(comp, gr.Dropdown) and comp.multiselect):
         if not isinstance(raw, list) or not all(isinstance(x, (str, int, float)) for x in raw):
             raise LinkValueError(f"{what} needs a list of choices")
@@ -296,7 +301,7 @@ class DeepLinks:
                         and eid not in RESERVED and eid not in self.registry):
                     self.registry[eid] = comp
                     entry.inputs.append(comp)
-                    entry.defaults.append(_plain(getattr(comp, "value", None)))
+                    entry.defaults.append(_plain(_empty_text(comp, getattr(comp, "value", None))))
 
     def _wire_runs(self, demo, restore_dep) -> None:
         """Chain each tab's LINK_RUNS handlers behind its hidden run button; the page clicks it after
@@ -336,9 +341,22 @@ class DeepLinks:
         for entry in self.tabs:
             names = [c.elem_id for c in entry.inputs]
 
-            def make(*values, _tab=entry.tab_id, _names=tuple(names), _defaults=tuple(entry.defaults)):
+            def make(*values, _tab=entry.tab_id, _inputs=tuple(entry.inputs), _defaults=tuple(entry.defaults)):
                 # Only what the user changed: a short link, and a later change of a default reaches it.
-                changed = [(n, v) for n, v, d in zip(_names, values, _defaults) if _plain(v) != d]
+                # A value the control refuses (typed past its range, not whole) computed nothing: the
+                # link leaves it out rather than carry what the view does not show.
+                changed, refused = [], []
+                for comp, v, d in zip(_inputs, values, _defaults):
+                    if _plain(_empty_text(comp, v)) == d:
+                        continue
+                    try:
+                        coerce(comp, _plain(v))
+                    except LinkValueError:
+                        refused.append(comp.elem_id)
+                        continue
+                    changed.append((comp.elem_id, v))
+                if refused:
+                    gr.Warning(f"Left out of the link (refused values): {', '.join(refused[:5])}")
                 return build_query(_tab, changed)
 
             entry.button.click(make, inputs=entry.inputs, outputs=entry.box, api_visibility="private",
@@ -377,6 +395,11 @@ class DeepLinks:
         alts = image_alts(demo)
         if alts:
             demo.load(None, js=ALT_JS % json.dumps(alts, ensure_ascii=False), api_visibility="private")
+
+
+def _empty_text(comp, value):
+    """An empty text box is "" whether it was built with no value (None) or emptied in the browser."""
+    return "" if value is None and isinstance(comp, gr.Textbox) else value
 
 
 def _plain(value):

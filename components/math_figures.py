@@ -34,7 +34,13 @@ def _delta(x: float) -> str:
     return f"<span style='color:{color};font-weight:600'>{pts:+.1f} pts</span>"
 
 
-def accuracy_html(base: dict, mod: dict, s: Setting, n_total: int) -> str:
+def samples_words(n: int, used: tuple[int, int] | None = None) -> str:
+    """How many samples identified the set: the setting's number, or what each side had of it."""
+    m, nm = used or (n, n)
+    return f"{m} samples per set" if m == nm else f"{m} math and {nm} non-math samples"
+
+
+def accuracy_html(base: dict, mod: dict, s: Setting, n_total: int, used: tuple[int, int] | None = None) -> str:
     what = "pruned" if s.factor == 0 else f"scaled × {s.factor:g}"
     rows = "".join(
         f"<tr><td><b>{name}</b></td><td>{_pct(base[key])}</td><td>{_pct(mod[key])}</td>"
@@ -42,7 +48,7 @@ def accuracy_html(base: dict, mod: dict, s: Setting, n_total: int) -> str:
     return (f"<div class='wb-card' style='min-height:0'><h3>Accuracy: {html.escape(LABEL_OF[s.method])} "
             f"set {what}</h3><div class='wb-paper'>{mod['n_params']:,} of {n_total:,} linear weights "
             f"({100 * mod['n_params'] / max(n_total, 1):.2f} %) · K = {100 * s.top_k:g} % · "
-            f"{s.n_samples} samples per set</div>"
+            f"{samples_words(s.n_samples, used)}</div>"
             "<table style='width:100%'><tr><th></th><th>unmodified</th><th>modified</th><th>change</th></tr>"
             f"{rows}</table></div>")
 
@@ -78,12 +84,13 @@ def accuracy_plot(current: dict, pinned: dict | None = None) -> go.Figure:
         fig.add_trace(go.Bar(x=cats, y=[100 * y for y in ys], name=name, marker=dict(color=color, pattern_shape=hatch),
                              text=[pct(y) for y in ys], textposition="outside", textfont=dict(size=14),
                              hovertemplate=f"{html.escape(name)}<br>%{{x}} accuracy: %{{y:.1f}} %<extra></extra>"))
-    # The title is the plain one-line caption of the result (the block's label names the figure).
-    title = (f"math {pct(current['base_math'])} → {pct(current['math'])}, non-math "
+    # The title is the plain caption of the result (the block's label names the figure), one side a
+    # line, so that it fits a 1000 px window beside the controls.
+    title = (f"math {pct(current['base_math'])} → {pct(current['math'])},<br>non-math "
              f"{pct(current['base_nonmath'])} → {pct(current['nonmath'])}")
     fig.update_layout(title=title + (" · pinned result hatched" if pinned else ""),
                       barmode="group", yaxis=dict(title="accuracy (%)", range=[0, 112]), font=dict(size=13),
-                      height=340, margin=dict(l=50, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.15))
+                      height=360, margin=dict(l=50, r=20, t=70, b=40), legend=dict(orientation="h", y=-0.15))
     return themed(fig)
 
 

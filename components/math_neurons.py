@@ -58,8 +58,9 @@ EXPLAIN = (
     "every evaluation.</div>")
 
 
-def explain_hub(preset) -> str:
-    """The hub preset's explanation: what is loaded and how answers are scored."""
+def explain_hub(preset, template: str | None = None) -> str:
+    """The hub preset's (or a user's own model's) explanation: what is loaded and how answers are
+    scored; `template` as the data card words it (service.describe), so the two agree."""
     n = service.UI_EVAL
     return (
         "<div class='wb-explain'><b>What you see.</b> MathNeuro scores every weight of every linear "
@@ -68,7 +69,7 @@ def explain_hub(preset) -> str:
         "that are also top K % on <b>non-math</b> samples. Scale those weights by the factor (0 prunes, "
         "1.1 is the paper's boost) and the model answers again.<br>"
         f"<b>Model:</b> <code>{html.escape(preset.path_or_id)}</code> ({html.escape(preset.label)}), every "
-        "question in its own chat template, answered greedily. "
+        f"question in {html.escape(template or 'its own chat template')}, answered greedily. "
         f"<b>Math:</b> GSM8K (shipped, MIT): samples from the train split identify, the first {n} test "
         "problems score; a problem is right when the last number of the model's answer equals the number "
         "after “####” in the reference. <b>Non-math:</b> the file you name below (JSONL / CSV with prompt or "
@@ -83,8 +84,13 @@ def explain_hub(preset) -> str:
         "bit-exactly after every evaluation.</div>")
 
 
-def explain_for(preset) -> str:
-    return EXPLAIN if preset.source == "zoo" else explain_hub(preset)
+def explain_for(preset, template: str | None = None) -> str:
+    return EXPLAIN if preset.source == "zoo" else explain_hub(preset, template)
+
+
+def samples_label(zoo: bool) -> str:
+    return ("Sample answers (greedy, ✓ = exact match)" if zoo else
+            "Sample answers (greedy, ✓ = right under the set's rule)")
 
 
 def ask_label(preset) -> str:
@@ -167,7 +173,7 @@ def make_handlers(source: str):
         mod = _run(b.evaluate, s)
         n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
         desc = describe_result(s, base, mod)
-        return (accuracy_html(base, mod, s, n_total), accuracy_plot(desc, pinned),
+        return (accuracy_html(base, mod, s, n_total, _run(b.n_ident, s)), accuracy_plot(desc, pinned),
                 samples_rows(_run(b.samples, s)), layers_plot(_run(b.layers, s), s), desc)
 
     def figure2(k_pct, n_samples, nonmath=None, model=None, math_set=None, progress=gr.Progress()):
@@ -261,11 +267,11 @@ def make_handlers(source: str):
 
     def on_model(model, progress=gr.Progress()):
         """A newly picked model: load it (with progress), say what data and rules it is measured
-        with, and go back to its default non-math set (a file named for another model is not
-        loaded for this one)."""
+        with, and go back to its default sets (a file named for another model is not loaded for
+        this one, so its box is emptied too)."""
         progress(0.1, desc="loading the model")
         b = _bench(source, model, lambda f, d: progress(f, desc=d))
-        return service.DEFAULT_NONMATH, service.DEFAULT_MATH, data_html(service.describe(b))
+        return service.DEFAULT_NONMATH, service.DEFAULT_MATH, data_html(service.describe(b)), None, None
 
     return live, figure2, curve, consistency, ask, export, name_data, on_model
 
@@ -286,12 +292,13 @@ def build(ctx) -> None:
     # Presenter view (body.wb-presenter, components.common): the long explanation, the expert
     # controls and figures give way to a one-line plain caption and the accuracy figure, large.
     explain = gr.HTML(explain_for(active(TAB, ctx.source)), elem_classes=["wb-advanced"], elem_id="mn-explain")
-    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"])
+    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only", "wb-lead"])
     nonmath = gr.State(service.DEFAULT_NONMATH)
     math_set = gr.State(service.DEFAULT_MATH)
     with gr.Row():
         # the zoo organism, the paper's Llama, or your own causal LM with nn.Linear layers
-        model, _ = model_picker(service.listed(ctx.source), "math_neurons", elem_id="mn-model", label="Model")
+        model, _ = model_picker(service.listed(ctx.source), "math_neurons", elem_id="mn-model",
+                                takes="causal language model")
     # the data: the organism's own sets on the zoo, GSM8K and a non-math file (or RACE + MMLU when
     # the hub is reachable) for a real LM; either side can be the user's own file or dataset id
     with gr.Row(elem_classes=["wb-advanced"]):
@@ -328,12 +335,11 @@ def build(ctx) -> None:
                         "one in the accuracy figure.</span>", elem_classes=["wb-advanced"])
         with gr.Column(scale=2):
             acc = gr.HTML(elem_id="mn-acc", elem_classes=["wb-advanced"])  # the figure title says it in presenter view
-            acc_fig = gr.Plot(label="Math and non-math accuracy", elem_id="mn-accfig", elem_classes=["wb-keyfig"])
+            acc_fig = gr.Plot(label="Math and non-math accuracy", elem_id="mn-accfig", elem_classes=["wb-keyfig", "wb-keyfirst"])
     with gr.Row(elem_classes=["wb-advanced"]):
         table = gr.Dataframe(headers=["set", "question", "reference", "unmodified", "modified"],
                              interactive=False, wrap=True,
-                             label=("Sample answers (greedy, ✓ = exact match)" if source == "zoo" else
-                                    "Sample answers (greedy, ✓ = right under the set's rule)"),
+                             label=samples_label(source == "zoo"),
                              column_widths=(["10%", "54%", "12%", "12%", "12%"] if source == "zoo" else
                                             ["8%", "38%", "8%", "23%", "23%"]), elem_id="mn-samples")
     with gr.Row():
@@ -396,8 +402,9 @@ def build(ctx) -> None:
           api_name="mn_consistency")
     chain(ask_btn.click, ask, [prompt] + controls[:5] + [model, math_set], [ask_out], api_name="mn_ask")
     chain(export_btn.click, export, controls[:5] + [model, math_set], [files], api_name="mn_export")
-    picked = model.change(on_model, model, [nonmath, math_set, data_box], **model_event(api_name="mn_model"))
-    keep_on_failure(picked, [nonmath, math_set, data_box])
+    picked = model.change(on_model, model, [nonmath, math_set, data_box, m_file, nm_file],
+                          **model_event(api_name="mn_model"))
+    keep_on_failure(picked, [nonmath, math_set, data_box, m_file, nm_file])
     keep_on_failure(picked.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
 
     def words_for(model, asked):
@@ -407,11 +414,13 @@ def build(ctx) -> None:
         preset = service.pick(ctx.source, model or None).preset
         kind = "zoo" if preset.source == "zoo" else "hub"
         ours = any(asked == q for qs in ASK_EXAMPLES.values() for q in qs)
-        return (explain_for(preset),
+        template = None if kind == "zoo" else service.describe(_bench(source, model))["template"]
+        return (explain_for(preset, template),
                 gr.update(label=ask_label(preset), **({"value": ASK_EXAMPLES[kind][0]} if ours else {})),
-                gr.Dataset(samples=[[q] for q in ASK_EXAMPLES[kind][1:]]))
+                gr.Dataset(samples=[[q] for q in ASK_EXAMPLES[kind][1:]]),
+                gr.update(label=samples_label(kind == "zoo")))
 
-    picked.success(words_for, [model, prompt], [explain, prompt, examples.dataset], queue=False,
+    picked.success(words_for, [model, prompt], [explain, prompt, examples.dataset, table], queue=False,
                    show_progress="hidden", api_visibility="private")
 
     # Compare (a pinned datapoint): the pin is the shown result's numbers; no model work.

@@ -16,6 +16,7 @@ import gradio as gr
 from backend.nemo import data as ndata
 from backend.nemo import images as nimages
 from backend.nemo import service
+from backend.nemo.metrics import auroc
 from components import links
 from components.model_picker import model_picker
 from components.visitor import own_folder, room_of, stats_dir
@@ -195,8 +196,13 @@ def make_handlers(source: str):
         rows = service.check_batch(prompts, progress=lambda f, msg: progress(f, desc=msg), source=source,
                                    model=model, own_dir=stats_dir(request))
         n_mem = sum(r["memorized"] for r in rows)
+        listed = [r["score"] for r in rows if r["listed_type"]]
+        other = [r["score"] for r in rows if not r["listed_type"]]
+        auc = (f" Detection AUROC {auroc(listed, other):.2f} ({len(listed)} prompts of the memorized list "
+               f"vs {len(other)} others; θ<sub>mem</sub> is mean + 1 σ of ordinary prompts' scores, so about "
+               "one ordinary prompt in six scores above it)." if listed and other else "")
         note = (f"<div class='wb-muted' id='memo-batch-note'>{len(rows)} prompts, {n_mem} above "
-                f"θ<sub>mem</sub>. Click a column header to sort.</div>")
+                f"θ<sub>mem</sub>.{auc} Click a column header to sort.</div>")
         return batch_rows(rows), note
 
     def sample(model=None):
@@ -279,6 +285,13 @@ def example_sets(d: dict) -> tuple[list, list, str, str]:
             "Ordinary captions (held out)" if zoo else "Unmemorized LAION captions (the paper's list)")
 
 
+def stats_slider(plan: dict) -> dict:
+    """The statistics slider's range and words for a model's statistics set."""
+    total = max(2, int(plan.get("total") or 2))
+    return {"minimum": 2, "maximum": max(3, total), "value": min(total, 1000),
+            "label": f"First N of the {total:,} {plan['set']}"}
+
+
 def build(ctx) -> None:
     check, find, generate, batch, sample, stats, table, export, on_model = make_handlers(ctx.source)
     try:
@@ -291,11 +304,11 @@ def build(ctx) -> None:
         return
     prompt_ok, generate_ok, batch_ok, pinned = make_checks(ctx.source)
     gr.HTML(EXPLAIN, elem_classes=["wb-advanced"])
-    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only"], elem_id="memo-presenter-caption")
+    gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only", "wb-lead"], elem_id="memo-presenter-caption")
     with gr.Row():
         # the zoo organism, the paper's SD-1.4, or your own SD-1.x / 2.x pipeline typed in
         memo_model, _ = model_picker(service.listed(ctx.source), "memorization", elem_id="memo-model",
-                                     label="Stable Diffusion pipeline")
+                                     takes="Stable Diffusion pipeline")
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             prompt = gr.Textbox(label="Prompt", value=default, lines=2, elem_id="memo-prompt")
@@ -315,11 +328,9 @@ def build(ctx) -> None:
             zplot = gr.Plot(label="Per-layer z-scores", elem_id="memo-z")
             stats_card = gr.HTML(stats_html(d["stats_plan"]), elem_id="memo-stats", elem_classes=["wb-advanced"])
             with gr.Accordion("Neuron statistics from the tab (a small set)", open=False, elem_id="memo-stats-acc"):
-                total = max(2, int(d["stats_plan"].get("total") or 2))
-                n_stats = bounded_slider(bounds.MEMO_STATS, max(3, total),
-                                         value=min(total, 1000), step=1,
-                                         label=f"First N of the {total:,} {d['stats_plan']['set']}",
-                                         elem_id="memo-stats-n")
+                plan = stats_slider(d["stats_plan"])
+                n_stats = bounded_slider(bounds.MEMO_STATS, plan["maximum"], value=plan["value"], step=1,
+                                         label=plan["label"], elem_id="memo-stats-n")
                 own_stats = gr.Textbox(label=f"…or your own ordinary (non-memorized) prompts, one per line "
                                             f"(2–{service.OWN_STATS_MAX:,}; the command-line job for more)",
                                        value="", lines=3, elem_id="memo-stats-own")
@@ -358,7 +369,8 @@ def build(ctx) -> None:
                                             "Reference image (optional; default: the training image)"),
                                      type="numpy", image_mode="RGB", format="png", height=190, what="the reference image",
                                      sources=["upload", "clipboard"], elem_id="memo-ref")
-            gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate")
+            gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate",
+                                elem_classes=["wb-keyfirst"])
             with gr.Row():
                 pin_btn = gr.Button("Pin this result", size="sm", elem_id="memo-pin")
                 unpin_btn = gr.Button("Clear pin", size="sm", elem_id="memo-unpin")
@@ -366,7 +378,7 @@ def build(ctx) -> None:
                         "and draws it below the next one, e.g. to compare two neuron sets.</span>",
                         elem_classes=["wb-advanced"])
         with gr.Column(scale=2):
-            cmp_out = gr.HTML(elem_id="memo-compare")
+            cmp_out = gr.HTML(elem_id="memo-compare", elem_classes=["wb-keyfirst"])
             pin_out = gr.HTML(elem_id="memo-pin-box")
             with gr.Accordion("The images as files (full size, download)", open=False,
                               elem_id="memo-gallery-acc", elem_classes=["wb-advanced"]):
@@ -414,35 +426,52 @@ def build(ctx) -> None:
 
     gen_inputs = [prompt, neurons, free, n_seeds, reference, memo_model]
     check_btn.click(prompt_ok, [prompt], None).success(
-        check, [prompt, memo_model], [score, zplot, stats_card], **model_event(api_name="memo_check"))
+        check, [prompt, memo_model], [score, zplot, stats_card], show_progress_on=[score],
+        **model_event(api_name="memo_check"))
     find_btn.click(prompt_ok, [prompt], None).success(
-        find, [prompt, memo_model], [found, neurons, zplot], **model_event(api_name="memo_find"))
+        find, [prompt, memo_model], [found, neurons, zplot], show_progress_on=[found],
+        **model_event(api_name="memo_find"))
     gen_btn.click(generate_ok, gen_inputs, None).success(
-        generate, gen_inputs, [gallery, cmp_out, last], **model_event(api_name="memo_generate")).success(
-        pinned, [pin, reference, memo_model], pin_out, **model_event(api_visibility="private"))
+        generate, gen_inputs, [gallery, cmp_out, last], show_progress_on=[cmp_out],
+        **model_event(api_name="memo_generate")).success(
+        # one progress bar per request: the pinned set redraws from the cache, quietly
+        pinned, [pin, reference, memo_model], pin_out, show_progress="hidden", **model_event(api_visibility="private"))
     pin_btn.click(lambda shown: shown if shown else fail("Generate first, then pin the result."),
                   last, pin, api_visibility="private").success(
         pinned, [pin, reference, memo_model], pin_out, **model_event(api_visibility="private"))
     unpin_btn.click(lambda: (None, ""), None, [pin, pin_out], api_visibility="private")
     batch_btn.click(batch_ok, [batch_text, batch_file], None).success(
-        batch, [batch_text, batch_file, memo_model], [batch_tbl, batch_note], **model_event(api_name="memo_batch"))
+        batch, [batch_text, batch_file, memo_model], [batch_tbl, batch_note], show_progress_on=[batch_tbl],
+        **model_event(api_name="memo_batch"))
     sample_btn.click(sample, memo_model, batch_text, api_name="memo_batch_sample")
     stats_btn.click(lambda n: None, [n_stats], None).success(
         stats, [n_stats, memo_model, own_stats], stats_card, **model_event(api_name="memo_stats"))
     table_btn.click(lambda n: None, [n_table], None).success(
-        table, [n_table, memo_model], [tbl, hist, summary], **model_event(api_name="memo_table"))
+        table, [n_table, memo_model], [tbl, hist, summary], show_progress_on=[summary],
+        **model_event(api_name="memo_table"))
+    # Found neurons belong to the prompt they were found for: a new prompt (typed or an example)
+    # clears them, so neither a generation nor a link pairs them with another prompt.
+    def prompt_changed():
+        return gr.update(choices=[], value=[]), ("<div class='wb-muted' id='memo-found-card'>The prompt changed: "
+                                                 "“Find neurons” finds the ones for this prompt.</div>")
+
+    for trigger in (prompt.input, mem_ex.dataset.click, ord_ex.dataset.click):
+        trigger(prompt_changed, None, [neurons, found], queue=False, show_progress="hidden", api_visibility="private")
     picked = memo_model.change(on_model, memo_model, [stats_card, neurons, found],
                                **model_event(api_name="memo_model"))
     keep_on_failure(picked, [stats_card, neurons, found])
 
-    def words_for(model):
-        """The model line and the example captions follow the picked pipeline."""
+    def words_for(model, asked):
+        """The model line, the example captions, the statistics slider and the prompt's listed type
+        follow the picked pipeline."""
         info = service.describe(ctx.source, model or None)
         mem, ordinary, mlabel, olabel = example_sets(info)
         return (model_note(info), gr.Dataset(samples=[[p, t] for p, t in mem], label=mlabel),
-                gr.Dataset(samples=[[p] for p in ordinary], label=olabel))
+                gr.Dataset(samples=[[p] for p in ordinary], label=olabel),
+                gr.update(**stats_slider(info["stats_plan"])), dict(mem).get(asked, ""))
 
-    picked.success(words_for, memo_model, [note, mem_ex.dataset, ord_ex.dataset], queue=False,
+    picked.success(words_for, [memo_model, prompt], [note, mem_ex.dataset, ord_ex.dataset, n_stats, mem_type],
+                   queue=False,
                    show_progress="hidden", api_visibility="private")
     export_btn.click(generate_ok, gen_inputs, None).success(
         export, gen_inputs, files, **model_event(api_name="memo_export"))

@@ -33,9 +33,12 @@ def score_html(r: dict) -> str:
                  f"({html.escape(t)}: {html.escape(TYPES.get(t, t))})</span>")
     else:
         train = ""
+    det = r.get("detection")
+    auc = (f" · <span title='how well the score tells the memorized prompts from held-out ordinary ones "
+           f"(1 = perfectly, 0.5 = chance)'>detection AUROC <b>{det['auroc']:.2f}</b></span>" if det else "")
     return (f"<div class='wb-card' style='min-height:0' id='memo-score-card'>"
             f"<div><b>Memorization score</b> {s:.3f} vs θ<sub>mem</sub> {th:.3f} → "
-            f"<b style='color:{colour}'>{verdict}</b>{train}</div>"
+            f"<b style='color:{colour}'>{verdict}</b>{auc}{train}</div>"
             f"<div title='score {s:.4f} · θ_mem {th:.4f}' style='position:relative;height:14px;"
             f"background:var(--background-fill-secondary);"
             f"border-radius:7px;margin-top:8px'>"
@@ -43,7 +46,21 @@ def score_html(r: dict) -> str:
             f"<div title='θ_mem' style='position:absolute;left:{tpct:.1f}%;top:-3px;width:2px;height:20px;"
             f"background:var(--body-text-color)'></div></div>"
             f"<div class='wb-muted wb-advanced'>0 … 1 (SSIM); the tick is θ<sub>mem</sub>. Largest neuron "
-            f"z-score: {r['max_z']:.1f}</div></div>")
+            f"z-score: {r['max_z']:.1f}</div>{theta_words(th, det)}</div>")
+
+
+def theta_words(th: float, det: dict | None) -> str:
+    """What θ_mem is and how far to trust one verdict: the rule, and the measured separation."""
+    rule = (f"θ<sub>mem</sub> = mean + 1 σ of ordinary prompts' scores, so about one ordinary prompt in six "
+            "scores above it: a score just over it is weak evidence. ")
+    if det:
+        how = (f"Detection AUROC {det['auroc']:.2f} over this model's {det['n_memorized']} memorized and "
+               f"{det['n_ordinary']} held-out ordinary prompts ({det['memorized_above']} of {det['n_memorized']} "
+               f"and {det['ordinary_above']} of {det['n_ordinary']} above θ<sub>mem</sub> {th:.3f}).")
+    else:
+        how = ("No scores are recorded for this model: “Check a list of prompts” with memorized and "
+               "ordinary ones measures its AUROC.")
+    return f"<div class='wb-muted wb-advanced' id='memo-theta-words'>{rule}{how}</div>"
 
 
 def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
@@ -94,11 +111,12 @@ def _big(img: np.ndarray, scale: int = 4) -> np.ndarray:
 
 
 def gallery_items(c: dict) -> list[tuple[np.ndarray, str]]:
-    """The images as files (full size, downloadable): reference, then each seed on, then off."""
+    """The images as files (full size, downloadable): reference, then each seed on, then off (only
+    when neurons are off: otherwise the "off" images are the "on" ones again)."""
     items = []
     if c["train_image"] is not None:
         items.append((_big(c["train_image"]), c.get("reference_kind") or "training image"))
-    for tag in ("on", "off"):
+    for tag in ("on", "off")[:2 if c.get("n_neurons") else 1]:
         for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
             cap = f"s{seed} {tag}"
             if c[f"ssim_{tag}"] is not None:
@@ -264,14 +282,26 @@ def table_rows(rows: list[dict]) -> list[list]:
             for r in rows]
 
 
+def _effect_words(s: dict) -> str:
+    """What switching the found neurons off did, said only over prompts where some were found."""
+    n_loc = s.get("n_localized", s["n_prompts"])
+    if not n_loc or s.get("share_below_theta_off") is None:
+        above = s.get("n_above_on")
+        why = (f" ({above} of {s['n_prompts']} score above θ<sub>mem</sub> {s['theta_mem']:.3f} with every "
+               "neuron on)" if above is not None else "")
+        return (f"<b>No neurons were found for any of them</b>{why}: there is nothing to switch off, so "
+                "there is no effect to report; ")
+    of = "" if n_loc == s["n_prompts"] else f" ({n_loc} of {s['n_prompts']} had neurons to switch off)"
+    return (f"Median neurons per localized prompt <b>{s['median_neurons']:g}</b>; with them off, "
+            f"<b>{100 * s['share_below_theta_off']:.0f} %</b>{of} fall below θ<sub>mem</sub> (random "
+            f"neurons of the same count: {100 * s['share_below_theta_random']:.0f} %); ")
+
+
 def summary_html(s: dict) -> str:
     return ("<div class='wb-card' style='min-height:0' id='memo-summary-card'>"
             f"<b>{s['n_prompts']} memorized prompts</b> (search at guidance {s['search_guidance']:g}; "
             f"{s['n_skipped']} skipped by the seed filter, {s['n_relaxed']} refined against the relaxed "
-            f"threshold). Median neurons per localized prompt "
-            f"<b>{s['median_neurons']:g}</b>; with them off, <b>{100 * s['share_below_theta_off']:.0f} %</b> "
-            f"fall below θ<sub>mem</sub> (random neurons of the same count: "
-            f"{100 * s['share_below_theta_random']:.0f} %); "
+            f"threshold). " + _effect_words(s)
             + (f"median SSIM to the training image {s['median_ssim_on']:.2f} → <b>{s['median_ssim_off']:.2f}</b> "
                f"(random: {s['median_ssim_random_off']:.2f}). " if s.get("median_ssim_on") is not None else
                f"no training images here: median diversity across seeds {_fmt(s.get('median_diversity_on'), 2)} "

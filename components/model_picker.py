@@ -18,20 +18,26 @@ from backend.core import picker
 from backend.core import presets as P
 
 
-def custom_hint() -> str:
-    """How to pick your own model here, or why this server does not let you."""
+def custom_hint(takes: str = "") -> str:
+    """How to pick your own model here, or why this server does not let you: the same policy as
+    `modelcheck.allowed_custom` (folders under the owner's roots load even where hub ids do not)."""
     if M.custom_models_setting() is False:
         return "Custom models are turned off on this server."
     roots = [str(r) for r in P.allowed_roots()[1:]]
-    where = f"a hub id (owner/name) or a folder under {', '.join(roots)}" if roots else "a hub id (owner/name)"
+    folders = f"a folder under {', '.join(roots)}" if roots else ""
+    where = f"a hub id (owner/name) or {folders}" if folders else "a hub id (owner/name)"
     if M.on_public_space() and M.custom_models_setting() is None:
         owners = os.environ.get("WORKBENCH_CUSTOM_OWNERS", "").strip()
-        if not owners:
+        if owners:
+            where = f"a hub id of {owners}" + (f" or {folders}" if folders else "")
+        elif folders:
+            where = folders
+        else:
             return "Custom models are off on this Space (its owner can allow them)."
-        where = f"a hub id of {owners}"
     cap = M.custom_max_bytes()
-    size = f", up to {cap / 1e9:.0f} GB" if cap else ""
-    return f"Or type your own: {where}{size}; safetensors only."
+    size = f", up to {M.gb_words(cap)}" if cap else ""
+    own = f"your own {takes}" if takes else "your own"
+    return f"Or type {own}: {where}{size}; safetensors only."
 
 
 def _line(text: str) -> str:
@@ -40,15 +46,19 @@ def _line(text: str) -> str:
     return f"<div class='{cls}'>{html.escape(text)}</div>"
 
 
+LABEL = "Model"  # one name in every tab; what a tab takes is said in the hint under it
+
+
 def model_picker(listed: list[P.Preset], method: str, *, elem_id: str, value: str | None = None,
-                 label: str = "Model", scale: int = 1):
-    """(dropdown, status line). The dropdown's value is a key for `picker.resolve(key, listed, method)`."""
+                 takes: str = "", scale: int = 1):
+    """(dropdown, status line). The dropdown's value is a key for `picker.resolve(key, listed, method)`;
+    `takes` names the kind of model the tab takes, for the hint ("Mamba language model")."""
     listed = list(listed)
     value = value or (listed[0].path_or_id if listed else None)
     allow = M.custom_models_setting() is not False
     with gr.Column(scale=scale, min_width=260, elem_classes=["wb-picker"]):
-        box = gr.Dropdown(picker.choices(listed), value=value, label=label, allow_custom_value=allow,
-                          filterable=True, info=custom_hint(), elem_id=elem_id)
+        box = gr.Dropdown(picker.choices(listed), value=value, label=LABEL, allow_custom_value=allow,
+                          filterable=True, info=custom_hint(takes), elem_id=elem_id)
         line = gr.HTML(_line(picker.check_line(value, listed, method)), elem_id=f"{elem_id}-check",
                        padding=False)
     box.change(lambda k: _line(picker.check_line(k, listed, method)), box, line, queue=False,

@@ -23,7 +23,8 @@ from components.common import fail, model_event
 from components.inputs import bounded_slider, keep_on_failure
 from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
                                           heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
-                                          position_plot, scatter_plot, sentence_frame, sentence_html)
+                                          position_plot, scatter_plot, sentence_frame, sentence_html,
+                                          sentence_widths)
 
 TAB_ID = "relevance"
 TITLE = "Relevance"
@@ -170,7 +171,7 @@ def build(ctx) -> None:
         "conservation holds even with the SSM rule off, which only changes how relevance is shared)."
         "</div>",
         elem_classes=["wb-advanced"])
-    gr.HTML(f"<div class='wb-explain'>{PRESENTER_CAPTION}</div>", elem_classes=["wb-presenter-only"],
+    gr.HTML(f"<div class='wb-explain'>{PRESENTER_CAPTION}</div>", elem_classes=["wb-presenter-only", "wb-lead"],
             elem_id="rel-presenter-caption")
     zoo_note = (" — the zoo organism: 1–3 polar words among distractors decide the label by majority; "
                 "the truth is where they are." if text_p.source == "zoo" else "")
@@ -187,7 +188,7 @@ def build(ctx) -> None:
         with gr.Column(scale=2):
             # the zoo organism, the paper's checkpoints, or your own Mamba / FalconMamba typed in
             model, _ = model_picker(text_choices, "relevance", elem_id="rel-model", value=text_p.path_or_id,
-                                    label="Text model")
+                                    takes="Mamba language model")
             methods = gr.CheckboxGroup([(LABELS[m], m) for m in METHODS], value=DEFAULT_METHODS,
                                        label="Methods", elem_id="rel-methods", elem_classes=["wb-advanced"])
             rules = gr.CheckboxGroup([(RULE_LABELS[r], r) for r in RULES], value=list(RULES),
@@ -287,8 +288,10 @@ def build(ctx) -> None:
         with gr.Row():
             curves = gr.Plot(label="MoRF / LeRF", elem_id="rel-curves")
             scatter = gr.Plot(label="Σ R vs logit", elem_id="rel-scatter")
-        sentences = gr.Dataframe(label="Per sentence: sort from a header's ⋮ menu, select a row to see its heatmap",
-                                 interactive=False, wrap=True, max_height=360, elem_id="rel-sentences")
+        sentences = gr.Dataframe(label="Per sentence: sort from a header's ⋮ menu, select a row to see its heatmap; "
+                                       "conservation error = |Σ R − logit| / |logit|",
+                                 interactive=False, wrap=True, max_height=360, elem_id="rel-sentences",
+                                 elem_classes=["wb-table-words"])
         with gr.Row():
             with gr.Column(scale=3):
                 sentence_view = gr.HTML(elem_id="rel-sentence-view")
@@ -315,7 +318,7 @@ def build(ctx) -> None:
         df, kinds = sentence_frame(res)
         path = Path(tempfile.mkdtemp(prefix="relevance-")) / "sentences.csv"
         df.to_csv(path, index=False)
-        return gr.update(value=df, datatype=kinds), "", str(path)
+        return gr.update(value=df, datatype=kinds, column_widths=sentence_widths(df.columns)), "", str(path)
 
     def open_sentence(res, norm, evt: gr.SelectData):
         """A selected row (after any sort: its '#' cell says which sentence) shows that sentence."""

@@ -210,6 +210,20 @@ def daf_table(hres: dict) -> list[list]:
     return rows
 
 
+# |Σ R − logit| / |logit| of MambaLRP per sentence; the table's label says the formula
+CONSERVATION_COLUMN = "conservation error (MambaLRP)"
+
+
+def sentence_widths(columns) -> list[str]:
+    """Column widths of the per-sentence table in px: the sentence wide, each number column as wide
+    as its header's longest word (Gradio otherwise squeezes them and breaks headers letter by
+    letter); a narrow window scrolls the table sideways instead."""
+    def fit(name: str) -> str:
+        return f"{max(80, 8 * max(len(w) for w in str(name).split()) + 20)}px"
+
+    return ["44px", "240px", "92px", "92px"] + [fit(c) for c in list(columns)[4:]]
+
+
 def sentence_frame(hres: dict):
     """The per-sentence table: one row per sentence (its number in the input), ΔA^F per method and
     MambaLRP's conservation error; numeric columns sort as numbers."""
@@ -224,7 +238,7 @@ def sentence_frame(hres: dict):
             row[f"ΔA^F {LABELS[meth]}"] = round(rec["delta_af"][meth], 3)
         if "mambalrp" in rec["sum_r"]:
             f = rec["logit"]["mambalrp"]
-            row["MambaLRP |Σ R − logit| / |logit|"] = round(abs(rec["sum_r"]["mambalrp"] - f) / max(abs(f), 1e-12), 4)
+            row[CONSERVATION_COLUMN] = round(abs(rec["sum_r"]["mambalrp"] - f) / max(abs(f), 1e-12), 4)
         rows.append(row)
     df = pd.DataFrame(rows)
     kinds = ["number", "str", "str", "str"] + ["number"] * (len(df.columns) - 4)
@@ -267,33 +281,66 @@ def scatter_plot(hres: dict):
     return themed(fig)
 
 
+def _label_slots(xs: list[float], labels: list[str], span: float, plot_px: float = 600.0) -> list[str]:
+    """A text position per labelled point of one row ("top center", or "" for no label), placed in
+    rank order: a label that would overlap a higher-ranked one (by its width at ~7 px a character)
+    is left to the hover (below the marker it would meet the next row's labels)."""
+    placed: dict[str, list[tuple[float, float]]] = {"top center": []}
+    out = [""] * len(xs)
+    for k in range(len(xs)):
+        if not labels[k]:
+            continue
+        half = (len(labels[k]) * 7 + 6) / 2 * span / plot_px
+        lo, hi = xs[k] - half, xs[k] + half
+        for slot in placed:
+            if all(hi <= a or lo >= b for a, b in placed[slot]):
+                placed[slot].append((lo, hi))
+                out[k] = slot
+                break
+    return out
+
+
 def longrange_plot(res: dict):
-    """Top-10 relevant tokens per method against their distance back from the answer."""
+    """Each method's top-10 tokens by their distance back from the answer: one row per method (a
+    token several methods rank is never hidden under another's marker), MambaLRP on top, marker
+    size = relevance / the method's top relevance; the top 3 of each row are labelled where the
+    labels do not overlap, and hover names every point."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    far, ys = 1, [0.0, 1.0]
-    for i, meth in enumerate(res["methods"]):
+    meths = list(res["methods"])
+    order = sorted(meths, key=lambda m: m != "mambalrp")  # the headline method in the top row
+    far = max([1] + [d["distance"] for m in meths for d in res["top_tokens"][m]])
+    span = far * 1.12 + 2
+    for row, meth in enumerate(order):
         tops = res["top_tokens"][meth]
         top = max(abs(tops[0]["relevance"]), 1e-12) if tops else 1.0
-        far = max([far] + [d["distance"] for d in tops])
-        ys += [d["relevance"] / top for d in tops]
-        fig.add_scatter(x=[d["distance"] for d in tops], y=[d["relevance"] / top for d in tops],
-                        # labels on each method's top 3 only (ten per method pile up); hover names all
-                        text=[visible(d["token"]) if k < 3 else "" for k, d in enumerate(tops)],
-                        mode="markers+text", textposition="top center",
-                        customdata=[d["relevance"] for d in tops], cliponaxis=False,
-                        hovertext=[visible(d["token"]) for d in tops],
-                        hovertemplate="%{hovertext} · %{x} tokens back<br>relevance %{customdata:.4g}"
-                                      "<extra>" + LABELS[meth] + "</extra>",
-                        name=LABELS[meth], marker=dict(color=C.qualitative(i)))
-    # room around the points so the labels above them (and at the ends) stay inside the plot
-    fig.update_layout(height=360, margin=dict(l=50, r=30, t=50, b=40),
-                      title=f"Explaining '{visible(res['target'])}': top-10 tokens",
+        share = [d["relevance"] / top for d in tops]
+        xs = [d["distance"] for d in tops]
+        labels = [visible(d["token"]) if k < 3 else "" for k, d in enumerate(tops)]
+        slots = _label_slots(xs, labels, span)
+        y = len(order) - 1 - row
+        colour = C.qualitative(meths.index(meth))
+        for slot in ("top center", ""):
+            idx = [k for k in range(len(tops)) if slots[k] == slot]
+            if not idx:
+                continue
+            fig.add_scatter(
+                x=[xs[k] for k in idx], y=[y] * len(idx), mode="markers+text" if slot else "markers",
+                text=[labels[k] for k in idx] if slot else None, textposition=slot or None,
+                marker=dict(color=colour, size=[7 + 11 * max(share[k], 0.0) for k in idx],
+                            line=dict(color="white", width=1.2 if meth == "mambalrp" else 0.5)),
+                customdata=[[tops[k]["relevance"], share[k]] for k in idx], cliponaxis=False,
+                hovertext=[visible(tops[k]["token"]) for k in idx],
+                hovertemplate="%{hovertext} · %{x} tokens back<br>relevance %{customdata[0]:.4g} "
+                              "(%{customdata[1]:.2f} of the top)<extra>" + LABELS[meth] + "</extra>",
+                name=LABELS[meth], showlegend=False)
+    fig.update_layout(height=max(260, 90 + 62 * len(order)), margin=dict(l=110, r=30, t=50, b=40),
+                      title=f"Explaining '{visible(res['target'])}': each method's top-10 tokens",
                       xaxis=dict(title="distance back from the answer position (tokens)",
                                  range=[-0.06 * far - 1, far * 1.06 + 1]),
-                      yaxis=dict(title="relevance / top relevance",
-                                 range=[min(ys) - 0.1 * (max(ys) - min(ys)), max(ys) + 0.25 * (max(ys) - min(ys))]))
+                      yaxis=dict(tickvals=list(range(len(order))), ticktext=[LABELS[m] for m in reversed(order)],
+                                 range=[-0.7, len(order) - 0.3], showgrid=False, zeroline=False))
     return themed(fig)
 
 

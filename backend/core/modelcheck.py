@@ -79,6 +79,11 @@ def bytes_words(n: int) -> str:
     return f"{n} bytes"
 
 
+def gb_words(n: int) -> str:
+    """A size in GB with the digits it needs: a 0.05 GB cap is not "0.1 GB" nor "0 GB"."""
+    return f"{n / 1e9:.3g} GB"
+
+
 def _count(n: int) -> str:
     for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= div:
@@ -103,14 +108,20 @@ class _Meta:
     config: dict  # config.json, or model_index.json for a pipeline
     unet: dict | None  # a pipeline's unet/config.json
     revision: str | None
+    index: bool = False  # config is a pipeline's model_index.json
 
     @property
     def pipeline(self) -> bool:
-        return "_class_name" in self.config and "_diffusers_version" in self.config
+        return self.index
+
+    @property
+    def diffusers_component(self) -> bool:
+        """A config.json that diffusers wrote for one model (a UNet, a VAE), not a pipeline."""
+        return not self.index and "_class_name" in self.config and "_diffusers_version" in self.config
 
     @property
     def architecture(self) -> str:
-        if self.pipeline:
+        if self.pipeline or self.diffusers_component:
             return str(self.config["_class_name"])
         archs = self.config.get("architectures") or []
         if archs:
@@ -174,7 +185,7 @@ def _hub_meta(repo: str, revision: str | None) -> "_Meta":
                               f"not in the local cache ({unreachable or e})") from e
     if index is None:
         raise ModelCheckError(f"{repo!r} has neither config.json nor model_index.json")
-    meta = _Meta(repo, False, index.parent, _read_json(index, "model_index.json"), None, revision)
+    meta = _Meta(repo, False, index.parent, _read_json(index, "model_index.json"), None, revision, index=True)
     try:
         unet = _hub_file(repo, "unet/config.json", revision)
     except _Unreachable:
@@ -194,7 +205,7 @@ def _read(path_or_id: str, revision: str | None, roots: list[Path] | None) -> _M
             raise ModelCheckError(f"no safetensors weights in {path_or_id!r}")
         index, config = folder / "model_index.json", folder / "config.json"
         if index.is_file():
-            meta = _Meta(location, True, folder, _read_json(index, "model_index.json"), None, revision)
+            meta = _Meta(location, True, folder, _read_json(index, "model_index.json"), None, revision, index=True)
             unet = folder / "unet" / "config.json"
             meta.unet = _read_json(unet, "unet/config.json") if unet.is_file() else None
             return meta
@@ -245,6 +256,11 @@ def _transformers_names(_version: str) -> frozenset:
 def architecture_problem(meta: _Meta, method: str) -> str | None:
     """Why this architecture does not fit the method, or None."""
     arch, mtype = meta.architecture, str(meta.config.get("model_type", ""))
+    if meta.diffusers_component:
+        if method == "memorization":
+            return (f"{arch} is one diffusers model, not a pipeline: pick the Stable Diffusion pipeline's "
+                    "folder (the one with model_index.json and unet/, text_encoder/, vae/ inside)")
+        return f"{arch} is a diffusers model: the {method.replace('_', ' ')} tab takes a transformers model"
     if method == "relevance":
         if arch not in MAMBA:
             return f"{arch}: MambaLRP needs a Mamba model (MambaForCausalLM or FalconMambaForCausalLM)"
@@ -281,12 +297,22 @@ def architecture_problem(meta: _Meta, method: str) -> str | None:
 
 # ----------------------------------------------------------------------------------- sizes
 def _header(path: Path) -> dict:
-    """The JSON header of a safetensors file (8-byte length, then JSON): no tensor is read."""
+    """The JSON header of a safetensors file (8-byte length, then JSON): no tensor is read. A file
+    shorter than its header says (a download or copy cut short) is refused here, before any load."""
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         if n > 100 * 2**20:
             raise ModelCheckError(f"{path.name}: implausible safetensors header ({n} bytes)")
-        return json.loads(f.read(n))
+        header = json.loads(f.read(n))
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    ends = [int(info.get("data_offsets", (0, 0))[1]) for k, info in header.items()
+            if k != "__metadata__" and isinstance(info, dict)]
+    want, have = 8 + n + max(ends, default=0), path.stat().st_size
+    if have < want:
+        raise ModelCheckError(f"{path.name} is incomplete: {bytes_words(have)} of the {bytes_words(want)} its "
+                              "header announces (a download or copy cut short); copy it again")
+    return header
 
 
 def _is_variant(name: str) -> bool:
@@ -311,7 +337,9 @@ def local_size(folder: Path) -> tuple[int, int]:
     for path in _weight_files(folder):
         try:
             header = _header(path)
-        except (OSError, struct.error, ValueError) as e:
+        except ModelCheckError:
+            raise
+        except (OSError, struct.error, ValueError, TypeError) as e:
             raise ModelCheckError(f"{path.name} is not a readable safetensors file") from e
         for name, info in header.items():
             if name == "__metadata__" or not isinstance(info, dict):
@@ -386,10 +414,10 @@ def _over_cap(name: str, params: int | None, nbytes: int | None, cap: int | None
         return
     if nbytes is None:
         raise ModelCheckError(f"cannot check the size of {name!r} before download (its metadata is not "
-                              f"reachable); this server loads custom models up to {cap / 1e9:.1f} GB")
+                              f"reachable); this server loads custom models up to {gb_words(cap)}")
     if nbytes > cap:
-        what = f"{nbytes / 1e9:.2f} GB" + (f", {_count(params)} parameters" if params else "")
-        raise ModelCheckError(f"{name!r} is too large for this server ({what}; the cap is {cap / 1e9:.1f} GB, "
+        what = bytes_words(nbytes) + (f", {_count(params)} parameters" if params else "")
+        raise ModelCheckError(f"{name!r} is too large for this server ({what}; the cap is {gb_words(cap)}, "
                               "WORKBENCH_CUSTOM_MAX_GB)")
 
 

@@ -53,9 +53,38 @@ def label(p: P.Preset) -> str:
     return p.label or p.path_or_id
 
 
+NOT_CACHED = "not downloaded; the hub is offline"
+
+
+def unavailable(p: P.Preset) -> str | None:
+    """Why a listed checkpoint cannot load now, from the local cache alone (no request): a hub one
+    that is not in the cache while the hub client is offline. None where it can load."""
+    if p.source != "hub":
+        return None
+    import huggingface_hub.constants as C
+    from huggingface_hub import try_to_load_from_cache
+
+    if not C.HF_HUB_OFFLINE:
+        return None
+    for name in ("config.json", "model_index.json"):
+        if isinstance(try_to_load_from_cache(p.path_or_id, name, revision=p.revision), str):
+            return None
+    return NOT_CACHED
+
+
 def choices(listed: Iterable[P.Preset]) -> list[tuple[str, str]]:
-    """(label, key) pairs for a dropdown of the listed presets."""
-    return [(label(p), p.path_or_id) for p in listed]
+    """(label, key) pairs for a dropdown of the listed presets; one that cannot load now says why."""
+    out = []
+    for p in listed:
+        why = unavailable(p)
+        out.append((f"{label(p)} ({why})" if why else label(p), p.path_or_id))
+    return out
+
+
+def _refuse_unavailable(p: P.Preset) -> None:
+    if unavailable(p):
+        raise M.ModelCheckError(f"cannot load {label(p)}: the hub is not reachable and it is not in the local "
+                                "cache; pick another model, or download it where the hub is reachable")
 
 
 def resolve(key: str | None, listed: Iterable[P.Preset], method: str, *, default: P.Preset | None = None,
@@ -127,18 +156,31 @@ def check_line(key: str | None, listed: Iterable[P.Preset], method: str) -> str:
     """What the picker shows under itself: the picked model's description, or why it is refused.
     Reads metadata only; never raises for bad input."""
     try:
-        return resolve(key, listed, method).describe()
+        picked = resolve(key, listed, method)
+        if not picked.custom:
+            _refuse_unavailable(picked.preset)
+        return picked.describe()
     except P.PresetError as e:
         return f"✗ {e}"
 
 
 @contextmanager
-def loading(preset: P.Preset) -> Iterator[None]:
-    """Turn a failed load of a picked model into a clear message: a hub checkpoint that is neither
-    reachable nor cached, a folder missing a file (tokenizer, processor). The store keeps nothing
-    of a failed load, so the next pick starts clean."""
+def loading(preset: P.Preset | str) -> Iterator[None]:
+    """Turn a failed load of a picked model (a preset, or a hub id or folder) into a clear message:
+    a hub checkpoint that is neither reachable nor cached, a folder missing a file (tokenizer,
+    processor), a damaged weights file. The store keeps nothing of a failed load, so the next pick
+    starts clean."""
+    from safetensors import SafetensorError
+
+    if isinstance(preset, str):
+        preset = P.Preset("", P.LOCAL if P.looks_local(preset) else "hub", preset, "")
+    _refuse_unavailable(preset)  # at once, not after the hub client's retries
+
     try:
         yield
+    except SafetensorError as e:  # a weights file cut short or damaged after the check read it
+        raise M.ModelCheckError(f"cannot load {label(preset)}: a weights file is damaged ({str(e)[:200]}); "
+                                "copy or download it again") from e
     except OSError as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         where = "the hub is not reachable and it is not in the local cache" if preset.source == "hub" else first

@@ -155,6 +155,11 @@ class Bench:
             return items
         return [chat.sample_ids(self.tok, it, kind) for it in items]
 
+    def n_ident(self, s: "Setting") -> tuple[int, int]:
+        """(math, non-math) samples that identify under `s`: a set may hold fewer than s.n_samples."""
+        return tuple(min(int(s.n_samples), len(self.data_set(k, s.math if k == "math" else s.nonmath)["ident"]))
+                     for k in ("math", "nonmath"))
+
     def score(self, kind: str, items: list[dict]) -> float:
         """Accuracy under the set's rule (zoo: exact match of the greedy answer; hub: see chat)."""
         if self.zoo:

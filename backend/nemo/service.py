@@ -31,7 +31,7 @@ from .data import clean_prompt  # noqa: F401  (part of the service's API)
 from . import stats as nstats
 from . import visitor
 from .images import as_reference, resize_to  # noqa: F401  (as_reference: part of the service's API)
-from .metrics import diversity, ssim_images
+from .metrics import auroc, diversity, ssim_images
 from .presets import TAB, load_preset_pipeline
 
 # A few everyday captions: neuron statistics for a hub checkpoint, which ships no prompt sets here.
@@ -92,7 +92,10 @@ class MemoModel:
 
     @property
     def ordinary_examples(self) -> list[str]:
-        return list(self.info.get("heldout", []))[:6] or GENERIC_PROMPTS[:6]
+        return ordinary_examples(self.info, self.theta_mem)
+
+    def detection(self) -> dict | None:
+        return detection(self.info, self.theta_mem)
 
     def stats(self) -> core.NeuronStats:
         """μ, σ per neuron: from a precomputed file for this model when one is configured
@@ -289,8 +292,38 @@ def describe(source: str | None = None, model: str | None = None) -> dict:
             "guidance_scale": guidance_of(settings, preset),
             "search_guidance": settings.get("search_guidance_scale",
                                             preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE)),
-            "ordinary": list(info.get("heldout", []))[:6] or GENERIC_PROMPTS[:6],
+            "ordinary": ordinary_examples(info, info.get("theta_mem", preset.extra.get("theta_mem", 0.428))),
             "theta_mem": info.get("theta_mem", preset.extra.get("theta_mem")), "layers": layers}
+
+
+# An example offered as "ordinary" scores at least this far below θ_mem: θ_mem is mean + 1 σ of
+# ordinary prompts' scores, so about one ordinary prompt in six scores above it, and one just under
+# it would read as a near miss rather than as ordinary.
+EXAMPLE_MARGIN = 0.05
+
+
+def ordinary_examples(info: dict, theta_mem: float, n: int = 6) -> list[str]:
+    """Held-out ordinary prompts to offer as examples: where the build recorded their scores
+    (`scores.heldout`, the same measure as `check`), those clearly below θ_mem first."""
+    held = list(info.get("heldout", []))
+    scores = (info.get("scores") or {}).get("heldout") or []
+    if held and len(scores) == len(held):
+        clear = [p for p, sc in zip(held, scores) if sc <= theta_mem - EXAMPLE_MARGIN]
+        held = clear + [p for p in held if p not in clear]
+    return held[:n] or GENERIC_PROMPTS[:n]
+
+
+def detection(info: dict, theta_mem: float) -> dict | None:
+    """How well the score separates the model's memorized prompts from held-out ordinary ones, from
+    the scores its build recorded: AUROC, and how many ordinary prompts score above θ_mem. None
+    for a model without recorded scores (a hub or user's pipeline: the batch check measures it)."""
+    scores = info.get("scores") or {}
+    mem, held = scores.get("memorized") or [], scores.get("heldout") or []
+    if not (mem and held):
+        return None
+    return {"auroc": auroc(mem, held), "n_memorized": len(mem), "n_ordinary": len(held),
+            "ordinary_above": int(sum(sc > theta_mem for sc in held)),
+            "memorized_above": int(sum(sc > theta_mem for sc in mem))}
 
 
 def guidance_of(settings: dict, preset: Preset) -> float:
@@ -407,7 +440,7 @@ def check(prompt: str, source: str | None = None, model: str | None = None, own_
                 "max_z": float(max(z[n].max() for n in m.layers)),
                 "is_training_prompt": m.train_image(prompt) is not None,
                 "listed_type": listed.get("type", "VM") if listed else None,
-                "stats": status}
+                "detection": m.detection(), "stats": status}
     return _RESULTS.get_or_compute(key, compute)
 
 
@@ -588,6 +621,7 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
             "score_on": c["score_on"], "score_off": c["score_off"], "score_random_off": r["score_off"],
         })
     report(1.0, "done")
+    found = [r for r in rows if r["n_neurons"] > 0]
     summary = {
         "n_prompts": n, "theta_mem": m.theta_mem,
         # over the prompts the seed filter kept (a skipped one has no neurons by definition)
@@ -595,8 +629,13 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
         "n_skipped": int(sum(r["skipped"] for r in rows)),
         "n_relaxed": int(sum(r["relaxed"] for r in rows)),
         "search_guidance": m.search_guidance,
-        "share_below_theta_off": float(np.mean([r["score_off"] <= m.theta_mem for r in rows])),
-        "share_below_theta_random": float(np.mean([r["score_random_off"] <= m.theta_mem for r in rows])),
+        # the effect of switching neurons off, over the prompts that had some to switch off (with
+        # none off a prompt's score is its unchanged score, not a result of the method)
+        "n_localized": len(found),
+        "n_above_on": int(sum(r["score_on"] > m.theta_mem for r in rows)),
+        "share_below_theta_off": float(np.mean([r["score_off"] <= m.theta_mem for r in found])) if found else None,
+        "share_below_theta_random": (float(np.mean([r["score_random_off"] <= m.theta_mem for r in found]))
+                                     if found else None),
         "median_ssim_on": _median([r["ssim_on"] for r in rows]),
         "median_ssim_off": _median([r["ssim_off"] for r in rows]),
         "median_ssim_random_off": _median([r["ssim_random_off"] for r in rows]),

@@ -23,7 +23,7 @@ from ..core.device import pick_device
 from ..core.interventions import locked
 from ..core.stopflag import StopFlag
 from ..core.zerogpu import capped, gpu
-from ..core.presets import ZOO_ROOT, Preset, load_pretrained, presets
+from ..core.presets import ZOO_ROOT, Preset, import_class, load_pretrained, presets
 from . import PRESETS, TAB  # noqa: F401  (importing the package registers the presets)
 from .adapters import linear_layers
 from .decompose import error_reduction_ratio, pissa_split, singular_spectrum
@@ -125,6 +125,24 @@ def get_tokenizer(key: str):
 
 def layer_names(key: str, progress: Callable[[float, str], None] | None = None) -> list[str]:
     return list(linear_layers(get_model(key, progress)))
+
+
+def config_layer_names(key: str) -> list[str]:
+    """The adaptable layers of a transformers checkpoint from its config alone: the model is built on
+    the meta device (no weights read, no memory), so a page lists a hub model's layers before its
+    first use loads it. [] where the config cannot be read (not in the cache offline)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig
+
+    try:
+        p = preset_for(key)
+        config = load_pretrained(AutoConfig, p.location() if p.source == "zoo" else p.path_or_id, weights=False,
+                                 roots=[ZOO_ROOT] if p.source == "zoo" else None)
+        with init_empty_weights():
+            model = import_class(p.model_class)(config)
+    except Exception:  # noqa: BLE001 - the list fills on first use instead
+        return []
+    return list(linear_layers(model))
 
 
 def _weight(key: str, layer: str) -> torch.Tensor:

@@ -170,7 +170,9 @@ def _slug(text: str) -> str:
 def default_index_path(model_id: str, sae_id: str, hookpoint: str) -> Path:
     """Where a build writes the index of a hub model + SAE when $WORKBENCH_SAE_INDEX names nothing:
     beside the Hugging Face cache, under $HF_HOME (a Space's persistent storage when it has one; a
-    hub snapshot itself is not a place to write into)."""
+    hub snapshot itself is not a place to write into). Keyed by the hookpoint in its one spelling
+    (formats.canonical_hookpoint), so `layers.3` finds what `blocks.3.hook_resid_post` built."""
+    hookpoint = formats.canonical_hookpoint(hookpoint)
     hf_home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
     base = Path(hf_home) / "workbench" / "sae-index"
     return base / f"{_slug(model_id)}__{_slug(sae_id)}__{_slug(hookpoint)}" / INDEX_FILE
@@ -235,10 +237,12 @@ def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str =
 
     config = P.load_pretrained(AutoConfig, model_id, weights=False)
     root, sub, entry = sae_location(sae_id, hookpoint, weights=False)
+    info = formats.describe_entry(entry)
+    formats.check_width(info, getattr(getattr(config, "text_config", config), "hidden_size", None), str(model_id))
     org = Organism(f"hub:{sae_id}", root, hookpoint=formats.model_hookpoint(hookpoint),
                    model_id=f"hub:{model_id}|{sae_id}", source="hub", label_source=NO_LABELS,
-                   ids=(str(model_id), str(sae_id)), sae_info=formats.describe_entry(entry),
-                   vision=_vision(config), parts_key=f"{TAB}:hub:{model_id}|{sae_id}|{hookpoint}",
+                   ids=(str(model_id), str(sae_id)), sae_info=info, vision=_vision(config),
+                   parts_key=f"{TAB}:hub:{model_id}|{sae_id}|{formats.canonical_hookpoint(hookpoint)}",
                    model_class=model_class)
     org.summary = {"hub_hookpoint": hookpoint, "sae_folder": sub}
     org.index_out = index_target() or default_index_path(str(model_id), str(sae_id), hookpoint)
@@ -299,7 +303,8 @@ def need_model(org: Organism, progress=None) -> Organism:
     them since); `progress(fraction, message)` hears about a load. The zoo's are always there."""
     if not org.is_hub or not org.parts_key:
         return org
-    parts = store.get_or_load(org.parts_key, lambda: load_hub_parts(org), progress=progress)
+    with picker.loading(org.ids[0]):
+        parts = store.get_or_load(org.parts_key, lambda: load_hub_parts(org), progress=progress)
     attach(org, parts)
     return org
 
@@ -473,7 +478,7 @@ def own_organism(vlm: str, sae: str, hookpoint: str) -> Organism:
     if not (P.looks_local(sae) or P.HUB_ID_RE.fullmatch(sae)):
         raise ValueError(f"{sae[:80]!r} is neither a hub id (owner/name) nor a folder")
     model_id = picked.preset.path_or_id if picked.preset.source == "hub" else picked.preset.location()
-    key = f"own|{model_id}|{sae}|{hookpoint}"
+    key = f"own|{model_id}|{sae}|{formats.canonical_hookpoint(hookpoint)}"
     with _SHELLS_LOCK:
         org = _SHELLS.get(key)
         if org is None:
@@ -814,7 +819,7 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
     key = make_key(org.cache_id, image, ("steer", int(feature), float(value), positions, bool(add_error), suppress))
     hit = _RESULT_CACHE.get(key)
     if hit is not None:
-        return hit
+        return concept_verdict(org, hit)
     need_model(org)
     with locked(org.model):
         if org.is_hub:
@@ -833,4 +838,14 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
            # the zoo's captions follow a template that can be checked; free text cannot
            "well_formed": None if org.is_hub else S.parse_caption(steered) is not None}
     _RESULT_CACHE.put(key, out)
-    return out
+    return concept_verdict(org, out)
+
+
+def concept_verdict(org: Organism, out: dict) -> dict:
+    """A steering result with the verdict that matters: does the steered caption name the feature's
+    concept (its label now, which a hub model may have been asked for since), and did the one
+    without the clamp already? `names_concept` is None for a feature without a label."""
+    concept = shown_label(org.labels.get(str(out["feature"]), {}))
+    names = ({"baseline": ST.names_concept(out["baseline"], concept), "steered": ST.names_concept(out["steered"], concept)}
+             if concept else None)
+    return {**out, "concept": concept, "names_concept": names}

@@ -445,6 +445,14 @@ def describe_entry(e: Entry) -> dict:
             "layout": e.layout, "text": f"{arch}, k = {k}" if k else arch}
 
 
+def check_width(info: dict, d_model: int | None, model: str = "the model") -> None:
+    """Refuse an SAE whose input width is not the model's residual width (an SAE of another model),
+    before any weights load: every action would fail later with a shape error."""
+    if d_model and int(info["d_in"]) != int(d_model):
+        raise SAEFormatError(f"the SAE reads {info['d_in']}-wide activations but {model}'s language model is "
+                             f"{d_model} wide: it was trained on another model; pick the SAE of this one")
+
+
 def describe(path: str | os.PathLike, hookpoint: str | None = None) -> dict:
     """`describe_entry` for the SAE `load` would pick (weights need not be there yet)."""
     return describe_entry(resolve(Path(path), hookpoint))

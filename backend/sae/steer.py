@@ -103,6 +103,19 @@ def names_colour(caption: str, colour: str) -> bool:
     return bool(objs) and any(o["colour"] == colour for o in objs)
 
 
+def names_concept(caption: str, concept: str) -> bool:
+    """Whether a caption names a concept: for a concept of the scenes' template (a colour, shape,
+    texture or position), a well-formed caption with an object that has it; for any other label (a
+    model's own words), the label's words in the text."""
+    import re
+
+    concept = concept.strip().lower()
+    if concept in S.COLOURS or concept in S.SHAPES or concept in S.TEXTURES or concept in S.POSITIONS:
+        objs = S.parse_caption(caption)
+        return bool(objs) and any(concept in (o["colour"], o["shape"], o["texture"], o["position"]) for o in objs)
+    return bool(concept) and re.search(rf"(?<!\w){re.escape(concept)}(?!\w)", caption.lower()) is not None
+
+
 @torch.no_grad()
 def steering_success(model, tokenizer, sae, hookpoint: str, specs: list[dict], colour_features: dict[str, int],
                      value_for: dict[str, float], *, positions: str = "prompt", add_error: bool = False,

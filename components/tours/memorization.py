@@ -86,9 +86,9 @@ def detect():
     false = sum(r["score"] > th for r in orr)
     cap = (f"Can we spot a memorized prompt without searching the training images? At the very first denoising "
            f"step a memorized prompt already pulls every starting noise the same way, and the <b>memorization "
-           f"score</b> measures that agreement for the price of one step. Above the dashed threshold (set from "
-           f"ordinary prompts): <b>{hit} of {len(mem)}</b> memorized prompts and {false} of {len(orr)} ordinary "
-           f"ones (false alarms).")
+           f"score</b> measures that agreement for the price of one step. The dashed threshold is the mean + 1 σ of "
+           f"ordinary prompts' scores, so about one ordinary prompt in six lands above it. Above it: "
+           f"<b>{hit} of {len(mem)}</b> memorized prompts and {false} of {len(orr)} ordinary ones (false alarms).")
     return fig, cap, {"theta_mem": th, "memorized": {r["prompt"]: r["score"] for r in mem},
                       "ordinary": {r["prompt"]: r["score"] for r in orr}, "flagged_memorized": hit,
                       "flagged_ordinary": false}

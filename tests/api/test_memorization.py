@@ -337,7 +337,8 @@ def test_hub_search_generations_and_statistics(hub_probe):
     assert "Search at guidance 0" in p["find_card"]
     assert p["gallery_captions"][0] == "your image" and len(p["gallery_captions"]) == 3
     assert "median SSIM to your image" in p["compare_ref"] and "down2.attn1:3" in p["compare_ref"]
-    assert len(p["gallery2_captions"]) == 2 and "No reference image" in p["compare_none"]
+    # nothing switched off: the seed's image once, not again under an "off" caption
+    assert p["gallery2_captions"] == ["s0 on"] and "No reference image" in p["compare_none"]
     # the grid: the uploaded image beside the seeds; without one, the seeds alone
     assert "class='memo-ref'" in p["compare_ref"] and "alt='your image'" in p["compare_ref"]
     assert "memo-ref" not in p["compare_none"] and "data-row='on' data-seed='0'" in p["compare_none"]

@@ -200,3 +200,27 @@ def test_link_leaves_out_inputs_still_at_their_defaults_and_is_copied():
     # the page copies the absolute URL and confirms on the button
     copy = [fn for fn in demo.fns.values() if getattr(fn, "js", None) and "clipboard" in str(fn.js)]
     assert copy and "Copied" in copy[0].js and "wb-link-btn-" in copy[0].js
+
+
+def test_link_leaves_out_refused_values_and_an_empty_box():
+    dl = links.DeepLinks()
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("A", id="a") as ta:
+                entry = dl.add_tab("a", ta)
+                free = gr.Textbox(elem_id="a-free")  # built empty (None); the browser sends ""
+                n = gr.Slider(0, 199, value=0, step=1, elem_id="a-idx")
+                k = gr.Number(value=1, precision=0, minimum=0, maximum=9, elem_id="a-k")
+                gr.Button().click(lambda *v: v[0], [free, n, k], free)
+        dl.install(demo, tabs, default_tab="a")
+    make = next(fn for fn in demo.fns.values()
+                if entry.button._id in [t for t, _ in (fn.targets or [])] and fn.fn is not None).fn
+    assert make("", 0, 1) == "?tab=a"  # a fresh view: no memo-free=""
+    with pytest.warns(UserWarning, match="Left out of the link .*a-idx, a-k"):
+        assert make("", 3.5, 12) == "?tab=a"  # refused by their controls: not carried
+    assert make("", 3, 2) == "?tab=a&a-idx=3&a-k=2"
+    # and a link that names such a value is refused on restore with a notice, not rounded
+    with pytest.raises(links.LinkValueError, match="whole number"):
+        links.coerce(n, 3.5)
+    with pytest.raises(links.LinkValueError, match="whole number"):
+        links.coerce(k, 2.5)

@@ -105,3 +105,30 @@ def test_your_own_math_and_non_math_sets_on_the_zoo_organism(tmp_path):
     text.write_text("ann has a cat .\nbob lives by the lake .\n")
     with pytest.raises(ValueError, match="needs a prompt"):
         service.register_data("zoo", "nonmath", text)
+
+
+def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
+    """A set of 12 identifies with its 6 first items, not the slider's 64; a model without a chat
+    template is explained as prompted in plain text, as its data card says; a new model empties
+    the boxes of files it no longer uses."""
+    import json
+
+    from backend.mathneuro import service
+    from components import math_figures as figures
+    from components import math_neurons as mn
+
+    b = service.bench("zoo")
+    path = tmp_path / "twelve.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": it["prompt"], "answer": it["answer"]}) for it in b.data["math"][:12]))
+    key = service.register_data("zoo", "math", path)
+    s = service.Setting("mathneuro", 0.03, 64, 0.0, math=key)
+    assert b.n_ident(s) == (12, 64)  # fewer than 16: the same 12 identify and score
+    r = b.evaluate(s)
+    card = figures.accuracy_html(b.baseline(math=key), r, s, 1000, b.n_ident(s))
+    assert "12 math and 64 non-math samples" in card and "64 samples per set" not in card
+    plain = "plain text (the tokenizer has no chat template)"
+    text = mn.explain_for(service.pick("zoo", None).preset.__class__("math_neurons", "local", "x", "m", "mine"), plain)
+    assert "every question in plain text" in text and "its own chat template" not in text
+    assert mn.samples_label(False).endswith("right under the set's rule)")
+    out = mn.make_handlers("zoo")[-1](None, progress=lambda *a, **k: None)
+    assert out[:2] == (service.DEFAULT_NONMATH, service.DEFAULT_MATH) and out[3:] == (None, None)

@@ -115,7 +115,7 @@ def test_every_figure_of_the_tab_gives_exact_values_on_hover():
 
 def test_the_accuracy_figure_title_is_the_result_in_words():
     fig = figures.accuracy_plot(_desc("mathneuro", 3, 0.0, 0.05, 0.995))
-    assert fig.layout.title.text == "math 78 % → 5 %, non-math 100 % → 99.5 %"
+    assert fig.layout.title.text == "math 78 % → 5 %,<br>non-math 100 % → 99.5 %"
 
 
 def test_bar_labels_and_title_agree():

@@ -141,3 +141,14 @@ def test_race_runs_every_method_on_a_half_precision_checkpoint(ui):
     for method, losses in curves.items():
         assert losses[-1] < losses[0], method
     assert summary["settings"]["task"] == "difference"
+
+
+def test_a_hub_checkpoints_layers_are_listed_from_its_config_before_it_loads(hub, monkeypatch):
+    from backend.core import store
+    from backend.pissa import service
+
+    before = set(store.loaded())
+    names = service.config_layer_names(MISTRAL)
+    assert set(store.loaded()) == before  # nothing loaded
+    assert names == service.layer_names(MISTRAL) and "model.layers.0.self_attn.k_proj" in names
+    assert service.config_layer_names("someone/not-cached-model") == []

@@ -285,7 +285,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
     df, kinds = sentence_frame(res)
     assert list(df["#"]) == [1, 2, 3, 4, 5] and kinds[0] == "number" and kinds[-1] == "number"
     assert list(df.columns[4:7]) == ["ΔA^F MambaLRP", "ΔA^F Gradient×Input", "ΔA^F Random"]
-    assert df["MambaLRP |Σ R − logit| / |logit|"].max() < 0.2
+    assert df["conservation error (MambaLRP)"].max() < 0.2
     view = sentence_html(res, 3)
     assert "Sentence #3" in view and "music" in view and "wb-relevance-heatmap" in view
     assert sentence_html(res, 99) == ""
