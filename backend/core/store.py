@@ -18,6 +18,11 @@ Request scopes. components.guard opens `request_scope()` around every event hand
 `get_or_load` inside a scope marks its model as in use until the scope ends; the scope is a
 context variable, so a thread started with a copy of the context shares it. Outside any scope (a
 notebook, the CLI) a model is in use only during the call that returns it.
+
+Load progress. A first load of a paper's checkpoint takes long enough that whoever waits must see
+it: inside `load_progress(report)` (components.guard opens one per request, on the handler's
+progress bar) every load calls `report(fraction, "loading <model> (n of N shards)")` as its weight
+files are read (presets.load_pretrained → prefetch.read_shards), and "loaded <model> in s" at the end.
 """
 from __future__ import annotations
 
@@ -274,6 +279,33 @@ async def scoped_aiter(aiterable) -> AsyncIterator:
         scope.close()
 
 
+_REPORT: contextvars.ContextVar[Callable[[float, str], None] | None] = contextvars.ContextVar(
+    "workbench_load_report", default=None)
+_LOADING_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("workbench_loading_model", default=None)
+
+
+@contextmanager
+def load_progress(report: Callable[[float, str], None] | None):
+    """Tell `report(fraction, message)` about every model load inside the block."""
+    token = _REPORT.set(report)
+    try:
+        yield
+    finally:
+        _REPORT.reset(token)
+
+
+def reporting() -> bool:
+    """Whether a load now has someone to report to (loaders skip the work of reporting otherwise)."""
+    return _REPORT.get() is not None
+
+
+def report_shards(done: int, total: int, fraction: float) -> None:
+    """A loader's progress through its weight files: shard `done` of `total` is being read."""
+    report = _REPORT.get()
+    if report is not None:
+        report(fraction, f"loading {_LOADING_ID.get() or 'the model'} ({done} of {total} shard{'s' * (total != 1)})")
+
+
 def in_use() -> dict[str, int]:
     """model id → number of requests (or calls) holding it now."""
     with _GUARD:
@@ -294,12 +326,16 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
 
     `size_hint` (bytes, e.g. from modelcheck.check_model) makes room before loading, so the
     store stays within its budget even while the model loads; `progress(fraction, message)` is told
-    when the load starts and ends."""
+    when the load starts, as each weight file is read (report_shards) and when it ends; without it
+    the request's `load_progress` reporter is."""
     scope = _SCOPE.get()
+    progress = progress or _REPORT.get()
     with _GUARD:
         if model_id in _MODELS:
             return _touch(model_id, scope)
         lock = _LOADING.setdefault(model_id, threading.Lock())
+    if progress is not None and lock.locked():
+        progress(0.0, f"loading {model_id} (started by another request)")
     with lock:
         with _GUARD:
             if model_id in _MODELS:
@@ -310,7 +346,12 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
             if progress is not None:
                 progress(0.0, f"loading {model_id}")
             t0 = time.perf_counter()
-            model = loader()
+            tokens = (_REPORT.set(progress), _LOADING_ID.set(model_id))
+            try:
+                model = loader()
+            finally:
+                _LOADING_ID.reset(tokens[1])
+                _REPORT.reset(tokens[0])
             entry = {"model": model, "load_s": time.perf_counter() - t0, "bytes": nbytes_of(model)}
             if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":
                 entry["fingerprint"] = fingerprint(model)
