@@ -53,7 +53,8 @@ def _load_reporter():
     shards)"): a first request of a tab otherwise waits for its model in silence. A Progress made
     here reaches the event's bar through Gradio's request context; outside a request it does nothing."""
     bar = gr.Progress()
-    return lambda fraction, message: bar(fraction, desc=message)
+    # the end of a load is not the end of the request: its message stays without a full bar
+    return lambda fraction, message: bar(None if fraction >= 1 else fraction, desc=message)
 
 
 def _reporting(it, report):

@@ -294,6 +294,16 @@ def load_progress(report: Callable[[float, str], None] | None):
         _REPORT.reset(token)
 
 
+def display_name(model_id: str) -> str:
+    """A model id as a person reads it: "zoo:math-llama@main" → "math-llama", a local folder by its
+    name, a hub repo by owner/name (a revision other than main kept)."""
+    m = re.fullmatch(r"(zoo|hub|local):(.+?)(?:@main)?", model_id)
+    if not m:
+        return model_id
+    source, name = m.groups()
+    return name.rstrip("/").rpartition("/")[2] if source == "local" else name
+
+
 def reporting() -> bool:
     """Whether a load now has someone to report to (loaders skip the work of reporting otherwise)."""
     return _REPORT.get() is not None
@@ -303,7 +313,8 @@ def report_shards(done: int, total: int, fraction: float) -> None:
     """A loader's progress through its weight files: shard `done` of `total` is being read."""
     report = _REPORT.get()
     if report is not None:
-        report(fraction, f"loading {_LOADING_ID.get() or 'the model'} ({done} of {total} shard{'s' * (total != 1)})")
+        name = display_name(_LOADING_ID.get() or "the model")
+        report(fraction, f"loading {name} ({done} of {total} shard{'s' * (total != 1)})")
 
 
 def in_use() -> dict[str, int]:
@@ -335,7 +346,7 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
             return _touch(model_id, scope)
         lock = _LOADING.setdefault(model_id, threading.Lock())
     if progress is not None and lock.locked():
-        progress(0.0, f"loading {model_id} (started by another request)")
+        progress(0.0, f"loading {display_name(model_id)} (started by another request)")
     with lock:
         with _GUARD:
             if model_id in _MODELS:
@@ -344,7 +355,7 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
         try:
             _evict_to_fit(reserve=size_hint or 0)
             if progress is not None:
-                progress(0.0, f"loading {model_id}")
+                progress(0.0, f"loading {display_name(model_id)}")
             t0 = time.perf_counter()
             tokens = (_REPORT.set(progress), _LOADING_ID.set(model_id))
             try:
@@ -367,7 +378,7 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
             log.info("loaded %s (%s) in %.1f s", model_id, _fmt(entry["bytes"]), entry["load_s"])
             _evict_to_fit()
             if progress is not None:
-                progress(1.0, f"loaded {model_id} in {entry['load_s']:.1f} s")
+                progress(1.0, f"loaded {display_name(model_id)} in {entry['load_s']:.1f} s")
             return model
         finally:
             with _GUARD:

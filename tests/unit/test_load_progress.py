@@ -29,16 +29,16 @@ def test_load_reports_each_shard_then_the_end(sharded):
     from transformers import LlamaForCausalLM
 
     folder, model, n = sharded
-    model_id = "test:sharded-llama"
+    model_id, name = "local:/models/sharded-llama@main", "sharded-llama"
     reports = []
     try:
         with store.load_progress(lambda f, msg: reports.append((f, msg))):
             loaded = store.get_or_load(model_id, lambda: presets.load_pretrained(
                 LlamaForCausalLM, folder, roots=[folder.parent]))
         messages = [m for _, m in reports]
-        assert messages[0] == f"loading {model_id}"
-        assert messages[1:1 + n] == [f"loading {model_id} ({i} of {n} shards)" for i in range(1, n + 1)]
-        assert messages[-1].startswith(f"loaded {model_id} in ")
+        assert messages[0] == f"loading {name}"
+        assert messages[1:1 + n] == [f"loading {name} ({i} of {n} shards)" for i in range(1, n + 1)]
+        assert messages[-1].startswith(f"loaded {name} in ")
         fractions = [f for f, _ in reports]
         assert fractions == sorted(fractions) and fractions[-1] == 1.0 and max(fractions[:-1]) < 1.0
         for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
@@ -76,3 +76,11 @@ def test_pipeline_shards_skip_left_out_components_and_variants(tmp_path):
     with store.load_progress(lambda f, msg: reports.append(msg)):
         assert prefetch.read_shards(str(tmp_path), skip=["safety_checker"]) == 2
     assert reports == ["loading the model (1 of 2 shards)", "loading the model (2 of 2 shards)"]
+
+
+def test_display_names():
+    assert store.display_name("zoo:math-llama@main") == "math-llama"
+    assert store.display_name("hub:state-spaces/mamba-130m-hf@main") == "state-spaces/mamba-130m-hf"
+    assert store.display_name("hub:owner/name@v2") == "owner/name@v2"
+    assert store.display_name("local:/data/models/my-mamba@main") == "my-mamba"
+    assert store.display_name("features:hub:a/b|c/d|layers.3") == "features:hub:a/b|c/d|layers.3"
