@@ -53,6 +53,8 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, **events: An
             return (done, *skips)
         return first(done, *args)
 
+    for handler in (first, page_opens_here):  # the tab's own handler: its ZeroGPU duration (guard)
+        handler.__module__ = fn.__module__
     kw = model_event(api_visibility="private", **events)
     keep_on_failure(ctx.tab.select(first, [opened, *inputs], [opened, *outputs], **kw), outputs)
     if Context.root_block is not None:
