@@ -403,7 +403,7 @@ def table(rows: list[dict]) -> str:
         peak = "n/a" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
         extra = ""
         if "images_per_s" in r:
-            extra = f" ({r['images_per_s']:.1f} vs {r['baseline_images_per_s']:.1f} images/s)"
+            extra = f" ({r['images_per_s']:.3g} vs {r['baseline_images_per_s']:.3g} images/s)"
         if "ratio_to_gi_same_forward" in r:
             extra = f" ({r['ratio_to_gi_same_forward']:.2f} against GI through the same forward)"
         if "ratio_at_25_layers" in r:

@@ -41,6 +41,7 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, **events: An
 
     opened = gr.State(False)
     skips = tuple(gr.skip() for _ in outputs)
+    tab_id = ctx.tab_id  # ctx moves on to the next tab after this one is built
 
     def first(done, *args):
         if done:
@@ -49,7 +50,7 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, **events: An
         return (True, *(out if len(outputs) > 1 else (out,)))
 
     def page_opens_here(done, *args):
-        if links.current_query().get("tab") != ctx.tab_id:
+        if links.current_query().get("tab") != tab_id:
             return (done, *skips)
         return first(done, *args)
 
