@@ -54,6 +54,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
             ctx = TabContext(tabs=tabs, source=source, registry=modules)
             for mod in modules:
                 with gr.Tab(mod.TITLE, id=mod.TAB_ID, elem_id=f"tab-{mod.TAB_ID}") as tab:
+                    ctx.tab, ctx.tab_id = tab, mod.TAB_ID
                     # The "Link to this view" row first, at the top of the tab; its inputs are
                     # collected once every tab is built (links.install).
                     entry = links.add_tab(mod.TAB_ID, tab)

@@ -3,6 +3,7 @@ configs (no downloads), timed against its plain baseline in the same run, with p
 
     python -m benchmarks.fullsize                       # real sizes (a GPU machine)
     python -m benchmarks.fullsize --scale tiny          # reduced configs (a CPU smoke run, < 1 min)
+    python -m benchmarks.fullsize --scale width         # the papers' widths, 2 layers (a CPU, minutes)
     python -m benchmarks.fullsize --only lrp,pissa --json out.json
 
 | tab | computation | baseline |
@@ -16,7 +17,14 @@ configs (no downloads), timed against its plain baseline in the same run, with p
 The layers after the SAE's hookpoint do not change its input, so the index benchmark builds the LM
 with 25 layers (hookpoint `layers.24`) for both the index and its baseline. Random weights give the
 real shapes and FLOPs; NeMo's search length on random weights is not a memorized prompt's, so its
-row also reports the number of noise evaluations (the ratio per evaluation is the stable figure).
+row also reports the number of noise evaluations (the ratio per evaluation is the stable figure),
+and one search evaluation is also timed on its own against one UNet forward of the same latents.
+
+`--scale width` is for a machine without a GPU: every model at its paper's width with 2 layers
+(the UNet whole, at SD-1.4's 64 × 64 latents, with fewer seeds), float32, and a small vocabulary
+where the embedding or head is not per-layer work (inputs_embeds, a tied unscored head). A ratio of
+per-layer work carries over to the full depth; the feature index's SAE is one fixed cost per
+forward, so its row also gives the ratio projected to the 25 layers up to `layers.24`.
 """
 from __future__ import annotations
 
@@ -36,7 +44,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SCALES = ("tiny", "full")
+SCALES = ("tiny", "width", "full")
 
 
 class default_dtype:
@@ -92,8 +100,10 @@ def bench_lrp(scale: str, dev: torch.device, repeats: int) -> list[dict]:
 
     from backend.lrp import attribute_text
 
-    sizes = [("mamba-130m", 768, 24), ("mamba-1.4b", 2048, 48)] if scale == "full" else [("mamba-tiny", 64, 2)]
-    tokens = 512 if scale == "full" else 32
+    sizes = {"full": [("mamba-130m", 768, 24), ("mamba-1.4b", 2048, 48)],
+             "width": [("mamba-130m width, 2 layers", 768, 2), ("mamba-1.4b width, 2 layers", 2048, 2)],
+             "tiny": [("mamba-tiny", 64, 2)]}[scale]
+    tokens = 32 if scale == "tiny" else 512
     vocab = 50280 if scale == "full" else 1000
     rows = []
     for name, d, n_layers in sizes:
@@ -111,12 +121,16 @@ def bench_lrp(scale: str, dev: torch.device, repeats: int) -> list[dict]:
             (g,) = torch.autograd.grad(out, emb)
             return (emb * g).sum(-1)
 
-        base = measure(fwd_bwd, dev, repeats)
         lrp = measure(lambda: attribute_text(model, ids, target=target, method="mambalrp"), dev, repeats)
         gi_fast = measure(lambda: attribute_text(model, ids, target=target, method="gi"), dev, repeats)
-        rows.append(row("Relevance", f"MambaLRP, {name}, {tokens} tokens", lrp, base, "forward+backward",
-                        target_ratio=1.3, gi_same_forward_s=gi_fast["s"],
-                        ratio_to_gi_same_forward=lrp["s"] / gi_fast["s"]))
+        if scale == "width":  # transformers' per-step CPU scan with autograd takes minutes at 512 tokens
+            rows.append(row("Relevance", f"MambaLRP, {name}, {tokens} tokens", lrp, gi_fast,
+                            "forward+backward through the same forward code (Gradient×Input)"))
+        else:
+            base = measure(fwd_bwd, dev, repeats)
+            rows.append(row("Relevance", f"MambaLRP, {name}, {tokens} tokens", lrp, base, "forward+backward",
+                            target_ratio=1.3, gi_same_forward_s=gi_fast["s"],
+                            ratio_to_gi_same_forward=lrp["s"] / gi_fast["s"]))
         del model
     return rows
 
@@ -131,7 +145,7 @@ def sd_pipeline(scale: str, dev: torch.device):
     dtype = torch.float16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(0)
     tok = make_tokenizer()
-    if scale == "full":
+    if scale in ("full", "width"):  # the whole SD-1.4 UNet at its 64 × 64 latents in both
         from tests.unit.test_nemo import SD14_UNET
 
         unet = UNet2DConditionModel(**{k: v for k, v in SD14_UNET.items() if not k.startswith("_")})
@@ -163,29 +177,43 @@ def sd_pipeline(scale: str, dev: torch.device):
 
 def bench_nemo(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     from backend import nemo
+    from backend.nemo.core import _Checker
     from backend.nemo.service import GENERIC_PROMPTS
 
     pipe = sd_pipeline(scale, dev)
-    seeds = 10 if scale == "full" else 2
+    seeds = {"full": 10, "width": 2, "tiny": 2}[scale]
     max_k = 20 if scale == "full" else 2
     stats = nemo.neuron_stats(pipe, GENERIC_PROMPTS)
     prompt = GENERIC_PROMPTS[0]
     unet = pipe.unet
-    p = next(unet.parameters())
-    cfg = unet.config
     g = nemo.SEARCH_GUIDANCE  # the search's own guidance (0: one conditional pass per seed)
-    lat = torch.randn(seeds, cfg.in_channels, cfg.sample_size, cfg.sample_size, device=dev, dtype=p.dtype)
+    # the latents and text states one search evaluation feeds the UNet (x_T at the search's t₁)
+    sched = nemo.core._scheduler(pipe, 50)
+    t = sched.timesteps[1]
+    lat = sched.scale_model_input(nemo.initial_latents(pipe, range(seeds)) * sched.init_noise_sigma, t)
+    p = next(unet.parameters())
+    lat = lat.to(dev, p.dtype)
     text = nemo.encode_prompts(pipe, [prompt]).to(dev, p.dtype).expand(seeds, -1, -1)
 
     @torch.no_grad()
     def forward():  # one UNet step on the seeds' batch: the unit NeMo repeats
-        return unet(lat, 999, encoder_hidden_states=text).sample
+        return unet(lat, t, encoder_hidden_states=text).sample
 
     base = measure(forward, dev, repeats)
     # random weights memorize nothing, so θ_mem 0.428 would let the seed filter skip the prompt after
     # one evaluation; a threshold just under the seeds' own agreement keeps them all and runs the search
     agree = nemo.seed_agreement(nemo.noise_differences(pipe, prompt, range(seeds), guidance_scale=g))
     theta_mem = float(agree.min()) - 1e-3
+    # one evaluation of the search on its own: the noise differences with a selection switched off
+    # (the top 5 neurons of every layer by this prompt's activation) and their SSIM to the unblocked
+    checker = _Checker(pipe, prompt, range(seeds), g, theta_mem)
+    acts = nemo.activations(pipe, [prompt])
+    spec = {n: a[0].topk(5).indices.tolist() for n, a in acts.items()}
+    one = measure(lambda: checker.similarity(spec), dev, repeats)
+    rows = [row("Memorization", f"NeMo, one search evaluation ({seeds} seeds, guidance {g:g}, "
+                f"{cfg_latents(unet)} latents)", one, base, "one UNet forward of the same latents")]
+    if scale == "width":  # a whole search is tens of UNet forwards: minutes per row on a CPU
+        return rows
     evals = []
 
     def localise():
@@ -195,9 +223,15 @@ def bench_nemo(scale: str, dev: torch.device, repeats: int) -> list[dict]:
 
     main = measure(localise, dev, max(1, repeats // 2))
     n_eval = statistics.median(evals)
-    return [row("Memorization", f"NeMo localisation per prompt ({seeds} seeds, guidance {g:g})", main, base,
-                "forward (one UNet step, the seeds' batch)", noise_evaluations=n_eval,
-                ratio_per_evaluation=main["s"] / n_eval / base["s"])]
+    return rows + [row("Memorization", f"NeMo localisation per prompt ({seeds} seeds, guidance {g:g})", main,
+                       base, "forward (one UNet step, the seeds' batch)", noise_evaluations=n_eval,
+                       ratio_per_evaluation=main["s"] / n_eval / base["s"])]
+
+
+def cfg_latents(unet) -> str:
+    size = unet.config.sample_size
+    size = size if isinstance(size, int) else size[0]
+    return f"{size}×{size}"
 
 
 # ------------------------------------------------------------------------------------ features
@@ -212,6 +246,11 @@ def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
                           num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,
                           max_position_embeddings=8192)
         n_latents, k, patches, prompt, batch = 131072, 256, 576, 24, 8
+    elif scale == "width":  # Llama-3-8B's width, 2 layers (hookpoint layers.1), the whole 131k SAE
+        cfg = LlamaConfig(vocab_size=1000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=2,
+                          num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,
+                          max_position_embeddings=8192)
+        n_latents, k, patches, prompt, batch = 131072, 256, 576, 24, 1
     else:
         cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2)
@@ -244,9 +283,14 @@ def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     finally:
         handle.remove()
     base = measure(forward, dev, repeats)
-    r = row("Features", f"feature index, {n_latents} latents, {patches} patches, batch {batch}", main, base,
-            "bare LM forward to the hookpoint", images_per_s=batch / main["s"],
-            baseline_images_per_s=batch / base["s"], index_state_gib=builder.state_bytes() / 2**30)
+    extra = {}
+    if scale == "width":  # the SAE and the update are one cost per forward, the LM's grows with depth
+        layers = cfg.num_hidden_layers
+        extra["ratio_at_25_layers"] = 1 + (main["s"] - base["s"]) / (base["s"] * 25 / layers)
+    r = row("Features", f"feature index, {n_latents} latents, {patches} patches, batch {batch}, "
+            f"{cfg.num_hidden_layers} layers of width {cfg.hidden_size}", main, base,
+            "bare LM forward to the hookpoint, same tokens", images_per_s=batch / main["s"],
+            baseline_images_per_s=batch / base["s"], index_state_gib=builder.state_bytes() / 2**30, **extra)
     return [r]
 
 
@@ -256,6 +300,10 @@ def llama_1b(scale: str, dev: torch.device, dtype=torch.float32):
 
     if scale == "full":  # meta-llama/Llama-3.2-1B
         cfg = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                          num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
+                          tie_word_embeddings=True, max_position_embeddings=131072)
+    elif scale == "width":  # its width, 2 layers; a small tied head (unscored, and not per-layer work)
+        cfg = LlamaConfig(vocab_size=1000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=2,
                           num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
                           tie_word_embeddings=True, max_position_embeddings=131072)
     else:
@@ -271,7 +319,7 @@ def bench_mathneuro(scale: str, dev: torch.device, repeats: int) -> list[dict]:
 
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     model = llama_1b(scale, dev, dtype)
-    n, length, batch = (100, 192, 25) if scale == "full" else (8, 16, 4)
+    n, length, batch = {"full": (100, 192, 25), "width": (4, 192, 4), "tiny": (8, 16, 4)}[scale]
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     math_ids = [torch.randint(0, vocab, (length,), generator=g) for _ in range(n)]
@@ -284,13 +332,25 @@ def bench_mathneuro(scale: str, dev: torch.device, repeats: int) -> list[dict]:
             model(input_ids=torch.stack(chunk).to(dev), use_cache=False)
 
     base = measure(forward, dev, repeats)
+    scale_to_100 = 100 / n
+    base = {**base, "s": base["s"] * scale_to_100}
+    depth = f", {model.config.num_hidden_layers} layers of width {model.config.hidden_size}"
+    what = f"MathNeuro identification per 100 + 100 samples of {length} tokens{depth}"
+    if scale == "width":
+        # A CPU runs a few samples: the hooked forwards scale with the samples, the top-K selection
+        # is one cost per identification, so each is timed alone and the total put at 100 + 100.
+        hooked = measure(lambda: (core.norms(model, math_ids, batch_size=batch),
+                                  core.norms(model, non_ids, batch_size=batch)), dev, repeats)
+        nm, nn_ = core.norms(model, math_ids, batch_size=batch), core.norms(model, non_ids, batch_size=batch)
+        select = measure(lambda: core.masks_from_norms(model, nm, 0.05, minus=nn_), dev, repeats)
+        main = {**hooked, "s": hooked["s"] * scale_to_100 + select["s"]}
+        return [row("Math neurons", what + f" (hooked forwards timed on {n} + {n}, scaled; top-K once)",
+                    main, base, "forward over the same samples", hooked_ratio=hooked["s"] * scale_to_100 / base["s"],
+                    selection_s=select["s"])]
     main = measure(lambda: core.identify(model, math_ids, non_ids, 0.05, batch_size=batch), dev,
                    max(1, repeats // 2))
-    scale_to_100 = 100 / n
     main = {**main, "s": main["s"] * scale_to_100}
-    base = {**base, "s": base["s"] * scale_to_100}
-    return [row("Math neurons", f"MathNeuro identification per 100 + 100 samples of {length} tokens",
-                main, base, "forward over the same samples")]
+    return [row("Math neurons", what, main, base, "forward over the same samples")]
 
 
 def bench_pissa(scale: str, dev: torch.device, repeats: int) -> list[dict]:
@@ -343,7 +403,13 @@ def table(rows: list[dict]) -> str:
         peak = "n/a" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
         extra = ""
         if "images_per_s" in r:
-            extra = f" ({r['images_per_s']:.1f} vs {r['baseline_images_per_s']:.1f} images/s)"
+            extra = f" ({r['images_per_s']:.3g} vs {r['baseline_images_per_s']:.3g} images/s)"
+        if "ratio_to_gi_same_forward" in r:
+            extra = f" ({r['ratio_to_gi_same_forward']:.2f} against GI through the same forward)"
+        if "ratio_at_25_layers" in r:
+            extra += f" ({r['ratio_at_25_layers']:.2f} projected to 25 layers)"
+        if "hooked_ratio" in r:
+            extra = f" (hooked forwards {r['hooked_ratio']:.2f}, top-K selection {r['selection_s']:.1f} s)"
         if "noise_evaluations" in r:
             extra = f" ({r['noise_evaluations']:g} evaluations; {r['ratio_per_evaluation']:.2f} per evaluation)"
         lines.append(f"| {r['tab']} | {r['what']} | {r['s'] * 1000:.1f} ms | {r['baseline']} | "
@@ -366,6 +432,8 @@ def main(argv: list[str] | None = None) -> dict:
     repeats = args.repeats or (5 if scale == "full" else 1)
     torch.set_num_threads(args.threads)
     only = [s for s in args.only.split(",") if s] or list(BENCHES)
+    if scale == "width" and not args.only:
+        only.remove("pissa")  # full SVDs of 2048 × 8192 matrices on a CPU, and no target of its own
     unknown = set(only) - set(BENCHES)
     if unknown:
         ap.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {list(BENCHES)}")

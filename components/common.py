@@ -40,6 +40,42 @@ class TabContext:
     tabs: Any
     source: str
     registry: list[Any] = field(default_factory=list)
+    tab: Any = None  # the gr.Tab being built, and its id (app.build_app sets both per tab)
+    tab_id: str = ""
+
+
+def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, **events: Any) -> None:
+    """Compute a tab's first view when a session first opens the tab, or when the page opens on it
+    (a link's ?tab=), never at every page load: a visitor who does not open the tab costs nothing,
+    every tab behaves alike, and the tab's model loads with its progress on the outputs' bar
+    (components.guard). `fn(*inputs)` returns the outputs' values (gr.skip() to leave one)."""
+    from gradio.context import Context
+
+    from components import links
+    from components.inputs import keep_on_failure
+
+    opened = gr.State(False)
+    skips = tuple(gr.skip() for _ in outputs)
+    tab_id = ctx.tab_id  # ctx moves on to the next tab after this one is built
+
+    def first(done, *args):
+        if done:
+            return (True, *skips)
+        out = fn(*args)
+        return (True, *(out if len(outputs) > 1 else (out,)))
+
+    def page_opens_here(done, *args):
+        if links.current_query().get("tab") != tab_id:
+            return (done, *skips)
+        return first(done, *args)
+
+    for handler in (first, page_opens_here):  # the tab's own handler: its ZeroGPU duration (guard)
+        handler.__module__ = fn.__module__
+    kw = model_event(api_visibility="private", **events)
+    keep_on_failure(ctx.tab.select(first, [opened, *inputs], [opened, *outputs], **kw), outputs)
+    if Context.root_block is not None:
+        keep_on_failure(Context.root_block.load(page_opens_here, [opened, *inputs], [opened, *outputs], **kw),
+                        outputs)
 
 
 def fail(message: str) -> None:

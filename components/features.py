@@ -554,7 +554,6 @@ def build(ctx) -> None:
         n_features = org.n_features
         first = FT.feature_table(org, "", "density" if org.is_hub else "iou")
         first_id = first[0]["feature"] if first else 0
-        n_held = len(org.heldout_specs)
     except Exception as e:  # the organism is not built: say so instead of failing the whole app
         gr.Markdown(f"**The Features model could not be loaded:** {html.escape(str(e))}")
         return

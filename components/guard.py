@@ -19,7 +19,7 @@ import gradio as gr
 from backend.core import loadgate
 from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
-from backend.core.store import request_scope, scoped_aiter, scoped_iter
+from backend.core.store import load_progress, request_scope, scoped_aiter, scoped_iter
 from backend.core.zerogpu import MAX_DURATION, gpu
 
 from .common import MODEL_GROUP, model_group
@@ -55,10 +55,35 @@ def show_notes(notes: list[str]) -> None:
         gr.Warning(note)
 
 
+def _load_reporter():
+    """The request's progress bar, for the model store's load messages ("loading <model> (n of N
+    shards)"): a first request of a tab otherwise waits for its model in silence. A Progress made
+    here reaches the event's bar through Gradio's request context; outside a request it does nothing."""
+    bar = gr.Progress()
+    # the end of a load is not the end of the request: its message stays without a full bar
+    return lambda fraction, message: bar(None if fraction >= 1 else fraction, desc=message)
+
+
+def _reporting(it, report):
+    """Iterate a stream with the load reporter set at each step (steps may run in other threads)."""
+    try:
+        while True:
+            with load_progress(report):
+                try:
+                    x = next(it)
+                except StopIteration:
+                    return
+            yield x
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
 def guarded(fn):
     """Wrap a handler of any kind (function, coroutine, generator, async generator). Each call runs
     in a model-store request scope, so no model it uses is evicted before it ends; the scope's notes
-    are shown in the tab."""
+    are shown in the tab, and any model load it waits for is reported on its progress bar."""
     where = getattr(fn, "__qualname__", repr(fn))
     if inspect.isasyncgenfunction(fn):
         @functools.wraps(fn)
@@ -73,7 +98,7 @@ def guarded(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
             try:
-                yield from scoped_iter(fn(*a, **k), show_notes)
+                yield from scoped_iter(_reporting(fn(*a, **k), _load_reporter()), show_notes)
             except Exception as e:
                 raise _translate(e, where) from e
         return gen
@@ -92,7 +117,7 @@ def guarded(fn):
     @functools.wraps(fn)
     def plain(*a, **k):
         try:
-            with budget(JOB_SECONDS), request_scope() as scope:
+            with budget(JOB_SECONDS), request_scope() as scope, load_progress(_load_reporter()):
                 out = fn(*a, **k)
                 show_notes(scope.notes)
                 return out

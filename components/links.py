@@ -339,7 +339,6 @@ class DeepLinks:
         self._collect(demo)
         ids = [t.tab_id for t in self.tabs]
         for entry in self.tabs:
-            names = [c.elem_id for c in entry.inputs]
 
             def make(*values, _tab=entry.tab_id, _inputs=tuple(entry.inputs), _defaults=tuple(entry.defaults)):
                 # Only what the user changed: a short link, and a later change of a default reaches it.

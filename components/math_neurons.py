@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import tempfile
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from components.visitor import session_of
 from components.model_picker import model_picker
 from backend.core import bounds
 from components import range_guard
-from components.common import fail, model_event
+from components.common import fail, model_event, on_first_open
 from components.inputs import keep_on_failure
 from components.math_figures import (LABEL_OF, METHOD_LABELS, accuracy_html, accuracy_plot,
                                       consistency_plot, curve_plot, describe_result, export_png,
@@ -444,11 +443,9 @@ def build(ctx) -> None:
         keep_on_failure(named, [mine, data_box])
         keep_on_failure(named.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
 
-    # First view: the default setting's accuracies, computed when the page loads (cached after). In
-    # hub mode without a non-math set (or with a model that cannot load), the data card says what
-    # is missing instead of an error toast.
-    from gradio.context import Context
-
+    # First view: the default setting's accuracies, computed when the tab is first opened (cached
+    # after). In hub mode without a non-math set (or with a model that cannot load), the data card
+    # says what is missing instead of an error toast.
     skips = tuple(gr.skip() for _ in live_out)
 
     def first_view(*args):
@@ -467,5 +464,4 @@ def build(ctx) -> None:
             return (*skips, gr.skip())
         return (*live(*args), gr.skip())
 
-    if Context.root_block is not None:
-        Context.root_block.load(first_view, controls, live_out + [data_box], **model_event(api_visibility="private"))
+    on_first_open(ctx, first_view, controls, live_out + [data_box])

@@ -51,7 +51,7 @@ def score_html(r: dict) -> str:
 
 def theta_words(th: float, det: dict | None) -> str:
     """What θ_mem is and how far to trust one verdict: the rule, and the measured separation."""
-    rule = (f"θ<sub>mem</sub> = mean + 1 σ of ordinary prompts' scores, so about one ordinary prompt in six "
+    rule = ("θ<sub>mem</sub> = mean + 1 σ of ordinary prompts' scores, so about one ordinary prompt in six "
             "scores above it: a score just over it is weak evidence. ")
     if det:
         how = (f"Detection AUROC {det['auroc']:.2f} over this model's {det['n_memorized']} memorized and "

@@ -4,7 +4,6 @@ in backend.lrp.service."""
 from __future__ import annotations
 
 import html
-import math
 import tempfile
 from pathlib import Path
 
@@ -19,7 +18,8 @@ from backend.lrp.methods import LABELS, METHODS
 from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text_presets
 from backend.lrp.tokens import visible
 from components.model_picker import model_picker
-from components.common import fail, model_event
+from components import links
+from components.common import fail, model_event, on_first_open
 from components.inputs import bounded_slider, keep_on_failure
 from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
                                           heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
@@ -231,6 +231,15 @@ def build(ctx) -> None:
     ran = keep_on_failure(explain.click(run_text, [text, methods, rules, target, normalise, model], text_out,
                                         **model_event(api_name="explain_text")), text_out)
 
+    def first_view(*args):
+        """The example's explanation when the tab is first opened, as the other tabs open with a
+        result; a deep link with relevance settings runs its own (LINK_RUNS)."""
+        if any(k.startswith("rel-") for k in links.current_query()):
+            return tuple(gr.skip() for _ in text_out)
+        return run_text(*args)
+
+    on_first_open(ctx, first_view, [text, methods, rules, target, normalise, model], text_out)
+
     def pair(p, res, norm):
         """The current heatmap and the pinned one, on one scale when not normalised per method."""
         if not p or not res:
@@ -360,8 +369,7 @@ def build(ctx) -> None:
         long_ok = hub or available(LONG_ZOO)
         lr_example = HUB_LONG_EXAMPLE if hub else ""
         if long_ok and not hub:
-            lm = svc.load_longrange()
-            lr_example = " ".join(lm.heldout[0]["tokens"][:-1])
+            lr_example = svc.longrange_example()
         if hub:
             gr.Markdown("Runs on the **selected hub checkpoint** above (the zoo's long-range organism is not "
                         "used in hub mode): type a text whose next token depends on something far back, "

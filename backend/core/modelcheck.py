@@ -326,7 +326,7 @@ def _without_variants(names: list[str]) -> list[str]:
     return [n for n in names if not (_is_variant(n.rpartition("/")[2]) and n.rpartition("/")[0] in plain_dirs)]
 
 
-def _weight_files(folder: Path) -> list[Path]:
+def weight_files(folder: Path) -> list[Path]:
     files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*.safetensors"))}
     return [files[n] for n in _without_variants(list(files))]
 
@@ -334,7 +334,7 @@ def _weight_files(folder: Path) -> list[Path]:
 def local_size(folder: Path) -> tuple[int, int]:
     """(parameters, bytes) from the safetensors headers of a folder."""
     params = nbytes = 0
-    for path in _weight_files(folder):
+    for path in weight_files(folder):
         try:
             header = _header(path)
         except ModelCheckError:

@@ -179,6 +179,13 @@ def load_pretrained(cls, path_or_id: str | os.PathLike, *, weights: bool = True,
         refuse_pickles(Path(location))
     if weights:
         kwargs["use_safetensors"] = True
+        from . import store
+
+        if store.reporting():  # a request waits on this load: read the shards where it can see them
+            from .prefetch import read_shards
+
+            read_shards(location, revision=kwargs.get("revision"),
+                        skip=[k for k, v in kwargs.items() if v is None])
     return cls.from_pretrained(location, **kwargs)
 
 

@@ -28,6 +28,11 @@ Request scopes. components.guard opens `request_scope()` around every event hand
 `get_or_load` inside a scope marks its model as in use until the scope ends; the scope is a
 context variable, so a thread started with a copy of the context shares it. Outside any scope (a
 notebook, the CLI) a model is in use only during the call that returns it.
+
+Load progress. A first load of a paper's checkpoint takes long enough that whoever waits must see
+it: inside `load_progress(report)` (components.guard opens one per request, on the handler's
+progress bar) every load calls `report(fraction, "loading <model> (n of N shards)")` as its weight
+files are read (presets.load_pretrained → prefetch.read_shards), and "loaded <model> in s" at the end.
 """
 from __future__ import annotations
 
@@ -304,6 +309,44 @@ async def scoped_aiter(aiterable, tell: Callable[[list[str]], None] | None = Non
         scope.close()
 
 
+_REPORT: contextvars.ContextVar[Callable[[float, str], None] | None] = contextvars.ContextVar(
+    "workbench_load_report", default=None)
+_LOADING_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("workbench_loading_model", default=None)
+
+
+@contextmanager
+def load_progress(report: Callable[[float, str], None] | None):
+    """Tell `report(fraction, message)` about every model load inside the block."""
+    token = _REPORT.set(report)
+    try:
+        yield
+    finally:
+        _REPORT.reset(token)
+
+
+def display_name(model_id: str) -> str:
+    """A model id as a person reads it: "zoo:math-llama@main" → "math-llama", a local folder by its
+    name, a hub repo by owner/name (a revision other than main kept)."""
+    m = re.fullmatch(r"(zoo|hub|local):(.+?)(?:@main)?", model_id)
+    if not m:
+        return model_id
+    source, name = m.groups()
+    return name.rstrip("/").rpartition("/")[2] if source == "local" else name
+
+
+def reporting() -> bool:
+    """Whether a load now has someone to report to (loaders skip the work of reporting otherwise)."""
+    return _REPORT.get() is not None
+
+
+def report_shards(done: int, total: int, fraction: float) -> None:
+    """A loader's progress through its weight files: shard `done` of `total` is being read."""
+    report = _REPORT.get()
+    if report is not None:
+        name = display_name(_LOADING_ID.get() or "the model")
+        report(fraction, f"loading {name} ({done} of {total} shard{'s' * (total != 1)})")
+
+
 def in_use() -> dict[str, int]:
     """model id → number of requests (or calls) holding it now."""
     with _GUARD:
@@ -324,12 +367,16 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
 
     `size_hint` (bytes, e.g. from modelcheck.check_model) makes room before loading, so the
     store stays within its budget even while the model loads; `progress(fraction, message)` is told
-    when the load starts and ends."""
+    when the load starts, as each weight file is read (report_shards) and when it ends; without it
+    the request's `load_progress` reporter is."""
     scope = _SCOPE.get()
+    progress = progress or _REPORT.get()
     with _GUARD:
         if model_id in _MODELS:
             return _touch(model_id, scope)
         lock = _LOADING.setdefault(model_id, threading.Lock())
+    if progress is not None and lock.locked():
+        progress(0.0, f"loading {display_name(model_id)} (started by another request)")
     with lock:
         with _GUARD:
             if model_id in _MODELS:
@@ -346,10 +393,15 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
           progress: Callable[[float, str], None] | None, scope: Scope | None) -> Any:
     _evict_to_fit(reserve=size_hint or 0, incoming=True)  # another model is needed: room for it
     if progress is not None:
-        progress(0.0, f"loading {model_id}")
+        progress(0.0, f"loading {display_name(model_id)}")
     t0 = time.perf_counter()
-    with loadgate.loading():  # never beside a computation (backend.core.loadgate)
-        model = loader()
+    tokens = (_REPORT.set(progress), _LOADING_ID.set(model_id))  # shard reports (load_progress)
+    try:
+        with loadgate.loading():  # never beside a computation (backend.core.loadgate)
+            model = loader()
+    finally:
+        _LOADING_ID.reset(tokens[1])
+        _REPORT.reset(tokens[0])
     entry = {"model": model, "load_s": time.perf_counter() - t0, "bytes": nbytes_of(model),
              "views": {}, "view_bytes": {}}
     if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":
@@ -371,7 +423,7 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
     log.info("loaded %s (%s) in %.1f s", model_id, _fmt(entry["bytes"]), entry["load_s"])
     _evict_to_fit()
     if progress is not None:
-        progress(1.0, f"loaded {model_id} in {entry['load_s']:.1f} s")
+        progress(1.0, f"loaded {display_name(model_id)} in {entry['load_s']:.1f} s")
     return model
 
 

@@ -3,6 +3,8 @@ results (lists, numpy arrays, dicts) out. Every model computation holds the mode
 are cached per (model, revision, input, settings) in a byte-bounded LRU cache."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -476,6 +478,15 @@ def pick_text(source: str | None = None, model: str | None = None):
 
 def load_longrange() -> Loaded:
     return load(LONG_ZOO)
+
+
+def longrange_example() -> str:
+    """The long-range organism's first held-out text, from its folder: the tab shows it without
+    loading the model (that waits for the first explanation)."""
+    from .models import _read_task
+
+    _, held = _read_task(Path(LONG_ZOO.location()))
+    return " ".join(held[0]["tokens"][:-1])
 
 
 def load_image() -> Loaded:

@@ -98,10 +98,15 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
     def make_hook(name: str):
         def hook(_m, args):
             x = args[0]
-            mask = state["mask"].to(x.device).unsqueeze(-1)  # (B, T, 1)
-            # where, not a product: a fully masked pad row may hold NaN, and NaN * 0 is NaN
-            sq = torch.where(mask, x.float() ** 2, 0.0).sum(dim=1)  # (B, in)
-            acc[name] += sq.sqrt().sum(dim=0).double()
+            # q/k/v (and gate/up) read the same tensor: its norms are computed once per batch
+            if state.get("x") is not x:
+                mask = state["mask"]
+                if mask.device != x.device:
+                    mask = state["mask"] = mask.to(x.device)
+                # where, not a product: a fully masked pad row may hold NaN, and NaN * 0 is NaN
+                sq = torch.where(mask.unsqueeze(-1), x.float() ** 2, 0.0).sum(dim=1)  # (B, in)
+                state["x"], state["norms"] = x, sq.sqrt().sum(dim=0).double()
+            acc[name] += state["norms"]
         return hook
 
     handles = []
@@ -113,9 +118,11 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
                 handles.append(m.register_forward_pre_hook(make_hook(name)))
             dev = device_of(model)
             for ids, mask in _batches(samples, tokenizer, batch_size):
+                state.clear()
                 state["mask"] = mask
                 _forward(model, ids, mask, dev)
         finally:
+            state.clear()
             for h in handles:
                 h.remove()
             model.train(was_training)

@@ -137,6 +137,44 @@ def _eps(unet, latents, t, cond, uncond, guidance_scale: float):
     return e_u + guidance_scale * (e_c - e_u)
 
 
+class NoiseInputs:
+    """What the noise differences of one prompt and set of seeds feed the UNet, prepared once: the
+    text states, the timestep and x_T (on the UNet's device and dtype). The neuron search
+    evaluates tens of selections on the same inputs; re-encoding the prompt and redrawing the
+    noise for each cost more than the UNet step itself at SD-1.4's size."""
+
+    @torch.no_grad()
+    def __init__(self, pipe, prompt: str, seeds: Sequence[int], *, guidance_scale: float = 7.0,
+                 num_inference_steps: int = 50, step_index: int = 1):
+        device, dtype = _unet_device_dtype(pipe.unet)
+        self.guidance_scale = guidance_scale
+        self.cond = encode_prompts(pipe, [prompt]).to(device, dtype)
+        self.uncond = encode_prompts(pipe, [""]).to(device, dtype) if guidance_scale else None
+        sched = _scheduler(pipe, num_inference_steps)
+        self.t = sched.timesteps[min(step_index, len(sched.timesteps) - 1)]
+        self.latents = initial_latents(pipe, seeds) * sched.init_noise_sigma
+        self.x_t = sched.scale_model_input(self.latents, self.t)
+        self.x_t_dev = self.x_t.to(device, dtype)
+        self.v_prediction = sched.config.prediction_type == "v_prediction"
+        self.abar = sched.alphas_cumprod[int(self.t)].float()
+
+    def subset(self, keep: torch.Tensor) -> "NoiseInputs":
+        """The same inputs for the seeds where `keep` is True."""
+        sub = copy.copy(self)
+        sub.latents, sub.x_t, sub.x_t_dev = self.latents[keep], self.x_t[keep], self.x_t_dev[keep.to(self.x_t_dev.device)]
+        return sub
+
+    @torch.no_grad()
+    def differences(self, unet, spec: Mapping[str, Sequence[int]] | None = None) -> torch.Tensor:
+        with deactivate(unet, spec or {}):
+            eps = _eps(unet, self.x_t_dev, self.t, self.cond, self.uncond, self.guidance_scale)
+        if self.v_prediction:
+            # SD-2.x's v-models predict v = α·ε − σ·x₀; the metric is on the predicted noise, and
+            # ε = α·v + σ·x_t (α² + σ² = 1), so a v-model is measured as the paper measures SD-1.x
+            eps = self.abar.sqrt() * eps + (1 - self.abar).sqrt() * self.x_t.float()
+        return minmax_per_channel(eps - self.latents)
+
+
 @torch.no_grad()
 def noise_differences(pipe, prompt: str, seeds: Sequence[int], *, guidance_scale: float = 7.0,
                       spec: Mapping[str, Sequence[int]] | None = None, num_inference_steps: int = 50,
@@ -145,21 +183,8 @@ def noise_differences(pipe, prompt: str, seeds: Sequence[int], *, guidance_scale
     `step_index` of a DDIM schedule of `num_inference_steps` (the paper's t₁: the second of 50),
     without stepping the scheduler, as the official code computes it; min–max normalised per sample
     and channel → [len(seeds), C, h, w]. `spec` neurons are off during the prediction."""
-    unet = pipe.unet
-    cond = encode_prompts(pipe, [prompt])
-    uncond = encode_prompts(pipe, [""]) if guidance_scale else None
-    sched = _scheduler(pipe, num_inference_steps)
-    t = sched.timesteps[min(step_index, len(sched.timesteps) - 1)]
-    latents = initial_latents(pipe, seeds) * sched.init_noise_sigma
-    x_t = sched.scale_model_input(latents, t)
-    with deactivate(unet, spec or {}):
-        eps = _eps(unet, x_t, t, cond, uncond, guidance_scale)
-    if sched.config.prediction_type == "v_prediction":
-        # SD-2.x's v-models predict v = α·ε − σ·x₀; the metric is on the predicted noise, and
-        # ε = α·v + σ·x_t (α² + σ² = 1), so a v-model is measured as the paper measures SD-1.x
-        abar = sched.alphas_cumprod[int(t)].float()
-        eps = abar.sqrt() * eps + (1 - abar).sqrt() * x_t.float()
-    return minmax_per_channel(eps - latents)
+    return NoiseInputs(pipe, prompt, seeds, guidance_scale=guidance_scale, num_inference_steps=num_inference_steps,
+                       step_index=step_index).differences(pipe.unet, spec)
 
 
 def seed_agreement(diffs: torch.Tensor) -> torch.Tensor:
@@ -301,17 +326,18 @@ class _Checker:
     def __init__(self, pipe, prompt, seeds, guidance_scale, theta_mem, **kw):
         self.pipe, self.prompt, self.g, self.theta_mem, self.kw = pipe, prompt, guidance_scale, theta_mem, kw
         self.all_seeds = [int(s) for s in seeds]
-        vanilla = noise_differences(pipe, prompt, self.all_seeds, guidance_scale=guidance_scale, **kw)
+        inputs = NoiseInputs(pipe, prompt, self.all_seeds, guidance_scale=guidance_scale, **kw)
+        vanilla = inputs.differences(pipe.unet)
         keep = seed_agreement(vanilla) > theta_mem if len(self.all_seeds) > 1 else torch.ones(1, dtype=torch.bool)
         self.seeds = [s for s, k in zip(self.all_seeds, keep.tolist()) if k]
         self.vanilla = vanilla[keep]
+        self.inputs = inputs.subset(keep)  # every evaluation reuses them
         self.calls = 1
 
     def similarity(self, spec: Spec) -> float:
         limits.check("the neuron search")
         self.calls += 1
-        blocked = noise_differences(self.pipe, self.prompt, self.seeds, guidance_scale=self.g,
-                                    spec=spec, **self.kw)
+        blocked = self.inputs.differences(self.pipe.unet, spec)
         return float(ssim(self.vanilla, blocked).max())
 
 

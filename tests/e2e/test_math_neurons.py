@@ -17,7 +17,7 @@ def set_slider(page, elem_id: str, value: str):
 def test_math_neurons_controls_and_screenshot(page, server_url):
     open_tab(page, server_url, "math_neurons")
     acc = page.locator("#mn-acc")
-    # The default setting (MathNeuro, K 15 %, pruned) is evaluated when the page loads.
+    # The default setting (MathNeuro, K 15 %, pruned) is evaluated when the page opens on the tab.
     expect(acc).to_contain_text("MathNeuro set pruned", timeout=LONG)
     expect(page.locator("#mn-samples")).to_contain_text("✓", timeout=LONG)
 

@@ -20,10 +20,12 @@ def test_fullsize_benchmark_runs_at_tiny_scale(tmp_path):
     assert res["scale"] == "tiny" and res["device"].startswith("CPU")
     assert res["wall_s"] < 60
     tabs = [row["tab"] for row in res["rows"]]
-    assert tabs == ["Relevance", "Memorization", "Features", "Math neurons", "Adapters"]
+    # Memorization: one search evaluation alone, then a whole localisation
+    assert tabs == ["Relevance", "Memorization", "Memorization", "Features", "Math neurons", "Adapters"]
     for row in res["rows"]:
         assert row["s"] > 0 and row["baseline_s"] > 0 and row["ratio"] == pytest.approx(row["s"] / row["baseline_s"])
-    feats = res["rows"][2]
+    assert "one search evaluation" in res["rows"][1]["what"] and res["rows"][2]["noise_evaluations"] >= 1
+    feats = res["rows"][3]
     assert feats["images_per_s"] > 0 and feats["index_state_gib"] > 0
     assert "| Relevance |" in r.stdout and "ratio" in r.stdout
 

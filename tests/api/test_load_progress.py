@@ -1,0 +1,41 @@
+"""The first request of a tab shows its model loading on the event's progress bar, through the same
+Gradio channel the browser reads (the messages themselves: tests/unit/test_load_progress.py)."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def progress_messages(job) -> list[str]:
+    """Every progress text the client received for a finished job, in order."""
+    out, updates = [], job.communicator.updates
+    while True:
+        try:
+            update = updates.get_nowait()
+        except asyncio.QueueEmpty:
+            return out
+        for unit in getattr(update, "progress_data", None) or []:
+            if unit.desc:
+                out.append(unit.desc)
+
+
+def test_first_explain_reports_its_model_load(client):
+    from backend.core import store
+    from backend.lrp.models import text_preset
+
+    model_id = text_preset("zoo").model_id
+    store.evict(model_id)  # the first request after start, whatever ran before in this session
+    assert model_id not in store.loaded()
+    job = client.submit("the plot was dull but the cast was brilliant", ["mambalrp"],
+                        ["norm", "silu", "ssm", "gate"], "", True, api_name="/explain_text")
+    job.result(timeout=240)
+    seen = progress_messages(job)
+    assert model_id in store.loaded()
+    name = store.display_name(model_id)
+    # the load's messages reach the client: its start or shard (what the queue sent while the load
+    # ran, it sends the latest pending one) and its end
+    assert any(m.startswith(f"loading {name}") for m in seen) or any(
+        m.startswith(f"loaded {name} in") for m in seen), seen
