@@ -26,7 +26,7 @@ import gradio as gr  # noqa: E402
 from components import tab_modules  # noqa: E402
 from components import agent_tools  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
-from components.gradio_fixes import atomic_image_cache  # noqa: E402
+from components.gradio_fixes import atomic_image_cache, escaped_error_messages  # noqa: E402
 from components.guard import guard_events  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
 
@@ -36,6 +36,7 @@ QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
 
 def build_app(source: str = SOURCE) -> gr.Blocks:
     atomic_image_cache()
+    escaped_error_messages()
     modules = tab_modules()
     with gr.Blocks(title="Interpretability workbench", analytics_enabled=False) as demo:
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
@@ -90,7 +91,7 @@ def tab_failure_text(title: str, source: str, exc: BaseException) -> str:
 
 
 def launch_kwargs() -> dict:
-    return {"theme": THEME, "css": CSS, "footer_links": [], "max_file_size": "20mb",
+    return {"theme": THEME, "css": CSS, "footer_links": [], "max_file_size": "20mb", "run_history": False,
             "show_error": False}
 
 

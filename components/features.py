@@ -23,7 +23,7 @@ from components.feature_images import MAX_TAB_IMAGES, collect_images
 from components.feature_figures import (enlarged, concept_plot, hist_plot, maps_max, page_png,
                                         colorbar_html, dimmed, overlay, patch_figure)
 from components.common import fail, model_event
-from components.inputs import CheckedImage, CheckedNumber, keep_on_failure
+from components.inputs import CheckedImage, CheckedNumber, clear_unreadable, keep_on_failure
 from components.model_picker import model_picker
 
 TAB_ID = "features"
@@ -602,6 +602,7 @@ def build(ctx) -> None:
             upload = CheckedImage(label=("your image (any size: LLaVA-NeXT adds high-resolution tiles)" if org.is_hub
                                      else "your image (resized to the model's input)"), type="numpy", format="png",
                               height=220, elem_id="features-upload", sources=["upload", "clipboard"])
+            clear_unreadable(upload)
             gr.Markdown("<span class='wb-muted'>An uploaded image cannot travel in a link"
                         + (": “Link to this view” carries the held-out scene number instead." if n_held else ".")
                         + "</span>")

@@ -20,7 +20,7 @@ from backend.nemo import service
 from components import links
 from components.model_picker import model_picker
 from components.common import fail, model_event
-from components.inputs import checked_image, checked_slider, keep_on_failure
+from components.inputs import checked_image, checked_slider, clear_unreadable, keep_on_failure
 from components.memorization_figures import (NO_NEURONS_OFF, TABLE_HEADERS, TABLE_WIDTHS, batch_rows, export_png,
                                              gallery_items, hist_plot, pin_html, result_html, score_html,
                                              stats_html, summary_html, table_rows, z_plot)
@@ -367,6 +367,7 @@ def build(ctx) -> None:
                                             "Reference image (optional; default: the training image)"),
                                      type="numpy", image_mode="RGB", format="png", height=190, what="the reference image",
                                      sources=["upload", "clipboard"], elem_id="memo-ref")
+            clear_unreadable(reference)
             gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate")
             with gr.Row():
                 pin_btn = gr.Button("Pin this result", size="sm", elem_id="memo-pin")
