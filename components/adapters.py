@@ -642,7 +642,7 @@ def build(ctx) -> None:
     race_out = [race_plot, race_status, race_summary, race_files]
     race_in = [model, methods, seeds, steps, rank, lr]
     keep_on_failure(start.click(race_in_page, inputs=race_in + [live_view], outputs=race_out,
-                                show_progress="minimal", **model_event(api_visibility="private")), race_out)
+                                show_progress="hidden", **model_event(api_visibility="private")), race_out)
     # the API's race streams its status and figure as before (a button the page does not show)
     gr.Button(visible=False, elem_id="pissa-race-api").click(run_race, inputs=race_in, outputs=race_out,
                                                              **model_event(api_name="race"))
