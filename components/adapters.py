@@ -501,11 +501,13 @@ def stop_race(request: gr.Request = None):
 
 # --- 4. conversion ------------------------------------------------------------------------------
 @gpu(duration=120)
-def convert(key, rank, steps, progress=gr.Progress()):
+def convert(key, rank, steps, layer=None, progress=gr.Progress()):
     if not key:
         fail("Pick a model first.")
+    if not layer:
+        fail("Pick a layer first.")
     progress(0.2, desc="fine-tuning with PiSSA, then converting")
-    r = _call(service.conversion_demo, key, int(rank), int(steps))
+    r = _call(service.conversion_demo, key, int(rank), int(steps), layer=layer)
     half = r["dtype"] in ("float16", "bfloat16")
     change = r["change_from_base"] / r["output_scale"]
     verdict = "the same outputs" if r["same_outputs"] else "NOT the same outputs!"
@@ -520,7 +522,8 @@ def convert(key, rank, steps, progress=gr.Progress()):
     why += (f" A wrong conversion would be off by about as much as the fine-tuning moved the outputs "
             f"({change:.1e} relative)" + (", under twice the tolerance here: take more steps for a telling "
                                           "check." if change <= 2 * r["tolerance"] else "."))
-    md = (f"PiSSA fine-tuned for {r['steps']} step{'s' if r['steps'] != 1 else ''} (rank {r['rank']}). peft converted it to a plain "
+    md = (f"PiSSA fine-tuned {html.escape(', '.join(r['layers']))} for {r['steps']} step{'s' if r['steps'] != 1 else ''} "
+          f"(rank {r['rank']}). peft converted it to a plain "
           f"**LoRA of rank {r['converted_rank']}** on the *original* weights W. On {r['n_inputs']} inputs the "
           f"two models differ by at most **{r['max_abs_diff']:.2e}** (relative **{r['rel_diff']:.1e}**, "
           f"tolerance {r['tolerance']:.1e}): **{verdict}**  \n{why}")
@@ -615,8 +618,8 @@ def build(ctx) -> None:
     gr.Markdown("### 4 · PiSSA → LoRA conversion")
     gr.HTML("<div class='wb-explain'>A PiSSA adapter lives on W<sub>res</sub>, not on W. peft can "
             "rewrite the fine-tuned PiSSA adapter as a plain LoRA of rank 2r on the original W "
-            "(ΔW = B′A′ − BA), so it can be shared like any LoRA. This fine-tunes briefly with PiSSA, "
-            "converts, and compares the two models' outputs.</div>")
+            "(ΔW = B′A′ − BA), so it can be shared like any LoRA. This fine-tunes the chosen layer briefly "
+            "with PiSSA, converts, and compares the two models' outputs.</div>")
     with gr.Row():
         conv_steps = checked_slider(1, 100, value=20, step=1, label="PiSSA steps before converting",
                                     elem_id="pissa-conv-steps", scale=2, what="the number of PiSSA steps")
@@ -675,5 +678,5 @@ def build(ctx) -> None:
     stop_api = gr.Markdown(visible=False)
     gr.Button(visible=False, elem_id="pissa-stop-api").click(stop_race, outputs=stop_api, api_name="race_stop",
                                                              queue=False, show_progress="hidden")
-    keep_on_failure(conv_btn.click(convert, inputs=[model, rank, conv_steps], outputs=[conv_md, conv_json],
+    keep_on_failure(conv_btn.click(convert, inputs=[model, rank, conv_steps, layer], outputs=[conv_md, conv_json],
                                    **model_event(api_name="convert")), [conv_md, conv_json])
