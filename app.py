@@ -23,6 +23,7 @@ netenv.apply(offline=SOURCE == "zoo")
 
 import gradio as gr  # noqa: E402
 
+from backend.core.device import serving_threads  # noqa: E402
 from components import tab_modules  # noqa: E402
 from components import agent_tools  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
@@ -35,6 +36,7 @@ QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
 
 
 def build_app(source: str = SOURCE) -> gr.Blocks:
+    serving_threads(source)
     atomic_image_cache()
     escaped_error_messages()
     modules = tab_modules()
