@@ -699,11 +699,10 @@ def build(ctx) -> None:
                     [pinned, pinned_md])
     unpin_btn.click(lambda: (None, ""), None, [pinned, pinned_md], api_visibility="private")
     default_source = gr.State(ctx.source)
-    loaded = own_btn.click(load_own, [default_source, own_vlm, own_sae, own_hook],
-                           [source, own_md, summary, build_acc, build_note, ask_btn, table, feat, steer_feat,
-                            steer_explain],
+    load_out = [source, own_md, summary, build_acc, build_note, ask_btn, table, feat, steer_feat, steer_explain]
+    loaded = own_btn.click(load_own, [default_source, own_vlm, own_sae, own_hook], load_out,
                            **model_event(api_name="features_load"))
-    keep_on_failure(loaded, [own_md])
+    keep_on_failure(loaded, load_out)  # every output: a failed load leaves no Error badge on any
 
     def planted_views(source_):
         """Planted concepts (their IoU plot, the search by concept, zeroing rival features of a

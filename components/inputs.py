@@ -29,7 +29,9 @@ def clear_unreadable(image: gr.Image) -> gr.Image:
     """An upload the image's own check refuses (a damaged or non-image file) is refused as soon as
     it arrives, with that check's message, and taken off the component: the browser would otherwise
     keep showing it as a broken-image icon, and the next click would be refused again."""
-    ev = image.upload(lambda _: gr.skip(), image, image, show_progress="hidden", queue=False,
+    # queued (a refusal outside the queue reaches the page as a bare 500, with no toast), but never
+    # behind model work
+    ev = image.upload(lambda _: gr.skip(), image, image, show_progress="hidden", concurrency_limit=None,
                       api_visibility="private")
     ev.failure(lambda: None, None, image, show_progress="hidden", queue=False, api_visibility="private")
     return image
