@@ -268,9 +268,12 @@ const view = element.querySelector('.wb-race-live');
 const status = view.querySelector('.wb-race-live-status');
 const plot = view.querySelector('.wb-race-live-plot');
 const said = element.querySelector('.wb-race-stop');
-let have = '', timer = null, seen = 0, baseline = 0, since = 0;
+// kept on the page, not in this mount: Gradio may mount the view again while a race runs
+const st = (window.wbRaceState ||= {have: '', seen: 0, baseline: 0, since: -1e9, waiting: false,
+  page: (crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2) + String(Date.now()))});
 // this page's id: the race handler gets it as this component's value and files its progress under it
-if (!props.value) props.value = (crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2));
+if (props.value !== st.page) props.value = st.page;
+let timer = null;
 view.style.display = 'none';
 // the race's plotly figure (hover, zoom) takes over once it is drawn; after a failure the view stays
 function giveWay(t0) {
@@ -278,27 +281,34 @@ function giveWay(t0) {
   if (fig && fig.offsetParent !== null) view.style.display = 'none';
   else if (performance.now() - t0 < 20000) setTimeout(() => giveWay(t0), __POLL__);
 }
+function show(r) {
+  if (r.svg !== undefined) { plot.innerHTML = r.svg; status.textContent = r.status; }
+  view.style.display = '';
+  view.dataset.state = r.state;
+}
 async function poll() {
   timer = null;
   let r = null;
-  try { r = await server.progress(props.value + ' ' + have); } catch (e) { r = null; }
-  if (r && r.run > baseline) {
-    seen = Math.max(seen, r.run);
-    if (r.svg !== undefined) { plot.innerHTML = r.svg; status.textContent = r.status; }
-    have = r.run + '.' + r.version;
-    view.style.display = '';
-    view.dataset.state = r.state;
-    if (r.state === 'done') { giveWay(performance.now()); return; }
-  } else if (performance.now() - since > 120000) { return; }
+  try { r = await server.progress(props.value + ' ' + (element.isConnected ? st.have : '')); } catch (e) { r = null; }
+  if (!element.isConnected) return;  // a newer mount polls now
+  if (r && r.run > st.baseline) {
+    st.seen = Math.max(st.seen, r.run);
+    st.have = r.run + '.' + r.version;
+    show(r);
+    if (r.state === 'done') { st.waiting = false; giveWay(performance.now()); return; }
+  } else if (performance.now() - st.since > 120000) { st.waiting = false; return; }
   timer = setTimeout(poll, __POLL__);
 }
+if (st.waiting) { st.have = ''; timer = setTimeout(poll, 0); }  // mounted again mid-race
 // one listener per page, however often the view is mounted
 window.wbRaceLive?.abort();
 window.wbRaceLive = new AbortController();
 document.addEventListener('click', (e) => {
   if (e.target.closest('#pissa-start')) {
-    baseline = seen;
-    since = performance.now();
+    props.value = st.page;  // again: Gradio may have set the value back since the mount
+    st.baseline = st.seen;
+    st.since = performance.now();
+    st.waiting = true;
     said.textContent = '';
     if (timer === null) timer = setTimeout(poll, __POLL__);
   } else if (e.target.closest('#pissa-stop')) {
