@@ -309,7 +309,7 @@ document.addEventListener('click', (e) => {
     st.baseline = st.seen;
     st.since = performance.now();
     st.waiting = true;
-    said.textContent = '';
+    said.textContent = status.textContent = '';  // the last race's words go; its curves stay till replaced
     if (timer === null) timer = setTimeout(poll, __POLL__);
   } else if (e.target.closest('#pissa-stop')) {
     // acknowledged at once; the server's answer follows when the race has ended (under a second)
