@@ -155,7 +155,9 @@ def _race(page, stop: bool) -> dict:
     page.wait_for_function("() => window.wbRace.running", timeout=120_000)
     if stop:
         page.locator("#pissa-stop").click(no_wait_after=True)
-        page.wait_for_function("() => window.wbRace.answered", timeout=30_000)
+        page.wait_for_function("() => /\\.$/.test(document.querySelector('#pissa-stop-msg').innerText)",
+                               timeout=30_000)  # the server's answer, whatever it says
+        assert "Race stopped" in page.locator("#pissa-stop-msg").inner_text(), page.evaluate("window.wbRace")
     page.wait_for_function("() => window.wbRace.ended", timeout=120_000)
     page.locator("#pissa-race-status").get_by_text("stopped" if stop else "finished").wait_for(timeout=60_000)
     marks = page.evaluate("window.wbRace")
