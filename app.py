@@ -23,11 +23,12 @@ netenv.apply(offline=SOURCE == "zoo")
 
 import gradio as gr  # noqa: E402
 
+from backend.core.device import serving_threads  # noqa: E402
 from components import tab_modules  # noqa: E402
 from components import agent_tools  # noqa: E402
 from components import visitor  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
-from components.gradio_fixes import atomic_image_cache  # noqa: E402
+from components.gradio_fixes import atomic_image_cache, escaped_error_messages  # noqa: E402
 from components.guard import guard_events  # noqa: E402
 from components import range_guard  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
@@ -37,7 +38,9 @@ QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
 
 
 def build_app(source: str = SOURCE) -> gr.Blocks:
+    serving_threads(source)
     atomic_image_cache()
+    escaped_error_messages()
     modules = tab_modules()
     # Gradio's own copies of uploads and results go after the session time limit too
     ttl = int(visitor.sessions.ttl_seconds())
@@ -98,7 +101,7 @@ def tab_failure_text(title: str, source: str, exc: BaseException) -> str:
 
 
 def launch_kwargs() -> dict:
-    return {"theme": THEME, "css": CSS, "footer_links": [], "max_file_size": "20mb",
+    return {"theme": THEME, "css": CSS, "footer_links": [], "max_file_size": "20mb", "run_history": False,
             "show_error": False}
 
 

@@ -19,7 +19,7 @@ from backend.core import gpu
 from backend.pissa import service
 from backend.pissa.race import RACE_METHODS, RaceConfig
 from backend.core import colors as C
-from components import links
+from components import links, race_live
 from backend.core import bounds
 from components.common import fail, model_event, themed
 from components.inputs import CheckedNumber, bounded_slider, keep_on_failure
@@ -47,7 +47,7 @@ DASHES = ["solid", "dash", "dot", "dashdot"]
 UPDATE_EVERY_S = 0.25
 INIT_LABELS = {"pissa": "full SVD (pissa)", "pissa_niter_4": "fast SVD (pissa_niter_4)"}
 FIGURE_EVERY_S = 1.0
-STOP_WAIT_S = 1.5  # Stop answers once the race has ended, or says it is still finishing a step
+STOP_WAIT_S = race_live.STOP_WAIT_S
 MAX_PLOT_POINTS = 150
 
 EXPLAIN = (
@@ -386,6 +386,23 @@ class Cadence:
 
 
 def run_race(key, methods, n_seeds, steps, rank, lr, request: gr.Request = None):
+    """The race for API clients: status lines at most four times a second, the figure once a
+    second, then the final figure, status, summary and exports."""
+    yield from _race(key, methods, n_seeds, steps, rank, lr, request, live="")
+
+
+def race_in_page(key, methods, n_seeds, steps, rank, lr, page, request: gr.Request = None):
+    """The race for the page: its progress goes to the page's live view (components.race_live, `page`
+    its id) instead of through Gradio's front end; Gradio gets the start (the last figure hidden)
+    and the results."""
+    yield from _race(key, methods, n_seeds, steps, rank, lr, request, live=race_live.page_of(page, request))
+
+
+race_in_page.main_process = race_live.relayed  # components.guard: outside the ZeroGPU mark
+
+
+def _race(key, methods, n_seeds, steps, rank, lr, request, live: str):
+    """The race's outputs; with `live` (a page's id) its progress goes to that page's live view."""
     if not key:
         fail("Pick a model first.")
     methods = [m for m in RACE_METHODS if m in (methods or [])]
@@ -400,13 +417,28 @@ def run_race(key, methods, n_seeds, steps, rank, lr, request: gr.Request = None)
     session = getattr(request, "session_hash", None) or "local"
     total = len(methods) * n_seeds * steps
     curves: dict = {}
+    sent: dict = {}  # points per run the live view already has
+
+    def to_page(status: str, done: bool = False, title: str = "") -> race_live.Live:
+        new = {}
+        for k, c in curves.items():
+            i = sent.get(k, 0)
+            new[k] = (c["step"][i:], c["loss"][i:], c["grad_norm"][i:])
+            sent[k] = len(c["step"])
+        plain = status.replace("**", "").replace("  \n", "\n")
+        return race_live.Live(live, plain, new, title=title, done=done, owner=session)
+
     t0 = time.perf_counter()
     updates, figures = Cadence(UPDATE_EVERY_S), Cadence(FIGURE_EVERY_S)
     stream = service.race_stream(key, cfg, session, heartbeat_s=UPDATE_EVERY_S)
     title = f"{key}: LoRA vs PiSSA (r {rank})"
     updates.due()
     figures.due()
-    yield race_figure(curves, title), "starting…", None, None  # clears the last race's results
+    if live:
+        yield race_live.Live(live, "starting…", title=title, start=True, owner=session)
+        yield gr.update(value=None, visible=False), "", None, None  # the last race's results go
+    else:
+        yield race_figure(curves, title), "starting…", None, None  # clears the last race's results
     setup, drawn = "", 0
     try:
         for ev in stream:
@@ -415,16 +447,20 @@ def run_race(key, methods, n_seeds, steps, rank, lr, request: gr.Request = None)
                 title = (f"{key} · task {settings['task']} · r {settings['rank']} · alpha "
                          f"{settings['alpha']:g} · lr {settings['lr']:g}")
                 status = _status(curves, ev, time.perf_counter() - t0, total)
-                updates.wait()
-                yield race_figure(curves, title), status, ev["summary"], None
+                if live:  # the page hears that the race is over before the exports are written
+                    yield to_page(status, done=True, title=title)
                 folder = _export_dir()
                 png = folder / export_name("pissa-race", key, ext="png")
                 _race_png(curves, png, title)
                 data = {"summary": ev["summary"], "stopped": ev["stopped"],
                         "curves": [{"method": m, "seed": s, **c} for (m, s), c in sorted(curves.items())]}
                 files = [_write_json(folder, export_name("pissa-race", key, ext="json"), data), str(png)]
-                updates.wait()
-                yield gr.skip(), gr.skip(), gr.skip(), files
+                final = race_figure(curves, title)
+                if live:
+                    final = gr.update(value=final, visible=True)
+                else:
+                    updates.wait()
+                yield final, status, ev["summary"], files  # one update: each costs the page a refresh
                 return
             if ev.get("setup"):
                 setup = f"preparing run {ev['setup']}/{ev['of']}"
@@ -440,6 +476,9 @@ def run_race(key, methods, n_seeds, steps, rank, lr, request: gr.Request = None)
                 status = _status(curves, None, now, total)
             else:
                 status = f"{setup or 'loading the model and building the runs'}… ({now:.1f} s)"
+            if live:
+                yield to_page(status, title=title)
+                continue
             steps_now = sum(len(c["step"]) for c in curves.values())
             fig = gr.skip()
             if steps_now > drawn and figures.due():
@@ -452,24 +491,20 @@ def run_race(key, methods, n_seeds, steps, rank, lr, request: gr.Request = None)
 
 
 def stop_race(request: gr.Request = None):
-    session = getattr(request, "session_hash", None) or "local"
-    t0 = time.perf_counter()
-    state = service.request_stop(session, wait_s=STOP_WAIT_S)
-    if state == "idle":
-        return "No race is running: nothing to stop."
-    if state == "stopped":
-        return f"Race stopped, {time.perf_counter() - t0:.1f} s after the request."
-    return "Stopping: the race ends as soon as its current training step is done."
+    """The API's Stop (the page's goes through its live view: components.race_live.stop)."""
+    return race_live.stop_session(getattr(request, "session_hash", None) or "local")
 
 
 # --- 4. conversion ------------------------------------------------------------------------------
 @gpu(duration=120)
-def convert(key, rank, steps, progress=gr.Progress()):
+def convert(key, rank, steps, layer=None, progress=gr.Progress()):
     if not key:
         fail("Pick a model first.")
+    if not layer:
+        fail("Pick a layer first.")
     progress(0.2, desc="fine-tuning with PiSSA, then converting")
     r = _call(service.conversion_demo, key, _call(bounds.check, bounds.PISSA_RANK, rank),
-              _call(bounds.check, bounds.PISSA_CONVERT_STEPS, steps))
+              _call(bounds.check, bounds.PISSA_CONVERT_STEPS, steps), layer=layer)
     half = r["dtype"] in ("float16", "bfloat16")
     change = r["change_from_base"] / r["output_scale"]
     verdict = "the same outputs" if r["same_outputs"] else "NOT the same outputs!"
@@ -484,7 +519,8 @@ def convert(key, rank, steps, progress=gr.Progress()):
     why += (f" A wrong conversion would be off by about as much as the fine-tuning moved the outputs "
             f"({change:.1e} relative)" + (", under twice the tolerance here: take more steps for a telling "
                                           "check." if change <= 2 * r["tolerance"] else "."))
-    md = (f"PiSSA fine-tuned for {r['steps']} step{'s' if r['steps'] != 1 else ''} (rank {r['rank']}). peft converted it to a plain "
+    md = (f"PiSSA fine-tuned {html.escape(', '.join(r['layers']))} for {r['steps']} step{'s' if r['steps'] != 1 else ''} "
+          f"(rank {r['rank']}). peft converted it to a plain "
           f"**LoRA of rank {r['converted_rank']}** on the *original* weights W. On {r['n_inputs']} inputs the "
           f"two models differ by at most **{r['max_abs_diff']:.2e}** (relative **{r['rel_diff']:.1e}**, "
           f"tolerance {r['tolerance']:.1e}): **{verdict}**  \n{why}")
@@ -568,7 +604,9 @@ def build(ctx) -> None:
     with gr.Row(elem_classes=["wb-keyfirst"]):
         start = gr.Button("Start race", variant="primary", elem_id="pissa-start")
         stop = gr.Button("Stop", variant="stop", elem_id="pissa-stop")
-    stop_msg = gr.Markdown(elem_id="pissa-stop-msg", elem_classes=["wb-muted"])
+    # while a race runs in the page, its curves are drawn here (components.race_live); the plotly
+    # figure, with hover, replaces them when it ends
+    live_view = race_live.live_view(elem_id="pissa-race-live", elem_classes=["wb-keyfig", "wb-keyfirst"])
     race_plot = gr.Plot(label="race", elem_id="pissa-race", elem_classes=["wb-keyfig", "wb-keyfirst"])
     race_status = gr.Markdown(elem_id="pissa-race-status")
     with gr.Row():
@@ -578,8 +616,8 @@ def build(ctx) -> None:
     gr.Markdown("### 4 · PiSSA → LoRA conversion")
     gr.HTML("<div class='wb-explain'>A PiSSA adapter lives on W<sub>res</sub>, not on W. peft can "
             "rewrite the fine-tuned PiSSA adapter as a plain LoRA of rank 2r on the original W "
-            "(ΔW = B′A′ − BA), so it can be shared like any LoRA. This fine-tunes briefly with PiSSA, "
-            "converts, and compares the two models' outputs.</div>")
+            "(ΔW = B′A′ − BA), so it can be shared like any LoRA. This fine-tunes the chosen layer briefly "
+            "with PiSSA, converts, and compares the two models' outputs.</div>")
     with gr.Row():
         conv_steps = bounded_slider(bounds.PISSA_CONVERT_STEPS, value=20, step=1,
                                     label="PiSSA steps before converting", elem_id="pissa-conv-steps", scale=2)
@@ -606,8 +644,12 @@ def build(ctx) -> None:
     keep_on_failure(errors_btn.click(errors, inputs=[model, rank, heat_method], outputs=error_out,
                                      **model_event(api_name="errors")), error_out)
     race_out = [race_plot, race_status, race_summary, race_files]
-    keep_on_failure(start.click(run_race, inputs=[model, methods, seeds, steps, rank, lr], outputs=race_out,
-                                **model_event(api_name="race")), race_out)
+    race_in = [model, methods, seeds, steps, rank, lr]
+    keep_on_failure(start.click(race_in_page, inputs=race_in + [live_view], outputs=race_out,
+                                show_progress="hidden", **model_event(api_visibility="private")), race_out)
+    # the API's race streams its status and figure as before (a button the page does not show)
+    gr.Button(visible=False, elem_id="pissa-race-api").click(run_race, inputs=race_in, outputs=race_out,
+                                                             **model_event(api_name="race"))
 
     # A number typed past a slider's range: components.range_guard refuses it in the browser.
 
@@ -624,7 +666,10 @@ def build(ctx) -> None:
     unpin_btn.click(unpin, shown, [pinned, spec_plot, pin_md], api_visibility="private", show_progress="hidden")
     # Stop goes straight to the server, not through the queue behind other requests, and with no
     # progress overlay: its answer is the message
-    stop.click(stop_race, outputs=stop_msg, api_name="race_stop", queue=False, show_progress="hidden")
-    start.click(lambda: "", outputs=stop_msg, api_visibility="private", queue=False, show_progress="hidden")
-    keep_on_failure(conv_btn.click(convert, inputs=[model, rank, conv_steps], outputs=[conv_md, conv_json],
+    # The page's Stop is handled by the live view (a server function: a Gradio event would make the
+    # front end refresh every component's status); the API's goes to the same place
+    stop_api = gr.Markdown(visible=False)
+    gr.Button(visible=False, elem_id="pissa-stop-api").click(stop_race, outputs=stop_api, api_name="race_stop",
+                                                             queue=False, show_progress="hidden")
+    keep_on_failure(conv_btn.click(convert, inputs=[model, rank, conv_steps, layer], outputs=[conv_md, conv_json],
                                    **model_event(api_name="convert")), [conv_md, conv_json])

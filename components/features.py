@@ -25,7 +25,7 @@ from components.feature_figures import (enlarged, concept_plot, hist_plot, maps_
                                         colorbar_html, dimmed, overlay, patch_figure)
 from backend.core import bounds
 from components.common import fail, model_event
-from components.inputs import CheckedImage, CheckedNumber, keep_on_failure
+from components.inputs import CheckedImage, CheckedNumber, clear_unreadable, keep_on_failure
 from components.model_picker import model_picker
 
 TAB_ID = "features"
@@ -642,6 +642,7 @@ def build(ctx) -> None:
         with gr.Column(scale=1):
             upload = CheckedImage(label=upload_label(org), type="numpy", format="png",
                               height=220, elem_id="features-upload", sources=["upload", "clipboard"])
+            clear_unreadable(upload)
             link_md = gr.Markdown(link_note(org))
             # a preset without a scene set (hub) has no scene picker: the upload is the input
             example = gr.Dropdown(**scene_picker(org), elem_id="features-example", allow_custom_value=True)
@@ -744,11 +745,10 @@ def build(ctx) -> None:
                     [pinned, pinned_md])
     unpin_btn.click(lambda: (None, ""), None, [pinned, pinned_md], api_visibility="private")
     default_source = gr.State(ctx.source)
-    loaded = own_btn.click(load_own, [default_source, own_vlm, own_sae, own_hook],
-                           [source, own_md, summary, build_acc, build_note, ask_btn, table, feat, steer_feat,
-                            steer_explain],
+    load_out = [source, own_md, summary, build_acc, build_note, ask_btn, table, feat, steer_feat, steer_explain]
+    loaded = own_btn.click(load_own, [default_source, own_vlm, own_sae, own_hook], load_out,
                            **model_event(api_name="features_load"))
-    keep_on_failure(loaded, [own_md])
+    keep_on_failure(loaded, load_out)  # every output: a failed load leaves no Error badge on any
 
     def planted_views(source_):
         """Planted concepts (their IoU plot, the search by concept, zeroing rival features of a

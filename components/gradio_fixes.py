@@ -1,6 +1,7 @@
 """Workarounds for Gradio behaviour that the workbench cannot accept, applied once by app.py."""
 from __future__ import annotations
 
+import html
 import os
 import uuid
 from pathlib import Path
@@ -30,3 +31,23 @@ def atomic_image_cache() -> None:
 
     save_pil_to_cache._wb_atomic = True
     processing_utils.save_pil_to_cache = save_pil_to_cache
+
+
+def escaped_error_messages() -> None:
+    """Gradio 6.31 renders an error toast's message as HTML, so a message that names a nested
+    handler ("build.<locals>.run") or quotes a user's "<text>" loses everything after the "<".
+    Error messages leave the server HTML-escaped (quotes kept), and the toast shows them verbatim."""
+    from gradio import queueing, utils
+
+    if getattr(utils.error_payload, "_wb_escaped", False):
+        return
+    plain = utils.error_payload
+
+    def error_payload(error, show_error):
+        content = plain(error, show_error)
+        if isinstance(content.get("error"), str):
+            content["error"] = html.escape(content["error"], quote=False)
+        return content
+
+    error_payload._wb_escaped = True
+    utils.error_payload = queueing.error_payload = error_payload

@@ -181,6 +181,10 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
             fn = gated(fn)
             if sync:
                 fn = gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(fn)
+        # what a handler must do in the server process, around its GPU worker (the race's relay of
+        # its live progress to the page, components.race_live)
+        if callable(getattr(block_fn.fn, "main_process", None)):
+            fn = block_fn.fn.main_process(fn)
         fn._wb_guarded = True
         block_fn.fn = fn
     return demo

@@ -21,10 +21,24 @@ def keep_on_failure(event, outputs: list):
 
     Gradio 6.31 keeps a failed event's status on every output, an 'Error' badge over the last good
     result; a follow-up that changes nothing and completes with its progress hidden gives them a
-    finished status again, so the view stays and the message lives in the toast only."""
-    event.failure(lambda: tuple(gr.skip() for _ in outputs), None, outputs, show_progress="hidden",
+    finished status again, so the view stays and the message lives in the toast only. One
+    `gr.skip()` skips any number of outputs; a tuple of them would be one value for a single output,
+    which Gradio refuses."""
+    event.failure(lambda: gr.skip(), None, outputs, show_progress="hidden",
                   queue=False, api_visibility="private")
     return event
+
+
+def clear_unreadable(image: gr.Image) -> gr.Image:
+    """An upload the image's own check refuses (a damaged or non-image file) is refused as soon as
+    it arrives, with that check's message, and taken off the component: the browser would otherwise
+    keep showing it as a broken-image icon, and the next click would be refused again."""
+    # queued (a refusal outside the queue reaches the page as a bare 500, with no toast), but never
+    # behind model work
+    ev = image.upload(lambda _: gr.skip(), image, image, show_progress="hidden", concurrency_limit=None,
+                      api_visibility="private")
+    ev.failure(lambda: None, None, image, show_progress="hidden", queue=False, api_visibility="private")
+    return image
 
 
 class CheckedNumber(gr.Number):

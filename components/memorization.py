@@ -22,7 +22,7 @@ from components.model_picker import model_picker
 from components.visitor import own_folder, room_of, stats_dir
 from components.common import fail, model_event
 from backend.core import bounds
-from components.inputs import bounded_slider, checked_image, keep_on_failure
+from components.inputs import bounded_slider, checked_image, clear_unreadable, keep_on_failure
 from components.memorization_figures import (NO_NEURONS_OFF, TABLE_HEADERS, TABLE_WIDTHS, batch_rows, export_png,
                                              gallery_items, hist_plot, pin_html, result_html, score_html,
                                              stats_html, summary_html, table_rows, z_plot)
@@ -369,6 +369,7 @@ def build(ctx) -> None:
                                             "Reference image (optional; default: the training image)"),
                                      type="numpy", image_mode="RGB", format="png", height=190, what="the reference image",
                                      sources=["upload", "clipboard"], elem_id="memo-ref")
+            clear_unreadable(reference)
             gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate",
                                 elem_classes=["wb-keyfirst"])
             with gr.Row():

@@ -319,17 +319,22 @@ def export_figure(c: dict | None, check: dict | None, table: dict | None):
 
     n_img = 0 if c is None else len(c["seeds"])
     cols = max(n_img + 1, 3)
-    fig, axes = plt.subplots(3, cols, figsize=(2.2 * cols, 7.2), squeeze=False)
-    for ax in axes.flat:
+    fig = plt.figure(figsize=(2.2 * cols, 7.2))
+    grid = fig.add_gridspec(3, cols)
+
+    def cell(row, col):  # only the cells that show something get axes: each costs the export time
+        ax = fig.add_subplot(grid[row, col])
         ax.axis("off")
+        return ax
     if c is not None:
         if c["train_image"] is not None:
-            axes[0, 0].imshow(c["train_image"])
-            axes[0, 0].set_title(c.get("reference_kind") or "training image", fontsize=8)
+            ax = cell(0, 0)
+            ax.imshow(c["train_image"])
+            ax.set_title(c.get("reference_kind") or "training image", fontsize=8)
         tags = ("on", "off") if c["n_neurons"] else ("on",)
         for j, tag in enumerate(tags):
             for i, im in enumerate(c[f"images_{tag}"]):
-                ax = axes[j, i + 1]
+                ax = cell(j, i + 1)
                 ax.imshow(im)
                 t = f"seed {c['seeds'][i]} {tag}" if c["n_neurons"] else f"seed {c['seeds'][i]}"
                 if c[f"ssim_{tag}"] is not None:
@@ -337,7 +342,7 @@ def export_figure(c: dict | None, check: dict | None, table: dict | None):
                 ax.set_title(t, fontsize=8)
         if not c["n_neurons"]:  # in the figure, not an axis: a long line would defeat tight_layout
             fig.text(0.5, 0.5, NO_NEURONS_OFF, fontsize=9, ha="center", va="center")
-    ax = fig.add_subplot(3, 1, 3)
+    ax = fig.add_subplot(grid[2, :])
     if check is not None:
         off = 0
         for i, layer in enumerate(check["layers"]):

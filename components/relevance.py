@@ -20,7 +20,7 @@ from backend.lrp.tokens import visible
 from components.model_picker import model_picker
 from components import links
 from components.common import fail, model_event, on_first_open
-from components.inputs import bounded_slider, keep_on_failure
+from components.inputs import bounded_slider, clear_unreadable, keep_on_failure
 from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
                                           heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
                                           position_plot, scatter_plot, sentence_frame, sentence_html,
@@ -422,9 +422,9 @@ def build(ctx) -> None:
                 gr.Markdown("**Image** · any size; converted to 16×16 grayscale. <span class='wb-muted'>"
                             "A link to this view carries the held-out example number, not an uploaded "
                             "image.</span>")
-                image = refuse_unreadable(gr.Image(label="input image (16×16 grayscale)", show_label=False,
+                image = clear_unreadable(refuse_unreadable(gr.Image(label="input image (16×16 grayscale)", show_label=False,
                                                    type="numpy", format="png", image_mode="L", height=220,
-                                                   elem_id="rel-image"))
+                                                   elem_id="rel-image")))
                 with gr.Row():
                     ex_idx = bounded_slider(bounds.REL_EXAMPLE, value=0, step=1, label="Held-out example",
                                             elem_id="rel-ex-idx")

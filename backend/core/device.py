@@ -92,3 +92,15 @@ def device_of(module) -> torch.device:
     """The device of a module's first parameter (the CPU for a module without any)."""
     p = next(iter(module.parameters()), None) if module is not None else None
     return p.device if p is not None else torch.device("cpu")
+
+
+def serving_threads(source: str) -> int:
+    """Set torch's intra-op CPU threads for the server and return them: WORKBENCH_TORCH_THREADS, else
+    one for the zoo. The zoo's models are tiny: a second thread never speeds one of their ops up, and
+    on a busy machine (two cores shared with other work, two handlers at a time) every op then waits
+    at a barrier for a descheduled thread: one zoo forward took 300 ms with two threads and 7-14 ms
+    with one (benchmarks/ui_actions.py), which made Math's Ask 17 s and each export 12 s."""
+    raw = os.environ.get("WORKBENCH_TORCH_THREADS", "").strip()
+    n = int(raw) if raw.isdigit() and int(raw) > 0 else (1 if source == "zoo" else torch.get_num_threads())
+    torch.set_num_threads(n)
+    return n

@@ -149,7 +149,7 @@ class Run:
 
 
 def make_run(task: Task, method: str, seed: int, rank: int, alpha: float, lr: float,
-             niter: int | None = None) -> Run:
+             niter: int | None = None, targets: list[str] | None = None) -> Run:
     base = task.model()
     if method == "full":
         model = clone_model(base)
@@ -162,7 +162,7 @@ def make_run(task: Task, method: str, seed: int, rank: int, alpha: float, lr: fl
             p.requires_grad_(True)
     else:
         model = adapt(base, "lora" if method == "lora" else "pissa", rank=rank, alpha=alpha,
-                      targets=task.targets(), seed=seed, niter=niter)
+                      targets=targets or task.targets(), seed=seed, niter=niter)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)

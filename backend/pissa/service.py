@@ -156,13 +156,14 @@ def _weight(key: str, layer: str) -> torch.Tensor:
     return w.to(pick_device())
 
 
-def _check_rank(rank, w: torch.Tensor) -> int:
+def _check_rank(rank, w: torch.Tensor, name: str | None = None) -> int:
     try:
         rank = int(rank)
     except (TypeError, ValueError):
         raise ServiceError("rank must be a whole number") from None
     if not 1 <= rank <= min(w.shape):
-        raise ServiceError(f"rank must be between 1 and {min(w.shape)} for a {tuple(w.shape)} layer")
+        layer = f"the {tuple(w.shape)} layer {name}" if name else f"a {tuple(w.shape)} layer"
+        raise ServiceError(f"rank must be between 1 and {min(w.shape)} for {layer}")
     return rank
 
 
@@ -392,9 +393,11 @@ def conversion_tolerance(dtype: torch.dtype) -> float:
 
 
 @gpu(duration=lambda key, rank=8, steps=20, *a, **k: capped(15 + 0.2 * int(steps)))
-def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None = None) -> dict:
+def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None = None,
+                    layer: str | None = None) -> dict:
     """Fine-tune with PiSSA for a few steps, convert the adapter to a plain LoRA (rank 2r) on the
-    ORIGINAL weights with peft, and compare outputs of the two models on held-out inputs."""
+    ORIGINAL weights with peft, and compare outputs of the two models on held-out inputs. `layer`:
+    adapt that linear layer only (default: the layers the race adapts)."""
     from peft import get_peft_model_state_dict
 
     from ..core.device import device_of
@@ -405,10 +408,20 @@ def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None =
         raise ServiceError("steps must be between 1 and 500")
     task = task_for(key)
     model = task.model()
-    # peft's PiSSA→LoRA conversion needs the rank to fit every adapted layer, the narrowest too.
-    narrowest = min((m.weight for m in linear_layers(model).values()), key=lambda w: min(w.shape))
-    rank = _check_rank(rank, narrowest)
-    run = make_run(task, "pissa", seed=0, rank=rank, alpha=rank, lr=float(lr or task.default_lr))
+    layers = linear_layers(model)
+    if layer:
+        if layer not in layers:
+            raise ServiceError(f"no adaptable linear layer {str(layer)[:80]!r} in {key}")
+        targets = [layer]
+    else:
+        targets = task.targets()
+    # peft's PiSSA→LoRA conversion needs the rank to fit every adapted layer: the narrowest of
+    # those it adapts bounds it, not any other layer of the model
+    adapted = {n: m for n, m in layers.items() if n in targets or n.rsplit(".", 1)[-1] in targets}
+    name, narrowest = min(adapted.items(), key=lambda kv: min(kv[1].weight.shape))
+    rank = _check_rank(rank, narrowest.weight, name)
+    run = make_run(task, "pissa", seed=0, rank=rank, alpha=rank, lr=float(lr or task.default_lr),
+                   targets=targets)
     initial = {k: v.detach().clone() for k, v in get_peft_model_state_dict(run.model).items()}
     x = task.batch(torch.Generator().manual_seed(12345), 32)[0].to(device_of(model))
 
@@ -431,7 +444,7 @@ def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None =
     dtype = next(model.parameters()).dtype
     diff = float((a - b).abs().max())
     tol = conversion_tolerance(dtype)
-    return {"model": key, "rank": rank, "converted_rank": int(conv_rank), "steps": int(steps),
+    return {"model": key, "layers": targets, "rank": rank, "converted_rank": int(conv_rank), "steps": int(steps),
             "max_abs_diff": diff, "rel_diff": diff / scale, "output_scale": scale,
             "dtype": str(dtype).removeprefix("torch."), "tolerance": tol, "same_outputs": diff / scale <= tol,
             "roundoff_at_init": float((at_init - base).abs().max()) / max(float(base.abs().max()), 1e-12),

@@ -110,7 +110,7 @@ def test_stop_button_ends_the_race(app_url):
 
 @pytest.mark.timeout(120)
 def test_conversion_gives_the_same_outputs(client):
-    md, r = client.predict(MODEL, 8, 20, api_name="/convert")
+    md, r = client.predict(MODEL, 8, 20, "fc2", api_name="/convert")
     assert r["converted_rank"] == 16
     assert r["rel_diff"] < 1e-5 and r["change_from_base"] > 1e-2
     assert "the same outputs" in md
@@ -131,7 +131,7 @@ def test_conversion_gives_the_same_outputs(client):
     ((MODEL, ["lora"], 2, 5000, 8, 0), "/race", "The number of steps must be a whole number between 10 and 500"),
     ((MODEL, ["lora"], 2, 10, 8, "nan"), "/race", "learning rate must be between 0 and 0.99 (got 'nan')"),
     ((MODEL, ["lora"], 2, 10, 8, "inf"), "/race", "learning rate must be between 0 and 0.99 (got 'inf')"),
-    ((MODEL, 8, 0, ), "/convert", "The number of PiSSA steps before converting must be a whole number between 1 and 100"),
+    ((MODEL, 8, 0, "fc2"), "/convert", "The number of PiSSA steps before converting must be a whole number between 1 and 100"),
     ((MODEL, 0, "qpissa-1"), "/errors", "The rank r"),
 ])
 def test_bad_input_gives_a_clear_message(client, args, api, msg):
@@ -164,9 +164,12 @@ def test_error_table_marks_layers_narrower_than_the_rank(client):
     assert "n/a on head" in md and "/2** layers" in md  # two layers compared
 
 
-def test_conversion_rank_above_the_narrowest_layer_is_a_clear_error(client):
-    """The toy's head has 10 outputs: a rank-15 conversion cannot fit it (found by the fuzzer)."""
+def test_conversion_rank_above_the_layers_own_is_a_clear_error(client):
+    """The toy's head has 10 outputs: a rank-15 conversion cannot fit it (found by the fuzzer); the
+    bound is the chosen layer's, so fc2 (128 × 128) takes rank 32 (issue 26)."""
     from gradio_client.exceptions import AppError
 
-    with pytest.raises(AppError, match="rank must be between 1 and 10"):
-        client.predict(MODEL, 15, 5, api_name="/convert")
+    with pytest.raises(AppError, match="rank must be between 1 and 10 for the"):
+        client.predict(MODEL, 15, 5, "head", api_name="/convert")
+    md, r = client.predict(MODEL, 32, 5, "fc2", api_name="/convert")
+    assert r["converted_rank"] == 64 and r["layers"] == ["fc2"] and "the same outputs" in md

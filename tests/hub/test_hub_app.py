@@ -147,7 +147,7 @@ def test_adapters_main_endpoints(hub_client):
     assert all(a is not None for a in analysed[:3])
     errors = hub_client.predict(key, 4, "qpissa-1", api_name="/errors")
     assert errors[0]
-    conv = hub_client.predict(key, 4, 2, api_name="/convert")
+    conv = hub_client.predict(key, 4, 2, layer, api_name="/convert")
     assert conv[0]
     race = hub_client.predict(key, ["lora", "pissa"], 1, 10, 4, 0, api_name="/race")
     assert race[2]

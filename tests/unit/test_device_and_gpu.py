@@ -177,3 +177,21 @@ def test_gpu_estimates_grow_with_the_inputs_and_stay_bounded():
             assert 0 < d <= shim.MAX_DURATION, name
     assert shim.estimate(pissa.race_stream, "k", "not a config") == 60  # bad input: a default, no crash
     assert shim.estimate(pissa.error_table, "k", 8, ["a", "b"]) < shim.estimate(pissa.error_table, "k", 8)
+
+
+def test_serving_threads_one_for_the_zoo_unless_set(monkeypatch):
+    import torch
+
+    from backend.core.device import serving_threads
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("WORKBENCH_TORCH_THREADS", raising=False)
+        assert serving_threads("zoo") == 1 == torch.get_num_threads()
+        monkeypatch.setenv("WORKBENCH_TORCH_THREADS", "2")
+        assert serving_threads("zoo") == 2 == torch.get_num_threads()
+        monkeypatch.setenv("WORKBENCH_TORCH_THREADS", "nonsense")
+        torch.set_num_threads(2)
+        assert serving_threads("hub") == 2  # hub checkpoints keep torch's own choice
+    finally:
+        torch.set_num_threads(before)

@@ -36,3 +36,21 @@ def test_cached_images_are_written_atomically_and_never_rewritten(tmp_path):
     assert errors == [] and len(set(sizes)) == 1 and sizes[0] > 0
     assert os.stat(first).st_mtime_ns == mtime  # kept, not rewritten
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_error_messages_leave_the_server_escaped_for_the_toast():
+    """The toast renders its message as HTML: a handler named "build.<locals>.run" lost all text
+    after "<"; escaped, the browser shows it verbatim."""
+    import gradio as gr
+    from gradio import queueing, utils
+
+    from components.gradio_fixes import escaped_error_messages
+
+    escaped_error_messages()
+    escaped_error_messages()  # idempotent
+    msg = "Internal error (KeyError) while running build.<locals>.run; a & b's \"x\""
+    for payload in (queueing.error_payload, utils.error_payload):  # the queue's and the routes' names
+        out = payload(gr.Error(msg), False)
+        assert out["error"] == ("Internal error (KeyError) while running build.&lt;locals&gt;.run; "
+                                "a &amp; b's \"x\"")
+    assert queueing.error_payload(ValueError("hidden"), False)["error"] is None  # show_error off: nothing

@@ -89,3 +89,18 @@ def test_layer_analysis_is_cached_and_leaves_the_model_alone():
     assert service.layer_analysis("pissa-toy", "fc1", 4) is a
     assert a["reconstruction_rel_error"] <= 1e-5 and a["init_output_rel_gap"] <= 1e-5
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_conversion_rank_is_bounded_by_the_layer_it_adapts():
+    """Issue 26: rank 32 on fc2 (128 × 128) was refused with "between 1 and 10 for a (10, 128)
+    layer", the bound of the head, a layer the user had not picked."""
+    r = service.conversion_demo("pissa-toy", 32, steps=2, layer="fc2")
+    assert r["layers"] == ["fc2"] and r["rank"] == 32 and r["converted_rank"] == 64
+    assert r["same_outputs"], r
+    with pytest.raises(service.ServiceError, match=r"between 1 and 10 for the \(10, 128\) layer head"):
+        service.conversion_demo("pissa-toy", 32, steps=2, layer="head")
+    with pytest.raises(service.ServiceError, match="no adaptable linear layer 'fc9'"):
+        service.conversion_demo("pissa-toy", 8, steps=2, layer="fc9")
+    # the race's layers (no layer named): the narrowest of those, named
+    with pytest.raises(service.ServiceError, match=r"between 1 and 10 for the \(10, 128\) layer head"):
+        service.conversion_demo("pissa-toy", 32, steps=2)

@@ -90,14 +90,14 @@ def test_race_updates_at_most_four_a_second_and_the_figure_one(recorded):
         assert sum(t <= s < t + 1.0 for s in stamps[i:]) <= 4 + 1, stamps  # +1: a figure's build jitter
     assert len(outs) <= 4 * wall + 1
     # 600 steps coalesced into far fewer updates, and the live figure at most once a second
-    live_figs = [o for o in outs[1:-2] if isinstance(o[0], go.Figure)]
+    live_figs = [o for o in outs[1:-1] if isinstance(o[0], go.Figure)]
     assert len(live_figs) <= wall / ui.FIGURE_EVERY_S + 1
     fig_gaps = [b - a for a, b in zip(figures.grants, figures.grants[1:])]
     assert not fig_gaps or min(fig_gaps) >= ui.FIGURE_EVERY_S - 1e-6
     assert len(outs) <= 600 / 5
-    # the end: every step counted, the final figure drawn with all of them, then the exports
-    assert "600/600 steps" in outs[-2][1] and "**finished**" in outs[-2][1]
-    final = outs[-2][0]
+    # the end, in one update: every step counted, the final figure drawn with all of them, the exports
+    assert "600/600 steps" in outs[-1][1] and "**finished**" in outs[-1][1]
+    final = outs[-1][0]
     assert isinstance(final, go.Figure) and max(final.data[0].x) == 300
     assert any(str(f).endswith(".png") for f in outs[-1][3])
 
@@ -134,7 +134,7 @@ def test_stop_ends_the_race_within_a_second_and_says_so():
     ended = next(t for t, s in seen if isinstance(s, str) and "**stopped**" in s)
     assert ended - t_stop <= 2.0, ended - t_stop
     # stopped mid-race, and nothing is left running for the session
-    assert "/4500 steps" in seen[-2][1] and "4500/4500" not in seen[-2][1]
+    assert "/4500 steps" in seen[-1][1] and "4500/4500" not in seen[-1][1]
     assert ui.stop_race(request=req) == "No race is running: nothing to stop."
 
 
@@ -195,3 +195,86 @@ def test_training_waits_for_a_slow_consumer(monkeypatch):
     # the toy trains hundreds of steps a second: unbounded, it would be ~500 steps ahead by now
     assert max(ahead) <= 2 * service.RACE_BACKLOG + 1, max(ahead)
     assert service.request_stop(session) == "idle"
+
+
+@pytest.mark.timeout(120)
+def test_the_page_gets_its_race_through_the_live_view_not_through_gradio():
+    """The page's race (race_in_page, relayed in the server process): Gradio gets two updates (the
+    start, the results), the live view every step through its server functions, drawn as SVG."""
+    from components import race_live
+
+    req, page = Request(), uuid.uuid4().hex
+    handler = race_live.relayed(ui.race_in_page)
+    assert race_live.progress(f"{page} ") == {"run": 0, "version": 0, "state": "idle"}
+    outs = list(handler(MODEL, ["lora", "pissa"], 2, 60, 8, 0, page, request=req))
+    assert len(outs) == 2, [type(o) for o in outs]  # no streamed status, no figure a second
+    assert outs[0][0]["visible"] is False and outs[-1][0]["visible"] is True
+    assert "240/240 steps" in outs[-1][1] and any(str(f).endswith(".png") for f in outs[-1][3])
+    got = race_live.progress(f"{page} ")
+    assert got["state"] == "done" and "240/240 steps" in got["status"] and "**" not in got["status"]
+    svg = got["svg"]
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2 * 4  # 4 runs x (loss, grad norm)
+    assert "PiSSA · seed 1" in svg and "training loss" in svg
+    # unchanged since: nothing drawn again; another page's id or none: nothing of this race
+    again = race_live.progress(f"{page} {got['run']}.{got['version']}")
+    assert "svg" not in again and again["state"] == "done"
+    assert race_live.progress(f"{uuid.uuid4().hex} ")["state"] == "idle"
+    assert race_live.progress("")["state"] == "idle"
+    # Stop after the end says the race had already ended, and how far it went
+    assert race_live.stop(page) == "No race is running: the last one had already ended, after 240 steps."
+    assert race_live.stop("not-a-page") == "No race is running: nothing to stop."
+
+
+@pytest.mark.timeout(120)
+def test_the_pages_stop_ends_its_race_within_a_second():
+    from components import race_live
+
+    req, page = Request(), uuid.uuid4().hex
+    outs, errors = [], []
+
+    def consume():
+        try:
+            outs.extend(race_live.relayed(ui.race_in_page)(MODEL, ["lora", "pissa"], 3, 500, 8, 0, page,
+                                                           request=req))
+        except Exception as e:  # handed to the test
+            errors.append(e)
+
+    worker = threading.Thread(target=consume, daemon=True)
+    worker.start()
+    deadline = time.perf_counter() + 90
+    while "steps in" not in race_live.progress(f"{page} ").get("status", ""):
+        assert time.perf_counter() < deadline and worker.is_alive(), errors
+        time.sleep(0.05)
+    t0 = time.perf_counter()
+    answer = race_live.stop(page)
+    took = re.fullmatch(r"Race stopped, ([\d.]+) s after the request\.", answer)
+    assert took and float(took.group(1)) <= 1.0 and time.perf_counter() - t0 <= ui.STOP_WAIT_S + 0.5, answer
+    got = race_live.progress(f"{page} ")
+    assert got["state"] == "done" and got["status"].endswith("stopped"), got.get("status")
+    worker.join(timeout=60)
+    assert not worker.is_alive() and not errors, errors
+    assert "/3000 steps" in outs[-1][1] and "**stopped**" in outs[-1][1]
+
+
+def test_a_failed_race_ends_its_live_view():
+    from components import race_live
+
+    page = uuid.uuid4().hex
+
+    def failing(*a, **k):
+        yield race_live.Live(page, "starting…", start=True, owner="s")
+        raise ValueError("diverged")
+
+    with pytest.raises(ValueError):
+        list(race_live.relayed(failing)())
+    got = race_live.progress(f"{page} ")
+    assert got["state"] == "done" and "did not finish" in got["status"]
+
+
+def test_svg_of_no_points_and_of_one_step():
+    from components import race_live
+
+    empty = race_live.svg({}, "t")
+    assert empty.startswith("<svg") and "<polyline" not in empty
+    one = race_live.svg({("lora", 0): ([1], [2.0], [0.5])}, "<b>t</b>")
+    assert "&lt;b&gt;" in one and one.count("<polyline") == 2
