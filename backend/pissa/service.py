@@ -131,14 +131,15 @@ def config_layer_names(key: str) -> list[str]:
     """The adaptable layers of a transformers checkpoint from its config alone: the model is built on
     the meta device (no weights read, no memory), so a page lists a hub model's layers before its
     first use loads it. [] where the config cannot be read (not in the cache offline)."""
-    from accelerate import init_empty_weights
     from transformers import AutoConfig
 
     try:
         p = preset_for(key)
         config = load_pretrained(AutoConfig, p.location() if p.source == "zoo" else p.path_or_id, weights=False,
                                  roots=[ZOO_ROOT] if p.source == "zoo" else None)
-        with init_empty_weights():
+        # torch's device context is per thread; accelerate's init_empty_weights patches nn.Module for
+        # the whole process, so a computation running beside it would build meta parameters
+        with torch.device("meta"):
             model = import_class(p.model_class)(config)
     except Exception:  # noqa: BLE001 - the list fills on first use instead
         return []

@@ -488,14 +488,23 @@ def own_organism(vlm: str, sae: str, hookpoint: str) -> Organism:
     return org
 
 
+# Kinds of source defined by modules that build on this one (backend.sae.visitor registers a
+# visitor's own index, "session:…"): they register here, so this module never imports them.
+_SOURCE_KINDS: dict[str, Any] = {}
+
+
+def register_source(prefix: str, organism) -> None:
+    """`organism(source, model=, progress=)` answers every source that starts with `prefix`."""
+    _SOURCE_KINDS[prefix] = organism
+
+
 def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> Organism:
     """The tab's organism. A hub one is its metadata and index until `model=True` (or `need_model`)
     asks for the weights: building the tab and browsing feature pages never wait for the VLM.
     `source` may name a user's own VLM + SAE (`own_source`), or a visitor's own index (backend.sae.visitor)."""
-    if isinstance(source, str) and source.startswith("session:"):
-        from . import visitor
-
-        return visitor.organism(source, model=model, progress=progress)
+    kind = next((fn for prefix, fn in _SOURCE_KINDS.items() if str(source).startswith(prefix)), None)
+    if kind is not None:
+        return kind(source, model=model, progress=progress)
     if isinstance(source, str) and source.startswith(OWN):
         vlm_id, sae_id, hookpoint = json.loads(source[len(OWN):])
         org = own_organism(vlm_id, sae_id, hookpoint)

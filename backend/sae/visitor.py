@@ -97,3 +97,6 @@ def _on_evict(parts_key: str) -> None:
 
 
 store.on_evict(_on_evict)
+
+
+FT.register_source(PREFIX, organism)

@@ -77,7 +77,9 @@ from tests.conftest import ROOT  # noqa: E402
 # What the components call in the backend that never touches a model on the accelerator: loaders
 # (models are placed at load, outside any marked function), validators, index/metadata readers.
 NOT_GPU = {
-    "backend.lrp.service": {"load_text", "pick_text", "load_image", "load_longrange", "example_image"},
+    # `longrange_example`: the long-range organism's example text, read from its folder
+    "backend.lrp.service": {"load_text", "pick_text", "load_image", "load_longrange", "example_image",
+                            "longrange_example"},
     # `listed` / `own_source`: the model pickers' lists and metadata checks; `stats_status` loads a
     # picked pipeline (as `get` does: weights placed at load) and reads which statistics it uses
     "backend.nemo.service": {"get", "describe", "parse_neurons", "listed", "stats_status"},
@@ -87,8 +89,11 @@ NOT_GPU = {
                              "own_source", "clamp_range"},
     # `pick`: the picked model's preset, from its metadata (the tab's words follow it)
     "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick", "SIDES"},
-    "backend.mathneuro.service.Bench": {"eval_items"},  # the held-out items a setting is scored on
-    "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed"},
+    # the held-out items a setting is scored on, and how many samples each side identifies with
+    "backend.mathneuro.service.Bench": {"eval_items", "n_ident"},
+    # `config_layer_names`: a checkpoint's layers from its config, built on the meta device
+    "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed",
+                              "config_layer_names"},
 }
 
 

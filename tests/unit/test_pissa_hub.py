@@ -114,7 +114,12 @@ def test_error_table_exports_under_safe_names(ui):
 
 @pytest.mark.parametrize("key,dtype", [(LLAMA, "float16"), (MISTRAL, "bfloat16")])
 def test_conversion_is_judged_by_the_dtype(ui, key, dtype):
-    md, r = ui.convert(key, 8, 20, progress=no_progress)
+    from backend.pissa import service
+
+    # the tab converts the layer picked (a value projection: a query one barely moves this tiny
+    # model's outputs, so the check would not be telling)
+    layer = next(n for n in service.layer_names(key) if n.endswith("v_proj"))
+    md, r = ui.convert(key, 8, 20, layer, progress=no_progress)
     eps = torch.finfo(getattr(torch, dtype)).eps
     assert r["dtype"] == dtype and r["tolerance"] == pytest.approx(8 * eps)
     # half-precision round-off is well above float32's fixed 1e-4 (the check that said "NOT the
@@ -130,7 +135,7 @@ def test_conversion_is_judged_by_the_dtype(ui, key, dtype):
 
 def test_race_runs_every_method_on_a_half_precision_checkpoint(ui):
     outs = list(ui.run_race(LLAMA, ["lora", "pissa", "full"], 1, 10, 8, 0))
-    status, summary, files = outs[-2][1], outs[-2][2], outs[-1][3]
+    status, summary, files = outs[-1][1], outs[-1][2], outs[-1][3]  # the end is one update
     assert "30/30 steps" in status and "**finished**" in status
     data = json.loads(next(p for p in _one_component(files, "meta-llama--Llama-2-7b-hf")
                            if p.suffix == ".json").read_text())
