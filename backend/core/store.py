@@ -326,8 +326,9 @@ def load_progress(report: Callable[[float, str], None] | None):
 
 def display_name(model_id: str) -> str:
     """A model id as a person reads it: "zoo:math-llama@main" → "math-llama", a local folder by its
-    name, a hub repo by owner/name (a revision other than main kept)."""
-    m = re.fullmatch(r"(zoo|hub|local):(.+?)(?:@main)?", model_id)
+    name, a hub repo by owner/name (a revision other than main kept); a shared weights entry's class
+    suffix ("…|MambaForCausalLM", backend.core.weights) is not part of the name."""
+    m = re.fullmatch(r"(zoo|hub|local):(.+?)(?:@main)?", model_id.split("|")[0])
     if not m:
         return model_id
     source, name = m.groups()

@@ -23,10 +23,10 @@ def progress_messages(job) -> list[str]:
 
 
 def test_first_explain_reports_its_model_load(client):
-    from backend.core import store
+    from backend.core import store, weights
     from backend.lrp.models import text_preset
 
-    model_id = text_preset("zoo").model_id
+    model_id = weights.key(text_preset("zoo"))  # the shared weights entry every tab uses
     store.evict(model_id)  # the first request after start, whatever ran before in this session
     assert model_id not in store.loaded()
     job = client.submit("the plot was dull but the cast was brilliant", ["mambalrp"],
@@ -35,6 +35,7 @@ def test_first_explain_reports_its_model_load(client):
     seen = progress_messages(job)
     assert model_id in store.loaded()
     name = store.display_name(model_id)
+    assert name == "mamba-sentiment", name  # as a person reads it, without the entry's class suffix
     # the load's messages reach the client: its start or shard (what the queue sent while the load
     # ran, it sends the latest pending one) and its end
     assert any(m.startswith(f"loading {name}") for m in seen) or any(

@@ -65,7 +65,7 @@ def test_too_large_and_space_policy_are_checked_before_loading(client, local_mod
     before = set(store.loaded())
     with pytest.raises(Exception) as e:
         client.predict(key, api_name="/layers")
-    assert "too large for this server" in str(e.value) and "the cap is 0.0 GB" in str(e.value)
+    assert "too large for this server" in str(e.value) and "the cap is 1e-05 GB" in str(e.value)
     monkeypatch.delenv("WORKBENCH_CUSTOM_MAX_GB")
     monkeypatch.setenv("SPACE_ID", "owner/workbench")
     with pytest.raises(Exception) as e:
@@ -89,7 +89,9 @@ def test_math_neurons_on_your_own_model_and_non_math_file(app_url, local_models,
 
     client = Client(app_url, verbose=False)  # its own session: the non-math set is session state
     key = own(local_models, name)
-    card = client.predict(key, api_name="/mn_model")  # the non-math set is session state, not returned
+    # the non-math set is session state, not returned; a new pick also empties the two file boxes
+    card, math_box, nonmath_box = client.predict(key, api_name="/mn_model")
+    assert math_box is None and nonmath_box is None
     assert "GSM8K" in card and "last number" in card and "chat template" in card
     path = tmp_path / "nonmath.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in NONMATH))

@@ -83,4 +83,5 @@ def test_display_names():
     assert store.display_name("hub:state-spaces/mamba-130m-hf@main") == "state-spaces/mamba-130m-hf"
     assert store.display_name("hub:owner/name@v2") == "owner/name@v2"
     assert store.display_name("local:/data/models/my-mamba@main") == "my-mamba"
+    assert store.display_name("zoo:mamba-sentiment@main|MambaForCausalLM") == "mamba-sentiment"
     assert store.display_name("features:hub:a/b|c/d|layers.3") == "features:hub:a/b|c/d|layers.3"
