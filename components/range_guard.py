@@ -5,8 +5,8 @@ value is what the next event computes with (held-out example 500 loaded example 
 script for every slider of the app (RANGE_JS): while the typed number is out of range it never
 reaches the slider's value (so no event sees it), leaving the box or pressing Enter refuses it (a
 toast from the server with the message of backend.core.bounds, the one the API and the MCP tools
-give), the box shows the value in use again, and a click that follows within a moment (the click
-that left the box) is swallowed, so nothing is computed.
+give), the box shows the value in use again, and the click whose press left the box is swallowed,
+so nothing is computed; the user's next click goes through.
 """
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ RANGE_JS = """() => {
     const label = (s.block.querySelector('label, [data-testid=block-info]') || {}).textContent || '';
     el.value = el.dataset.wbLast ?? s.range.value;
     el.dispatchEvent(new Event('input', {bubbles: true}));
-    window.wbRefusedAt = Date.now();
+    // a refusal by a pointer press elsewhere (the blur comes first): that press's click computes nothing
+    window.wbSwallowClick = Date.now() - (window.wbPressedAt || 0) < 300;
     const box = document.querySelector('#%(box)s textarea, #%(box)s input');
     if (!box) { return; }
     box.value = JSON.stringify({id: s.block.id || '', label: label.trim(), value: v, min: Number(s.range.min),
@@ -71,9 +72,13 @@ RANGE_JS = """() => {
     if (s && outside(e.target, s)) { e.stopImmediatePropagation(); }
   }, true);
   document.addEventListener('keydown', (e) => { if (e.key === 'Enter') { commit(e); } }, true);
-  // the click that took the focus from a refused box computes nothing
+  // the click that took the focus from a refused box computes nothing; a later click (or one after
+  // a refusal by Tab or Enter) is the user's next action and goes through
+  document.addEventListener('pointerdown', () => { window.wbPressedAt = Date.now(); }, true);
   document.addEventListener('click', (e) => {
-    if (Date.now() - (window.wbRefusedAt || 0) < 600 && e.target.closest && e.target.closest('button')) {
+    const swallow = window.wbSwallowClick;
+    window.wbSwallowClick = false;
+    if (swallow && e.target.closest && e.target.closest('button')) {
       e.stopImmediatePropagation();
       e.preventDefault();
     }
