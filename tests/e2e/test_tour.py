@@ -104,13 +104,14 @@ def test_every_tour_start_to_end(page, server_url):
     page.wait_for_function(f"() => document.querySelector('#tour-header').innerText.includes('Step 1 of {total}')")
     settle(page, 180_000)
     assert page.locator("#tour-caption").inner_text() == captions["relevance"][0]
-    # Presenter view: the JSON export and link row disappear, the caption grows.
+    # Presenter view: the JSON export disappears, the caption grows; the link row stays, so a link
+    # made there carries presenter=1.
     size = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('.wb-tour-caption')).fontSize)")
     page.locator("#wb-presenter-toggle input").check()
     page.wait_for_timeout(300)
     assert "wb-presenter" in page.evaluate("() => document.body.className")
     assert not page.locator("#tour-numbers-acc").is_visible()
-    assert not page.locator("#wb-link-btn-tour").is_visible()
+    assert page.locator("#wb-link-btn-tour").is_visible()
     bigger = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('.wb-tour-caption')).fontSize)")
     assert bigger > size
     page.evaluate("() => window.scrollTo(0, 0)")
