@@ -226,8 +226,8 @@ def _handlers(source: str) -> tuple[dict, dict]:
 
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
-            with gr.Tab("Relevance"):
-                R.build(TabContext(tabs, source))
+            with gr.Tab("Relevance") as tab:  # as app.build_app hands it over
+                R.build(TabContext(tabs, source, tab=tab, tab_id=R.TAB_ID))
     fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
     comps = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
     comps["texts"] = " ".join(str(b.value) for b in demo.blocks.values() if isinstance(b, (gr.Markdown, gr.HTML)))
