@@ -139,7 +139,7 @@ WATCH = """() => {
     if (said) mark('acknowledged');
     if (/Race stopped/.test(said)) mark('answered');
     const live = document.querySelector('#pissa-race-live .wb-race-live-status').innerText;
-    if (/steps in/.test(live)) mark('running');
+    if (/(^|\\D)[1-9]\\d*\\/\\d+ steps in/.test(live)) mark('running');  // its first steps done
     if (/\\b(stopped|finished)\\b/.test(live)) mark('ended');
   }).observe(document.body, {subtree: true, childList: true, characterData: true});
 }"""
