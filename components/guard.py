@@ -66,18 +66,7 @@ def _load_reporter():
 
 def _reporting(it, report):
     """Iterate a stream with the load reporter set at each step (steps may run in other threads)."""
-    try:
-        while True:
-            with load_progress(report):
-                try:
-                    x = next(it)
-                except StopIteration:
-                    return
-            yield x
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+    return loadgate.each_step(it, lambda: load_progress(report))
 
 
 def guarded(fn):

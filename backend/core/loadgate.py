@@ -14,7 +14,7 @@ import contextvars
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, ContextManager, Iterator
 
 WAIT_S = 60.0
 _COND = threading.Condition()
@@ -64,11 +64,12 @@ def loading():
             _COND.notify_all()
 
 
-def gated_iter(it: Iterator) -> Iterator:
-    """A stream whose every step is a computation."""
+def each_step(it: Iterator, context: Callable[[], ContextManager]) -> Iterator:
+    """A stream with `context()` entered around each of its steps (a stream's steps may run in
+    different threads, so a context entered once would not cover the next); closed when left."""
     try:
         while True:
-            with computing():
+            with context():
                 try:
                     item = next(it)
                 except StopIteration:
@@ -78,3 +79,8 @@ def gated_iter(it: Iterator) -> Iterator:
         close = getattr(it, "close", None)
         if close is not None:
             close()
+
+
+def gated_iter(it: Iterator) -> Iterator:
+    """A stream whose every step is a computation."""
+    return each_step(it, computing)
