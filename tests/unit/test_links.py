@@ -180,19 +180,26 @@ def test_every_zoo_tab_declares_link_runs_that_exist():
         assert missing == [], (mod.TAB_ID, missing)
 
 
-def test_link_leaves_out_inputs_still_at_their_defaults_and_is_copied():
+def _one_tab(make_inputs):
+    """A page of one linked tab "a" whose inputs `make_inputs()` builds → (demo, its inputs, the link
+    maker: the values of the inputs → the link's query)."""
     dl = links.DeepLinks()
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
             with gr.Tab("A", id="a") as ta:
                 entry = dl.add_tab("a", ta)
-                x = gr.Textbox("the plot was dull", elem_id="a-x")
-                n = gr.Slider(1, 10, value=3, step=1, elem_id="a-n")
-                m = gr.CheckboxGroup(["gi", "ig"], value=["gi"], elem_id="a-m")
-                gr.Button().click(lambda *v: v[0], [x, n, m], x)
+                inputs = make_inputs()
+                gr.Button().click(lambda *v: v[0], inputs, inputs[0])
         dl.install(demo, tabs, default_tab="a")
     make = next(fn for fn in demo.fns.values()
                 if entry.button._id in [t for t, _ in (fn.targets or [])] and fn.fn is not None).fn
+    return demo, inputs, make
+
+
+def test_link_leaves_out_inputs_still_at_their_defaults_and_is_copied():
+    demo, _, make = _one_tab(lambda: [gr.Textbox("the plot was dull", elem_id="a-x"),
+                                      gr.Slider(1, 10, value=3, step=1, elem_id="a-n"),
+                                      gr.CheckboxGroup(["gi", "ig"], value=["gi"], elem_id="a-m")])
     assert make("the plot was dull", 3, ["gi"]) == "?tab=a"
     assert make("the plot was dull", 5, ["gi"]) == "?tab=a&a-n=5"
     assert make("good", 3, ["gi", "ig"]) == "?" + links.urlencode([("tab", "a"), ("a-x", '"good"'),
@@ -203,18 +210,10 @@ def test_link_leaves_out_inputs_still_at_their_defaults_and_is_copied():
 
 
 def test_link_leaves_out_refused_values_and_an_empty_box():
-    dl = links.DeepLinks()
-    with gr.Blocks() as demo:
-        with gr.Tabs() as tabs:
-            with gr.Tab("A", id="a") as ta:
-                entry = dl.add_tab("a", ta)
-                free = gr.Textbox(elem_id="a-free")  # built empty (None); the browser sends ""
-                n = gr.Slider(0, 199, value=0, step=1, elem_id="a-idx")
-                k = gr.Number(value=1, precision=0, minimum=0, maximum=9, elem_id="a-k")
-                gr.Button().click(lambda *v: v[0], [free, n, k], free)
-        dl.install(demo, tabs, default_tab="a")
-    make = next(fn for fn in demo.fns.values()
-                if entry.button._id in [t for t, _ in (fn.targets or [])] and fn.fn is not None).fn
+    _, (free, n, k), make = _one_tab(lambda: [
+        gr.Textbox(elem_id="a-free"),  # built empty (None); the browser sends ""
+        gr.Slider(0, 199, value=0, step=1, elem_id="a-idx"),
+        gr.Number(value=1, precision=0, minimum=0, maximum=9, elem_id="a-k")])
     assert make("", 0, 1) == "?tab=a"  # a fresh view: no memo-free=""
     with pytest.warns(UserWarning, match="Left out of the link .*a-idx, a-k"):
         assert make("", 3.5, 12) == "?tab=a"  # refused by their controls: not carried
