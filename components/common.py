@@ -106,6 +106,10 @@ CSS = """
 .wb-card h3 {margin:0 0 4px 0; font-size:1.05rem;}
 .wb-card .wb-paper {font-size:0.8rem; color: var(--body-text-color-subdued); margin-bottom:6px;}
 .wb-card p {margin:0; font-size:0.9rem;}
+/* A card's numbers table keeps inside its card down to 1000 px: compact cells, figures never wrapped. */
+.wb-card table.wb-acc {width:100%; border-collapse:collapse; font-size:0.85rem; margin:0;}
+.wb-card table.wb-acc th {font-size:0.78rem;}
+.wb-card table.wb-acc th, .wb-card table.wb-acc td {padding:4px 6px !important; white-space:nowrap;}
 .wb-muted {color: var(--body-text-color-subdued); font-size:0.85rem;}
 .wb-picker-line {font-size:0.85rem; margin-top:2px;}
 .wb-picker-bad {color: var(--error-text-color, #b91c1c);}

@@ -49,7 +49,7 @@ def accuracy_html(base: dict, mod: dict, s: Setting, n_total: int, used: tuple[i
             f"set {what}</h3><div class='wb-paper'>{mod['n_params']:,} of {n_total:,} linear weights "
             f"({100 * mod['n_params'] / max(n_total, 1):.2f} %) · K = {100 * s.top_k:g} % · "
             f"{samples_words(s.n_samples, used)}</div>"
-            "<table style='width:100%'><tr><th></th><th>unmodified</th><th>modified</th><th>change</th></tr>"
+            "<table class='wb-acc'><tr><th></th><th>unmodified</th><th>modified</th><th>change</th></tr>"
             f"{rows}</table></div>")
 
 

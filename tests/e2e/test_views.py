@@ -38,13 +38,19 @@ def test_presenter_view_at_1000_by_800(server_url):
         page.click("#wb-link-btn-adapters")
         page.wait_for_function("() => document.querySelector('#wb-link-url-adapters textarea, "
                                "#wb-link-url-adapters input').value.includes('presenter=1')")
-        # the Math figure's title fits its plot
+        # the Math figure's title fits its plot (expert view: the accuracy card shows too)
         page.goto(f"{server_url}?tab=math_neurons")
         page.wait_for_selector("#mn-accfig .gtitle", timeout=LONG)
         fits = page.evaluate("""() => { const t = document.querySelector('#mn-accfig .gtitle').getBoundingClientRect();
                                          const p = document.querySelector('#mn-accfig .main-svg').getBoundingClientRect();
                                          return t.right <= p.right + 1; }""")
         assert fits
+        # the accuracy card's table stays inside its card (it overflowed at 1000 px)
+        page.wait_for_selector("#mn-acc table", timeout=LONG)
+        inside = page.evaluate("""() => { const t = document.querySelector('#mn-acc table').getBoundingClientRect();
+                                           const c = document.querySelector('#mn-acc .wb-card').getBoundingClientRect();
+                                           return [t.right, c.right]; }""")
+        assert inside[0] <= inside[1], inside
         # the tour's dropdown text stops before its arrow
         page.goto(f"{server_url}?tab=tour")
         settle(page, LONG)
