@@ -570,7 +570,7 @@ def hide_ui_events(demo: gr.Blocks) -> int:
 def install(demo: gr.Blocks, source: str) -> list[str]:
     """Register the tools on a built app and leave them the only public endpoints."""
     from . import mcp_server
-    from .common import MODEL_CONCURRENCY, model_group
+    from .common import MODEL_GROUP, model_concurrency
     from .guard import gated
 
     global _SOURCE
@@ -582,9 +582,9 @@ def install(demo: gr.Blocks, source: str) -> list[str]:
     with demo:
         for tool, tab, model, _intervention, _cost in TOOLS:
             fn = guarded(tool)
-            if model:  # queued with its tab's model calls, never beside a model load
+            if model:  # queued with the app's model calls, never beside a model load
                 fn = gpu(duration=HANDLER_GPU_SECONDS.get(tab, 120), estimate=False)(gated(fn))
-                queue = {"concurrency_id": model_group(tab), "concurrency_limit": MODEL_CONCURRENCY}
+                queue = {"concurrency_id": MODEL_GROUP, "concurrency_limit": model_concurrency()}
             else:
                 queue = {"concurrency_id": READS_GROUP, "concurrency_limit": 4}
             fn._wb_guarded = True  # guard_events leaves it as it is

@@ -10,28 +10,34 @@ import gradio as gr
 from backend.core.colors import themed  # noqa: F401  (re-exported: every tab's plotly figures)
 from backend.core.device import pick_device
 
-# Every model-touching event is marked with this group; components.guard.guard_events then gives it
-# its tab's queue (`model_group`): one computation at a time per tab's models, and a long call in
-# one tab never holds up another tab, nor any call that touches no model (feature lists and pages,
-# status), which keeps Gradio's own per-event queue. The model's lock serialises what several tabs
-# do to one shared model. WORKBENCH_MODEL_CONCURRENCY raises the per-tab limit (a GPU with room).
+# Every model-touching event (all five tabs, the MCP model tools) joins this one group, which runs up
+# to `model_concurrency()` calls at once; each call takes turns per model through the model's own
+# lock (backend.core.interventions), so two visitors on different models run side by side and two on
+# the same model take turns, and a model load waits for running computations (backend.core.loadgate).
+# Calls that touch no model (feature lists and pages, status) keep Gradio's per-event queue and never
+# wait behind a model call.
 MODEL_GROUP = f"model-{pick_device().type}"
-MODEL_CONCURRENCY = int(os.environ.get("WORKBENCH_MODEL_CONCURRENCY", "1"))
+DEFAULT_MODEL_CONCURRENCY = 4
+
+
+def model_concurrency() -> int:
+    """WORKBENCH_MODEL_CONCURRENCY: model calls the app runs at once, over all tabs (default 4; read
+    when the app is built)."""
+    raw = os.environ.get("WORKBENCH_MODEL_CONCURRENCY", "").strip()
+    if not raw:
+        return DEFAULT_MODEL_CONCURRENCY
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"WORKBENCH_MODEL_CONCURRENCY must be a whole number ≥ 1, not {raw!r}")
+    return int(raw)
 
 
 def model_event(**extra: Any) -> dict[str, Any]:
     """Keyword arguments for `.click(...)` / `.change(...)` of a model-touching event."""
-    return {"concurrency_id": MODEL_GROUP, "concurrency_limit": MODEL_CONCURRENCY, **extra}
-
-
-def model_group(tab: str) -> str:
-    """The queue of one tab's model calls."""
-    return f"{MODEL_GROUP}-{tab}"
+    return {"concurrency_id": MODEL_GROUP, "concurrency_limit": model_concurrency(), **extra}
 
 
 def is_model_group(concurrency_id) -> bool:
-    return isinstance(concurrency_id, str) and (concurrency_id == MODEL_GROUP
-                                                or concurrency_id.startswith(MODEL_GROUP + "-"))
+    return concurrency_id == MODEL_GROUP
 
 
 @dataclass

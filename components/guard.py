@@ -22,7 +22,7 @@ from backend.core.presets import PresetError
 from backend.core.store import load_progress, request_scope, scoped_aiter, scoped_iter
 from backend.core.zerogpu import MAX_DURATION, gpu
 
-from .common import MODEL_GROUP, model_group
+from .common import MODEL_GROUP, model_concurrency
 
 log = logging.getLogger("workbench")
 INPUT_ERRORS = (ValueError, KeyError, IndexError, PresetError)
@@ -154,19 +154,21 @@ def handler_gpu_seconds(fn) -> int:
 
 def guard_events(demo: gr.Blocks) -> gr.Blocks:
     """Guard every handler; mark every model-touching one (the MODEL_GROUP events) for ZeroGPU and
-    give it its tab's model queue.
+    put it in the one model queue, at the configured limit (components.common).
 
     The ZeroGPU mark sits outermost, on the handler: under ZeroGPU a marked call from the main
     process runs in a GPU worker process and its arguments are pickled, and a handler's arguments are
     UI values, whereas the services it calls take models and callbacks. The services' own marks then
     run directly inside the worker. The guard runs inside the mark, so a gr.Error travels back."""
+    limit = model_concurrency()
     for block_fn in demo.fns.values():
+        if block_fn.concurrency_id == MODEL_GROUP:  # Gradio takes the lowest limit a group's events name
+            block_fn.concurrency_limit = limit
         if block_fn.fn is None or getattr(block_fn.fn, "_wb_guarded", False):
             continue
         fn = guarded(block_fn.fn)
         sync = not (inspect.iscoroutinefunction(block_fn.fn) or inspect.isasyncgenfunction(block_fn.fn))
-        if block_fn.concurrency_id == MODEL_GROUP:  # its tab's model queue (components.common)
-            block_fn.concurrency_id = model_group(handler_tab(block_fn.fn))
+        if block_fn.concurrency_id == MODEL_GROUP:
             fn = gated(fn)
             if sync:
                 fn = gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(fn)

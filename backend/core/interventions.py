@@ -3,7 +3,9 @@
 Every context names its target by (model, submodule name), takes the model's re-entrant lock for its
 whole duration, and removes its hooks / restores its weights even when the body raises. A caller
 that reads a shared model without intervening takes the same lock with `locked(model)`, so it never
-sees another request's intervention half-applied. The values passed in (channel lists, masks,
+sees another request's intervention half-applied. The lock is how model calls queue per model: the
+app runs several model calls at once (components.common), two on different models side by side,
+two on the same model one after the other. The values passed in (channel lists, masks,
 factors) are small descriptors a UI can keep in its state; no model is ever left modified.
 """
 from __future__ import annotations
@@ -16,15 +18,44 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-_LOCKS: "weakref.WeakKeyDictionary[nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
+from . import loadgate
+
+class ModelLock:
+    """A model's re-entrant lock. A call that has to wait for it (another request computes on the
+    model) steps out of the load gate while it waits (backend.core.loadgate): a waiting call computes
+    nothing, so a load of another model need not wait for it."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        if not blocking:
+            return False
+        with loadgate.waiting():
+            return self._lock.acquire(timeout=timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+_LOCKS: "weakref.WeakKeyDictionary[nn.Module, ModelLock]" = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
 
 
-def model_lock(model: nn.Module) -> threading.RLock:
+def model_lock(model: nn.Module) -> ModelLock:
     with _LOCKS_GUARD:
         lock = _LOCKS.get(model)
         if lock is None:
-            lock = _LOCKS[model] = threading.RLock()
+            lock = _LOCKS[model] = ModelLock()
         return lock
 
 
@@ -34,12 +65,22 @@ def locked(model: nn.Module) -> Iterator[nn.Module]:
         yield model
 
 
+def _ours(hook) -> bool:
+    """Whether a hook is the workbench's (or anyone's but transformers'): transformers 5 puts its
+    own output-capturing forward hooks on a model at its first forward that asks for hidden states
+    or attentions, and they stay as part of the loaded model."""
+    fn = getattr(hook, "__func__", hook)
+    return not str(getattr(fn, "__module__", "") or "").startswith("transformers.")
+
+
 def count_hooks(model: nn.Module) -> int:
-    """Forward, pre-forward and backward hooks on every submodule (0 when nothing is left behind)."""
+    """Forward, pre-forward and backward hooks on every submodule that someone other than
+    transformers itself put there (0 when no intervention is left behind)."""
     n = 0
     for m in model.modules():
-        n += len(m._forward_hooks) + len(m._forward_pre_hooks)
-        n += len(m._backward_hooks) + len(getattr(m, "_backward_pre_hooks", {}))
+        for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
+                      getattr(m, "_backward_pre_hooks", {})):
+            n += sum(1 for h in hooks.values() if _ours(h))
     return n
 
 

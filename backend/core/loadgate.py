@@ -1,6 +1,6 @@
 """Model loads never overlap model computations of this process.
 
-Model calls of different tabs run side by side (components.common: one queue per tab), but loading a
+Several model calls run side by side (components.common: one queue, several at once), but loading a
 checkpoint is not safe beside a running computation: transformers' loader changes process-wide
 torch state while it builds a model (a computation in another thread then saw meta tensors).
 So a load waits until no computation runs and computations wait while a load runs; a
@@ -18,15 +18,21 @@ from typing import Callable, ContextManager, Iterator
 
 WAIT_S = 60.0
 _COND = threading.Condition()
-_STATE = {"computing": 0, "loading": False}
+_STATE = {"computing": 0, "loading": False, "pending": 0}
 _HELD: contextvars.ContextVar[int] = contextvars.ContextVar("wb_computing_held", default=0)
 _IN_LOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("wb_in_load", default=False)
+
+
+def _may_compute() -> bool:  # caller holds _COND
+    # a load waiting for the gate goes first: with several model calls at once it would otherwise
+    # wait until none runs; a caller that computes already (a stream inside a handler) goes on
+    return not _STATE["loading"] and (not _STATE["pending"] or _HELD.get() > 0)
 
 
 @contextmanager
 def computing():
     with _COND:
-        while _STATE["loading"]:
+        while not _may_compute():
             _COND.wait()
         _STATE["computing"] += 1
     token = _HELD.set(_HELD.get() + 1)
@@ -47,11 +53,13 @@ def loading():
     mine = _HELD.get()
     with _COND:
         _STATE["computing"] -= mine  # this caller's own computation waits for its load
+        _STATE["pending"] += 1
         # bounded: a computation that waits for something this caller holds (a model's lock) must not
         # stall both for ever; past the wait the load goes ahead, as it did before the gate
         deadline = time.monotonic() + WAIT_S
         while _STATE["loading"] or (_STATE["computing"] and time.monotonic() < deadline):
             _COND.wait(timeout=max(0.01, deadline - time.monotonic()))
+        _STATE["pending"] -= 1
         _STATE["loading"] = True
     token = _IN_LOAD.set(True)
     try:
@@ -62,6 +70,29 @@ def loading():
             _STATE["loading"] = False
             _STATE["computing"] += mine
             _COND.notify_all()
+
+
+@contextmanager
+def waiting():
+    """A computation that waits for something (another request's hold on a model's lock) computes
+    nothing meanwhile: its hold on the gate is given up for the wait, so a load need not wait for it,
+    and taken back (after any load in progress) when the wait ends."""
+    mine = _HELD.get()
+    if not mine or _IN_LOAD.get():  # inside a load the hold is given up already
+        yield
+        return
+    with _COND:
+        _STATE["computing"] -= mine
+        _COND.notify_all()
+    try:
+        yield
+    finally:
+        with _COND:
+            _HELD.set(0)  # back in the queue as a new computation would be
+            while not _may_compute():
+                _COND.wait()
+            _HELD.set(mine)
+            _STATE["computing"] += mine
 
 
 def each_step(it: Iterator, context: Callable[[], ContextManager]) -> Iterator:

@@ -386,7 +386,7 @@ def test_app_serves_the_tools_only_when_asked(monkeypatch, argv, env, on):
     from backend.core.zerogpu import is_marked
     from components.agent_tools import TOOL_NAMES
     from components.agent_tools import READS_GROUP, TOOLS
-    from components.common import is_model_group
+    from components.common import is_model_group, model_concurrency
 
     for k in ("WORKBENCH_MCP", "SPACE_ID"):
         monkeypatch.delenv(k, raising=False)
@@ -403,10 +403,11 @@ def test_app_serves_the_tools_only_when_asked(monkeypatch, argv, env, on):
     if on:
         assert visibility == {"ui_event": "undocumented", **{n: "public" for n in TOOL_NAMES}}
         reads_model = {t[0].__name__: t[2] for t in TOOLS}
-        for fn in tiny.fns.values():  # a model tool queues with its tab's model calls, marked for ZeroGPU;
+        for fn in tiny.fns.values():  # a model tool queues with the app's model calls, marked for ZeroGPU;
             if fn.api_name in TOOL_NAMES:  # a tool that reads no model waits behind none
                 if reads_model[fn.api_name]:
-                    assert is_model_group(fn.concurrency_id) and fn.concurrency_limit == 1 and is_marked(fn.fn)
+                    assert is_model_group(fn.concurrency_id) and fn.concurrency_limit == model_concurrency()
+                    assert is_marked(fn.fn)
                 else:
                     assert fn.concurrency_id == READS_GROUP and not is_marked(fn.fn)
     else:

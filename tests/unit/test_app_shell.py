@@ -1,4 +1,5 @@
 import gradio as gr
+import pytest
 
 import app
 from components import tab_modules
@@ -19,24 +20,32 @@ def test_build_app_has_a_tab_per_module_and_a_bounded_queue():
     assert demo._queue.max_size == app.QUEUE_MAX and app.QUEUE_MAX > 0
 
 
-def test_model_events_queue_per_tab_and_other_events_never_join_them():
-    """One long model call in a tab holds up neither another tab's model calls nor any event that
-    touches no model (the feature list and page, status): each tab's model events have their own
-    queue of one, everything else keeps Gradio's per-event queue."""
-    from components.common import MODEL_GROUP, is_model_group, model_event, model_group
+def test_model_events_share_one_queue_at_the_setting_and_other_events_never_join_it(monkeypatch):
+    """Every model-touching event of the five tabs joins one queue whose limit is
+    WORKBENCH_MODEL_CONCURRENCY (default 4; models take turns per model on their own locks), and no
+    event that touches no model (the feature list and page, status) joins it."""
+    from components.common import MODEL_GROUP, is_model_group, model_concurrency, model_event
 
+    monkeypatch.delenv("WORKBENCH_MODEL_CONCURRENCY", raising=False)
+    assert model_concurrency() == 4
     kw = model_event(api_name="x")
-    assert kw["concurrency_id"] == MODEL_GROUP and kw["concurrency_limit"] == 1
+    assert kw["concurrency_id"] == MODEL_GROUP and kw["concurrency_limit"] == 4
     assert MODEL_GROUP.startswith("model-")
+    monkeypatch.setenv("WORKBENCH_MODEL_CONCURRENCY", "3")
     demo = app.build_app("zoo")
     model = [d for d in demo.fns.values() if is_model_group(d.concurrency_id)]
-    assert {d.concurrency_limit for d in model} == {1}
-    groups = {d.concurrency_id for d in model}
-    tabs = ("relevance", "features", "memorization", "math_neurons", "adapters")
-    assert {model_group(t) for t in tabs} <= groups and MODEL_GROUP not in groups, groups
+    assert {d.concurrency_id for d in model} == {MODEL_GROUP} and {d.concurrency_limit for d in model} == {3}
+    from components.guard import handler_tab
+
+    tabs = {handler_tab(d.fn) for d in model}
+    assert {"relevance", "features", "memorization", "math_neurons", "adapters"} <= tabs, tabs
     free = {d.api_name: d.concurrency_id for d in demo.fns.values()
             if d.api_name in ("feature_page", "features_list", "status", "image_example")}
     assert len(free) == 4 and not any(is_model_group(c) for c in free.values()), free
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv("WORKBENCH_MODEL_CONCURRENCY", bad)
+        with pytest.raises(ValueError, match="WORKBENCH_MODEL_CONCURRENCY"):
+            model_concurrency()
 
 
 def test_importing_app_switches_analytics_and_telemetry_off():

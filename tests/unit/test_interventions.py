@@ -151,3 +151,20 @@ def test_lock_is_reentrant_and_per_model():
         assert got == [False]  # another thread must wait while an intervention is active
         with iv.locked(b):
             pass
+
+
+def test_hook_count_ignores_transformers_own_output_capturing_hooks():
+    """transformers 5 puts output-capturing forward hooks on a model at its first forward that asks
+    for hidden states; they belong to the loaded model, so the integrity check must not read them as
+    an intervention left behind, while ours still count."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2))
+    lm(torch.tensor([[1, 2, 3]]), output_hidden_states=True)
+    assert sum(len(m._forward_hooks) for m in lm.modules()) > 0  # transformers' own
+    assert iv.count_hooks(lm) == 0
+    with iv.edit_output(lm, "model.layers.0", lambda h: h):
+        assert iv.count_hooks(lm) == 1
+    assert iv.count_hooks(lm) == 0

@@ -33,7 +33,7 @@ def test_a_load_waits_for_running_computations_and_they_wait_for_it():
     t.join()
     late.join()
     assert log == ["compute start", "compute end", "load", "load end", "late compute"]
-    assert loadgate._STATE == {"computing": 0, "loading": False}
+    assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
 
 
 def test_a_computation_that_loads_gives_its_hold_up_and_loads_nest():
@@ -56,3 +56,87 @@ def test_a_stream_holds_the_gate_per_step_only():
     for x in loadgate.gated_iter(steps()):
         out.append((x, loadgate._STATE["computing"]))
     assert seen == [1, 1, 1] and [c for _, c in out] == [0, 0, 0]
+
+
+def test_a_computation_waiting_for_a_busy_model_lets_another_model_load():
+    """Model calls queue per model on the model's lock. A call that waits there computes nothing, so
+    a load of another model goes ahead at once instead of waiting for both calls; the waiting call
+    takes its hold back (after that load) when its turn comes."""
+    import torch
+
+    from backend.core.interventions import model_lock
+
+    model = torch.nn.Linear(2, 2)
+    log, holding, waiting = [], threading.Event(), threading.Event()
+    release = threading.Event()
+
+    def first():  # computes on the model for a while
+        with loadgate.computing(), model_lock(model):
+            holding.set()
+            release.wait(10)
+            log.append("first done")
+
+    def second():  # the same model: waits for the first
+        with loadgate.computing():
+            waiting.set()
+            with model_lock(model):
+                log.append("second runs")
+
+    a, b = threading.Thread(target=first), threading.Thread(target=second)
+    a.start()
+    holding.wait()
+    b.start()
+    waiting.wait()
+    time.sleep(0.1)
+    assert loadgate._STATE["computing"] == 1  # the waiting call holds no part of the gate
+    release_timer = threading.Timer(0.5, release.set)
+    release_timer.start()
+    t0 = time.perf_counter()
+    with loadgate.loading():  # waits for the first call only
+        log.append("load")
+    waited = time.perf_counter() - t0
+    a.join()
+    b.join()
+    assert 0.3 < waited < 5 and log == ["first done", "load", "second runs"], (waited, log)
+    assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
+
+
+def test_a_waiting_load_goes_before_computations_that_start_later():
+    """With several model calls at once there is nearly always one running: a load that waits lets
+    the running ones finish, and later computations queue behind it, so it never waits for a
+    stream of new ones (a computation already holding the gate, a stream's step, goes on)."""
+    log = []
+    a_runs, release = threading.Event(), threading.Event()
+
+    def a():
+        with loadgate.computing():
+            a_runs.set()
+            release.wait(10)
+            with loadgate.computing():  # nested: never blocked by the pending load
+                log.append("a nested")
+        log.append("a done")
+
+    def load():
+        with loadgate.loading():
+            log.append("load")
+
+    def b():
+        with loadgate.computing():
+            log.append("b")
+
+    ta = threading.Thread(target=a)
+    ta.start()
+    a_runs.wait()
+    tl = threading.Thread(target=load)
+    tl.start()
+    while not loadgate._STATE["pending"]:
+        time.sleep(0.01)
+    tb = threading.Thread(target=b)
+    tb.start()
+    time.sleep(0.2)
+    assert log == []  # b waits behind the pending load
+    release.set()
+    for t in (ta, tl, tb):
+        t.join(10)
+    assert log == ["a nested", "a done", "load", "b"], log
+    assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
