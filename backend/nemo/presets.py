@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from backend.core import weights
 from backend.core.presets import Preset, load_pretrained, register
 
 TAB = "memorization"
@@ -47,3 +48,11 @@ def load_preset_pipeline(preset: Preset, **kwargs):
     if preset.revision:
         kwargs.setdefault("revision", preset.revision)
     return load_pipeline(preset.location(), roots=roots, **kwargs)
+
+
+def _load_shared(preset: Preset, *, size_hint: int | None = None, dtype=None):
+    """A Stable Diffusion pipeline's shared weights (backend.core.weights), whichever tab asks."""
+    return load_preset_pipeline(preset, dtype=dtype)
+
+
+weights.register_loader("diffusers.StableDiffusionPipeline", _load_shared)

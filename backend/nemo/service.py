@@ -1,6 +1,6 @@
 """What the Memorization tab asks of NeMo, as plain functions over the shared pipeline.
 
-The pipeline is loaded once per process (backend.core.store); results are cached per prompt and
+The pipeline is loaded once per process (backend.core.weights); results are cached per prompt and
 setting in byte-bounded LRU caches; neuron selections travel as small {layer: [channel]} dicts and
 are applied only inside `deactivate`, so no request ever sees another's intervention.
 """
@@ -18,11 +18,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import torch
 
-from backend.core import picker, preload, store
+from backend.core import picker, preload, weights
 from backend.core.cache import ByteLRUCache, make_key
-from backend.core.device import pick_device
 from backend.core.presets import Preset, active, presets
 from backend.core.zerogpu import capped, gpu
 
@@ -32,7 +30,7 @@ from . import stats as nstats
 from . import visitor
 from .images import as_reference, resize_to  # noqa: F401  (as_reference: part of the service's API)
 from .metrics import auroc, diversity, ssim_images
-from .presets import TAB, load_preset_pipeline
+from .presets import TAB
 
 # A few everyday captions: neuron statistics for a hub checkpoint, which ships no prompt sets here.
 GENERIC_PROMPTS = [
@@ -217,11 +215,10 @@ class MemoModel:
         return None
 
 
-def _load(preset: Preset) -> MemoModel:
-    dev = pick_device()
-    # the paper's checkpoints run in half precision on a GPU; the zoo's tiny pipeline stays fp32
-    half = preset.source != "zoo" and dev.type == "cuda"  # a user's own pipeline too
-    pipe = load_preset_pipeline(preset, device=dev, dtype=torch.float16 if half else None)
+def _memo_model(preset: Preset, pipe) -> MemoModel:
+    """The tab's view of a pipeline's shared weights (backend.core.weights: the paper's checkpoints
+    and a user's own run in half precision on a GPU, the zoo's tiny pipeline as saved): its
+    prompt sets, θ_mem and sampling settings."""
     folder, info = None, {}
     if preset.source == "zoo":
         folder = Path(preset.location())
@@ -241,6 +238,11 @@ def _load(preset: Preset) -> MemoModel:
     if preset.source != "zoo":  # the paper's checkpoint or a user's own: the first COCO captions
         model._stats_n = HUB_STATS_N
     return model
+
+
+def _load(preset: Preset) -> MemoModel:
+    """A private copy of a preset's model, outside the store (jobs and tests that must not share)."""
+    return _memo_model(preset, weights.load(preset))
 
 
 def hub_info() -> dict:
@@ -363,9 +365,10 @@ def get(source: str | None = None, model: str | None = None, progress=None) -> M
 
 
 def get_preset(preset: Preset, size: int | None = None, progress=None) -> MemoModel:
-    """The loaded model of a preset (once per process; `size` from metadata)."""
+    """The loaded model of a preset: its pipeline's one store entry (backend.core.weights) and this
+    tab's view of it (`size` from metadata)."""
     with picker.loading(preset):
-        return store.get_or_load(preset.model_id, lambda: _load(preset), size_hint=size, progress=progress)
+        return weights.view(preset, TAB, lambda pipe: _memo_model(preset, pipe), size=size, progress=progress)
 
 
 preload.register(TAB, get_preset)

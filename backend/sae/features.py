@@ -31,9 +31,9 @@ import torch
 
 from ..core import bounds
 from ..core import presets as P
-from ..core import preload, store
+from ..core import loadgate, preload, store, weights
 from ..core.cache import ByteLRUCache, make_key
-from ..core.device import device_of, pick_device, place
+from ..core.device import device_of, place
 from ..core.interventions import locked
 from ..core.zerogpu import capped, gpu
 from . import explain as E
@@ -106,7 +106,8 @@ class Organism:
     version: int = 0  # bumped when a new index is installed: part of every cache key
     sae_info: dict = field(default_factory=dict)  # formats.describe: n_latents, k, text (before weights load)
     vision: dict = field(default_factory=dict)  # image_size, patch_size, anyres (from the model's config)
-    parts_key: str = ""  # the model store's key of the hub VLM + SAE
+    parts_key: str = ""  # the hub VLM + SAE + hookpoint: the name of their view in the VLM's store entry
+    weights_key: str = ""  # the model store's key of the VLM's weights, shared with other tabs
     model_class: str = ""
     lock: Any = field(default_factory=threading.RLock, repr=False)  # index and label swaps
     labels_file: Path | None = None  # where model labels are kept, if not labels.json beside the index
@@ -244,6 +245,7 @@ def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str =
                    ids=(str(model_id), str(sae_id)), sae_info=info, vision=_vision(config),
                    parts_key=f"{TAB}:hub:{model_id}|{sae_id}|{formats.canonical_hookpoint(hookpoint)}",
                    model_class=model_class)
+    org.weights_key = weights.key(vlm_preset(org))
     org.summary = {"hub_hookpoint": hookpoint, "sae_folder": sub}
     org.index_out = index_target() or default_index_path(str(model_id), str(sae_id), hookpoint)
     refresh_index(org)
@@ -252,26 +254,36 @@ def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str =
 
 @dataclass
 class HubParts:
-    """The weights of a hub organism, one entry of the model store (its bytes counted there)."""
+    """A hub organism's VLM with its processor and SAE: the tab's view of the VLM's shared weights
+    (backend.core.weights), the SAE's bytes counted in that entry."""
     model: Any
     processor: Any
     sae: SparseAutoencoder
 
 
-def load_hub_parts(org: Organism) -> HubParts:
+def vlm_preset(org: Organism) -> P.Preset:
+    """The VLM of a hub organism as a preset: the paper's checkpoint or a user's own (a hub id or a
+    folder), so that Features and any other tab that picks it share one store entry."""
+    return P.custom_preset(TAB, org.ids[0], org.model_class)
+
+
+def _parts(org: Organism, model) -> HubParts:
     from transformers import AutoProcessor
 
     model_id, sae_id = org.ids
-    half = pick_device().type == "cuda"
-    # float32 on the CPU: the checkpoint's float16 would otherwise be kept, and half precision on a
-    # CPU is slow where it is supported at all
-    model = place(P.load_pretrained(org.model_class, model_id, dtype=torch.bfloat16 if half else torch.float32).eval())
-    processor = P.load_pretrained(AutoProcessor, model_id, weights=False)
-    root, sub, _ = sae_location(sae_id, org.summary["hub_hookpoint"], weights=True)
-    sae = load_sae(root, hookpoint=sub or org.summary["hub_hookpoint"], device=device_of(model))
+    with loadgate.loading():  # the processor's and SAE's files, as the VLM's: never beside a computation
+        processor = P.load_pretrained(AutoProcessor, model_id, weights=False)
+        root, sub, _ = sae_location(sae_id, org.summary["hub_hookpoint"], weights=True)
+        sae = load_sae(root, hookpoint=sub or org.summary["hub_hookpoint"], device=device_of(model))
     if sae.n_latents != org.n_features:
         raise ValueError(f"the SAE's weights have {sae.n_latents} latents but its cfg says {org.n_features}")
     return HubParts(model, processor, sae)
+
+
+def load_hub_parts(org: Organism) -> HubParts:
+    """A hub organism's VLM (at the shared weights' precision, weights.dtype_for), processor and
+    SAE, loaded here, outside the store."""
+    return _parts(org, weights.load(vlm_preset(org)))
 
 
 def attach(org: Organism, parts: HubParts | None) -> None:
@@ -304,7 +316,7 @@ def need_model(org: Organism, progress=None) -> Organism:
     if not org.is_hub or not org.parts_key:
         return org
     with picker.loading(org.ids[0]):
-        parts = store.get_or_load(org.parts_key, lambda: load_hub_parts(org), progress=progress)
+        parts = weights.view(vlm_preset(org), org.parts_key, lambda model: _parts(org, model), progress=progress)
     attach(org, parts)
     return org
 
@@ -315,7 +327,7 @@ _SHELLS_LOCK = threading.Lock()
 
 def _on_evict(model_id: str) -> None:
     for org in list(_SHELLS.values()):
-        if org.parts_key == model_id:
+        if org.weights_key == model_id:
             attach(org, None)
 
 

@@ -90,9 +90,9 @@ def _drop(session: str, folder: Path) -> None:
                 del _VIEWS[key]
 
 
-def _on_evict(parts_key: str) -> None:
+def _on_evict(model_id: str) -> None:
     for view in list(_VIEWS.values()):
-        if view.parts_key == parts_key:
+        if view.weights_key == model_id:
             FT.attach(view, None)
 
 

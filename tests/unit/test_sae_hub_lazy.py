@@ -45,7 +45,7 @@ def fresh():
     """No hub organism or weights left from another test, before and after."""
     def clear():
         for org in list(FT._SHELLS.values()):
-            store.evict(org.parts_key)
+            store.evict(org.weights_key)
         FT._SHELLS.clear()
     clear()
     yield
@@ -66,7 +66,7 @@ def test_building_the_tab_in_hub_mode_loads_no_weights(cache, fresh, monkeypatch
     with gr.Blocks() as demo:
         tab.build(TabContext(tabs=None, source="hub"))
     org = FT.get_organism("hub")
-    assert loads == [] and org.model is None and org.sae is None and org.parts_key not in store.loaded()
+    assert loads == [] and org.model is None and org.sae is None and org.weights_key not in store.loaded()
     # the summary describes the SAE from its cfg: size and k, never "k = None"
     texts = " ".join(str(getattr(b, "value", "")) for b in demo.blocks.values())
     assert f"{SF.N_LATENTS} latents (topk, k = {SF.K})" in texts
@@ -77,12 +77,12 @@ def test_building_the_tab_in_hub_mode_loads_no_weights(cache, fresh, monkeypatch
     img[5:20, 10:30] = (200, 40, 40)
     tab.analyse("hub", img, None, progress=lambda frac, desc=None: seen.append(desc))
     assert loads == ["vlm", "sae"] and any("loading the model" in (d or "") for d in seen)
-    assert org.model is not None and org.parts_key in store.loaded()
+    assert org.model is not None and org.weights_key in store.loaded()
     assert org.hookpoint == "model.language_model.layers.24"
     tab.steer("hub", img, None, 3, 5.0, "image", False, False, progress=lambda *a, **k: None)
     assert loads == ["vlm", "sae"]
     # evicted by the store's budget: the organism lets go, and the next request loads again
-    assert store.evict(org.parts_key) and org.model is None and org.sae is None
+    assert store.evict(org.weights_key) and org.model is None and org.sae is None
     FT.analyse_image(org, img[:, :40])
     assert loads == ["vlm", "sae", "vlm", "sae"]
 
