@@ -378,7 +378,7 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
         lock = _LOADING.setdefault(model_id, threading.Lock())
     if progress is not None and lock.locked():
         progress(0.0, f"loading {display_name(model_id)} (started by another request)")
-    with lock:
+    with _waiting_for(lock):
         with _GUARD:
             if model_id in _MODELS:
                 return _touch(model_id, scope)
@@ -440,7 +440,7 @@ def get_view(model_id: str, name: str, loader: Callable[[], Any], derive: Callab
             if entry is not None and entry["model"] is model and name in entry["views"]:
                 return entry["views"][name]
             lock = _LOADING.setdefault(f"{model_id}\x00{name}", threading.Lock())
-        with lock:
+        with _waiting_for(lock):
             with _GUARD:
                 entry = _MODELS.get(model_id)
                 if entry is not None and entry["model"] is model and name in entry["views"]:
@@ -453,6 +453,19 @@ def get_view(model_id: str, name: str, loader: Callable[[], Any], derive: Callab
                     entry["views"][name] = view
                     entry["view_bytes"][name] = own
             return view
+
+
+@contextmanager
+def _waiting_for(lock: threading.Lock):
+    """Hold a load's lock; a request that waits for another's load computes nothing meanwhile, so
+    it steps out of the load gate (backend.core.loadgate) and that load need not wait for it."""
+    if not lock.acquire(blocking=False):
+        with loadgate.waiting():
+            lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @contextmanager

@@ -58,6 +58,45 @@ def test_get_or_load_loads_once_under_concurrency(monkeypatch):
         t.join()
     assert len(calls) == 1 and all(m is got[0] for m in got)
     assert "unit:mlp" in store.loaded()
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_model_calls_that_wait_for_the_same_first_load_do_not_hold_it_up(monkeypatch, view):
+    """Several model calls at once may need the same model first: one loads it, the others wait for
+    that load. Waiting, they compute nothing, so the load (which waits for running computations,
+    backend.core.loadgate) goes ahead at once instead of at the gate's time limit."""
+    from backend.core import loadgate
+
+    monkeypatch.setattr(loadgate, "WAIT_S", 30.0)
+    started = threading.Event()
+
+    def announce(fraction, message):  # the first load tells of its start before it takes the gate
+        if fraction == 0.0 and not started.is_set():
+            started.set()
+            time.sleep(0.5)  # the others are computing and waiting for this load by now
+
+    def call(progress=None):
+        with loadgate.computing():  # as components.guard runs every model call
+            if view:
+                got.append(store.get_view("unit:shared", "tab", lambda: TinyMLP(seed=4), lambda m: ("view", m),
+                                          progress=progress))
+            else:
+                got.append(store.get_or_load("unit:shared", lambda: TinyMLP(seed=4), progress=progress))
+
+    got = []
+    t0 = time.perf_counter()
+    first = threading.Thread(target=call, args=(announce,))
+    first.start()
+    started.wait()
+    others = [threading.Thread(target=call) for _ in range(3)]
+    for t in others:
+        t.start()
+    for t in [first, *others]:
+        t.join(60)
+    took = time.perf_counter() - t0
+    assert len(got) == 4 and all(g is got[0] or g == got[0] for g in got)
+    assert took < 10, f"the load waited for the calls that waited for it ({took:.1f} s)"
+    assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
     assert store.integrity_problems() == []
 
 
