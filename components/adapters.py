@@ -22,7 +22,7 @@ from backend.core import colors as C
 from components import links, race_live
 from backend.core import bounds
 from components.common import fail, model_event, themed
-from components.inputs import CheckedNumber, bounded_slider, keep_on_failure
+from components.inputs import CheckedNumber, bounded_slider, checked_radio, keep_on_failure
 from components.model_picker import model_picker
 
 TAB_ID = "adapters"
@@ -550,9 +550,9 @@ def build(ctx) -> None:
             list_layers = gr.Button("List the model's layers", size="sm", elem_id="pissa-list-layers")
         rank = bounded_slider(bounds.PISSA_RANK, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2,
                               elem_classes=["wb-advanced"])
-        init = gr.Radio([(INIT_LABELS[i], i) for i in bounds.PISSA_INITS],
-                        value="pissa", label="PiSSA init (peft)", elem_id="pissa-init", scale=2,
-                        elem_classes=["wb-advanced"])
+        init = checked_radio("init", [(INIT_LABELS[i], i) for i in bounds.PISSA_INITS],
+                             value="pissa", label="PiSSA init (peft)", elem_id="pissa-init", scale=2,
+                             elem_classes=["wb-advanced"])
 
     gr.Markdown("### 1 · Spectrum and the PiSSA split")
     with gr.Row():
