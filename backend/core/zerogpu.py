@@ -45,6 +45,37 @@ def spaces_available() -> bool:
     return _spaces is not None
 
 
+_MAIN_PID = os.getpid()  # the server's process: ZeroGPU's workers are forked from it
+
+
+def in_main() -> bool:
+    """Whether this is the server's own process, not a GPU worker forked from it. What a worker
+    holds in memory dies with it, so only the main process keeps state and talks to the page."""
+    return os.getpid() == _MAIN_PID
+
+
+def _after_loads(g: Callable) -> Callable:
+    """`g` (a `spaces.GPU` call) started only once no model is loading in the main process: a fork
+    taken mid-load would copy a half-built model and a held load lock, and the worker would wait on
+    that lock forever (or load the model again itself) instead of inheriting the finished model."""
+    from .store import wait_for_loads
+
+    if inspect.isgeneratorfunction(g):
+        @functools.wraps(g)
+        def gen(*args, **kwargs):
+            if in_main():
+                wait_for_loads()
+            yield from g(*args, **kwargs)
+        return gen
+
+    @functools.wraps(g)
+    def call(*args, **kwargs):
+        if in_main():
+            wait_for_loads()
+        return g(*args, **kwargs)
+    return call
+
+
 MAX_DURATION = 300  # seconds: the longest a single estimate asks for
 MARKED: dict[str, float | Callable] = {}  # "module.qualname" → duration, for every marked function
 
@@ -167,7 +198,7 @@ def gpu(fn: Callable | None = None, *, duration: float | Callable = 60, estimate
         if estimate:
             f = _capped_call(f, duration, f.__qualname__)
         if _spaces is not None:  # pragma: no cover
-            g = _spaces.GPU(duration=duration)(f)
+            g = _after_loads(_spaces.GPU(duration=duration)(f))
         elif inspect.isgeneratorfunction(f):
             @functools.wraps(f)
             def g(*args, **kwargs):  # still a generator function, as Gradio and spaces expect

@@ -53,6 +53,10 @@ def _send(conn, kind: str, value) -> None:
 def _child(fn, payload: bytes, conn, stream: bool) -> None:
     global _IN_WORKER
     _IN_WORKER = True
+    import torch
+
+    # the parent's OpenMP pool does not survive a fork: a child that uses it can hang
+    torch.set_num_threads(1)
     if CALLS_FILE:
         with open(CALLS_FILE, "a") as f:
             f.write(f"{os.getpid()} {getattr(fn, '__qualname__', fn)}\n")
