@@ -120,8 +120,12 @@ def _delivering(fn):
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
-            for noted in fn(*a, **k):
-                yield _deliver(noted)
+            it = fn(*a, **k)
+            try:
+                for noted in it:
+                    yield _deliver(noted)
+            finally:
+                it.close()  # a page that stops the stream stops the worker's too
         return gen
 
     @functools.wraps(fn)
