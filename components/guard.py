@@ -23,7 +23,7 @@ from backend.core import loadgate, preload, store
 from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
 from backend.core.store import load_progress, request_scope, scoped_aiter, scoped_iter
-from backend.core.zerogpu import MAX_DURATION, gpu, in_main
+from backend.core.zerogpu import MAX_DURATION, gpu, in_main, spaces_available
 
 from .common import MODEL_GROUP, model_group
 
@@ -115,11 +115,19 @@ def _deliver(noted: _Noted):
     return noted.value
 
 
-def _delivering(fn):
+def _ahead(tab: str, a, k) -> None:
+    """Under ZeroGPU, in the main process: load the registered checkpoint a call names before its
+    worker forks (backend.core.preload.ahead), so the worker inherits it."""
+    if spaces_available() and in_main():
+        preload.ahead(tab, [*a, *k.values()])
+
+
+def _delivering(fn, tab: str):
     """Outside the ZeroGPU mark: unwrap each `_Noted` result."""
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
+            _ahead(tab, a, k)
             it = fn(*a, **k)
             try:
                 for noted in it:
@@ -130,6 +138,7 @@ def _delivering(fn):
 
     @functools.wraps(fn)
     def plain(*a, **k):
+        _ahead(tab, a, k)
         return _deliver(fn(*a, **k))
     return plain
 
@@ -256,7 +265,8 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
             block_fn.concurrency_id = model_group(handler_tab(block_fn.fn))
             fn = gated(fn)
             if sync and not getattr(block_fn.fn, "main_only", False):
-                fn = _delivering(gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(_carrying(fn)))
+                fn = _delivering(gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(_carrying(fn)),
+                                 handler_tab(block_fn.fn))
         # what a handler must do in the server process, around its GPU worker (the race's relay of
         # its live progress to the page, components.race_live)
         if callable(getattr(block_fn.fn, "main_process", None)):

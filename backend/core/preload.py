@@ -15,7 +15,8 @@ active source's registered checkpoints that WORKBENCH_PRELOAD names, within the 
 A checkpoint fits when its size (from its metadata, before any weights load) fits what is left of
 the budget; one that does not is named in the log and loads at first use as before.
 
-What a worker had to load all the same (a checkpoint not preloaded, or evicted since) is mirrored:
+A registered checkpoint that a call's arguments name is loaded in the main process before its worker
+forks (`ahead`). What a worker had to load all the same is mirrored:
 the worker names the weights it loaded (backend.core.store.loads_since), and `mirror` loads the
 registered presets among them in the main process, so the next worker inherits them instead of
 reading the weights again. `mirrored()` lists what was loaded that way.
@@ -95,6 +96,29 @@ def run(source: str, setting: str | None = None) -> list[str]:
             left -= size
         done.append(f"{p.tab}:{p.path_or_id}")
         log.info("preload: %s for %s in %.1f s", p.path_or_id, p.tab, time.perf_counter() - t0)
+    return done
+
+
+def ahead(tab: str, values) -> list[str]:
+    """Before a worker forks: load in this (the main) process the registered presets of `tab` that
+    the call's arguments name by their path or id (a picked checkpoint not preloaded, or evicted
+    since), so the worker inherits them rather than reading the weights itself. Returns those loaded."""
+    from . import store
+    from .weights import key
+
+    named = {v for v in values if isinstance(v, str) and v}
+    if not named or tab not in _LOADERS:
+        return []
+    done = []
+    for p in P.presets():
+        if p.tab != tab or p.path_or_id not in named or key(p) in store.loaded():
+            continue
+        try:
+            _LOADERS[tab](p)
+        except Exception as e:  # noqa: BLE001 - the worker meets the same failure and reports it
+            log.warning("preload: %s for %s failed (%s: %s)", p.path_or_id, tab, type(e).__name__, str(e)[:200])
+            continue
+        done.append(f"{tab}:{p.path_or_id}")
     return done
 
 

@@ -256,3 +256,27 @@ def test_a_worker_waits_for_a_load_in_progress_in_main_instead_of_loading_again(
     finally:
         loading.join(10)
         store.evict(key)
+
+
+def test_the_checkpoint_a_call_names_is_loaded_in_main_before_its_worker_forks(under_zerogpu, monkeypatch):
+    """A registered checkpoint picked in the tab (not preloaded, or evicted since) loads in the main
+    process first, so not even the first worker reads its weights."""
+    from backend.core import preload, store, weights
+    from backend.core import presets as P
+
+    tab = __name__.rpartition(".")[2]  # the tab a handler belongs to is its module's (components.guard)
+    preset = P.Preset(tab, "hub", "owner/picked", "torch.nn.Linear")
+    monkeypatch.setattr(P, "_REGISTRY", {tab: [preset]})
+    monkeypatch.setattr(preload, "_LOADERS", {tab: lambda p: store.get_or_load(weights.key(p), tiny_model)})
+
+    def use(model):
+        before = store.load_count()
+        preload._LOADERS[tab](P.Preset(tab, "hub", model, "torch.nn.Linear"))
+        return f"{store.load_count() - before}"
+
+    handler = guarded_model_handler(use)
+    try:
+        assert handler("owner/picked") == "0"
+        assert weights.key(preset) in store.loaded()
+    finally:
+        store.evict(weights.key(preset))
