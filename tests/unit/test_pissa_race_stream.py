@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
+from backend.core.stopflag import StopFlag
 from backend.pissa import service
 from components import adapters as ui
 
@@ -160,6 +161,32 @@ def test_service_stop_waits_for_the_race_to_end():
     finally:
         stream.close()
     assert service.request_stop(session) == "idle"
+
+
+@pytest.mark.timeout(120)
+def test_stop_does_not_wait_for_a_consumer_busy_drawing():
+    """The training waits for a slow consumer (below), but not once Stop is asked: a page busy
+    drawing its last update must not hold the race past the second Stop promises."""
+    session = uuid.uuid4().hex
+    stream = service.race_stream(MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=5000),
+                                 session, heartbeat_s=0.1)
+    try:
+        for ev in stream:
+            if "step" in ev:
+                break
+        # the consumer is busy (the stream is not read): the worker fills its backlog and waits
+        time.sleep(1.0)
+        assert StopFlag(session).running()
+        t0 = time.perf_counter()
+        assert service.request_stop(session, wait_s=1.0) == "stopped"
+        assert time.perf_counter() - t0 <= 1.0
+        rest = list(stream)
+        assert rest[-1]["done"] and rest[-1]["stopped"]
+        assert sum("step" in ev for ev in rest) < 4000  # stopped mid-race
+    finally:
+        stream.close()
+    # the stop request went with the race: the session's next race is not stopped at its start
+    assert not StopFlag(session).is_set() and service.request_stop(session) == "idle"
 
 
 @pytest.mark.timeout(120)
