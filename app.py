@@ -28,7 +28,7 @@ from components import tab_modules  # noqa: E402
 from components import agent_tools  # noqa: E402
 from components import visitor  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
-from components.gradio_fixes import atomic_image_cache, escaped_error_messages  # noqa: E402
+from components.gradio_fixes import atomic_image_cache, escaped_error_messages, light_loading_status  # noqa: E402
 from components.guard import guard_events  # noqa: E402
 from components import range_guard  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
@@ -69,6 +69,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
     range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
     guard_events(demo)
+    light_loading_status(demo)  # after every event is wired: no status refresh of unseen progress
     # Bounded queue; model-touching events set their own per-device group (components.common).
     demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
     return demo
