@@ -46,6 +46,11 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     ttl = int(visitor.sessions.ttl_seconds())
     with gr.Blocks(title="Interpretability workbench", analytics_enabled=False,
                    delete_cache=(min(ttl, 3600), ttl)) as demo:
+        # Bounded queue; model-touching events set their own per-device group (components.common).
+        # Everything is set up inside this one `with`: each time a Blocks' context closes, or its
+        # queue is set, Gradio builds the page's config and its server app again (~0.4 s each here),
+        # so the queue comes first, while the page is still empty, and the page is closed once.
+        demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
             gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
                     "<span class='wb-sub'>five papers, five live instruments</span>"
@@ -66,11 +71,9 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         # Deep links: ?tab=ID opens that tab; ?<elem_id>=<json> restores every linked input of every
         # tab (components.links); invalid values are skipped with a notice.
         links.install(demo, tabs, default_tab=modules[0].TAB_ID)
-    visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
-    range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
+        visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
+        range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
     guard_events(demo)
-    # Bounded queue; model-touching events set their own per-device group (components.common).
-    demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
     return demo
 
 
