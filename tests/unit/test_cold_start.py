@@ -109,3 +109,23 @@ def test_the_zoo_features_organism_starts_as_metadata_and_loads_its_weights_on_n
     finally:
         store.evict(key)
         FT._SHELLS.pop(key, None)
+
+
+def test_objects_of_the_start_are_frozen_out_of_later_collections(monkeypatch):
+    """`python app.py` starts with the collector off (its passes over the start's long-lived objects
+    cost about a second); main() turns it on again once the page is built, those objects frozen."""
+    import gc
+
+    import app
+
+    seen = {}
+    monkeypatch.setattr(app.preload, "run", lambda preset: seen.update(preload=gc.isenabled()))
+    monkeypatch.setattr(gr.Blocks, "launch", lambda self, **kw: seen.update(
+        launch=gc.isenabled(), frozen=gc.get_freeze_count()))
+    gc.disable()
+    try:
+        app.main(["--preset", "zoo"])
+    finally:
+        gc.unfreeze()
+        gc.enable()
+    assert seen["preload"] and seen["launch"] and seen["frozen"] > 100_000, seen
