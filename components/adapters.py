@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import gradio as gr
-import matplotlib
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -109,12 +108,15 @@ def _write_json(folder: Path, name: str, data) -> str:
     return str(path)
 
 
-matplotlib.use("Agg")  # exports render off-screen; imported here so the first export is not slow
-import matplotlib.pyplot as _plt  # noqa: E402
-
-
 def _mpl():
-    return _plt
+    """pyplot for the PNG exports, imported on the first one: at start it would cost half a second
+    that the first page does not need."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # exports render off-screen
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 # --- 1. one layer -------------------------------------------------------------------------------
