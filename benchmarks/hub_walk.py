@@ -69,7 +69,10 @@ def layers_at(scale: str, full: int) -> int:
 
 
 def hookpoint_at(scale: str) -> str:
-    return "model.layers.24" if scale != "width" else f"model.layers.{WIDTH_LAYERS - 1}"
+    """The Features tab's SAE hookpoint: the real layers.24 at full size; the last of the 2 layers at
+    width; layers.8 on the tests' stand-ins (which hold an SAE there too), so the quick run goes
+    through the same hookpoint switch the width walk needs."""
+    return {"full": "model.layers.24", "width": f"model.layers.{WIDTH_LAYERS - 1}", "tiny": "model.layers.8"}[scale]
 
 
 # --------------------------------------------------------------------------- building the cache
@@ -140,15 +143,20 @@ def widen_llava(folder: Path, repo: str, scale: str) -> None:
     model = _build_in(LlavaNextForConditionalGeneration, cfg, _dtype_of(cfg), 0)
     _replace_weights(folder, model)
     # the processor at CLIP-L/336's sizes: 336 px base image and tiles, 14 px patches, the real pinpoints
+    # (the image processor's settings sit in their own file or inside processor_config.json)
+    sizes = {"size": {"shortest_edge": 336}, "crop_size": {"height": 336, "width": 336},
+             "image_grid_pinpoints": PINPOINTS}
     pre = folder / "preprocessor_config.json"
-    p = json.loads(pre.read_text())
-    p.update({"size": {"shortest_edge": 336}, "crop_size": {"height": 336, "width": 336},
-              "image_grid_pinpoints": PINPOINTS})
-    pre.write_text(json.dumps(p, indent=2, sort_keys=True) + "\n")
+    if pre.exists():
+        p = json.loads(pre.read_text())
+        p.update(sizes)
+        pre.write_text(json.dumps(p, indent=2, sort_keys=True) + "\n")
     proc = folder / "processor_config.json"
     if proc.exists():
         q = json.loads(proc.read_text())
         q["patch_size"] = 14
+        if isinstance(q.get("image_processor"), dict):
+            q["image_processor"].update(sizes)
         proc.write_text(json.dumps(q, indent=2, sort_keys=True) + "\n")
 
 
@@ -210,10 +218,11 @@ def widen_sd(folder: Path, repo: str, scale: str) -> None:
     _replace_weights(folder / "text_encoder", _build_in(CLIPTextModel, cfg, torch.float32, 0))
 
 
-WIDEN = {"state-spaces/mamba-130m-hf": widen_mamba, "state-spaces/mamba-1.4b-hf": widen_mamba,
+# The checkpoints the walk's actions load; the others (mamba-1.4b, Mistral-7B: a visitor's second
+# picks) stay the tests' stand-ins, which keeps a full-size cache within a GPU machine's disk.
+WIDEN = {"state-spaces/mamba-130m-hf": widen_mamba,
          "meta-llama/Llama-3.2-1B-Instruct": widen_causal_lm(LLAMA32_1B),
          "meta-llama/Llama-2-7b-hf": widen_causal_lm(LLAMA2_7B),
-         "mistralai/Mistral-7B-v0.1": widen_causal_lm(MISTRAL_7B),
          "llava-hf/llama3-llava-next-8b-hf": widen_llava,
          "lmms-lab/llama3-llava-next-8b-hf-sae-131k": widen_sae,
          "CompVis/stable-diffusion-v1-4": widen_sd}
@@ -227,7 +236,7 @@ def build_cache(cache: Path, scale: str, log=print) -> dict[str, float]:
     for repo, build in all_repos().items():
         t0 = time.perf_counter()
         snap = put(cache, repo, build)
-        if scale != "tiny":
+        if scale != "tiny" and repo in WIDEN:
             WIDEN[repo](snap, repo, scale)
         took[repo] = time.perf_counter() - t0
         log(f"[built {repo} in {took[repo]:.1f} s]")
@@ -306,8 +315,6 @@ def actions():
 
     sentences = ["the plot was dull but the cast was brilliant", "the food was cold but the service was warm"]
     prompts = ["The No Limits Business Woman Podcast", "a photo of a dog on the beach"]
-    questions = ["Tom has 23 pens and finds 45 more. How many pens does he have now?",
-                 "A baker sells 12 loaves a day for 5 days. How many loaves is that?"]
 
     def relevance(c, imgs, i):
         return c.predict(sentences[i], ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"], "was", True,
@@ -319,8 +326,8 @@ def actions():
     def memorization(c, imgs, i):
         return c.predict(prompts[i], api_name="/memo_check")
 
-    def math_(c, imgs, i):
-        return c.predict(questions[i], "MathNeuro", 3, 0.0, 8, api_name="/mn_ask")
+    def math_(c, imgs, i):  # identify the math parameters, then prune them (cold) or scale them (warm)
+        return c.predict("MathNeuro", 3, [0.0, 2.0][i], 8, api_name="/mn_evaluate")
 
     def adapters(c, imgs, i):
         key = "meta-llama/Llama-2-7b-hf"
@@ -331,7 +338,8 @@ def actions():
     return [("Relevance", "MambaLRP + Gradient×Input of one sentence (mamba-130m)", relevance),
             ("Features", "one image's SAE features (LLaVA-NeXT-8B + 131k SAE)", features),
             ("Memorization", "memorization check of one prompt (SD-1.4)", memorization),
-            ("Math neurons", "one GSM8K question answered with MathNeuro's neurons scaled (Llama-3.2-1B)", math_),
+            ("Math neurons", "MathNeuro identification + GSM8K / non-math accuracy with them pruned, then scaled "
+             "(Llama-3.2-1B; 16 items of 16 new tokens)", math_),
             ("Adapters", "list Llama-2-7B's weights, analyse one: spectrum, PiSSA vs LoRA init (r = 16)", adapters)]
 
 
@@ -348,6 +356,7 @@ def walk(url: str, pid: int, images: list[str], log=print) -> list[dict]:
                 t0 = time.perf_counter()
                 try:
                     out = call(client, images, i)
+                    row[f"{phase}_result"] = repr(out)[:300]
                     ok = out is not None and (not isinstance(out, (list, tuple)) or any(o is not None for o in out))
                     if not ok:
                         row["error"] = f"{phase}: empty result"
@@ -378,12 +387,13 @@ def server_env(cache: Path, scale: str) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- residency
-def _params(build) -> int:
+def _params(build) -> tuple[int, int]:
+    """(parameters, buffer elements) of a model built on the meta device (no memory)."""
     import torch
 
     with torch.device("meta"):
         model = build()
-    return sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+    return sum(p.numel() for p in model.parameters()), sum(b.numel() for b in model.buffers())
 
 
 def checkpoint_sizes() -> list[dict]:
@@ -432,9 +442,10 @@ def checkpoint_sizes() -> list[dict]:
     ]
     out = []
     for tab, repo, build, nbytes, dtype in rows:
-        n = 2 * SAE_LATENTS * 4096 + SAE_LATENTS + 4096 if build is None else _params(build)
+        n, buffers = (2 * SAE_LATENTS * 4096 + SAE_LATENTS + 4096, 0) if build is None else _params(build)
+        # buffers (rotary frequencies, position ids) are small and kept in float32
         out.append({"tab": tab, "checkpoint": repo, "entry": ENTRY_OF.get(repo, repo), "params": n,
-                    "dtype": dtype, "bytes": n * nbytes})
+                    "buffers": buffers, "dtype": dtype, "bytes": n * nbytes + buffers * 4})
     return out
 
 
@@ -504,6 +515,28 @@ def residency(gpus_gb=(80, 48)) -> dict:
     return {"checkpoints": sizes, "five_tabs_bytes": five, "runs": runs}
 
 
+# --------------------------------------------------------------------------- a visitor's index
+def visitor_index(n_latents: int, patches: int, top_k: int = 16, k: int = SAE_K) -> dict:
+    """The file a visitor's own feature index is saved as (backend.sae.index: top-`top_k` images with
+    their patch maps per latent, plus per-latent statistics) after one image, measured on disk,
+    beside the default session quota. Its size does not grow with the images: the state is dense."""
+    import torch
+
+    from backend.core import sessions
+    from backend.sae.index import FeatureIndex, IndexBuilder
+
+    g = torch.Generator().manual_seed(0)
+    builder = IndexBuilder(n_latents, patches, top_k)
+    vals = torch.rand(1, patches, k, generator=g) + 0.05
+    idx = torch.stack([torch.randperm(n_latents, generator=g)[:k] for _ in range(patches)])[None]
+    builder.update(vals, idx)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = FeatureIndex(builder.tensors(), {"grid": int(round(patches ** 0.5))}).save(Path(tmp) / "index.safetensors")
+        size = path.stat().st_size
+    return {"latents": n_latents, "patches": patches, "top_k": top_k, "bytes": size,
+            "state_bytes": builder.state_bytes(), "quota_bytes": sessions.quota_bytes()}
+
+
 # --------------------------------------------------------------------------- tables
 def _num(x, fmt="{:.1f}"):
     return "–" if x is None else fmt.format(x)
@@ -555,7 +588,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--scale", choices=SCALES, default=None, help="default: full with a GPU, width without")
     ap.add_argument("--cache", type=Path, default=None, help="where to write the stand-in cache (default: a temp dir)")
     ap.add_argument("--keep-cache", action="store_true", help="reuse --cache if it is already built")
-    ap.add_argument("--residency-only", action="store_true", help="only the residency table (no models built)")
+    ap.add_argument("--residency-only", action="store_true", help="only the residency table and the index size (no models built)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     ap.add_argument("--log", type=Path, default=None, help="the server's log (default: beside the cache)")
     args = ap.parse_args(argv)
@@ -582,16 +615,23 @@ def main(argv: list[str] | None = None) -> dict:
             with serve(env=server_env(cache, scale), log_path=log_path, app_path=ROOT / "benchmarks" / "walk_server.py",
                        python=["nice", "-n", "10", sys.executable] if scale == "width" else None) as (url, proc):
                 out["rows"] = walk(url, proc.pid, images, log=lambda m: print(m, file=sys.stderr, flush=True))
+            out["server_evictions"] = [line.strip() for line in log_path.read_text().splitlines() if "evicted" in line]
         finally:
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
     out["residency"] = residency()
+    # the Features tab's own sizes: the tests' stand-in SAE at tiny scale, the lmms-lab SAE otherwise
+    out["visitor_index"] = visitor_index(256, 16, k=16) if scale == "tiny" else visitor_index(SAE_LATENTS, 576)
     out["load_after"] = load_average()
     print(f"hub walk, scale {scale} — {out['date']}, torch {out['torch']}, load {out['load_before']} → {out['load_after']}")
     if "rows" in out:
         print(walk_table(out))
         print()
     print(residency_table(out["residency"]))
+    vi = out["visitor_index"]
+    quota = "no quota" if vi["quota_bytes"] is None else f"{vi['quota_bytes'] / GB:.2f} GB"
+    print(f"\nA visitor's own feature index ({vi['latents']} latents × top {vi['top_k']} images × {vi['patches']} "
+          f"patches): {vi['bytes'] / GB:.3f} GB on disk (the session quota, WORKBENCH_SESSION_QUOTA: {quota}).")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     if any("error" in r for r in out.get("rows", [])):
