@@ -370,8 +370,21 @@ def walk(url: str, pid: int, images: list[str], log=print) -> list[dict]:
                 + (f", {row['error']}" if "error" in row else "") + "]")
             if "error" in row:
                 break
+        row["store"] = store_after(client)
         rows.append(row)
     return rows
+
+
+def store_after(client) -> dict | None:
+    """The running app's model store after an action (the Overview's status endpoint): its budget,
+    what it holds and how many models it has evicted so far."""
+    try:
+        status = client.predict(api_name="/status")[1]
+    except Exception:  # the figures above stand without it
+        return None
+    st = (status or {}).get("model_store") or {}
+    return {"budget_bytes": st.get("budget_bytes"), "resident_bytes": st.get("resident_bytes"),
+            "evictions": st.get("evictions"), "models": [m["id"] for m in st.get("models", [])]}
 
 
 def server_env(cache: Path, scale: str) -> dict[str, str]:
@@ -544,8 +557,8 @@ def _num(x, fmt="{:.1f}"):
 
 def walk_table(res: dict) -> str:
     note = {"tiny": "tests' stand-ins", "width": "real widths, 2 LM layers (CPU)", "full": "real configs"}[res["scale"]]
-    lines = [f"| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB "
+             "| store after: models, GB (evictions so far) |", "|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         gpu = r.get("cold_gpu_gb") or r.get("warm_gpu_gb")
         gpu_s = _num(max(v for v in (r.get("cold_gpu_gb"), r.get("warm_gpu_gb")) if v is not None)
@@ -554,8 +567,11 @@ def walk_table(res: dict) -> str:
             gpu_s = "to re-run on a GPU"
         rss = [v for v in (r.get("cold_rss_gb"), r.get("warm_rss_gb")) if v is not None]
         what = r["what"] + (f" — FAILED: {r['error']}" if "error" in r else "")
+        st = r.get("store") or {}
+        held = (f"{len(st['models'])}, {st['resident_bytes'] / GB:.2f} ({st['evictions']})"
+                if st.get("models") is not None and st.get("resident_bytes") is not None else "–")
         lines.append(f"| {r['tab']} | {what} | {note} | {_num(r.get('cold_s'))} | {_num(r.get('warm_s'))} | "
-                     f"{_num(max(rss) if rss else None, '{:.2f}')} | {gpu_s} |")
+                     f"{_num(max(rss) if rss else None, '{:.2f}')} | {gpu_s} | {held} |")
     return "\n".join(lines)
 
 

@@ -37,7 +37,11 @@ def test_every_tab_answers_twice_with_time_and_peak_memory(walked):
     assert "Memorization score" in results["Memorization"]
     assert "MathNeuro set pruned" in results["Math neurons"] and "scaled × 2" in results["Math neurons"]
     assert "Model answer" in results["Features"] and "plotly" in results["Adapters"]
-    head = "| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB |"
+    # the app's own store after each action: one more model per tab (the test's budget is large)
+    held = [len(r["store"]["models"]) for r in res["rows"]]
+    assert held == sorted(held) and held[-1] >= 5 and res["rows"][-1]["store"]["evictions"] == 0
+    head = ("| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB "
+            "| store after: models, GB (evictions so far) |")
     assert head in stdout
     assert stdout.count("to re-run on a GPU") == 5
 
