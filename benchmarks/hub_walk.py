@@ -2,7 +2,7 @@
 built from the real configs (nothing downloaded), every tab's main action once, timed, with peak
 memory; then whether all five tabs' models fit in the model store together.
 
-    python -m benchmarks.hub_walk --scale width     # the papers' widths, fewer layers (a CPU, ~30 min)
+    python -m benchmarks.hub_walk --scale width     # the papers' widths, fewer layers (a CPU, ~35 min)
     python -m benchmarks.hub_walk --scale full      # the real configs (a GPU machine)
     python -m benchmarks.hub_walk --scale tiny      # the tests' stand-ins (seconds)
     python -m benchmarks.hub_walk --residency-only  # the residency table alone (no models built)
@@ -332,7 +332,9 @@ def actions():
     def adapters(c, imgs, i):
         key = "meta-llama/Llama-2-7b-hf"
         layers = c.predict(key, api_name="/layers")
-        layer = layers[0]["choices"][i][1] if isinstance(layers[0], dict) and "choices" in layers[0] else layers[0]["value"]
+        listed = layers[0]
+        # the i-th listed weight (q_proj, then k_proj of layer 0: the same shape)
+        layer = listed["choices"][i][1] if isinstance(listed, dict) and "choices" in listed else listed["value"]
         return c.predict(key, layer, 16, "pissa", api_name="/analyse")
 
     return [("Relevance", "MambaLRP + Gradient×Input of one sentence (mamba-130m)", relevance),
@@ -544,13 +546,18 @@ def visitor_index(n_latents: int, patches: int, top_k: int = 16, k: int = SAE_K)
     idx = torch.stack([torch.randperm(n_latents, generator=g)[:k] for _ in range(patches)])[None]
     builder.update(vals, idx)
     with tempfile.TemporaryDirectory() as tmp:
-        path = FeatureIndex(builder.tensors(), {"grid": int(round(patches ** 0.5))}).save(Path(tmp) / "index.safetensors")
+        index = FeatureIndex(builder.tensors(), {"grid": int(round(patches ** 0.5))})
+        path = index.save(Path(tmp) / "index.safetensors")
         size = path.stat().st_size
     return {"latents": n_latents, "patches": patches, "top_k": top_k, "bytes": size,
             "state_bytes": builder.state_bytes(), "quota_bytes": sessions.quota_bytes()}
 
 
 # --------------------------------------------------------------------------- tables
+def _size(n: int) -> str:
+    return f"{n / GB:.2f} GB" if n >= GB / 10 else f"{n / 10**6:.1f} MB"
+
+
 def _num(x, fmt="{:.1f}"):
     return "–" if x is None else fmt.format(x)
 
@@ -558,7 +565,7 @@ def _num(x, fmt="{:.1f}"):
 def walk_table(res: dict) -> str:
     note = {"tiny": "tests' stand-ins", "width": "real widths, 2 LM layers (CPU)", "full": "real configs"}[res["scale"]]
     lines = ["| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB "
-             "| store after: models, GB (evictions so far) |", "|---|---|---|---|---|---|---|---|"]
+             "| store after: models, bytes (evictions so far) |", "|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         gpu = r.get("cold_gpu_gb") or r.get("warm_gpu_gb")
         gpu_s = _num(max(v for v in (r.get("cold_gpu_gb"), r.get("warm_gpu_gb")) if v is not None)
@@ -568,7 +575,7 @@ def walk_table(res: dict) -> str:
         rss = [v for v in (r.get("cold_rss_gb"), r.get("warm_rss_gb")) if v is not None]
         what = r["what"] + (f" — FAILED: {r['error']}" if "error" in r else "")
         st = r.get("store") or {}
-        held = (f"{len(st['models'])}, {st['resident_bytes'] / GB:.2f} ({st['evictions']})"
+        held = (f"{len(st['models'])}, {_size(st['resident_bytes'])} ({st['evictions']})"
                 if st.get("models") is not None and st.get("resident_bytes") is not None else "–")
         lines.append(f"| {r['tab']} | {what} | {note} | {_num(r.get('cold_s'))} | {_num(r.get('warm_s'))} | "
                      f"{_num(max(rss) if rss else None, '{:.2f}')} | {gpu_s} | {held} |")
@@ -578,7 +585,8 @@ def walk_table(res: dict) -> str:
 def residency_table(res: dict) -> str:
     lines = ["| tab | checkpoint | parameters | dtype on a GPU | GB |", "|---|---|---|---|---|"]
     for s in res["checkpoints"]:
-        lines.append(f"| {s['tab']} | {s['checkpoint']} | {s['params'] / 1e9:.3f} B | {s['dtype']} | {s['bytes'] / GB:.2f} |")
+        lines.append(f"| {s['tab']} | {s['checkpoint']} | {s['params'] / 1e9:.3f} B | {s['dtype']} | "
+                     f"{s['bytes'] / GB:.2f} |")
     lines.append(f"| all five tabs | {', '.join(m.split('/')[-1] for m in FIVE_TABS)} | | | "
                  f"**{res['five_tabs_bytes'] / GB:.2f}** |")
     for run in res["runs"]:
@@ -588,7 +596,8 @@ def residency_table(res: dict) -> str:
                   "| step | loads | evicts | resident after (GB) |", "|---|---|---|---|"]
         for i, st in enumerate(run["steps"], 1):
             ev = ", ".join(st["evicted"]) or "—"
-            lines.append(f"| {i} | {st['load']} | {ev} | {st['resident_bytes'] / GB:.2f} ({len(st['resident'])} models) |")
+            n = len(st["resident"])
+            lines.append(f"| {i} | {st['load']} | {ev} | {st['resident_bytes'] / GB:.2f} ({n} model{'s' * (n != 1)}) |")
     return "\n".join(lines)
 
 
@@ -604,7 +613,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--scale", choices=SCALES, default=None, help="default: full with a GPU, width without")
     ap.add_argument("--cache", type=Path, default=None, help="where to write the stand-in cache (default: a temp dir)")
     ap.add_argument("--keep-cache", action="store_true", help="reuse --cache if it is already built")
-    ap.add_argument("--residency-only", action="store_true", help="only the residency table and the index size (no models built)")
+    ap.add_argument("--residency-only", action="store_true",
+                    help="only the residency table and the index size (no models built)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     ap.add_argument("--log", type=Path, default=None, help="the server's log (default: beside the cache)")
     args = ap.parse_args(argv)
@@ -639,7 +649,8 @@ def main(argv: list[str] | None = None) -> dict:
     # the Features tab's own sizes: the tests' stand-in SAE at tiny scale, the lmms-lab SAE otherwise
     out["visitor_index"] = visitor_index(256, 16, k=16) if scale == "tiny" else visitor_index(SAE_LATENTS, 576)
     out["load_after"] = load_average()
-    print(f"hub walk, scale {scale} — {out['date']}, torch {out['torch']}, load {out['load_before']} → {out['load_after']}")
+    print(f"hub walk, scale {scale} — {out['date']}, torch {out['torch']}, "
+          f"load {out['load_before']} → {out['load_after']}")
     if "rows" in out:
         print(walk_table(out))
         print()

@@ -41,7 +41,7 @@ def test_every_tab_answers_twice_with_time_and_peak_memory(walked):
     held = [len(r["store"]["models"]) for r in res["rows"]]
     assert held == sorted(held) and held[-1] >= 5 and res["rows"][-1]["store"]["evictions"] == 0
     head = ("| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB "
-            "| store after: models, GB (evictions so far) |")
+            "| store after: models, bytes (evictions so far) |")
     assert head in stdout
     assert stdout.count("to re-run on a GPU") == 5
 
