@@ -119,14 +119,13 @@ def widen_mamba(folder: Path, repo: str, scale: str) -> None:
 
 def widen_causal_lm(sizes: dict):
     def widen(folder: Path, repo: str, scale: str) -> None:
-        from transformers import AutoConfig, AutoModelForCausalLM
+        import transformers
+        from transformers import AutoConfig
 
         cfg = AutoConfig.from_pretrained(folder)
         cfg.update({**sizes, "num_hidden_layers": layers_at(scale, sizes["num_hidden_layers"]),
                     "initializer_range": 0.02})
-        cls = type(AutoModelForCausalLM.from_config(cfg.__class__(vocab_size=8, hidden_size=8, intermediate_size=8,
-                                                                  num_hidden_layers=1, num_attention_heads=1,
-                                                                  num_key_value_heads=1, head_dim=8)))
+        cls = getattr(transformers, cfg.architectures[0])  # the class the stand-in was saved as
         _replace_weights(folder, _build_in(cls, cfg, _dtype_of(cfg), 0))
 
     return widen

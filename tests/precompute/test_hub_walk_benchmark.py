@@ -93,3 +93,25 @@ def test_visitor_index_size_is_measured_beside_the_session_quota(walked):
     assert vi["state_bytes"] == bound and bound <= vi["bytes"] < 1.01 * bound + 4096  # the file is the state
     assert vi["quota_bytes"] == sessions.quota_bytes()
     assert "A visitor's own feature index (256 latents" in stdout
+
+
+@pytest.mark.timeout(300)
+def test_width_scale_keeps_the_real_width_with_two_layers(tmp_path):
+    """The widening the CPU walk applies, on the Math tab's checkpoint: the stand-in's tokenizer and
+    class, Llama-3.2-1B's width, 2 layers, loadable by from_pretrained."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from benchmarks.hub_walk import WIDEN
+    from tests.helpers.standins import math as stand_in, put
+
+    repo = "meta-llama/Llama-3.2-1B-Instruct"
+    snap = put(tmp_path, repo, stand_in.build)
+    WIDEN[repo](snap, repo, "width")
+    model = LlamaForCausalLM.from_pretrained(snap)
+    cfg = model.config
+    assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+            cfg.num_hidden_layers) == (2048, 8192, 32, 8, 2)
+    assert model.model.layers[0].mlp.up_proj.weight.shape == (8192, 2048)
+    assert cfg.tie_word_embeddings and model.dtype == torch.bfloat16  # the stand-in's own features kept
+    assert len(list(snap.glob("*.safetensors"))) == 1 and (snap / "tokenizer.json").exists()
