@@ -87,6 +87,11 @@ def parse_bytes(text: str | int | float) -> int | None:
     return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
+def gpu_budget(total_memory: int) -> int:
+    """The default budget on a GPU of `total_memory` bytes: 80 % of it, the rest left to activations."""
+    return int(0.8 * total_memory)
+
+
 @lru_cache(maxsize=1)
 def default_budget() -> int:
     from .device import pick_device
@@ -94,7 +99,7 @@ def default_budget() -> int:
 
     # No CUDA query under ZeroGPU: its main process must not initialise the GPU.
     if pick_device().type == "cuda" and not spaces_available():
-        return int(0.8 * torch.cuda.get_device_properties(0).total_memory)
+        return gpu_budget(torch.cuda.get_device_properties(0).total_memory)
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: 16 GB is a laptop's
