@@ -8,13 +8,20 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
 import traceback
 
-from backend.core import netenv, preload
-from backend.core.presets import active_source
+if __name__ == "__main__":
+    # The start allocates some 400,000 long-lived objects (torch, gradio, the page) and little
+    # garbage, so the collector's passes over them cost about a second of a 2-core machine's start:
+    # it is off until the page is built, then those objects are frozen out of later passes (main()).
+    gc.disable()
+
+from backend.core import netenv, preload  # noqa: E402
+from backend.core.presets import active_source  # noqa: E402
 
 # Before gradio / huggingface_hub are imported: no analytics, no telemetry, and no hub access at
 # all unless the hub preset is asked for.
@@ -28,7 +35,7 @@ from components import tab_modules  # noqa: E402
 from components import agent_tools  # noqa: E402
 from components import visitor  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
-from components.gradio_fixes import atomic_image_cache, escaped_error_messages  # noqa: E402
+from components.gradio_fixes import atomic_image_cache, escaped_error_messages, light_loading_status  # noqa: E402
 from components.guard import guard_events  # noqa: E402
 from components import range_guard  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
@@ -46,6 +53,11 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     ttl = int(visitor.sessions.ttl_seconds())
     with gr.Blocks(title="Interpretability workbench", analytics_enabled=False,
                    delete_cache=(min(ttl, 3600), ttl)) as demo:
+        # Bounded queue; model-touching events set their own per-device group (components.common).
+        # Everything is set up inside this one `with`: each time a Blocks' context closes, or its
+        # queue is set, Gradio builds the page's config and its server app again (~0.4 s each here),
+        # so the queue comes first, while the page is still empty, and the page is closed once.
+        demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
             gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
                     "<span class='wb-sub'>five papers, five live instruments</span>"
@@ -66,11 +78,10 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         # Deep links: ?tab=ID opens that tab; ?<elem_id>=<json> restores every linked input of every
         # tab (components.links); invalid values are skipped with a notice.
         links.install(demo, tabs, default_tab=modules[0].TAB_ID)
-    visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
-    range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
+        visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
+        range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
     guard_events(demo)
-    # Bounded queue; model-touching events set their own per-device group (components.common).
-    demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
+    light_loading_status(demo)  # after every event is wired: no status refresh of unseen progress
     return demo
 
 
@@ -114,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="also serve the methods as MCP tools for agents at /gradio_api/mcp/ (or WORKBENCH_MCP=1)")
     args = ap.parse_args(argv)
     demo = build_app(args.preset)
+    if not gc.isenabled():  # off since the start (above): the ~25,000 objects of garbage it left stay
+        gc.freeze()
+        gc.enable()
     # ZeroGPU: the checkpoints load here, in the main process, so every GPU worker inherits them
     preload.run(args.preset)
     mcp = agent_tools.mcp_wanted(args.mcp)

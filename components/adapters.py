@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import gradio as gr
-import matplotlib
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -22,7 +21,7 @@ from backend.core import colors as C
 from components import links, race_live
 from backend.core import bounds
 from components.common import fail, model_event, themed
-from components.inputs import CheckedNumber, bounded_slider, keep_on_failure
+from components.inputs import CheckedNumber, bounded_slider, checked_radio, keep_on_failure
 from components.model_picker import model_picker
 
 TAB_ID = "adapters"
@@ -45,6 +44,9 @@ DASHES = ["solid", "dash", "dot", "dashdot"]
 # redraw, and a figure of nine runs costs it 30-300 ms, so steps are coalesced into at most four
 # updates a second, and the figure goes out at most once a second (the status line in between).
 UPDATE_EVERY_S = 0.25
+# the page's live view is handed its progress in the server process, which costs no browser work:
+# fresher, so that each of its polls finds the latest steps
+LIVE_EVERY_S = 0.15
 INIT_LABELS = {"pissa": "full SVD (pissa)", "pissa_niter_4": "fast SVD (pissa_niter_4)"}
 FIGURE_EVERY_S = 1.0
 STOP_WAIT_S = race_live.STOP_WAIT_S
@@ -106,12 +108,15 @@ def _write_json(folder: Path, name: str, data) -> str:
     return str(path)
 
 
-matplotlib.use("Agg")  # exports render off-screen; imported here so the first export is not slow
-import matplotlib.pyplot as _plt  # noqa: E402
-
-
 def _mpl():
-    return _plt
+    """pyplot for the PNG exports, imported on the first one: at start it would cost half a second
+    that the first page does not need."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # exports render off-screen
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 # --- 1. one layer -------------------------------------------------------------------------------
@@ -161,13 +166,27 @@ def spectrum_figure(a: dict, pinned: dict | None = None) -> go.Figure:
     return themed(fig)
 
 
+HIST_BINS = 80
+
+
 def histogram_figure(a: dict) -> go.Figure:
+    """W's and W_res's entries counted here in shared bins: the page gets 80 bars per matrix, not the
+    20,000 sampled entries (Gradio's front end copies every shown figure's value on each status
+    message of any event, so a figure that large cost each click on the page ~100 ms)."""
+    w, res = np.asarray(a["w_sample"], dtype=float), np.asarray(a["w_res_sample"], dtype=float)
+    both = np.concatenate([w, res])
+    lo, hi = (float(both.min()), float(both.max())) if both.size else (0.0, 1.0)
+    edges = np.linspace(lo, hi if hi > lo else lo + 1.0, HIST_BINS + 1)
+    centers, width = (edges[:-1] + edges[1:]) / 2, float(edges[1] - edges[0])
     fig = go.Figure()
-    fig.add_trace(go.Histogram(x=a["w_sample"], name=f"W (std {a['w_std']:.3g})", opacity=0.6,
-                               marker_color=COLORS["W"], nbinsx=80))
-    fig.add_trace(go.Histogram(x=a["w_res_sample"], name=f"W_res (std {a['w_res_std']:.3g})",
-                               opacity=0.6, marker_color=COLORS["W_res"], nbinsx=80))
-    fig.update_layout(barmode="overlay", title="Distribution of entries: W vs W_res",
+    for values, name, color in ((w, f"W (std {a['w_std']:.3g})", COLORS["W"]),
+                                (res, f"W_res (std {a['w_res_std']:.3g})", COLORS["W_res"])):
+        counts, _ = np.histogram(values, bins=edges)
+        fig.add_trace(go.Bar(x=centers, y=counts, width=width, name=name, opacity=0.6, marker_color=color,
+                             marker_line_width=0,
+                             hovertemplate="%{x:.3g} ± " + f"{width / 2:.2g}" + ": %{y} entries<extra>" + name
+                             + "</extra>"))
+    fig.update_layout(barmode="overlay", bargap=0, title="Distribution of entries: W vs W_res",
                       xaxis_title="value", yaxis_title="count", height=360,
                       margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.22))
     return themed(fig)
@@ -392,10 +411,11 @@ def run_race(key, methods, n_seeds, steps, rank, lr, request: gr.Request = None)
 
 
 def race_in_page(key, methods, n_seeds, steps, rank, lr, page, request: gr.Request = None):
-    """The race for the page: its progress goes to the page's live view (components.race_live, `page`
-    its id) instead of through Gradio's front end; Gradio gets the start (the last figure hidden)
-    and the results."""
-    yield from _race(key, methods, n_seeds, steps, rank, lr, request, live=race_live.page_of(page, request))
+    """The race for the page: its progress, final figure and status go to the page's live view
+    (components.race_live, `page` its id) instead of through Gradio's front end; Gradio gets two
+    updates of the summary and exports: cleared at the start, filled at the end."""
+    for item in _race(key, methods, n_seeds, steps, rank, lr, request, live=race_live.page_of(page, request)):
+        yield item if isinstance(item, race_live.Live) else item[2:]
 
 
 race_in_page.main_process = race_live.relayed  # components.guard: outside the ZeroGPU mark
@@ -429,14 +449,14 @@ def _race(key, methods, n_seeds, steps, rank, lr, request, live: str):
         return race_live.Live(live, plain, new, title=title, done=done, owner=session)
 
     t0 = time.perf_counter()
-    updates, figures = Cadence(UPDATE_EVERY_S), Cadence(FIGURE_EVERY_S)
+    updates, figures = Cadence(LIVE_EVERY_S if live else UPDATE_EVERY_S), Cadence(FIGURE_EVERY_S)
     stream = service.race_stream(key, cfg, session, heartbeat_s=UPDATE_EVERY_S)
     title = f"{key}: LoRA vs PiSSA (r {rank})"
     updates.due()
     figures.due()
     if live:
         yield race_live.Live(live, "starting…", title=title, start=True, owner=session)
-        yield gr.update(value=None, visible=False), "", None, None  # the last race's results go
+        yield None, "", None, None  # the last race's results go (the page takes the last two)
     else:
         yield race_figure(curves, title), "starting…", None, None  # clears the last race's results
     setup, drawn = "", 0
@@ -447,20 +467,24 @@ def _race(key, methods, n_seeds, steps, rank, lr, request, live: str):
                 title = (f"{key} · task {settings['task']} · r {settings['rank']} · alpha "
                          f"{settings['alpha']:g} · lr {settings['lr']:g}")
                 status = _status(curves, ev, time.perf_counter() - t0, total)
-                if live:  # the page hears that the race is over before the exports are written
+                # the client hears that the race is over before the exports are drawn and written
+                # (a loaded machine takes a second or more over the PNG)
+                if live:
                     yield to_page(status, done=True, title=title)
+                else:
+                    updates.wait()
+                    yield gr.skip(), status, gr.skip(), gr.skip()
                 folder = _export_dir()
                 png = folder / export_name("pissa-race", key, ext="png")
                 _race_png(curves, png, title)
                 data = {"summary": ev["summary"], "stopped": ev["stopped"],
                         "curves": [{"method": m, "seed": s, **c} for (m, s), c in sorted(curves.items())]}
                 files = [_write_json(folder, export_name("pissa-race", key, ext="json"), data), str(png)]
-                final = race_figure(curves, title)
-                if live:
-                    final = gr.update(value=final, visible=True)
-                else:
-                    updates.wait()
-                yield final, status, ev["summary"], files  # one update: each costs the page a refresh
+                if live:  # drawn by the live view
+                    yield None, status, ev["summary"], files
+                    return
+                updates.wait()
+                yield race_figure(curves, title), status, ev["summary"], files
                 return
             if ev.get("setup"):
                 setup = f"preparing run {ev['setup']}/{ev['of']}"
@@ -550,9 +574,9 @@ def build(ctx) -> None:
             list_layers = gr.Button("List the model's layers", size="sm", elem_id="pissa-list-layers")
         rank = bounded_slider(bounds.PISSA_RANK, value=8, step=1, label="rank r", elem_id="pissa-rank", scale=2,
                               elem_classes=["wb-advanced"])
-        init = gr.Radio([(INIT_LABELS[i], i) for i in bounds.PISSA_INITS],
-                        value="pissa", label="PiSSA init (peft)", elem_id="pissa-init", scale=2,
-                        elem_classes=["wb-advanced"])
+        init = checked_radio("init", [(INIT_LABELS[i], i) for i in bounds.PISSA_INITS],
+                             value="pissa", label="PiSSA init (peft)", elem_id="pissa-init", scale=2,
+                             elem_classes=["wb-advanced"])
 
     gr.Markdown("### 1 · Spectrum and the PiSSA split")
     with gr.Row():
@@ -604,11 +628,11 @@ def build(ctx) -> None:
     with gr.Row(elem_classes=["wb-keyfirst"]):
         start = gr.Button("Start race", variant="primary", elem_id="pissa-start")
         stop = gr.Button("Stop", variant="stop", elem_id="pissa-stop")
-    # while a race runs in the page, its curves are drawn here (components.race_live); the plotly
-    # figure, with hover, replaces them when it ends
+    # the page's race is drawn here, live and finished, with its status (components.race_live)
     live_view = race_live.live_view(elem_id="pissa-race-live", elem_classes=["wb-keyfig", "wb-keyfirst"])
-    race_plot = gr.Plot(label="race", elem_id="pissa-race", elem_classes=["wb-keyfig", "wb-keyfirst"])
-    race_status = gr.Markdown(elem_id="pissa-race-status")
+    # the API's race streams its figure and status into these; the page never shows them
+    race_plot = gr.Plot(label="race", elem_id="pissa-race", visible=False)
+    race_status = gr.Markdown(elem_id="pissa-race-status", visible=False)
     with gr.Row():
         race_summary = gr.JSON(label="summary", elem_id="pissa-race-summary", open=False)
         race_files = gr.File(label="export (JSON, PNG)", file_count="multiple", elem_id="pissa-race-files")
@@ -633,6 +657,7 @@ def build(ctx) -> None:
              error_files, race_plot, race_status, race_summary, race_files, conv_md, conv_json, shown]
     # no stale results after the user picks another model (a restored link sets results of its own)
     model.input(lambda: [None] * len(stale), outputs=stale, api_visibility="private")
+    model.input(None, js="() => { window.wbRaceClear?.(); }", api_visibility="private")
     keep_on_failure(list_layers.click(on_model_change, inputs=model, outputs=[layer, rank],
                                       **model_event(api_visibility="private")), [layer, rank])
     # A refused value (checked inputs) or a failed computation leaves the last good view as it was,
@@ -645,8 +670,10 @@ def build(ctx) -> None:
                                      **model_event(api_name="errors")), error_out)
     race_out = [race_plot, race_status, race_summary, race_files]
     race_in = [model, methods, seeds, steps, rank, lr]
-    keep_on_failure(start.click(race_in_page, inputs=race_in + [live_view], outputs=race_out,
-                                show_progress="hidden", **model_event(api_visibility="private")), race_out)
+    # as few outputs as can be: each output's status is refreshed by the front end at the start and end
+    page_out = [race_summary, race_files]
+    keep_on_failure(start.click(race_in_page, inputs=race_in + [live_view], outputs=page_out,
+                                show_progress="hidden", **model_event(api_visibility="private")), page_out)
     # the API's race streams its status and figure as before (a button the page does not show)
     gr.Button(visible=False, elem_id="pissa-race-api").click(run_race, inputs=race_in, outputs=race_out,
                                                              **model_event(api_name="race"))

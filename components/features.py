@@ -61,11 +61,11 @@ def _atomic_write(path: Path, write) -> Path:
 
 # ------------------------------------------------------------------------------ handlers
 def _org(source: str, progress=None):
-    """The organism; with `progress` (a gr.Progress) its weights too: a hub VLM loads on the first
-    request that needs it, not when the app starts."""
+    """The organism; with `progress` (a gr.Progress) its weights too: the VLM and SAE load on the
+    first request that needs them, not when the app starts."""
     try:
         org = FT.get_organism(source)
-        if progress is not None and org.is_hub and org.model is None:
+        if progress is not None and org.model is None:
             progress(0.05, desc="loading the model and SAE (first use; they stay loaded)")
             org = FT.get_organism(source, model=True)
         return org

@@ -51,3 +51,37 @@ def escaped_error_messages() -> None:
 
     error_payload._wb_escaped = True
     utils.error_payload = queueing.error_payload = error_payload
+
+
+def light_loading_status(demo) -> None:
+    """Gradio 6.31's front end keeps a loading status for every component that has been an input or
+    a progress target (by default: an output) of any event run so far, and on every status message
+    of every event (pending, generating, complete) it hands each of them a new status object: the
+    component is looked up by a walk of the whole page's tree, and a layout (the gr.Tabs a deep link
+    selects) has every component under it asked for its value again. With the page's load events'
+    outputs among them, one click costs the page 100-600 ms on a loaded machine.
+
+    Progress nobody sees is taken out of that: an event with hidden progress keeps as progress
+    targets only the outputs some event with visible progress shows its status on (it may need to
+    clear that status, components.inputs.keep_on_failure), and no event shows progress on a layout
+    (a status there is drawn over the whole tab). Call once every event is wired."""
+    from gradio.blocks import BlockContext
+    from gradio.components import Component
+
+    def layout(c) -> bool:  # gr.HTML is a BlockContext too (it may hold children) but shows progress
+        return isinstance(c, BlockContext) and not isinstance(c, Component)
+
+    def targets(fn):
+        return list(fn.show_progress_on) if fn.show_progress_on is not None else list(fn.outputs or [])
+
+    for fn in demo.fns.values():
+        shown = targets(fn)
+        kept = [c for c in shown if not layout(c)]
+        if len(kept) < len(shown):
+            fn.show_progress_on = kept
+            if not kept:
+                fn.show_progress = "hidden"
+    visible = {id(c) for fn in demo.fns.values() if fn.show_progress != "hidden" for c in targets(fn)}
+    for fn in demo.fns.values():
+        if fn.show_progress == "hidden":
+            fn.show_progress_on = [c for c in targets(fn) if id(c) in visible]

@@ -8,19 +8,22 @@ and shown as a short, non-revealing message — the server keeps serving either 
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import logging
 import os
 import threading
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
-from backend.core import loadgate
+from backend.core import loadgate, preload, store
 from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
 from backend.core.store import load_progress, request_scope, scoped_aiter, scoped_iter
-from backend.core.zerogpu import MAX_DURATION, gpu
+from backend.core.zerogpu import MAX_DURATION, gpu, in_main, spaces_available
 
 from .common import MODEL_GROUP, model_concurrency
 
@@ -49,10 +52,103 @@ def _translate(exc: BaseException, where: str) -> BaseException:
                     "not changed and the server keeps running.")
 
 
+# Notes raised inside a marked handler travel back with its result (`_Noted`) and are shown by the
+# main process: a toast raised in a ZeroGPU worker would reach no page.
+_CARRY: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("workbench_notes_carry", default=None)
+
+
 def show_notes(notes: list[str]) -> None:
     """What the model store wants a request's user to know (a model kept alone over the budget)."""
+    carry = _CARRY.get()
+    if carry is not None:
+        carry.extend(notes)
+        return
     for note in notes:
         gr.Warning(note)
+
+
+@dataclass
+class _Noted:
+    """A marked handler's result (or stream item) with the notes raised while computing it and the
+    models its process had to load (a worker's: the main process mirrors them)."""
+    value: Any
+    notes: list[str]
+    loads: list[str]
+
+
+def _carrying(fn):
+    """Inside the ZeroGPU mark: collect the notes and the worker's loads with each result."""
+    def noted(step):
+        carry, count = [], store.load_count()
+        token = _CARRY.set(carry)
+        try:
+            value = step()
+        finally:
+            _CARRY.reset(token)
+        return _Noted(value, carry, [] if in_main() else store.loads_since(count))
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*a, **k):
+            it = fn(*a, **k)
+            try:
+                while True:
+                    try:
+                        yield noted(lambda: next(it))
+                    except StopIteration:
+                        return
+            finally:
+                it.close()
+        return gen
+
+    @functools.wraps(fn)
+    def plain(*a, **k):
+        return noted(lambda: fn(*a, **k))
+    return plain
+
+
+def _deliver(noted: _Noted):
+    """In the main process: show the notes, load what the worker needed (backend.core.preload)."""
+    show_notes(noted.notes)
+    if noted.loads:
+        preload.mirror(noted.loads)
+    return noted.value
+
+
+def _ahead(tab: str, a, k) -> None:
+    """Under ZeroGPU, in the main process: load the registered checkpoint a call names before its
+    worker forks (backend.core.preload.ahead), so the worker inherits it."""
+    if spaces_available() and in_main():
+        preload.ahead(tab, [*a, *k.values()])
+
+
+def _delivering(fn, tab: str):
+    """Outside the ZeroGPU mark: unwrap each `_Noted` result."""
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*a, **k):
+            _ahead(tab, a, k)
+            it = fn(*a, **k)
+            try:
+                for noted in it:
+                    yield _deliver(noted)
+            finally:
+                it.close()  # a page that stops the stream stops the worker's too
+        return gen
+
+    @functools.wraps(fn)
+    def plain(*a, **k):
+        _ahead(tab, a, k)
+        return _deliver(fn(*a, **k))
+    return plain
+
+
+def main_only(fn):
+    """A model handler that must run in the main process under ZeroGPU, never in a worker: what it
+    keeps (a visitor's own data set, registered with its model's bench) must outlive the call, and
+    the model it loads there is inherited by every later worker."""
+    fn.main_only = True
+    return fn
 
 
 def _load_reporter():
@@ -170,8 +266,9 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
         sync = not (inspect.iscoroutinefunction(block_fn.fn) or inspect.isasyncgenfunction(block_fn.fn))
         if block_fn.concurrency_id == MODEL_GROUP:
             fn = gated(fn)
-            if sync:
-                fn = gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(fn)
+            if sync and not getattr(block_fn.fn, "main_only", False):
+                fn = _delivering(gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(_carrying(fn)),
+                                 handler_tab(block_fn.fn))
         # what a handler must do in the server process, around its GPU worker (the race's relay of
         # its live progress to the page, components.race_live)
         if callable(getattr(block_fn.fn, "main_process", None)):

@@ -100,6 +100,29 @@ class CheckedImage(gr.Image):
                            "upload another.", print_exception=False) from None
 
 
+class CheckedRadio(gr.Radio):
+    """A radio whose value must be one of its choices, refused in the words of
+    backend.core.bounds.check_choice (the API's and the MCP tools'), not Gradio's own. Build it with
+    `checked_radio`, which names the argument as the API and the tools do."""
+    is_template = True
+    what = "The choice"
+
+    def preprocess(self, payload):
+        if payload is not None:
+            try:
+                bounds.check_choice(self.what, payload, [v for _, v in self.choices])
+            except ValueError as e:
+                raise gr.Error(str(e), print_exception=False) from None
+        return super().preprocess(payload)
+
+
+def checked_radio(name: str, choices, **kwargs) -> CheckedRadio:
+    """A radio over `choices` (values, or (label, value) pairs) named `name` in its refusals."""
+    r = CheckedRadio(choices, **kwargs)
+    r.what = name
+    return r
+
+
 def bounded_slider(r: bounds.Range, hi: float | None = None, **kwargs) -> CheckedSlider:
     """A slider over the declared range `r` (its upper end lowered to `hi` where the data allows
     less: a model's memorized prompts, a layer's rank)."""

@@ -23,6 +23,7 @@ from components.model_picker import model_picker
 from backend.core import bounds
 from components import range_guard
 from components.common import fail, model_event, on_first_open
+from components.guard import main_only
 from components.inputs import keep_on_failure
 from components.math_figures import (LABEL_OF, METHOD_LABELS, accuracy_html, accuracy_plot,
                                       consistency_plot, curve_plot, describe_result, export_png,
@@ -262,7 +263,8 @@ def make_handlers(source: str):
             return key, data_html(service.describe(b, keys[1] or service.DEFAULT_NONMATH,
                                                    keys[0] or service.DEFAULT_MATH))
 
-        return handler
+        # under ZeroGPU the set must be registered in the main process, or it would die with a worker
+        return main_only(handler)
 
     def on_model(model, progress=gr.Progress()):
         """A newly picked model: load it (with progress), say what data and rules it is measured

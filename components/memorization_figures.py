@@ -361,6 +361,8 @@ def export_figure(c: dict | None, check: dict | None, table: dict | None):
 
 
 def export_png(path: Path, c: dict | None, check: dict | None, table: dict | None) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig = export_figure(c, check, table)

@@ -7,7 +7,9 @@ four times a second, that kept a browser's main thread busy for seconds at a tim
 the page streams nothing through Gradio: the handler hands its progress to this module (`relay`,
 outside the ZeroGPU mark, in the server process), and the page asks for it four times a second
 through a server function of the live view's gr.HTML (`progress`), receiving one SVG string and one
-status line, which it writes into its own element. The API's `/race` still streams as before.
+status line, which it writes into its own element. The finished race stays drawn there, with a hover
+readout of every run's values at the step under the pointer: a Plotly figure sent through Gradio at
+the end cost the page one more of those refreshes. The API's `/race` still streams as before.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ class _Record:
     done: bool = False
     version: int = 0
     updated: float = field(default_factory=time.monotonic)
-    svg: tuple[int, str] = (-1, "")
+    svg: tuple = (-1, "", {})  # (version, drawing, hover data) last drawn
 
 
 _RUNS = itertools.count(1)
@@ -139,8 +141,8 @@ def progress(query: str = "") -> dict:
         if since == f"{rec.run}.{rec.version}":
             return out
         if rec.svg[0] != rec.version:
-            rec.svg = (rec.version, svg(rec.curves, rec.title))
-        return {**out, "status": rec.status, "svg": rec.svg[1]}
+            rec.svg = (rec.version, svg(rec.curves, rec.title), hover_data(rec.curves))
+        return {**out, "status": rec.status, "svg": rec.svg[1], "hover": rec.svg[2]}
 
 
 def stop_session(session: str) -> str:
@@ -210,7 +212,9 @@ def svg(curves: dict, title: str = "") -> str:
         left = LEFTS[panel]
         values = [v for c in curves.values() for v in c[col] if math.isfinite(v) and (v > 0 or not log)]
         parts.append(f"<text x='{left + PANEL_W / 2}' y='{TOP - 8}' text-anchor='middle'>{name}</text>")
-        parts.append(f"<rect x='{left}' y='{TOP}' width='{PANEL_W}' height='{PLOT_H}' fill='none' "
+        # the pointer's area: the view reads the values at its step (hover_data) and draws a guide
+        parts.append(f"<rect x='{left}' y='{TOP}' width='{PANEL_W}' height='{PLOT_H}' fill='transparent' "
+                     "pointer-events='all' class='wb-race-panel' "
                      "stroke='currentColor' stroke-opacity='0.35'/>")
         if not values or last < 1:
             continue
@@ -253,39 +257,52 @@ def svg(curves: dict, title: str = "") -> str:
                      f"stroke='{COLORS.get(method, C.NEUTRAL)}'{f' stroke-dasharray={chr(39)}{dash}{chr(39)}' if dash else ''}/>"
                      f"<text x='{x + 34}' y='{H - 10}'>{html.escape(label)}</text>")
         x += 46 + 7 * len(label)
+    parts.append(f"<line class='wb-race-guide' y1='{TOP}' y2='{TOP + PLOT_H}' x1='0' x2='0' "
+                 "stroke='currentColor' stroke-opacity='0.5' visibility='hidden' pointer-events='none'/>")
     parts.append("</svg>")
     return "".join(parts)
+
+
+def hover_data(curves: dict) -> dict:
+    """What the view's hover readout needs: the plot's geometry and every run's values at the steps
+    drawn (the same thinned points as the curves)."""
+    last = max((c[0][-1] for c in curves.values() if c[0]), default=0)
+    out = []
+    for method, seed in sorted(curves):
+        steps, losses, grads = curves[(method, seed)]
+        keep = _thin(len(steps))
+        out.append({"name": f"{NAMES.get(method, method)} · seed {seed}", "color": COLORS.get(method, C.NEUTRAL),
+                    "step": [steps[i] for i in keep],
+                    "loss": [losses[i] if math.isfinite(losses[i]) else None for i in keep],
+                    "grad": [grads[i] if math.isfinite(grads[i]) else None for i in keep]})
+    return {"last": last, "lefts": list(LEFTS), "width": PANEL_W, "top": TOP, "height": PLOT_H, "runs": out}
 
 
 # --- the page -----------------------------------------------------------------------------------
 TEMPLATE = ("<div class='wb-race-stop' id='pissa-stop-msg' role='status'></div>"
             "<div class='wb-race-live' aria-live='polite'><div class='wb-race-live-status'></div>"
-            "<div class='wb-race-live-plot'></div></div>")
+            "<div class='wb-race-live-plot'></div><div class='wb-race-hover' hidden></div></div>")
 # Started by the Start button, it asks for the session's race every POLL_MS until that race is over
 # (up to two minutes for a race still queued behind other users' work); Stop is acknowledged at once.
+# The last race stays drawn, with a readout of the values at the step under the pointer.
 JS = """
 const view = element.querySelector('.wb-race-live');
 const status = view.querySelector('.wb-race-live-status');
 const plot = view.querySelector('.wb-race-live-plot');
+const tip = view.querySelector('.wb-race-hover');
 const said = element.querySelector('.wb-race-stop');
 // kept on the page, not in this mount: Gradio may mount the view again while a race runs
-const st = (window.wbRaceState ||= {have: '', seen: 0, baseline: 0, since: -1e9, waiting: false,
+const st = (window.wbRaceState ||= {have: '', seen: 0, baseline: 0, since: -1e9, waiting: false, last: null,
   page: (crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2) + String(Date.now()))});
 // this page's id: the race handler gets it as this component's value and files its progress under it
 if (props.value !== st.page) props.value = st.page;
 let timer = null;
-view.style.display = 'none';
-// the race's plotly figure (hover, zoom) takes over once it is drawn; after a failure the view stays
-function giveWay(t0) {
-  const fig = document.querySelector('#pissa-race .js-plotly-plot');
-  if (fig && fig.offsetParent !== null) view.style.display = 'none';
-  else if (performance.now() - t0 < 20000) setTimeout(() => giveWay(t0), __POLL__);
-}
 function show(r) {
-  if (r.svg !== undefined) { plot.innerHTML = r.svg; status.textContent = r.status; }
+  if (r.svg !== undefined) { st.last = r; plot.innerHTML = r.svg; status.textContent = r.status; }
   view.style.display = '';
   view.dataset.state = r.state;
 }
+if (st.last) show(st.last); else view.style.display = 'none';
 async function poll() {
   timer = null;
   let r = null;
@@ -295,11 +312,54 @@ async function poll() {
     st.seen = Math.max(st.seen, r.run);
     st.have = r.run + '.' + r.version;
     show(r);
-    if (r.state === 'done') { st.waiting = false; giveWay(performance.now()); return; }
+    if (r.state === 'done') { st.waiting = false; return; }
   } else if (performance.now() - st.since > 120000) { st.waiting = false; return; }
   timer = setTimeout(poll, __POLL__);
 }
 if (st.waiting) { st.have = ''; timer = setTimeout(poll, 0); }  // mounted again mid-race
+// the readout: every run's values at the drawn step nearest the pointer
+function nearest(xs, x) {
+  let lo = 0, hi = xs.length - 1;
+  while (hi - lo > 1) { const mid = (lo + hi) >> 1; if (xs[mid] <= x) lo = mid; else hi = mid; }
+  return Math.abs(xs[hi] - x) < Math.abs(xs[lo] - x) ? hi : lo;
+}
+const fmt = (v) => v === null || v === undefined ? '–' : Math.abs(v) >= 1e-3 && Math.abs(v) < 1e4 ? v.toPrecision(4) : v.toExponential(2);
+function hover(e) {
+  const svg = plot.querySelector('svg'), h = st.last && st.last.hover;
+  const guide = svg && svg.querySelector('.wb-race-guide');
+  if (!svg || !h || !h.last || !h.runs.length || !e.target.closest('.wb-race-panel')) {
+    tip.hidden = true; if (guide) guide.setAttribute('visibility', 'hidden'); return;
+  }
+  const pt = svg.createSVGPoint(); pt.x = e.clientX; pt.y = e.clientY;
+  const p = pt.matrixTransform(svg.getScreenCTM().inverse());
+  const left = h.lefts.find((l) => p.x >= l && p.x <= l + h.width);
+  if (left === undefined) return;
+  const want = (p.x - left) / h.width * h.last;
+  const first = h.runs.find((r) => r.step.length);
+  const step = first.step[nearest(first.step, want)];
+  const rows = h.runs.filter((r) => r.step.length).map((r) => {
+    const i = nearest(r.step, step);
+    return `<div><span style="color:${r.color}">━</span> ${r.name}: loss ${fmt(r.loss[i])} · grad norm ${fmt(r.grad[i])}</div>`;
+  });
+  tip.innerHTML = `<b>step ${step}</b>` + rows.join('');
+  tip.hidden = false;
+  const box = view.getBoundingClientRect();
+  const x = e.clientX - box.left;
+  tip.style.left = (x > box.width / 2 ? x - tip.offsetWidth - 14 : x + 14) + 'px';
+  tip.style.top = (e.clientY - box.top + 14) + 'px';
+  const gx = left + h.width * step / h.last;
+  guide.setAttribute('x1', gx); guide.setAttribute('x2', gx); guide.setAttribute('visibility', 'visible');
+}
+plot.addEventListener('pointermove', hover);
+plot.addEventListener('pointerleave', () => {
+  tip.hidden = true; plot.querySelector('.wb-race-guide')?.setAttribute('visibility', 'hidden');
+});
+// another model picked: the last race's view goes with its other results (not a race still running)
+window.wbRaceClear = () => {
+  if (st.waiting) return;
+  st.last = null; plot.innerHTML = ''; status.textContent = ''; said.textContent = ''; tip.hidden = true;
+  view.style.display = 'none';
+};
 // one listener per page, however often the view is mounted
 window.wbRaceLive?.abort();
 window.wbRaceLive = new AbortController();
@@ -319,8 +379,12 @@ document.addEventListener('click', (e) => {
 }, {capture: true, signal: window.wbRaceLive.signal});
 """.replace("__POLL__", str(POLL_MS))
 CSS = (".wb-race-stop{color:var(--body-text-color-subdued);font-size:.9em;min-height:1.2em}"
+       ".wb-race-live{position:relative}"
        ".wb-race-live-status{font-size:.95em;margin:.2em 0 .4em;white-space:pre-line}"
-       ".wb-race-svg{width:100%;height:auto;max-height:420px}")
+       ".wb-race-svg{width:100%;height:auto;max-height:420px}"
+       ".wb-race-hover{position:absolute;z-index:5;pointer-events:none;font-size:.82em;line-height:1.35;"
+       "padding:.35em .55em;border-radius:4px;background:var(--background-fill-primary);"
+       "border:1px solid var(--border-color-primary);box-shadow:0 1px 4px rgba(0,0,0,.2);white-space:nowrap}")
 
 
 def live_view(**kwargs) -> gr.HTML:

@@ -107,8 +107,8 @@ def refusal(payload: str) -> None:
 
 
 def install(demo: gr.Blocks) -> None:
-    """The page's script and its hidden message box (outside the tabs, so it is always mounted)."""
-    with demo:
-        box = gr.Textbox(elem_id=BOX_ID, elem_classes=["wb-hidden"], show_label=False, container=False)
-        box.change(refusal, box, None, concurrency_limit=None, show_progress="hidden", api_visibility="private")
-        demo.load(None, js=RANGE_JS, api_visibility="private")
+    """The page's script and its hidden message box (outside the tabs, so it is always mounted).
+    Call inside `with demo:`, after the tabs."""
+    box = gr.Textbox(elem_id=BOX_ID, elem_classes=["wb-hidden"], show_label=False, container=False)
+    box.change(refusal, box, None, concurrency_limit=None, show_progress="hidden", api_visibility="private")
+    demo.load(None, js=RANGE_JS, api_visibility="private")

@@ -51,7 +51,7 @@ def end_session(request: gr.Request):
 
 
 def install(demo: gr.Blocks) -> None:
-    """Remove a session's folder when it ends, and idle ones in the background."""
-    with demo:
-        demo.unload(end_session)
+    """Remove a session's folder when it ends, and idle ones in the background. Call inside
+    `with demo:` (entering it again would build the page's config and server app once more)."""
+    demo.unload(end_session)
     sessions.start_sweeper()

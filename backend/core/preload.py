@@ -14,6 +14,12 @@ active source's registered checkpoints that WORKBENCH_PRELOAD names, within the 
 
 A checkpoint fits when its size (from its metadata, before any weights load) fits what is left of
 the budget; one that does not is named in the log and loads at first use as before.
+
+A registered checkpoint that a call's arguments name is loaded in the main process before its worker
+forks (`ahead`). What a worker had to load all the same is mirrored:
+the worker names the weights it loaded (backend.core.store.loads_since), and `mirror` loads the
+registered presets among them in the main process, so the next worker inherits them instead of
+reading the weights again. `mirrored()` lists what was loaded that way.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from . import presets as P
 log = logging.getLogger("workbench")
 ENV = "WORKBENCH_PRELOAD"
 _LOADERS: dict[str, Callable[[P.Preset], object]] = {}
+_MIRRORED: list[str] = []
 
 
 def register(tab: str, load: Callable[[P.Preset], object]) -> None:
@@ -90,3 +97,54 @@ def run(source: str, setting: str | None = None) -> list[str]:
         done.append(f"{p.tab}:{p.path_or_id}")
         log.info("preload: %s for %s in %.1f s", p.path_or_id, p.tab, time.perf_counter() - t0)
     return done
+
+
+def ahead(tab: str, values) -> list[str]:
+    """Before a worker forks: load in this (the main) process the registered presets of `tab` that
+    the call's arguments name by their path or id (a picked checkpoint not preloaded, or evicted
+    since), so the worker inherits them rather than reading the weights itself. Returns those loaded."""
+    from . import store
+    from .weights import key
+
+    named = {v for v in values if isinstance(v, str) and v}
+    if not named or tab not in _LOADERS:
+        return []
+    done = []
+    for p in P.presets():
+        if p.tab != tab or p.path_or_id not in named or key(p) in store.loaded():
+            continue
+        try:
+            _LOADERS[tab](p)
+        except Exception as e:  # noqa: BLE001 - the worker meets the same failure and reports it
+            log.warning("preload: %s for %s failed (%s: %s)", p.path_or_id, tab, type(e).__name__, str(e)[:200])
+            continue
+        done.append(f"{tab}:{p.path_or_id}")
+    return done
+
+
+def mirror(model_ids: list[str]) -> list[str]:
+    """Load in this (the main) process the registered presets whose weights a worker loaded
+    (store keys, backend.core.weights.key); returns those loaded now. A user's own model is not
+    registered and is not mirrored: it loads in each worker that needs it."""
+    from . import store
+    from .weights import key
+
+    wanted_ids = set(model_ids)
+    done = []
+    for p in P.presets():
+        if p.tab not in _LOADERS or key(p) not in wanted_ids or key(p) in store.loaded():
+            continue
+        try:
+            _LOADERS[p.tab](p)
+        except Exception as e:  # noqa: BLE001 - the worker that needed it reports its own failures
+            log.warning("mirror: %s for %s failed (%s: %s)", p.path_or_id, p.tab, type(e).__name__, str(e)[:200])
+            continue
+        done.append(f"{p.tab}:{p.path_or_id}")
+        log.info("mirror: %s for %s loaded in the main process, as a worker needed it", p.path_or_id, p.tab)
+    _MIRRORED.extend(done)
+    return done
+
+
+def mirrored() -> list[str]:
+    """The presets loaded in the main process because a worker needed them ("tab:path_or_id")."""
+    return list(_MIRRORED)

@@ -65,6 +65,7 @@ _LOADING: dict[str, threading.Lock] = {}
 _IN_USE: Counter = Counter()  # model id → scopes (and calls in progress) holding it
 _STATS: dict[str, Any] = {"peak_bytes": 0, "evictions": 0, "retained": []}
 _EVICT_LISTENERS: list[Callable[[str], None]] = []
+_LOADED_HERE: list[str] = []  # every model id this process loaded, in order (a fork inherits the list)
 _COLLECT_BYTES = 64 * 10**6  # a garbage collection pass costs ~0.1 s: worth it for large models only
 
 
@@ -86,6 +87,11 @@ def parse_bytes(text: str | int | float) -> int | None:
     return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
+def gpu_budget(total_memory: int) -> int:
+    """The default budget on a GPU of `total_memory` bytes: 80 % of it, the rest left to activations."""
+    return int(0.8 * total_memory)
+
+
 @lru_cache(maxsize=1)
 def default_budget() -> int:
     from .device import pick_device
@@ -93,7 +99,7 @@ def default_budget() -> int:
 
     # No CUDA query under ZeroGPU: its main process must not initialise the GPU.
     if pick_device().type == "cuda" and not spaces_available():
-        return int(0.8 * torch.cuda.get_device_properties(0).total_memory)
+        return gpu_budget(torch.cuda.get_device_properties(0).total_memory)
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: 16 GB is a laptop's
@@ -378,7 +384,7 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
         lock = _LOADING.setdefault(model_id, threading.Lock())
     if progress is not None and lock.locked():
         progress(0.0, f"loading {display_name(model_id)} (started by another request)")
-    with _waiting_for(lock):
+    with _waiting_for(lock), _loading_here():
         with _GUARD:
             if model_id in _MODELS:
                 return _touch(model_id, scope)
@@ -403,6 +409,7 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
     finally:
         _LOADING_ID.reset(tokens[1])
         _REPORT.reset(tokens[0])
+    _LOADED_HERE.append(model_id)
     entry = {"model": model, "load_s": time.perf_counter() - t0, "bytes": nbytes_of(model),
              "views": {}, "view_bytes": {}}
     if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":
@@ -428,6 +435,44 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
     return model
 
 
+def load_count() -> int:
+    """How many models this process has loaded so far (a worker forked from it starts from its count)."""
+    return len(_LOADED_HERE)
+
+
+def loads_since(count: int) -> list[str]:
+    """The model ids loaded after `load_count()` returned `count`."""
+    return list(_LOADED_HERE[count:])
+
+
+_IN_LOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("workbench_in_load", default=False)
+
+
+@contextmanager
+def _loading_here():
+    token = _IN_LOAD.set(True)
+    try:
+        yield
+    finally:
+        _IN_LOAD.reset(token)
+
+
+def wait_for_loads() -> None:
+    """Return once no model or view is loading in this process (loads started meanwhile included).
+    Called from inside a load (a view derived with a marked call) it returns at once: that load
+    cannot end before its own call does."""
+    if _IN_LOAD.get():
+        return
+    while True:
+        with _GUARD:
+            busy = [lock for lock in _LOADING.values() if lock.locked()]
+        if not busy:
+            return
+        for lock in busy:
+            with lock:
+                pass
+
+
 def get_view(model_id: str, name: str, loader: Callable[[], Any], derive: Callable[[Any], Any], *,
              size_hint: int | None = None, progress: Callable[[float, str], None] | None = None) -> Any:
     """The view `name` (a tab, or a tab's part: "relevance", "adapters.tokenizer") of the model
@@ -440,7 +485,7 @@ def get_view(model_id: str, name: str, loader: Callable[[], Any], derive: Callab
             if entry is not None and entry["model"] is model and name in entry["views"]:
                 return entry["views"][name]
             lock = _LOADING.setdefault(f"{model_id}\x00{name}", threading.Lock())
-        with _waiting_for(lock):
+        with _waiting_for(lock), _loading_here():
             with _GUARD:
                 entry = _MODELS.get(model_id)
                 if entry is not None and entry["model"] is model and name in entry["views"]:

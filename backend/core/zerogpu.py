@@ -20,7 +20,13 @@ components.guard.guard_events puts that outermost mark on every model-touching h
 What a worker loads or computes dies with it. So the checkpoints load in the main process at start
 (backend.core.preload, WORKBENCH_PRELOAD), where every worker inherits them, and what a worker
 computes for everyone is written to disk for the main process and later workers (NeMo's statistics,
-a feature index). tests/helpers/zerogpu holds a stand-in `spaces` whose GPU forks a child per call,
+a feature index). A call waits for the main process's loads in progress before its worker forks
+(`_after_loads`); a registered checkpoint the call names is loaded in the main process before it
+forks (preload.ahead), and one a worker had to load all the same is then loaded in the main process
+for the next worker (preload.mirror). `in_main()` tells the two processes apart: the notes a
+handler raises in a worker travel back with its result and the main process shows them, and a
+handler that keeps state for later calls (a visitor's own data set) runs in the main process
+(components.guard: `_carrying`, `_delivering`, `main_only`). tests/helpers/zerogpu holds a stand-in `spaces` whose GPU forks a child per call,
 with pickled arguments and results, to test this on any machine (tests/hub/test_zerogpu_process.py).
 """
 from __future__ import annotations
@@ -43,6 +49,37 @@ except Exception:  # ImportError, or spaces failing outside a Space
 
 def spaces_available() -> bool:
     return _spaces is not None
+
+
+_MAIN_PID = os.getpid()  # the server's process: ZeroGPU's workers are forked from it
+
+
+def in_main() -> bool:
+    """Whether this is the server's own process, not a GPU worker forked from it. What a worker
+    holds in memory dies with it, so only the main process keeps state and talks to the page."""
+    return os.getpid() == _MAIN_PID
+
+
+def _after_loads(g: Callable) -> Callable:
+    """`g` (a `spaces.GPU` call) started only once no model is loading in the main process: a fork
+    taken mid-load would copy a half-built model and a held load lock, and the worker would wait on
+    that lock forever (or load the model again itself) instead of inheriting the finished model."""
+    from .store import wait_for_loads
+
+    if inspect.isgeneratorfunction(g):
+        @functools.wraps(g)
+        def gen(*args, **kwargs):
+            if in_main():
+                wait_for_loads()
+            yield from g(*args, **kwargs)
+        return gen
+
+    @functools.wraps(g)
+    def call(*args, **kwargs):
+        if in_main():
+            wait_for_loads()
+        return g(*args, **kwargs)
+    return call
 
 
 MAX_DURATION = 300  # seconds: the longest a single estimate asks for
@@ -167,7 +204,7 @@ def gpu(fn: Callable | None = None, *, duration: float | Callable = 60, estimate
         if estimate:
             f = _capped_call(f, duration, f.__qualname__)
         if _spaces is not None:  # pragma: no cover
-            g = _spaces.GPU(duration=duration)(f)
+            g = _after_loads(_spaces.GPU(duration=duration)(f))
         elif inspect.isgeneratorfunction(f):
             @functools.wraps(f)
             def g(*args, **kwargs):  # still a generator function, as Gradio and spaces expect

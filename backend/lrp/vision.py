@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import MambaConfig, MambaModel
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -30,6 +29,10 @@ class VisionMamba(nn.Module):
         self.channels = int(c.get("channels", 1))
         self.num_labels = int(c["num_labels"])
         self.grid = self.image_size // self.patch_size
+        # transformers' model code costs about a second to import: the app's start (which builds no
+        # model) does not pay for it, the first model built does
+        from transformers import MambaConfig, MambaModel
+
         self.mamba_config = MambaConfig(**c["mamba"])
         h = self.mamba_config.hidden_size
         self.patch_embed = nn.Conv2d(self.channels, h, self.patch_size, stride=self.patch_size, bias=False)

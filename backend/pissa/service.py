@@ -328,8 +328,10 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
 
     def put(ev) -> None:
         with cond:
-            while len(pending) >= RACE_BACKLOG and not gone.is_set():
-                cond.wait(0.1)
+            # a Stop does not wait for a consumer busy drawing: the training goes on to its next
+            # stop check (and ends) while the batch grows by the few events of the ending
+            while len(pending) >= RACE_BACKLOG and not gone.is_set() and not flag.is_set():
+                cond.wait(0.05)
             pending.append(ev)
             if len(pending) == 1:
                 cond.notify_all()

@@ -81,9 +81,10 @@ def shown_label(lab: dict) -> str:
 
 @dataclass
 class Organism:
-    """Everything the tab needs (read-only; interventions are scoped). A hub organism starts as its
-    metadata (SAE cfg, model config, index): the VLM and SAE weights load on the first request that
-    needs them (`need_model`), kept in the model store under `parts_key`."""
+    """Everything the tab needs (read-only; interventions are scoped). The tab's organism, zoo or
+    hub, starts as its metadata (SAE cfg, model config, index, labels, scene sets): the VLM and SAE
+    weights load on the first request that needs them (`need_model`), kept in the model store under
+    `parts_key`. One with an empty `parts_key` holds its own weights (`load_zoo`, `load_hub`)."""
     name: str
     folder: Path
     model: Any = None
@@ -144,24 +145,68 @@ def _read_json(path: Path, default):
     return json.loads(path.read_text()) if path.exists() else default
 
 
-def load_zoo(sae_name: str = ZOO_SAE, root: Path | None = None) -> Organism:
+def _zoo_vision(cap_dir: Path) -> dict:
+    """The captioner's vision sizes from its config.json; the config class only when the file leaves
+    them to the defaults (importing transformers' configs costs the app's start about a second)."""
+    cfg = _read_json(cap_dir / "config.json", {})
+    v = cfg.get("vision_config", {})
+    if "image_size" in v and "patch_size" in v:
+        return {"image_size": int(v["image_size"]), "patch_size": int(v["patch_size"]),
+                "anyres": cfg.get("image_grid_pinpoints") is not None}
+    from transformers import AutoConfig
+
+    return _vision(P.load_pretrained(AutoConfig, cap_dir, weights=False, roots=[cap_dir.parent]))
+
+
+def zoo_shell(sae_name: str = ZOO_SAE, root: Path | None = None, parts_key: str = "") -> Organism:
+    """The zoo organism without weights: the SAE's cfg, the captioner's vision sizes, the feature
+    index, labels, summary and scene sets, which are all the tab's first view shows. `need_model`
+    loads the captioner and the SAE (`load_zoo_parts`) into the model store under `parts_key`."""
     from ..zoo import zoo_path
 
     sae_dir = zoo_path(sae_name, root)
     info = _read_json(sae_dir / "organism.json", {})
-    cap_dir = zoo_path(info.get("captioner", ZOO_MODEL), root)
+    cap_dir = _captioner_dir(sae_dir)
+    sae_info = formats.describe(P.validate_local_path(sae_dir, [cap_dir.parent]))
+    # the hookpoint as `formats.load` names it on the loaded SAE
+    hook = formats.model_hookpoint(sae_info["hookpoint"]) if sae_info.get("hookpoint") else info.get("hookpoint", "")
+    index = FeatureIndex.load(sae_dir / INDEX_FILE) if (sae_dir / INDEX_FILE).exists() else None
+    return Organism(sae_name, sae_dir, hookpoint=hook, index=index, labels=_read_json(sae_dir / "labels.json", {}),
+                    summary=_read_json(sae_dir / "summary.json", {}),
+                    index_specs=(vlm.load_scene_set(sae_dir, "index_scenes.json")
+                                 if (sae_dir / "index_scenes.json").exists() else []),
+                    heldout_specs=vlm.load_scene_set(cap_dir), model_id=f"zoo:{sae_name}", sae_info=sae_info,
+                    vision=_zoo_vision(cap_dir), parts_key=parts_key)
+
+
+def _captioner_dir(sae_dir: Path) -> Path:
+    from ..zoo import zoo_path
+
+    return zoo_path(_read_json(sae_dir / "organism.json", {}).get("captioner", ZOO_MODEL), sae_dir.parent)
+
+
+def load_zoo_parts(org: Organism) -> "HubParts":
+    """The zoo captioner (with its processor) and SAE of a zoo shell."""
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
+    sae_dir = Path(org.folder)
+    cap_dir = _captioner_dir(sae_dir)
     roots = [cap_dir.parent]
     model = place(P.load_pretrained(LlavaForConditionalGeneration, cap_dir, roots=roots).eval())
     processor = P.load_pretrained(AutoProcessor, cap_dir, weights=False, roots=roots)
     sae = load_sae(P.validate_local_path(sae_dir, roots), device=device_of(model))
-    hook = sae.cfg.hookpoint or info.get("hookpoint", "")
-    index = FeatureIndex.load(sae_dir / INDEX_FILE) if (sae_dir / INDEX_FILE).exists() else None
-    return Organism(sae_name, sae_dir, model, processor.tokenizer, processor, sae, hook, index,
-                    _read_json(sae_dir / "labels.json", {}), _read_json(sae_dir / "summary.json", {}),
-                    vlm.load_scene_set(sae_dir, "index_scenes.json") if (sae_dir / "index_scenes.json").exists() else [],
-                    vlm.load_scene_set(cap_dir), model_id=f"zoo:{sae_name}", vision=_vision(model.config))
+    if sae.n_latents != org.n_features or (sae.cfg.hookpoint or org.hookpoint) != org.hookpoint:
+        raise ValueError(f"the SAE's weights ({sae.n_latents} latents at {sae.cfg.hookpoint!r}) do not match its "
+                         f"cfg ({org.n_features} latents at {org.hookpoint!r})")
+    return HubParts(model, processor, sae)
+
+
+def load_zoo(sae_name: str = ZOO_SAE, root: Path | None = None) -> Organism:
+    """The zoo organism with its weights loaded here (the command-line jobs, the organism tests);
+    the tab uses `get_organism`, which loads them on first need."""
+    org = zoo_shell(sae_name, root)
+    attach(org, load_zoo_parts(org))
+    return org
 
 
 def _slug(text: str) -> str:
@@ -254,8 +299,8 @@ def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str =
 
 @dataclass
 class HubParts:
-    """A hub organism's VLM with its processor and SAE: the tab's view of the VLM's shared weights
-    (backend.core.weights), the SAE's bytes counted in that entry."""
+    """The weights of an organism: a zoo organism's own store entry, or a hub organism's view of its
+    VLM's shared weights (backend.core.weights), the SAE's bytes counted in that entry."""
     model: Any
     processor: Any
     sae: SparseAutoencoder
@@ -295,7 +340,8 @@ def attach(org: Organism, parts: HubParts | None) -> None:
         if org.model is parts.model:
             return
         org.model, org.processor, org.tokenizer, org.sae = parts.model, parts.processor, parts.processor.tokenizer, parts.sae
-        org.hookpoint = vlm.resolve_hookpoint(parts.model, formats.model_hookpoint(org.summary["hub_hookpoint"]))
+        if org.is_hub:  # the zoo's hookpoint is its SAE's own, known before the weights
+            org.hookpoint = vlm.resolve_hookpoint(parts.model, formats.model_hookpoint(org.summary["hub_hookpoint"]))
 
 
 def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = HUB_HOOKPOINT,
@@ -311,9 +357,13 @@ def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = 
 
 
 def need_model(org: Organism, progress=None) -> Organism:
-    """Make sure a hub organism has its weights (through the model store, which may have evicted
-    them since); `progress(fraction, message)` hears about a load. The zoo's are always there."""
-    if not org.is_hub or not org.parts_key:
+    """Make sure the organism has its weights (through the model store, which may have evicted them
+    since); `progress(fraction, message)` hears about a load. One that holds its own (no
+    `parts_key`) has them already."""
+    if not org.parts_key:
+        return org
+    if not org.is_hub:
+        attach(org, store.get_or_load(org.parts_key, lambda: load_zoo_parts(org), progress=progress))
         return org
     with picker.loading(org.ids[0]):
         parts = weights.view(vlm_preset(org), org.parts_key, lambda model: _parts(org, model), progress=progress)
@@ -327,7 +377,7 @@ _SHELLS_LOCK = threading.Lock()
 
 def _on_evict(model_id: str) -> None:
     for org in list(_SHELLS.values()):
-        if org.weights_key == model_id:
+        if model_id in (org.weights_key, org.parts_key):  # a hub VLM's shared weights; a zoo organism's own
             attach(org, None)
 
 
@@ -511,7 +561,7 @@ def register_source(prefix: str, organism) -> None:
 
 
 def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> Organism:
-    """The tab's organism. A hub one is its metadata and index until `model=True` (or `need_model`)
+    """The tab's organism, zoo or hub: its metadata and index until `model=True` (or `need_model`)
     asks for the weights: building the tab and browsing feature pages never wait for the VLM.
     `source` may name a user's own VLM + SAE (`own_source`), or a visitor's own index (backend.sae.visitor)."""
     kind = next((fn for prefix, fn in _SOURCE_KINDS.items() if str(source).startswith(prefix)), None)
@@ -531,7 +581,11 @@ def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> 
                                                            preset.extra["hookpoint"], model_class=preset.model_class)
         refresh_index(org)
         return need_model(org, progress) if model else org
-    return store.get_or_load(preset.model_id, load_zoo)
+    with _SHELLS_LOCK:
+        org = _SHELLS.get(preset.model_id)
+        if org is None:  # its weights go in the store under the preset's id, as every tab's model does
+            org = _SHELLS[preset.model_id] = zoo_shell(parts_key=preset.model_id)
+    return need_model(org, progress) if model else org
 
 
 preload.register(TAB, lambda preset: get_organism(preset.source, model=True))

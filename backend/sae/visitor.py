@@ -92,7 +92,7 @@ def _drop(session: str, folder: Path) -> None:
 
 def _on_evict(model_id: str) -> None:
     for view in list(_VIEWS.values()):
-        if view.weights_key == model_id:
+        if model_id in (view.weights_key, view.parts_key):
             FT.attach(view, None)
 
 

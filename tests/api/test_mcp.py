@@ -161,9 +161,14 @@ def test_cost_arguments_past_their_range_are_refused_identically(mcp_url, client
         with pytest.raises(AppError) as e:
             client.predict(*api_args, api_name=api)
         assert message in str(e.value), (api, str(e.value))
-    # pissa_niter_N: only the tab's choices (N = 1,000,000 once ran 200 s)
+    # pissa_niter_N: only the tab's choices (N = 1,000,000 once ran 200 s), refused in the same words by
+    # the tool, the API and the tab's radio (which the API's call goes through, as a browser's does)
+    message = "init must be one of pissa, pissa_niter_4 (got 'pissa_niter_1000000'). Nothing was computed."
     refused = error_of(mcp_url, "pissa_layer", layer="fc2", init="pissa_niter_1000000")
-    assert "init must be one of pissa, pissa_niter_4" in refused
+    assert refused.strip().endswith(message), refused
+    with pytest.raises(AppError) as e:
+        client.predict("pissa-toy", "fc2", 8, "pissa_niter_1000000", api_name="/analyse")
+    assert str(e.value).strip() == message
 
 
 def test_token_relevance_equals_the_ui(mcp_url, client):

@@ -54,6 +54,7 @@ def test_presenter_view_at_1000_by_800(server_url):
         # the tour's dropdown text stops before its arrow
         page.goto(f"{server_url}?tab=tour")
         settle(page, LONG)
+        page.wait_for_selector("#tour-name input", timeout=LONG)  # the tab mounts once the link selects it
         gap = page.evaluate("""() => { const i = document.querySelector('#tour-name input');
                                         return parseFloat(getComputedStyle(i).paddingRight); }""")
         assert gap >= 20

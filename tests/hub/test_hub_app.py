@@ -1,5 +1,6 @@
 """Hub mode end to end: the app starts on the stand-ins of every paper checkpoint, every tab builds,
-a page load raises no error toast, and each tab's main endpoints answer with a result."""
+a page load raises no error toast, and each tab's main endpoints answer with a result — served in
+one process, and again as on ZeroGPU, every model call in a forked worker (tests/hub/conftest.py)."""
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ def app_config(url: str) -> dict:
         return json.load(r)
 
 
-def test_every_tab_builds_in_hub_mode(hub_server):
-    url, log = hub_server
+def test_every_tab_builds_in_hub_mode(any_server):
+    url, log = any_server
     cfg = app_config(url)
     failed = [c["props"].get("elem_id") for c in cfg["components"]
               if str(c.get("props", {}).get("elem_id") or "").startswith("wb-tab-failed-")]
@@ -38,8 +39,9 @@ CLICKS = {"relevance": (["#rel-explain"], "#rel-heatmap"), "memorization": (["#m
           "adapters": (["#pissa-list-layers", "#pissa-analyse"], "#pissa-stats")}
 
 
-def test_page_load_raises_no_error_toast_and_every_tab_renders(hub_server):
-    url, log = hub_server
+def test_page_load_raises_no_error_toast_and_every_tab_renders(any_server):
+    url, log = any_server
+    suffix = "-zerogpu" if "zerogpu" in log.name else ""
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium_page(1440, 1000) as page:
         page.set_default_timeout(90_000)
@@ -61,7 +63,7 @@ def test_page_load_raises_no_error_toast_and_every_tab_renders(hub_server):
                     arg=result, timeout=120_000)
                 page.wait_for_timeout(500)
             name = tab.inner_text().strip().lower().replace(" ", "-")
-            page.screenshot(path=str(ARTIFACTS / f"hub-{name}.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"hub-{name}{suffix}.png"), full_page=True)
         errors = page.locator(".toast-body.error").all_inner_texts()
         assert errors == [], errors
 
@@ -87,72 +89,82 @@ def images(tmp_path_factory):
     return paths
 
 
-def test_relevance_main_endpoints(hub_client):
-    heat, _plot, cons, _j, _p, res = hub_client.predict(
+def test_relevance_main_endpoints(any_client):
+    heat, _plot, cons, _j, _p, res = any_client.predict(
         "the plot was dull but the cast was brilliant", ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"],
         "was", True, "state-spaces/mamba-130m-hf", api_name="/explain_text")
     # byte-level BPE pieces are shown as text, the leading space as a faint mark, never as 'Ġ'
     assert "Ġ" not in heat and "wb-space" in heat
     assert " was" in res["tokens"] and not any(t.startswith("Ġ") for t in res["tokens"])
     assert len(res["tokens"]) == len(res["relevance"]["mambalrp"]) > 3
-    held = hub_client.predict(["mambalrp", "gi"], 20, "captions", None, "predicted", "", "", "state-spaces/mamba-130m-hf",
+    held = any_client.predict(["mambalrp", "gi"], 20, "captions", None, "predicted", "", "", "state-spaces/mamba-130m-hf",
                               api_name="/heldout_eval")
     assert held and held[0] is not None
-    out = hub_client.predict("The code is 4817. Much later, the code is", ["mambalrp"], "state-spaces/mamba-1.4b-hf",
+    out = any_client.predict("The code is 4817. Much later, the code is", ["mambalrp"], "state-spaces/mamba-1.4b-hf",
                              api_name="/explain_longrange")
     assert out and any(o for o in out)
 
 
-def test_features_main_endpoints(hub_client, images):
+def test_features_main_endpoints(any_client, images):
     from gradio_client import handle_file
 
-    built = hub_client.predict([handle_file(p) for p in images], None, api_name="/build_index")
+    built = any_client.predict([handle_file(p) for p in images], None, api_name="/build_index")
     assert built and any(built)
-    assert hub_client.predict("", "density", api_name="/features_list")["data"]
-    page = hub_client.predict(0, api_name="/feature_page")
+    assert any_client.predict("", "density", api_name="/features_list")["data"]
+    page = any_client.predict(0, api_name="/feature_page")
     assert page[0]  # the page header names the feature
     clamp = page[-1]["maximum"] / 2  # the clamp slider's range follows the index's activations
-    shown = hub_client.predict(handle_file(images[0]), None, api_name="/analyse_image")
+    shown = any_client.predict(handle_file(images[0]), None, api_name="/analyse_image")
     assert shown[0] is not None
-    steered = hub_client.predict(handle_file(images[1]), None, 0, clamp, "prompt", False, False, api_name="/steer")
+    steered = any_client.predict(handle_file(images[1]), None, 0, clamp, "prompt", False, False, api_name="/steer")
     assert steered[1] and steered[2]
 
 
-def test_memorization_main_endpoints(hub_client):
+def test_memorization_main_endpoints(any_client):
     prompt = "The No Limits Business Woman Podcast"  # a memorized LAION prompt of the paper's list
-    check = hub_client.predict(prompt, api_name="/memo_check")
+    check = any_client.predict(prompt, api_name="/memo_check")
     assert check and any(check)
-    found = hub_client.predict(prompt, api_name="/memo_find")
+    found = any_client.predict(prompt, api_name="/memo_find")
     assert found and any(found)
-    gen = hub_client.predict(prompt, [], None, 2, None, api_name="/memo_generate")
+    gen = any_client.predict(prompt, [], None, 2, None, api_name="/memo_generate")
     assert gen[0]
-    table = hub_client.predict("a dog on a beach\n" + prompt, None, api_name="/memo_batch")
+    table = any_client.predict("a dog on a beach\n" + prompt, None, api_name="/memo_batch")
     assert table
 
 
-def test_math_main_endpoints(hub_client):
-    acc, acc_fig, samples, per_layer = hub_client.predict("MathNeuro", 3, 0.0, 8, api_name="/mn_evaluate")
+def test_math_main_endpoints(any_client):
+    acc, acc_fig, samples, per_layer = any_client.predict("MathNeuro", 3, 0.0, 8, api_name="/mn_evaluate")
     assert acc and acc_fig and samples and per_layer
-    answer = hub_client.predict("Tom has 23 pens and finds 45 more. How many pens does he have now?", "MathNeuro",
+    answer = any_client.predict("Tom has 23 pens and finds 45 more. How many pens does he have now?", "MathNeuro",
                                 3, 0.0, 8, api_name="/mn_ask")
     assert answer and any(answer)
 
 
-def test_adapters_main_endpoints(hub_client):
+def test_adapters_main_endpoints(any_client):
     key = "meta-llama/Llama-2-7b-hf"
-    layers = hub_client.predict(key, api_name="/layers")
+    layers = any_client.predict(key, api_name="/layers")
     layer = layers[0]["value"]
     assert layer.startswith("model.layers.0.")
-    analysed = hub_client.predict(key, layer, 4, "pissa", api_name="/analyse")
+    analysed = any_client.predict(key, layer, 4, "pissa", api_name="/analyse")
     assert all(a is not None for a in analysed[:3])
-    errors = hub_client.predict(key, 4, "qpissa-1", api_name="/errors")
+    errors = any_client.predict(key, 4, "qpissa-1", api_name="/errors")
     assert errors[0]
-    conv = hub_client.predict(key, 4, 2, layer, api_name="/convert")
+    conv = any_client.predict(key, 4, 2, layer, api_name="/convert")
     assert conv[0]
-    race = hub_client.predict(key, ["lora", "pissa"], 1, 10, 4, 0, api_name="/race")
+    race = any_client.predict(key, ["lora", "pissa"], 1, 10, 4, 0, api_name="/race")
     assert race[2]
 
 
-def test_tour_and_status(hub_client):
-    assert hub_client.predict(api_name="/status")[1]["preset_source"] == "hub"
-    assert hub_client.predict("relevance", 1, api_name="/tour_step")[0]
+def test_tour_and_status(any_client):
+    assert any_client.predict(api_name="/status")[1]["preset_source"] == "hub"
+    assert any_client.predict("relevance", 1, api_name="/tour_step")[0]
+
+
+def test_every_tabs_model_calls_ran_where_this_server_runs_them(any_server, request):
+    """On the forked server the endpoints above ran in GPU workers (every tab's), not in its process."""
+    if "zerogpu" not in any_server[1].name:
+        return
+    workers = request.getfixturevalue("hub_forked_server")[2]
+    names = {line.split()[1] for line in workers.read_text().splitlines()}
+    for tab in ("relevance", "features", "memorization", "math_neurons", "adapters"):
+        assert any(n.startswith(f"components.{tab}.") for n in names), (tab, names)

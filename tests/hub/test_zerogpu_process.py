@@ -11,26 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ARTIFACTS, ROOT
-from tests.helpers.server import serve
-from tests.helpers.standins import cache_env
-
 pytestmark = pytest.mark.timeout(900)
 KEY = "meta-llama/Llama-2-7b-hf"
 PROMPT = "The No Limits Business Woman Podcast"  # a memorized LAION prompt of the paper's list
 
 
 @pytest.fixture(scope="module")
-def forked(hub_cache, tmp_path_factory):
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = ARTIFACTS / "hub-zerogpu-server.log"
-    workers = tmp_path_factory.mktemp("zerogpu") / "workers.log"
-    env = {**cache_env(hub_cache), "WORKBENCH_MATH_EVAL_ITEMS": "16", "WORKBENCH_MATH_NEW_TOKENS": "16",
-           "PYTHONPATH": str(ROOT / "tests" / "helpers" / "zerogpu"), "WORKBENCH_FAKE_SPACES_LOG": str(workers)}
-    with serve(env=env, log_path=log) as (url, _proc):
-        from gradio_client import Client
+def forked(hub_forked_server):
+    from gradio_client import Client
 
-        yield Client(url, verbose=False), workers, log
+    url, log, workers = hub_forked_server
+    return Client(url, verbose=False), workers, log
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +115,22 @@ def test_a_refusal_in_a_worker_reaches_the_user_as_it_does_in_process(forked, hu
 
     want = refusal(hub_client)
     assert "is not a linear layer" in want and refusal(forked[0]) == want
+
+
+MATH = [{"question": f"Ann has {a} pens and buys {b} more. How many pens does she have?", "answer": str(a + b)}
+        for a, b in ((12, 7), (30, 45), (8, 9), (61, 23))]
+
+
+def test_a_visitors_own_math_set_outlives_the_call_that_named_it(forked, tmp_path):
+    """Named in one call and scored in the next: the set must be kept by the main process (a set
+    registered in a worker would die with it)."""
+    from gradio_client import Client, handle_file
+
+    client = Client(forked[0].src, verbose=False)  # its own session: the named set is session state
+    path = tmp_path / "sums.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in MATH))
+    card = client.predict(handle_file(str(path)), "", api_name="/mn_math")
+    assert "sums.jsonl (4 items)" in card and "GSM8K" not in card
+    html, _fig, table, _layers = client.predict("MathNeuro", 3, 0.0, 8, api_name="/mn_evaluate")
+    math_rows = [r for r in table["data"] if r[0] == "math"]
+    assert math_rows and {r[2] for r in math_rows} <= {x["answer"] for x in MATH}, math_rows

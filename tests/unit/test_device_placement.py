@@ -21,7 +21,7 @@ from backend.pissa import service as pissa
 
 out = {"picked": str(pick_device())}
 out["relevance"] = [str(device_of(lrp.load_text().model)), str(device_of(lrp.load_image().model))]
-org = sae.get_organism("zoo")
+org = sae.get_organism("zoo", model=True)  # the tab starts from its metadata; the weights on need
 out["features"] = [str(device_of(org.model)), str(org.sae.W_enc.device)]
 pipe = nemo.get("zoo").pipe
 out["memorization"] = [str(device_of(m)) for m in (pipe.unet, pipe.text_encoder, pipe.vae)]

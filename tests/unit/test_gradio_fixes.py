@@ -54,3 +54,38 @@ def test_error_messages_leave_the_server_escaped_for_the_toast():
         assert out["error"] == ("Internal error (KeyError) while running build.&lt;locals&gt;.run; "
                                 "a &amp; b's \"x\"")
     assert queueing.error_payload(ValueError("hidden"), False)["error"] is None  # show_error off: nothing
+
+
+def test_unseen_progress_stays_out_of_the_front_ends_status_refresh():
+    """Gradio's front end refreshes the status of every progress target of every event run so far on
+    each status message: events with hidden progress keep only targets another event shows progress
+    on (to clear that status), and no event keeps a layout (the deep link's gr.Tabs) as a target."""
+    import gradio as gr
+
+    from components.gradio_fixes import light_loading_status
+
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("a"):
+                shown, quiet, other, html = gr.Textbox(), gr.Textbox(), gr.Textbox(), gr.HTML()
+        btn = gr.Button()
+        restore = demo.load(lambda: [gr.Tabs(selected=0), "", ""], outputs=[tabs, shown, quiet],
+                            show_progress="hidden")
+        busy = btn.click(lambda: ["", ""], outputs=[shown, html])  # visible progress on both
+        to_tab = btn.click(lambda: gr.Tabs(selected=0), outputs=tabs)  # a layout only
+        mixed = btn.click(lambda: [gr.Tabs(selected=0), ""], outputs=[tabs, other])
+        silent = btn.click(lambda: ["", ""], outputs=[quiet, other], show_progress="hidden")
+        chosen = btn.click(lambda: "", outputs=quiet, show_progress="hidden", show_progress_on=[shown])
+    light_loading_status(demo)
+    deps = demo.get_config_file()["dependencies"]  # in the order the events were wired
+    restore, busy, to_tab, mixed, silent, chosen = deps[-6:]
+
+    def on(ev):
+        return ev["show_progress_on"]
+
+    assert on(restore) == [shown._id]  # not the tabs, not the output nobody shows progress on
+    assert on(busy) is None and busy["show_progress"] == "full"  # untouched: all outputs
+    assert on(to_tab) == [] and to_tab["show_progress"] == "hidden"
+    assert on(mixed) == [other._id] and mixed["show_progress"] == "full"
+    assert on(silent) == [other._id]  # `mixed` shows progress on it, nobody on `quiet`
+    assert on(chosen) == [shown._id]

@@ -5,7 +5,7 @@ import pytest
 from gradio.data_classes import FileData
 
 from backend.core import bounds
-from components.inputs import CheckedNumber, bounded_slider, checked_image, keep_on_failure
+from components.inputs import CheckedNumber, bounded_slider, checked_image, checked_radio, keep_on_failure
 
 
 def test_slider_refuses_with_the_valid_range():
@@ -26,6 +26,17 @@ def test_number_refuses_nan_inf_out_of_range_and_fractions():
         with pytest.raises(gr.Error, match=words):
             n.preprocess(bad)
     assert n.preprocess(None) is None and n.preprocess(7) == 7
+
+
+def test_radio_refuses_in_the_words_of_the_api_and_the_tools():
+    r = checked_radio("init", [("full SVD", "pissa"), ("fast", "pissa_niter_4")], value="pissa", label="PiSSA init")
+    assert r.get_block_name() == "radio"
+    with pytest.raises(ValueError) as want:
+        bounds.check_choice("init", "pissa_niter_9", bounds.PISSA_INITS)
+    with pytest.raises(gr.Error) as got:
+        r.preprocess("pissa_niter_9")
+    assert got.value.message == str(want.value)
+    assert r.preprocess("pissa_niter_4") == "pissa_niter_4" and r.preprocess(None) is None
 
 
 def test_image_names_an_unreadable_upload(tmp_path):

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
+from backend.core.stopflag import StopFlag
 from backend.pissa import service
 from components import adapters as ui
 
@@ -163,6 +164,32 @@ def test_service_stop_waits_for_the_race_to_end():
 
 
 @pytest.mark.timeout(120)
+def test_stop_does_not_wait_for_a_consumer_busy_drawing():
+    """The training waits for a slow consumer (below), but not once Stop is asked: a page busy
+    drawing its last update must not hold the race past the second Stop promises."""
+    session = uuid.uuid4().hex
+    stream = service.race_stream(MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=5000),
+                                 session, heartbeat_s=0.1)
+    try:
+        for ev in stream:
+            if "step" in ev:
+                break
+        # the consumer is busy (the stream is not read): the worker fills its backlog and waits
+        time.sleep(1.0)
+        assert StopFlag(session).running()
+        t0 = time.perf_counter()
+        assert service.request_stop(session, wait_s=1.0) == "stopped"
+        assert time.perf_counter() - t0 <= 1.0
+        rest = list(stream)
+        assert rest[-1]["done"] and rest[-1]["stopped"]
+        assert sum("step" in ev for ev in rest) < 4000  # stopped mid-race
+    finally:
+        stream.close()
+    # the stop request went with the race: the session's next race is not stopped at its start
+    assert not StopFlag(session).is_set() and service.request_stop(session) == "idle"
+
+
+@pytest.mark.timeout(120)
 def test_training_waits_for_a_slow_consumer(monkeypatch):
     """What the tab shows stays within two batches of RACE_BACKLOG steps of the training (one being
     shown, one filling): a consumer busy drawing
@@ -199,8 +226,9 @@ def test_training_waits_for_a_slow_consumer(monkeypatch):
 
 @pytest.mark.timeout(120)
 def test_the_page_gets_its_race_through_the_live_view_not_through_gradio():
-    """The page's race (race_in_page, relayed in the server process): Gradio gets two updates (the
-    start, the results), the live view every step through its server functions, drawn as SVG."""
+    """The page's race (race_in_page, relayed in the server process): Gradio gets two updates of two
+    outputs (the summary and exports: cleared, filled), the live view every step, the final figure
+    and status through its server functions, drawn as SVG with the hover readout's values."""
     from components import race_live
 
     req, page = Request(), uuid.uuid4().hex
@@ -208,13 +236,20 @@ def test_the_page_gets_its_race_through_the_live_view_not_through_gradio():
     assert race_live.progress(f"{page} ") == {"run": 0, "version": 0, "state": "idle"}
     outs = list(handler(MODEL, ["lora", "pissa"], 2, 60, 8, 0, page, request=req))
     assert len(outs) == 2, [type(o) for o in outs]  # no streamed status, no figure a second
-    assert outs[0][0]["visible"] is False and outs[-1][0]["visible"] is True
-    assert "240/240 steps" in outs[-1][1] and any(str(f).endswith(".png") for f in outs[-1][3])
+    assert outs[0] == (None, None) and all(len(o) == 2 for o in outs)
+    summary, files = outs[-1]
+    assert summary["pissa_beats_lora"]["seeds"] == 2 and any(str(f).endswith(".png") for f in files)
     got = race_live.progress(f"{page} ")
     assert got["state"] == "done" and "240/240 steps" in got["status"] and "**" not in got["status"]
+    assert "PiSSA's loss is below LoRA's" in got["status"] and got["status"].endswith("finished")
     svg = got["svg"]
     assert svg.startswith("<svg") and svg.count("<polyline") == 2 * 4  # 4 runs x (loss, grad norm)
-    assert "PiSSA · seed 1" in svg and "training loss" in svg
+    assert "PiSSA · seed 1" in svg and "training loss" in svg and "task digits" in svg
+    hover = got["hover"]
+    assert hover["last"] == 60 and len(hover["runs"]) == 4
+    lora0 = next(r for r in hover["runs"] if r["name"] == "LoRA · seed 0")
+    assert lora0["step"][-1] == 60 and len(lora0["loss"]) == len(lora0["grad"]) == 60
+    assert all(v > 0 for v in lora0["loss"] + lora0["grad"])
     # unchanged since: nothing drawn again; another page's id or none: nothing of this race
     again = race_live.progress(f"{page} {got['run']}.{got['version']}")
     assert "svg" not in again and again["state"] == "done"
@@ -253,7 +288,10 @@ def test_the_pages_stop_ends_its_race_within_a_second():
     assert got["state"] == "done" and got["status"].endswith("stopped"), got.get("status")
     worker.join(timeout=60)
     assert not worker.is_alive() and not errors, errors
-    assert "/3000 steps" in outs[-1][1] and "**stopped**" in outs[-1][1]
+    summary, files = outs[-1]
+    assert summary and any(str(f).endswith(".json") for f in files)
+    got = race_live.progress(f"{page} ")
+    assert "/3000 steps" in got["status"] and "3000/3000" not in got["status"]
 
 
 def test_a_failed_race_ends_its_live_view():

@@ -148,3 +148,135 @@ def test_preload_skips_what_does_not_fit_the_budget(monkeypatch):
     monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1000")
     assert preload.run("hub", "all") == ["relevance:owner/m0", "relevance:owner/m2"]
     assert loaded == [presets_[0], presets_[2]]
+
+
+@pytest.fixture
+def under_zerogpu(spaces, monkeypatch):
+    """`backend.core.zerogpu.gpu` as on a ZeroGPU Space: every outermost marked call in a forked worker."""
+    from backend.core import zerogpu
+
+    monkeypatch.setattr(zerogpu, "_spaces", spaces)
+    return spaces
+
+
+def guarded_model_handler(fn):
+    """`fn` as the app serves it: a model event of a Blocks, through components.guard.guard_events."""
+    import gradio as gr
+
+    from components import guard
+    from components.common import model_event
+
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        gr.Button().click(fn, box, box, **model_event())
+    guard.guard_events(demo)
+    (block_fn,) = [f for f in demo.fns.values() if f.fn is not None and guard.inspect.unwrap(f.fn) is fn]
+    return block_fn.fn
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(64, 64)
+
+
+def test_a_note_raised_in_a_worker_reaches_the_page_from_the_main_process(under_zerogpu, monkeypatch):
+    """A model over the store's budget is kept alone with a note for the user: raised in a worker, it
+    travels back with the result and is shown by the main process (a worker's toast reaches no page)."""
+    from backend.core import store
+    from backend.core.zerogpu import in_main
+    from components import guard
+
+    shown = []
+    monkeypatch.setattr(guard.gr, "Warning", lambda note, *a, **k: shown.append((note, in_main())))
+    monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1000")
+
+    def analyse(text):
+        store.get_or_load("hub:owner/too-large@main|Linear", tiny_model)
+        return f"{text} in main: {in_main()}"
+
+    handler = guarded_model_handler(analyse)
+    assert handler("x") == "x in main: False"  # it ran in a worker
+    assert len(shown) == 1 and "is larger than the model budget" in shown[0][0] and shown[0][1] is True
+    assert "hub:owner/too-large@main|Linear" not in store.loaded()  # not registered: not mirrored
+
+
+def test_what_a_worker_had_to_load_is_loaded_in_main_for_the_next_worker(under_zerogpu, monkeypatch):
+    from backend.core import preload, store, weights
+    from backend.core import presets as P
+
+    preset = P.Preset("relevance", "hub", "owner/mirrored", "torch.nn.Linear")
+    monkeypatch.setattr(P, "_REGISTRY", {"relevance": [preset]})
+    monkeypatch.setattr(preload, "_LOADERS", {"relevance": lambda p: store.get_or_load(weights.key(p), tiny_model)})
+    monkeypatch.setattr(preload, "_MIRRORED", [])
+
+    def use(text):
+        before = store.load_count()
+        preload._LOADERS["relevance"](preset)
+        return f"{store.load_count() - before}"
+
+    handler = guarded_model_handler(use)
+    try:
+        assert handler("a") == "1"  # neither preloaded nor loaded yet: the worker had to load it
+        assert weights.key(preset) in store.loaded() and preload.mirrored() == ["relevance:owner/mirrored"]
+        assert handler("b") == "0"  # the next worker inherits it from the main process
+    finally:
+        store.evict(weights.key(preset))
+
+
+def test_a_worker_waits_for_a_load_in_progress_in_main_instead_of_loading_again(under_zerogpu):
+    """A fork taken mid-load would copy the held load lock (a worker stuck forever) or load again."""
+    import threading
+    import time
+
+    from backend.core import store
+
+    key = "hub:owner/slow@main|Linear"
+    started = threading.Event()
+
+    def slow():
+        started.set()
+        time.sleep(2)
+        return tiny_model()
+
+    def use(text):
+        before = store.load_count()
+        store.get_or_load(key, tiny_model)
+        return f"{store.load_count() - before}"
+
+    handler = guarded_model_handler(use)
+    loading = threading.Thread(target=store.get_or_load, args=(key, slow), daemon=True)
+    loading.start()
+    started.wait(10)
+    answer = []
+    call = threading.Thread(target=lambda: answer.append(handler("x")), daemon=True)
+    try:
+        call.start()
+        call.join(60)
+        assert answer == ["0"], "the worker did not inherit the model loaded in main"
+    finally:
+        loading.join(10)
+        store.evict(key)
+
+
+def test_the_checkpoint_a_call_names_is_loaded_in_main_before_its_worker_forks(under_zerogpu, monkeypatch):
+    """A registered checkpoint picked in the tab (not preloaded, or evicted since) loads in the main
+    process first, so not even the first worker reads its weights."""
+    from backend.core import preload, store, weights
+    from backend.core import presets as P
+
+    tab = __name__.rpartition(".")[2]  # the tab a handler belongs to is its module's (components.guard)
+    preset = P.Preset(tab, "hub", "owner/picked", "torch.nn.Linear")
+    monkeypatch.setattr(P, "_REGISTRY", {tab: [preset]})
+    monkeypatch.setattr(preload, "_LOADERS", {tab: lambda p: store.get_or_load(weights.key(p), tiny_model)})
+
+    def use(model):
+        before = store.load_count()
+        preload._LOADERS[tab](P.Preset(tab, "hub", model, "torch.nn.Linear"))
+        return f"{store.load_count() - before}"
+
+    handler = guarded_model_handler(use)
+    try:
+        assert handler("owner/picked") == "0"
+        assert weights.key(preset) in store.loaded()
+    finally:
+        store.evict(weights.key(preset))

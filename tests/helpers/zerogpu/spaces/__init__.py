@@ -7,7 +7,7 @@ ZeroGPU's workers do. Whatever the call loads, caches or computes in memory dies
 only what the main process had before the call (the preloaded models) and what the call wrote to
 disk outlive it. A result that holds a tensor off the CPU is refused, as ZeroGPU cannot return one.
 A marked call made inside a worker runs directly. `CALLS_FILE` (env WORKBENCH_FAKE_SPACES_LOG), when
-set, gets one line per worker started, so a test can count them.
+set, gets one line per worker started (its pid and function), so a test can count them.
 """
 from __future__ import annotations
 
@@ -53,9 +53,13 @@ def _send(conn, kind: str, value) -> None:
 def _child(fn, payload: bytes, conn, stream: bool) -> None:
     global _IN_WORKER
     _IN_WORKER = True
+    import torch
+
+    # the parent's OpenMP pool does not survive a fork: a child that uses it can hang
+    torch.set_num_threads(1)
     if CALLS_FILE:
         with open(CALLS_FILE, "a") as f:
-            f.write(f"{os.getpid()} {getattr(fn, '__qualname__', fn)}\n")
+            f.write(f"{os.getpid()} {getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', fn)}\n")
     try:
         args, kwargs = pickle.loads(payload)
         if stream:
