@@ -23,6 +23,7 @@ from backend.core import bounds
 from components.common import fail, model_event, themed
 from components.inputs import CheckedNumber, bounded_slider, checked_radio, keep_on_failure
 from components.model_picker import model_picker
+from components.mpl import pyplot
 
 TAB_ID = "adapters"
 TITLE = "Adapters"
@@ -106,17 +107,6 @@ def _write_json(folder: Path, name: str, data) -> str:
     path = folder / name
     path.write_text(json.dumps(_jsonable(data), indent=1))
     return str(path)
-
-
-def _mpl():
-    """pyplot for the PNG exports, imported on the first one: at start it would cost half a second
-    that the first page does not need."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # exports render off-screen
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # --- 1. one layer -------------------------------------------------------------------------------
@@ -203,25 +193,25 @@ def layer_stats_md(a: dict) -> str:
 
 
 def _analysis_png(a: dict, path: Path) -> None:
-    plt = _mpl()
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    sv = np.asarray(a["singular_values"])
-    ax[0].semilogy(np.arange(1, len(sv) + 1), sv, "k.-", ms=3, label="W")
-    res = np.asarray(a["residual_singular_values"])
-    res = res[res > sv[0] * 1e-6]
-    ax[0].semilogy(np.arange(1, len(res) + 1), res, "--", color=COLORS["W_res"], label="W_res")
-    ax[0].axvspan(0.5, a["rank"] + 0.5, color=COLORS["pissa"], alpha=0.15, label="principal part")
-    ax[0].set_xlabel("index")
-    ax[0].set_ylabel("singular value")
-    ax[0].legend()
-    ax[0].set_title(f"{a['layer']} spectrum (r = {a['rank']})")
-    ax[1].hist(a["w_sample"], bins=80, alpha=0.6, color=COLORS["W"], label="W")
-    ax[1].hist(a["w_res_sample"], bins=80, alpha=0.6, color=COLORS["W_res"], label="W_res")
-    ax[1].legend()
-    ax[1].set_title("entries of W and W_res")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with pyplot() as plt:
+        fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+        sv = np.asarray(a["singular_values"])
+        ax[0].semilogy(np.arange(1, len(sv) + 1), sv, "k.-", ms=3, label="W")
+        res = np.asarray(a["residual_singular_values"])
+        res = res[res > sv[0] * 1e-6]
+        ax[0].semilogy(np.arange(1, len(res) + 1), res, "--", color=COLORS["W_res"], label="W_res")
+        ax[0].axvspan(0.5, a["rank"] + 0.5, color=COLORS["pissa"], alpha=0.15, label="principal part")
+        ax[0].set_xlabel("index")
+        ax[0].set_ylabel("singular value")
+        ax[0].legend()
+        ax[0].set_title(f"{a['layer']} spectrum (r = {a['rank']})")
+        ax[1].hist(a["w_sample"], bins=80, alpha=0.6, color=COLORS["W"], label="W")
+        ax[1].hist(a["w_res_sample"], bins=80, alpha=0.6, color=COLORS["W_res"], label="W_res")
+        ax[1].legend()
+        ax[1].set_title("entries of W and W_res")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
 
 
 @gpu(duration=60)
@@ -346,23 +336,23 @@ def race_figure(curves: dict, title: str = "") -> go.Figure:
 
 
 def _race_png(curves: dict, path: Path, title: str) -> None:
-    plt = _mpl()
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    seeds = sorted({s for _, s in curves})
-    styles = ["-", "--", ":", "-."]
-    for (method, seed), c in sorted(curves.items()):
-        ls = styles[seeds.index(seed) % 4]
-        ax[0].plot(c["step"], c["loss"], ls, color=COLORS.get(method), label=f"{NAMES.get(method, method)} s{seed}")
-        ax[1].semilogy(c["step"], c["grad_norm"], ls, color=COLORS.get(method))
-    ax[0].set_title("training loss")
-    ax[1].set_title("gradient norm")
-    for a in ax:
-        a.set_xlabel("step")
-    ax[0].legend(fontsize=7, ncol=2)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with pyplot() as plt:
+        fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+        seeds = sorted({s for _, s in curves})
+        styles = ["-", "--", ":", "-."]
+        for (method, seed), c in sorted(curves.items()):
+            ls = styles[seeds.index(seed) % 4]
+            ax[0].plot(c["step"], c["loss"], ls, color=COLORS.get(method), label=f"{NAMES.get(method, method)} s{seed}")
+            ax[1].semilogy(c["step"], c["grad_norm"], ls, color=COLORS.get(method))
+        ax[0].set_title("training loss")
+        ax[1].set_title("gradient norm")
+        for a in ax:
+            a.set_xlabel("step")
+        ax[0].legend(fontsize=7, ncol=2)
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
 
 
 def _status(curves: dict, done: dict | None, elapsed: float, total: int) -> str:

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from backend.core import colors as C
 from backend.mathneuro.service import Setting
 from components.common import themed
+from components.mpl import pyplot
 
 METHOD_LABELS = {"MathNeuro": "mathneuro", "Wanda (no subtraction)": "wanda",
                  "Random (same count)": "random", "LAPE (MLP neurons)": "lape"}
@@ -213,35 +214,32 @@ def setting_title(setting: dict, model_id: str) -> str:
 
 
 def export_png(state: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
-    ax = axes[0]
-    base = state["baseline"]
-    ax.scatter([100 * base["math"]], [100 * base["nonmath"]], marker="*", s=160, c=COLORS["none"], label="unmodified")
-    for m, r in (state.get("figure2") or {}).items():
-        ax.scatter([100 * r["math"]], [100 * r["nonmath"]], s=80, c=COLORS[m], label=LABEL_OF[m])
-    ax.set(xlabel="math accuracy (%)", ylabel="non-math accuracy (%)", xlim=(-3, 103), ylim=(-3, 103),
-           title="after pruning (ideal: top left)")
-    ax.legend(fontsize=7)
-    ax = axes[1]
-    curve = state.get("scale_curve") or []
-    if curve:
-        ax.plot([r["factor"] for r in curve], [100 * r["math"] for r in curve], "o-", c=COLORS["mathneuro"], label="math")
-        ax.plot([r["factor"] for r in curve], [100 * r["nonmath"] for r in curve], "o-", c=COLORS["lape"], label="non-math")
-        ax.axvline(1.0, ls=":", c="#94a3b8")
+    with pyplot() as plt:
+        fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+        ax = axes[0]
+        base = state["baseline"]
+        ax.scatter([100 * base["math"]], [100 * base["nonmath"]], marker="*", s=160, c=COLORS["none"], label="unmodified")
+        for m, r in (state.get("figure2") or {}).items():
+            ax.scatter([100 * r["math"]], [100 * r["nonmath"]], s=80, c=COLORS[m], label=LABEL_OF[m])
+        ax.set(xlabel="math accuracy (%)", ylabel="non-math accuracy (%)", xlim=(-3, 103), ylim=(-3, 103),
+               title="after pruning (ideal: top left)")
         ax.legend(fontsize=7)
-    ax.set(xlabel="scale factor", ylabel="accuracy (%)", title="accuracy vs scale factor")
-    ax = axes[2]
-    layers = state.get("layers") or {}
-    ax.bar(range(len(layers)), [100 * v["fraction"] for v in layers.values()],
-           color=COLORS[state["setting"]["method"]])
-    ax.set_xticks(range(len(layers)), [f"layer {k}" if k.isdigit() else "lm_head" for k in layers],
-                  rotation=45 if len(layers) > 6 else 0)
-    ax.set(ylabel="share of the layer's weights in the set (%)", title="where the set lies, per layer")
-    fig.suptitle(state["title"])
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        ax = axes[1]
+        curve = state.get("scale_curve") or []
+        if curve:
+            ax.plot([r["factor"] for r in curve], [100 * r["math"] for r in curve], "o-", c=COLORS["mathneuro"], label="math")
+            ax.plot([r["factor"] for r in curve], [100 * r["nonmath"] for r in curve], "o-", c=COLORS["lape"], label="non-math")
+            ax.axvline(1.0, ls=":", c="#94a3b8")
+            ax.legend(fontsize=7)
+        ax.set(xlabel="scale factor", ylabel="accuracy (%)", title="accuracy vs scale factor")
+        ax = axes[2]
+        layers = state.get("layers") or {}
+        ax.bar(range(len(layers)), [100 * v["fraction"] for v in layers.values()],
+               color=COLORS[state["setting"]["method"]])
+        ax.set_xticks(range(len(layers)), [f"layer {k}" if k.isdigit() else "lm_head" for k in layers],
+                      rotation=45 if len(layers) > 6 else 0)
+        ax.set(ylabel="share of the layer's weights in the set (%)", title="where the set lies, per layer")
+        fig.suptitle(state["title"])
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from backend.core import colors as C
 from backend.nemo import data as ndata
 from components.common import themed
+from components.mpl import pyplot
 
 TYPES = ndata.TYPES
 LAYER_COLOURS = list(C.QUALITATIVE)  # the shared qualitative palette, one colour per layer
@@ -313,58 +314,52 @@ def export_figure(c: dict | None, check: dict | None, table: dict | None):
     """The export's figure: reference image, a row of generations with all neurons on and, only when
     some are switched off, a row with them off (an "off" row with nothing off would repeat the "on"
     row under a false label); below, the z-scores or the neurons-per-prompt histogram."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    with pyplot() as plt:
+        n_img = 0 if c is None else len(c["seeds"])
+        cols = max(n_img + 1, 3)
+        fig = plt.figure(figsize=(2.2 * cols, 7.2))
+        grid = fig.add_gridspec(3, cols)
 
-    n_img = 0 if c is None else len(c["seeds"])
-    cols = max(n_img + 1, 3)
-    fig = plt.figure(figsize=(2.2 * cols, 7.2))
-    grid = fig.add_gridspec(3, cols)
-
-    def cell(row, col):  # only the cells that show something get axes: each costs the export time
-        ax = fig.add_subplot(grid[row, col])
-        ax.axis("off")
-        return ax
-    if c is not None:
-        if c["train_image"] is not None:
-            ax = cell(0, 0)
-            ax.imshow(c["train_image"])
-            ax.set_title(c.get("reference_kind") or "training image", fontsize=8)
-        tags = ("on", "off") if c["n_neurons"] else ("on",)
-        for j, tag in enumerate(tags):
-            for i, im in enumerate(c[f"images_{tag}"]):
-                ax = cell(j, i + 1)
-                ax.imshow(im)
-                t = f"seed {c['seeds'][i]} {tag}" if c["n_neurons"] else f"seed {c['seeds'][i]}"
-                if c[f"ssim_{tag}"] is not None:
-                    t += f"\nSSIM {c[f'ssim_{tag}'][i]:.2f}"
-                ax.set_title(t, fontsize=8)
-        if not c["n_neurons"]:  # in the figure, not an axis: a long line would defeat tight_layout
-            fig.text(0.5, 0.5, NO_NEURONS_OFF, fontsize=9, ha="center", va="center")
-    ax = fig.add_subplot(grid[2, :])
-    if check is not None:
-        off = 0
-        for i, layer in enumerate(check["layers"]):
-            z = check["z"][layer]
-            ax.bar(range(off, off + len(z)), z, width=1.0, color=LAYER_COLOURS[i % len(LAYER_COLOURS)], label=layer)
-            off += len(z)
-        ax.axhline(Z_OUTLIER, ls=":", c="#94a3b8")
-        ax.set(ylabel="z-score", title=f"score {check['score']:.3f} vs θ_mem {check['theta_mem']:.3f}")
-        ax.legend(fontsize=7, ncol=4)
-    elif table is not None:
-        ax.hist([r["n_neurons"] for r in table["rows"]], bins=np.arange(-0.5, 12.5, 1), color=C.QUALITATIVE[0])
-        ax.set(xlabel="neurons per memorized prompt", ylabel="prompts")
-    fig.suptitle(f"NeMo · {c['prompt'] if c else ''}", fontsize=10)
-    fig.tight_layout()
-    return fig
+        def cell(row, col):  # only the cells that show something get axes: each costs the export time
+            ax = fig.add_subplot(grid[row, col])
+            ax.axis("off")
+            return ax
+        if c is not None:
+            if c["train_image"] is not None:
+                ax = cell(0, 0)
+                ax.imshow(c["train_image"])
+                ax.set_title(c.get("reference_kind") or "training image", fontsize=8)
+            tags = ("on", "off") if c["n_neurons"] else ("on",)
+            for j, tag in enumerate(tags):
+                for i, im in enumerate(c[f"images_{tag}"]):
+                    ax = cell(j, i + 1)
+                    ax.imshow(im)
+                    t = f"seed {c['seeds'][i]} {tag}" if c["n_neurons"] else f"seed {c['seeds'][i]}"
+                    if c[f"ssim_{tag}"] is not None:
+                        t += f"\nSSIM {c[f'ssim_{tag}'][i]:.2f}"
+                    ax.set_title(t, fontsize=8)
+            if not c["n_neurons"]:  # in the figure, not an axis: a long line would defeat tight_layout
+                fig.text(0.5, 0.5, NO_NEURONS_OFF, fontsize=9, ha="center", va="center")
+        ax = fig.add_subplot(grid[2, :])
+        if check is not None:
+            off = 0
+            for i, layer in enumerate(check["layers"]):
+                z = check["z"][layer]
+                ax.bar(range(off, off + len(z)), z, width=1.0, color=LAYER_COLOURS[i % len(LAYER_COLOURS)], label=layer)
+                off += len(z)
+            ax.axhline(Z_OUTLIER, ls=":", c="#94a3b8")
+            ax.set(ylabel="z-score", title=f"score {check['score']:.3f} vs θ_mem {check['theta_mem']:.3f}")
+            ax.legend(fontsize=7, ncol=4)
+        elif table is not None:
+            ax.hist([r["n_neurons"] for r in table["rows"]], bins=np.arange(-0.5, 12.5, 1), color=C.QUALITATIVE[0])
+            ax.set(xlabel="neurons per memorized prompt", ylabel="prompts")
+        fig.suptitle(f"NeMo · {c['prompt'] if c else ''}", fontsize=10)
+        fig.tight_layout()
+        return fig
 
 
 def export_png(path: Path, c: dict | None, check: dict | None, table: dict | None) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = export_figure(c, check, table)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with pyplot() as plt:
+        fig = export_figure(c, check, table)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)

@@ -15,6 +15,7 @@ from backend.core import colors as C
 from backend.lrp.methods import LABELS, SIGNED
 from backend.lrp.tokens import SPACE_MARK, visible
 from components.common import themed
+from components.mpl import pyplot
 
 # ΔA^F the paper reports for Mamba-130M fine-tuned on SST-2, shown beside the measured values
 PAPER_DAF = {"mambalrp": 1.978, "ig": 0.857, "lrp_ln": 0.877, "gi": 0.078, "random": -0.012}
@@ -156,28 +157,24 @@ def _tmpdir() -> Path:
 
 
 def export_text(res: dict) -> tuple[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    d = _tmpdir()
-    jpath = d / "relevance.json"
-    data = dict(res)
-    data["tokens_shown"] = [visible(t) for t in res["tokens"]]  # leading space → "·"
-    jpath.write_text(json.dumps(data, indent=1, default=float))
-    scaled, _ = _scale(res, True)
-    M = np.stack([scaled[m] for m in res["methods"]])
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(res["tokens"])), 0.6 * len(res["methods"]) + 1.6), dpi=110)
-    im = ax.imshow(M, cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, aspect="auto")
-    ax.set_yticks(range(len(res["methods"])), [LABELS[m] for m in res["methods"]])
-    ax.set_xticks(range(len(res["tokens"])), [visible(t) for t in res["tokens"]], rotation=60, ha="right", fontsize=8)
-    ax.set_title(f"explaining '{visible(res['target'])}' (logit {res['logit']:.3f})", fontsize=9)
-    fig.colorbar(im, ax=ax, label="relevance / max|R|", fraction=0.03)
-    fig.tight_layout()
-    ppath = d / "relevance.png"
-    fig.savefig(ppath)
-    plt.close(fig)
+    with pyplot() as plt:
+        d = _tmpdir()
+        jpath = d / "relevance.json"
+        data = dict(res)
+        data["tokens_shown"] = [visible(t) for t in res["tokens"]]  # leading space → "·"
+        jpath.write_text(json.dumps(data, indent=1, default=float))
+        scaled, _ = _scale(res, True)
+        M = np.stack([scaled[m] for m in res["methods"]])
+        fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(res["tokens"])), 0.6 * len(res["methods"]) + 1.6), dpi=110)
+        im = ax.imshow(M, cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, aspect="auto")
+        ax.set_yticks(range(len(res["methods"])), [LABELS[m] for m in res["methods"]])
+        ax.set_xticks(range(len(res["tokens"])), [visible(t) for t in res["tokens"]], rotation=60, ha="right", fontsize=8)
+        ax.set_title(f"explaining '{visible(res['target'])}' (logit {res['logit']:.3f})", fontsize=9)
+        fig.colorbar(im, ax=ax, label="relevance / max|R|", fraction=0.03)
+        fig.tight_layout()
+        ppath = d / "relevance.png"
+        fig.savefig(ppath)
+        plt.close(fig)
     return str(jpath), str(ppath)
 
 
@@ -385,38 +382,34 @@ def image_plot(res: dict):
 
 def image_figure(res: dict) -> tuple[np.ndarray, str]:
     """Input + one overlay per method on a shared symmetric scale, with a colorbar; returns RGB + PNG path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    maps = {k: np.asarray(v) / max(np.abs(v).max(), 1e-12) for k, v in res["maps"].items()}
-    n = len(res["methods"]) + 1
-    fig, axes = plt.subplots(1, n, figsize=(2.3 * n + 0.8, 3.0), dpi=100)
-    axes = np.atleast_1d(axes)
-    axes[0].imshow(res["image"], cmap="gray", vmin=0, vmax=1)
-    axes[0].set_title(f"input → {res['pred']}", fontsize=9)
-    if res.get("mask") is not None:
-        axes[0].contour(np.asarray(res["mask"], float), levels=[0.5], colors="lime", linewidths=1)
-    im = None
-    for ax, meth in zip(axes[1:], res["methods"]):
-        ax.imshow(res["image"], cmap="gray", vmin=0, vmax=1)
-        im = ax.imshow(maps[meth], cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, alpha=0.85)
+    with pyplot() as plt:
+        maps = {k: np.asarray(v) / max(np.abs(v).max(), 1e-12) for k, v in res["maps"].items()}
+        n = len(res["methods"]) + 1
+        fig, axes = plt.subplots(1, n, figsize=(2.3 * n + 0.8, 3.0), dpi=100)
+        axes = np.atleast_1d(axes)
+        axes[0].imshow(res["image"], cmap="gray", vmin=0, vmax=1)
+        axes[0].set_title(f"input → {res['pred']}", fontsize=9)
         if res.get("mask") is not None:
-            ax.contour(np.asarray(res["mask"], float), levels=[0.5], colors="lime", linewidths=1)
-        share = res.get("share_in_region") or {}
-        extra = f"\n{100 * share[meth]:.0f}% of R⁺ in box" if meth in share else ""
-        ax.set_title(LABELS[meth] + extra, fontsize=9)
-    for ax in axes:
-        ax.set_xticks([])
-        ax.set_yticks([])
-    if im is not None:
-        fig.colorbar(im, ax=list(axes), fraction=0.02, label="relevance / max|R|")
-    path = _tmpdir() / "relevance-image.png"
-    fig.savefig(path, bbox_inches="tight")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    plt.close(fig)
+            axes[0].contour(np.asarray(res["mask"], float), levels=[0.5], colors="lime", linewidths=1)
+        im = None
+        for ax, meth in zip(axes[1:], res["methods"]):
+            ax.imshow(res["image"], cmap="gray", vmin=0, vmax=1)
+            im = ax.imshow(maps[meth], cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, alpha=0.85)
+            if res.get("mask") is not None:
+                ax.contour(np.asarray(res["mask"], float), levels=[0.5], colors="lime", linewidths=1)
+            share = res.get("share_in_region") or {}
+            extra = f"\n{100 * share[meth]:.0f}% of R⁺ in box" if meth in share else ""
+            ax.set_title(LABELS[meth] + extra, fontsize=9)
+        for ax in axes:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        if im is not None:
+            fig.colorbar(im, ax=list(axes), fraction=0.02, label="relevance / max|R|")
+        path = _tmpdir() / "relevance-image.png"
+        fig.savefig(path, bbox_inches="tight")
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
+        plt.close(fig)
     from PIL import Image
 
     return np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")), str(path)
