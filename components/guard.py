@@ -24,6 +24,7 @@ from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
 from backend.core.store import load_progress, request_scope, scoped_aiter, scoped_iter
 from backend.core.zerogpu import MAX_DURATION, gpu, in_main, spaces_available
+from components.turns import in_session_order
 
 from .common import MODEL_GROUP, model_concurrency
 
@@ -269,6 +270,8 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
             if sync and not getattr(block_fn.fn, "main_only", False):
                 fn = _delivering(gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(_carrying(fn)),
                                  handler_tab(block_fn.fn))
+            if sync:  # in the main process, around the worker: one visitor's calls keep their order
+                fn = in_session_order(fn, handler_tab(block_fn.fn))
         # what a handler must do in the server process, around its GPU worker (the race's relay of
         # its live progress to the page, components.race_live)
         if callable(getattr(block_fn.fn, "main_process", None)):

@@ -1,0 +1,93 @@
+"""One visitor's model calls in one tab keep their order (components.turns): with several model
+calls at once, a quick later call must not overtake a slow earlier one of the same page, and other
+visitors are not held up."""
+import threading
+import time
+from types import SimpleNamespace
+
+from gradio.context import LocalContext
+
+from components.turns import TURNS, in_session_order
+
+
+def _as(session, fn, *a):
+    """Run `fn` as Gradio does for an event of `session` (the request set in the handler's context)."""
+    LocalContext.request.set(SimpleNamespace(session_hash=session))
+    try:
+        return fn(*a)
+    finally:
+        LocalContext.request.set(None)
+
+
+def _race(sessions, tab="math_neurons"):
+    done = []
+
+    def work(name, seconds):
+        time.sleep(seconds)
+        done.append(name)
+        return name
+
+    fn = in_session_order(work, tab)
+    threads = []
+    for (session, name, seconds) in sessions:
+        t = threading.Thread(target=_as, args=(session, fn, name, seconds))
+        t.start()
+        threads.append(t)
+        time.sleep(0.05)  # the order in which the calls arrive
+    for t in threads:
+        t.join()
+    return done
+
+
+def test_a_later_quick_call_of_the_same_page_waits_for_the_earlier_slow_one():
+    assert _race([("A", "slow", 0.6), ("A", "quick", 0.0)]) == ["slow", "quick"]
+    assert TURNS.waiting() == 0  # nothing left behind
+
+
+def test_another_visitor_is_not_held_up():
+    assert _race([("A", "slow", 0.6), ("B", "quick", 0.0)]) == ["quick", "slow"]
+
+
+def test_the_same_visitor_in_another_tab_is_not_held_up():
+    done = []
+    slow = in_session_order(lambda: (time.sleep(0.6), done.append("math")), "math_neurons")
+    quick = in_session_order(lambda: done.append("adapters"), "adapters")
+    t = threading.Thread(target=_as, args=("A", slow))
+    t.start()
+    time.sleep(0.05)
+    _as("A", quick)
+    t.join()
+    assert done == ["adapters", "math"]
+
+
+def test_many_calls_are_served_first_come_first_served():
+    assert _race([("A", f"c{i}", 0.2 if i % 2 == 0 else 0.0) for i in range(6)]) == [f"c{i}" for i in range(6)]
+
+
+def test_a_stream_holds_its_turn_until_it_ends_and_a_failure_releases_it():
+    def stream(n):
+        for i in range(n):
+            time.sleep(0.1)
+            yield i
+
+    ordered = in_session_order(stream, "adapters")
+    seen = []
+    t = threading.Thread(target=_as, args=("A", lambda: seen.extend(ordered(4))))
+    t.start()
+    time.sleep(0.05)
+    _as("A", in_session_order(lambda: seen.append("after"), "adapters"))
+    t.join()
+    assert seen == [0, 1, 2, 3, "after"]
+
+    def boom():
+        raise ValueError("refused")
+    try:
+        _as("A", in_session_order(boom, "adapters"))
+    except ValueError:
+        pass
+    assert _as("A", in_session_order(lambda: "next", "adapters")) == "next"
+    assert TURNS.waiting() == 0
+
+
+def test_a_call_outside_any_session_takes_no_turn():
+    assert in_session_order(lambda: 7, "adapters")() == 7
