@@ -14,12 +14,12 @@ import inspect
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
 
-from backend.core import loadgate, preload, store
+from backend.core import loadgate, picker, preload, store
 from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
 from backend.core.store import load_progress, request_scope, scoped_aiter, scoped_iter
@@ -71,10 +71,12 @@ def show_notes(notes: list[str]) -> None:
 @dataclass
 class _Noted:
     """A marked handler's result (or stream item) with the notes raised while computing it and the
-    models its process had to load (a worker's: the main process mirrors them)."""
+    models its process had to load (a worker's: the main process mirrors them), with the presets of
+    the user's own models among them."""
     value: Any
     notes: list[str]
     loads: list[str]
+    own: list = field(default_factory=list)
 
 
 def _carrying(fn):
@@ -86,7 +88,10 @@ def _carrying(fn):
             value = step()
         finally:
             _CARRY.reset(token)
-        return _Noted(value, carry, [] if in_main() else store.loads_since(count))
+        if in_main():
+            return _Noted(value, carry, [])
+        loads = store.loads_since(count)
+        return _Noted(value, carry, loads, picker.checked_own(loads))
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
@@ -112,23 +117,51 @@ def _deliver(noted: _Noted):
     """In the main process: show the notes, load what the worker needed (backend.core.preload)."""
     show_notes(noted.notes)
     if noted.loads:
-        preload.mirror(noted.loads)
+        preload.mirror(noted.loads, noted.own)
     return noted.value
 
 
-def _ahead(tab: str, a, k) -> None:
-    """Under ZeroGPU, in the main process: load the registered checkpoint a call names before its
-    worker forks (backend.core.preload.ahead), so the worker inherits it."""
-    if spaces_available() and in_main():
+def _ahead(tab: str, a, k, pick: tuple[str, int] | None = None) -> None:
+    """Under ZeroGPU, in the main process: load the registered checkpoint a call names, and the
+    user's own model its model pick names (`pick`: the picker's tab and the pick's position among the
+    arguments), before its worker forks (backend.core.preload.ahead, .own), so the worker inherits
+    them. A note of that load (a model over the budget) is shown here, as the worker will not load it,
+    and the load is reported on the request's progress bar, as a load in the handler would be."""
+    if not (spaces_available() and in_main()):
+        return
+    with request_scope() as scope, load_progress(_load_reporter()):
         preload.ahead(tab, [*a, *k.values()])
+        if pick is not None and pick[1] < len(a):
+            preload.own(pick[0], a[pick[1]])
+        show_notes(scope.notes)
 
 
-def _delivering(fn, tab: str):
+def pick_position(block_fn) -> tuple[str, int] | None:
+    """Where an event's model pick (the box of components.model_picker, marked with its tab) sits
+    among the handler's positional arguments, as Gradio passes them (its special arguments, such
+    as a gr.Request or gr.Progress, inserted at their parameters' places); None without exactly one."""
+    from gradio.helpers import special_args
+
+    marked = [(i, c.wb_pick_tab) for i, c in enumerate(block_fn.inputs or [])
+              if isinstance(getattr(c, "wb_pick_tab", None), str)]
+    if len(marked) != 1 or block_fn.inputs_as_dict:
+        return None
+    (index, tab), slots = marked[0], [object() for _ in block_fn.inputs]
+    try:
+        args, _, event_index, *_ = special_args(block_fn.fn, list(slots))
+        at = next(j for j, v in enumerate(args) if v is slots[index])
+    except Exception:  # noqa: BLE001 - a signature Gradio reads otherwise: the worker loads the pick
+        return None
+    # the event's data (gr.SelectData and kin) is inserted only when an event brings it
+    return tab, at + 1 if event_index is not None and event_index <= at else at
+
+
+def _delivering(fn, tab: str, pick: tuple[str, int] | None = None):
     """Outside the ZeroGPU mark: unwrap each `_Noted` result."""
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
-            _ahead(tab, a, k)
+            _ahead(tab, a, k, pick)
             it = fn(*a, **k)
             try:
                 for noted in it:
@@ -139,7 +172,7 @@ def _delivering(fn, tab: str):
 
     @functools.wraps(fn)
     def plain(*a, **k):
-        _ahead(tab, a, k)
+        _ahead(tab, a, k, pick)
         return _deliver(fn(*a, **k))
     return plain
 
@@ -269,7 +302,7 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
             fn = gated(fn)
             if sync and not getattr(block_fn.fn, "main_only", False):
                 fn = _delivering(gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(_carrying(fn)),
-                                 handler_tab(block_fn.fn))
+                                 handler_tab(block_fn.fn), pick_position(block_fn))
             if sync:  # in the main process, around the worker: one visitor's calls keep their order
                 fn = in_session_order(fn, handler_tab(block_fn.fn))
         # what a handler must do in the server process, around its GPU worker (the race's relay of

@@ -61,6 +61,9 @@ def model_picker(listed: list[P.Preset], method: str, *, elem_id: str, value: st
                           filterable=True, info=custom_hint(takes), elem_id=elem_id)
         line = gr.HTML(_line(picker.check_line(value, listed, method)), elem_id=f"{elem_id}-check",
                        padding=False)
+    # a tab's method is named as the tab: under ZeroGPU the main process resolves this box's value
+    # with the tab's pick check and loads a user's own model before a worker forks (components.guard)
+    box.wb_pick_tab = method
     box.change(lambda k: _line(picker.check_line(k, listed, method)), box, line, queue=False,
                show_progress="hidden", api_visibility="private")
     return box, line

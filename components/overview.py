@@ -5,7 +5,7 @@ import html
 
 import gradio as gr
 
-from backend.core import device, presets, store
+from backend.core import device, preload, presets, store
 from backend.core.cache import all_caches
 from components.guard import INTERNAL_ERRORS
 
@@ -57,6 +57,9 @@ def system_status(source: str) -> dict:
         "models": [dict(zip(["tab", "source", "id", "class", "state"], r)) for r in _model_table(source)],
         "caches": [c.stats() for c in all_caches()],
         "model_store": store.stats(),
+        # under ZeroGPU: the models a GPU worker had to load itself, then loaded here for the next
+        # worker ("tab:model"); those a call named were loaded here before its worker forked
+        "mirrored": preload.mirrored(),
         # Hooks left on a shared model, or weights changed since load (checked when fingerprints
         # were taken, WORKBENCH_CHECK_WEIGHTS=1), and handler defects: all should stay empty / 0.
         "integrity": store.integrity_problems(),

@@ -146,6 +146,25 @@ def _custom(s: str, method: str, tab: str | None, extra: dict) -> Picked:
     return picked
 
 
+def checked_own(store_keys) -> list[tuple[P.Preset, int | None]]:
+    """The user's own models this process has checked whose weights' store keys
+    (backend.core.weights.key) are among `store_keys`, with their bytes: what a ZeroGPU worker tells
+    the main process about the own models it loaded (backend.core.preload.mirror)."""
+    from .weights import key
+
+    wanted = set(store_keys)
+    if not wanted:
+        return []
+    with _LOCK:
+        picks = [picked for _, picked in _CHECKED.values()]
+    out = []
+    for picked in picks:
+        item = (picked.preset, picked.check.n_bytes)
+        if key(picked.preset) in wanted and item not in out:
+            out.append(item)
+    return out
+
+
 def forget() -> None:
     """Drop the remembered checks (tests; a folder replaced on disk)."""
     with _LOCK:

@@ -16,10 +16,15 @@ A checkpoint fits when its size (from its metadata, before any weights load) fit
 the budget; one that does not is named in the log and loads at first use as before.
 
 A registered checkpoint that a call's arguments name is loaded in the main process before its worker
-forks (`ahead`). What a worker had to load all the same is mirrored:
-the worker names the weights it loaded (backend.core.store.loads_since), and `mirror` loads the
-registered presets among them in the main process, so the next worker inherits them instead of
-reading the weights again. `mirrored()` lists what was loaded that way.
+forks (`ahead`), and so is a user's own model (a hub id or an allowed folder) that the call's model
+pick names (`own`): a tab that registers its pick check (`register(tab, load, pick)`) has it
+resolved there with that same check (cached in backend.core.picker, so a loaded model costs a look-up)
+and loaded through the same loader. Only the pick's value is resolved, never the call's other
+strings, and a refusal is left to the worker's handler, which reports it as usual. What a worker
+had to load all the same is mirrored: the worker names the weights it loaded
+(backend.core.store.loads_since) and the own models among them, and `mirror` loads them in the main
+process, so the next worker inherits them instead of reading the weights again. `mirrored()` lists
+what was loaded that way.
 """
 from __future__ import annotations
 
@@ -32,13 +37,19 @@ from . import presets as P
 
 log = logging.getLogger("workbench")
 ENV = "WORKBENCH_PRELOAD"
-_LOADERS: dict[str, Callable[[P.Preset], object]] = {}
+_LOADERS: dict[str, Callable[..., object]] = {}
+_PICKS: dict[str, Callable[[str], object]] = {}
 _MIRRORED: list[str] = []
 
 
-def register(tab: str, load: Callable[[P.Preset], object]) -> None:
-    """How `tab` loads one of its registered presets with everything its view needs."""
+def register(tab: str, load: Callable[..., object], pick: Callable[[str], object] | None = None) -> None:
+    """How `tab` loads one of its registered presets with everything its view needs. `pick(key)`:
+    the check the tab's handlers run on a model pick (a backend.core.picker.Picked, or an exception
+    for a refusal); with it, `load(preset, size)` also takes the user's own models it returns
+    (`size`: their weights' bytes from metadata, None where unknown)."""
     _LOADERS[tab] = load
+    if pick is not None:
+        _PICKS[tab] = pick
 
 
 def wanted(source: str, setting: str | None = None) -> list[P.Preset]:
@@ -122,10 +133,44 @@ def ahead(tab: str, values) -> list[str]:
     return done
 
 
-def mirror(model_ids: list[str]) -> list[str]:
+def own(tab: str, key) -> str | None:
+    """Before a worker forks: load in this (the main) process the user's own model that `key`, the
+    call's model pick for `tab`, names, through the tab's loader, so every worker inherits it rather
+    than reading the weights itself. Returns "tab:model" when it loaded one now; None where `tab`
+    registered no pick check, the pick is empty or a listed preset (`ahead`), the check refuses it or
+    the load fails (the worker's handler meets the same and reports it), or it is loaded already."""
+    from . import store
+    from .weights import key as store_key
+
+    check = _PICKS.get(tab)
+    if check is None or tab not in _LOADERS or not isinstance(key, str) or not key.strip():
+        return None
+    try:
+        picked = check(key)
+    except Exception as e:  # noqa: BLE001 - a refusal: the handler reports it to its user
+        log.info("preload: no own model for %s from the pick %.80r (%s)", tab, key, type(e).__name__)
+        return None
+    if not getattr(picked, "custom", False) or store_key(picked.preset) in store.loaded():
+        return None
+    return _load_own(picked.preset, picked.check.n_bytes, "preload")
+
+
+def _load_own(preset: P.Preset, size: int | None, why: str) -> str | None:
+    try:
+        _LOADERS[preset.tab](preset, size)
+    except Exception as e:  # noqa: BLE001 - the worker meets the same failure and reports it
+        log.warning("%s: own model %s for %s failed (%s: %s)", why, preset.path_or_id, preset.tab,
+                    type(e).__name__, str(e)[:200])
+        return None
+    log.info("%s: own model %s for %s loaded in the main process", why, preset.path_or_id, preset.tab)
+    return f"{preset.tab}:{preset.path_or_id}"
+
+
+def mirror(model_ids: list[str], own_models: list[tuple[P.Preset, int | None]] = ()) -> list[str]:
     """Load in this (the main) process the registered presets whose weights a worker loaded
-    (store keys, backend.core.weights.key); returns those loaded now. A user's own model is not
-    registered and is not mirrored: it loads in each worker that needs it."""
+    (store keys, backend.core.weights.key), and the user's own models among them (`own_models`: their
+    presets as the tab's pick check resolved them, with their bytes, for tabs that registered one);
+    returns those loaded now."""
     from . import store
     from .weights import key
 
@@ -141,6 +186,11 @@ def mirror(model_ids: list[str]) -> list[str]:
             continue
         done.append(f"{p.tab}:{p.path_or_id}")
         log.info("mirror: %s for %s loaded in the main process, as a worker needed it", p.path_or_id, p.tab)
+    for p, size in own_models:
+        if p.tab in _PICKS and p.tab in _LOADERS and key(p) in wanted_ids and key(p) not in store.loaded():
+            loaded = _load_own(p, size, "mirror")
+            if loaded:
+                done.append(loaded)
     _MIRRORED.extend(done)
     return done
 

@@ -21,9 +21,9 @@ What a worker loads or computes dies with it. So the checkpoints load in the mai
 (backend.core.preload, WORKBENCH_PRELOAD), where every worker inherits them, and what a worker
 computes for everyone is written to disk for the main process and later workers (NeMo's statistics,
 a feature index). A call waits for the main process's loads in progress before its worker forks
-(`_after_loads`); a registered checkpoint the call names is loaded in the main process before it
-forks (preload.ahead), and one a worker had to load all the same is then loaded in the main process
-for the next worker (preload.mirror). `in_main()` tells the two processes apart: the notes a
+(`_after_loads`); a registered checkpoint the call names, and a user's own model its model pick
+names, are loaded in the main process before it forks (preload.ahead, preload.own), and one a worker
+had to load all the same is then loaded in the main process for the next worker (preload.mirror). `in_main()` tells the two processes apart: the notes a
 handler raises in a worker travel back with its result and the main process shows them, and a
 handler that keeps state for later calls (a visitor's own data set) runs in the main process
 (components.guard: `_carrying`, `_delivering`, `main_only`). tests/helpers/zerogpu holds a stand-in `spaces` whose GPU forks a child per call,

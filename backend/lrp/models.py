@@ -85,7 +85,13 @@ def load(preset: P.Preset, size: int | None = None, progress=None) -> Loaded:
     return weights.view(preset, TAB, derive, size=size, progress=progress)
 
 
-preload.register(TAB, load)
+def _pick(key: str):
+    from .service import pick_text  # the service builds on this module
+
+    return pick_text(None, key)
+
+
+preload.register(TAB, load, _pick)
 
 
 def text_preset(source: str | None = None) -> P.Preset:

@@ -333,7 +333,7 @@ def bench_of(preset: Preset, size: int | None = None, progress=None) -> Bench:
         return weights.view(preset, TAB, lambda m: Bench(preset, m), size=size, progress=progress)
 
 
-preload.register(TAB, bench_of)
+preload.register(TAB, bench_of, lambda key: pick(None, key))
 
 
 def reference_of(item: dict) -> str:

@@ -371,7 +371,7 @@ def get_preset(preset: Preset, size: int | None = None, progress=None) -> MemoMo
         return weights.view(preset, TAB, lambda pipe: _memo_model(preset, pipe), size=size, progress=progress)
 
 
-preload.register(TAB, get_preset)
+preload.register(TAB, get_preset, lambda key: pick(None, key))
 
 
 # ----------------------------------------------------------------------------- neuron specs as text

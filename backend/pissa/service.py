@@ -103,7 +103,7 @@ def _view(key: str, part: str, derive: Callable):
     return _shared(key, lambda p, size: weights.view(p, f"{TAB}.{part}", derive, size=size))
 
 
-preload.register(TAB, weights.model)
+preload.register(TAB, weights.model, pick)
 
 
 def get_tokenizer(key: str):

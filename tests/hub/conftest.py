@@ -31,13 +31,22 @@ def hub_server(hub_cache):
 
 
 @pytest.fixture(scope="session")
-def hub_forked_server(hub_cache, tmp_path_factory):
+def hub_own_models(tmp_path_factory):
+    """A folder with one user's own model (standins.lms' Qwen2, as a user saves it), made an allowed
+    root of the forked server."""
+    from tests.helpers.standins import build_local, lms
+
+    return build_local(tmp_path_factory.mktemp("own-models"), {"own-qwen2": lms.LOCAL["own-qwen2"]})
+
+
+@pytest.fixture(scope="session")
+def hub_forked_server(hub_cache, hub_own_models, tmp_path_factory):
     """(url, log, workers): `workers` gets one line per GPU worker started."""
     ARTIFACTS.mkdir(exist_ok=True)
     log = ARTIFACTS / "hub-zerogpu-server.log"
     workers = tmp_path_factory.mktemp("zerogpu") / "workers.log"
     env = {**cache_env(hub_cache), **SMALL_MATH, "PYTHONPATH": str(ROOT / "tests" / "helpers" / "zerogpu"),
-           "WORKBENCH_FAKE_SPACES_LOG": str(workers)}
+           "WORKBENCH_FAKE_SPACES_LOG": str(workers), "WORKBENCH_MODEL_ROOTS": str(hub_own_models)}
     with serve(env=env, log_path=log) as (url, _proc):
         yield url, log, workers
 

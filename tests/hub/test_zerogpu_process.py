@@ -134,3 +134,21 @@ def test_a_visitors_own_math_set_outlives_the_call_that_named_it(forked, tmp_pat
     html, _fig, table, _layers = client.predict("MathNeuro", 3, 0.0, 8, api_name="/mn_evaluate")
     math_rows = [r for r in table["data"] if r[0] == "math"]
     assert math_rows and {r[2] for r in math_rows} <= {x["answer"] for x in MATH}, math_rows
+
+
+def test_a_visitors_own_model_loads_once_in_the_main_process_for_every_worker(forked, hub_own_models):
+    """A user's own model picked in a tab is checked and loaded in the main process before the
+    worker forks: two calls, each in its own worker, answer alike and neither worker reads its
+    weights (a worker that had to would have it mirrored into the main process, as /status says)."""
+    client, workers, _log = forked
+    own = str(hub_own_models / "own-qwen2")
+    n = len(workers.read_text().splitlines()) if workers.exists() else 0
+    first = client.predict(own, api_name="/layers")
+    second = client.predict(own, api_name="/layers")
+    assert len(workers.read_text().splitlines()) >= n + 2  # each call ran in a worker
+    names = [c[1] for c in first[0]["choices"]]
+    assert "model.layers.0.self_attn.q_proj" in names and _plain(second) == _plain(first)
+    status = client.predict(api_name="/status")[1]
+    assert any(m["id"].startswith("local:") and "/own-qwen2@" in m["id"] for m in status["model_store"]["models"])
+    # loaded in the main process before the first worker forked: no worker had to load it itself
+    assert not any("own-qwen2" in m for m in status["mirrored"]), status["mirrored"]

@@ -118,3 +118,46 @@ def test_model_handlers_carry_the_outermost_zerogpu_mark():
     tabs = {guard.inspect.unwrap(f.fn).__module__.rpartition(".")[2] for f in model}
     assert {"relevance", "features", "memorization", "math_neurons", "adapters"} <= tabs, tabs
     assert all(t in guard.HANDLER_GPU_SECONDS for t in tabs), tabs
+
+
+def test_a_model_events_pick_is_found_among_its_arguments_as_gradio_passes_them():
+    """Under ZeroGPU the main process loads a user's own model from the call's model pick before the
+    worker forks (backend.core.preload.own): it takes the argument the picker's box fills, counting
+    the ones Gradio inserts by parameter (gr.Request, gr.Progress, event data), and nothing else."""
+    from components.common import is_model_group
+    from components.model_picker import model_picker
+
+    def after_request(request: gr.Request, text, model):
+        return text
+
+    def after_event(text, evt: gr.SelectData, model, progress=gr.Progress()):
+        return text
+
+    def no_pick(text, other):
+        return text
+
+    with gr.Blocks() as demo:
+        box, _ = model_picker([], "adapters", elem_id="pick")
+        text = gr.Textbox()
+        for fn, inputs in ((after_request, [text, box]), (after_event, [text, box]), (no_pick, [text, text])):
+            gr.Button().click(fn, inputs, text, api_name=fn.__name__)
+    where = {f.api_name: guard.pick_position(f) for f in demo.fns.values() if f.api_name in
+             ("after_request", "after_event", "no_pick")}
+    assert where == {"after_request": ("adapters", 2), "after_event": ("adapters", 2), "no_pick": None}
+
+    from backend.core import preload
+
+    demo = app.build_app("zoo")
+    picks = {}
+    for f in demo.fns.values():
+        if f.fn is None or not is_model_group(f.concurrency_id) or \
+                not any(getattr(c, "wb_pick_tab", None) for c in f.inputs):
+            continue
+        tab, at = guard.pick_position(f)
+        params = list(guard.inspect.signature(f.fn).parameters.values())
+        name = params[at].name if at < len(params) else params[-1].name  # past the last: its *args
+        assert name in ("model", "model_id", "key", "vlm", "args"), (f.api_name, name)
+        picks.setdefault(tab, []).append(f.api_name)
+    assert set(picks) == {"relevance", "features", "memorization", "math_neurons", "adapters"}, picks
+    # every tab but Features (whose own model comes with its own SAE) resolves its picks in main
+    assert set(preload._PICKS) == {"relevance", "memorization", "math_neurons", "adapters"}

@@ -280,3 +280,93 @@ def test_the_checkpoint_a_call_names_is_loaded_in_main_before_its_worker_forks(u
         assert weights.key(preset) in store.loaded()
     finally:
         store.evict(weights.key(preset))
+
+
+@pytest.fixture
+def own_qwen2(tmp_path, monkeypatch):
+    """A user's own model (a Qwen2 folder saved as a user saves one) under an allowed root."""
+    from backend.core import picker
+    from tests.helpers.standins import build_local, lms
+
+    root = build_local(tmp_path / "own-models", {"own-qwen2": lms.LOCAL["own-qwen2"]})
+    monkeypatch.setenv("WORKBENCH_MODEL_ROOTS", str(root))
+    picker.forget()
+    yield str(root / "own-qwen2")
+    picker.forget()
+
+
+def picked_model_handler(fn, tab: str, listed):
+    """`fn(model, text)` served as the app serves a tab's model event: its first input is the tab's
+    model picker (components.model_picker), its second a text box."""
+    import gradio as gr
+
+    from components import guard
+    from components.model_picker import model_picker
+
+    with gr.Blocks() as demo:
+        box, _ = model_picker(listed, tab, elem_id="own-model")
+        text = gr.Textbox()
+        gr.Button().click(fn, [box, text], text, **model_event())
+    guard.guard_events(demo)
+    (block_fn,) = [f for f in demo.fns.values() if f.fn is not None and guard.inspect.unwrap(f.fn) is fn]
+    return block_fn.fn
+
+
+def model_event():
+    from components.common import model_event as event
+
+    return event()
+
+
+def test_a_users_own_model_is_loaded_in_main_before_the_worker_forks(under_zerogpu, own_qwen2, monkeypatch):
+    """The folder a call's model pick names loads in the main process with the tab's own check and
+    loader, so neither the first worker nor the next reads its weights; the call's other strings
+    are never taken for models."""
+    from backend.core import modelcheck, preload, store, weights
+    from backend.pissa import service
+
+    checked = []
+    real_check = modelcheck.check_model
+    monkeypatch.setattr(modelcheck, "check_model", lambda s, method: checked.append(s) or real_check(s, method))
+    monkeypatch.setattr(preload, "_MIRRORED", [])
+
+    def use(model, text):
+        before = store.load_count()
+        service.get_model(model)
+        return f"{store.load_count() - before} {text}"
+
+    handler = picked_model_handler(use, "adapters", service.listed())
+    key = weights.key(service.pick(own_qwen2).preset)
+    checked.clear()
+    before = store.load_count()
+    try:
+        assert handler(own_qwen2, "owner/sentence like text") == "0 owner/sentence like text"
+        assert key in store.loaded() and store.loads_since(before) == [key]  # loaded once, in main
+        assert handler(own_qwen2, "again") == "0 again"  # the next worker inherits it too
+        assert store.loads_since(before) == [key] and preload.mirrored() == []
+        assert checked == []  # the check made for the pick above is reused; the text is never checked
+    finally:
+        store.evict(key)
+
+
+def test_an_own_model_a_worker_loaded_is_loaded_in_main_for_the_next_worker(under_zerogpu, own_qwen2, monkeypatch):
+    """Where the main process did not load it first (the pick came in another argument), the worker
+    names the own model it loaded and the main process loads it through the tab's loader."""
+    from backend.core import preload, store, weights
+    from backend.pissa import service
+
+    monkeypatch.setattr(preload, "_MIRRORED", [])
+
+    def use(text):
+        before = store.load_count()
+        service.get_model(own_qwen2)
+        return f"{store.load_count() - before}"
+
+    handler = guarded_model_handler(use)
+    key = weights.key(service.pick(own_qwen2).preset)
+    try:
+        assert handler("x") == "1"  # no model pick among the arguments: the worker loaded it
+        assert key in store.loaded() and preload.mirrored() == [f"adapters:{own_qwen2}"]
+        assert handler("y") == "0"
+    finally:
+        store.evict(key)
