@@ -120,17 +120,9 @@ def ahead(tab: str, values) -> list[str]:
     named = {v for v in values if isinstance(v, str) and v}
     if not named or tab not in _LOADERS:
         return []
-    done = []
-    for p in P.presets():
-        if p.tab != tab or p.path_or_id not in named or key(p) in store.loaded():
-            continue
-        try:
-            _LOADERS[tab](p)
-        except Exception as e:  # noqa: BLE001 - the worker meets the same failure and reports it
-            log.warning("preload: %s for %s failed (%s: %s)", p.path_or_id, tab, type(e).__name__, str(e)[:200])
-            continue
-        done.append(f"{tab}:{p.path_or_id}")
-    return done
+    # checked one by one as they load: two listings of one checkpoint load it once
+    todo = (p for p in P.presets() if p.tab == tab and p.path_or_id in named and key(p) not in store.loaded())
+    return [name for name in map(lambda p: _load_here(p, "preload"), todo) if name]
 
 
 def own(tab: str, key) -> str | None:
@@ -152,17 +144,21 @@ def own(tab: str, key) -> str | None:
         return None
     if not getattr(picked, "custom", False) or store_key(picked.preset) in store.loaded():
         return None
-    return _load_own(picked.preset, picked.check.n_bytes, "preload")
+    return _load_here(picked.preset, "preload", picked.check.n_bytes)
 
 
-def _load_own(preset: P.Preset, size: int | None, why: str) -> str | None:
+def _load_here(preset: P.Preset, why: str, *size) -> str | None:
+    """Load `preset` in this (the main) process through its tab's loader (`size`: an own model's
+    bytes); "tab:model", or None where it failed: the worker that needs it meets the same failure
+    and reports it to its user."""
+    own = " own model" if size else ""
     try:
-        _LOADERS[preset.tab](preset, size)
-    except Exception as e:  # noqa: BLE001 - the worker meets the same failure and reports it
-        log.warning("%s: own model %s for %s failed (%s: %s)", why, preset.path_or_id, preset.tab,
+        _LOADERS[preset.tab](preset, *size)
+    except Exception as e:  # noqa: BLE001 - see above
+        log.warning("%s:%s %s for %s failed (%s: %s)", why, own, preset.path_or_id, preset.tab,
                     type(e).__name__, str(e)[:200])
         return None
-    log.info("%s: own model %s for %s loaded in the main process", why, preset.path_or_id, preset.tab)
+    log.info("%s:%s %s for %s loaded in the main process", why, own, preset.path_or_id, preset.tab)
     return f"{preset.tab}:{preset.path_or_id}"
 
 
@@ -175,22 +171,10 @@ def mirror(model_ids: list[str], own_models: list[tuple[P.Preset, int | None]] =
     from .weights import key
 
     wanted_ids = set(model_ids)
-    done = []
-    for p in P.presets():
-        if p.tab not in _LOADERS or key(p) not in wanted_ids or key(p) in store.loaded():
-            continue
-        try:
-            _LOADERS[p.tab](p)
-        except Exception as e:  # noqa: BLE001 - the worker that needed it reports its own failures
-            log.warning("mirror: %s for %s failed (%s: %s)", p.path_or_id, p.tab, type(e).__name__, str(e)[:200])
-            continue
-        done.append(f"{p.tab}:{p.path_or_id}")
-        log.info("mirror: %s for %s loaded in the main process, as a worker needed it", p.path_or_id, p.tab)
-    for p, size in own_models:
-        if p.tab in _PICKS and p.tab in _LOADERS and key(p) in wanted_ids and key(p) not in store.loaded():
-            loaded = _load_own(p, size, "mirror")
-            if loaded:
-                done.append(loaded)
+    todo = [(p, ()) for p in P.presets() if p.tab in _LOADERS]
+    todo += [(p, (size,)) for p, size in own_models if p.tab in _PICKS and p.tab in _LOADERS]
+    done = [name for name in (_load_here(p, "mirror", *size) for p, size in todo
+                              if key(p) in wanted_ids and key(p) not in store.loaded()) if name]
     _MIRRORED.extend(done)
     return done
 

@@ -23,10 +23,11 @@ computes for everyone is written to disk for the main process and later workers 
 a feature index). A call waits for the main process's loads in progress before its worker forks
 (`_after_loads`); a registered checkpoint the call names, and a user's own model its model pick
 names, are loaded in the main process before it forks (preload.ahead, preload.own), and one a worker
-had to load all the same is then loaded in the main process for the next worker (preload.mirror). `in_main()` tells the two processes apart: the notes a
-handler raises in a worker travel back with its result and the main process shows them, and a
-handler that keeps state for later calls (a visitor's own data set) runs in the main process
-(components.guard: `_carrying`, `_delivering`, `main_only`). tests/helpers/zerogpu holds a stand-in `spaces` whose GPU forks a child per call,
+had to load all the same is then loaded in the main process for the next worker (preload.mirror).
+`in_main()` tells the two processes apart: the notes a handler raises in a worker travel back with
+its result and the main process shows them, and a handler that keeps state for later calls (a
+visitor's own data set) runs in the main process (components.guard: `_carrying`, `_delivering`,
+`main_only`). tests/helpers/zerogpu holds a stand-in `spaces` whose GPU forks a child per call,
 with pickled arguments and results, to test this on any machine (tests/hub/test_zerogpu_process.py).
 """
 from __future__ import annotations
