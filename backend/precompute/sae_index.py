@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..core.precompute import ShardedJob, Tensors, job_parser, job_state
-from ..sae.index import INDEX_FILE, FeatureIndex, IndexBuilder
+from ..sae.index import INDEX_FILE, FeatureIndex, IndexBuilder, ranked
 
 STATE_FILE = "sae-index-state.safetensors"
 SUM_KEYS = ("fire_count", "act_sum", "hist", "n_tokens", "n_images")
@@ -57,15 +57,8 @@ def merge_states(parts: list[Tensors], top_k: int) -> Tensors:
             acc += p[k]
         out[k] = acc
     out["max_act"] = torch.stack([p["max_act"] for p in parts]).amax(0)
-    scores = torch.cat([p["top_scores"] for p in parts], 1)  # [F, m]; empty slots are -inf, id -1
-    ids = torch.cat([p["top_ids"] for p in parts], 1)
-    maps = torch.cat([p["top_maps"] for p in parts], 1)  # [F, m, P]
-    key_ids = torch.where(ids >= 0, ids, torch.iinfo(torch.long).max)  # empty slots sort last on ties
-    order = torch.argsort(key_ids, dim=1, stable=True)
-    order = order.gather(1, torch.argsort(scores.gather(1, order), dim=1, descending=True, stable=True))[:, :top_k]
-    out["top_scores"] = scores.gather(1, order)
-    out["top_ids"] = ids.gather(1, order)
-    out["top_maps"] = maps.gather(1, order[..., None].expand(-1, -1, maps.shape[-1]))
+    out["top_scores"], out["top_ids"], out["top_maps"] = ranked(
+        *(torch.cat([p[k] for p in parts], 1) for k in ("top_scores", "top_ids", "top_maps")), top_k)
     return out
 
 

@@ -33,6 +33,28 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
 HIST_EDGES = torch.logspace(-2, 2, 41)  # 0.01 … 100, 40 log bins; outside values clamp to the ends
 
 
+def ranked(scores: torch.Tensor, ids: torch.Tensor, maps: torch.Tensor, top_k: int,
+           chunk: int = 8192) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each feature's entries [F, m] (maps [F, m, P]) ordered by score (descending), then by image id
+    (ascending; empty slots, id -1, last), cut to `top_k`: one order whatever the slots or the split.
+    Written chunk by chunk into the result, so the maps (gigabytes at 131k features) exist twice at
+    most, never three times."""
+    F, m, P = maps.shape
+    k = min(top_k, m)
+    out = (scores.new_empty(F, k), ids.new_empty(F, k), maps.new_empty(F, k, P))
+    flat_maps = maps.reshape(-1, P)
+    for f in range(0, F, chunk):
+        s, i = scores[f:f + chunk], ids[f:f + chunk]
+        order = torch.argsort(torch.where(i >= 0, i, torch.iinfo(torch.long).max), dim=1, stable=True)
+        order = order.gather(1, torch.argsort(s.gather(1, order), dim=1, descending=True, stable=True))[:, :k]
+        torch.gather(s, 1, order, out=out[0][f:f + chunk])
+        torch.gather(i, 1, order, out=out[1][f:f + chunk])
+        # whole maps move as rows (a gather over an expanded index moves one patch at a time, 6× slower)
+        rows = (torch.arange(f, f + len(s), device=s.device)[:, None] * m + order).reshape(-1)
+        torch.index_select(flat_maps, 0, rows, out=out[2][f:f + chunk].view(-1, P))
+    return out
+
+
 class IndexBuilder:
     def __init__(self, n_features: int, n_patches: int, top_k: int = 16, *, map_dtype=torch.float16,
                  device: torch.device | str | None = None):
@@ -89,48 +111,49 @@ class IndexBuilder:
         scores.scatter_add_(1, idx.reshape(B, -1), (vals * live).reshape(B, -1))
         scores /= P
         # only a batch's own top-K per feature can enter the index: candidates ≤ F × K pairs
-        kb = min(self.K, B)
-        cs, cb = scores.T.topk(kb, dim=1)  # [F, kb]
-        ok = (cs > 0) & (cs > self.top_scores[:, -1:])
-        if not ok.any():
+        cs, cb = scores.T.topk(min(self.K, B), dim=1)  # [F, kb], best first
+        rows = ((cs[:, 0] > 0) & (cs[:, 0] > self.top_scores.amin(1))).nonzero().squeeze(1)
+        if not len(rows):
             return
-        all_scores = torch.cat([self.top_scores, torch.where(ok, cs, -torch.inf)], 1)
-        new_scores, sel = all_scores.topk(self.K, dim=1)  # sorted descending
-        take = (sel >= self.K) & torch.isfinite(new_scores)
-        # Only features that gained an image change their ids and maps; the others keep theirs
-        # (their new scores equal the old ones, ties included), so the map state is not rewritten.
-        rows = take.any(1).nonzero().squeeze(1)
-        s, tk, vd = sel[rows], take[rows], torch.isfinite(new_scores[rows])
-        old_sel = s.clamp(max=self.K - 1)
-        new_b = cb[rows[:, None], (s - self.K).clamp(min=0)]  # batch row of a new entry
-        maps = self.top_maps[rows[:, None], old_sel]
-        maps[tk] = self._pair_maps(vals, idx, rows[:, None].expand_as(s)[tk], new_b[tk]).to(maps.dtype)
-        maps[~vd] = 0
-        ids = torch.where(tk, image_ids[new_b], self.top_ids[rows[:, None], old_sel])
-        self.top_maps[rows] = maps
-        self.top_ids[rows] = torch.where(vd, ids, -1)
-        self.top_scores = new_scores
+        # The slots are unordered (`tensors()` ranks them): a new image takes the slot of the worst
+        # entry it beats, so only its own map is written, never a feature's other K - 1 (rewriting
+        # them cost more than the SAE's encoder at 131k features). The j-th best candidate enters
+        # when it beats the j-th worst entry (strictly: on a tie the image streamed first stays).
+        worst, slot = self.top_scores[rows].sort(dim=1, stable=True)  # empty slots (-inf) first
+        kb = cs.shape[1]
+        c = cs[rows]
+        enter = (c > 0) & (c > worst[:, :kb])
+        fs = rows[:, None].expand_as(c)[enter]
+        ss, bs = slot[:, :kb][enter], cb[rows][enter]
+        self.top_scores[fs, ss] = c[enter]
+        self.top_ids[fs, ss] = image_ids[bs]
+        self._write_maps(vals, idx, fs, ss, bs)
 
-    def _pair_maps(self, vals: torch.Tensor, idx: torch.Tensor, fs: torch.Tensor, bs: torch.Tensor) -> torch.Tensor:
-        """Per-patch activation maps [pairs, P] of feature fs[i] in batch image bs[i]: each code entry
-        is routed to its (image, feature) pair, so the work is one pass over the B × P × k codes
-        rather than a pairs × P × k comparison (gigabytes at 131k features)."""
+    def _write_maps(self, vals: torch.Tensor, idx: torch.Tensor, fs: torch.Tensor, ss: torch.Tensor,
+                    bs: torch.Tensor) -> None:
+        """The per-patch activation maps of feature fs[i] in batch image bs[i], written into its slot
+        ss[i]: each code entry is routed to its (image, feature) pair, one pass over the B × P × k
+        codes, straight into the state (no [pairs, P] map in between: at 131k features that copy
+        cost as much as the rest of the update). A token's top-k names a feature once, so no
+        entry of a map is written twice."""
         B, P, k = vals.shape
-        pair_of = torch.full((B, self.F), -1, dtype=torch.long, device=vals.device)
-        pair_of[bs, fs] = torch.arange(len(fs), device=vals.device)
-        e_pair = pair_of.gather(1, idx.reshape(B, -1)).reshape(B, P, k)
-        hit = e_pair >= 0
+        self.top_maps[fs, ss] = 0
+        slot_of = torch.full((B, self.F), -1, dtype=torch.long, device=vals.device)
+        slot_of[bs, fs] = ss
+        e_slot = slot_of.gather(1, idx.reshape(B, -1)).reshape(B, P, k)
+        hit = e_slot >= 0
         patch = torch.arange(P, device=vals.device)[None, :, None].expand(B, P, k)
-        out = torch.zeros(len(fs), P, device=vals.device)
-        out.index_put_((e_pair[hit], patch[hit]), vals[hit], accumulate=True)
-        return out
+        at = (idx[hit] * self.K + e_slot[hit]) * P + patch[hit]
+        self.top_maps.view(-1)[at] = vals[hit].to(self.top_maps.dtype)
 
     def tensors(self) -> dict[str, torch.Tensor]:
+        """The index: each feature's top-K images ranked (best first, then by image id), and its statistics."""
         fires = self.fire_count.clamp(min=1)
+        scores, ids, maps = ranked(self.top_scores, self.top_ids, self.top_maps, self.K)
         out = {
-            "top_scores": self.top_scores.clamp(min=0).nan_to_num(0.0),
-            "top_ids": self.top_ids,
-            "top_maps": self.top_maps,
+            "top_scores": scores.clamp(min=0).nan_to_num(0.0),
+            "top_ids": ids,
+            "top_maps": maps,
             "density": self.fire_count.double().div(max(self.n_tokens, 1)).float(),
             "fire_count": self.fire_count,
             "mean_act": (self.act_sum / fires).float(),

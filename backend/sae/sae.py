@@ -182,7 +182,16 @@ class TopKSAE(SparseAutoencoder):
 
     def encode_sparse(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(values, indices), each [..., k]."""
-        return self.select_topk(self.pre_acts(x))
+        if self.architecture == "groupmax":
+            return self.select_topk(self.pre_acts(x))
+        # The ReLU after the top-k: it keeps the order, so the values are those of ReLU-then-top-k
+        # and the indices differ only where a value is 0 (fewer than k positive). It then passes
+        # over k values instead of n_latents (a pass over 576 × 131k floats per image at the
+        # paper's SAE), and the bias is added in place for the same reason.
+        pre = self.sae_in(x) @ self.W_enc.T
+        pre += self.b_enc
+        vals, idx = pre.topk(self.k, dim=-1, sorted=False)
+        return vals.relu_(), idx
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Dense codes [..., n_latents] with at most k non-zeros per row."""

@@ -172,3 +172,16 @@ def test_sae_modules_import_each_other_without_a_circle():
 
     mine = {"features", "index", "vlm", "steer", "explain", "scenes", "cli"}  # the feature browser's modules
     assert not [n for n in names & mine if reaches(n, n)], graph
+
+
+def test_ties_keep_the_image_streamed_first_and_rank_by_image_id():
+    """A feature's slots are unordered while streaming; the index ranks them as the sharded job's merge
+    does (score, then image id), and a later image that only ties an entry does not displace it."""
+    F, P, K = 4, 3, 3
+    b = IndexBuilder(F, P, K, map_dtype=torch.float32)
+    for i in [4, 0, 3, 1, 2]:  # five images give feature 0 the same score
+        b.update(torch.full((1, P, 1), 0.5), torch.zeros((1, P, 1), dtype=torch.long), torch.tensor([i]))
+    t = b.tensors()
+    assert t["top_ids"][0].tolist() == [0, 3, 4]
+    assert t["top_scores"][0].tolist() == [0.5] * 3
+    assert t["top_ids"][1:].eq(-1).all() and t["top_maps"][0].eq(0.5).all()
