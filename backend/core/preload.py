@@ -22,7 +22,8 @@ resolved there with that same check (cached in backend.core.picker, so a loaded 
 and loaded through the same loader. The pick is what the tab's picker box holds, or, in the Features
 tab, the session's source (its own VLM with the SAE and hookpoint the check's preset carries, whose
 `loaded` check asks for the SAE too). Only the pick's value is resolved, never the call's other
-strings, and a refusal is left to the worker's handler, which reports it as usual. What a worker
+strings, and a refusal is left to the worker's handler, which reports it as usual (without asking
+again: backend.core.picker hands the main process's refusal to the worker it forks). What a worker
 had to load all the same is mirrored: the worker names the weights it loaded
 (backend.core.store.loads_since) and the own models among them, and `mirror` loads them in the main
 process, so the next worker inherits them instead of reading the weights again. `mirrored()` lists

@@ -485,6 +485,13 @@ def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_ze
     assert reads.read_text().split() == ["vlm", "sae"] * 3 and preload.mirrored() == []
     assert len(workers.read_text().splitlines()) == 4
 
+    monkeypatch.setenv("WORKBENCH_CUSTOM_MODELS", "0")  # a refusal is the worker's handler's to report
+    with pytest.raises(Exception) as refused:
+        handlers["analyse_image"](source, scene(), None)
+    with pytest.raises(ValueError) as want:
+        CF.analyse(source, scene(), None)
+    assert "turned off" in str(want.value) and refused.value.message == str(want.value)
+
 
 def test_an_own_features_vlm_and_sae_a_worker_loaded_are_loaded_in_main_for_the_next(under_zerogpu, own_llava):
     """Where the main process did not load the organism first (no pick among the arguments), the
@@ -505,3 +512,43 @@ def test_an_own_features_vlm_and_sae_a_worker_loaded_are_loaded_in_main_for_the_
     assert reads.read_text().split() == read
     assert preload.mirrored() == [f"features:{vlm}"] and FT.get_organism(source).model is not None
     assert handler("b") == "b" + first[1:] and reads.read_text().split() == read
+
+
+def test_an_own_model_the_main_process_refused_is_not_checked_again_in_the_worker(under_zerogpu, own_qwen2,
+                                                                                 monkeypatch, tmp_path):
+    """A refused pick (here over the size cap) is checked once, in the main process before the fork;
+    the worker's handler reports the same refusal, word for word as in-process, without a second
+    check (for a hub id: a second round trip). A pick that passes later is checked afresh."""
+    from backend.core import modelcheck
+    from backend.pissa import service
+
+    checks = tmp_path / "checks"  # one line per check, in any process
+    checks.touch()
+
+    def counted(check):
+        def run(*a, **k):
+            with open(checks, "a") as f:
+                f.write(f"{check.__name__}\n")
+            return check(*a, **k)
+        return run
+
+    for name in ("allowed_custom", "check_model"):
+        monkeypatch.setattr(modelcheck, name, counted(getattr(modelcheck, name)))
+    monkeypatch.setenv("WORKBENCH_CUSTOM_MAX_GB", "1KB")
+
+    def use(model, text):
+        return service.pick(model).preset.path_or_id
+
+    handler = picked_model_handler(use, "adapters", service.listed())
+    with pytest.raises(Exception) as refused:
+        handler(own_qwen2, "x")
+    assert checks.read_text().split() == ["allowed_custom"]
+    with pytest.raises(service.ServiceError) as want:
+        monkeypatch.setattr(under_zerogpu, "_IN_WORKER", True)
+        try:
+            use(own_qwen2, "x")  # in-process (the main process checks afresh)
+        finally:
+            monkeypatch.setattr(under_zerogpu, "_IN_WORKER", False)
+    assert "too large" in str(want.value) and refused.value.message == str(want.value)
+    monkeypatch.delenv("WORKBENCH_CUSTOM_MAX_GB")
+    assert handler(own_qwen2, "y") == service.pick(own_qwen2).preset.path_or_id
