@@ -25,6 +25,7 @@ from components.feature_figures import (enlarged, concept_plot, hist_plot, maps_
                                         colorbar_html, dimmed, overlay, patch_figure)
 from backend.core import bounds
 from components.common import fail, model_event
+from components.guard import main_only
 from components.inputs import CheckedImage, CheckedNumber, clear_unreadable, keep_on_failure
 from components.model_picker import model_picker
 
@@ -455,6 +456,7 @@ def _build_note(org) -> str:
             f"<code>{html.escape(FT.index_command(org))}</code></span>")
 
 
+@main_only  # under ZeroGPU: loaded in the main process, every later worker inherits the weights
 def load_own(default_source: str, vlm, sae, hookpoint, progress=gr.Progress()):
     """Check a model + SAE from metadata and make them this session's organism; its weights load
     now (with progress), so the first index build or analysis does not wait for them."""
@@ -549,6 +551,9 @@ def cancel_index(request: gr.Request = None):
 
 def build(ctx) -> None:
     source = gr.State(ctx.source)
+    # the tab's model pick (its VLM + SAE): under ZeroGPU the main process loads a user's own before
+    # a worker forks, so every worker inherits it (components.guard, FT.source_pick)
+    source.wb_pick_tab = FT.TAB
     try:
         org = FT.get_organism(ctx.source)
         n_features = org.n_features

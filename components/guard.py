@@ -137,9 +137,10 @@ def _ahead(tab: str, a, k, pick: tuple[str, int] | None = None) -> None:
 
 
 def pick_position(block_fn) -> tuple[str, int] | None:
-    """Where an event's model pick (the box of components.model_picker, marked with its tab) sits
-    among the handler's positional arguments, as Gradio passes them (its special arguments, such
-    as a gr.Request or gr.Progress, inserted at their parameters' places); None without exactly one."""
+    """Where an event's model pick (the box of components.model_picker, or the Features tab's source
+    state, marked with its tab) sits among the handler's positional arguments, as Gradio passes
+    them (its special arguments, such as a gr.Request or gr.Progress, inserted at their parameters'
+    places); None without exactly one."""
     from gradio.helpers import special_args
 
     marked = [(i, c.wb_pick_tab) for i, c in enumerate(block_fn.inputs or [])

@@ -19,6 +19,7 @@ from typing import Iterable, Iterator
 from . import modelcheck as M
 from . import presets as P
 from .store import budget_bytes
+from .zerogpu import in_main
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,16 @@ def resolve(key: str | None, listed: Iterable[P.Preset], method: str, *, default
 # A custom pick is checked once and remembered for a few minutes: every request of a tab resolves
 # its pick again, and asking the hub for a config costs a round trip (switching to a loaded model
 # must stay far below 200 ms). The policy settings are part of the key, so changing them takes
-# effect at once; refusals are not remembered.
+# effect at once. Refusals are not remembered by the process that made them (a fixed folder or repo
+# is checked afresh at once), but a ZeroGPU worker forked just after the main process refused the
+# call's pick (backend.core.preload.own) repeats that refusal instead of asking the hub again; a
+# pick that passes in the main process drops it.
 _TTL_S = 300.0
+_REFUSAL_TTL_S = 60.0
 _POLICY = ("WORKBENCH_CUSTOM_MODELS", "WORKBENCH_CUSTOM_OWNERS", "WORKBENCH_CUSTOM_MAX_GB", "SPACE_ID",
            "WORKBENCH_MODEL_ROOTS")
 _CHECKED: dict[tuple, tuple[float, Picked]] = {}
+_REFUSED: dict[tuple, tuple[float, P.PresetError]] = {}
 _LOCK = threading.Lock()
 
 
@@ -130,19 +136,31 @@ def _custom(s: str, method: str, tab: str | None, extra: dict) -> Picked:
         hash(key)
     except TypeError:  # unhashable extras: check every time
         key = None
-    now = time.monotonic()
+    now, main = time.monotonic(), in_main()
     with _LOCK:
         hit = _CHECKED.get(key) if key is not None else None
+        refused = None if main or key is None else _REFUSED.get(key)
     if hit is not None and now - hit[0] < _TTL_S:
         return hit[1]
-    M.allowed_custom(s)
-    check = M.check_model(s, method)
+    if refused is not None and now - refused[0] < _REFUSAL_TTL_S:
+        raise refused[1]
+    try:
+        M.allowed_custom(s)
+        check = M.check_model(s, method)
+    except P.PresetError as e:
+        if key is not None and main:
+            with _LOCK:
+                if len(_REFUSED) > 256:
+                    _REFUSED.clear()
+                _REFUSED[key] = (now, e)
+        raise
     picked = Picked(check.preset(tab, **extra), check)
     if key is not None:
         with _LOCK:
             if len(_CHECKED) > 256:
                 _CHECKED.clear()
             _CHECKED[key] = (now, picked)
+            _REFUSED.pop(key, None)
     return picked
 
 
@@ -169,6 +187,7 @@ def forget() -> None:
     """Drop the remembered checks (tests; a folder replaced on disk)."""
     with _LOCK:
         _CHECKED.clear()
+        _REFUSED.clear()
 
 
 def check_line(key: str | None, listed: Iterable[P.Preset], method: str) -> str:

@@ -19,8 +19,11 @@ A registered checkpoint that a call's arguments name is loaded in the main proce
 forks (`ahead`), and so is a user's own model (a hub id or an allowed folder) that the call's model
 pick names (`own`): a tab that registers its pick check (`register(tab, load, pick)`) has it
 resolved there with that same check (cached in backend.core.picker, so a loaded model costs a look-up)
-and loaded through the same loader. Only the pick's value is resolved, never the call's other
-strings, and a refusal is left to the worker's handler, which reports it as usual. What a worker
+and loaded through the same loader. The pick is what the tab's picker box holds, or, in the Features
+tab, the session's source (its own VLM with the SAE and hookpoint the check's preset carries, whose
+`loaded` check asks for the SAE too). Only the pick's value is resolved, never the call's other
+strings, and a refusal is left to the worker's handler, which reports it as usual (without asking
+again: backend.core.picker hands the main process's refusal to the worker it forks). What a worker
 had to load all the same is mirrored: the worker names the weights it loaded
 (backend.core.store.loads_since) and the own models among them, and `mirror` loads them in the main
 process, so the next worker inherits them instead of reading the weights again. `mirrored()` lists
@@ -39,17 +42,36 @@ log = logging.getLogger("workbench")
 ENV = "WORKBENCH_PRELOAD"
 _LOADERS: dict[str, Callable[..., object]] = {}
 _PICKS: dict[str, Callable[[str], object]] = {}
+_LOADED: dict[str, Callable[[P.Preset], bool]] = {}
 _MIRRORED: list[str] = []
 
 
-def register(tab: str, load: Callable[..., object], pick: Callable[[str], object] | None = None) -> None:
+def register(tab: str, load: Callable[..., object], pick: Callable[[str], object] | None = None,
+             loaded: Callable[[P.Preset], bool] | None = None) -> None:
     """How `tab` loads one of its registered presets with everything its view needs. `pick(key)`:
     the check the tab's handlers run on a model pick (a backend.core.picker.Picked, or an exception
     for a refusal); with it, `load(preset, size)` also takes the user's own models it returns
-    (`size`: their weights' bytes from metadata, None where unknown)."""
+    (`size`: their weights' bytes from metadata, None where unknown). `loaded(preset)`: whether such
+    an own model needs nothing more loaded here (default: its weights are in the model store), for a
+    tab whose view holds weights of its own (the Features tab's SAE)."""
     _LOADERS[tab] = load
     if pick is not None:
         _PICKS[tab] = pick
+    if loaded is not None:
+        _LOADED[tab] = loaded
+
+
+def _own_loaded(preset: P.Preset) -> bool:
+    from . import store
+    from .weights import key
+
+    check = _LOADED.get(preset.tab)
+    if check is None:
+        return key(preset) in store.loaded()
+    try:
+        return bool(check(preset))
+    except Exception:  # noqa: BLE001 - the load meets the same, and says what it is
+        return False
 
 
 def wanted(source: str, setting: str | None = None) -> list[P.Preset]:
@@ -131,9 +153,6 @@ def own(tab: str, key) -> str | None:
     than reading the weights itself. Returns "tab:model" when it loaded one now; None where `tab`
     registered no pick check, the pick is empty or a listed preset (`ahead`), the check refuses it or
     the load fails (the worker's handler meets the same and reports it), or it is loaded already."""
-    from . import store
-    from .weights import key as store_key
-
     check = _PICKS.get(tab)
     if check is None or tab not in _LOADERS or not isinstance(key, str) or not key.strip():
         return None
@@ -142,7 +161,7 @@ def own(tab: str, key) -> str | None:
     except Exception as e:  # noqa: BLE001 - a refusal: the handler reports it to its user
         log.info("preload: no own model for %s from the pick %.80r (%s)", tab, key, type(e).__name__)
         return None
-    if not getattr(picked, "custom", False) or store_key(picked.preset) in store.loaded():
+    if not getattr(picked, "custom", False) or _own_loaded(picked.preset):
         return None
     return _load_here(picked.preset, "preload", picked.check.n_bytes)
 
@@ -173,8 +192,9 @@ def mirror(model_ids: list[str], own_models: list[tuple[P.Preset, int | None]] =
     wanted_ids = set(model_ids)
     todo = [(p, ()) for p in P.presets() if p.tab in _LOADERS]
     todo += [(p, (size,)) for p, size in own_models if p.tab in _PICKS and p.tab in _LOADERS]
-    done = [name for name in (_load_here(p, "mirror", *size) for p, size in todo
-                              if key(p) in wanted_ids and key(p) not in store.loaded()) if name]
+    # checked one by one as they load: a checkpoint two tabs list loads once
+    done = [name for name in (_load_here(p, "mirror", *size) for p, size in todo if key(p) in wanted_ids
+                              and not (_own_loaded(p) if size else key(p) in store.loaded())) if name]
     _MIRRORED.extend(done)
     return done
 

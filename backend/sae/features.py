@@ -530,7 +530,9 @@ def own_organism(vlm: str, sae: str, hookpoint: str) -> Organism:
     vlm, sae, hookpoint = (str(x or "").strip() for x in (vlm, sae, hookpoint))
     if not vlm:
         raise ValueError("Pick a vision-language model first.")
-    picked = picker.resolve(vlm, P.presets(TAB), "features", tab=TAB)
+    # the pick's preset carries the SAE and hookpoint: what a ZeroGPU worker names to the main process
+    # is the VLM's weights, and the main process loads the organism from that preset (`_preload`)
+    picked = picker.resolve(vlm, P.presets(TAB), "features", tab=TAB, sae=sae, hookpoint=hookpoint)
     if picked.preset.source == "zoo":
         raise ValueError("the zoo organism comes with its own SAE and index: pick it with the SAE box empty")
     if not sae:
@@ -588,7 +590,34 @@ def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> 
     return need_model(org, progress) if model else org
 
 
-preload.register(TAB, lambda preset: get_organism(preset.source, model=True))
+def _own_source_of(preset: P.Preset) -> str | None:
+    """The source of a user's own VLM + SAE from the preset `own_organism`'s check made (None: a
+    check of the VLM alone, the picker's line, names no organism)."""
+    sae, hookpoint = preset.extra.get("sae"), preset.extra.get("hookpoint")
+    return OWN + json.dumps([preset.path_or_id, sae, hookpoint]) if sae and hookpoint else None
+
+
+def source_pick(source: str) -> picker.Picked:
+    """The check of the VLM a session's source names, with its SAE and hookpoint (the same cached
+    check `own_organism` made): under ZeroGPU the main process loads a user's own before a worker
+    forks (backend.core.preload.own). The zoo and the listed checkpoint are picked as such."""
+    org = get_organism(source)
+    return picker.resolve(org.ids[0], P.presets(TAB), "features", tab=TAB, sae=org.ids[1],
+                          hookpoint=org.summary.get("hub_hookpoint", ""))
+
+
+def _preload(preset: P.Preset, *own) -> Organism:
+    """A registered preset's organism, or (`own`: its size, from the pick) a user's own VLM + SAE."""
+    return get_organism(_own_source_of(preset) if own else preset.source, model=True)
+
+
+def _own_loaded(preset: P.Preset) -> bool:
+    # the VLM may be in the store already (another tab's pick) while the SAE, a view of it, is not
+    source = _own_source_of(preset)
+    return source is None or get_organism(source).model is not None
+
+
+preload.register(TAB, _preload, source_pick, _own_loaded)
 
 
 def load_organism(name: str = ZOO_SAE) -> Organism:

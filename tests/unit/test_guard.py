@@ -102,9 +102,11 @@ def test_model_handlers_carry_the_outermost_zerogpu_mark():
     fns = [f for f in demo.fns.values() if f.fn is not None]
     model = [f for f in fns if is_model_group(f.concurrency_id)]
     other = [f for f in fns if not is_model_group(f.concurrency_id)]
-    # a handler whose work must outlive the call (a visitor's own math set) runs in the main process
+    # a handler whose work must outlive the call (a visitor's own math set, the Features tab's own
+    # VLM + SAE loaded for every later worker; "load_own": a deep link's run of it) runs in the main process
     main = [f.api_name for f in model if getattr(f.fn, "main_only", False)]
-    assert set(main) == {"mn_math", "mn_math_dataset", "mn_nonmath", "mn_nonmath_dataset"}, main
+    assert set(main) == {"mn_math", "mn_math_dataset", "mn_nonmath", "mn_nonmath_dataset", "features_load",
+                         "load_own"}, main
     assert not any(getattr(f.fn, "gpu_marked", False) for f in model if f.api_name in main)
     model = [f for f in model if f.api_name not in main]
     assert len(model) >= 20 and other
@@ -156,8 +158,9 @@ def test_a_model_events_pick_is_found_among_its_arguments_as_gradio_passes_them(
         tab, at = guard.pick_position(f)
         params = list(guard.inspect.signature(f.fn).parameters.values())
         name = params[at].name if at < len(params) else params[-1].name  # past the last: its *args
-        assert name in ("model", "model_id", "key", "vlm", "args"), (f.api_name, name)
+        assert name in ("model", "model_id", "key", "vlm", "source", "args"), (f.api_name, name)
         picks.setdefault(tab, []).append(f.api_name)
     assert set(picks) == {"relevance", "features", "memorization", "math_neurons", "adapters"}, picks
-    # every tab but Features (whose own model comes with its own SAE) resolves its picks in main
-    assert set(preload._PICKS) == {"relevance", "memorization", "math_neurons", "adapters"}
+    # the Features tab's pick is its session's source: its own VLM comes with its own SAE
+    assert {"analyse_image", "steer", "build_index", "ask_model"} <= set(picks["features"]), picks
+    assert set(preload._PICKS) == {"relevance", "features", "memorization", "math_neurons", "adapters"}

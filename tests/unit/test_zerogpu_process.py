@@ -8,6 +8,7 @@ import copy
 import importlib
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -370,3 +371,184 @@ def test_an_own_model_a_worker_loaded_is_loaded_in_main_for_the_next_worker(unde
         assert handler("y") == "0"
     finally:
         store.evict(key)
+
+
+@pytest.fixture(scope="module")
+def llava_folders(tmp_path_factory):
+    from tests.helpers.standins import build_local
+    from tests.helpers.standins import features as SF
+
+    return build_local(tmp_path_factory.mktemp("own-llava"), {k: SF.LOCAL[k] for k in ("own-llava15", "own-llava15-sae")})
+
+
+@pytest.fixture
+def own_llava(llava_folders, tmp_path, monkeypatch):
+    """A user's own LLaVA folder and its SAE under an allowed root; every read of the VLM's weights or
+    the SAE's, in the main process or a worker, is one line of `reads`."""
+    from backend.core import picker, preload, weights
+    from backend.sae import features as FT
+    from backend.sae.index import INDEX_ENV, INDEX_FILE
+
+    monkeypatch.setenv("WORKBENCH_MODEL_ROOTS", str(llava_folders))
+    monkeypatch.setenv(INDEX_ENV, str(tmp_path / "index" / INDEX_FILE))
+    monkeypatch.setattr(FT, "_SHELLS", {})
+    monkeypatch.setattr(preload, "_MIRRORED", [])
+    reads = tmp_path / "reads"
+    reads.touch()
+
+    def counted(what, load):
+        def read(*a, **k):
+            from backend.core.zerogpu import in_main
+
+            with open(reads, "a") as f:
+                f.write(f"{what}{'' if in_main() else '-in-a-worker'}\n")
+            return load(*a, **k)
+        return read
+
+    monkeypatch.setattr(weights, "load", counted("vlm", weights.load))
+    monkeypatch.setattr(FT, "load_sae", counted("sae", FT.load_sae))
+    picker.forget()
+    vlm = str(llava_folders / "own-llava15")
+    yield vlm, str(llava_folders / "own-llava15-sae"), "layers.2", reads
+    picker.forget()
+    from backend.core import store
+
+    store.evict(weights.key(weights.P.custom_preset(FT.TAB, vlm, "transformers.LlavaForConditionalGeneration")))
+
+
+def features_tab():
+    """The Features tab as the app serves it (components.guard.guard_events): its handlers by API name."""
+    import gradio as gr
+
+    from app import TabContext
+    from components import features as CF
+    from components.guard import guard_events
+
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            ctx = TabContext(tabs=tabs, source="zoo", registry=[CF])
+            with gr.Tab(CF.TITLE, id=CF.TAB_ID) as tab:
+                ctx.tab, ctx.tab_id = tab, CF.TAB_ID
+                CF.build(ctx)
+    guard_events(demo)
+    return {f.api_name: f.fn for f in demo.fns.values() if f.fn is not None and f.api_name}
+
+
+def scene():
+    img = np.zeros((40, 56, 3), np.uint8)
+    img[5:20, 10:30] = (200, 40, 40)
+    return img
+
+
+def same_analysis(a, b) -> bool:
+    """Two answers of the tab's analysis alike: its image, caption, gallery and table."""
+    return (np.array_equal(a[0], b[0]) and a[1] == b[1] and a[3].equals(b[3])
+            and [c for _, c in a[2]] == [c for _, c in b[2]]
+            and all(np.array_equal(x, y) for (x, _), (y, _) in zip(a[2], b[2])))
+
+
+
+def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_zerogpu, own_llava, monkeypatch, tmp_path):
+    """The Load of a user's own VLM + SAE runs in the main process; each later call of the tab, in
+    a forked worker, inherits both (the SAE, a view of the VLM's store entry, too) and answers as
+    the same call run in-process. Evicted since, or only the VLM loaded (by another tab), they are
+    loaded in the main process again before the next worker forks."""
+    from backend.core import preload, store, weights
+    from backend.core.zerogpu import in_main
+    from backend.sae import features as FT
+    from components import features as CF
+
+    vlm, sae, hook, reads = own_llava
+    workers = tmp_path / "workers"
+    monkeypatch.setattr(under_zerogpu, "CALLS_FILE", str(workers))
+    handlers = features_tab()
+    source, status, *_ = handlers["features_load"]("zoo", vlm, sae, hook)
+    assert source.startswith("own:") and "own-llava15" in status and in_main()
+    assert not workers.exists()  # the load ran in the main process
+    assert reads.read_text().split() == ["vlm", "sae"]
+    first = handlers["analyse_image"](source, scene(), None)
+    second = handlers["analyse_image"](source, scene(), None)
+    assert len(workers.read_text().splitlines()) == 2  # each call ran in a worker of its own
+    assert reads.read_text().split() == ["vlm", "sae"] and preload.mirrored() == []  # neither read them again
+    monkeypatch.setattr(under_zerogpu, "_IN_WORKER", True)  # marked calls run here: in-process
+    want = CF.analyse(source, scene(), None)
+    assert same_analysis(first, want) and same_analysis(second, want)
+    monkeypatch.setattr(under_zerogpu, "_IN_WORKER", False)
+
+    org = FT.get_organism(source)
+    assert store.evict(org.weights_key) and org.model is None
+    assert same_analysis(handlers["analyse_image"](source, scene(), None), want)
+    assert reads.read_text().split() == ["vlm", "sae"] * 2  # loaded ahead, in main
+    assert store.evict(org.weights_key)
+    weights.model(FT.vlm_preset(org))  # as the Adapters tab loads it: the weights without the SAE
+    assert same_analysis(handlers["analyse_image"](source, scene(), None), want)
+    assert reads.read_text().split() == ["vlm", "sae"] * 3 and preload.mirrored() == []
+    assert len(workers.read_text().splitlines()) == 4
+
+    monkeypatch.setenv("WORKBENCH_CUSTOM_MODELS", "0")  # a refusal is the worker's handler's to report
+    with pytest.raises(Exception) as refused:
+        handlers["analyse_image"](source, scene(), None)
+    with pytest.raises(ValueError) as want:
+        CF.analyse(source, scene(), None)
+    assert "turned off" in str(want.value) and refused.value.message == str(want.value)
+
+
+def test_an_own_features_vlm_and_sae_a_worker_loaded_are_loaded_in_main_for_the_next(under_zerogpu, own_llava):
+    """Where the main process did not load the organism first (no pick among the arguments), the
+    worker names the VLM it loaded, and the main process loads the VLM with the SAE its check named."""
+    from backend.core import preload
+    from backend.sae import features as FT
+
+    vlm, sae, hook, reads = own_llava
+    source = FT.own_source(vlm, sae, hook)  # checked, metadata only
+
+    def use(text):
+        org = FT.get_organism(source, model=True)
+        return f"{text} {FT.analyse_image(org, scene())['caption']}"
+
+    handler = guarded_model_handler(use)
+    first = handler("a")
+    read = ["vlm-in-a-worker", "sae-in-a-worker", "vlm", "sae"]  # the worker's, then the main process's
+    assert reads.read_text().split() == read
+    assert preload.mirrored() == [f"features:{vlm}"] and FT.get_organism(source).model is not None
+    assert handler("b") == "b" + first[1:] and reads.read_text().split() == read
+
+
+def test_an_own_model_the_main_process_refused_is_not_checked_again_in_the_worker(under_zerogpu, own_qwen2,
+                                                                                 monkeypatch, tmp_path):
+    """A refused pick (here over the size cap) is checked once, in the main process before the fork;
+    the worker's handler reports the same refusal, word for word as in-process, without a second
+    check (for a hub id: a second round trip). A pick that passes later is checked afresh."""
+    from backend.core import modelcheck
+    from backend.pissa import service
+
+    checks = tmp_path / "checks"  # one line per check, in any process
+    checks.touch()
+
+    def counted(check):
+        def run(*a, **k):
+            with open(checks, "a") as f:
+                f.write(f"{check.__name__}\n")
+            return check(*a, **k)
+        return run
+
+    for name in ("allowed_custom", "check_model"):
+        monkeypatch.setattr(modelcheck, name, counted(getattr(modelcheck, name)))
+    monkeypatch.setenv("WORKBENCH_CUSTOM_MAX_GB", "1KB")
+
+    def use(model, text):
+        return service.pick(model).preset.path_or_id
+
+    handler = picked_model_handler(use, "adapters", service.listed())
+    with pytest.raises(Exception) as refused:
+        handler(own_qwen2, "x")
+    assert checks.read_text().split() == ["allowed_custom"]
+    with pytest.raises(service.ServiceError) as want:
+        monkeypatch.setattr(under_zerogpu, "_IN_WORKER", True)
+        try:
+            use(own_qwen2, "x")  # in-process (the main process checks afresh)
+        finally:
+            monkeypatch.setattr(under_zerogpu, "_IN_WORKER", False)
+    assert "too large" in str(want.value) and refused.value.message == str(want.value)
+    monkeypatch.delenv("WORKBENCH_CUSTOM_MAX_GB")
+    assert handler(own_qwen2, "y") == service.pick(own_qwen2).preset.path_or_id
