@@ -149,7 +149,8 @@ class IndexBuilder:
     def tensors(self) -> dict[str, torch.Tensor]:
         """The index: each feature's top-K images ranked (best first, then by image id), and its statistics."""
         fires = self.fire_count.clamp(min=1)
-        scores, ids, maps = ranked(self.top_scores, self.top_ids, self.top_maps, self.K)
+        # ranked on the host: a second copy of the maps (gigabytes at 131k) never sits beside the SAE
+        scores, ids, maps = ranked(self.top_scores.cpu(), self.top_ids.cpu(), self.top_maps.cpu(), self.K)
         out = {
             "top_scores": scores.clamp(min=0).nan_to_num(0.0),
             "top_ids": ids,
