@@ -336,3 +336,33 @@ def test_numbers_are_refused_not_clamped_and_nan_pixels_refused():
     img[3, 4] = np.nan
     with pytest.raises(svc.InputError, match="NaN"):
         svc.to_model_image(img, 16)
+
+
+
+def _subnormal_reads_as_zero() -> bool:
+    return float(torch.tensor([1e-39]) * 1.0) == 0.0
+
+
+def test_attributions_flush_subnormals_on_the_cpu_and_restore_the_thread_after(monkeypatch):
+    """Subnormal floats (the decaying adjoint of a long scan) cost x86 CPUs many times more: every
+    attribution runs with them read as zero, and leaves the thread as it found it, failed or not."""
+    from backend.lrp import methods as M
+
+    seen = []
+    for name in ("_grad_x_input", "_captum", "backbone_forward"):
+        def spy(*a, _orig=getattr(M, name), _name=name, **k):
+            seen.append((_name, _subnormal_reads_as_zero()))
+            return _orig(*a, **k)
+        monkeypatch.setattr(M, name, spy)
+    model = tiny_mamba(16, 2, 4, 32, 4, 2, 50)
+    assert not _subnormal_reads_as_zero()
+    attribute_text(model, torch.arange(8)[None], target=3)  # MambaLRP
+    attribute_text(model, torch.arange(8)[None], target=3, method="gi")  # captum
+    attribute_image(tiny_vision(), torch.rand(1, 1, 8, 8), target=1)
+    M.mambalrp_choosing_target(model, torch.arange(8), lambda logits: int(logits.argmax()))
+    assert {n for n, _ in seen} == {"_grad_x_input", "_captum", "backbone_forward"}
+    assert all(flushed for _, flushed in seen) and not _subnormal_reads_as_zero()
+    monkeypatch.setattr(M, "_grad_x_input", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        attribute_text(model, torch.arange(8)[None], target=3)
+    assert not _subnormal_reads_as_zero()
