@@ -189,8 +189,15 @@ class TopKSAE(SparseAutoencoder):
     def activation(self) -> str:
         return self.architecture
 
+    def encoder_out(self, x: torch.Tensor) -> torch.Tensor:
+        """The encoder's affine map, before any activation (the bias added in place: at the paper's
+        SAE the output is 576 × 131k floats an image, and a second buffer of it costs a pass)."""
+        pre = self.sae_in(x) @ self.W_enc.T
+        pre += self.b_enc
+        return pre
+
     def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.sae_in(x) @ self.W_enc.T + self.b_enc)
+        return torch.relu(self.encoder_out(x))
 
     def select_topk(self, pre: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.architecture == "groupmax":
@@ -206,10 +213,8 @@ class TopKSAE(SparseAutoencoder):
         # The ReLU after the top-k: it keeps the order, so the values are those of ReLU-then-top-k
         # and the indices differ only where a value is 0 (fewer than k positive). It then passes
         # over k values instead of n_latents (a pass over 576 × 131k floats per image at the
-        # paper's SAE), and the bias is added in place for the same reason.
-        pre = self.sae_in(x) @ self.W_enc.T
-        pre += self.b_enc
-        vals, idx = grouped_topk(pre, self.k)
+        # paper's SAE).
+        vals, idx = grouped_topk(self.encoder_out(x), self.k)
         return vals.relu_(), idx
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:

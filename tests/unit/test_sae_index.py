@@ -185,4 +185,3 @@ def test_ties_keep_the_image_streamed_first_and_rank_by_image_id():
     assert t["top_ids"][0].tolist() == [0, 3, 4]
     assert t["top_scores"][0].tolist() == [0.5] * 3
     assert t["top_ids"][1:].eq(-1).all() and t["top_maps"][0].eq(0.5).all()
-
