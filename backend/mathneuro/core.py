@@ -13,6 +13,7 @@ the descriptor that `scaled(model, masks, factor)` applies (0 prunes) and restor
 """
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from contextlib import contextmanager
@@ -23,6 +24,9 @@ from torch import nn
 
 from ..core.device import device_of
 from ..core.interventions import indexable, model_lock, scale_weights
+from .select import check_k as _check_k
+from .select import importance as _importance
+from .select import select_masks, top_fraction
 
 METHODS = ("mathneuro", "wanda", "random", "lape")
 Masks = dict[str, torch.Tensor]
@@ -85,10 +89,13 @@ def _batches(samples: Sequence, tokenizer, batch_size: int) -> Iterator[tuple[to
 
 @torch.no_grad()
 def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_size: int = 32,
-                layers: Mapping[str, nn.Linear] | None = None) -> dict[str, torch.Tensor]:
+                layers: Mapping[str, nn.Linear] | None = None, host: bool = True) -> dict[str, torch.Tensor]:
     """Σ_samples ‖X_j‖₂ per input feature j of every linear layer (norm over each sample's own
-    tokens; padding excluded). Forward passes only; the hooks are removed whatever happens."""
+    tokens; padding excluded). Forward passes only; the hooks are removed whatever happens.
+    `host=False` leaves the norms beside the weights (float64), for a selection there."""
     layers = dict(layers if layers is not None else linear_layers(model))
+    # an unscored output head's logits are not needed: only the last position's are computed
+    skip_head = _head(model) not in layers.values()
     # summed beside the weights and fetched once at the end: a host copy per layer and batch would
     # synchronise the GPU hundreds of times per pass
     acc = {name: torch.zeros(m.in_features, dtype=torch.float64, device=m.weight.device)
@@ -101,12 +108,15 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
             # q/k/v (and gate/up) read the same tensor: its norms are computed once per batch
             if state.get("x") is not x:
                 mask = state["mask"]
-                if mask.device != x.device:
-                    mask = state["mask"] = mask.to(x.device)
-                # where, not a product: a fully masked pad row may hold NaN, and NaN * 0 is NaN
-                sq = torch.where(mask.unsqueeze(-1), x.float() ** 2, 0.0).sum(dim=1)  # (B, in)
-                state["x"], state["norms"] = x, sq.sqrt().sum(dim=0).double()
-            acc[name] += state["norms"]
+                if mask is None:  # no sample padded: every token counts
+                    sq = (x.float() ** 2).sum(dim=1)  # (B, in)
+                else:
+                    if mask.device != x.device:
+                        mask = state["mask"] = mask.to(x.device)
+                    # where, not a product: a fully masked pad row may hold NaN, and NaN * 0 is NaN
+                    sq = torch.where(mask.unsqueeze(-1), x.float() ** 2, 0.0).sum(dim=1)
+                state["x"], state["norms"] = x, sq.sqrt().sum(dim=0)
+            acc[name] += state["norms"]  # float32 → float64 in the addition itself
         return hook
 
     handles = []
@@ -119,23 +129,55 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
             dev = device_of(model)
             for ids, mask in _batches(samples, tokenizer, batch_size):
                 state.clear()
-                state["mask"] = mask
-                _forward(model, ids, mask, dev)
+                plain = bool(mask.all())  # a host tensor: no device sync
+                state["mask"] = None if plain else mask
+                _forward(model, ids, mask, dev, plain=plain, skip_head=skip_head)
         finally:
             state.clear()
             for h in handles:
                 h.remove()
             model.train(was_training)
-    return {name: a.cpu() for name, a in acc.items()}
+    return _to_host(acc) if host else acc
 
 
-def _forward(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, dev):
+def _to_host(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The vectors on the host with one copy per device (a copy each would wait on the GPU each
+    time: 224 waits for a 1B model's two sample sets)."""
+    by_dev: dict[torch.device, list[str]] = {}
+    for name, t in tensors.items():
+        by_dev.setdefault(t.device, []).append(name)
+    out = {}
+    for names in by_dev.values():
+        flat = torch.cat([tensors[n] for n in names]).cpu()
+        out.update(zip(names, flat.split([tensors[n].numel() for n in names])))
+    return {name: out[name] for name in tensors}
+
+
+def _head(model: nn.Module):
+    get_out = getattr(model, "get_output_embeddings", None)
+    return get_out() if get_out else None
+
+
+def _forward(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, dev, *, plain: bool = False,
+             skip_head: bool = False):
     """One forward of a padded batch that gives each sample what it gets alone: the attention
     mask keeps pads out (left padding would otherwise be attended to) and the position ids count
-    real tokens only (left padding would otherwise shift every position)."""
+    real tokens only (left padding would otherwise shift every position). `plain` (no sample
+    padded): the model's own causal path, no mask or position ids, the same values. `skip_head`:
+    the logits of the last position only, where the output head is not scored."""
+    kw = {"logits_to_keep": 1} if skip_head and "logits_to_keep" in _params(model) else {}
+    if plain:
+        return model(input_ids=ids.to(dev), use_cache=False, **kw)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
     return model(input_ids=ids.to(dev), attention_mask=mask.long().to(dev), position_ids=pos.to(dev),
-                 use_cache=False)
+                 use_cache=False, **kw)
+
+
+def _params(model: nn.Module) -> set[str]:
+    try:
+        return set(inspect.signature(type(model).forward).parameters)
+    except (TypeError, ValueError):
+        return set()
 
 
 def importance(model: nn.Module, norms: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -145,51 +187,19 @@ def importance(model: nn.Module, norms: Mapping[str, torch.Tensor]) -> dict[str,
     return {f"{name}.weight": _importance(mods[name].weight, n) for name, n in norms.items()}
 
 
-def _importance(weight: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
-    return weight.detach().abs().float() * norm.to(weight.device).float()[None, :]
-
-
 def masks_from_norms(model: nn.Module, norms: Mapping[str, torch.Tensor], top_k: float,
                      minus: Mapping[str, torch.Tensor] | None = None) -> Masks:
     """Host masks of the top-`top_k` importance per weight matrix (less the top-`top_k` under the
-    `minus` norms, when given), one matrix at a time: on a GPU only one layer's scores exist at
-    once (the masks, a byte per parameter, wait there for one copy), and the top-K runs beside the
-    weights instead of on host copies of them."""
-    _check_k(top_k)
-    mods = dict(model.named_modules())
-    out = {}
-    for name, n in norms.items():
-        w = mods[name].weight
-        mask = top_fraction(_importance(w, n), top_k)
-        if minus is not None:
-            mask &= ~top_fraction(_importance(w, minus[name]), top_k)
-        out[f"{name}.weight"] = mask
-    # one copy to the host after all selections: copying each mask as it is made cost 770 ms for a
-    # 1B model on an H100, selecting all on the GPU 101 ms and then copying them 90 ms
-    return {k: v.cpu() for k, v in out.items()}
-
-
-def _check_k(top_k: float) -> float:
-    top_k = float(top_k)
-    if not (0.0 < top_k <= 1.0) or math.isnan(top_k):
-        raise ValueError(f"top_k is a fraction in (0, 1] (0.15 means the top 15 %), not {top_k!r}")
-    return top_k
-
-
-def top_fraction(scores: torch.Tensor, top_k: float) -> torch.Tensor:
-    """Bool mask of the top `top_k` fraction of a matrix's entries (flattened): int(K·N) entries,
-    rounded down as the paper's code counts them (a matrix smaller than 1/K gets none)."""
-    k = int(_check_k(top_k) * scores.numel())
-    mask = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
-    if k:
-        mask[torch.topk(scores.flatten(), k, sorted=False).indices] = True
-    return mask.view(scores.shape)
+    `minus` norms, when given): `top_fraction` of each matrix, selected beside the weights for all
+    matrices of one shape together and copied to the host once, as bits (`select.select_masks`)."""
+    return select_masks(model, norms, top_k, minus)
 
 
 # ------------------------------------------------------------------------------------- methods
-def norms(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = True):
+def norms(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = True,
+          host: bool = True):
     return input_norms(model, samples, tokenizer=tokenizer, batch_size=batch_size,
-                       layers=linear_layers(model, include_lm_head))
+                       layers=linear_layers(model, include_lm_head), host=host)
 
 
 def identify(model: nn.Module, math_texts: Sequence, nonmath_texts: Sequence, top_k: float, *,
@@ -199,7 +209,7 @@ def identify(model: nn.Module, math_texts: Sequence, nonmath_texts: Sequence, to
     layer an untied lm_head included (`linear_layers`). Norms are summed in float32/float64 as the
     activations come, not rounded to the model's bf16."""
     _check_k(top_k)
-    kw = dict(tokenizer=tokenizer, batch_size=batch_size, include_lm_head=include_lm_head)
+    kw = dict(tokenizer=tokenizer, batch_size=batch_size, include_lm_head=include_lm_head, host=False)
     return masks_from_norms(model, norms(model, math_texts, **kw), top_k,
                             minus=norms(model, nonmath_texts, **kw))
 
