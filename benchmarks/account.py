@@ -22,12 +22,20 @@ torch.device is read as "to the device"), passed in `host=`, or computed only fr
 `.to(dev)` of a host tensor is a host→device copy. Moves return a copy (on a CPU run `.cpu()` would
 return the tensor itself, which would then be both host and device).
 
+On the meta device (weights and inputs built under `torch.device("meta")`) nothing is computed, so
+the account of a full-size model in its GPU dtype takes seconds: device tensors are the meta ones,
+host tensors the CPU ones, and a value the host reads from the device is made up (1 for a number,
+True for a flag, every element for a mask or a nonzero, zeros for a copy to the host). The counts of
+code whose shapes follow such values (a boolean index, an early return) are those of that guess:
+an upper bound for masks, a lower one where a read scalar sizes later work.
+
     acc, out = account(fn, *args, host=[...])
     print(acc.line())
     print(projection_line(acc, base_acc, H200))
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -72,22 +80,25 @@ class Account:
     h2d_bytes: int = 0
     other_bytes: int = 0
     matmul_flops: int = 0
+    matmul_flops_fp32: int = 0  # the part in float32 (no tensor-core rate without TF32)
     ops: Counter = field(default_factory=Counter)        # kernels by aten op
     sync_ops: Counter = field(default_factory=Counter)   # syncs by cause
+    op_bytes: Counter = field(default_factory=Counter)   # non-matmul bytes by aten op
 
     def scaled(self, f: float) -> "Account":
         """The account of `f` times the work (e.g. per-sample counts put at the paper's sample count)."""
-        return Account(*(round(getattr(self, k) * f) for k in _FIELDS),
-                       ops=Counter({k: round(v * f) for k, v in self.ops.items()}),
-                       sync_ops=Counter({k: round(v * f) for k, v in self.sync_ops.items()}))
+        sc = lambda c: Counter({k: round(v * f) for k, v in c.items()})  # noqa: E731
+        return Account(*(round(getattr(self, k) * f) for k in _FIELDS), ops=sc(self.ops),
+                       sync_ops=sc(self.sync_ops), op_bytes=sc(self.op_bytes))
 
     def __add__(self, other: "Account") -> "Account":
-        return Account(*(getattr(self, k) + getattr(other, k) for k in _FIELDS),
-                       ops=self.ops + other.ops, sync_ops=self.sync_ops + other.sync_ops)
+        return Account(*(getattr(self, k) + getattr(other, k) for k in _FIELDS), ops=self.ops + other.ops,
+                       sync_ops=self.sync_ops + other.sync_ops, op_bytes=self.op_bytes + other.op_bytes)
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in _FIELDS}
         d["top_ops"] = dict(self.ops.most_common(8))
+        d["top_op_bytes"] = dict(self.op_bytes.most_common(8))
         d["sync_ops"] = dict(self.sync_ops)
         return d
 
@@ -98,7 +109,7 @@ class Account:
 
 
 _FIELDS = ("kernels", "matmul_kernels", "syncs", "d2h", "d2h_bytes", "h2d", "h2d_bytes", "other_bytes",
-           "matmul_flops")
+           "matmul_flops", "matmul_flops_fp32")
 
 
 def _size(b: float) -> str:
@@ -116,6 +127,38 @@ def _nbytes(t: torch.Tensor) -> int:
         return min(n, t.untyped_storage().nbytes())
     except (RuntimeError, NotImplementedError):
         return n
+
+
+_WRITE_AT = {"index_put_", "_index_put_impl_", "index_fill_", "index_add_", "scatter_", "scatter_add_",
+             "scatter_reduce_", "index_copy_", "masked_scatter_"}
+_READ_AT = {"index", "gather", "index_select", "take", "embedding"}
+
+
+def _moved(name: str, args, flat, outs) -> int:
+    """Bytes a kernel reads and writes. Most read their arguments and write their results; an
+    indexed write touches only the addressed elements of its target (read and written), an indexed
+    read only the elements it returns; a radix select or sort passes over its input once per 8 bits
+    of the element, plus once to gather."""
+    if name in _WRITE_AT and flat:
+        target = flat[0]
+        rest = sum(_nbytes(t) for t in flat[1:])
+        if name == "index_fill_":
+            index = args[2]
+            n = index.numel() * (target.numel() // max(target.shape[args[1]] if target.dim() else 1, 1))
+        elif name in ("index_put_", "_index_put_impl_"):
+            idx = [i for i in args[1] if isinstance(i, torch.Tensor)]
+            lead = math.prod(target.shape[:len(args[1])]) if target.dim() else 1
+            n = (torch.broadcast_shapes(*[i.shape for i in idx]).numel() if idx else 1) * (target.numel() // max(lead, 1))
+        else:
+            n = max(t.numel() for t in flat[1:])
+        return rest + 2 * n * target.element_size()
+    if name in _READ_AT and outs:
+        idx = sum(_nbytes(t) for t in flat if not t.is_floating_point() and t is not flat[0])
+        return idx + 2 * sum(_nbytes(t) for t in outs)
+    if name in ("topk", "sort", "kthvalue", "argsort") and flat:
+        passes = flat[0].element_size() + 1
+        return passes * _nbytes(flat[0]) + sum(_nbytes(t) for t in outs)
+    return sum(_nbytes(t) for t in flat) + sum(_nbytes(t) for t in outs)
 
 
 def _flops(name: str, args, out) -> int:
@@ -139,12 +182,15 @@ def _flops(name: str, args, out) -> int:
 class _Tracker:
     """Shared state of the two modes: the host tags and the counts."""
 
-    def __init__(self):
+    def __init__(self, meta: bool = False):
+        self.meta = meta
         self.acc = Account()
         self.host = WeakIdKeyDictionary()
         self.host_scope = 0  # > 0 inside a host factory call or a transfer: its aten ops are not kernels
 
     def is_host(self, t) -> bool:
+        if self.meta:
+            return isinstance(t, torch.Tensor) and t.device.type != "meta"
         return isinstance(t, torch.Tensor) and t in self.host
 
     def tag(self, out, host: bool = True):
@@ -209,7 +255,25 @@ class _Functions(TorchFunctionMode):
             return out
         if src is not None and is_method and name in ("cpu", "to", "numpy", "tolist", "pin_memory", "cuda"):
             return self._move(func, name, src, args, kwargs)
+        if name == "scaled_dot_product_attention" and tr.meta and src is not None and src.device.type == "meta":
+            return self._attention(args, kwargs)
         return func(*args, **kwargs)
+
+    def _attention(self, args, kwargs):
+        """One fused attention kernel, as a GPU runs it (the meta device would decompose it into
+        its math: matrices of scores a flash kernel never writes)."""
+        q, k, v = args[:3]
+        acc = self.tr.acc
+        acc.kernels += 1
+        acc.matmul_kernels += 1
+        acc.ops["scaled_dot_product_attention"] += 1
+        causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+        flops = 4 * q.numel() * k.shape[-2]  # QKᵀ and PV for every query head (grouped K/V included)
+        flops = flops // 2 if causal else flops  # a causal kernel skips the masked half
+        acc.matmul_flops += flops
+        if q.dtype == torch.float32:
+            acc.matmul_flops_fp32 += flops
+        return torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
 
     def _move(self, func, name, src, args, kwargs):
         tr = self.tr
@@ -220,6 +284,8 @@ class _Functions(TorchFunctionMode):
                 return func(*args, **kwargs)  # a dtype cast: an ordinary kernel
             if to_host is None:
                 to_host = tr.is_host(dev)
+            elif tr.meta:
+                to_host = torch.device(dev).type != "meta"
         else:
             to_host = name != "cuda"
         if to_host == src_host:
@@ -227,7 +293,12 @@ class _Functions(TorchFunctionMode):
         # a transfer: counted here, not as a kernel; the result is a copy so the tags stay apart
         tr.host_scope += 1
         try:
-            out = func(*args, **kwargs)
+            if tr.meta and to_host:  # nothing to read on the meta device: zeros of its shape
+                host = torch.zeros(src.shape, dtype=src.dtype)
+                dtype = next((a for a in args[1:] if isinstance(a, torch.dtype)), kwargs.get("dtype"))
+                out = {"tolist": host.tolist, "numpy": host.numpy}.get(name, lambda: host.to(dtype or host.dtype))()
+            else:
+                out = func(*args, **kwargs)
             if name not in ("tolist", "numpy") and isinstance(out, torch.Tensor) and out.data_ptr() == src.data_ptr():
                 out = out.clone()
         finally:
@@ -249,8 +320,10 @@ class _Aten(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         tr, acc = self.tr, self.tr.acc
-        out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
+        out = _made_up(func, name, args, kwargs) if tr.meta else None
+        if out is None:
+            out = func(*args, **kwargs)
         if tr.host_scope:
             return out
         flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
@@ -278,17 +351,60 @@ class _Aten(TorchDispatchMode):
         if name in _MATMUL:
             acc.matmul_kernels += 1
             acc.matmul_flops += _flops(name, args, out)
+            if any(t.dtype in (torch.float32, torch.float64) for t in flat[:2]):
+                acc.matmul_flops_fp32 += _flops(name, args, out)
         else:
             outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-            acc.other_bytes += sum(_nbytes(t) for t in flat) + sum(_nbytes(t) for t in outs)
+            b = _moved(name, args, flat, outs)
+            acc.other_bytes += b
+            acc.op_bytes[name] += b
         return out
 
 
-def account(fn: Callable, *args, host: Iterable = (), **kwargs) -> tuple[Account, Any]:
+def _is_meta(args, kwargs) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in tree_flatten((args, kwargs))[0])
+
+
+def _made_up(func, name: str, args, kwargs):
+    """The result of a data-dependent op on meta tensors (see the module's docstring), or None
+    where the op has a meta kernel of its own."""
+    if not _is_meta(args, kwargs):
+        return None
+    x = args[0] if args else None
+    if name == "_local_scalar_dense":
+        return True if x.dtype == torch.bool else (1.0 if x.is_floating_point() else 1)
+    if name in ("equal", "is_nonzero"):
+        return True
+    if name == "nonzero":
+        return torch.empty((x.numel(), x.dim()), dtype=torch.long, device="meta")
+    if name == "masked_select":
+        return torch.empty(torch.broadcast_shapes(x.shape, args[1].shape).numel(), dtype=x.dtype, device="meta")
+    if name == "bincount":
+        n = max(int(kwargs.get("minlength", args[2] if len(args) > 2 else 0)), 1)
+        w = kwargs.get("weights", args[1] if len(args) > 1 else None)
+        return torch.zeros(n, dtype=torch.double if w is not None else torch.long, device="meta")
+    if name in ("index", "index_put", "index_put_", "_index_put_impl_"):
+        idx = list(args[1])
+        if not any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in idx):
+            return None
+        longs = []
+        for i in idx:  # a mask over d dims stands for d index tensors naming all its elements
+            if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
+                longs += [torch.empty(i.numel(), dtype=torch.long, device="meta")] * i.dim()
+            else:
+                longs.append(i)
+        return func(args[0], longs, *args[2:], **kwargs)
+    if name == "repeat_interleave" and isinstance(args[-1] if args else None, torch.Tensor):
+        return None if kwargs.get("output_size") is not None else torch.empty(0, dtype=torch.long, device="meta")
+    return None
+
+
+def account(fn: Callable, *args, host: Iterable = (), meta: bool = False, **kwargs) -> tuple[Account, Any]:
     """Run `fn(*args, **kwargs)` on the CPU and count what it would ask of a GPU. Tensors in `host`
     (nested lists allowed) are host tensors; every other tensor that exists before the call (model
-    weights, inputs) is a device tensor."""
-    tr = _Tracker()
+    weights, inputs) is a device tensor. With `meta=True` the device tensors are those on the meta
+    device (see the module's docstring) and the host ones those on the CPU."""
+    tr = _Tracker(meta)
     tr.tag(list(host))
     with _Functions(tr), _Aten(tr):
         out = fn(*args, **kwargs)
@@ -298,7 +414,8 @@ def account(fn: Callable, *args, host: Iterable = (), **kwargs) -> tuple[Account
 # ----------------------------------------------------------------------------------- projection
 @dataclass(frozen=True)
 class GPU:
-    """A roofline with a launch floor: each kernel costs at least `launch_s`; matrix products run at
+    """A roofline with launch floors: each kernel costs the device at least `launch_s` and the host
+    `host_op_s` (Python, dispatch, launch; the two overlap until a sync); matrix products run at
     `flops` (achieved, not peak); the other kernels move their bytes at `bandwidth`; a sync adds
     `sync_s` (the queue drains and refills); a device→host copy moves at `d2h` (pageable memory)."""
     name: str
@@ -307,20 +424,27 @@ class GPU:
     launch_s: float
     sync_s: float
     d2h: float
+    host_op_s: float = 15e-6
+    flops_fp32: float = 50e12
 
 
-# achieved rates (bf16 dense products at ~60 % of peak, ~75 % of HBM bandwidth, the 10.8 GB/s the
-# masks' pageable copy reached on the H100 of 2026-11-22; kernel and sync floors of a busy stream)
+# achieved rates (bf16 dense products at ~60 % of peak, float32 ones without TF32 at ~75 % of theirs,
+# ~75 % of HBM bandwidth, the 10.8 GB/s the masks' pageable copy reached on the H100 of 2026-11-22;
+# kernel, host and sync floors of a busy stream)
 H200 = GPU("NVIDIA H200 (projected)", flops=600e12, bandwidth=3.6e12, launch_s=5e-6, sync_s=30e-6, d2h=10.8e9)
 
 
 def project(acc: Account, gpu: GPU = H200) -> dict:
     """Projected seconds on `gpu`, by part. The non-matmul kernels are bandwidth-bound or launch-bound,
-    whichever is longer per kernel on average."""
+    whichever is longer per kernel on average; the device's work is hidden behind the host's
+    launches where those take longer (`host_s`)."""
     other = acc.kernels - acc.matmul_kernels
     mem = max(acc.other_bytes / gpu.bandwidth, other * gpu.launch_s)
-    parts = {"matmul_s": max(acc.matmul_flops / gpu.flops, acc.matmul_kernels * gpu.launch_s),
-             "other_kernels_s": mem, "syncs_s": acc.syncs * gpu.sync_s, "d2h_s": acc.d2h_bytes / gpu.d2h}
+    mm = (acc.matmul_flops - acc.matmul_flops_fp32) / gpu.flops + acc.matmul_flops_fp32 / gpu.flops_fp32
+    parts = {"matmul_s": max(mm, acc.matmul_kernels * gpu.launch_s),
+             "other_kernels_s": mem}
+    parts["host_s"] = max(0.0, acc.kernels * gpu.host_op_s - parts["matmul_s"] - mem)
+    parts.update(syncs_s=acc.syncs * gpu.sync_s, d2h_s=acc.d2h_bytes / gpu.d2h)
     parts["total_s"] = sum(parts.values())
     return parts
 

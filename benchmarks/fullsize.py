@@ -352,7 +352,13 @@ def bench_mathneuro(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     main = measure(lambda: core.identify(model, math_ids, non_ids, 0.05, batch_size=batch), dev,
                    max(1, repeats // 2))
     main = {**main, "s": main["s"] * scale_to_100}
-    return [row("Math neurons", what, main, base, "forward over the same samples")]
+    # its two parts, so that a GPU run says where the time goes: the hooked forwards, the selection
+    kw = dict(batch_size=batch, host=False)
+    nm, nn_ = core.norms(model, math_ids, **kw), core.norms(model, non_ids, **kw)
+    hooked = measure(lambda: (core.norms(model, math_ids, **kw), core.norms(model, non_ids, **kw)), dev, 1)
+    select = measure(lambda: core.masks_from_norms(model, nm, 0.05, minus=nn_), dev, 1)
+    return [row("Math neurons", what, main, base, "forward over the same samples",
+                hooked_ratio=hooked["s"] * scale_to_100 / base["s"], selection_s=select["s"])]
 
 
 def bench_pissa(scale: str, dev: torch.device, repeats: int) -> list[dict]:
@@ -412,7 +418,7 @@ def table(rows: list[dict]) -> str:
         if "ratio_at_25_layers" in r:
             extra += f" ({r['ratio_at_25_layers']:.3f} projected to 25 layers)"
         if "hooked_ratio" in r:
-            extra = f" (hooked forwards {r['hooked_ratio']:.2f}, top-K selection {r['selection_s']:.1f} s)"
+            extra = f" (hooked forwards {r['hooked_ratio']:.2f}, top-K selection {r['selection_s']:.2g} s)"
         if "noise_evaluations" in r:
             extra = f" ({r['noise_evaluations']:g} evaluations; {r['ratio_per_evaluation']:.2f} per evaluation)"
         lines.append(f"| {r['tab']} | {r['what']} | {r['s'] * 1000:.1f} ms | {r['baseline']} | "
@@ -429,6 +435,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per measurement (median)")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (tiny runs)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    ap.add_argument("--account", action=argparse.BooleanOptionalAction, default=None,
+                    help="the GPU-shape account of the mathneuro, sae_index and lrp rows at full size "
+                         "(benchmarks/fullsize_account.py; the default on a CPU)")
     args = ap.parse_args(argv)
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     scale = args.scale or ("full" if dev.type == "cuda" else "tiny")
@@ -458,6 +467,13 @@ def main(argv: list[str] | None = None) -> dict:
            "rows": rows}
     print(f"device: {out['device']}   scale: {scale}   torch {torch.__version__}   {out['date']}")
     print(table(rows))
+    if args.account if args.account is not None else dev.type == "cpu":
+        from benchmarks import fullsize_account
+
+        out["account"] = fullsize_account.accounts(only)
+        if out["account"]:
+            print("\nGPU-shape account (full configs on the meta device; the projection is a model, not a measurement):")
+            print(fullsize_account.table(out["account"]))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     if any("error" in r for r in rows):

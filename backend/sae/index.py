@@ -95,15 +95,18 @@ class IndexBuilder:
             image_ids = torch.arange(self.n_images, self.n_images + B)
         vals, idx, image_ids = vals.to(dev).float(), idx.to(dev), image_ids.to(dev)
         live = vals > 0
-        # statistics over tokens
-        fidx = idx[live]
-        fv = vals[live]
-        self.fire_count += torch.bincount(fidx, minlength=self.F)
+        # statistics over tokens, from every code entry: an entry that does not fire adds 0 to the
+        # counts and sums and 0 to a maximum of non-negative values, so the figures are those of the
+        # firing entries alone, without selecting them first (a boolean selection waits for the
+        # device: two per batch, and a bincount a third)
+        fidx = idx.reshape(-1)
+        fv = torch.where(live, vals, 0.0).reshape(-1)
+        ones = live.reshape(-1).long()
+        self.fire_count.index_add_(0, fidx, ones)
         self.act_sum.index_add_(0, fidx, fv.double())
         self.max_act.scatter_reduce_(0, fidx, fv, reduce="amax")
         b = torch.bucketize(fv.clamp(HIST_EDGES[0].item(), HIST_EDGES[-1].item() * 0.9999), self.edges) - 1
-        self.hist.view(-1).index_add_(0, fidx * self.hist.shape[1] + b.clamp(0, self.hist.shape[1] - 1),
-                                      torch.ones_like(fidx))
+        self.hist.view(-1).index_add_(0, fidx * self.hist.shape[1] + b.clamp(0, self.hist.shape[1] - 1), ones)
         self.n_tokens += B * P
         self.n_images += B
         # image scores: mean activation over the patches, [B, F] built sparsely
@@ -122,10 +125,11 @@ class IndexBuilder:
         worst, slot = self.top_scores[rows].sort(dim=1, stable=True)  # empty slots (-inf) first
         kb = cs.shape[1]
         c = cs[rows]
-        enter = (c > 0) & (c > worst[:, :kb])
-        fs = rows[:, None].expand_as(c)[enter]
-        ss, bs = slot[:, :kb][enter], cb[rows][enter]
-        self.top_scores[fs, ss] = c[enter]
+        # the entering pairs' positions, found once (four boolean selections would wait four times)
+        er, ej = ((c > 0) & (c > worst[:, :kb])).nonzero(as_tuple=True)
+        fs = rows[er]
+        ss, bs = slot[er, ej], cb[rows[er], ej]
+        self.top_scores[fs, ss] = c[er, ej]
         self.top_ids[fs, ss] = image_ids[bs]
         self._write_maps(vals, idx, fs, ss, bs)
 
@@ -141,10 +145,9 @@ class IndexBuilder:
         slot_of = torch.full((B, self.F), -1, dtype=torch.long, device=vals.device)
         slot_of[bs, fs] = ss
         e_slot = slot_of.gather(1, idx.reshape(B, -1)).reshape(B, P, k)
-        hit = e_slot >= 0
-        patch = torch.arange(P, device=vals.device)[None, :, None].expand(B, P, k)
-        at = (idx[hit] * self.K + e_slot[hit]) * P + patch[hit]
-        self.top_maps.view(-1)[at] = vals[hit].to(self.top_maps.dtype)
+        hb, hp, hk = (e_slot >= 0).nonzero(as_tuple=True)  # once, for the four selections below
+        at = (idx[hb, hp, hk] * self.K + e_slot[hb, hp, hk]) * P + hp
+        self.top_maps.view(-1)[at] = vals[hb, hp, hk].to(self.top_maps.dtype)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The index: each feature's top-K images ranked (best first, then by image id), and its statistics."""

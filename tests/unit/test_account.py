@@ -32,8 +32,9 @@ def test_toy_counts_are_exact():
     assert (acc.h2d, acc.h2d_bytes) == (1, 6 * 4)
     assert (acc.d2h, acc.d2h_bytes) == (3, 4 * k + 32 + 32)
     # z is 4 × 2 float32 (32 B), its mask 8 B, the sum an int64: relu 32+32, add 32+32,
-    # gt 32+8 twice, sum 8+8, index 32+8 in and 4·k out
-    assert acc.other_bytes == 64 + 64 + 80 + 16 + 40 + 4 * k
+    # gt 32+8 twice, sum 8+8; the boolean index reads its mask and the k entries it writes out
+    assert acc.other_bytes == 64 + 64 + 80 + 16 + 8 + 2 * 4 * k
+    assert acc.op_bytes["index"] == 8 + 2 * 4 * k and acc.matmul_flops_fp32 == acc.matmul_flops
     assert isinstance(arr, np.ndarray) and same is not None and torch.equal(back, same)
 
 
@@ -57,5 +58,20 @@ def test_projection_adds_its_parts_and_scales():
                 matmul_flops=6 * 10**12)
     p = project(a, H200)
     assert abs(p["matmul_s"] - 0.01) < 1e-12 and abs(p["other_kernels_s"] - 0.01) < 1e-12
+    assert p["host_s"] == 0  # 1000 launches take the host less than the device's 20 ms
     assert abs(p["total_s"] - (0.02 + 10 * H200.sync_s + 1e9 / H200.d2h)) < 1e-12
     assert a.scaled(2).kernels == 2000 and (a + a).other_bytes == 72 * 10**9
+
+
+def test_indexed_writes_count_the_addressed_elements_only():
+    big = torch.zeros(1000, 10)
+
+    def f(big):
+        i = torch.tensor([1, 5], device=big.device)
+        big.index_fill_(0, i, 1.0)             # 2 rows of 10 float32, read and written
+        big.view(-1)[torch.tensor([3, 4, 7], device=big.device)] = 2.0  # 3 elements
+        return big
+
+    acc, _ = account(f, big)
+    assert acc.op_bytes["index_fill_"] == 16 + 2 * 20 * 4
+    assert acc.op_bytes["index_put_"] == 24 + 4 + 2 * 3 * 4  # indices, the value, 3 elements
