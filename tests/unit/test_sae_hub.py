@@ -101,7 +101,8 @@ def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
     assert org.index is None and org.label_source == FT.NO_LABELS
     cmd = FT.index_command(org, "photos/")
     assert cmd.startswith("accelerate launch -m backend.precompute.sae_index --source hub")
-    assert "--image-folder photos/" in cmd and str(tmp_path / "none") in cmd
+    # shown to visitors: no server folder in it
+    assert "--image-folder photos/" in cmd and "--out OUT" in cmd and str(tmp_path) not in cmd
     with pytest.raises(ValueError, match="build one: accelerate launch"):
         FT.feature_page(org, 0)
     assert FT.feature_table(org) == []
