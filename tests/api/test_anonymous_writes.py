@@ -178,3 +178,53 @@ def test_no_call_writes_the_owners_files(lab, app_url, tmp_path, monkeypatch, wh
     print(where, f"owner files: {len(before)}, changed: {len(changed(before, after))}")
     assert changed(before, after) == []
     assert nemo.check(prompt, source="zoo")["z"] == shared_z
+
+
+def test_a_visitors_builds_keep_no_leftovers_and_a_lost_session_says_so(lab, tmp_path):
+    """One visitor: a build refused after its upload was unpacked (a picture whose header reads but
+    whose data is damaged) leaves nothing; a second index replaces the first on disk; messages name
+    no server path and no session id; then its folder is swept, and the page says the session
+    ended, instead of showing the owner's index, and Ask writes no label beside the owner's."""
+    import shutil
+
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    from backend.core.sessions import key_of
+    from tests.helpers.standins.features import sample_images
+
+    url, owner, sessions_root = lab
+    before = digest_tree(owner)
+    damaged = tmp_path / "damaged.zip"
+    good = sample_images(tmp_path / "good", 2, seed=3)
+    with zipfile.ZipFile(damaged, "w") as z:
+        z.write(good[0], "fine.png")
+        z.writestr("broken.png", good[1].read_bytes()[:60])  # the header, then nothing
+    c = Client(url, verbose=False)
+    try:
+        folder = sessions_root / key_of(c.session_hash)
+        with pytest.raises(AppError, match="broken.png could not be read as an image"):
+            c.predict([handle_file(str(damaged))], "", api_name="/build_index")
+        assert not list(folder.rglob("*.png")), "a refused build left its upload"
+        said = []
+        for k in range(2):
+            out = c.predict([handle_file(str(visitor_zip(tmp_path, f"again{k}", 30 + k)))], "",
+                            api_name="/build_index")
+            said += [out[0], out[3]]
+        assert len(list(folder.rglob("feature_index.safetensors"))) == 1
+        assert len(list(folder.rglob("*.png"))) == 3  # the second build's images only
+        for text in said:
+            assert c.session_hash not in text and key_of(c.session_hash) not in text
+            assert str(sessions_root) not in text and str(owner) not in text, text
+        rows = c.predict("", "density", api_name="/features_list")
+        fid = int((rows["data"] if isinstance(rows, dict) else rows)[0][0])
+
+        shutil.rmtree(folder)  # as the time limit's sweep, or a dropped heartbeat, removes it
+        for call in (lambda: c.predict("", "density", api_name="/features_list"),
+                     lambda: c.predict(fid, api_name="/feature_page"),
+                     lambda: c.predict(fid, api_name="/ask_model")):
+            with pytest.raises(AppError, match="This session has ended on the server.*Reload the page"):
+                call()
+    finally:
+        c.close()
+    assert digest_tree(owner) == before and not (owner / "labels.json").exists()
