@@ -15,7 +15,8 @@ Settings (read at each call, so tests and a Space's variables take effect withou
   WORKBENCH_SHARED_BUILDS  =1: a private Space's owner shares every visitor's builds (the index a tab
                            builds is written where the owner's settings point, statistics replace the
                            shared ones), as before per-session folders existed
-No gradio here: components.sessions ties these to Gradio's session hash and unload event.
+No gradio here: components.visitor ties these to Gradio's sessions (a folder is named by `key_of`
+the session hash, never by the hash itself) and unload event.
 """
 from __future__ import annotations
 

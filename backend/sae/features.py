@@ -419,7 +419,7 @@ def refresh_index(org: Organism) -> None:
     try:
         install_index(org, FeatureIndex.load(found), found)
     except Exception as e:  # a torn or foreign file: keep what is loaded, and say why
-        org.index_note = f"{found}: {e}"
+        org.index_note = f"{Path(found).name}: {e}"  # shown to visitors: no server folder
         org.summary["index_stamp"] = _stamp(found)
 
 
