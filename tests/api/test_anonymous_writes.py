@@ -23,6 +23,8 @@ from tests.helpers.server import free_port
 pytestmark = pytest.mark.timeout(300)
 VLM, SAE, HOOK = "own-llava15", "own-llava15-sae", "layers.2"
 ROOT = Path(__file__).resolve().parents[2]
+# a loaded 2-core machine can keep a queue join waiting past httpx's 5 s default
+SLOW_OK = {"timeout": 60}
 SPACE = {"SYSTEM": "spaces", "SPACE_ID": "owner/workbench", "WORKBENCH_CUSTOM_MODELS": "1"}
 
 
@@ -158,7 +160,7 @@ def test_no_call_writes_the_owners_files(lab, app_url, tmp_path, monkeypatch, wh
     def visit(k: int) -> str:
         from backend.core.sessions import key_of
 
-        c = Client(url, verbose=False)
+        c = Client(url, verbose=False, httpx_kwargs=SLOW_OK)
         try:
             built = c.predict([handle_file(str(visitor_zip(tmp_path, f"v{k}", 10 + k)))], "",
                               api_name="/build_index")[0]
@@ -173,7 +175,7 @@ def test_no_call_writes_the_owners_files(lab, app_url, tmp_path, monkeypatch, wh
     with ThreadPoolExecutor(2) as pool:
         built = list(pool.map(visit, range(2)))
     assert all("Indexed 3 images" in b and "only this session sees it" in b for b in built), built
-    m = Client(app_url, verbose=False)
+    m = Client(app_url, verbose=False, httpx_kwargs=SLOW_OK)
     try:
         assert "3 ordinary prompts you gave" in m.predict(10, None, "a\nb c\nd e f", api_name="/memo_stats")
     finally:
@@ -205,7 +207,7 @@ def test_a_visitors_builds_keep_no_leftovers_and_a_lost_session_says_so(lab, tmp
     with zipfile.ZipFile(damaged, "w") as z:
         z.write(good[0], "fine.png")
         z.writestr("broken.png", good[1].read_bytes()[:60])  # the header, then nothing
-    c = Client(url, verbose=False)
+    c = Client(url, verbose=False, httpx_kwargs=SLOW_OK)
     try:
         folder = sessions_root / key_of(c.session_hash)
         with pytest.raises(AppError, match="broken.png could not be read as an image"):
