@@ -16,11 +16,12 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
+from backend.core import sessions
 from backend.core.stopflag import StopFlag
 from backend.sae import features as FT
 from backend.sae import scenes as S
 from components import links
-from components.feature_images import MAX_TAB_IMAGES, collect_images, own_build, own_labels
+from components.feature_images import MAX_TAB_IMAGES, collect_images, own_build, own_labels, shown_place
 from components.feature_figures import (enlarged, concept_plot, hist_plot, maps_max, page_png,
                                         colorbar_html, dimmed, overlay, patch_figure)
 from backend.core import bounds
@@ -82,8 +83,8 @@ def no_index_html(org) -> str:
             f"A feature's page shows the images of a dataset that excite it most, so an index over your images "
             f"is needed first. Build it above from a few images (up to {MAX_TAB_IMAGES}), or for a large set "
             f"run on a GPU machine:<pre style='white-space:pre-wrap'>{html.escape(FT.index_command(org))}</pre>"
-            f"This tab picks the file up as soon as the job writes it to <code>{html.escape(str(org.index_out))}</code> "
-            f"(set <code>WORKBENCH_SAE_INDEX</code> to read another file, or put one beside the SAE). "
+            f"This tab picks the file up as soon as it is where the server reads it: the file "
+            f"<code>WORKBENCH_SAE_INDEX</code> names (<code>OUT/{FT.INDEX_FILE}</code>), or beside the SAE. "
             f"Image analysis and steering below work without an index.{note}</div>")
 
 
@@ -413,9 +414,9 @@ def _hub_summary_md(org) -> str:
              f"{org.n_features} latents ({html.escape(org.sae_text)})"]
     if org.index is not None:
         src = org.index.source
-        where = html.escape(src.root if src is not None else "?")
-        parts.append(f"feature index: {org.index.meta.get('n_images', '?')} images from `{where}` "
-                     f"(`{html.escape(str(org.index_path))}`)")
+        where = html.escape(shown_place(src.root) if src is not None else "?")
+        whose = "your own index" if sessions.within(org.index_path) else "the server's index"
+        parts.append(f"feature index: {org.index.meta.get('n_images', '?')} images from `{where}` ({whose})")
     else:
         parts.append("no feature index yet (see below)")
     parts.append(f"labels: {html.escape(org.label_source)}")
@@ -496,36 +497,41 @@ def _stop_flag(request) -> StopFlag:
 def build_index(source: str, files, folder: str, request: gr.Request = None, progress=gr.Progress()):
     """Index a small image set here, with a progress bar; Cancel stops it between batches. The index
     and the uploaded images are this visitor's (components.feature_images.own_build): the source
-    returned names them, and no other visitor's view or the owner's index file changes."""
+    returned names them, and no other visitor's view or the owner's index file changes. A refused or
+    cancelled build leaves nothing of its own on disk."""
     org = _org(source)
     if not org.is_hub:
         fail("The zoo organism's index comes with it; rebuild it with: python -m backend.sae.cli build")
     target = own_build(org, request)
-    src = collect_images(org, files, folder, target.images, target.room)
-    for i in range(len(src)):  # every file must open before the model spends time on any
-        try:
-            src.load(i)
-        except Exception as e:
-            fail(f"{src.name(i)} could not be read as an image ({type(e).__name__}); nothing was indexed.")
-    org = _org(source, progress)
-    flag = _stop_flag(request).start()
-    progress(0, desc=f"indexing {len(src)} images")
-    out = target.index_file(src)
     try:
-        # written to a file; reading it back installs it (for this visitor, or for all when shared)
-        FT.index_images(org, src, progress=lambda d, n: progress(d / n, desc=f"{d}/{n} images indexed"),
-                        should_stop=flag.is_set, out=out)
-    except FT.Cancelled as e:
-        return (f"**Cancelled** ({e}); nothing was written.", gr.update(), gr.update(), gr.update(), source)
-    finally:
-        flag.finish()
-    source = target.installed(source, out)
+        src = collect_images(org, files, folder, target)
+        for i in range(len(src)):  # every file must open before the model spends time on any
+            try:
+                src.load(i)
+            except Exception as e:
+                fail(f"{src.name(i)} could not be read as an image ({type(e).__name__}); nothing was indexed.")
+        org = _org(source, progress)
+        flag = _stop_flag(request).start()
+        progress(0, desc=f"indexing {len(src)} images")
+        out = target.index_file(src)
+        try:
+            # written to a file; reading it back installs it (for this visitor, or for all when shared)
+            FT.index_images(org, src, progress=lambda d, n: progress(d / n, desc=f"{d}/{n} images indexed"),
+                            should_stop=flag.is_set, out=out)
+        except FT.Cancelled as e:
+            target.discard()
+            return (f"**Cancelled** ({e}); nothing was written.", gr.update(), gr.update(), gr.update(), source)
+        finally:
+            flag.finish()
+        source = target.installed(source, out, src)
+    except BaseException:
+        target.discard()
+        raise
     org = _org(source)
     rows = list_features(source, "", "density")
     first_id = int(rows.iloc[0, 0]) if len(rows) else 0
-    return (f"**Indexed {len(src)} images** → `{html.escape(str(org.index_path))}`{target.note}. The feature "
-            f"list now shows the features that fired; the densest one is open.", rows, first_id,
-            _hub_summary_md(org), source)
+    return (f"**Indexed {len(src)} images**{target.note}. The feature list now shows the features that "
+            f"fired; the densest one is open.", rows, first_id, _hub_summary_md(org), source)
 
 
 def ask_model(source: str, feature, request: gr.Request = None, progress=gr.Progress()):
@@ -537,8 +543,8 @@ def ask_model(source: str, feature, request: gr.Request = None, progress=gr.Prog
     f = _feature_id(org, feature)
     if org.index is None:
         fail("Build the feature index first: the model is shown the feature's top images.")
+    source = own_labels(source, org, request)  # first: a call with no session is refused before it costs
     entry = FT.model_label(org, f)
-    source = own_labels(source, org, request)
     FT.save_label(_org(source), entry)
     return (*open_feature(source, f), source)
 

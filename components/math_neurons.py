@@ -18,7 +18,7 @@ from backend.mathneuro import service
 from backend.mathneuro.presets import TAB
 from backend.mathneuro.service import Setting
 from components import links
-from components.visitor import session_of
+from components.visitor import writer_of
 from components.model_picker import model_picker
 from backend.core import bounds
 from components import range_guard
@@ -244,6 +244,7 @@ def make_handlers(source: str):
         what = service.SIDES[side]
 
         def handler(given, model=None, other=None, request: gr.Request = None):
+            owner = writer_of(request)  # kept while this session lasts; no session, nothing kept
             if via == "file":
                 if given is None:
                     fail(f"Choose a {what} file first (JSONL, JSON, CSV or plain text).")
@@ -255,8 +256,7 @@ def make_handlers(source: str):
                 kw = {"dataset": given.strip()}
             b = _bench(source, model)
             try:
-                # kept while this session lasts (components.visitor)
-                key = service.register_data(source, side, model=model or None, owner=session_of(request), **kw)
+                key = service.register_data(source, side, model=model or None, owner=owner, **kw)
             except (ValueError, RuntimeError, UnicodeDecodeError) as e:
                 fail(f"Could not read that {what} {'file' if via == 'file' else 'dataset'}: {e}")
             keys = (key, other) if side == "math" else (other, key)

@@ -231,7 +231,8 @@ def stats_html(st: dict) -> str:
     """Which neuron statistics the z-scores and the search use, and what to run for better ones."""
     if st.get("kind") == "file":
         n = st.get("n_prompts")
-        what = (f"precomputed file <code>{html.escape(str(st.get('file')))}</code>"
+        # the file's name only: a page shows no server folder
+        what = (f"precomputed file <code>{html.escape(Path(str(st.get('file'))).name)}</code>"
                 + (f" ({n:,} prompts)" if n else ""))
     elif st.get("own"):
         what = f"{st.get('n_prompts', 0):,} ordinary prompts you gave, computed in this process"

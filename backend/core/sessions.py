@@ -15,13 +15,16 @@ Settings (read at each call, so tests and a Space's variables take effect withou
   WORKBENCH_SHARED_BUILDS  =1: a private Space's owner shares every visitor's builds (the index a tab
                            builds is written where the owner's settings point, statistics replace the
                            shared ones), as before per-session folders existed
-No gradio here: components.sessions ties these to Gradio's session hash and unload event.
+No gradio here: components.visitor ties these to Gradio's sessions (a folder is named by `key_of`
+the session hash, never by the hash itself) and unload event.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import threading
@@ -41,10 +44,22 @@ _MARK = ".last-used"
 _LOCK = threading.Lock()
 _ON_END: list[Callable[[str, Path], None]] = []
 _SWEEPER: threading.Thread | None = None
+# Drawn once per server process (a forked ZeroGPU worker keeps it): folder keys of one run only.
+_SECRET = secrets.token_bytes(32)
 
 
 class QuotaExceeded(ValueError):
     """A session's files would pass WORKBENCH_SESSION_QUOTA (a ValueError: the UI shows its message)."""
+
+
+class SessionGone(ValueError):
+    """What a session built is gone: its folder was removed (the page was closed, or idle past
+    WORKBENCH_SESSION_TTL). Said to the visitor, never replaced silently by what everyone sees."""
+
+    def __init__(self, what: str = "what this session built"):
+        super().__init__(
+            f"This session has ended on the server ({what} was removed when the page was closed or left "
+            f"idle past {TTL_ENV}), so it is no longer shown. Reload the page to start a new session.")
 
 
 def shared_builds() -> bool:
@@ -65,6 +80,13 @@ def ttl_seconds() -> float:
         return max(float(os.environ.get(TTL_ENV, "") or DEFAULT_TTL), 1.0)
     except ValueError:
         return DEFAULT_TTL
+
+
+def key_of(session_hash: str) -> str:
+    """The key of a Gradio session's folder: a keyed hash of its session hash. Gradio takes the
+    session hash as the session's credential (its state, its heartbeat), so a folder's name, should
+    a path ever reach a message or a log, must not give it away."""
+    return hmac.new(_SECRET, str(session_hash).encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def session_id(session: str | None) -> str:
@@ -106,6 +128,28 @@ def used(path: str | os.PathLike) -> None:
             (root() / rel.parts[0] / _MARK).touch()
     except (ValueError, OSError):
         pass
+
+
+def within(path: str | os.PathLike | None) -> bool:
+    """Whether `path` lies under the session folders (a visitor's file, not the server's)."""
+    if path is None:
+        return False
+    try:
+        Path(path).resolve().relative_to(root().resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def lost(path: str | os.PathLike, *, must_exist: bool = True) -> bool:
+    """Whether `path` lies in a session's folder that is gone (the session was swept or ended), or
+    (`must_exist`) no longer holds it; False for a path outside the session folders."""
+    try:
+        rel = Path(path).resolve().relative_to(root().resolve())
+    except ValueError:
+        return False
+    return (not rel.parts or not (root() / rel.parts[0]).is_dir()
+            or (must_exist and not Path(path).exists()))
 
 
 def owns(session: str | None, path: str | os.PathLike) -> bool:

@@ -419,7 +419,7 @@ def refresh_index(org: Organism) -> None:
     try:
         install_index(org, FeatureIndex.load(found), found)
     except Exception as e:  # a torn or foreign file: keep what is loaded, and say why
-        org.index_note = f"{found}: {e}"
+        org.index_note = f"{Path(found).name}: {e}"  # shown to visitors: no server folder
         org.summary["index_stamp"] = _stamp(found)
 
 
@@ -503,11 +503,12 @@ def index_images(org: Organism, source: ImageSource, *, top_k: int = 16, batch_s
 
 
 def index_command(org: Organism, images: str = "IMAGE_FOLDER") -> str:
-    """The exact command that builds this organism's index (sharded with accelerate; resumable)."""
+    """The command that builds this organism's index (sharded with accelerate; resumable). It is
+    shown to visitors, so it names no server folder: OUT is wherever the owner keeps the file."""
     if not org.is_hub:
         return f"python -m backend.sae.cli build --organism {org.name.removeprefix('zoo:')}"
     model_id, sae_id = org.ids
-    out = org.index_out.parent if org.index_out is not None else Path("OUT")
+    out = "OUT"
     return (f"accelerate launch -m backend.precompute.sae_index --source hub --model {shlex.quote(model_id)} "
             f"--sae {shlex.quote(sae_id)} --hookpoint {shlex.quote(org.summary.get('hub_hookpoint', HUB_HOOKPOINT))} "
             f"--image-folder {images} --out {shlex.quote(str(out))}")

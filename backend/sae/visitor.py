@@ -46,12 +46,17 @@ def is_session(source) -> bool:
 
 
 def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
-    """The visitor's view: the shared organism with the visitor's index. A file that is gone (the
-    session ended or was swept) leaves the shared organism, never another visitor's index."""
+    """The visitor's view: the shared organism with the visitor's index. A session file that is gone
+    (the session ended or was swept) is said so (sessions.SessionGone): never the shared organism in
+    its place, whose index the visitor did not ask for and whose labels file a label would write."""
     base_source, index_file, labels_file = json.loads(source[len(PREFIX):])
-    base = FT.get_organism(base_source, model=model, progress=progress)
     path = Path(index_file)
-    if not path.is_file():
+    if sessions.lost(path):
+        raise sessions.SessionGone("the feature index built from your images")
+    if labels_file and sessions.lost(labels_file, must_exist=False):
+        raise sessions.SessionGone("the labels you asked the model for")
+    base = FT.get_organism(base_source, model=model, progress=progress)
+    if not path.is_file():  # the owner's index (own labels beside it) was removed: the shared organism
         return base
     sessions.used(labels_file or path)
     with _LOCK:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from backend.core.sessions import key_of
+
 pytestmark = pytest.mark.timeout(300)
 VLM, SAE, HOOK = "own-llava15", "own-llava15-sae", "layers.2"
 
@@ -83,7 +85,7 @@ def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_in
     assert shared.index_path == owner_index and shared.index.meta["n_images"] == 4
     # A sees its own, from A's own folder
     assert "only this session sees it" in built[0]
-    a_folder = sessions_dir / a.session_hash
+    a_folder = sessions_dir / key_of(a.session_hash)
     assert list(a_folder.rglob(FT.INDEX_FILE))
     a_rows = rows(a.predict("", "density", api_name="/features_list"))
     a_page = a.predict(int(a_rows[0][0]), api_name="/feature_page")[7]
@@ -94,7 +96,7 @@ def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_in
     labelled = b.predict(fid, api_name="/ask_model")
     assert labelled[7]["label"] and labelled[7]["labelled_by"] == FT.MODEL_LABELS
     assert not (owner_index.parent / "labels.json").exists() and shared.labels == {}
-    assert list((sessions_dir / b.session_hash).rglob("*labels.json"))
+    assert list((sessions_dir / key_of(b.session_hash)).rglob("*labels.json"))
     assert b.predict(fid, api_name="/feature_page")[7]["label"] == labelled[7]["label"]
 
     # past the quota: refused with the reason, nothing written anywhere
@@ -104,7 +106,7 @@ def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_in
     with pytest.raises(AppError, match=r"over its quota of 0\.1 kB \(WORKBENCH_SESSION_QUOTA\)"):
         c.predict([handle_file(str(archive))], "", api_name="/build_index")
     assert sha(owner_index) == before
-    assert not list((sessions_dir / c.session_hash).rglob("*.png"))
+    assert not list((sessions_dir / key_of(c.session_hash)).rglob("*.png"))
     c.close()
 
     # A's session ends: its folder goes
@@ -137,7 +139,7 @@ def test_a_visitors_statistics_leave_the_others_scores_alone(app_url, sessions_d
     after = b.predict(prompt, api_name="/memo_check")
     assert after[2] == b_card and json.loads(after[1]["plot"]) == json.loads(b_z["plot"])
     assert service.check(prompt, source="zoo")["z"] == shared["z"]
-    assert list((sessions_dir / a.session_hash / "nemo").glob("*.safetensors"))
+    assert list((sessions_dir / key_of(a.session_hash) / "nemo").glob("*.safetensors"))
     a.close()
     b.close()
 
@@ -156,7 +158,7 @@ def test_a_private_spaces_owner_can_share_builds(app_url, sessions_dir, monkeypa
     try:
         a.predict(20, None, "", api_name="/memo_stats")
         assert service.check(prompt, source="zoo")["z"] != shared["z"]
-        assert not (sessions_dir / a.session_hash).exists()
+        assert not (sessions_dir / key_of(a.session_hash)).exists()
     finally:
         a.predict(160, None, "", api_name="/memo_stats")  # the organism's statistics for the next tests
         a.close()

@@ -5,11 +5,13 @@ the user's non-math file, identification, prune / scale evaluation and the CLI j
 level, through the tab's handlers and as a process."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -258,7 +260,8 @@ def test_tab_handlers_in_hub_mode(svc, b, mc_file):
     from components.math_neurons import make_handlers
 
     live, figure2, curve, consistency, ask, export, name_data, _on_model = make_handlers("hub")
-    name_nonmath = name_data("nonmath", "file")
+    visitor = SimpleNamespace(session_hash="test-math-session")  # a set is kept for a session only
+    name_nonmath = functools.partial(name_data("nonmath", "file"), request=visitor)
     with pytest.raises(gr.Error, match="name it again"):
         live("MathNeuro", 5, 0.0, 8, "file:0000")
     with pytest.raises(gr.Error, match="Could not read"):
@@ -336,7 +339,8 @@ def test_a_dataset_id_is_refused_offline_and_read_through_datasets(svc, b, monke
 
     with pytest.raises(RuntimeError, match="the hub is off here"):
         svc.register_data("hub", "math", dataset="openai/gsm8k:main@test")
-    name_dataset = make_handlers("hub")[6]("math", "dataset")
+    name_dataset = functools.partial(make_handlers("hub")[6]("math", "dataset"),
+                                     request=SimpleNamespace(session_hash="test-math-session"))
     with pytest.raises(gr.Error, match="Could not read that math dataset: the hub is off"):
         name_dataset("openai/gsm8k:main@test")
     with pytest.raises(gr.Error, match="Type a dataset id"):

@@ -101,7 +101,8 @@ def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
     assert org.index is None and org.label_source == FT.NO_LABELS
     cmd = FT.index_command(org, "photos/")
     assert cmd.startswith("accelerate launch -m backend.precompute.sae_index --source hub")
-    assert "--image-folder photos/" in cmd and str(tmp_path / "none") in cmd
+    # shown to visitors: no server folder in it
+    assert "--image-folder photos/" in cmd and "--out OUT" in cmd and str(tmp_path) not in cmd
     with pytest.raises(ValueError, match="build one: accelerate launch"):
         FT.feature_page(org, 0)
     assert FT.feature_table(org) == []
@@ -111,7 +112,7 @@ def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
     bad.write_bytes(b"not a safetensors file")
     monkeypatch.setenv(INDEX_ENV, str(bad))
     torn = FT.load_hub()
-    assert torn.index is None and str(bad) in torn.index_note
+    assert torn.index is None and bad.name in torn.index_note and str(bad.parent) not in torn.index_note
     from components.features import no_index_html
 
     assert "found but not used" in no_index_html(torn)
