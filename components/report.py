@@ -65,12 +65,15 @@ def _request() -> gr.Request | None:
 
 
 def scope_of(request) -> str | None:
-    """The session a report belongs to: the page's Gradio session; an MCP client's own MCP session
-    where its calls carry one (they all reach the app through one Gradio client)."""
+    """The session a result or report belongs to: the page's Gradio session. MCP calls all reach the
+    app through one Gradio client of its own (x-gradio-user: mcp), so an agent is told apart by its
+    MCP session id where the transport has one, else by the credentials it sends; an agent with
+    neither has no report scope (None: nothing is kept, so no agent ever sees another's answers)."""
     headers = getattr(request, "headers", None) or {}
-    mcp = headers.get("mcp-session-id") if hasattr(headers, "get") else None
-    if mcp:
-        return "mcp-" + sessions.content_name([mcp], 24)
+    get = headers.get if hasattr(headers, "get") else (lambda k: None)
+    if get("mcp-session-id") or get("x-gradio-user") == "mcp":
+        who = get("mcp-session-id") or get("authorization")
+        return "mcp-" + sessions.content_name([who], 24) if who else None
     try:
         return session_of(request)
     except ValueError:
@@ -372,31 +375,37 @@ def write_report(request, progress=None) -> tuple[Path, dict]:
 
 
 def header_button() -> None:
-    """The header's Report button and the file it makes. Call inside the header row."""
+    """The header's Report button and, once written, the report's download button (its label says
+    what it holds). Call inside the header row."""
     with gr.Column(scale=0, min_width=150, elem_classes=["wb-report"]):
         btn = gr.Button("⤓ Report", size="sm", elem_id="wb-report-btn", variant="secondary")
-        out = gr.File(label="session report", visible=False, elem_id="wb-report-file", interactive=False)
-        status = gr.Markdown(elem_id="wb-report-status", elem_classes=["wb-muted"])
+        dl = gr.DownloadButton("session report", visible=False, size="sm", elem_id="wb-report-file")
 
     def make(request: gr.Request, progress=gr.Progress()):
         path, s = write_report(request, progress)
         said = (f"{len(s['tabs'])} tab(s), {s['results']} result(s), {s['pinned']} pinned · "
                 f"{s['bytes'] / 1e6:.2f} MB · {s['seconds']:.1f} s") if s["tabs"] else "nothing computed yet"
-        return gr.update(value=str(path), visible=True), said
+        return gr.update(value=str(path), visible=True, label=f"⤓ {said}"), gr.update(interactive=True)
 
-    btn.click(make, None, [out, status], api_visibility="private", concurrency_limit=4,
-              concurrency_id="wb-report")
+    btn.click(lambda: (gr.update(visible=True, value=None, label="writing the report…"), gr.update(interactive=False)),
+              None, [dl, btn], queue=False, api_visibility="private", show_progress="hidden").then(
+        make, None, [dl, btn], api_visibility="private", concurrency_limit=4, concurrency_id="wb-report",
+        show_progress_on=[dl])
 
 
 def session_report() -> tuple[str, gr.FileData]:
     """Write one self-contained HTML report of this MCP session's results.
 
-    Every tool result of this MCP session (token_relevance, open_feature, steer_feature, check_memorization, math_neurons, pissa_layer, …) with its figures, numbers, model, settings and time, in one HTML file that opens offline. Only this session's results; nothing is computed (milliseconds to a second).
+    Every tool answer this agent got (token_relevance, open_feature, steer_feature, check_memorization, math_neurons, pissa_layer, …) with its numbers as tables, pictures, model, settings and time, in one HTML file that opens offline. An agent is known by its MCP session id, or else by its Authorization header; only its own answers are in its report. Nothing is computed (milliseconds to a second).
 
     Returns:
-        JSON: tabs (those with results), results, pinned, bytes, seconds; and the HTML file.
+        JSON: tabs (those with results), results, pinned, bytes, seconds, note (why nothing could be kept, where so); and the HTML file.
     """
-    path, s = write_report(_request())
+    request = _request()
+    path, s = write_report(request)
+    if scope_of(request) is None:
+        s["note"] = ("this MCP connection carries no session id (the server is stateless) and no "
+                     "credentials, so no answers could be kept as yours: send an Authorization header")
     return json.dumps(s), gr.FileData(path=str(path), mime_type="text/html", orig_name=path.name)
 
 

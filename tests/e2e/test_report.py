@@ -36,16 +36,15 @@ def plot_data(page, selector: str) -> list:
 def take_report(page, name: str) -> tuple[Path, str, float]:
     t0 = time.perf_counter()
     page.click("#wb-report-btn")
-    link = page.locator("#wb-report-file a").first
-    expect(link).to_be_visible(timeout=LONG)
-    expect(page.locator("#wb-report-status")).not_to_be_empty(timeout=LONG)
+    button = page.locator("#wb-report-file")
+    expect(button).to_contain_text("⤓", timeout=LONG)
     seconds = time.perf_counter() - t0
     with page.expect_download() as dl:
-        link.click()
+        button.click()
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name
     dl.value.save_as(str(path))
-    return path, page.locator("#wb-report-status").inner_text(), seconds
+    return path, button.inner_text().strip(), seconds
 
 
 def open_offline(context, path: Path):
