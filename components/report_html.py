@@ -85,7 +85,7 @@ def _result(r: dict, fig_ids: list, pinned: bool) -> str:
     note = f"<p class='note'>{E(r['note'])}</p>" if r.get("note") else ""
     parts = "".join(_part(p, fig_ids) for p in r.get("parts", []))
     return (f"<article class='result{' pinned' if pinned else ''}' data-section='{E(r.get('section', ''))}'>"
-            f"<h3>{'📌 Pinned: ' if pinned else ''}{E(r.get('heading', ''))}</h3>"
+            f"<h3>{'Pinned: ' if pinned else ''}{E(r.get('heading', ''))}</h3>"
             f"<p class='muted'>{when}</p>{note}"
             f"<div class='meta'>{_settings_table([m for m in meta if m[1]])}"
             f"<details open><summary>data and every setting</summary>{_settings_table(r.get('settings', []))}</details>"

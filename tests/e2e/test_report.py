@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import ARTIFACTS
-from tests.e2e.conftest import settle
+from tests.e2e.conftest import settle, shot
 
 pytestmark = pytest.mark.timeout(600)
 LONG = 180_000
@@ -96,6 +96,7 @@ def test_report_of_five_tabs_offline_with_hover_numbers_and_links(page, server_u
     settle(page, LONG)
 
     path, status, click_s = take_report(page, "report-five-tabs.html")
+    shot(page, "report-header")
     size = path.stat().st_size
     built_s = float(re.search(r"([\d.]+) s$", status).group(1))
     print(f"report: {status}; {size / 1e6:.2f} MB; built in {built_s:.2f} s on the server, "
@@ -139,16 +140,21 @@ def test_report_of_five_tabs_offline_with_hover_numbers_and_links(page, server_u
     finally:
         rep.close()
 
-    # each link restores its view: its tab opens, and the memorization link brings back the prompt and score
+    # each link restores its view (in a page of its own, as a reader would open it): its tab opens,
+    # and the memorization link brings back the prompt and its score
     memo_link = next(h for h in links if "tab=memorization" in h)
     assert "memo-prompt" in memo_link
     for href in sorted(links):
         tab = re.search(r"tab=(\w+)", href).group(1)
-        page.goto(href)
-        page.wait_for_selector(f"#tab-{tab}", state="visible", timeout=LONG)
-    page.goto(memo_link)
-    expect(page.locator("#memo-prompt textarea")).to_have_value(MEMO_PROMPT, timeout=LONG)
-    expect(page.locator("#memo-score")).to_contain_text(memo_score.strip().splitlines()[0], timeout=LONG)
+        view = page.context.new_page()
+        try:
+            view.goto(href, wait_until="domcontentloaded")
+            view.wait_for_selector(f"#tab-{tab}", state="visible", timeout=LONG)
+            if href == memo_link:
+                expect(view.locator("#memo-prompt textarea")).to_have_value(MEMO_PROMPT, timeout=LONG)
+                expect(view.locator("#memo-score")).to_contain_text(memo_score.strip().splitlines()[0], timeout=LONG)
+        finally:
+            view.close()
 
 
 def test_two_visitors_reports_hold_only_their_own(page, server_url):
