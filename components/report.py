@@ -383,8 +383,8 @@ def header_button() -> None:
 
     def make(request: gr.Request, progress=gr.Progress()):
         path, s = write_report(request, progress)
-        said = (f"{len(s['tabs'])} tab(s), {s['results']} result(s), {s['pinned']} pinned · "
-                f"{s['bytes'] / 1e6:.2f} MB · {s['seconds']:.1f} s") if s["tabs"] else "nothing computed yet"
+        said = (f"{len(s['tabs'])} tab(s), {s['pinned']} pinned · {s['bytes'] / 1e6:.2f} MB · {s['seconds']:.1f} s"
+                if s["tabs"] else "nothing computed yet")
         return gr.update(value=str(path), visible=True, label=f"⤓ {said}"), gr.update(interactive=True)
 
     btn.click(lambda: (gr.update(visible=True, value=None, label="writing the report…"), gr.update(interactive=False)),

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import settle, shot
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(900)
 LONG = 180_000
 TITLES = {"relevance": "Relevance", "features": "Features", "memorization": "Memorization",
           "math_neurons": "Math neurons", "adapters": "Adapters"}
