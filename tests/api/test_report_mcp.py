@@ -7,9 +7,35 @@ import urllib.request
 
 import pytest
 
-from tests.api.test_mcp import mcp_url, zerogpu_boundary  # noqa: F401  (fixtures)
+from tests.api.test_mcp import zerogpu_boundary  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def mcp_url():
+    """The app with its MCP tools in this process (as tests/api/test_mcp.py serves it); Gradio's check
+    that localhost answers can time out on a busy machine, so the launch is tried three times."""
+    import app
+    from components import agent_tools
+    from tests.helpers.server import free_port
+
+    demo = app.build_app("zoo")
+    agent_tools.install(demo, "zoo")
+    for attempt in range(3):
+        port = free_port()
+        try:
+            demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                        mcp_server=True, **app.launch_kwargs())
+            break
+        except ValueError:
+            demo.close()
+            if attempt == 2:
+                raise
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
 
 
 def _session(url, work, token: str | None = None):
