@@ -34,6 +34,7 @@ from backend.core.device import serving_threads  # noqa: E402
 from components import tab_modules  # noqa: E402
 from components import agent_tools  # noqa: E402
 from components import visitor  # noqa: E402
+from components import report  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
 from components.gradio_fixes import atomic_image_cache, escaped_error_messages, light_loading_status  # noqa: E402
 from components.guard import guard_events  # noqa: E402
@@ -64,6 +65,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
                     f"<span class='wb-badge'>{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></div>")
             # Presenter view and light/dark: browser-only switches (components.links).
             header_controls(demo)
+            report.header_button()  # one HTML file of this visitor's results (components.report)
         links = DeepLinks()
         with gr.Tabs() as tabs:
             ctx = TabContext(tabs=tabs, source=source, registry=modules)
@@ -82,6 +84,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
     guard_events(demo)
     light_loading_status(demo)  # after every event is wired: no status refresh of unseen progress
+    report.install(demo, links, source)  # outermost, after the guard: results kept per session
     return demo
 
 

@@ -32,6 +32,9 @@ SUMMARY = "PiSSA: principal singular vectors as adapter init; quantization error
 # A deep link reruns the layer analysis of its settings (components.links); "layers" first, so a link
 # to another model than the default lists that model's layers and keeps the linked one.
 LINK_RUNS = ("layers", "analyse")
+# The session report keeps these results and pins (components.report).
+REPORT_RESULTS = {"pissa-spectrum": "Spectrum and PiSSA split", "pissa-error-table": "Quantization error", "pissa-race": "LoRA vs PiSSA race", "pissa-convert-result": "PiSSA to LoRA conversion"}
+REPORT_PINS = {"pissa-pin": "pissa-spectrum"}
 
 # One colour per method here and in the guided tour (backend.core.colors): PiSSA and its quantized
 # QPiSSA in PiSSA's orange family, LoRA blue, LoftQ green/purple, the frozen residual W_res blue as

@@ -28,6 +28,7 @@ from backend.core import bounds
 from backend.core.presets import active_source
 from backend.core.zerogpu import gpu
 
+from . import report
 from .guard import HANDLER_GPU_SECONDS, guarded
 
 _SOURCE: str | None = None  # the app's preset source, set by install()
@@ -519,7 +520,8 @@ TOOLS = [(token_relevance, "relevance", True, True, "about a second per method")
          (memorized_prompts, "memorization", False, False, "milliseconds (reads the prompt lists)"),
          (math_neurons, "math_neurons", True, True, "seconds on the zoo, a minute or more at 1B"),
          (pissa_layers, "adapters", True, False, "loads the model once, then milliseconds"),
-         (pissa_layer, "adapters", True, False, "one SVD, milliseconds on the zoo")]
+         (pissa_layer, "adapters", True, False, "one SVD, milliseconds on the zoo"),
+         (report.session_report, "report", False, False, "milliseconds to a second (writes one HTML file)")]
 TOOL_NAMES = [t[0].__name__ for t in TOOLS]
 # The declared ranges of the tools' cost arguments (backend.core.bounds), stated in the schemas
 RANGES = {"find_features": {"limit": bounds.FEAT_LIMIT}, "generate_without_neurons": {"seeds": bounds.MEMO_SEEDS},
@@ -590,6 +592,7 @@ def install(demo: gr.Blocks, source: str) -> list[str]:
             fn._wb_guarded = True  # guard_events leaves it as it is
             gr.api(fn, api_name=tool.__name__, **queue)
     mcp_server.adjust(annotations(), schema_extras(source), RANGES)
+    report.tool_results(demo, [t for t in TOOLS if t[0] is not report.session_report])  # the tools' answers
     return TOOL_NAMES
 
 

@@ -38,6 +38,9 @@ SUMMARY = "SAE features of a LLaVA-style model: top images, activation regions, 
 # these (components.links): the model and SAE it names (a user's own too), the filtered list, the
 # held-out scene's analysis and the steering.
 LINK_RUNS = ("features_load", "features_list", "analyse_image", "steer")
+# The session report keeps these results and pins (components.report).
+REPORT_RESULTS = {"features-hist": "Feature page", "features-firing": "Features firing on an image", "features-steer-out": "Steering a feature"}
+REPORT_PINS = {"features-pin": "features-steer-out"}
 LINK_PARAMS = ("feature",)  # read by the tab's own load event, not a linked input
 
 SORTS = ["density", "max activation", "IoU"]

@@ -34,6 +34,9 @@ TITLE = "Math neurons"
 ORDER = 4
 SUMMARY = "MathNeuro: find math-specific parameters, prune or scale them, watch math vs non-math accuracy."
 LINK_RUNS = ("mn_evaluate",)  # a deep link reruns the accuracies of its setting (components.links)
+# The session report keeps these results and pins (components.report).
+REPORT_RESULTS = {"mn-accfig": "Math and non-math accuracy", "mn-fig2": "Pruning by method", "mn-curve": "Accuracy by scale factor", "mn-cons": "Consistency across sample sizes", "mn-ask-out": "Ask the model"}
+REPORT_PINS = {"mn-pin": "mn-accfig"}
 LINKED = ("mn-method", "mn-k", "mn-factor", "mn-n", "mn-prompt")
 NONMATH_TYPES = [".jsonl", ".json", ".csv", ".tsv", ".txt"]
 

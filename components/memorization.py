@@ -34,6 +34,9 @@ SUMMARY = "NeMo: detect memorized prompts in Stable Diffusion, localize the neur
 # A deep link reruns these (components.links): the score of its prompt, then the generations with its
 # ticked neurons off. The ticked neurons travel in the link even before "Find neurons" ran.
 LINK_RUNS = ("memo_check", "memo_generate")
+# The session report keeps these results and pins (components.report).
+REPORT_RESULTS = {"memo-score": "Memorization check", "memo-z": "Neurons found (NeMo)", "memo-gallery": "Generations with the neurons off", "memo-batch-table": "Batch detection", "memo-table": "Memorized prompts"}
+REPORT_PINS = {"memo-pin": "memo-gallery"}
 
 TYPES = ndata.TYPES
 MAX_SEEDS = int(bounds.MEMO_SEEDS.hi)

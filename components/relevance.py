@@ -32,6 +32,9 @@ ORDER = 1
 SUMMARY = "MambaLRP: which tokens and pixels a Mamba model relies on, with baselines and faithfulness."
 # A deep link reruns these (components.links): the text explanation, then the linked held-out image.
 LINK_RUNS = ("explain_text", "image_example", "explain_image")
+# The session report keeps these results and pins (components.report).
+REPORT_RESULTS = {"rel-bars": "Token relevance", "rel-image-out": "Pixel relevance", "rel-curves": "Faithfulness on held-out sentences", "rel-long-plot": "Long-range relevance"}
+REPORT_PINS = {"rel-pin": "rel-bars"}
 
 DEFAULT_METHODS = ["mambalrp", "gi", "ig", "mambaattr"]
 RULE_LABELS = {"norm": "RMSNorm: detach the normaliser", "silu": "SiLU: x·stopgrad(σ(x))",

@@ -1,0 +1,90 @@
+"""The MCP tool session_report: an agent's report holds the answers of its own MCP session only."""
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pytest
+
+from tests.api.test_mcp import zerogpu_boundary  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def mcp_url():
+    """The app with its MCP tools in this process (as tests/api/test_mcp.py serves it); Gradio's check
+    that localhost answers can time out on a busy machine, so the launch is tried three times."""
+    import app
+    from components import agent_tools
+    from tests.helpers.server import free_port
+
+    demo = app.build_app("zoo")
+    agent_tools.install(demo, "zoo")
+    for attempt in range(3):
+        port = free_port()
+        try:
+            demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                        mcp_server=True, **app.launch_kwargs())
+            break
+        except ValueError:
+            demo.close()
+            if attempt == 2:
+                raise
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+def _session(url, work, token: str | None = None):
+    """One MCP session of an agent that sends `token` as its credentials (Gradio's server is stateless)."""
+    import asyncio
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def run():
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        async with streamablehttp_client(url + "gradio_api/mcp/", headers=headers) as (read, write, _):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                return await work(s)
+
+    return asyncio.run(run())
+
+
+def _report(res) -> tuple[dict, str]:
+    """The tool's summary and the HTML of the file it wrote (fetched from the app, as a client would)."""
+    assert not res.isError, res
+    texts = [c.text for c in res.content if c.type == "text"]
+    summary = json.loads(texts[0])
+    page = ""
+    for c in res.content:
+        uri = str(getattr(c, "uri", "") or getattr(getattr(c, "resource", None), "uri", "") or "")
+        blob = getattr(getattr(c, "resource", None), "text", None)
+        found = re.search(r"https?://\S+?\.html", " ".join(texts[1:]) + " " + uri)
+        if blob:
+            page = blob
+        elif found:
+            with urllib.request.urlopen(found.group(0), timeout=30) as r:
+                page = r.read().decode()
+    return summary, page
+
+
+def test_session_report_holds_this_agents_answers_only(mcp_url):  # noqa: F811
+    async def work(s):
+        await s.call_tool("pissa_layer", {"layer": "fc2", "rank": 5})
+        return await s.call_tool("session_report", {})
+
+    summary, page = _report(_session(mcp_url, work, token="agent-a"))
+    assert summary["tabs"] == ["adapters"] and summary["results"] == 1, summary
+    assert page and "pissa_layer (MCP tool)" in page and "fc2" in page
+    assert "/tmp/" not in page
+
+    # another agent, and one that says who it is by nothing at all: neither sees agent A's answer
+    other, other_page = _report(_session(mcp_url, lambda s: s.call_tool("session_report", {}), token="agent-b"))
+    assert other["results"] == 0 and other["tabs"] == [] and "pissa_layer" not in other_page, other
+    anonymous, _ = _report(_session(mcp_url, work))
+    assert anonymous["results"] == 0 and "no session id" in anonymous["note"], anonymous

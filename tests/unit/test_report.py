@@ -1,0 +1,91 @@
+"""The session report's parts without a server: cleaning of the tabs' HTML, session scope, the page's
+size and build time (the browser checks are tests/e2e/test_report.py)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from backend.core import sessions
+from components import report, report_html
+from components import report_record as R
+
+
+def test_clean_html_keeps_no_script_no_request_and_no_server_path():
+    raw = ("<div onclick='x()' style=\"background:url(http://evil/x.png)\"><script>fetch('/x')</script>"
+           "<img src='/gradio_api/file=/tmp/gradio/abc/img.png'><img src=\"data:image/png;base64,iVBOR/AA/BB+/CC\">"
+           "<a href='https://example.org/paper'>paper</a> saved in /tmp/workbench-sessions/abc123/report/x.json"
+           "<iframe src='http://x'></iframe> 3/4 of 12/5</div>")
+    out = R.clean_html(raw)
+    assert "<script" not in out and "onclick" not in out and "<iframe" not in out
+    assert "evil" not in out and "gradio_api" not in out and "/tmp/" not in out
+    assert "data:image/png;base64,iVBOR/AA/BB+/CC" in out  # a data URI stays whole
+    assert "href='https://example.org/paper'" in out
+    assert "…/x.json" in out and "3/4 of 12/5" in out
+
+
+def _fig(n=12, seed=0) -> go.Figure:
+    rng = np.random.default_rng(seed)
+    return go.Figure([go.Bar(x=list(range(n)), y=rng.normal(size=n), name="relevance")],
+                     layout=dict(xaxis=dict(tickvals=list(range(n)), ticktext=[f"w{i}" for i in range(n)])))
+
+
+def _result(tab, text, seed=0):
+    fig = R.figure_part(_fig(seed=seed), "a figure")
+    return {"tab": tab, "section": "s", "heading": "h", "computed_at": report.now(), "seconds": 0.5,
+            "model": "m", "revision": "r", "method": "x", "settings": [("Text", text)], "note": "n",
+            "parts": [fig, R.table_part([[1, 0.25]], None, "t")], "link": "http://127.0.0.1/?tab=" + tab}
+
+
+def test_figure_numbers_are_the_figures_own():
+    fig = _fig()
+    part = R.figure_part(fig, "t")
+    rows = part["tables"][0]["rows"]
+    assert part["tables"][0]["columns"] == ["x", "label", "y"]
+    assert [float(r[2]) for r in rows] == list(fig.data[0].y)  # repr round-trips every float exactly
+    assert rows[3][1] == "w3"
+
+
+def test_reports_hold_only_their_sessions_results_and_go_with_the_session(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORKBENCH_SESSION_DIR", str(tmp_path))
+    R.put_result("visitor-a", "relevance", "s", _result("relevance", "alpha words"))
+    R.put_result("visitor-b", "adapters", "s", _result("adapters", "beta words"))
+    page_a, sum_a = report.report_html("visitor-a")
+    page_b, _ = report.report_html("visitor-b")
+    assert "alpha words" in page_a and "beta words" not in page_a
+    assert "beta words" in page_b and "alpha words" not in page_b
+    assert sum_a["tabs"] == ["relevance"] and sum_a["results"] == 1
+    sessions.end("visitor-a")  # the unload of the page
+    assert "visitor-a" not in R.sessions_held() and "visitor-b" in R.sessions_held()
+    assert "Nothing was computed" in report.report_html("visitor-a")[0]
+    R.forget("visitor-b")
+
+
+def test_an_empty_report_says_so_and_carries_no_plotting_library():
+    page, summary = report.report_html(None)
+    assert "Nothing was computed in this session yet" in page
+    assert "plotly-gz" not in page and len(page) < 20_000 and summary["results"] == 0
+
+
+def test_five_tabs_embed_plotly_once_within_size_and_time():
+    report_html.plotly_bundle()  # packed once per process (the app does it at import)
+    sid = "five-tabs"
+    for i, tab in enumerate(["relevance", "features", "memorization", "math_neurons", "adapters"]):
+        R.put_result(sid, tab, "s", _result(tab, f"text {i}", seed=i))
+        R.put_result(sid, tab, "t", _result(tab, f"more {i}", seed=10 + i))
+    R.put_pin(sid, "adapters", "s", report.now())
+    t0 = time.perf_counter()
+    page, summary = report.report_html(sid)
+    seconds = time.perf_counter() - t0
+    R.forget(sid)
+    assert page.count("id='plotly-gz'") == 1 and page.count("<div class='plot'") == 11
+    assert summary["results"] == 10 and summary["pinned"] == 1
+    assert len(page.encode()) <= 5_000_000 and seconds <= 3.0, (len(page), seconds)
+
+
+@pytest.mark.parametrize("value,expected", [(0.1 + 0.2, "0.30000000000000004"), (np.float32(0.5), "0.5"),
+                                            (True, "True"), (None, ""), ([1, 2.5], "1, 2.5")])
+def test_cells_read_as_the_tab_shows_them(value, expected):
+    assert R.fmt(value) == expected
