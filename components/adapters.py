@@ -366,12 +366,18 @@ def _status(curves: dict, done: dict | None, elapsed: float, total: int) -> str:
         lines.append(" · ".join(f"{NAMES.get(m, m)}: loss {np.mean(v):.3f}" for m, v in sorted(latest.items())))
     if done:
         s = done["summary"]
-        if "pissa_beats_lora" in s:
+        run, planned = s.get("steps_run", 0), s.get("steps_planned", 0)
+        cut = bool(done.get("stopped")) and run < planned
+        if cut:  # a stopped race compares only the steps every run completed, and says so
+            lines.append(f"Race **stopped** at step {run} of {planned}" + (": nothing to compare yet." if not run else "."))
+        if "pissa_beats_lora" in s and run:
             w = s["pissa_beats_lora"]
-            lines.append(f"PiSSA's loss is below LoRA's at the end for **{w['wins']}/{w['seeds']}** seeds "
+            when = f"at step {run} (of the {planned} planned)" if cut else "at the end"
+            lines.append(f"PiSSA's loss is below LoRA's {when} for **{w['wins']}/{w['seeds']}** seeds "
                          f"(same lr {s['settings']['lr']:g}, r {s['settings']['rank']}, "
                          f"alpha {s['settings']['alpha']:g}).")
-        lines.append("**stopped**" if done.get("stopped") else "**finished**")
+        if not cut:
+            lines.append("**stopped**" if done.get("stopped") else "**finished**")
     return "  \n".join(lines)
 
 

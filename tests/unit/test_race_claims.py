@@ -1,0 +1,35 @@
+"""What a race's summary claims holds for what was run: a stopped race says where it stopped and
+compares only the steps every run completed."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from backend.pissa.race import summarize
+from components.adapters import _status
+
+
+def _run(method, seed, losses):
+    # summarize reads a run's method, seed, losses and trainable params only
+    return SimpleNamespace(method=method, seed=seed, losses=list(losses), params=[])
+
+
+def test_a_stopped_race_compares_the_steps_every_run_completed():
+    # stopped inside step 3: PiSSA seed 0 ran step 3 (a big spike), LoRA seed 0 did not
+    runs = [_run("lora", 0, [2.0, 1.5]), _run("pissa", 0, [1.8, 1.2, 9.0])]
+    s = summarize(runs, planned=300, lr=1e-3, rank=4, alpha=4.0)
+    assert s["steps_run"] == 2 and s["steps_planned"] == 300
+    assert s["final_loss"]["pissa"]["0"] == 1.2  # step 2, not the unmatched step 3
+    assert s["pissa_beats_lora"] == {"seeds": 1, "wins": 1}
+    text = _status({}, {"stopped": True, "summary": s}, 1.0, 600)
+    assert "Race **stopped** at step 2 of 300." in text
+    assert "below LoRA's at step 2 (of the 300 planned)" in text and "at the end" not in text
+
+
+def test_a_finished_race_says_at_the_end_and_one_stopped_before_a_step_compares_nothing():
+    runs = [_run("lora", 0, [2.0, 1.5]), _run("pissa", 0, [1.8, 1.2])]
+    s = summarize(runs, planned=2, lr=1e-3, rank=4, alpha=4.0)
+    text = _status({}, {"stopped": False, "summary": s}, 1.0, 4)
+    assert "at the end for **1/1** seeds" in text and "at step" not in text
+    s0 = summarize([_run("lora", 0, []), _run("pissa", 0, [])], planned=300, lr=1e-3, rank=4, alpha=4.0)
+    text = _status({}, {"stopped": True, "summary": s0}, 0.1, 600)
+    assert "Race **stopped** at step 0 of 300: nothing to compare yet." in text and "below LoRA" not in text
