@@ -22,6 +22,7 @@ from components import links, race_live
 from backend.core import bounds
 from components.common import fail, model_event, themed
 from components.inputs import CheckedNumber, bounded_slider, checked_radio, keep_on_failure
+from components.adapter_convert import conversion_md
 from components.model_picker import model_picker
 from components.mpl import pyplot
 
@@ -525,26 +526,7 @@ def convert(key, rank, steps, layer=None, progress=gr.Progress()):
     progress(0.2, desc="fine-tuning with PiSSA, then converting")
     r = _call(service.conversion_demo, key, _call(bounds.check, bounds.PISSA_RANK, rank),
               _call(bounds.check, bounds.PISSA_CONVERT_STEPS, steps), layer=layer)
-    half = r["dtype"] in ("float16", "bfloat16")
-    change = r["change_from_base"] / r["output_scale"]
-    verdict = "the same outputs" if r["same_outputs"] else "NOT the same outputs!"
-    if half:
-        why = (f"Tolerance {r['tolerance']:.1e} = 8 machine epsilons of {r['dtype']}, the weights' dtype: "
-               f"the PiSSA model stores W_res = W − AB rounded to {r['dtype']}, which already shifts its "
-               f"outputs by {r['roundoff_at_init']:.1e} (relative) from the base model's before any "
-               f"training; that round-off grows slowly with depth (about 2.5 epsilons at 32 layers).")
-    else:
-        why = (f"Tolerance {r['tolerance']:.0e} for {r['dtype']} weights (their round-off at step 0: "
-               f"{r['roundoff_at_init']:.1e}).")
-    why += (f" A wrong conversion would be off by about as much as the fine-tuning moved the outputs "
-            f"({change:.1e} relative)" + (", under twice the tolerance here: take more steps for a telling "
-                                          "check." if change <= 2 * r["tolerance"] else "."))
-    md = (f"PiSSA fine-tuned {html.escape(', '.join(r['layers']))} for {r['steps']} step{'s' if r['steps'] != 1 else ''} "
-          f"(rank {r['rank']}). peft converted it to a plain "
-          f"**LoRA of rank {r['converted_rank']}** on the *original* weights W. On {r['n_inputs']} inputs the "
-          f"two models differ by at most **{r['max_abs_diff']:.2e}** (relative **{r['rel_diff']:.1e}**, "
-          f"tolerance {r['tolerance']:.1e}): **{verdict}**  \n{why}")
-    return md, r
+    return conversion_md(r), r
 
 
 # --- layout -------------------------------------------------------------------------------------

@@ -33,3 +33,29 @@ def test_a_finished_race_says_at_the_end_and_one_stopped_before_a_step_compares_
     s0 = summarize([_run("lora", 0, []), _run("pissa", 0, [])], planned=300, lr=1e-3, rank=4, alpha=4.0)
     text = _status({}, {"stopped": True, "summary": s0}, 0.1, 600)
     assert "Race **stopped** at step 0 of 300: nothing to compare yet." in text and "below LoRA" not in text
+
+
+def _conversion(rel, change_rel, dtype="bfloat16"):
+    import torch
+
+    from backend.pissa.service import conversion_tolerance
+
+    scale = 8.16
+    return {"layers": ["model.layers.0.self_attn.v_proj"], "steps": 20, "rank": 8, "converted_rank": 16,
+            "n_inputs": 32, "max_abs_diff": rel * scale, "rel_diff": rel, "output_scale": scale,
+            "dtype": dtype, "tolerance": conversion_tolerance(getattr(torch, dtype)),
+            "roundoff_at_init": 0.02, "change_from_base": change_rel * scale}
+
+
+def test_convert_says_the_same_outputs_only_within_the_dtypes_bound():
+    from components.adapter_convert import conversion_md
+
+    # an own bf16 Qwen2: outputs 0.36 apart (4.4e-2 relative) are not "the same outputs"
+    md = conversion_md(_conversion(4.4e-2, 0.5))
+    assert "3.59e-01" in md and "**the same outputs**" not in md
+    assert "**close, but not the same outputs**" in md and "4 machine epsilons of bfloat16" in md
+    # as far off as the fine-tuning moved them: a wrong conversion
+    assert "**NOT the same outputs!**" in conversion_md(_conversion(4.4e-2, 5e-2))
+    # two epsilons of bfloat16 (a 32-layer model's round-off is about 2.5): the same
+    assert "**the same outputs**" in conversion_md(_conversion(2 * 2 ** -7, 0.5))
+    assert "**the same outputs**" not in conversion_md(_conversion(5e-3, 0.5, "float16"))
