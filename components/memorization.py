@@ -23,9 +23,9 @@ from components.visitor import own_folder, room_of, stats_dir
 from components.common import fail, model_event
 from backend.core import bounds
 from components.inputs import bounded_slider, checked_image, clear_unreadable, keep_on_failure
-from components.memorization_figures import (NO_NEURONS_OFF, TABLE_HEADERS, TABLE_WIDTHS, batch_rows, export_png,
-                                             gallery_items, hist_plot, pin_html, result_html, score_html,
-                                             stats_html, summary_html, table_rows, z_plot)
+from components.memorization_figures import (NO_NEURONS_OFF, NO_TYPE, TABLE_HEADERS, TABLE_WIDTHS, batch_rows,
+                                             export_png, gallery_items, hist_plot, pin_html, result_html, score_html,
+                                             stats_html, summary_html, table_rows, type_shown, z_plot)
 
 TAB_ID = "memorization"
 TITLE = "Memorization"
@@ -426,9 +426,15 @@ def build(ctx) -> None:
             files = gr.File(label="Exports", file_count="multiple", elem_id="memo-files")
 
     gen_inputs = [prompt, neurons, free, n_seeds, reference, memo_model]
+
+    def listed_type(card, model, asked):
+        return type_shown(card, dict(example_sets(service.describe(ctx.source, model or None))[0]).get(asked))
+
     check_btn.click(prompt_ok, [prompt], None).success(
         check, [prompt, memo_model], [score, zplot, stats_card], show_progress_on=[score],
-        **model_event(api_name="memo_check"))
+        **model_event(api_name="memo_check")).success(
+        listed_type, [score, memo_model, prompt], mem_type, queue=False, show_progress="hidden",
+        api_visibility="private")
     find_btn.click(prompt_ok, [prompt], None).success(
         find, [prompt, memo_model], [found, neurons, zplot], show_progress_on=[found],
         **model_event(api_name="memo_find"))
@@ -458,6 +464,8 @@ def build(ctx) -> None:
 
     for trigger in (prompt.input, mem_ex.dataset.click, ord_ex.dataset.click):
         trigger(prompt_changed, None, [neurons, found], queue=False, show_progress="hidden", api_visibility="private")
+    for trigger in (prompt.input, ord_ex.dataset.click):  # a type belongs to a listed memorized caption
+        trigger(lambda: NO_TYPE, None, mem_type, queue=False, show_progress="hidden", api_visibility="private")
     picked = memo_model.change(on_model, memo_model, [stats_card, neurons, found],
                                **model_event(api_name="memo_model"))
     keep_on_failure(picked, [stats_card, neurons, found])

@@ -1,5 +1,6 @@
-"""What a race's summary claims holds for what was run: a stopped race says where it stopped and
-compares only the steps every run completed."""
+"""What a page claims holds for what it shows: a stopped race says where it stopped and compares
+only the steps every run completed; convert calls outputs the same only within the dtype's bound; the
+Memorization type (VM/TM) is shown only beside "memorized"."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -59,3 +60,19 @@ def test_convert_says_the_same_outputs_only_within_the_dtypes_bound():
     # two epsilons of bfloat16 (a 32-layer model's round-off is about 2.5): the same
     assert "**the same outputs**" in conversion_md(_conversion(2 * 2 ** -7, 0.5))
     assert "**the same outputs**" not in conversion_md(_conversion(5e-3, 0.5, "float16"))
+
+
+def _check_result(memorized, listed_type):
+    return {"score": 0.3, "theta_mem": 0.43, "memorized": memorized, "listed_type": listed_type,
+            "max_z": 2.0, "detection": None}
+
+
+def test_the_memorization_type_is_a_dash_beside_not_memorized():
+    from components.memorization_figures import score_html, type_shown
+
+    # the paper lists the caption as VM, but this model does not memorize it: no type beside the verdict
+    card = score_html(_check_result(False, "VM"))
+    assert "not memorized" in card and type_shown(card, "VM") == "—"
+    assert type_shown(score_html(_check_result(True, "TM")), "TM") == "TM"
+    assert type_shown(score_html(_check_result(True, None)), None) == "—"  # memorized, not on the list
+    assert type_shown(None, "VM") == "—"  # no check shown
