@@ -76,3 +76,27 @@ def test_the_memorization_type_is_a_dash_beside_not_memorized():
     assert type_shown(score_html(_check_result(True, "TM")), "TM") == "TM"
     assert type_shown(score_html(_check_result(True, None)), None) == "—"  # memorized, not on the list
     assert type_shown(None, "VM") == "—"  # no check shown
+
+
+def test_the_overview_says_not_downloaded_for_hub_checkpoints_it_cannot_load(monkeypatch, tmp_path):
+    import huggingface_hub.constants as C
+
+    from backend.core import picker, presets
+    from components import overview
+
+    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(C, "HF_HUB_CACHE", str(tmp_path))  # an empty cache
+    rows = overview._model_table("zoo")
+    hub = [r for r in rows if r[1] == "hub"]
+    assert hub, "the zoo app registers the papers' checkpoints too"
+    assert all(r[4] == picker.NOT_CACHED for r in hub), hub
+    assert all(r[4] in ("loaded", "active", "available") for r in rows if r[1] == "zoo")
+    # one in the cache is available again
+    p = next(p for p in presets.presets() if p.source == "hub")
+    snap = tmp_path / f"models--{p.path_or_id.replace('/', '--')}" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (tmp_path / f"models--{p.path_or_id.replace('/', '--')}" / "refs").mkdir()
+    (tmp_path / f"models--{p.path_or_id.replace('/', '--')}" / "refs" / (p.revision or "main")).write_text("abc")
+    row = next(r for r in overview._model_table("zoo") if r[2] == p.path_or_id)
+    assert row[4] == "available"
