@@ -470,16 +470,24 @@ def build(ctx) -> None:
                                **model_event(api_name="memo_model"))
     keep_on_failure(picked, [stats_card, neurons, found])
 
+    offered = {p for p, _ in mem_examples} | set(ord_examples)  # every example caption a pick has shown
+
     def words_for(model, asked):
-        """The model line, the example captions, the statistics slider and the prompt's listed type
-        follow the picked pipeline."""
+        """The model line, the example captions, the statistics slider, the prompt and its listed type
+        follow the picked pipeline: an example caption of another model gives way to this model's
+        first example (a prompt the visitor typed stays)."""
         info = service.describe(ctx.source, model or None)
         mem, ordinary, mlabel, olabel = example_sets(info)
+        mine = [p for p, _ in mem] + list(ordinary)
+        if asked in offered and asked not in mine and mine:
+            asked = mine[0]
+        offered.update(mine)
         return (model_note(info), gr.Dataset(samples=[[p, t] for p, t in mem], label=mlabel),
                 gr.Dataset(samples=[[p] for p in ordinary], label=olabel),
-                gr.update(**stats_slider(info["stats_plan"])), dict(mem).get(asked, ""))
+                gr.update(**stats_slider(info["stats_plan"])), dict(mem).get(asked, NO_TYPE), asked)
 
-    picked.success(words_for, [memo_model, prompt], [note, mem_ex.dataset, ord_ex.dataset, n_stats, mem_type],
+    picked.success(words_for, [memo_model, prompt], [note, mem_ex.dataset, ord_ex.dataset, n_stats, mem_type,
+                                                     prompt],
                    queue=False,
                    show_progress="hidden", api_visibility="private")
     export_btn.click(generate_ok, gen_inputs, None).success(

@@ -18,6 +18,7 @@ from backend.lrp.methods import LABELS, METHODS
 from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text_presets
 from backend.lrp.tokens import visible
 from components.model_picker import model_picker
+from components.relevance_models import long_note, long_on_pick, model_line
 from components import links
 from components.common import fail, model_event, on_first_open
 from components.inputs import bounded_slider, clear_unreadable, keep_on_failure
@@ -173,12 +174,7 @@ def build(ctx) -> None:
         elem_classes=["wb-advanced"])
     gr.HTML(f"<div class='wb-explain'>{PRESENTER_CAPTION}</div>", elem_classes=["wb-presenter-only", "wb-lead"],
             elem_id="rel-presenter-caption")
-    zoo_note = (" — the zoo organism: 1–3 polar words among distractors decide the label by majority; "
-                "the truth is where they are." if text_p.source == "zoo" else "")
-    gr.Markdown(f"<span class='wb-muted'>Default text model: <b>{html.escape(text_p.label or text_p.path_or_id)}</b>"
-                f"{zoo_note}" + (" — pick the checkpoint below. Tokens are shown as the text they stand "
-                                 "for; a faint · marks a token that begins with a space." if hub else "")
-                + "</span>", elem_classes=["wb-advanced"])
+    model_md = gr.Markdown(model_line(source, None, hub), elem_classes=["wb-advanced"], elem_id="rel-model-line")
 
     # ---------------------------------------------------------------- text
     with gr.Row():
@@ -389,16 +385,21 @@ def build(ctx) -> None:
             lr_json = gr.JSON(label="Top tokens", open=False, elem_id="rel-long-json")
         if not long_ok:
             gr.Markdown("<span class='wb-muted'>The long-range organism is not built.</span>")
+        long_md = gr.Markdown(long_note(source, None, hub), elem_id="rel-long-model")
 
     def run_long(t, ms, model_id=None, progress=gr.Progress()):
         progress(0.2, desc="explaining")
-        m = _guard(svc.load_text, source, model_id) if hub else svc.load_longrange()
+        # a checkpoint or the visitor's own model is explained itself; a zoo text organism hands the
+        # run to the zoo long-range organism (the section's line under the button says which)
+        m = _guard(svc.load_text, source, model_id) if hub or long_on_pick(source, model_id) else svc.load_longrange()
         res = _guard(svc.longrange, m, t, ms)
         mark = {meth: {d["position"] for d in tops} for meth, tops in res["top_tokens"].items()}
-        return heatmap_html(res, True, mark), longrange_plot(res), {"target": res["target"],
+        return heatmap_html(res, True, mark), longrange_plot(res), {"model": m.model_id, "target": res["target"],
                                                                      "top_tokens": res["top_tokens"]}
 
     long_out = [lr_heat, lr_plot, lr_json]
+    model.change(lambda k: (model_line(source, k, hub), long_note(source, k, hub)), model, [model_md, long_md],
+                 queue=False, show_progress="hidden", api_visibility="private")
     keep_on_failure(lr_btn.click(run_long, [lr_text, methods, model], long_out,
                                  **model_event(api_name="explain_longrange")), long_out)
 
