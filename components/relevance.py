@@ -72,14 +72,14 @@ def describe(text, methods, rules, target, model) -> dict:
             "model": model}
 
 
-def pinned_html(pin: dict, res: dict, normalise: bool, vmax: float | None) -> str:
+def pinned_html(pin: dict, res: dict, normalise: bool, vmax: float | None, template: bool = False) -> str:
     dropped = [RULE_LABELS[r].split(":")[0] for r in RULES if r not in pin["rules"]]
     rules = "all MambaLRP rules" if not dropped else "without " + ", ".join(dropped)
     head = (f"<div class='wb-pinned-head'><b>Pinned</b> · {html.escape(str(pin['model']).split('/')[-1])} · "
             f"{rules} · target {html.escape(visible(res['target']))} (logit {res['logit']:.3f}) · "
             f"“{html.escape(pin['text'][:80])}”</div>")
     return f"<div class='wb-pinned' style='border-top:2px dashed #9ca3af;margin-top:6px;padding-top:4px'>{head}" \
-           f"{heatmap_html(res, normalise, vmax=vmax)}</div>"
+           f"{heatmap_html(res, normalise, vmax=vmax, template=template)}</div>"
 
 
 def refuse_unreadable(image: gr.Image) -> gr.Image:
@@ -194,6 +194,8 @@ def build(ctx) -> None:
                 target = gr.Textbox(label="Target word or token (blank = the model's prediction)", value="",
                                     elem_id="rel-target", scale=2)
                 normalise = gr.Checkbox(label="Normalise per method", value=True, elem_id="rel-normalise")
+                tpl_scale = gr.Checkbox(label="Template tokens in the colour scale", value=False,
+                                        elem_id="rel-template-scale")
             explain = gr.Button("Explain", variant="primary", elem_id="rel-explain")
     heat = gr.HTML(elem_id="rel-heatmap", elem_classes=["wb-keyfig"])
     with gr.Row():
@@ -236,27 +238,30 @@ def build(ctx) -> None:
 
     on_first_open(ctx, first_view, [text, methods, rules, target, normalise, model], text_out)
 
-    def pair(p, res, norm):
+    def pair(p, res, norm, tpl=False):
         """The current heatmap and the pinned one, on one scale when not normalised per method."""
         if not p or not res:
-            return gr.skip(), ""
+            return (heatmap_html(res, norm, template=tpl) if res else gr.skip()), ""
         m = _guard(svc.load_text, source, p["model"])
         pres = _guard(svc.explain_text, m, p["text"], p["methods"], p["rules"], p["target"] or None)
-        vmax = max(max_abs(res), max_abs(pres))
-        return heatmap_html(res, norm, vmax=vmax), pinned_html(p, pres, norm, vmax)
+        vmax = max(max_abs(res, tpl), max_abs(pres, tpl))
+        return heatmap_html(res, norm, vmax=vmax, template=tpl), pinned_html(p, pres, norm, vmax, tpl)
 
-    def do_pin(last_inputs, res, norm):
+    def do_pin(last_inputs, res, norm, tpl=False):
         if not last_inputs or not res:
             fail("Explain a text first, then pin it.")
-        return (last_inputs, *pair(last_inputs, res, norm))
+        return (last_inputs, *pair(last_inputs, res, norm, tpl))
 
     ran.success(describe, text_in, [last], queue=False, api_name=False).then(
-        pair, [pin, summary, normalise], [heat, pinned], show_progress="hidden",
+        pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
         **model_event(api_name=False))
-    keep_on_failure(pin_btn.click(do_pin, [last, summary, normalise], [pin, heat, pinned],
+    # the toggle redraws what is shown (both heatmaps when pinned) from the cached explanations
+    tpl_scale.change(pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
+                     **model_event(api_name=False))
+    keep_on_failure(pin_btn.click(do_pin, [last, summary, normalise, tpl_scale], [pin, heat, pinned],
                                   **model_event(api_name=False)), [pin, heat, pinned])
-    unpin_btn.click(lambda res, norm: (None, heatmap_html(res, norm) if res else gr.skip(), ""),
-                    [summary, normalise], [pin, heat, pinned], queue=False, api_name=False)
+    unpin_btn.click(lambda res, norm, tpl: (None, heatmap_html(res, norm, template=tpl) if res else gr.skip(), ""),
+                    [summary, normalise, tpl_scale], [pin, heat, pinned], queue=False, api_name=False)
 
     # ---------------------------------------------------------------- held-out evaluation
     with gr.Accordion("Held-out evaluation: faithfulness (ΔA^F) and conservation", open=False,
