@@ -225,6 +225,11 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
+    def evaluated(self, s: Setting, n_eval: int | None = UI_EVAL) -> dict[str, float] | None:
+        """`evaluate(s)` if it has been computed (and is still cached), else None: nothing runs."""
+        s.validate()
+        return RESULT_CACHE.get(make_key(self.model_id, "eval", (s.masks_key(), float(s.factor), n_eval)))
+
     @gpu(duration=lambda self, n_eval=UI_EVAL, *a, **k: capped(10 + _per_item(self) * (n_eval or 1000)))
     def baseline(self, n_eval: int | None = UI_EVAL, nonmath: str = DEFAULT_NONMATH,
                  math: str = DEFAULT_MATH) -> dict[str, float]:
