@@ -27,7 +27,7 @@ from components.feature_figures import (label_shown, enlarged, concept_plot, his
 from backend.core import bounds
 from components.common import fail, model_event
 from components.guard import main_only
-from components.inputs import CheckedImage, CheckedNumber, clear_unreadable, keep_on_failure
+from components.inputs import CheckedImage, CheckedNumber, clear_unreadable, keep_on_failure, unreadable
 from components.model_picker import model_picker
 
 TAB_ID = "features"
@@ -193,8 +193,8 @@ def _image_input(org, image, example):
 
                 with Image.open(image) as im:
                     return np.asarray(im.convert("RGB"))
-            except Exception as e:
-                fail(f"The uploaded file could not be read as an image ({type(e).__name__}).")
+            except Exception:
+                fail(unreadable(Path(str(image)).name))
         return np.asarray(image)
     if not org.heldout_specs:
         fail("Upload an image (this model has no scene set to pick from).")
@@ -507,8 +507,8 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
     for i in range(len(src)):  # every file must open before the model spends time on any
         try:
             src.load(i)
-        except Exception as e:
-            fail(f"{src.name(i)} could not be read as an image ({type(e).__name__}); nothing was indexed.")
+        except Exception:
+            fail(unreadable(src.name(i)).replace("nothing was computed", "nothing was indexed"))
     org = _org(source, progress)
     flag = _stop_flag(request).start()
     progress(0, desc=f"indexing {len(src)} images")

@@ -25,7 +25,7 @@ from backend.core import bounds
 from components.inputs import bounded_slider, checked_image, clear_unreadable, keep_on_failure
 from components.memorization_figures import (NO_NEURONS_OFF, NO_TYPE, TABLE_HEADERS, TABLE_WIDTHS, batch_rows,
                                              export_png, gallery_items, hist_plot, pin_html, result_html, score_html,
-                                             stats_html, summary_html, table_rows, type_shown, z_plot)
+                                             relaxed_words, stats_html, summary_html, table_rows, type_shown, z_plot)
 
 TAB_ID = "memorization"
 TITLE = "Memorization"
@@ -170,9 +170,7 @@ def make_handlers(source: str):
                    f"{loc['n_initial']} at θ = {loc['theta']:g}, k = {loc['k']})</span>: "
                    f"{html.escape(', '.join(labels))}. <span class='wb-advanced'>Ticked = switched off below. ")
             if loc["relaxed"]:
-                msg += (f"The initial selection never brought the SSIM to θ<sub>mem</sub> before θ "
-                        f"reached 1, so, as the official code does, it was refined against the last SSIM "
-                        f"reached, {loc['threshold']:.3f}. ")
+                msg += (relaxed_words(m.theta_mem, loc["threshold"]) + " ")
             msg += "</span>"
         msg += f"<span class='wb-muted wb-advanced'>{setting}</span>"
         if not r["memorized"] and not loc["skipped"]:

@@ -54,6 +54,16 @@ def score_html(r: dict) -> str:
 NO_TYPE = "—"
 
 
+def relaxed_words(theta_mem: float, reached: float) -> str:
+    """NeMo's fallback in plain words: switching off even the widest candidate set did not make the
+    seeds' images differ as much as an ordinary prompt's do (θ_mem), so the search kept the neurons
+    needed for the largest difference it did reach (the official code does the same)."""
+    return (f"Even with every candidate neuron switched off, the model's first denoising steps for different "
+            f"seeds stayed more alike (similarity {reached:.3f}) than the memorization threshold allows "
+            f"({theta_mem:.3f}): these neurons weaken the copy but do not remove it. The list keeps only the "
+            f"neurons needed to get that far.")
+
+
 def type_shown(card: str | None, listed_type: str | None) -> str:
     """The Type (VM/TM) box after a check: the paper's listed type only while the score card says
     memorized; "—" beside "not memorized" (a type is a kind of memorization) or for an unlisted prompt."""

@@ -21,7 +21,7 @@ from components.model_picker import model_picker
 from components.relevance_models import long_note, long_on_pick, model_line
 from components import links
 from components.common import fail, model_event, on_first_open
-from components.inputs import bounded_slider, clear_unreadable, keep_on_failure
+from components.inputs import bounded_slider, clear_unreadable, keep_on_failure, unreadable
 from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
                                           heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
                                           position_plot, scatter_plot, sentence_frame, sentence_html,
@@ -96,10 +96,7 @@ def refuse_unreadable(image: gr.Image) -> gr.Image:
         except gr.Error:
             raise
         except Exception:
-            name = str(getattr(payload, "orig_name", None) or "the file")[:60]
-            raise gr.Error(f"{name} could not be read as an image (not a PNG, JPEG or WebP file, or "
-                           "damaged). Upload another image; nothing was computed.",
-                           print_exception=False) from None
+            raise gr.Error(unreadable(getattr(payload, "orig_name", None)), print_exception=False) from None
 
     image.preprocess = preprocess
     return image

@@ -100,3 +100,12 @@ def test_the_overview_says_not_downloaded_for_hub_checkpoints_it_cannot_load(mon
     (tmp_path / f"models--{p.path_or_id.replace('/', '--')}" / "refs" / (p.revision or "main")).write_text("abc")
     row = next(r for r in overview._model_table("zoo") if r[2] == p.path_or_id)
     assert row[4] == "available"
+
+
+def test_nemos_fallback_is_said_plainly():
+    from components.memorization_figures import relaxed_words
+
+    words = relaxed_words(0.428, 0.512)
+    assert "0.512" in words and "0.428" in words and "do not remove it" in words
+    for jargon in ("SSIM", "θ", "reached 1", "refined", "official code"):
+        assert jargon not in words
