@@ -16,8 +16,10 @@ def test_the_first_export_runs_no_model_and_says_what_it_leaves_out(monkeypatch)
     scored = []
     real = service.Bench.score
     monkeypatch.setattr(service.Bench, "score", lambda self, *a, **k: scored.append(a[0]) or real(self, *a, **k))
+    answered = service.Bench.answers
+    monkeypatch.setattr(service.Bench, "answers", lambda self, *a, **k: scored.append("answers") or answered(self, *a, **k))
     files = export(*args, progress=lambda *a, **k: None)
-    assert scored == []  # no evaluation ran for the export
+    assert scored == []  # no evaluation and no sample answers ran for the export: the view's are reused
     state = json.loads(open(next(f for f in files if f.endswith(".json"))).read())
     assert state["figure2"] is None and state["scale_curve"] is None
     assert "'Compare methods' and 'Sweep the scale factor'" in state["not_computed"]
