@@ -374,8 +374,9 @@ class DeepLinks:
 
             # preprocess=False: a value the control refuses (a feature id past its maximum) reaches
             # `make`, which leaves it out with a notice, instead of failing the request in preprocess
+            # queued (Gradio shows a handler's gr.Warning only for a queued event), never behind model work
             entry.button.click(make, inputs=entry.inputs + extra, outputs=entry.box, api_visibility="private",
-                               show_progress="hidden", queue=False, preprocess=False).then(
+                               show_progress="hidden", concurrency_limit=None, preprocess=False).then(
                 None, inputs=entry.box, outputs=entry.box, js=ABSOLUTE_JS, api_visibility="private")
 
         outputs = [c for t in self.tabs for c in t.inputs]
