@@ -22,6 +22,7 @@ from components import links, race_live
 from backend.core import bounds
 from components.common import fail, model_event, themed
 from components.inputs import CheckedNumber, bounded_slider, checked_radio, keep_on_failure
+from components.adapter_convert import conversion_md
 from components.model_picker import model_picker
 from components.mpl import pyplot
 
@@ -369,12 +370,18 @@ def _status(curves: dict, done: dict | None, elapsed: float, total: int) -> str:
         lines.append(" · ".join(f"{NAMES.get(m, m)}: loss {np.mean(v):.3f}" for m, v in sorted(latest.items())))
     if done:
         s = done["summary"]
-        if "pissa_beats_lora" in s:
+        run, planned = s.get("steps_run", 0), s.get("steps_planned", 0)
+        cut = bool(done.get("stopped")) and run < planned
+        if cut:  # a stopped race compares only the steps every run completed, and says so
+            lines.append(f"Race **stopped** at step {run} of {planned}" + (": nothing to compare yet." if not run else "."))
+        if "pissa_beats_lora" in s and run:
             w = s["pissa_beats_lora"]
-            lines.append(f"PiSSA's loss is below LoRA's at the end for **{w['wins']}/{w['seeds']}** seeds "
+            when = f"at step {run} (of the {planned} planned)" if cut else "at the end"
+            lines.append(f"PiSSA's loss is below LoRA's {when} for **{w['wins']}/{w['seeds']}** seeds "
                          f"(same lr {s['settings']['lr']:g}, r {s['settings']['rank']}, "
                          f"alpha {s['settings']['alpha']:g}).")
-        lines.append("**stopped**" if done.get("stopped") else "**finished**")
+        if not cut:
+            lines.append("**stopped**" if done.get("stopped") else "**finished**")
     return "  \n".join(lines)
 
 
@@ -522,26 +529,7 @@ def convert(key, rank, steps, layer=None, progress=gr.Progress()):
     progress(0.2, desc="fine-tuning with PiSSA, then converting")
     r = _call(service.conversion_demo, key, _call(bounds.check, bounds.PISSA_RANK, rank),
               _call(bounds.check, bounds.PISSA_CONVERT_STEPS, steps), layer=layer)
-    half = r["dtype"] in ("float16", "bfloat16")
-    change = r["change_from_base"] / r["output_scale"]
-    verdict = "the same outputs" if r["same_outputs"] else "NOT the same outputs!"
-    if half:
-        why = (f"Tolerance {r['tolerance']:.1e} = 8 machine epsilons of {r['dtype']}, the weights' dtype: "
-               f"the PiSSA model stores W_res = W − AB rounded to {r['dtype']}, which already shifts its "
-               f"outputs by {r['roundoff_at_init']:.1e} (relative) from the base model's before any "
-               f"training; that round-off grows slowly with depth (about 2.5 epsilons at 32 layers).")
-    else:
-        why = (f"Tolerance {r['tolerance']:.0e} for {r['dtype']} weights (their round-off at step 0: "
-               f"{r['roundoff_at_init']:.1e}).")
-    why += (f" A wrong conversion would be off by about as much as the fine-tuning moved the outputs "
-            f"({change:.1e} relative)" + (", under twice the tolerance here: take more steps for a telling "
-                                          "check." if change <= 2 * r["tolerance"] else "."))
-    md = (f"PiSSA fine-tuned {html.escape(', '.join(r['layers']))} for {r['steps']} step{'s' if r['steps'] != 1 else ''} "
-          f"(rank {r['rank']}). peft converted it to a plain "
-          f"**LoRA of rank {r['converted_rank']}** on the *original* weights W. On {r['n_inputs']} inputs the "
-          f"two models differ by at most **{r['max_abs_diff']:.2e}** (relative **{r['rel_diff']:.1e}**, "
-          f"tolerance {r['tolerance']:.1e}): **{verdict}**  \n{why}")
-    return md, r
+    return conversion_md(r), r
 
 
 # --- layout -------------------------------------------------------------------------------------

@@ -105,6 +105,8 @@ CSS = """
 .wb-badge {display:inline-block; padding:2px 9px; border-radius:999px; font-size:0.75rem;
   font-weight:600; background: var(--color-accent-soft); color: var(--color-accent);
   border:1px solid var(--color-accent); margin-left:6px; white-space:nowrap;}
+.wb-badge.wb-weak {background: transparent; color: var(--body-text-color-subdued); border-style: dashed;
+  border-color: var(--body-text-color-subdued);}
 /* a dropdown's text stops before its arrow (Gradio lets a long choice run under it) */
 .gradio-container .secondary-wrap:has(.icon-wrap) input {padding-right: 26px !important; text-overflow: ellipsis;}
 .wb-card {border:1px solid var(--border-color-primary); border-radius:12px; padding:14px 16px;

@@ -9,6 +9,7 @@ import numpy as np
 
 from backend.core import colors as C
 from backend.sae import scenes as S
+from backend.sae.label_quality import with_quality
 from components.common import themed
 
 DISPLAY = 144  # px per thumbnail
@@ -145,3 +146,11 @@ def page_png(page: dict, path: Path) -> Path:
 def maps_max(maps) -> float:
     """The largest activation over a page's maps (an array, or a list of maps of different shapes)."""
     return max([float(np.max(m)) for m in maps if np.size(m)] or [1.0])
+
+
+def label_shown(org, f: int, unlabelled: str = "no concept") -> str:
+    """A feature's label with how well it holds beside it (backend.sae.label_quality)."""
+    lab = org.labels.get(str(int(f)), {})
+    t = org.index.tensors if org.index is not None else None
+    density = float(t["density"][int(f)]) if t is not None and int(f) < len(t["density"]) else None
+    return with_quality(lab, density, unlabelled)

@@ -22,12 +22,13 @@ from backend.sae import features as FT
 from backend.sae import scenes as S
 from components import links
 from components.feature_images import MAX_TAB_IMAGES, collect_images, own_build, own_labels, shown_place
-from components.feature_figures import (enlarged, concept_plot, hist_plot, maps_max, page_png,
+from backend.sae.label_quality import quality
+from components.feature_figures import (label_shown, enlarged, concept_plot, hist_plot, maps_max, page_png,
                                         colorbar_html, dimmed, overlay, patch_figure)
 from backend.core import bounds
 from components.common import fail, model_event
 from components.guard import main_only
-from components.inputs import CheckedImage, CheckedNumber, clear_unreadable, keep_on_failure
+from components.inputs import CheckedImage, CheckedNumber, clear_unreadable, keep_on_failure, unreadable
 from components.model_picker import model_picker
 
 TAB_ID = "features"
@@ -114,7 +115,7 @@ def list_features(source: str, query: str, sort: str) -> pd.DataFrame:
     if org.is_hub:
         return pd.DataFrame([[r["feature"], r["label"], round(r["density"], 4), round(r["max_act"], 2)]
                              for r in rows], columns=["feature", "label", "density", "max act"])
-    return pd.DataFrame([[r["feature"], r["label"], round(r["iou"], 3), round(r["density"], 4),
+    return pd.DataFrame([[r["feature"], label_shown(org, r["feature"], ""), round(r["iou"], 3), round(r["density"], 4),
                           round(r["max_act"], 2)] for r in rows],
                         columns=["feature", "concept", "IoU", "density", "max act"])
 
@@ -144,8 +145,9 @@ def open_feature(source: str, feature):
                   + colorbar_html(vmax, "overlay colour scale"))
     else:
         lab = html.escape(page["label"] or "no concept")
+        held = html.escape(quality(org.labels.get(str(f), {}), page["density"]) or f"IoU {page['iou']:.2f}")
         header = (f"<h3 style='margin:0'>Feature {f} · <span style='color:var(--color-accent)'>{lab}</span> "
-                  f"<span class='wb-badge'>IoU {page['iou']:.2f}</span></h3>"
+                  f"<span class='wb-badge{' wb-weak' if 'weak' in held or 'broad' in held else ''}'>{held}</span></h3>"
                   f"<div class='wb-muted wb-advanced'>{html.escape(page['family'] or '')} · density {page['density']:.3%} of image "
                   f"tokens · max activation {page['max_act']:.3f} · mean non-zero {page['mean_act']:.3f} · "
                   f"concept explainer: best IoU of a planted concept mask with the activation regions "
@@ -195,8 +197,8 @@ def _image_input(org, image, example):
 
                 with Image.open(image) as im:
                     return np.asarray(im.convert("RGB"))
-            except Exception as e:
-                fail(f"The uploaded file could not be read as an image ({type(e).__name__}).")
+            except Exception:
+                fail(unreadable(Path(str(image)).name))
         return np.asarray(image)
     if not org.heldout_specs:
         fail("Upload an image (this model has no scene set to pick from).")
@@ -268,7 +270,7 @@ def analyse(source: str, image, example, progress=gr.Progress()):
     for row in out["features"]:
         f = row["feature"]
         m = upsample(out["maps"][f], shown.shape[:2])[0].numpy()
-        name = row["label"] or ("unlabelled" if org.is_hub else "?")
+        name = label_shown(org, f, "unlabelled" if org.is_hub else "no concept")
         gallery.append((enlarged(overlay(shown, m, vmax)), f"feature {f} · {name} · mean {row['mean_act']:.2f}"
                         + (" · base image" if org.is_hub else "")))
         if f in out.get("tile_maps", {}):  # the finer map of LLaVA-NeXT's high-resolution tiles
@@ -276,7 +278,7 @@ def analyse(source: str, image, example, progress=gr.Progress()):
             tm = upsample(t, shown.shape[:2])[0].numpy()
             gallery.append((enlarged(overlay(shown, tm, max(float(t.max()), 1e-9))),
                             f"feature {f} · tiles ({t.shape[0]}×{t.shape[1]} patches)"))
-    table = pd.DataFrame([[r["feature"], r["label"], r["mean_act"]] for r in out["features"]],
+    table = pd.DataFrame([[r["feature"], label_shown(org, r["feature"], ""), r["mean_act"]] for r in out["features"]],
                          columns=firing_columns(org))
     where = (f"<br><span class='wb-muted'>Image positions: {html.escape(out['positions'])}.</span>"
              if org.is_hub else "")
@@ -284,7 +286,7 @@ def analyse(source: str, image, example, progress=gr.Progress()):
     note = f"\n\n<span class='wb-muted'>{html.escape(note)}</span>" if note else ""
     top = out["features"][:4]
     hover = patch_figure([shown] * len(top), [out["maps"][r["feature"]] for r in top],
-                         [f"feature {r['feature']}" + (f" · {r['label']}" if r["label"] else "") for r in top],
+                         [f"feature {r['feature']} · {label_shown(org, r['feature'], 'no label')}" for r in top],
                          vmax) if top else None
     return (enlarged(shown), f"**Model {'answer' if org.is_hub else 'caption'}:** {out['caption'] or '—'}{note}", gallery,
             table, colorbar_html(vmax, "activation per patch") + where, hover)
@@ -327,7 +329,7 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
         return f"<td style='word-break:break-word;font-family:var(--font-mono)'>{html.escape(text) or '—'}</td>"
 
     row = "<td style='width:32%'>{}</td>"
-    name = lab or ("unlabelled" if org.is_hub else "?")
+    name = label_shown(org, f, "unlabelled" if org.is_hub else "no concept")
     md = (f"<table style='table-layout:fixed;width:100%'><tr><th style='width:32%'></th><th>"
           f"{'answer' if org.is_hub else 'caption'}</th></tr>"
           f"<tr>{row.format('without')}{cell(out['baseline'])}</tr>"
@@ -511,8 +513,8 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
         for i in range(len(src)):  # every file must open before the model spends time on any
             try:
                 src.load(i)
-            except Exception as e:
-                fail(f"{src.name(i)} could not be read as an image ({type(e).__name__}); nothing was indexed.")
+            except Exception:
+                fail(unreadable(src.name(i)).replace("nothing was computed", "nothing was indexed"))
         org = _org(source, progress)
         flag = _stop_flag(request).start()
         progress(0, desc=f"indexing {len(src)} images")

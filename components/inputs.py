@@ -82,6 +82,14 @@ class CheckedSlider(gr.Slider):
         return super().preprocess(x)
 
 
+def unreadable(name: str | None, what: str = "the uploaded file") -> str:
+    """The one refusal of an image file that cannot be read (damaged, not an image, a decompression
+    bomb), in every tab and on the API alike: the file's name (or what it is), why, what to do."""
+    name = str(name)[:60] if name else what[:1].upper() + what[1:60]
+    return (f"{name} could not be read as an image: it is not a PNG, JPEG or WebP "
+            "picture, or it is damaged. Upload another image; nothing was computed.")
+
+
 class CheckedImage(gr.Image):
     """An image upload whose unreadable file (corrupt, not an image, a decompression bomb) gets a clear
     message naming it; `what` says which image it is ("the reference image"; see `checked_image`)."""
@@ -94,10 +102,8 @@ class CheckedImage(gr.Image):
         except gr.Error:
             raise
         except Exception as e:  # PIL's UnidentifiedImageError, a truncated file, a decompression bomb
-            name = getattr(payload, "orig_name", None) or "the file"
-            raise gr.Error(f"{self.what[:1].upper()}{self.what[1:]} could not be read as an image ({str(name)[:60]} "
-                           f"is not a PNG, JPEG or WebP picture, or it is damaged: {type(e).__name__}); "
-                           "upload another.", print_exception=False) from None
+            raise gr.Error(unreadable(getattr(payload, "orig_name", None), self.what),
+                           print_exception=False) from None
 
 
 class CheckedRadio(gr.Radio):

@@ -177,7 +177,9 @@ def coerce(comp, raw: Any) -> Any:
     if isinstance(comp, gr.Number):
         v = _number(raw, what)
         if comp.minimum is not None and v < comp.minimum or comp.maximum is not None and v > comp.maximum:
-            raise LinkValueError(f"{what} is out of range")
+            lo = "" if comp.minimum is None else f" from {comp.minimum:g}"
+            hi = "" if comp.maximum is None else f" up to {comp.maximum:g}"
+            raise LinkValueError(f"{what} must be a number{lo}{hi}")
         if comp.precision == 0 and not float(v).is_integer():  # refused as the box refuses it, not rounded
             raise LinkValueError(f"{what} must be a whole number")
         return int(v) if comp.precision == 0 else v
@@ -339,27 +341,42 @@ class DeepLinks:
         self._collect(demo)
         ids = [t.tab_id for t in self.tabs]
         for entry in self.tabs:
+            fallbacks = [getattr(c, "wb_link_fallback", None) for c in entry.inputs]
+            extra = [s for s in fallbacks if s is not None]
 
-            def make(*values, _tab=entry.tab_id, _inputs=tuple(entry.inputs), _defaults=tuple(entry.defaults)):
+            def make(*values, _tab=entry.tab_id, _inputs=tuple(entry.inputs), _defaults=tuple(entry.defaults),
+                     _fallbacks=tuple(fallbacks)):
                 # Only what the user changed: a short link, and a later change of a default reaches it.
                 # A value the control refuses (typed past its range, not whole) computed nothing: the
-                # link leaves it out rather than carry what the view does not show.
+                # link leaves it out rather than carry what the view does not show. A model pick the
+                # tab refused is replaced by the session's last accepted pick (its picker's state).
+                values, last = values[:len(_inputs)], iter(values[len(_inputs):])
                 changed, refused = [], []
-                for comp, v, d in zip(_inputs, values, _defaults):
-                    if _plain(_empty_text(comp, v)) == d:
+                for comp, v, d, fb in zip(_inputs, values, _defaults, _fallbacks):
+                    if fb is not None:
+                        accepted = next(last)
+                        if v != accepted:
+                            refused.append(f"{comp.elem_id}: the pick {str(v)[:60]!r} was refused, "
+                                           + (f"the link keeps {str(accepted)[:60]!r}" if accepted is not None
+                                              and _plain(accepted) != d else "the link keeps the default"))
+                            v = accepted
+                    if v is None or _plain(_empty_text(comp, v)) == d:
                         continue
                     try:
-                        coerce(comp, _plain(v))
-                    except LinkValueError:
-                        refused.append(comp.elem_id)
+                        v = coerce(comp, _plain(v))
+                    except LinkValueError as e:
+                        refused.append(f"{e} (got {str(v)[:40]})")
                         continue
                     changed.append((comp.elem_id, v))
                 if refused:
-                    gr.Warning(f"Left out of the link (refused values): {', '.join(refused[:5])}")
+                    gr.Warning("Left out of the link: " + "; ".join(refused[:5]))
                 return build_query(_tab, changed)
 
-            entry.button.click(make, inputs=entry.inputs, outputs=entry.box, api_visibility="private",
-                               show_progress="hidden", queue=False).then(
+            # preprocess=False: a value the control refuses (a feature id past its maximum) reaches
+            # `make`, which leaves it out with a notice, instead of failing the request in preprocess
+            # queued (Gradio shows a handler's gr.Warning only for a queued event), never behind model work
+            entry.button.click(make, inputs=entry.inputs + extra, outputs=entry.box, api_visibility="private",
+                               show_progress="hidden", concurrency_limit=None, preprocess=False).then(
                 None, inputs=entry.box, outputs=entry.box, js=ABSOLUTE_JS, api_visibility="private")
 
         outputs = [c for t in self.tabs for c in t.inputs]

@@ -224,6 +224,8 @@ def export_png(state: dict, path: Path) -> None:
         ax.set(xlabel="math accuracy (%)", ylabel="non-math accuracy (%)", xlim=(-3, 103), ylim=(-3, 103),
                title="after pruning (ideal: top left)")
         ax.legend(fontsize=7)
+        if not state.get("figure2"):
+            ax.text(50, 50, "methods not compared yet\n(“Compare methods”)", ha="center", va="center", fontsize=9)
         ax = axes[1]
         curve = state.get("scale_curve") or []
         if curve:
@@ -231,6 +233,9 @@ def export_png(state: dict, path: Path) -> None:
             ax.plot([r["factor"] for r in curve], [100 * r["nonmath"] for r in curve], "o-", c=COLORS["lape"], label="non-math")
             ax.axvline(1.0, ls=":", c="#94a3b8")
             ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "scale factor not swept yet\n(“Sweep the scale factor”)", ha="center", va="center",
+                    fontsize=9, transform=ax.transAxes)
         ax.set(xlabel="scale factor", ylabel="accuracy (%)", title="accuracy vs scale factor")
         ax = axes[2]
         layers = state.get("layers") or {}

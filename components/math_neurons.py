@@ -166,6 +166,21 @@ def _run(fn, *args, **kwargs):
 
 
 # ------------------------------------------------------------------------------------ handlers
+def computed_figures(b, s) -> dict:
+    """The method comparison and the scale sweep of this setting as far as they have been computed
+    (cached), else None with a note: the export holds what was computed, and costs no model call."""
+    fig2 = {m: b.evaluated(s.but(method=m, factor=0.0)) for m in service.core.METHODS}
+    curve = [{"factor": float(f), **r} if (r := b.evaluated(s.but(factor=float(f)))) else None
+             for f in SCALE_FACTORS]
+    out = {"figure2": fig2 if all(fig2.values()) else None,
+           "scale_curve": curve if all(curve) else None}
+    missing = [what for key, what in (("figure2", "Compare methods"), ("scale_curve", "Sweep the scale factor"))
+               if out[key] is None]
+    if missing:
+        out["not_computed"] = f"press {' and '.join(repr(m) for m in missing)} first to include them"
+    return out
+
+
 def make_handlers(source: str):
     def live(method_label, k_pct, factor, n_samples, nonmath=None, pinned=None, model=None, math_set=None):
         """The accuracies of one setting: card, figure (beside the pinned result, if any), sample
@@ -228,8 +243,9 @@ def make_handlers(source: str):
             "setting": {"method": s.method, "top_k": s.top_k, "factor": s.factor, "n_samples": s.n_samples},
             "baseline": _baseline(b, s),
             "modified": _run(b.evaluate, s),
-            "figure2": {m: _run(b.evaluate, s.but(method=m, factor=0.0)) for m in service.core.METHODS},
-            "scale_curve": _run(b.scale_curve, s.but(factor=1.0), SCALE_FACTORS),
+            # what "Compare methods" and "Sweep the scale factor" have computed, never computed here:
+            # both would cost 4 + 5 evaluations (20 s on a 2-core CPU) an export did not ask for
+            **computed_figures(b, s),
             "layers": _run(b.layers, s),
             "modules": service.core.per_module(_run(b.masks, s)),
             "samples": _run(b.samples, s),

@@ -23,9 +23,9 @@ from components.visitor import own_folder, room_of, stats_dir
 from components.common import fail, model_event
 from backend.core import bounds
 from components.inputs import bounded_slider, checked_image, clear_unreadable, keep_on_failure
-from components.memorization_figures import (NO_NEURONS_OFF, TABLE_HEADERS, TABLE_WIDTHS, batch_rows, export_png,
-                                             gallery_items, hist_plot, pin_html, result_html, score_html,
-                                             stats_html, summary_html, table_rows, z_plot)
+from components.memorization_figures import (NO_NEURONS_OFF, NO_TYPE, TABLE_HEADERS, TABLE_WIDTHS, batch_rows,
+                                             export_png, gallery_items, hist_plot, pin_html, result_html, score_html,
+                                             relaxed_words, stats_html, summary_html, table_rows, type_shown, z_plot)
 
 TAB_ID = "memorization"
 TITLE = "Memorization"
@@ -173,9 +173,7 @@ def make_handlers(source: str):
                    f"{loc['n_initial']} at θ = {loc['theta']:g}, k = {loc['k']})</span>: "
                    f"{html.escape(', '.join(labels))}. <span class='wb-advanced'>Ticked = switched off below. ")
             if loc["relaxed"]:
-                msg += (f"The initial selection never brought the SSIM to θ<sub>mem</sub> before θ "
-                        f"reached 1, so, as the official code does, it was refined against the last SSIM "
-                        f"reached, {loc['threshold']:.3f}. ")
+                msg += (relaxed_words(m.theta_mem, loc["threshold"]) + " ")
             msg += "</span>"
         msg += f"<span class='wb-muted wb-advanced'>{setting}</span>"
         if not r["memorized"] and not loc["skipped"]:
@@ -429,9 +427,15 @@ def build(ctx) -> None:
             files = gr.File(label="Exports", file_count="multiple", elem_id="memo-files")
 
     gen_inputs = [prompt, neurons, free, n_seeds, reference, memo_model]
+
+    def listed_type(card, model, asked):
+        return type_shown(card, dict(example_sets(service.describe(ctx.source, model or None))[0]).get(asked))
+
     check_btn.click(prompt_ok, [prompt], None).success(
         check, [prompt, memo_model], [score, zplot, stats_card], show_progress_on=[score],
-        **model_event(api_name="memo_check"))
+        **model_event(api_name="memo_check")).success(
+        listed_type, [score, memo_model, prompt], mem_type, queue=False, show_progress="hidden",
+        api_visibility="private")
     find_btn.click(prompt_ok, [prompt], None).success(
         find, [prompt, memo_model], [found, neurons, zplot], show_progress_on=[found],
         **model_event(api_name="memo_find"))
@@ -461,20 +465,30 @@ def build(ctx) -> None:
 
     for trigger in (prompt.input, mem_ex.dataset.click, ord_ex.dataset.click):
         trigger(prompt_changed, None, [neurons, found], queue=False, show_progress="hidden", api_visibility="private")
+    for trigger in (prompt.input, ord_ex.dataset.click):  # a type belongs to a listed memorized caption
+        trigger(lambda: NO_TYPE, None, mem_type, queue=False, show_progress="hidden", api_visibility="private")
     picked = memo_model.change(on_model, memo_model, [stats_card, neurons, found],
                                **model_event(api_name="memo_model"))
     keep_on_failure(picked, [stats_card, neurons, found])
 
+    offered = {p for p, _ in mem_examples} | set(ord_examples)  # every example caption a pick has shown
+
     def words_for(model, asked):
-        """The model line, the example captions, the statistics slider and the prompt's listed type
-        follow the picked pipeline."""
+        """The model line, the example captions, the statistics slider, the prompt and its listed type
+        follow the picked pipeline: an example caption of another model gives way to this model's
+        first example (a prompt the visitor typed stays)."""
         info = service.describe(ctx.source, model or None)
         mem, ordinary, mlabel, olabel = example_sets(info)
+        mine = [p for p, _ in mem] + list(ordinary)
+        if asked in offered and asked not in mine and mine:
+            asked = mine[0]
+        offered.update(mine)
         return (model_note(info), gr.Dataset(samples=[[p, t] for p, t in mem], label=mlabel),
                 gr.Dataset(samples=[[p] for p in ordinary], label=olabel),
-                gr.update(**stats_slider(info["stats_plan"])), dict(mem).get(asked, ""))
+                gr.update(**stats_slider(info["stats_plan"])), dict(mem).get(asked, NO_TYPE), asked)
 
-    picked.success(words_for, [memo_model, prompt], [note, mem_ex.dataset, ord_ex.dataset, n_stats, mem_type],
+    picked.success(words_for, [memo_model, prompt], [note, mem_ex.dataset, ord_ex.dataset, n_stats, mem_type,
+                                                     prompt],
                    queue=False,
                    show_progress="hidden", api_visibility="private")
     export_btn.click(generate_ok, gen_inputs, None).success(

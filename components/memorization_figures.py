@@ -37,7 +37,8 @@ def score_html(r: dict) -> str:
     det = r.get("detection")
     auc = (f" · <span title='how well the score tells the memorized prompts from held-out ordinary ones "
            f"(1 = perfectly, 0.5 = chance)'>detection AUROC <b>{det['auroc']:.2f}</b></span>" if det else "")
-    return (f"<div class='wb-card' style='min-height:0' id='memo-score-card'>"
+    return (f"<div class='wb-card' style='min-height:0' id='memo-score-card' "
+            f"data-memorized='{int(bool(r['memorized']))}'>"
             f"<div><b>Memorization score</b> {s:.3f} vs θ<sub>mem</sub> {th:.3f} → "
             f"<b style='color:{colour}'>{verdict}</b>{auc}{train}</div>"
             f"<div title='score {s:.4f} · θ_mem {th:.4f}' style='position:relative;height:14px;"
@@ -48,6 +49,26 @@ def score_html(r: dict) -> str:
             f"background:var(--body-text-color)'></div></div>"
             f"<div class='wb-muted wb-advanced'>0 … 1 (SSIM); the tick is θ<sub>mem</sub>. Largest neuron "
             f"z-score: {r['max_z']:.1f}</div>{theta_words(th, det)}</div>")
+
+
+NO_TYPE = "—"
+
+
+def relaxed_words(theta_mem: float, reached: float) -> str:
+    """NeMo's fallback in plain words: switching off even the widest candidate set did not make the
+    seeds' images differ as much as an ordinary prompt's do (θ_mem), so the search kept the neurons
+    needed for the largest difference it did reach (the official code does the same)."""
+    return (f"Even with every candidate neuron switched off, the model's first denoising steps for different "
+            f"seeds stayed more alike (similarity {reached:.3f}) than the memorization threshold allows "
+            f"({theta_mem:.3f}): these neurons weaken the copy but do not remove it. The list keeps only the "
+            f"neurons needed to get that far.")
+
+
+def type_shown(card: str | None, listed_type: str | None) -> str:
+    """The Type (VM/TM) box after a check: the paper's listed type only while the score card says
+    memorized; "—" beside "not memorized" (a type is a kind of memorization) or for an unlisted prompt."""
+    memorized = "data-memorized='1'" in (card or "")
+    return listed_type if memorized and listed_type else NO_TYPE
 
 
 def theta_words(th: float, det: dict | None) -> str:

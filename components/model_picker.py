@@ -59,11 +59,19 @@ def model_picker(listed: list[P.Preset], method: str, *, elem_id: str, value: st
     with gr.Column(scale=scale, min_width=260, elem_classes=["wb-picker"]):
         box = gr.Dropdown(picker.choices(listed), value=value, label=LABEL, allow_custom_value=allow,
                           filterable=True, info=custom_hint(takes), elem_id=elem_id)
-        line = gr.HTML(_line(picker.check_line(value, listed, method)), elem_id=f"{elem_id}-check",
+        line = gr.HTML(_line(first := picker.check_line(value, listed, method)), elem_id=f"{elem_id}-check",
                        padding=False)
     # a tab's method is named as the tab: under ZeroGPU the main process resolves this box's value
     # with the tab's pick check and loads a user's own model before a worker forks (components.guard)
     box.wb_pick_tab = method
-    box.change(lambda k: _line(picker.check_line(k, listed, method)), box, line, queue=False,
-               show_progress="hidden", api_visibility="private")
+    # the session's last pick the check accepted: "Link to this view" writes it instead of a refused
+    # one (components.links), so a link never carries a model the tab would not run
+    box.wb_link_fallback = accepted = gr.State(None if first.startswith("✗") else value)
+
+    def check(k, last):
+        text = picker.check_line(k, listed, method)
+        return _line(text), (last if text.startswith("✗") else k)
+
+    box.change(check, [box, accepted], [line, accepted], queue=False, show_progress="hidden",
+               api_visibility="private")
     return box, line

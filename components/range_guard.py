@@ -6,7 +6,8 @@ script for every slider of the app (RANGE_JS): while the typed number is out of 
 reaches the slider's value (so no event sees it), leaving the box or pressing Enter refuses it (a
 toast from the server with the message of backend.core.bounds, the one the API and the MCP tools
 give), the box shows the value in use again, and the click whose press left the box is swallowed,
-so nothing is computed; the user's next click goes through.
+so nothing is computed; the user's next click goes through. Enter in any number box behaves as Tab:
+an accepted number is committed by leaving the box, so a slider computes on Enter too.
 """
 from __future__ import annotations
 
@@ -71,7 +72,14 @@ RANGE_JS = """() => {
     const s = sliderBox(e.target);
     if (s && outside(e.target, s)) { e.stopImmediatePropagation(); }
   }, true);
-  document.addEventListener('keydown', (e) => { if (e.key === 'Enter') { commit(e); } }, true);
+  // Enter in any number box does what Tab does: a refused number is refused, an accepted one is
+  // committed by leaving the box (a slider then computes on its release, as after Tab or a click
+  // elsewhere; Gradio's slider ignored Enter, so "0.5 + Enter" computed nothing)
+  document.addEventListener('keydown', (e) => {
+    if (e.key !== 'Enter' || !(e.target instanceof HTMLInputElement) || e.target.type !== 'number') { return; }
+    commit(e);
+    if (!e.defaultPrevented) { e.target.blur(); }
+  }, true);
   // the click that took the focus from a refused box computes nothing; a later click (or one after
   // a refusal by Tab or Enter) is the user's next action and goes through
   document.addEventListener('pointerdown', () => { window.wbPressedAt = Date.now(); }, true);

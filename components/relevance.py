@@ -18,9 +18,10 @@ from backend.lrp.methods import LABELS, METHODS
 from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text_presets
 from backend.lrp.tokens import visible
 from components.model_picker import model_picker
+from components.relevance_models import long_note, long_on_pick, model_line
 from components import links
 from components.common import fail, model_event, on_first_open
-from components.inputs import bounded_slider, clear_unreadable, keep_on_failure
+from components.inputs import bounded_slider, clear_unreadable, keep_on_failure, unreadable
 from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
                                           heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
                                           position_plot, scatter_plot, sentence_frame, sentence_html,
@@ -74,14 +75,14 @@ def describe(text, methods, rules, target, model) -> dict:
             "model": model}
 
 
-def pinned_html(pin: dict, res: dict, normalise: bool, vmax: float | None) -> str:
+def pinned_html(pin: dict, res: dict, normalise: bool, vmax: float | None, template: bool = False) -> str:
     dropped = [RULE_LABELS[r].split(":")[0] for r in RULES if r not in pin["rules"]]
     rules = "all MambaLRP rules" if not dropped else "without " + ", ".join(dropped)
     head = (f"<div class='wb-pinned-head'><b>Pinned</b> · {html.escape(str(pin['model']).split('/')[-1])} · "
             f"{rules} · target {html.escape(visible(res['target']))} (logit {res['logit']:.3f}) · "
             f"“{html.escape(pin['text'][:80])}”</div>")
     return f"<div class='wb-pinned' style='border-top:2px dashed #9ca3af;margin-top:6px;padding-top:4px'>{head}" \
-           f"{heatmap_html(res, normalise, vmax=vmax)}</div>"
+           f"{heatmap_html(res, normalise, vmax=vmax, template=template)}</div>"
 
 
 def refuse_unreadable(image: gr.Image) -> gr.Image:
@@ -98,10 +99,7 @@ def refuse_unreadable(image: gr.Image) -> gr.Image:
         except gr.Error:
             raise
         except Exception:
-            name = str(getattr(payload, "orig_name", None) or "the file")[:60]
-            raise gr.Error(f"{name} could not be read as an image (not a PNG, JPEG or WebP file, or "
-                           "damaged). Upload another image; nothing was computed.",
-                           print_exception=False) from None
+            raise gr.Error(unreadable(getattr(payload, "orig_name", None)), print_exception=False) from None
 
     image.preprocess = preprocess
     return image
@@ -176,12 +174,7 @@ def build(ctx) -> None:
         elem_classes=["wb-advanced"])
     gr.HTML(f"<div class='wb-explain'>{PRESENTER_CAPTION}</div>", elem_classes=["wb-presenter-only", "wb-lead"],
             elem_id="rel-presenter-caption")
-    zoo_note = (" — the zoo organism: 1–3 polar words among distractors decide the label by majority; "
-                "the truth is where they are." if text_p.source == "zoo" else "")
-    gr.Markdown(f"<span class='wb-muted'>Default text model: <b>{html.escape(text_p.label or text_p.path_or_id)}</b>"
-                f"{zoo_note}" + (" — pick the checkpoint below. Tokens are shown as the text they stand "
-                                 "for; a faint · marks a token that begins with a space." if hub else "")
-                + "</span>", elem_classes=["wb-advanced"])
+    model_md = gr.Markdown(model_line(source, None, hub), elem_classes=["wb-advanced"], elem_id="rel-model-line")
 
     # ---------------------------------------------------------------- text
     with gr.Row():
@@ -201,6 +194,8 @@ def build(ctx) -> None:
                 target = gr.Textbox(label="Target word or token (blank = the model's prediction)", value="",
                                     elem_id="rel-target", scale=2)
                 normalise = gr.Checkbox(label="Normalise per method", value=True, elem_id="rel-normalise")
+                tpl_scale = gr.Checkbox(label="Template tokens in the colour scale", value=False,
+                                        elem_id="rel-template-scale")
             explain = gr.Button("Explain", variant="primary", elem_id="rel-explain")
     heat = gr.HTML(elem_id="rel-heatmap", elem_classes=["wb-keyfig"])
     with gr.Row():
@@ -243,27 +238,30 @@ def build(ctx) -> None:
 
     on_first_open(ctx, first_view, [text, methods, rules, target, normalise, model], text_out)
 
-    def pair(p, res, norm):
+    def pair(p, res, norm, tpl=False):
         """The current heatmap and the pinned one, on one scale when not normalised per method."""
         if not p or not res:
-            return gr.skip(), ""
+            return (heatmap_html(res, norm, template=tpl) if res else gr.skip()), ""
         m = _guard(svc.load_text, source, p["model"])
         pres = _guard(svc.explain_text, m, p["text"], p["methods"], p["rules"], p["target"] or None)
-        vmax = max(max_abs(res), max_abs(pres))
-        return heatmap_html(res, norm, vmax=vmax), pinned_html(p, pres, norm, vmax)
+        vmax = max(max_abs(res, tpl), max_abs(pres, tpl))
+        return heatmap_html(res, norm, vmax=vmax, template=tpl), pinned_html(p, pres, norm, vmax, tpl)
 
-    def do_pin(last_inputs, res, norm):
+    def do_pin(last_inputs, res, norm, tpl=False):
         if not last_inputs or not res:
             fail("Explain a text first, then pin it.")
-        return (last_inputs, *pair(last_inputs, res, norm))
+        return (last_inputs, *pair(last_inputs, res, norm, tpl))
 
     ran.success(describe, text_in, [last], queue=False, api_name=False).then(
-        pair, [pin, summary, normalise], [heat, pinned], show_progress="hidden",
+        pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
         **model_event(api_name=False))
-    keep_on_failure(pin_btn.click(do_pin, [last, summary, normalise], [pin, heat, pinned],
+    # the toggle redraws what is shown (both heatmaps when pinned) from the cached explanations
+    tpl_scale.change(pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
+                     **model_event(api_name=False))
+    keep_on_failure(pin_btn.click(do_pin, [last, summary, normalise, tpl_scale], [pin, heat, pinned],
                                   **model_event(api_name=False)), [pin, heat, pinned])
-    unpin_btn.click(lambda res, norm: (None, heatmap_html(res, norm) if res else gr.skip(), ""),
-                    [summary, normalise], [pin, heat, pinned], queue=False, api_name=False)
+    unpin_btn.click(lambda res, norm, tpl: (None, heatmap_html(res, norm, template=tpl) if res else gr.skip(), ""),
+                    [summary, normalise, tpl_scale], [pin, heat, pinned], queue=False, api_name=False)
 
     # ---------------------------------------------------------------- held-out evaluation
     with gr.Accordion("Held-out evaluation: faithfulness (ΔA^F) and conservation", open=False,
@@ -392,16 +390,21 @@ def build(ctx) -> None:
             lr_json = gr.JSON(label="Top tokens", open=False, elem_id="rel-long-json")
         if not long_ok:
             gr.Markdown("<span class='wb-muted'>The long-range organism is not built.</span>")
+        long_md = gr.Markdown(long_note(source, None, hub), elem_id="rel-long-model")
 
     def run_long(t, ms, model_id=None, progress=gr.Progress()):
         progress(0.2, desc="explaining")
-        m = _guard(svc.load_text, source, model_id) if hub else svc.load_longrange()
+        # a checkpoint or the visitor's own model is explained itself; a zoo text organism hands the
+        # run to the zoo long-range organism (the section's line under the button says which)
+        m = _guard(svc.load_text, source, model_id) if hub or long_on_pick(source, model_id) else svc.load_longrange()
         res = _guard(svc.longrange, m, t, ms)
         mark = {meth: {d["position"] for d in tops} for meth, tops in res["top_tokens"].items()}
-        return heatmap_html(res, True, mark), longrange_plot(res), {"target": res["target"],
+        return heatmap_html(res, True, mark), longrange_plot(res), {"model": m.model_id, "target": res["target"],
                                                                      "top_tokens": res["top_tokens"]}
 
     long_out = [lr_heat, lr_plot, lr_json]
+    model.change(lambda k: (model_line(source, k, hub), long_note(source, k, hub)), model, [model_md, long_md],
+                 queue=False, show_progress="hidden", api_visibility="private")
     keep_on_failure(lr_btn.click(run_long, [lr_text, methods, model], long_out,
                                  **model_event(api_name="explain_longrange")), long_out)
 

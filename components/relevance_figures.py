@@ -41,17 +41,34 @@ def _ink(v: float) -> str:
     return "#ffffff" if abs(float(v)) > 0.6 else "#111827"
 
 
-def max_abs(res: dict) -> float:
-    return max(max(float(np.abs(np.asarray(v, float)).max()) for v in res["relevance"].values()), 1e-12)
+def template_of(res: dict) -> set[int]:
+    """Positions the prompt format adds around the typed text (the zoo's <bos> and "sentiment:")."""
+    return set(res.get("template_positions") or [])
 
 
-def _scale(res: dict, normalise: bool, vmax: float | None = None) -> tuple[dict, float]:
+def _in_scale(res: dict, template: bool) -> np.ndarray | None:
+    """A mask of the positions the colour scale is taken over: all, or all but the template's."""
+    skip = set() if template else template_of(res)
+    keep = np.array([i not in skip for i in range(len(res["tokens"]))])
+    return keep if keep.any() else None
+
+
+def max_abs(res: dict, template: bool = False) -> float:
+    keep = _in_scale(res, template)
+    return max(max(float(np.abs(np.asarray(v, float)[keep] if keep is not None else np.asarray(v, float)).max())
+                   for v in res["relevance"].values()), 1e-12)
+
+
+def _scale(res: dict, normalise: bool, vmax: float | None = None, template: bool = False) -> tuple[dict, float]:
     """Relevance in [-1, 1] for colouring: per method, or over one scale (`vmax`, by default this
-    result's largest |R|; a pinned comparison passes the larger of both results')."""
+    result's largest |R|; a pinned comparison passes the larger of both results'). The template's
+    positions are left out of the scale unless `template` (they would set it: the zoo's
+    "sentiment:" often carries the largest |R| of all)."""
     rel = {k: np.asarray(v, float) for k, v in res["relevance"].items()}
+    keep = _in_scale(res, template)
     if normalise:
-        return {k: v / max(np.abs(v).max(), 1e-12) for k, v in rel.items()}, 1.0
-    vmax = vmax or max_abs(res)
+        return {k: v / max(np.abs(v[keep] if keep is not None else v).max(), 1e-12) for k, v in rel.items()}, 1.0
+    vmax = vmax or max_abs(res, template)
     return {k: v / vmax for k, v in rel.items()}, vmax
 
 
@@ -75,12 +92,17 @@ def token_html(tok: str) -> str:
     return f"<span class='wb-space' style='opacity:0.45'>{SPACE_MARK * lead}</span>{rest}"
 
 
+TEMPLATE_STYLE = "outline:2px dotted #6b7280;outline-offset:-2px;"
+
+
 def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | None = None,
-                 vmax: float | None = None) -> str:
+                 vmax: float | None = None, template: bool = False) -> str:
     """One row of tokens per method; `mark[method]` underlines that method's own chosen positions
-    (the long-range section marks each method's top-10)."""
-    scaled, vmax = _scale(res, normalise, vmax)
+    (the long-range section marks each method's top-10). Template tokens are outlined and, unless
+    `template`, left out of the colour scale and drawn grey."""
+    scaled, vmax = _scale(res, normalise, vmax, template)
     unknown = set(res.get("unknown_words") or [])
+    tpl = template_of(res)
     rows = []
     for meth in res["methods"]:
         marked = (mark or {}).get(meth, set())
@@ -89,7 +111,15 @@ def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | 
             border = "border-bottom:3px solid #111;font-weight:700;" if i in marked else ""
             if tok in unknown:
                 border += "outline:1px dashed #6b7280;"
-            spans.append(f"<span title='#{i} {html.escape(visible(tok))}: {raw:+.4g}' class='wb-token' style='background:{_rgb(v)};color:{_ink(v)};"
+            title = f"#{i} {html.escape(visible(tok))}: {raw:+.4g}"
+            bg, ink = _rgb(v), _ink(v)
+            if i in tpl:
+                border += TEMPLATE_STYLE
+                title += " · template token" + ("" if template else ", left out of the colour scale")
+                if not template:
+                    bg, ink = "var(--background-fill-secondary)", "var(--body-text-color-subdued)"
+            spans.append(f"<span title='{title}' class='wb-token{' wb-template' if i in tpl else ''}' "
+                         f"style='background:{bg};color:{ink};"
                          f"padding:1px 3px;margin:1px;border-radius:3px;display:inline-block;{border}'>"
                          f"{token_html(tok)}</span>")
         tag = "" if meth in SIGNED else " <span class='wb-muted'>(≥ 0 only)</span>"
@@ -100,6 +130,13 @@ def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | 
         words = ", ".join(html.escape(w) for w in res["unknown_words"])
         note = (f"<div class='wb-muted wb-unknown'>Not in this model's vocabulary (read as the unknown "
                 f"token, outlined): {words}</div>")
+    if tpl:
+        names = ", ".join(html.escape(visible(res["tokens"][i])) for i in sorted(tpl))
+        note += (f"<div class='wb-muted wb-template-note'>Template tokens (dotted outline: {names}) are the "
+                 f"prompt format the model was trained on, not your text; "
+                 + ("they are included in the colour scale." if template else
+                    "they are left out of the colour scale and drawn grey (hover for their relevance; "
+                    "tick “Template tokens in the colour scale” to include them).") + "</div>")
     return f"<div class='wb-relevance-heatmap'>{colorbar_html(vmax, normalise)}{note}{''.join(rows)}</div>"
 
 

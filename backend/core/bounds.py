@@ -68,11 +68,16 @@ PISSA_INITS = ("pissa", "pissa_niter_4")  # full SVD, or the fast randomized SVD
 
 
 def clamp_max(largest_activation: float | None) -> float:
-    """The largest clamp value a feature may be given: 10× the index's largest activation (an
-    unindexed SAE: 100)."""
+    """The largest clamp value a feature may be given: 10× the index's largest activation, rounded
+    up to two significant digits so the range reads plainly (0–600, not 0–595.071; an unindexed
+    SAE: 100)."""
     if largest_activation is None:
         return 100.0
-    return max(float(round(CLAMP_TIMES * float(largest_activation), 3)), CLAMP_FLOOR)
+    x = round(CLAMP_TIMES * float(largest_activation), 6)  # 10 × 3.7 is 37.00000000000001
+    if x <= 0:
+        return float(CLAMP_FLOOR)
+    unit = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return max(float(round(math.ceil(round(x / unit, 6)) * unit, 6)), CLAMP_FLOOR)
 
 
 def check(r: Range, value) -> float | int:

@@ -187,7 +187,10 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
                 "top_next": tops, "methods": methods, "labels": {k: LABELS[k] for k in methods},
                 "rules": rules, "relevance": rel, "word_positions": words_pos, "conv_bias": conv_bias(m.model),
                 "sum_relevance": {k: float(np.sum(v)) for k, v in rel.items()},
-                "unknown_words": unknown, "model": m.model_id}
+                "unknown_words": unknown, "model": m.model_id,
+                # what the zoo's prompt format adds around the typed words (<bos>, "sentiment:")
+                "template_positions": [i for i in range(len(toks)) if i not in words_pos]
+                if m.preset.source == "zoo" else []}
 
     return CACHE.get_or_compute(key, compute)
 

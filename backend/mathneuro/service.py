@@ -225,6 +225,11 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
+    def evaluated(self, s: Setting, n_eval: int | None = UI_EVAL) -> dict[str, float] | None:
+        """`evaluate(s)` if it has been computed (and is still cached), else None: nothing runs."""
+        s.validate()
+        return RESULT_CACHE.get(make_key(self.model_id, "eval", (s.masks_key(), float(s.factor), n_eval)))
+
     @gpu(duration=lambda self, n_eval=UI_EVAL, *a, **k: capped(10 + _per_item(self) * (n_eval or 1000)))
     def baseline(self, n_eval: int | None = UI_EVAL, nonmath: str = DEFAULT_NONMATH,
                  math: str = DEFAULT_MATH) -> dict[str, float]:
@@ -278,18 +283,25 @@ class Bench:
 
     @gpu(duration=lambda self, s, k=6, *a, **kw: capped(10 + 0.5 * s.n_samples + 2 * k * _per_item(self) * 10))
     def samples(self, s: Setting, k: int = 6) -> list[dict]:
-        """A few held-out questions (math and non-math), answered before and after."""
-        n_math = k // 2 + k % 2
-        items = self.math_set(s.math)["items"][:n_math] + self.nonmath_set(s.nonmath)["items"][: k // 2]
-        kinds = ["math"] * n_math + ["nonmath"] * (len(items) - n_math)
-        masks = self.masks(s)
-        with locked(self.model):
-            before = self.answers(items, kinds)
-            with core.scaled(self.model, masks, s.factor):
-                after = self.answers(items, kinds)
-        return [{"kind": "math" if kd == "math" else "non-math", "prompt": it.get("prompt", it.get("text", "")),
-                 "answer": reference_of(it), "before": b, "after": a, "ok_before": ob, "ok_after": oa}
-                for it, kd, (b, ob), (a, oa) in zip(items, kinds, before, after)]
+        """A few held-out questions (math and non-math), answered before and after. Cached like the
+        accuracies: the view computes them, and an export of the same setting takes them as shown."""
+        s.validate()
+        key = make_key(self.model_id, "samples", (s.masks_key(), float(s.factor), int(k)))
+
+        def compute():
+            n_math = k // 2 + k % 2
+            items = self.math_set(s.math)["items"][:n_math] + self.nonmath_set(s.nonmath)["items"][: k // 2]
+            kinds = ["math"] * n_math + ["nonmath"] * (len(items) - n_math)
+            masks = self.masks(s)
+            with locked(self.model):
+                before = self.answers(items, kinds)
+                with core.scaled(self.model, masks, s.factor):
+                    after = self.answers(items, kinds)
+            return [{"kind": "math" if kd == "math" else "non-math", "prompt": it.get("prompt", it.get("text", "")),
+                     "answer": reference_of(it), "before": b, "after": a, "ok_before": ob, "ok_after": oa}
+                    for it, kd, (b, ob), (a, oa) in zip(items, kinds, before, after)]
+
+        return RESULT_CACHE.get_or_compute(key, compute)
 
     @gpu(duration=lambda self, prompt, s, *a, **k: capped(10 + 0.5 * s.n_samples + 40 * _per_item(self)))
     def answer(self, prompt: str, s: Setting) -> dict:

@@ -257,14 +257,19 @@ def race(task: Task, cfg: RaceConfig, stop: threading.Event | Callable[[], bool]
         if stopped:
             break
     yield {"done": True, "stopped": stopped,
-           "summary": summarize(runs, rank=rank, alpha=alpha, lr=lr, batch=bs, task=task.name)}
+           "summary": summarize(runs, planned=int(cfg.steps), rank=rank, alpha=alpha, lr=lr, batch=bs,
+                                task=task.name)}
 
 
-def summarize(runs: list[Run], **settings) -> dict:
+def summarize(runs: list[Run], planned: int | None = None, **settings) -> dict:
+    """Final losses and whether PiSSA ends below LoRA. A stopped race has runs one step apart (they
+    are interleaved): every comparison uses the steps all runs completed, `steps_run` of `planned`."""
+    done = min((len(r.losses) for r in runs), default=0)
     by = {}
     for r in runs:
-        by.setdefault(r.method, {})[r.seed] = r.losses
-    out = {"settings": settings, "final_loss": {}, "mean_loss_last10": {}, "trainable_params": {}}
+        by.setdefault(r.method, {})[r.seed] = r.losses[:done]
+    out = {"settings": settings, "steps_run": done, "steps_planned": planned if planned is not None else done,
+           "final_loss": {}, "mean_loss_last10": {}, "trainable_params": {}}
     for r in runs:
         out["trainable_params"][r.method] = sum(p.numel() for p in r.params)
     for m, seeds in by.items():

@@ -88,3 +88,24 @@ def test_math_card_agrees_with_the_box_after_a_refusal(page, server_url):
     assert "scaled × 0.5" in acc.inner_text() and "× 2" not in acc.inner_text()
     assert len([t for t in toasts(page) if "got 5" in t]) == 1  # one refusal, one toast
     shot(page, "typed-range-math")
+
+
+def test_enter_in_a_number_box_computes_as_tab_does(page, server_url):
+    """Math's factor 0.5 + Enter used to send nothing while Tab computed; after "5" is refused the
+    card and the box agree on 0.5."""
+    open_tab(page, server_url, "math_neurons")
+    acc = page.locator("#mn-acc")
+    expect(acc).to_contain_text("MathNeuro set pruned", timeout=LONG)
+    box = page.locator("#mn-factor input[type=number]")
+    box.fill("0.5")
+    box.press("Enter")  # no click on Apply
+    expect(acc).to_contain_text("scaled × 0.5", timeout=LONG)
+    settle(page, LONG)
+    box.fill("5")
+    box.press("Enter")
+    expect(page.locator(".toast-body").first).to_contain_text("(got 5). Nothing was computed.", timeout=30_000)
+    page.click("#mn-run")  # Enter refused it: this click is the user's next action and computes
+    page.wait_for_timeout(1000)
+    settle(page, LONG)
+    expect(box).to_have_value("0.5")
+    assert "scaled × 0.5" in acc.inner_text() and "pruned" not in acc.inner_text()

@@ -26,6 +26,8 @@ def test_values_inside_come_back_unchanged():
     assert bounds.check(bounds.REL_EXAMPLE, 199) == 199 and isinstance(bounds.check(bounds.MEMO_SEEDS, 3.0), int)
     assert bounds.check(bounds.MATH_FACTOR, 1.1) == 1.1 and bounds.check(bounds.MATH_K, "2.5") == 2.5
     assert bounds.clamp_max(3.7) == 37.0 and bounds.clamp_max(0.2) == 10.0 and bounds.clamp_max(None) == 100.0
+    # a range that reads plainly: 10 × 59.5071 is offered as 0–600, not 0–595.071
+    assert bounds.clamp_max(59.5071) == 600.0 and bounds.clamp_max(1.234) == 13.0 and bounds.clamp_max(12.0) == 120.0
 
 
 def test_every_tab_range_is_finite_and_the_inits_are_the_tabs():

@@ -44,8 +44,11 @@ def test_image_names_an_unreadable_upload(tmp_path):
     assert img.get_block_name() == "image" and img.preprocess(None) is None
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")
-    with pytest.raises(gr.Error, match="The reference image could not be read as an image"):
+    with pytest.raises(gr.Error, match="broken.png could not be read as an image: it is not a PNG, JPEG or WebP "
+                                       "picture, or it is damaged. Upload another image; nothing was computed."):
         img.preprocess(FileData(path=str(bad), orig_name="broken.png"))
+    with pytest.raises(gr.Error, match="The reference image could not be read as an image: it is not a PNG"):
+        img.preprocess(FileData(path=str(bad)))
 
 
 @pytest.mark.parametrize("n_outputs", [1, 3])
@@ -83,3 +86,25 @@ def test_the_pages_refusal_of_a_typed_number_is_the_apis():
         range_guard.refusal(json.dumps(report))
     assert page.value.message == api.value.message == bounds.MEMO_SEEDS.refusal(99)
     assert range_guard.refusal("not json") is None  # a broken report computes nothing and says nothing
+
+
+def test_one_wording_for_an_unreadable_image_in_every_tab(tmp_path):
+    """Relevance, Features and Memorization refused a corrupt upload in three wordings; now one."""
+    import gradio as gr
+    from gradio.data_classes import FileData
+
+    from components.features import _image_input
+    from components.inputs import CheckedImage, unreadable
+    from components.relevance import refuse_unreadable
+
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")
+    payload = FileData(path=str(bad), orig_name="broken.png")
+    said = []
+    for preprocess in (refuse_unreadable(gr.Image(type="numpy")).preprocess,   # Relevance
+                       CheckedImage(type="numpy").preprocess,                   # Features, Memorization
+                       lambda p: _image_input(None, p.path, None)):             # Features' API path
+        with pytest.raises(gr.Error) as e:
+            preprocess(payload)
+        said.append(e.value.message)
+    assert said == [unreadable("broken.png")] * 3

@@ -215,7 +215,7 @@ def test_link_leaves_out_refused_values_and_an_empty_box():
         gr.Slider(0, 199, value=0, step=1, elem_id="a-idx"),
         gr.Number(value=1, precision=0, minimum=0, maximum=9, elem_id="a-k")])
     assert make("", 0, 1) == "?tab=a"  # a fresh view: no memo-free=""
-    with pytest.warns(UserWarning, match="Left out of the link .*a-idx, a-k"):
+    with pytest.warns(UserWarning, match="Left out of the link: a-idx .*; a-k must be a number from 0 up to 9"):
         assert make("", 3.5, 12) == "?tab=a"  # refused by their controls: not carried
     assert make("", 3, 2) == "?tab=a&a-idx=3&a-k=2"
     # and a link that names such a value is refused on restore with a notice, not rounded
@@ -223,3 +223,63 @@ def test_link_leaves_out_refused_values_and_an_empty_box():
         links.coerce(n, 3.5)
     with pytest.raises(links.LinkValueError, match="whole number"):
         links.coerce(k, 2.5)
+
+
+def _link_call(demo, entry_button, values):
+    """Call the link button's event as the server does (its preprocessing included) → the link."""
+    import asyncio
+
+    from gradio.state_holder import SessionState
+
+    fn = next(f for f in demo.fns.values() if entry_button._id in [t for t, _ in (f.targets or [])]
+              and f.fn is not None)
+    state = SessionState(demo)
+    return asyncio.run(demo.process_api(block_fn=fn, inputs=list(values), state=state))["data"][0]
+
+
+def test_a_value_past_a_boxs_maximum_gives_a_link_and_a_notice_not_a_server_error():
+    """A feature id of 999 in a box whose maximum is 63: the request used to fail in Gradio's
+    preprocessing (HTTP 500, the old link kept); now the link is written without it, with a notice."""
+    dl = links.DeepLinks()
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("A", id="a") as ta:
+                entry = dl.add_tab("a", ta)
+                fid = gr.Number(value=5, precision=0, minimum=0, maximum=63, elem_id="a-fid")
+                gr.Button().click(lambda v: v, fid, fid)
+        dl.install(demo, tabs, default_tab="a")
+    assert _link_call(demo, entry.button, [7]) == "?tab=a&a-fid=7"
+    with pytest.warns(UserWarning, match=r"a-fid must be a number from 0 up to 63 \(got 999\)"):
+        assert _link_call(demo, entry.button, [999]) == "?tab=a"
+
+
+def test_a_refused_model_pick_is_never_written_into_a_link(tmp_path):
+    """The picker remembers the session's last accepted pick; the link carries that one (or none)
+    instead of a pick the tab refused (a Llama folder in a tab that takes Mamba)."""
+    from backend.core import presets as P
+    from components.model_picker import model_picker
+
+    listed = [P.Preset("relevance", "zoo", "zoo/a", "x.A", "zoo A"), P.Preset("relevance", "zoo", "zoo/b", "x.B", "zoo B")]
+    dl = links.DeepLinks()
+    with gr.Blocks() as demo:
+        with gr.Tabs() as tabs:
+            with gr.Tab("A", id="a") as ta:
+                entry = dl.add_tab("a", ta)
+                box, line = model_picker(listed, "relevance", elem_id="a-model")
+                gr.Button().click(lambda v: v, box, line)
+        dl.install(demo, tabs, default_tab="a")
+    check = next(f for f in demo.fns.values() if box._id in [t for t, _ in (f.targets or [])]
+                 and f.fn is not None and len(f.outputs) == 2)
+    refused = "no-such-model"  # not a listed key, not a hub id or folder: refused by the check
+    assert check.fn("zoo/b", "zoo/a")[1] == "zoo/b"        # accepted: remembered
+    assert check.fn(refused, "zoo/b")[1] == "zoo/b"         # refused: the last accepted pick stays
+    assert "✗" in check.fn(refused, "zoo/b")[0]
+    make = next(f for f in demo.fns.values() if entry.button._id in [t for t, _ in (f.targets or [])]
+                and f.fn is not None).fn
+    assert make("zoo/b", "zoo/b") == "?tab=a&a-model=%22zoo%2Fb%22"
+    with pytest.warns(UserWarning, match="a-model: the pick 'no-such-model' was refused, the link keeps 'zoo/b'"):
+        assert make(refused, "zoo/b") == "?tab=a&a-model=%22zoo%2Fb%22"
+    with pytest.warns(UserWarning, match="the link keeps the default"):
+        assert make(refused, "zoo/a") == "?tab=a"
+    with pytest.warns(UserWarning, match="the link keeps the default"):
+        assert make(refused, None) == "?tab=a"
