@@ -222,6 +222,21 @@ body.wb-presenter .tabitem .wb-lead {order: -2;}
 body.wb-presenter .tabitem .wb-keyfirst {order: -1;}
 """
 
+# Layout at any screen: below 1280 px the page takes the window's width (Gradio keeps a 768 px column
+# on a 1000 px screen; not an @media rule: Gradio scopes those inside its page, below this element), and the tab bar wraps its labels (app.py) rather than hide tabs behind "⋯".
+# A block's label sits above its image, gallery, upload area, plot or file, in the flow, instead of
+# floating over the block's top-left corner (where it covered the first image, the upload icon, a
+# plot's title), and such a block grows to hold both.
+CSS += """
+.main.fillable.app:not(.fill_width) {max-width: max(min(100%, 1280px), 80vw) !important;
+  padding-left: clamp(12px, 2vw, 32px) !important; padding-right: clamp(12px, 2vw, 32px) !important;}
+.gradio-container .block > label[data-testid="block-label"].float:has(~ [data-testid="image"], ~ .gallery-container,
+  ~ .upload-container, ~ .js-plotly-plot, ~ .file-preview-holder) {position: static !important; margin: 0 0 6px 0;
+  width: fit-content; max-width: 100%;}
+.gradio-container .block:has(> label[data-testid="block-label"].float ~ :is([data-testid="image"], .gallery-container,
+  .upload-container, .js-plotly-plot, .file-preview-holder)) {height: auto !important;}
+"""
+
 # Presenter view, Relevance: the token heatmap is the key figure; its tokens read from the back row.
 CSS += """
 body.wb-presenter .wb-relevance-heatmap .wb-token {font-size: 1.7rem; padding: 2px 6px !important;}
