@@ -258,6 +258,14 @@ CSS += """
   .upload-container, .js-plotly-plot, .file-preview-holder)) {height: auto !important;}
 """
 
+# Relevance's conservation table: a number never breaks over two lines (it read "-2.19e+0 / 0"), a
+# header only between words; a table wider than its column scrolls.
+CSS += """
+#rel-conservation table {display: block; overflow-x: auto; font-size: 0.85rem;}
+#rel-conservation td {white-space: nowrap;}
+#rel-conservation th {word-break: normal; overflow-wrap: normal;}
+"""
+
 # Presenter view, Relevance: the token heatmap is the key figure; its tokens read from the back row.
 CSS += """
 body.wb-presenter .wb-relevance-heatmap .wb-token {font-size: 1.7rem; padding: 2px 6px !important;}
