@@ -67,7 +67,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
             header_controls(demo)
             report.header_button()  # one HTML file of this visitor's results (components.report)
         links = DeepLinks()
-        with gr.Tabs() as tabs:
+        with gr.Tabs(overflow_behavior="wrap") as tabs:  # every tab's label stays in view
             ctx = TabContext(tabs=tabs, source=source, registry=modules)
             for mod in modules:
                 with gr.Tab(mod.TITLE, id=mod.TAB_ID, elem_id=f"tab-{mod.TAB_ID}") as tab:

@@ -20,7 +20,7 @@ from backend.pissa.race import RACE_METHODS, RaceConfig
 from backend.core import colors as C
 from components import links, race_live
 from backend.core import bounds
-from components.common import fail, model_event, themed
+from components.common import fail, model_event, on_first_open, themed
 from components.inputs import CheckedNumber, bounded_slider, checked_radio, keep_on_failure
 from components.adapter_convert import conversion_md
 from components.model_picker import model_picker
@@ -156,7 +156,7 @@ def spectrum_figure(a: dict, pinned: dict | None = None) -> go.Figure:
                             + (" · pinned one dotted" if pinned else ""),
                       xaxis_title="index i", yaxis_title="σᵢ (log scale)", yaxis_type="log",
                       height=360, margin=dict(l=50, r=20, t=50, b=45),
-                      legend=dict(orientation="h", y=-0.22))
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"))
     return themed(fig)
 
 
@@ -182,7 +182,7 @@ def histogram_figure(a: dict) -> go.Figure:
                              + "</extra>"))
     fig.update_layout(barmode="overlay", bargap=0, title="Distribution of entries: W vs W_res",
                       xaxis_title="value", yaxis_title="count", height=360,
-                      margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.22))
+                      margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"))
     return themed(fig)
 
 
@@ -281,7 +281,7 @@ def bars_figure(t: dict) -> go.Figure:
     fig.update_xaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=[r["layer"] for r in rows])
     fig.update_layout(barmode="group", title=f"Error-reduction ratio at r = {t['rank']} (QLoRA = 0)",
                       yaxis_title="1 − ‖W − (Q + AB)‖* / ‖W − nf4(W)‖*", height=360,
-                      margin=dict(l=60, r=20, t=50, b=80), legend=dict(orientation="h", y=-0.3))
+                      margin=dict(l=60, r=20, t=50, b=80), legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"))
     return themed(fig)
 
 
@@ -335,7 +335,7 @@ def race_figure(curves: dict, title: str = "") -> go.Figure:
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(type="log", row=1, col=2)
     fig.update_layout(title=title or "LoRA vs PiSSA", height=400, margin=dict(l=50, r=20, t=60, b=45),
-                      legend=dict(orientation="h", y=-0.2), uirevision="race")
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"), uirevision="race")
     return themed(fig)
 
 
@@ -566,7 +566,7 @@ def build(ctx) -> None:
         unpin_btn = gr.Button("Clear pin", size="sm", elem_id="pissa-unpin", scale=1)
     pin_md = gr.Markdown(elem_id="pissa-pin-msg", elem_classes=["wb-muted"])
     with gr.Row():
-        spec_plot = gr.Plot(label="spectrum", elem_id="pissa-spectrum", elem_classes=["wb-keyfig"])
+        spec_plot = gr.Plot(label="spectrum", elem_id="pissa-spectrum", elem_classes=["wb-keyfig", "wb-keyfirst"])
         hist_plot = gr.Plot(label="histograms", elem_id="pissa-hist", elem_classes=["wb-advanced"])
     stats = gr.Markdown(elem_id="pissa-stats", elem_classes=["wb-advanced"])
     analysis_files = gr.File(label="export (JSON, PNG)", file_count="multiple", elem_id="pissa-analysis-files")
@@ -646,6 +646,8 @@ def build(ctx) -> None:
     analysis_out = [spec_plot, hist_plot, stats, analysis_files, shown]
     keep_on_failure(analyse_btn.click(analyse, inputs=[model, layer, rank, init, pinned], outputs=analysis_out,
                                       **model_event(api_name="analyse")), analysis_out)
+    # opened, the tab shows the default layer's analysis (a link with settings of this tab: its own)
+    on_first_open(ctx, analyse, [model, layer, rank, init, pinned], analysis_out, link_prefix="pissa-")
     error_out = [error_df, bars_plot, heat_plot, error_md, error_files]
     keep_on_failure(errors_btn.click(errors, inputs=[model, rank, heat_method], outputs=error_out,
                                      **model_event(api_name="errors")), error_out)

@@ -1,6 +1,7 @@
 """Shared UI pieces: theme, CSS, the per-device concurrency group, error helpers."""
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,11 +51,14 @@ class TabContext:
     tab_id: str = ""
 
 
-def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, **events: Any) -> None:
+def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix: str | None = None,
+                  **events: Any) -> None:
     """Compute a tab's first view when a session first opens the tab, or when the page opens on it
     (a link's ?tab=), never at every page load: a visitor who does not open the tab costs nothing,
     every tab behaves alike, and the tab's model loads with its progress on the outputs' bar
-    (components.guard). `fn(*inputs)` returns the outputs' values (gr.skip() to leave one)."""
+    (components.guard). `fn(*inputs)` returns the outputs' values (gr.skip() to leave one), or, as a
+    generator, yields them step by step. With `link_prefix`, a page whose link carries a setting of
+    the tab (a query key starting with it) computes nothing here: the link's own runs do (LINK_RUNS)."""
     from gradio.context import Context
 
     from components import links
@@ -64,8 +68,11 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, **events: An
     skips = tuple(gr.skip() for _ in outputs)
     tab_id = ctx.tab_id  # ctx moves on to the next tab after this one is built
 
+    def linked() -> bool:
+        return bool(link_prefix) and any(k.startswith(link_prefix) for k in links.current_query())
+
     def first(done, *args):
-        if done:
+        if done or linked():
             return (True, *skips)
         out = fn(*args)
         return (True, *(out if len(outputs) > 1 else (out,)))
@@ -74,6 +81,20 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, **events: An
         if links.current_query().get("tab") != tab_id:
             return (done, *skips)
         return first(done, *args)
+
+    if inspect.isgeneratorfunction(fn):  # a first view in steps: each shows as soon as it is computed
+        def first(done, *args):  # noqa: F811
+            if done or linked():
+                yield (True, *skips)
+                return
+            for out in fn(*args):
+                yield (True, *(out if len(outputs) > 1 else (out,)))
+
+        def page_opens_here(done, *args):  # noqa: F811
+            if links.current_query().get("tab") != tab_id:
+                yield (done, *skips)
+                return
+            yield from first(done, *args)
 
     for handler in (first, page_opens_here):  # the tab's own handler: its ZeroGPU duration (guard)
         handler.__module__ = fn.__module__
@@ -222,6 +243,29 @@ body.wb-presenter .tabitem .column:has(.wb-keyfirst), body.wb-presenter .tabitem
 body.wb-presenter .tabitem .form:has(.wb-keyfirst) {display: contents !important;}
 body.wb-presenter .tabitem .wb-lead {order: -2;}
 body.wb-presenter .tabitem .wb-keyfirst {order: -1;}
+"""
+
+# Layout at any screen: below 1280 px the page takes the window's width (Gradio keeps a 768 px column
+# on a 1000 px screen; not an @media rule: Gradio scopes those inside its page, below this element), and the tab bar wraps its labels (app.py) rather than hide tabs behind "⋯".
+# A block's label sits above its image, gallery, upload area, plot or file, in the flow, instead of
+# floating over the block's top-left corner (where it covered the first image, the upload icon, a
+# plot's title), and such a block grows to hold both.
+CSS += """
+.main.fillable.app:not(.fill_width) {max-width: max(min(100%, 1280px), 80vw) !important;
+  padding-left: clamp(12px, 2vw, 32px) !important; padding-right: clamp(12px, 2vw, 32px) !important;}
+.gradio-container .block > label[data-testid="block-label"].float:has(~ [data-testid="image"], ~ .gallery-container,
+  ~ .upload-container, ~ .js-plotly-plot, ~ .file-preview-holder) {position: static !important; margin: 0 0 6px 0;
+  width: fit-content; max-width: 100%;}
+.gradio-container .block:has(> label[data-testid="block-label"].float ~ :is([data-testid="image"], .gallery-container,
+  .upload-container, .js-plotly-plot, .file-preview-holder)) {height: auto !important;}
+"""
+
+# Relevance's conservation table: a number never breaks over two lines (it read "-2.19e+0 / 0"), a
+# header only between words; a table wider than its column scrolls.
+CSS += """
+#rel-conservation table {display: block; overflow-x: auto; font-size: 0.85rem;}
+#rel-conservation td {white-space: nowrap;}
+#rel-conservation th {word-break: normal; overflow-wrap: normal;}
 """
 
 # Presenter view, Relevance: the token heatmap is the key figure; its tokens read from the back row.

@@ -20,7 +20,7 @@ from backend.nemo.metrics import auroc
 from components import links
 from components.model_picker import model_picker
 from components.visitor import own_folder, room_of, stats_dir
-from components.common import fail, model_event
+from components.common import fail, model_event, on_first_open
 from backend.core import bounds
 from components.inputs import bounded_slider, checked_image, clear_unreadable, keep_on_failure
 from components.memorization_figures import (NO_NEURONS_OFF, NO_TYPE, TABLE_HEADERS, TABLE_WIDTHS, batch_rows,
@@ -493,3 +493,14 @@ def build(ctx) -> None:
                    show_progress="hidden", api_visibility="private")
     export_btn.click(generate_ok, gen_inputs, None).success(
         export, gen_inputs, files, **model_event(api_name="memo_export"))
+
+    first_out = [score, zplot, stats_card, found, neurons, gallery, cmp_out, last]
+
+    def first_view(prompt_, model_, n):
+        """Opened, the tab shows the example's whole story: its score and z-scores, then the neurons NeMo
+        finds and the generations with them on and off (cached, so the next visitor's is at once)."""
+        yield (*check(prompt_, model_), *(gr.skip() for _ in first_out[3:]))
+        card, ticks, zfig = find(prompt_, model_)
+        yield (gr.skip(), zfig, gr.skip(), card, ticks, *generate(prompt_, ticks["value"], "", n, None, model_))
+
+    on_first_open(ctx, first_view, [prompt, memo_model, n_seeds], first_out, link_prefix="memo-")

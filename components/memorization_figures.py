@@ -120,10 +120,14 @@ def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
                                              line=dict(width=1, color="#ffffff")),
                                  name="found by NeMo"))
     fig.add_hline(y=Z_OUTLIER, line_dash="dot", line_color="#94a3b8")
-    fig.update_layout(height=320, margin=dict(l=40, r=10, t=30, b=40), bargap=0,
+    fig.update_layout(height=320 if len(tickvals) <= 4 else 400, margin=dict(l=40, r=10, t=30, b=40), bargap=0,
                       title=dict(text="z = |a − μ| / σ per value neuron", font=dict(size=13)),
-                      xaxis=dict(tickvals=tickvals, ticktext=ticktext, title="layer (neurons in order)"),
-                      yaxis=dict(title="z-score"), legend=dict(orientation="h", y=-0.25))
+                      # many layers of unequal widths (SD: 320 to 1280 neurons): names upright, not slanted into each other
+                      xaxis=dict(tickvals=tickvals, ticktext=ticktext, title="layer (neurons in order)",
+                                 tickangle=-90 if len(tickvals) > 4 else None),
+                      yaxis=dict(title="z-score"),
+                      # below the axis words however many layers turn them: anchored to the figure's foot
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0))
     return themed(fig)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import html
 import itertools
+import json
 import math
 import threading
 import time
@@ -302,7 +303,12 @@ function show(r) {
   view.style.display = '';
   view.dataset.state = r.state;
 }
-if (st.last) show(st.last); else view.style.display = 'none';
+// before any race: the empty axes and what Start does, not an empty box
+function idle() {
+  plot.innerHTML = __IDLE_SVG__; status.textContent = __IDLE_STATUS__;
+  view.style.display = ''; view.dataset.state = 'idle';
+}
+if (st.last) show(st.last); else idle();
 async function poll() {
   timer = null;
   let r = null;
@@ -357,8 +363,8 @@ plot.addEventListener('pointerleave', () => {
 // another model picked: the last race's view goes with its other results (not a race still running)
 window.wbRaceClear = () => {
   if (st.waiting) return;
-  st.last = null; plot.innerHTML = ''; status.textContent = ''; said.textContent = ''; tip.hidden = true;
-  view.style.display = 'none';
+  st.last = null; said.textContent = ''; tip.hidden = true;
+  idle();
 };
 // one listener per page, however often the view is mounted
 window.wbRaceLive?.abort();
@@ -378,6 +384,9 @@ document.addEventListener('click', (e) => {
   }
 }, {capture: true, signal: window.wbRaceLive.signal});
 """.replace("__POLL__", str(POLL_MS))
+IDLE_STATUS = ("No race yet: press Start race. LoRA and PiSSA then fine-tune the same model on the same task "
+               "from the same data, seed by seed, and their loss and gradient norm are drawn here as they train.")
+JS = JS.replace("__IDLE_SVG__", json.dumps(svg({}))).replace("__IDLE_STATUS__", json.dumps(IDLE_STATUS))
 CSS = (".wb-race-stop{color:var(--body-text-color-subdued);font-size:.9em;min-height:1.2em}"
        ".wb-race-live{position:relative}"
        ".wb-race-live-status{font-size:.95em;margin:.2em 0 .4em;white-space:pre-line}"

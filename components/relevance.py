@@ -197,7 +197,7 @@ def build(ctx) -> None:
                 tpl_scale = gr.Checkbox(label="Template tokens in the colour scale", value=False,
                                         elem_id="rel-template-scale")
             explain = gr.Button("Explain", variant="primary", elem_id="rel-explain")
-    heat = gr.HTML(elem_id="rel-heatmap", elem_classes=["wb-keyfig"])
+    heat = gr.HTML(elem_id="rel-heatmap", elem_classes=["wb-keyfig", "wb-keyfirst"])
     with gr.Row():
         pin_btn = gr.Button("Pin this result", size="sm", elem_id="rel-pin", scale=0, min_width=160)
         unpin_btn = gr.Button("Clear pin", size="sm", elem_id="rel-unpin", scale=0, min_width=120)
@@ -301,7 +301,7 @@ def build(ctx) -> None:
         sentences = gr.Dataframe(label="Per sentence: sort from a header's ⋮ menu, select a row to see its heatmap; "
                                        "conservation error = |Σ R − logit| / |logit|",
                                  interactive=False, wrap=True, max_height=360, elem_id="rel-sentences",
-                                 elem_classes=["wb-table-words"])
+                                 elem_classes=["wb-table-words"], visible=False)  # no "1 2 3" headers before a run
         with gr.Row():
             with gr.Column(scale=3):
                 sentence_view = gr.HTML(elem_id="rel-sentence-view")
@@ -328,7 +328,8 @@ def build(ctx) -> None:
         df, kinds = sentence_frame(res)
         path = Path(tempfile.mkdtemp(prefix="relevance-")) / "sentences.csv"
         df.to_csv(path, index=False)
-        return gr.update(value=df, datatype=kinds, column_widths=sentence_widths(df.columns)), "", str(path)
+        return (gr.update(value=df, datatype=kinds, column_widths=sentence_widths(df.columns), visible=True), "",
+                str(path))
 
     def open_sentence(res, norm, evt: gr.SelectData):
         """A selected row (after any sort: its '#' cell says which sentence) shows that sentence."""

@@ -159,8 +159,8 @@ def position_plot(res: dict, normalise: bool = True):
         fig.add_bar(x=x, y=y, name=LABELS[meth], marker_color=C.qualitative(i), customdata=raw, text=shown,
                     textposition="none", hovertemplate=hover + "<extra>" + LABELS[meth] + "</extra>")
     fig.update_layout(barmode="group", height=380, margin=dict(l=50, r=10, t=40, b=40),
-                      title="Relevance by position" + (" (normalised per method)" if normalise else ""),
-                      legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
+                      title="Relevance by position" + (", normalised" if normalise else ""),  # fits 1000 px
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
                       xaxis=dict(tickmode="array", tickvals=x, ticktext=shown, tickangle=-45),
                       yaxis_title="relevance ÷ method's max |R|" if normalise else "relevance")
     if normalise:
@@ -225,7 +225,7 @@ def curves_plot(hres: dict):
         fig.add_scatter(x=r["grid"], y=r["morf"], name=f"{LABELS[meth]} MoRF", line=dict(color=c))
         fig.add_scatter(x=r["grid"], y=r["lerf"], name=f"{LABELS[meth]} LeRF", line=dict(color=c, dash="dash"))
     fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=40),
-                      legend=dict(orientation="h", yanchor="top", y=-0.18, x=0, font=dict(size=10)),
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, font=dict(size=10)),
                       title=f"Target logit while removing words ({hres['n']} held-out sentences)",
                       xaxis_title=f"fraction of words replaced by {hres.get('neutral', '<unk>')}",
                       yaxis_title="target logit")
@@ -310,7 +310,7 @@ def scatter_plot(hres: dict):
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="Σ R = f",
                         line=dict(color=C.NEUTRAL, dash="dot"))
     fig.update_layout(height=520, margin=dict(l=40, r=10, t=40, b=40), title="Conservation on the held-out set",
-                      legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
                       xaxis_title="Σ relevance", yaxis_title="target logit f")
     return themed(fig)
 

@@ -9,7 +9,7 @@ from tests.helpers.browser import chromium_page
 
 LONG = 180_000
 KEYFIRST = {"features": "#features-overlay", "memorization": "#memo-generate", "math_neurons": "#mn-accfig",
-            "adapters": "#pissa-start"}
+            "adapters": "#pissa-spectrum"}
 
 
 def _top(page, sel: str) -> float:
