@@ -24,6 +24,7 @@ from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
 from backend.core.store import load_progress, request_scope, scoped_aiter, scoped_iter
 from backend.core.zerogpu import MAX_DURATION, gpu, in_main, spaces_available
+from components import fair_queue
 from components.turns import in_session_order
 
 from .common import MODEL_GROUP, model_concurrency
@@ -292,6 +293,7 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
     UI values, whereas the services it calls take models and callbacks. The services' own marks then
     run directly inside the worker. The guard runs inside the mark, so a gr.Error travels back."""
     limit = model_concurrency()
+    fair_queue.install()  # turns across visitors in the model queue (components.fair_queue)
     for block_fn in demo.fns.values():
         if block_fn.concurrency_id == MODEL_GROUP:  # Gradio takes the lowest limit a group's events name
             block_fn.concurrency_limit = limit
