@@ -1,7 +1,8 @@
 """A visitor's own files in the UI: the Gradio session (a browser tab, or one gradio_client / MCP
 client) is the owner of a folder of backend.core.sessions; the folder goes when the session ends
 (Gradio's unload event, fired when the page's heartbeat connection closes) or, for a client that
-never says goodbye, when it has been idle past WORKBENCH_SESSION_TTL."""
+never says goodbye, when it has been idle past WORKBENCH_SESSION_TTL; Gradio's state of the session
+goes with it (components.session_memory)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import gradio as gr
 
 from backend.core import sessions
+from components import session_memory
 
 
 def session_of(request: gr.Request | None) -> str | None:
@@ -55,3 +57,4 @@ def install(demo: gr.Blocks) -> None:
     `with demo:` (entering it again would build the page's config and server app once more)."""
     demo.unload(end_session)
     sessions.start_sweeper()
+    session_memory.install(demo)  # and Gradio's state of the session (components.session_memory)
