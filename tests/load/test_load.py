@@ -24,3 +24,21 @@ def test_sixteen_clients_see_only_their_own_interventions():
     assert report.errors == []
     assert report.mismatches == []
     assert final["integrity"] == [] and final["internal_errors"] == 0
+
+
+@pytest.mark.timeout(600)
+def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_limit():
+    """Issue 37: a visitor holding long model calls in every model slot (here four: a race, a held-out
+    evaluation, an 8-seed generation, a scale curve, at their largest) kept another visitor's
+    half-second call waiting minutes, and they ran past the job limit. Now the other call waits
+    ≤ 10 s, and each long call answers within the limit (15 s here, +10 s to stop and answer)."""
+    from tests.load.turns_and_limits import LONG, fair_turns
+
+    long = LONG[1:]
+    with serve(env={"WORKBENCH_JOB_SECONDS": "15"}, log_path=ARTIFACTS / "turns-server.log") as (url, _):
+        rep = fair_turns(url, long=long, head_start_s=3.0)
+    print(rep.summary(15))
+    assert len(rep.long) == 4
+    assert rep.short_wait_s <= 10  # in the queue
+    assert all(t.seconds <= 15 + 10 for t in rep.long), rep.summary(15)
+    assert not any("Internal error" in t.error for t in rep.long)
