@@ -31,7 +31,8 @@ def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_li
     """Issue 37: a visitor holding long model calls in every model slot (here four: a race, a held-out
     evaluation, an 8-seed generation, a scale curve, at their largest) kept another visitor's
     half-second call waiting minutes, and they ran past the job limit. Now the other call waits
-    ≤ 10 s, and each long call answers within the limit (15 s here, +10 s to stop and answer)."""
+    ≤ 10 s in the queue, and each long call answers within the limit (15 s here, +15 s to reach its
+    next check and answer: a race draws and writes its exports after it stops)."""
     from tests.load.turns_and_limits import LONG, fair_turns
 
     long = LONG[1:]
@@ -40,5 +41,5 @@ def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_li
     print(rep.summary(15))
     assert len(rep.long) == 4
     assert rep.short_wait_s <= 10  # in the queue
-    assert all(t.seconds <= 15 + 10 for t in rep.long), rep.summary(15)
+    assert all(t.seconds <= 15 + 15 for t in rep.long), rep.summary(15)
     assert not any("Internal error" in t.error for t in rep.long)
