@@ -33,8 +33,8 @@ def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_li
     half-second call waiting minutes, and they ran past the job limit. Now the other call waits
     ≤ 10 s in the queue, and each long call is stopped at the limit (15 s here). A call stops at its
     next check: one held-out batch or evaluation took up to 23 s past the limit on this 2-core machine
-    under a load of 15, so the bound here is 3x the limit (the figures script prints the times). A race is left out here: it still takes 15-45 s past the limit to wind
-    down on a loaded machine (python -m tests.load.turns_and_limits prints its time)."""
+    under a load of 15, so the bound here is 3x the limit. A race is left out: it still took 18-45 s
+    past the limit to wind down (python -m tests.load.turns_and_limits prints the times)."""
     from tests.load.turns_and_limits import LONG, fair_turns
 
     long = LONG[2:] + [("/errors", dict(key="pissa-toy", rank=128, heat="loftq-5"))]
