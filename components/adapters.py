@@ -380,7 +380,10 @@ def _status(curves: dict, done: dict | None, elapsed: float, total: int) -> str:
             lines.append(f"PiSSA's loss is below LoRA's {when} for **{w['wins']}/{w['seeds']}** seeds "
                          f"(same lr {s['settings']['lr']:g}, r {s['settings']['rank']}, "
                          f"alpha {s['settings']['alpha']:g}).")
-        if not cut:
+        limit = done.get("time_limit_s")
+        if limit:
+            lines.append(f"**stopped at this server's time limit of {limit:g} s**; fewer steps or seeds finish")
+        elif not cut:
             lines.append("**stopped**" if done.get("stopped") else "**finished**")
     return "  \n".join(lines)
 

@@ -19,11 +19,13 @@ from typing import Any
 
 import gradio as gr
 
-from backend.core import loadgate, picker, preload, store
+from backend.core import costs, limits, loadgate, picker, preload, store
+from backend.core.bounds import call_cap
 from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
 from backend.core.store import load_progress, request_scope, scoped_aiter, scoped_iter
 from backend.core.zerogpu import MAX_DURATION, gpu, in_main, spaces_available
+from components import fair_queue
 from components.turns import in_session_order
 
 from .common import MODEL_GROUP, model_concurrency
@@ -34,6 +36,13 @@ INTERNAL_ERRORS: list[str] = []
 _LOCK = threading.Lock()
 # Every request runs under a time budget that long backend loops check (backend.core.limits).
 JOB_SECONDS = float(os.environ.get("WORKBENCH_JOB_SECONDS", "300"))
+
+
+def job_seconds() -> float:
+    """A request's time limit: WORKBENCH_JOB_SECONDS, or the per-call cap where that is shorter
+    (a call the cap lets start must not run past it either)."""
+    cap = call_cap()
+    return min(JOB_SECONDS, cap) if cap else JOB_SECONDS
 
 
 def _translate(exc: BaseException, where: str) -> BaseException:
@@ -77,12 +86,13 @@ class _Noted:
     notes: list[str]
     loads: list[str]
     own: list = field(default_factory=list)
+    costs: list = field(default_factory=list)  # the times the worker measured (backend.core.costs)
 
 
 def _carrying(fn):
     """Inside the ZeroGPU mark: collect the notes and the worker's loads with each result."""
     def noted(step):
-        carry, count = [], store.load_count()
+        carry, count, timed = [], store.load_count(), costs.count()
         token = _CARRY.set(carry)
         try:
             value = step()
@@ -91,7 +101,7 @@ def _carrying(fn):
         if in_main():
             return _Noted(value, carry, [])
         loads = store.loads_since(count)
-        return _Noted(value, carry, loads, picker.checked_own(loads))
+        return _Noted(value, carry, loads, picker.checked_own(loads), costs.since(timed))
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
@@ -116,6 +126,7 @@ def _carrying(fn):
 def _deliver(noted: _Noted):
     """In the main process: show the notes, load what the worker needed (backend.core.preload)."""
     show_notes(noted.notes)
+    costs.merge(noted.costs)
     if noted.loads:
         preload.mirror(noted.loads, noted.own)
     return noted.value
@@ -208,7 +219,7 @@ def guarded(fn):
     if inspect.isasyncgenfunction(fn):
         @functools.wraps(fn)
         async def agen(*a, **k):
-            try:  # no budget: a stream's steps may run in different contexts; streams stop themselves
+            try:  # no budget: the app's streams are synchronous (an async one is no model call)
                 async for x in scoped_aiter(fn(*a, **k), show_notes):
                     yield x
             except Exception as e:
@@ -217,8 +228,10 @@ def guarded(fn):
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
+            limit = job_seconds()  # one deadline over all the stream's steps, whatever thread runs them
+            steps = limits.stepwise(fn(*a, **k), limits.deadline_after(limit), limit)
             try:
-                yield from scoped_iter(_reporting(fn(*a, **k), _load_reporter()), show_notes)
+                yield from scoped_iter(_reporting(steps, _load_reporter()), show_notes)
             except Exception as e:
                 raise _translate(e, where) from e
         return gen
@@ -226,7 +239,7 @@ def guarded(fn):
         @functools.wraps(fn)
         async def coro(*a, **k):
             try:
-                with budget(JOB_SECONDS), request_scope() as scope:
+                with budget(job_seconds()), request_scope() as scope:
                     out = await fn(*a, **k)
                     show_notes(scope.notes)
                     return out
@@ -237,7 +250,7 @@ def guarded(fn):
     @functools.wraps(fn)
     def plain(*a, **k):
         try:
-            with budget(JOB_SECONDS), request_scope() as scope, load_progress(_load_reporter()):
+            with budget(job_seconds()), request_scope() as scope, load_progress(_load_reporter()):
                 out = fn(*a, **k)
                 show_notes(scope.notes)
                 return out
@@ -292,6 +305,7 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
     UI values, whereas the services it calls take models and callbacks. The services' own marks then
     run directly inside the worker. The guard runs inside the mark, so a gr.Error travels back."""
     limit = model_concurrency()
+    fair_queue.install()  # turns across visitors in the model queue (components.fair_queue)
     for block_fn in demo.fns.values():
         if block_fn.concurrency_id == MODEL_GROUP:  # Gradio takes the lowest limit a group's events name
             block_fn.concurrency_limit = limit

@@ -1,7 +1,8 @@
 """A visitor's own files in the UI: the Gradio session (a browser tab, or one gradio_client / MCP
 client) is the owner of a folder of backend.core.sessions; the folder goes when the session ends
 (Gradio's unload event, fired when the page's heartbeat connection closes) or, for a client that
-never says goodbye, when it has been idle past WORKBENCH_SESSION_TTL.
+never says goodbye, when it has been idle past WORKBENCH_SESSION_TTL; Gradio's state of the session
+goes with it (components.session_memory).
 
 A call with no session behind it (a raw POST to /gradio_api/run/<name>, Python calling a handler)
 is nobody in particular: it reads what everyone reads, and anything it would build is refused. The
@@ -14,6 +15,7 @@ from pathlib import Path
 import gradio as gr
 
 from backend.core import sessions
+from components import session_memory
 
 NO_SESSION = ("This call carries no session, so it has no place of its own to keep what it builds, and "
               "visitors never write the server's shared files. Call it from the page or with gradio_client "
@@ -77,3 +79,4 @@ def install(demo: gr.Blocks) -> None:
     `with demo:` (entering it again would build the page's config and server app once more)."""
     demo.unload(end_session)
     sessions.start_sweeper()
+    session_memory.install(demo)  # and Gradio's state of the session (components.session_memory)

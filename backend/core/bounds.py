@@ -120,8 +120,11 @@ def call_cap() -> float | None:
     return cap if cap > 0 else None
 
 
-def check_cost(estimate_s: float, what: str) -> None:
+def check_cost(estimate_s: float, what: str, measured: bool = False) -> None:
+    """Refuse what is estimated over the cap; `measured`: the estimate comes from this server's times
+    of the same computation (backend.core.costs), refused at the cap too (it was stopped there)."""
     cap = call_cap()
-    if cap is not None and estimate_s > cap:
-        raise CostTooHigh(f"{what} is estimated at {estimate_s:.0f} s, over this server's per-call cap of "
+    if cap is not None and (estimate_s >= cap if measured else estimate_s > cap):
+        basis = " from the times measured on this server" if measured else ""
+        raise CostTooHigh(f"{what} is estimated at {estimate_s:.0f} s{basis}, over this server's per-call cap of "
                           f"{cap:g} s (WORKBENCH_CALL_CAP_S); choose smaller settings. Nothing was computed.")

@@ -38,9 +38,11 @@ import inspect
 import io
 import os
 import pickle
+import time
 from typing import Callable
 
-from .bounds import check_cost
+from . import costs, limits
+from .bounds import call_cap, check_cost
 
 try:  # pragma: no cover - only present on Spaces
     import spaces as _spaces
@@ -87,8 +89,13 @@ MAX_DURATION = 300  # seconds: the longest a single estimate asks for
 MARKED: dict[str, float | Callable] = {}  # "module.qualname" → duration, for every marked function
 
 
+_RAW = contextvars.ContextVar("workbench_gpu_raw", default=False)  # `capped` unrounded, unbounded
+
+
 def capped(seconds: float, lo: float = 10, hi: float = MAX_DURATION) -> int:
     """An estimate rounded up to whole seconds within [lo, hi]."""
+    if _RAW.get():
+        return float(seconds)
     return int(min(hi, max(lo, -(-float(seconds) // 1))))
 
 
@@ -175,23 +182,71 @@ def _checked_gen(name: str, f: Callable, args, kwargs):
         it.close()  # a consumer that stops early closes the inner generator too (its finally runs)
 
 
+def _units(duration, args, kwargs) -> float:
+    """The work a call's ZeroGPU formula counts for it: the formula before rounding and bounds."""
+    if not callable(duration):
+        return float(duration)
+    token = _RAW.set(True)
+    try:
+        return float(duration(*args, **kwargs))
+    finally:
+        _RAW.reset(token)
+
+
 def _capped_call(f: Callable, duration, name: str) -> Callable:
-    """`f` refused before it starts when its estimate is over the per-call cap (backend.core.bounds)."""
+    """`f` timed (backend.core.costs), refused before it starts when the estimate from those times
+    is at or over the per-call cap (backend.core.bounds), and run under the cap's time budget: a call
+    never measured runs, and is stopped at the cap if it takes longer."""
     what = f"This computation ({name})"
 
-    def check(args, kwargs):
-        check_cost(float(duration(*args, **kwargs) if callable(duration) else duration), what)
+    def start(args, kwargs):
+        model, setting = costs.model_of(args, kwargs), costs.setting_of(args, kwargs)
+        units = _units(duration, args, kwargs)
+        cap = call_cap()
+        guess = costs.estimate(name, model, setting, units)
+        if cap is not None and guess is not None and guess >= cap:
+            check_cost(guess, what, measured=True)
+        limits.check(name.rsplit(".", 1)[-1].replace("_", " "))  # a budget spent before it starts
+        return (name, model, setting, units), cap
+
+    def done(key, t0, loads, stopped: bool) -> None:
+        from .store import load_count
+
+        if load_count() == loads:  # a model load is paid once, not by every call of this kind
+            costs.record(*key, time.perf_counter() - t0)
 
     if inspect.isgeneratorfunction(f):
         @functools.wraps(f)
         def g(*args, **kwargs):
-            check(args, kwargs)
-            yield from f(*args, **kwargs)
+            from .store import load_count
+
+            key, cap = start(args, kwargs)
+            t0, loads = time.perf_counter(), load_count()
+            ok = False
+            try:
+                yield from limits.stepwise(f(*args, **kwargs), limits.deadline_after(cap), cap)
+                ok = True
+            except limits.JobTooLong:
+                done(key, t0, loads, True)
+                raise
+            finally:
+                if ok:
+                    done(key, t0, loads, False)
     else:
         @functools.wraps(f)
         def g(*args, **kwargs):
-            check(args, kwargs)
-            return f(*args, **kwargs)
+            from .store import load_count
+
+            key, cap = start(args, kwargs)
+            t0, loads = time.perf_counter(), load_count()
+            try:
+                with limits.budget(cap):
+                    out = f(*args, **kwargs)
+            except limits.JobTooLong:
+                done(key, t0, loads, True)
+                raise
+            done(key, t0, loads, False)
+            return out
     return g
 
 

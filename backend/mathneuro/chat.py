@@ -13,6 +13,7 @@ from typing import Sequence
 
 import torch
 
+from ..core import limits
 from ..core.device import device_of
 from .sources import LETTERS, final_number, same_number
 
@@ -71,6 +72,7 @@ def generate(model, tok, prompts: Sequence[list[int]], max_new_tokens: int,
     dev = device_of(model)
     out: list[str] = []
     for i in range(0, len(prompts), batch_size):
+        limits.check("the answers")  # between batches: a request's time limit ends long evaluations
         chunk = [list(p) for p in prompts[i:i + batch_size]]
         width = max(len(p) for p in chunk)
         ids = torch.full((len(chunk), width), pad, dtype=torch.long)

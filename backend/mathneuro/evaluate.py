@@ -14,6 +14,7 @@ from typing import Sequence
 
 import torch
 
+from ..core import limits
 from .data import EOS
 
 
@@ -45,6 +46,7 @@ def exact_match(model, tok, items: Sequence[dict], batch_size: int = 256) -> tor
     """Bool per item: the greedy answer equals the reference exactly (see module docstring)."""
     out = []
     for i in range(0, len(items), batch_size):
+        limits.check("the evaluation")  # between batches: a request's time limit ends long sweeps
         ids, predict = encode_with_answers(tok, items[i:i + batch_size])
         # Right padding + causal attention: pad tokens never influence earlier positions.
         logits = model(input_ids=ids.to(model.device), use_cache=False).logits

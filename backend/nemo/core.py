@@ -220,6 +220,7 @@ def generate(pipe, prompt: str, seeds: Iterable[int], *, guidance_scale: float =
     latents = initial_latents(pipe, seeds) * sched.init_noise_sigma
     with deactivate(unet, spec or {}):
         for t in sched.timesteps:
+            limits.check("the generation")  # a request's time limit ends seeds × steps, not only searches
             eps = _eps(unet, sched.scale_model_input(latents, t), t, cond, uncond, guidance_scale)
             latents = sched.step(eps, t, latents).prev_sample
     vdev = device_of(vae)

@@ -316,6 +316,8 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
     except ValueError as e:
         raise ServiceError(str(e)) from None
     preset_for(key)
+    deadline = limits.deadline()  # the request's time limit: the race ends there, as at a Stop
+    limit_s = limits.limit_s()
     flag = StopFlag(session).start()
     # Events pass in batches: one hand-over between the threads per batch, not per step (per-step
     # hand-overs under the GIL the training holds let the consumer fall seconds behind). The batch
@@ -340,7 +342,9 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
         try:
             task = task_for(key)
             # each training step is a model computation: a load elsewhere waits for it, not for the race
-            for ev in loadgate.gated_iter(race(task, cfg, stop=flag.is_set)):
+            for ev in loadgate.gated_iter(race(task, cfg, stop=lambda: flag.is_set() or limits.past(deadline))):
+                if ev.get("done") and ev.get("stopped") and limits.past(deadline) and not flag.is_set():
+                    ev = {**ev, "time_limit_s": limit_s}
                 put(ev)
         except BaseException as e:  # handed to the consumer
             put({"error": e})

@@ -1,6 +1,8 @@
 """Parallel users for a bounded time against the app on 127.0.0.1.
 
     python -m tests.load.run_load --clients 16 --seconds 120
+    python -m tests.load.run_load --figures   # and issue 37's figures: fair turns, time limits, the
+                                              # smallest settings under a cap, memory after sessions
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--max-requests", type=int, default=5000)
+    ap.add_argument("--figures", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.helpers.server import serve
@@ -34,6 +37,11 @@ def main() -> None:
         print("CROSS-TALK", m)
     for e in rep.errors[:20]:
         print("ERROR", e)
+    if args.figures:  # each on a server of its own (its settings differ)
+        import subprocess
+
+        for mod in ("tests.load.turns_and_limits", "tests.load.session_memory"):
+            subprocess.run([sys.executable, "-m", mod], cwd=Path(__file__).resolve().parents[2], check=False)
     sys.exit(1 if rep.mismatches or rep.errors or final["integrity"] or final["internal_errors"] else 0)
 
 

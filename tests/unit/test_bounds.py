@@ -36,21 +36,38 @@ def test_every_tab_range_is_finite_and_the_inits_are_the_tabs():
     assert bounds.PISSA_INITS == ("pissa", "pissa_niter_4")
 
 
-def test_a_computation_over_the_cap_is_refused_before_it_starts(monkeypatch):
+def test_the_cap_refuses_by_measured_time_and_stops_what_it_lets_run(monkeypatch):
+    """Under WORKBENCH_CALL_CAP_S the ZeroGPU allowance (here 100 + n s: 101 s for n=1, over a 1 s
+    cap) refuses nothing: a setting never measured runs under the cap's time budget, a measured one
+    is refused when its measured time reaches the cap (backend.core.costs)."""
+    import time
+
+    from backend.core import costs, limits
+
     ran = []
 
-    @gpu(duration=lambda n: 10 + 2 * n)
+    @gpu(duration=lambda n: 100 + n)
     def work(n):
         ran.append(n)
+        for _ in range(n):
+            limits.check("the work")
+            time.sleep(0.02)
         return n
 
+    costs.clear()
     monkeypatch.delenv("WORKBENCH_CALL_CAP_S", raising=False)
-    assert work(100) == 100  # no cap set: as before
-    monkeypatch.setenv("WORKBENCH_CALL_CAP_S", "30")
-    assert work(5) == 5
+    monkeypatch.setenv("WORKBENCH_CALL_CAP_S", "1")
+    assert work(1) == 1  # the smallest setting runs although its allowance is 101 s
+    assert work(1) == 1  # and again, measured at 0.02 s
+    t0 = time.perf_counter()
+    with pytest.raises(limits.JobTooLong, match="time limit of 1 s"):
+        work(200)  # 4 s of work, estimated from n=1's rate at 0.02 × 300/101 s: runs, stopped at the cap
+    assert time.perf_counter() - t0 < 1.5
     with pytest.raises(bounds.CostTooHigh) as e:
-        work(50)
-    assert "estimated at 110 s, over this server's per-call cap of 30 s" in str(e.value)
-    assert ran == [100, 5]  # nothing computed for the refused call
+        work(200)  # measured: it ran the whole cap
+    assert "estimated at 1 s from the times measured on this server, over this server's per-call cap of 1 s" \
+        in str(e.value)
+    assert ran == [1, 1, 200]  # nothing computed for the refused call
+    assert work(3) == 3  # another small setting still runs
     handler = gpu(duration=300, estimate=False)(lambda: "ok")  # a handler's allowance is no estimate
     assert handler() == "ok"
