@@ -64,6 +64,8 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
     from components import links
     from components.inputs import keep_on_failure
 
+    if ctx.tab is None:  # a tab built on its own (a notebook, a test) has no tab to open
+        return
     opened = gr.State(False)
     skips = tuple(gr.skip() for _ in outputs)
     tab_id = ctx.tab_id  # ctx moves on to the next tab after this one is built

@@ -99,7 +99,7 @@ def test_lists_exactly_the_tools_with_their_schemas(mcp_url):
     for t in tools:
         assert len(t.description) > 150, t.name
         props = t.inputSchema["properties"]
-        assert (props or t.name == "memorized_prompts") and all(p.get("description") for p in props.values()), t.name
+        assert (props or t.name in ("memorized_prompts", "session_report")) and all(p.get("description") for p in props.values()), t.name
     by = {t.name: t for t in tools}
     assert by["math_neurons"].inputSchema["properties"]["method"]["enum"] == ["mathneuro", "wanda", "random", "lape"]
     assert by["token_relevance"].inputSchema["required"] == ["text"]

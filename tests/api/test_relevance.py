@@ -224,7 +224,7 @@ def test_views_say_what_they_plot():
     heat = R.heatmap_html(res, True, mark)
     rows = heat.split("font-weight:600;font-size:0.85rem'>")[1:]
     for meth, row in zip(res["methods"], rows):
-        spans = row.split("class='wb-token'")[1:]
+        spans = row.split("class='wb-token")[1:]  # template tokens add a class
         assert {i for i, sp in enumerate(spans) if "border-bottom:3px" in sp} == mark[meth], meth
     lplot = R.longrange_plot(res)
     assert all(tr.cliponaxis is False for tr in lplot.data)
