@@ -89,8 +89,9 @@ NOT_GPU = {
                              "own_source", "clamp_range"},
     # `pick`: the picked model's preset, from its metadata (the tab's words follow it)
     "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick", "SIDES"},
-    # the held-out items a setting is scored on, and how many samples each side identifies with
-    "backend.mathneuro.service.Bench": {"eval_items", "n_ident"},
+    # the held-out items a setting is scored on, how many samples each side identifies with, and
+    # `evaluated`: a setting's cached scores, read without running anything (exports)
+    "backend.mathneuro.service.Bench": {"eval_items", "n_ident", "evaluated"},
     # `config_layer_names`: a checkpoint's layers from its config, built on the meta device
     "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed",
                               "config_layer_names"},
