@@ -82,7 +82,15 @@ def test_relevance_sentence_table_and_long_range_plot(page, server_url):
 @pytest.mark.timeout(600)
 def test_memorization_one_progress_bar_and_no_off_row_when_nothing_is_off(page, server_url):
     open_tab(page, server_url, "memorization")
-    settle(page, LONG)  # the tab's first view (score, neurons, generations) is not the Generate click's
+    # the tab's first view finds the example's neurons and ticks them: wait for its generations, then
+    # untick every neuron so that this Generate switches nothing off
+    page.wait_for_selector("#memo-found-card", state="attached", timeout=LONG)
+    settle(page, LONG)
+    ticked = page.locator("#memo-neurons input:checked")
+    assert ticked.count() > 0  # the first view ticked what it found
+    for _ in range(ticked.count()):
+        ticked.first.uncheck()  # the locator is live: its first is the next ticked box
+    assert page.locator("#memo-neurons input:checked").count() == 0
     page.locator("#memo-gallery-acc .label-wrap").click()
     page.fill("#memo-prompt textarea", "a red ring and a red square and a red square on a yellow background")
     page.click("#memo-generate")
