@@ -44,7 +44,8 @@ from .index import (IMAGE_SUFFIXES, INDEX_ENV, INDEX_FILE, Cancelled, FeatureInd
                     build_streaming, find_index)
 from . import formats
 from ..core import picker
-from .sae import SparseAutoencoder, load_sae
+from .formats import load as load_sae
+from .sae import SparseAutoencoder
 
 TAB = "features"
 ZOO_MODEL = "llava-scenes"
@@ -162,9 +163,7 @@ def zoo_shell(sae_name: str = ZOO_SAE, root: Path | None = None, parts_key: str 
     """The zoo organism without weights: the SAE's cfg, the captioner's vision sizes, the feature
     index, labels, summary and scene sets, which are all the tab's first view shows. `need_model`
     loads the captioner and the SAE (`load_zoo_parts`) into the model store under `parts_key`."""
-    from ..zoo import zoo_path
-
-    sae_dir = zoo_path(sae_name, root)
+    sae_dir = P.zoo_path(sae_name, root)
     info = _read_json(sae_dir / "organism.json", {})
     cap_dir = _captioner_dir(sae_dir)
     sae_info = formats.describe(P.validate_local_path(sae_dir, [cap_dir.parent]))
@@ -180,9 +179,7 @@ def zoo_shell(sae_name: str = ZOO_SAE, root: Path | None = None, parts_key: str 
 
 
 def _captioner_dir(sae_dir: Path) -> Path:
-    from ..zoo import zoo_path
-
-    return zoo_path(_read_json(sae_dir / "organism.json", {}).get("captioner", ZOO_MODEL), sae_dir.parent)
+    return P.zoo_path(_read_json(sae_dir / "organism.json", {}).get("captioner", ZOO_MODEL), sae_dir.parent)
 
 
 def load_zoo_parts(org: Organism) -> "HubParts":

@@ -54,8 +54,9 @@ def test_gpu_shim_uses_spaces_when_present(monkeypatch):
 
     fake.GPU = GPU
     monkeypatch.setitem(sys.modules, "spaces", fake)
+    import backend.core.spaces_pkg as found
     import backend.core.zerogpu as shim
-    shim = importlib.reload(shim)
+    importlib.reload(found)  # the package is looked for once, at import
     try:
         @shim.gpu(duration=30)
         def f():
@@ -64,7 +65,8 @@ def test_gpu_shim_uses_spaces_when_present(monkeypatch):
         assert shim.spaces_available() and f.marked and calls == [30]
     finally:
         monkeypatch.delitem(sys.modules, "spaces")
-        importlib.reload(shim)
+        importlib.reload(found)
+    assert not shim.spaces_available()
 
 
 # ------------------------------------------------------------------ ZeroGPU audit of the tabs' calls

@@ -154,9 +154,9 @@ def test_preload_skips_what_does_not_fit_the_budget(monkeypatch):
 @pytest.fixture
 def under_zerogpu(spaces, monkeypatch):
     """`backend.core.zerogpu.gpu` as on a ZeroGPU Space: every outermost marked call in a forked worker."""
-    from backend.core import zerogpu
+    from backend.core import spaces_pkg
 
-    monkeypatch.setattr(zerogpu, "_spaces", spaces)
+    monkeypatch.setattr(spaces_pkg, "spaces", spaces)
     return spaces
 
 
