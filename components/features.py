@@ -1,6 +1,7 @@
 """Features: an SAE feature browser for a LLaVA-style model (Zhang et al., 2024, multimodal SAEs).
 
-UI only: the feature list, feature pages, image analysis and steering come from backend.sae.features.
+UI only: the feature list, feature pages, image analysis and steering come from backend.sae
+(loading, pages, analysis, hub_index).
 """
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
+from backend.core import presets as P
 from backend.core import sessions
 from backend.core.stopflag import StopFlag
-from backend.sae import features as FT
+from backend.sae import analysis, hub_index, loading, organism, pages
 from backend.sae import scenes as S
+from backend.sae import steer as ST
+from backend.sae.index import INDEX_FILE, Cancelled
 from components import links
 from components.feature_images import MAX_TAB_IMAGES, collect_images, own_build, own_labels, shown_place
 from backend.sae.label_quality import quality
@@ -70,10 +74,10 @@ def _org(source: str, progress=None):
     """The organism; with `progress` (a gr.Progress) its weights too: the VLM and SAE load on the
     first request that needs them, not when the app starts."""
     try:
-        org = FT.get_organism(source)
+        org = loading.get_organism(source)
         if progress is not None and org.model is None:
             progress(0.05, desc="loading the model and SAE (first use; they stay loaded)")
-            org = FT.get_organism(source, model=True)
+            org = loading.get_organism(source, model=True)
         return org
     except FileNotFoundError as e:
         fail(f"The Features organism is not built: {e}")
@@ -86,9 +90,9 @@ def no_index_html(org) -> str:
     return (f"<div class='wb-explain' id='features-noindex'><b>No feature index yet for this model and SAE.</b> "
             f"A feature's page shows the images of a dataset that excite it most, so an index over your images "
             f"is needed first. Build it above from a few images (up to {MAX_TAB_IMAGES}), or for a large set "
-            f"run on a GPU machine:<pre style='white-space:pre-wrap'>{html.escape(FT.index_command(org))}</pre>"
+            f"run on a GPU machine:<pre style='white-space:pre-wrap'>{html.escape(hub_index.index_command(org))}</pre>"
             f"This tab picks the file up as soon as it is where the server reads it: the file "
-            f"<code>WORKBENCH_SAE_INDEX</code> names (<code>OUT/{FT.INDEX_FILE}</code>), or beside the SAE. "
+            f"<code>WORKBENCH_SAE_INDEX</code> names (<code>OUT/{INDEX_FILE}</code>), or beside the SAE. "
             f"Image analysis and steering below work without an index.{note}</div>")
 
 
@@ -111,7 +115,7 @@ def list_features(source: str, query: str, sort: str) -> pd.DataFrame:
     org = _org(source)
     if sort not in sorts_of(org):
         fail(f"Sort by one of {sorts_of(org)}.")
-    rows = FT.feature_table(org, query or "", {"IoU": "iou", "max activation": "max_act"}.get(sort, sort))
+    rows = pages.feature_table(org, query or "", {"IoU": "iou", "max activation": "max_act"}.get(sort, sort))
     if org.is_hub:
         return pd.DataFrame([[r["feature"], r["label"], round(r["density"], 4), round(r["max_act"], 2)]
                              for r in rows], columns=["feature", "label", "density", "max act"])
@@ -130,7 +134,7 @@ def open_feature(source: str, feature):
     f = _feature_id(org, feature)
     if org.index is None:
         return _empty_page(org, f)
-    page = FT.feature_page(org, f)
+    page = pages.feature_page(org, f)
     vmax = maps_max(page["maps"])
     over = [(enlarged(overlay(im, m, vmax)), f"#{t['image_id']} · {t['score']:.2f}")
             for im, m, t in zip(page["images"], page["maps"], page["top"])]
@@ -153,12 +157,12 @@ def open_feature(source: str, feature):
                   f"concept explainer: best IoU of a planted concept mask with the activation regions "
                   f"(bilinear upsampling, ≥ 50% of the map's max) over the top-5 images</div>"
                   + colorbar_html(vmax, "overlay colour scale"))
-    data = FT.page_json(page)
+    data = pages.page_json(page)
     # named for the index too: two visitors' own indexes never share an export file
     tag = hashlib.sha256(org.cache_id.encode()).hexdigest()[:10]
     jpath = _atomic_write(_export_path(f"feature_{f}-{tag}.json"), lambda p: p.write_text(json.dumps(data, indent=1)))
     ppath = _atomic_write(_export_path(f"feature_{f}-{tag}.png"), lambda p: page_png(page, p))
-    steer_value = FT.default_clamp_value(org, f)
+    steer_value = analysis.default_clamp_value(org, f)
     hover = patch_figure(page["images"], page["patch_maps"],
                          [f"#{t['image_id']} · {t['score']:.2f}" for t in page["top"]], vmax)
     return (header, over, dim, hist_plot(page), concept_plot(page), str(jpath), str(ppath), data, hover, f,
@@ -186,7 +190,7 @@ def reopen_feature(source: str, feature):
 
 def clamp_limit(org) -> float:
     """The largest clamp value offered (backend.core.bounds: the API and the tools take the same)."""
-    return FT.clamp_range(org).hi
+    return analysis.clamp_range(org).hi
 
 
 def _image_input(org, image, example):
@@ -259,10 +263,10 @@ def analyse(source: str, image, example, progress=gr.Progress()):
     img = _image_input(org, image, example)
     progress(0.2, desc="encoding the image at the SAE hookpoint")
     try:
-        out = FT.analyse_image(org, img, top_n=6)
+        out = analysis.analyse_image(org, img, top_n=6)
     except ValueError as e:
         fail(str(e))
-    shown = FT.thumbnail(out["image"], 320) if org.is_hub else out["image"]
+    shown = pages.thumbnail(out["image"], 320) if org.is_hub else out["image"]
     gallery = []
     vmax = max([float(m.max()) for m in out["maps"].values()] or [1.0])
     from backend.sae.explain import upsample
@@ -311,16 +315,16 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
     org = _org(source, progress)
     img = _image_input(org, image, example)
     f = _feature_id(org, feature)
-    v = bounds.check(FT.clamp_range(org), value)
-    if positions not in FT.ST.POSITION_MODES:
-        fail(f"Positions must be one of {FT.ST.POSITION_MODES}.")
+    v = bounds.check(analysis.clamp_range(org), value)
+    if positions not in ST.POSITION_MODES:
+        fail(f"Positions must be one of {ST.POSITION_MODES}.")
     progress(0.3, desc="generating with and without the clamp")
     try:
-        out = FT.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
+        out = analysis.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
                                suppress_family=bool(suppress))
     except ValueError as e:
         fail(str(e))
-    lab = FT.shown_label(org.labels.get(str(f), {}))
+    lab = organism.shown_label(org.labels.get(str(f), {}))
     ok = {True: " · steered output is well-formed", False: " · steered output is not a well-formed caption",
           None: ""}[out["well_formed"]]
     verdict = concept_words(out)
@@ -336,7 +340,7 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
           f"<tr>{row.format(f'feature {f} ({html.escape(name)}) = {v:g}')}{cell(out['steered'])}</tr>"
           f"</table>\n\n{verdict}\n\n<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
           f"error term {'added back' if add_error else 'dropped'}{zeroed}{ok}</span>")
-    return enlarged(FT.thumbnail(FT.model_image(org, img), 320) if org.is_hub else img), md, out
+    return enlarged(pages.thumbnail(analysis.model_image(org, img), 320) if org.is_hub else img), md, out
 
 
 # ------------------------------------------------------------------------------ compare (pinned result)
@@ -456,29 +460,29 @@ def _summary_md(org) -> str:
 
 
 def _build_note(org) -> str:
-    return (f"<span class='wb-muted'>Image positions: {html.escape(FT.positions_text(org))}. "
+    return (f"<span class='wb-muted'>Image positions: {html.escape(analysis.positions_text(org))}. "
             f"Up to {MAX_TAB_IMAGES} images here (a fraction of a second each on a GPU); "
             f"a large set with the sharded, resumable job: "
-            f"<code>{html.escape(FT.index_command(org))}</code></span>")
+            f"<code>{html.escape(hub_index.index_command(org))}</code></span>")
 
 
 @main_only  # under ZeroGPU: loaded in the main process, every later worker inherits the weights
 def load_own(default_source: str, vlm, sae, hookpoint, progress=gr.Progress()):
     """Check a model + SAE from metadata and make them this session's organism; its weights load
     now (with progress), so the first index build or analysis does not wait for them."""
-    first = FT.P.active(FT.TAB, default_source)
+    first = P.active(organism.TAB, default_source)
     vlm, sae, hookpoint = (str(x or "").strip() for x in (vlm, sae, hookpoint))
     same = vlm in ("", first.path_or_id) and sae in ("", first.extra.get("sae", "")) and \
         hookpoint in ("", first.extra.get("hookpoint", ""))
     try:
-        source = default_source if same else FT.own_source(vlm, sae, hookpoint)
+        source = default_source if same else loading.own_source(vlm, sae, hookpoint)
         progress(0.1, desc="loading the model and SAE")
         # the default organism keeps loading its weights on first need (a deep link runs this too)
-        org = FT.get_organism(source, model=not same, progress=lambda f, d: progress(0.1 + 0.8 * f, desc=d))
+        org = loading.get_organism(source, model=not same, progress=lambda f, d: progress(0.1 + 0.8 * f, desc=d))
     except (ValueError, KeyError, FileNotFoundError) as e:
         fail(str(e).strip("'\""))
     n = org.n_features
-    first_id = (FT.feature_table(org, "", "density")[:1] or [{"feature": 0}])[0]["feature"]
+    first_id = (pages.feature_table(org, "", "density")[:1] or [{"feature": 0}])[0]["feature"]
     status = (f"Loaded **{html.escape(org.ids[0] or org.name)}** with the SAE **{html.escape(org.ids[1] or org.name)}** "
               f"at `{html.escape(org.hookpoint)}` ({n:,} latents, {html.escape(org.sae_text)})."
               + ("" if org.index is not None or not org.is_hub else
@@ -521,9 +525,9 @@ def build_index(source: str, files, folder: str, request: gr.Request = None, pro
         out = target.index_file(src)
         try:
             # written to a file; reading it back installs it (for this visitor, or for all when shared)
-            FT.index_images(org, src, progress=lambda d, n: progress(d / n, desc=f"{d}/{n} images indexed"),
+            hub_index.index_images(org, src, progress=lambda d, n: progress(d / n, desc=f"{d}/{n} images indexed"),
                             should_stop=flag.is_set, out=out)
-        except FT.Cancelled as e:
+        except Cancelled as e:
             target.discard()
             return (f"**Cancelled** ({e}); nothing was written.", gr.update(), gr.update(), gr.update(), source)
         finally:
@@ -549,8 +553,8 @@ def ask_model(source: str, feature, request: gr.Request = None, progress=gr.Prog
     if org.index is None:
         fail("Build the feature index first: the model is shown the feature's top images.")
     source = own_labels(source, org, request)  # first: a call with no session is refused before it costs
-    entry = FT.model_label(org, f)
-    FT.save_label(_org(source), entry)
+    entry = pages.model_label(org, f)
+    pages.save_label(_org(source), entry)
     return (*open_feature(source, f), source)
 
 
@@ -563,12 +567,12 @@ def cancel_index(request: gr.Request = None):
 def build(ctx) -> None:
     source = gr.State(ctx.source)
     # the tab's model pick (its VLM + SAE): under ZeroGPU the main process loads a user's own before
-    # a worker forks, so every worker inherits it (components.guard, FT.source_pick)
-    source.wb_pick_tab = FT.TAB
+    # a worker forks, so every worker inherits it (components.guard, loading.source_pick)
+    source.wb_pick_tab = organism.TAB
     try:
-        org = FT.get_organism(ctx.source)
+        org = loading.get_organism(ctx.source)
         n_features = org.n_features
-        first = FT.feature_table(org, "", "density" if org.is_hub else "iou")
+        first = pages.feature_table(org, "", "density" if org.is_hub else "iou")
         first_id = first[0]["feature"] if first else 0
     except Exception as e:  # the organism is not built: say so instead of failing the whole app
         gr.Markdown(f"**The Features model could not be loaded:** {html.escape(str(e))}")
@@ -581,7 +585,7 @@ def build(ctx) -> None:
     explain = gr.HTML(_explain(org), elem_classes=["wb-advanced"], elem_id="features-explain")
     # the model and SAE: the zoo organism, the paper's LLaVA-NeXT + SAE, or your own LLaVA-family VLM
     # with your own sparsify / SAELens SAE at a hookpoint you name (a session's choice: its `source`)
-    listed = sorted(FT.P.presets(FT.TAB), key=lambda p: p != FT.P.active(FT.TAB, ctx.source))
+    listed = sorted(P.presets(organism.TAB), key=lambda p: p != P.active(organism.TAB, ctx.source))
     first_p = listed[0]
     with gr.Accordion("Model and SAE: the zoo's, the paper's, or your own", open=False, elem_id="features-own",
                       elem_classes=["wb-advanced"]):
@@ -682,14 +686,14 @@ def build(ctx) -> None:
     gr.Markdown("Switch one feature on hard and compare what the model says with and without it.",
                 elem_classes=["wb-presenter-only"])
     steer_explain = gr.HTML(_steering_explain(org), elem_classes=["wb-advanced"], elem_id="features-steer-explain")
-    defaults = FT.steering_defaults(org)
+    defaults = analysis.steering_defaults(org)
     slider_max = clamp_limit(org)
     with gr.Row():
         with gr.Column(scale=2):
             steer_feat = CheckedNumber(value=first_id, precision=0, label=f"feature to clamp (0–{n_features - 1})",
                              elem_id="features-steer-id", minimum=0, maximum=n_features - 1)
             # a number box, not a slider: a slider's box shows a typed 5000 while the slider sends its max
-            steer_val = CheckedNumber(value=FT.default_clamp_value(org, first_id), minimum=0, maximum=slider_max,
+            steer_val = CheckedNumber(value=analysis.default_clamp_value(org, first_id), minimum=0, maximum=slider_max,
                             label=f"clamp value (0–{slider_max:g})", elem_id="features-clamp")
             positions = gr.Radio(POSITION_CHOICES, value=defaults["positions"], label="positions",
                                  elem_id="features-positions", elem_classes=["wb-advanced"])
@@ -720,7 +724,7 @@ def build(ctx) -> None:
         org_ = _org(source_)
         if fid is None or not 0 <= int(fid) < org_.n_features:
             return gr.skip()
-        return FT.default_clamp_value(org_, int(fid))
+        return analysis.default_clamp_value(org_, int(fid))
 
     steer_feat.input(clamp_for, [source, steer_feat], steer_val, queue=False, show_progress="hidden",
                      api_visibility="private")
@@ -769,7 +773,7 @@ def build(ctx) -> None:
     def planted_views(source_):
         """Planted concepts (their IoU plot, the search by concept, zeroing rival features of a
         family) exist for the zoo organism only: a loaded model and SAE show them or hide them."""
-        org_ = FT.get_organism(source_)
+        org_ = loading.get_organism(source_)
         planted = not org_.is_hub
         return (_explain(org_), gr.update(visible=planted), gr.update(visible=planted, value=planted and defaults["suppress"]),
                 gr.update(choices=sorts_of(org_), value="IoU" if planted else "density"),
@@ -788,7 +792,7 @@ def build(ctx) -> None:
         """The last analysis and steering were another model's: blank them (a pinned result stays,
         for comparison), with the firing table's columns for the model now loaded."""
         again = "<span class='wb-muted'>A new model and SAE are loaded: run this again to see theirs.</span>"
-        return (None, again, [], pd.DataFrame(columns=firing_columns(FT.get_organism(source_))), "", None,
+        return (None, again, [], pd.DataFrame(columns=firing_columns(loading.get_organism(source_))), "", None,
                 None, again, None)
 
     loaded.success(cleared, source, analysis_out + steer_out, queue=False, show_progress="hidden",

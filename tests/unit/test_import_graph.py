@@ -3,7 +3,7 @@
 Every import counts, at module level and inside functions alike: an import deferred into a function
 still ties the two files together, so a circle through one is a circle of the design. An edge goes to
 the module an import names (`from backend.sae import sae` names backend/sae/sae.py; `from
-backend.sae.sae import load` names the same file); the packages above it are left out, because every
+backend.sae.sae import TopKSAE` names the same file); the packages above it are left out, because every
 package's __init__ re-exports its own modules and would close a trivial circle with each of them.
 """
 from __future__ import annotations

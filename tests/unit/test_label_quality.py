@@ -19,9 +19,9 @@ def test_words_beside_a_label():
 
 @pytest.fixture(scope="module")
 def org():
-    from backend.sae import features as FT
+    from backend.sae import loading
 
-    return FT.get_organism("zoo")
+    return loading.get_organism("zoo")
 
 
 def test_the_zoo_tab_shows_weak_and_broad_labels_as_such(org):

@@ -72,7 +72,7 @@ def test_the_tours_ordinary_prompt_is_one_the_tab_calls_ordinary_with_a_margin()
 
 
 def test_steering_says_whether_the_caption_now_names_the_concept():
-    from backend.sae import features as FT
+    from backend.sae import analysis, loading
     from backend.sae import scenes as S
     from backend.sae.steer import names_concept
 
@@ -80,10 +80,10 @@ def test_steering_says_whether_the_caption_now_names_the_concept():
     assert not names_concept("a striped red circle top left and", "red")  # malformed: not a caption
     assert names_concept("a plain blue square bottom right", "bottom right")
     assert names_concept("A dog on a Red sofa.", "red sofa") and not names_concept("a redder sofa", "red")
-    org = FT.get_organism("zoo")
+    org = loading.get_organism("zoo")
     colour, f = next(iter(org.summary["steering"]["colour_features"].items()))
     spec = next(s for s in org.heldout_specs if all(o["colour"] != colour for o in s["objects"]))
-    out = FT.steer_caption(org, S.render(spec)[0], int(f), FT.default_clamp_value(org, int(f)))
+    out = analysis.steer_caption(org, S.render(spec)[0], int(f), analysis.default_clamp_value(org, int(f)))
     assert out["concept"] == colour
     assert out["names_concept"] == {"baseline": False, "steered": names_concept(out["steered"], colour)}
     words = F.concept_words(out)
