@@ -72,13 +72,13 @@ def main(argv=None) -> int:
     alive = [r["feature"] for r in pages.feature_table(org, "", "density")]
     feats = [int(f) for f in rng.choice(alive, size=min(args.pages, len(alive)), replace=False)]
     page_ms, handler_ms = [], []
-    from components import features as tab
+    from components import feature_pages
 
     for f in feats:
         pages.PAGE_CACHE._data.clear()
         t0 = time.perf_counter(); pages.feature_page(org, f); page_ms.append(1e3 * (time.perf_counter() - t0))
         pages.PAGE_CACHE._data.clear()
-        t0 = time.perf_counter(); tab.open_feature("zoo", f); handler_ms.append(1e3 * (time.perf_counter() - t0))
+        t0 = time.perf_counter(); feature_pages.open_feature("zoo", f); handler_ms.append(1e3 * (time.perf_counter() - t0))
     res = {
         "n_images": len(specs),
         "bare_forward_s": round(b, 3), "index_build_s": round(x, 3),

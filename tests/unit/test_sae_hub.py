@@ -113,7 +113,7 @@ def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
     monkeypatch.setenv(INDEX_ENV, str(bad))
     torn = loading.load_hub()
     assert torn.index is None and bad.name in torn.index_note and str(bad.parent) not in torn.index_note
-    from components.features import no_index_html
+    from components.feature_pages import no_index_html
 
     assert "found but not used" in no_index_html(torn)
     # without the setting a build goes beside the Hugging Face cache (HF_HOME), never into a snapshot
@@ -210,6 +210,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     import gradio as gr
 
     from components import features as tab
+    from components import feature_build, feature_pages, feature_steering
     from components.common import TabContext
 
     monkeypatch.setenv(INDEX_ENV, str(tmp_path / "tab-index" / INDEX_FILE))
@@ -224,32 +225,32 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
         seen.append((frac, desc))
 
     # no index yet: the page says what to run, the list is empty, nothing raises
-    header = tab.open_feature("hub", 3)[0]
+    header = feature_pages.open_feature("hub", 3)[0]
     assert "No feature index yet" in header and "backend.precompute.sae_index --source hub" in header
-    assert tab.list_features("hub", "", "density").empty
+    assert feature_pages.list_features("hub", "", "density").empty
     # the tab is built without scene controls (the hub preset has no scene set)
     with gr.Blocks():
         tab.build(TabContext(tabs=None, source="hub"))
     with pytest.raises(gr.Error, match="Upload an image"):
-        tab.analyse("hub", None, "0", progress=progress)
+        feature_steering.analyse("hub", None, "0", progress=progress)
 
     # build from uploaded files, cancelled first (Cancel pressed as it starts), then to the end
     files = sorted(str(p) for p in hub["images"].glob("*.png"))
-    assert tab.cancel_index(_Request()) == "No index build is running."
-    cancelling = lambda frac, desc=None: tab.cancel_index(_Request())  # noqa: E731
-    status = tab.build_index("hub", files, "", _Request(), progress=cancelling)[0]
+    assert feature_build.cancel_index(_Request()) == "No index build is running."
+    cancelling = lambda frac, desc=None: feature_build.cancel_index(_Request())  # noqa: E731
+    status = feature_build.build_index("hub", files, "", _Request(), progress=cancelling)[0]
     assert status.startswith("**Cancelled**") and org.index is None
-    status, rows, first, summary, source = tab.build_index("hub", files, "", _Request(), progress=progress)
+    status, rows, first, summary, source = feature_build.build_index("hub", files, "", _Request(), progress=progress)
     assert source == "hub"  # shared: the session keeps the shared organism
     assert status.startswith("**Indexed 6 images**") and len(rows) and first == rows.iloc[0, 0]
     assert seen[-1][0] == 1.0 and "6/6" in seen[-1][1] and "6 images" in summary
     assert org.index is not None and org.index_path == tmp_path / "tab-index" / INDEX_FILE
     with pytest.raises(P.PresetError, match="outside the allowed"):  # a server folder must lie under the roots
-        tab.build_index("hub", None, str(hub["images"]), _Request(), progress=progress)
+        feature_build.build_index("hub", None, str(hub["images"]), _Request(), progress=progress)
 
-    header, overlays, dimmed = tab.open_feature("hub", first)[:3]
+    header, overlays, dimmed = feature_pages.open_feature("hub", first)[:3]
     # exact values on hover: each top image's heatmap holds the index's own per-patch activations
-    hover = tab.open_feature("hub", first)[8]
+    hover = feature_pages.open_feature("hub", first)[8]
     heat = [t for t in hover.data if t.type == "heatmap"]
     _, maps, _ = org.index.top(first, 5)
     assert len(heat) == len(maps) and "activation %{z" in heat[0].hovertemplate
@@ -259,27 +260,27 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     assert len(overlays) == len(dimmed) >= 1
     # the model explainer on request: the loaded VLM sees the top images and names the feature
     n0 = count_hooks(org.model)
-    header = tab.ask_model("hub", first)[0]
+    header = feature_pages.ask_model("hub", first)[0]
     lab = org.labels[str(first)]
     assert lab["explainer"] == "model" and lab["label"] and lab["images"] >= 1 and count_hooks(org.model) == n0
     assert organism.shown_label(lab) == lab["label"] and "asked on request" in header
     assert header.split("</h3>")[0].endswith(f"{html.escape(lab['label'])}</span>")
-    table = tab.list_features("hub", "", "density")
+    table = feature_pages.list_features("hub", "", "density")
     assert list(table.columns) == ["feature", "label", "density", "max act"]  # no IoU without masks
     listed = {r[0]: r for r in table.values.tolist()}
     assert listed[first][1] == lab["label"]
     with pytest.raises(gr.Error, match="Sort by one of"):
-        tab.list_features("hub", "", "IoU")
+        feature_pages.list_features("hub", "", "IoU")
     saved = json.loads((tmp_path / "tab-index" / "labels.json").read_text())
     assert saved[str(first)]["label"] == lab["label"]
     again = loading.load_hub()  # a restart keeps the label
     assert again.labels[str(first)]["label"] == lab["label"] and again.label_source == organism.MODEL_LABELS
     img = picture(hub, 3)
-    shown, caption, gallery, table, bar, hover = tab.analyse("hub", img, None, progress=progress)
+    shown, caption, gallery, table, bar, hover = feature_steering.analyse("hub", img, None, progress=progress)
     assert [t.type for t in hover.data].count("heatmap") == min(4, len(table))
     assert caption.startswith("**Model answer:**") and "base image" in bar and "newline" in bar
     assert any("tiles" in c for _, c in gallery) and len(table)
-    _, md, res = tab.steer("hub", img, None, first, 5.0, "image", False, False, progress=progress)
+    _, md, res = feature_steering.steer("hub", img, None, first, 5.0, "image", False, False, progress=progress)
     assert "positions: image" in md and "<table" in md and res["well_formed"] is None
     assert "well-formed" not in md
 

@@ -57,6 +57,7 @@ def test_building_the_tab_in_hub_mode_loads_no_weights(cache, fresh, monkeypatch
     from transformers import LlavaNextForConditionalGeneration
 
     from components import features as tab
+    from components import feature_steering
     from components.common import TabContext
 
     loads = []
@@ -76,11 +77,11 @@ def test_building_the_tab_in_hub_mode_loads_no_weights(cache, fresh, monkeypatch
     seen = []
     img = np.zeros((40, 56, 3), np.uint8)
     img[5:20, 10:30] = (200, 40, 40)
-    tab.analyse("hub", img, None, progress=lambda frac, desc=None: seen.append(desc))
+    feature_steering.analyse("hub", img, None, progress=lambda frac, desc=None: seen.append(desc))
     assert loads == ["vlm", "sae"] and any("loading the model" in (d or "") for d in seen)
     assert org.model is not None and org.weights_key in store.loaded()
     assert org.hookpoint == "model.language_model.layers.24"
-    tab.steer("hub", img, None, 3, 5.0, "image", False, False, progress=lambda *a, **k: None)
+    feature_steering.steer("hub", img, None, 3, 5.0, "image", False, False, progress=lambda *a, **k: None)
     assert loads == ["vlm", "sae"]
     # evicted by the store's budget: the organism lets go, and the next request loads again
     assert store.evict(org.weights_key) and org.model is None and org.sae is None

@@ -456,7 +456,7 @@ def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_ze
     from backend.core import preload, store, weights
     from backend.core.zerogpu import in_main
     from backend.sae import loading
-    from components import features as CF
+    from components import feature_steering
 
     vlm, sae, hook, reads = own_llava
     workers = tmp_path / "workers"
@@ -471,7 +471,7 @@ def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_ze
     assert len(workers.read_text().splitlines()) == 2  # each call ran in a worker of its own
     assert reads.read_text().split() == ["vlm", "sae"] and preload.mirrored() == []  # neither read them again
     monkeypatch.setattr(under_zerogpu, "_IN_WORKER", True)  # marked calls run here: in-process
-    want = CF.analyse(source, scene(), None)
+    want = feature_steering.analyse(source, scene(), None)
     assert same_analysis(first, want) and same_analysis(second, want)
     monkeypatch.setattr(under_zerogpu, "_IN_WORKER", False)
 
@@ -489,7 +489,7 @@ def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_ze
     with pytest.raises(Exception) as refused:
         handlers["analyse_image"](source, scene(), None)
     with pytest.raises(ValueError) as want:
-        CF.analyse(source, scene(), None)
+        feature_steering.analyse(source, scene(), None)
     assert "turned off" in str(want.value) and refused.value.message == str(want.value)
 
 
