@@ -74,14 +74,15 @@ def relevance() -> tuple[list, dict]:
 
 
 def features() -> tuple[list, dict]:
-    from backend.sae import features as F
+    from backend.sae import analysis, loading
+    from backend.sae import scenes as S
 
-    org = F.get_organism("zoo")
-    img = F.S.render(org.heldout_specs[0])[0]
-    clear = _clear(F._RESULT_CACHE)
-    a, sa = timed(lambda: F.analyse_image(org, img), clear)
+    org = loading.get_organism("zoo")
+    img = S.render(org.heldout_specs[0])[0]
+    clear = _clear(analysis._RESULT_CACHE)
+    a, sa = timed(lambda: analysis.analyse_image(org, img), clear)
     f = a["features"][0]["feature"]
-    st, ss = timed(lambda: F.steer_caption(org, img, f, F.default_clamp_value(org, f)), clear)
+    st, ss = timed(lambda: analysis.steer_caption(org, img, f, analysis.default_clamp_value(org, f)), clear)
     return [org.model, org.sae], {
         "analyse_image": (a, sa, {"top_feature": f, "top_mean": a["features"][0]["mean_act"]}),
         "steer_caption": (st, ss, {"baseline": st["baseline"], "steered": st["steered"]})}

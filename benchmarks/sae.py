@@ -27,12 +27,12 @@ def main(argv=None) -> int:
     ap.add_argument("--pages", type=int, default=20)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    from backend.sae import features as FT
+    from backend.sae import loading, pages
     from backend.sae import scenes as S
     from backend.sae import vlm
     from backend.sae.index import build_index
 
-    org = FT.load_zoo()
+    org = loading.load_zoo()
     specs = org.index_specs[: args.n_images]
     imgs = np.stack([S.render(s)[0] for s in specs])
 
@@ -69,16 +69,16 @@ def main(argv=None) -> int:
     w = min(t_work)
 
     rng = np.random.default_rng(0)
-    alive = [r["feature"] for r in FT.feature_table(org, "", "density")]
+    alive = [r["feature"] for r in pages.feature_table(org, "", "density")]
     feats = [int(f) for f in rng.choice(alive, size=min(args.pages, len(alive)), replace=False)]
     page_ms, handler_ms = [], []
-    from components import features as tab
+    from components import feature_pages
 
     for f in feats:
-        FT.PAGE_CACHE._data.clear()
-        t0 = time.perf_counter(); FT.feature_page(org, f); page_ms.append(1e3 * (time.perf_counter() - t0))
-        FT.PAGE_CACHE._data.clear()
-        t0 = time.perf_counter(); tab.open_feature("zoo", f); handler_ms.append(1e3 * (time.perf_counter() - t0))
+        pages.PAGE_CACHE._data.clear()
+        t0 = time.perf_counter(); pages.feature_page(org, f); page_ms.append(1e3 * (time.perf_counter() - t0))
+        pages.PAGE_CACHE._data.clear()
+        t0 = time.perf_counter(); feature_pages.open_feature("zoo", f); handler_ms.append(1e3 * (time.perf_counter() - t0))
     res = {
         "n_images": len(specs),
         "bare_forward_s": round(b, 3), "index_build_s": round(x, 3),

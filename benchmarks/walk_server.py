@@ -23,13 +23,13 @@ sys.path.insert(0, str(ROOT))
 def apply_settings() -> None:
     hookpoint = os.environ.get("WALK_SAE_HOOKPOINT")
     if hookpoint:
-        from backend.sae import features as F
+        from backend.sae import loading, organism
 
-        F.HUB_HOOKPOINT = hookpoint
-        F.HUB_PRESET.extra["hookpoint"] = hookpoint
-        defaults = list(F.hub_shell.__defaults__)
+        organism.HUB_HOOKPOINT = hookpoint
+        organism.HUB_PRESET.extra["hookpoint"] = hookpoint
+        defaults = list(loading.hub_shell.__defaults__)
         defaults[2] = hookpoint  # (model_id, sae_id, hookpoint)
-        F.hub_shell.__defaults__ = tuple(defaults)
+        loading.hub_shell.__defaults__ = tuple(defaults)
     stats_n = os.environ.get("WALK_NEMO_STATS_N")
     if stats_n:
         from backend.nemo import service

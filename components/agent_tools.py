@@ -157,10 +157,10 @@ def token_relevance(text: str, methods: list[RelMethod] | None = None, rules: li
 
 # ------------------------------------------------------------------------------------- Features
 def _organism():
-    from backend.sae import features as FT
+    from backend.sae import loading
 
     try:
-        return FT.get_organism(_source())
+        return loading.get_organism(_source())
     except FileNotFoundError as e:
         raise ValueError(f"The Features organism is not built: {e}") from None
 
@@ -180,7 +180,7 @@ def find_features(query: str = "", sort: Literal["density", "max_act", "iou"] = 
     Returns:
         JSON: list of {feature, label, iou, density, max_act}, best first.
     """
-    from backend.sae import features as FT
+    from backend.sae import pages
 
     org = _organism()
     if sort not in ("density", "max_act", "iou"):
@@ -188,7 +188,7 @@ def find_features(query: str = "", sort: Literal["density", "max_act", "iou"] = 
     n = bounds.check(bounds.FEAT_LIMIT, limit)
     if org.index is None:
         raise ValueError("This model has no feature index yet: build one in the Features tab.")
-    return _json(FT.feature_table(org, query or "", sort, limit=n))
+    return _json(pages.feature_table(org, query or "", sort, limit=n))
 
 
 def open_feature(feature: int) -> tuple[str, gr.FileData]:
@@ -204,18 +204,18 @@ def open_feature(feature: int) -> tuple[str, gr.FileData]:
     Returns:
         JSON: feature, label (concept or empty), family, iou (0-1), density (share of image tokens with a non-zero activation, 0-1), max_act, mean_act (mean of the non-zero activations), hist_counts/hist_edges (log-binned histogram), top: list of {image_id, score (mean activation over the image's patches), caption}; and a PNG of the top images.
     """
-    from backend.sae import features as FT
+    from backend.sae import pages
 
     from .feature_figures import dimmed, overlay
 
     org = _organism()
     f = _whole(feature, "The feature id", 0, org.n_features - 1)
-    page = FT.feature_page(org, f)
+    page = pages.feature_page(org, f)
     vmax = max([float(np.max(m)) for m in page["maps"] if np.size(m)] or [1.0])
     imgs = list(page["images"])
     rows = [imgs, [overlay(im, m, vmax) for im, m in zip(imgs, page["maps"])],
             [dimmed(im, r) for im, r in zip(imgs, page["regions"])]]
-    return _json(FT.page_json(page)), _png(_grid(rows if imgs else [[np.full((8, 8, 3), 255, np.uint8)]]),
+    return _json(pages.page_json(page)), _png(_grid(rows if imgs else [[np.full((8, 8, 3), 255, np.uint8)]]),
                                              f"feature-{f}")
 
 
@@ -240,7 +240,8 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
     Returns:
         JSON: baseline and steered captions, value, positions, well_formed (whether the steered caption parses; null for free text), hookpoint, suppressed feature ids; and a PNG of the scene.
     """
-    from backend.sae import features as FT
+    from backend.sae import analysis
+    from backend.sae import steer as ST
     from backend.sae import scenes as S
 
     org = _organism()
@@ -249,15 +250,15 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
     if own is None and not org.heldout_specs:
         raise ValueError("This model has no held-out scenes to caption: pass your image as image_base64.")
     i = None if own is not None else _whole(scene, "The held-out scene", 0, len(org.heldout_specs) - 1)
-    v = FT.default_clamp_value(org, f) if value is None or (isinstance(value, (int, float)) and value < 0) \
-        else bounds.check(FT.clamp_range(org), value)
-    defaults = FT.steering_defaults(org)
+    v = analysis.default_clamp_value(org, f) if value is None or (isinstance(value, (int, float)) and value < 0) \
+        else bounds.check(analysis.clamp_range(org), value)
+    defaults = analysis.steering_defaults(org)
     positions = defaults["positions"] if positions == "default" else positions
-    if positions not in FT.ST.POSITION_MODES:
-        raise ValueError(f"positions must be default or one of {', '.join(FT.ST.POSITION_MODES)}.")
+    if positions not in ST.POSITION_MODES:
+        raise ValueError(f"positions must be default or one of {', '.join(ST.POSITION_MODES)}.")
     suppress = defaults["suppress"] if suppress_rivals is None else bool(suppress_rivals)
-    img = FT.model_image(org, own) if own is not None else S.render(org.heldout_specs[i])[0]
-    out = FT.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
+    img = analysis.model_image(org, own) if own is not None else S.render(org.heldout_specs[i])[0]
+    out = analysis.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
                            suppress_family=suppress)
     name = f"scene-{i}" if i is not None else "your-image"
     return _json({**out, "scene": i}), _png(_grid([[img]], side=192), name)

@@ -16,7 +16,8 @@ from pathlib import Path
 from backend.core import image_header
 from backend.core import presets as P
 from backend.core import sessions
-from backend.sae import features as FT
+from backend.sae import analysis, hub_index, organism
+from backend.sae.index import IMAGE_SUFFIXES, ImageSource
 from backend.sae import visitor
 from components.common import fail
 from components.visitor import own_folder, session_of
@@ -40,7 +41,7 @@ class Build:
         if self.images is not None:
             sessions.check_room(self.session, n_bytes, "the uploaded images")
 
-    def index_file(self, src: "FT.ImageSource") -> Path:
+    def index_file(self, src: "ImageSource") -> Path:
         if self.images is None:
             return Path(self.org.index_out)
         names = [src.name(i) for i in range(len(src))]
@@ -56,11 +57,11 @@ class Build:
             shutil.rmtree(p, ignore_errors=True)
         self.made.clear()
 
-    def installed(self, source: str, out: Path, src: "FT.ImageSource") -> str:
+    def installed(self, source: str, out: Path, src: "ImageSource") -> str:
         """The source that shows the new index (the visitor's own), within the quota; the visitor's
         earlier index and the images only it used are deleted (one index is in use at a time)."""
         if self.images is None:
-            FT.refresh_index(self.org)  # the shared file: every visitor picks it up
+            organism.refresh_index(self.org)  # the shared file: every visitor picks it up
             return source
         sessions.keep_within_quota(self.session, [out.parent], "the index")
         keep = {Path(out).parent.resolve(), Path(src.root).resolve()}
@@ -93,7 +94,7 @@ def own_labels(source: str, org, request) -> str:
     return visitor.session_source(source, org.index_path, folder / name)
 
 
-def collect_images(org, files, folder: str, build: Build | None = None) -> "FT.ImageSource":
+def collect_images(org, files, folder: str, build: Build | None = None) -> "ImageSource":
     """The images to index from the tab: uploaded files (copied under the build's folder, a visitor's
     own, else beside the index, which refers to them by name) or a server folder under the allowed
     roots. Each image's header is checked first; a copy that would not fit the visitor's quota is
@@ -108,10 +109,10 @@ def collect_images(org, files, folder: str, build: Build | None = None) -> "FT.I
             return images_from_zip(org, paths[0], dest_root, build)
         if len(paths) > MAX_TAB_IMAGES:
             fail(f"{len(paths)} images: at most {MAX_TAB_IMAGES} from the tab; index larger sets with: "
-                 f"{FT.index_command(org)}")
+                 f"{hub_index.index_command(org)}")
         for p in paths:
-            if p.suffix.lower() not in FT.IMAGE_SUFFIXES:
-                fail(f"{p.name} is not an image ({', '.join(FT.IMAGE_SUFFIXES)}).")
+            if p.suffix.lower() not in IMAGE_SUFFIXES:
+                fail(f"{p.name} is not an image ({', '.join(IMAGE_SUFFIXES)}).")
             _checked(p, p.name, p.stat().st_size)
         h = hashlib.sha256()
         for p in paths:
@@ -123,12 +124,12 @@ def collect_images(org, files, folder: str, build: Build | None = None) -> "FT.I
         dest.mkdir(parents=True, exist_ok=True)
         for i, p in enumerate(paths):
             shutil.copyfile(p, dest / f"{i:04d}_{p.name}")
-        return FT.ImageSource.folder(dest)
+        return ImageSource.folder(dest)
     if folder and folder.strip():
-        src = FT.ImageSource.folder(P.validate_local_path(folder.strip()))
+        src = ImageSource.folder(P.validate_local_path(folder.strip()))
         if len(src) > MAX_TAB_IMAGES:
             fail(f"{len(src)} images: at most {MAX_TAB_IMAGES} from the tab; for a folder this size run: "
-                 f"{FT.index_command(org)}")
+                 f"{hub_index.index_command(org)}")
         for name in src.files:
             path = Path(src.root) / name
             _checked(path, name, path.stat().st_size)
@@ -138,14 +139,14 @@ def collect_images(org, files, folder: str, build: Build | None = None) -> "FT.I
 
 def _checked(f, name: str, n_bytes: int) -> None:
     """The image's header (read from `f`, a path or an open file) against the bound of every image
-    input of the tab (FT.MAX_SIDE), and its size in bytes against its pixels."""
+    input of the tab (analysis.MAX_SIDE), and its size in bytes against its pixels."""
     try:
-        image_header.check(image_header.size_of(f, name), name, FT.MAX_SIDE, n_bytes)
+        image_header.check(image_header.size_of(f, name), name, analysis.MAX_SIDE, n_bytes)
     except ValueError as e:
         fail(str(e))
 
 
-def images_from_zip(org, path: Path, dest_root: Path, build: Build) -> "FT.ImageSource":
+def images_from_zip(org, path: Path, dest_root: Path, build: Build) -> "ImageSource":
     """The images of an uploaded zip, unpacked under `dest_root` (the index refers to them by name):
     image files only, at any depth, by their base names (so no entry can point outside the folder),
     up to MAX_TAB_IMAGES and MAX_ZIP_BYTES uncompressed, as the zip's directory states them, each
@@ -153,13 +154,13 @@ def images_from_zip(org, path: Path, dest_root: Path, build: Build) -> "FT.Image
     try:
         with zipfile.ZipFile(path) as z:
             entries = [i for i in z.infolist() if not i.is_dir()
-                       and Path(i.filename).suffix.lower() in FT.IMAGE_SUFFIXES
+                       and Path(i.filename).suffix.lower() in IMAGE_SUFFIXES
                        and not Path(i.filename).name.startswith(".")]
             if not entries:
-                fail(f"{path.name} holds no images ({', '.join(FT.IMAGE_SUFFIXES)}).")
+                fail(f"{path.name} holds no images ({', '.join(IMAGE_SUFFIXES)}).")
             if len(entries) > MAX_TAB_IMAGES:
                 fail(f"{path.name} holds {len(entries)} images: at most {MAX_TAB_IMAGES} from the tab; unpack it "
-                     f"and run: {FT.index_command(org)}")
+                     f"and run: {hub_index.index_command(org)}")
             if sum(i.file_size for i in entries) > MAX_ZIP_BYTES:
                 fail(f"{path.name} unpacks to more than {MAX_ZIP_BYTES // 2**20} MiB of images.")
             for info in entries:
@@ -176,4 +177,4 @@ def images_from_zip(org, path: Path, dest_root: Path, build: Build) -> "FT.Image
                     shutil.copyfileobj(f, out, 2**20)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
         fail(f"{path.name} is not a readable zip file ({type(e).__name__}).")
-    return FT.ImageSource.folder(dest)
+    return ImageSource.folder(dest)

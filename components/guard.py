@@ -13,6 +13,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -289,7 +290,10 @@ def gated(fn):
 
 
 def handler_tab(fn) -> str:
-    return getattr(inspect.unwrap(fn), "__module__", "").rpartition(".")[2]
+    """The tab a handler belongs to: its module's name, or the tab a panel module names (`PANEL_OF`):
+    its ZeroGPU allowance, its visitor's turns and the model pick loaded ahead are the tab's."""
+    module = getattr(inspect.unwrap(fn), "__module__", "")
+    return getattr(sys.modules.get(module), "PANEL_OF", None) or module.rpartition(".")[2]
 
 
 def handler_gpu_seconds(fn) -> int:

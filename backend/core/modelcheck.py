@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from . import presets as P
+from .errors import ModelCheckError
 from .store import parse_bytes
+from .weightfiles import (_HUB_SIZES, _ask_hub_size, _header, _hub_size, _without_variants,  # noqa: F401
+                          bytes_words, hub_or_cached_size, local_size, weight_files)
 
 METHODS = ("relevance", "features", "memorization", "math_neurons", "adapters")
 _ALIASES = {"mambalrp": "relevance", "lrp": "relevance", "sae": "features", "nemo": "memorization",
@@ -36,11 +38,6 @@ SD_PIPELINES = ("StableDiffusionPipeline",)
 # found by searching the installed transformers' modeling files for `Conv1D(`.
 CONV1D_TYPES = ("gpt2", "openai-gpt", "imagegpt", "decision_transformer")
 DEFAULT_SPACE_CAP_GB = 20.0
-_VARIANTS = (".fp16", ".bf16", ".ema", ".non_ema", ".fp32")
-
-
-class ModelCheckError(P.PresetError):
-    """A model the workbench will not load for a method, with the reason."""
 
 
 @dataclass(frozen=True)
@@ -70,13 +67,6 @@ class ModelCheck:
         size = "size unknown" if self.n_bytes is None else bytes_words(self.n_bytes)
         params = "" if self.n_params is None else f"{_count(self.n_params)} parameters · "
         return f"{self.architecture} · {params}{size}"
-
-
-def bytes_words(n: int) -> str:
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= div:
-            return f"{n / div:.2f} {unit}"
-    return f"{n} bytes"
 
 
 def gb_words(n: int) -> str:
@@ -296,109 +286,10 @@ def architecture_problem(meta: _Meta, method: str) -> str | None:
 
 
 # ----------------------------------------------------------------------------------- sizes
-def _header(path: Path) -> dict:
-    """The JSON header of a safetensors file (8-byte length, then JSON): no tensor is read. A file
-    shorter than its header says (a download or copy cut short) is refused here, before any load."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        if n > 100 * 2**20:
-            raise ModelCheckError(f"{path.name}: implausible safetensors header ({n} bytes)")
-        header = json.loads(f.read(n))
-    if not isinstance(header, dict):
-        raise ValueError("header is not a JSON object")
-    ends = [int(info.get("data_offsets", (0, 0))[1]) for k, info in header.items()
-            if k != "__metadata__" and isinstance(info, dict)]
-    want, have = 8 + n + max(ends, default=0), path.stat().st_size
-    if have < want:
-        raise ModelCheckError(f"{path.name} is incomplete: {bytes_words(have)} of the {bytes_words(want)} its "
-                              "header announces (a download or copy cut short); copy it again")
-    return header
-
-
-def _is_variant(name: str) -> bool:
-    return any(v + "." in name or v + "-" in name for v in _VARIANTS)
-
-
-def _without_variants(names: list[str]) -> list[str]:
-    """Drop variant files (fp16, ema, also sharded) from a folder that has plain weights beside
-    them: diffusers repos ship both, and only one set loads."""
-    plain_dirs = {n.rpartition("/")[0] for n in names if not _is_variant(n.rpartition("/")[2])}
-    return [n for n in names if not (_is_variant(n.rpartition("/")[2]) and n.rpartition("/")[0] in plain_dirs)]
-
-
-def weight_files(folder: Path) -> list[Path]:
-    files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*.safetensors"))}
-    return [files[n] for n in _without_variants(list(files))]
-
-
-def local_size(folder: Path) -> tuple[int, int]:
-    """(parameters, bytes) from the safetensors headers of a folder."""
-    params = nbytes = 0
-    for path in weight_files(folder):
-        try:
-            header = _header(path)
-        except ModelCheckError:
-            raise
-        except (OSError, struct.error, ValueError, TypeError) as e:
-            raise ModelCheckError(f"{path.name} is not a readable safetensors file") from e
-        for name, info in header.items():
-            if name == "__metadata__" or not isinstance(info, dict):
-                continue
-            count = 1
-            for d in info.get("shape", []):
-                count *= int(d)
-            params += count
-            start, end = info.get("data_offsets", (0, 0))
-            nbytes += int(end) - int(start)
-    return params, nbytes
-
-
-_HUB_SIZES: dict[tuple[str, str | None], tuple[int | None, int]] = {}  # answers the hub gave
-
-
-def _hub_size(repo: str, revision: str | None) -> tuple[int | None, int | None]:
-    """(parameters, bytes) from the hub's metadata; (None, None) if it cannot be reached."""
-    if (repo, revision) not in _HUB_SIZES:
-        got = _ask_hub_size(repo, revision)
-        if got[1] is None:
-            return got  # not remembered: the hub may be reachable next time
-        _HUB_SIZES[(repo, revision)] = got
-    return _HUB_SIZES[(repo, revision)]
-
-
-def _ask_hub_size(repo: str, revision: str | None) -> tuple[int | None, int | None]:
-    from huggingface_hub import HfApi, get_safetensors_metadata
-    from huggingface_hub.errors import NotASafetensorsRepoError
-
-    try:
-        meta = get_safetensors_metadata(repo, revision=revision)
-        nbytes = sum(t.data_offsets[1] - t.data_offsets[0] for f in meta.files_metadata.values()
-                     for t in f.tensors.values())
-        return sum(meta.parameter_count.values()), nbytes
-    except NotASafetensorsRepoError:
-        pass  # a pipeline keeps its weights in subfolders: sum the files instead
-    except Exception:
-        return None, None
-    try:
-        info = HfApi().model_info(repo, revision=revision, files_metadata=True)
-    except Exception:
-        return None, None
-    sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
-    names = [n for n in sizes if n.endswith(".safetensors")]
-    if not names:
-        raise ModelCheckError(f"{repo!r} has no safetensors weights: only safetensors checkpoints are loaded")
-    return None, sum(sizes[n] for n in _without_variants(names))
-
-
 def _size(meta: _Meta) -> tuple[int | None, int | None]:
     if meta.local:
         return local_size(meta.folder)
-    params, nbytes = _hub_size(meta.location, meta.revision)
-    if nbytes is None and meta.folder is not None:  # offline: what the local cache holds
-        P.refuse_pickles(meta.folder)
-        if any(meta.folder.rglob("*.safetensors")):
-            return local_size(meta.folder)
-    return params, nbytes
+    return hub_or_cached_size(meta.location, meta.revision, meta.folder)
 
 
 def model_size(path_or_id: str, revision: str | None = None, roots: list[Path] | None = None):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import store
+from .weightfiles import weight_files
 
 CHUNK = 16 * 2**20
 REPORT_EVERY = 256 * 2**20  # inside a large shard, a report per this many bytes
@@ -36,8 +37,6 @@ def local_folder(location: str, revision: str | None = None) -> Path | None:
 def shard_files(folder: Path, skip: Iterable[str] = ()) -> list[Path]:
     """The safetensors files a load of `folder` reads, in order: one variant of each, and none of a
     pipeline component the caller leaves out (`safety_checker=None`)."""
-    from .modelcheck import weight_files
-
     skip = set(skip)
     return [p for p in weight_files(folder) if p.relative_to(folder).parts[0] not in skip]
 

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import PresetError
+from .weightfiles import PICKLE_SUFFIXES, refuse_pickles  # noqa: F401  (part of this module's API)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ZOO_ROOT = REPO_ROOT / "assets" / "zoo"
 SOURCES = ("zoo", "hub")
@@ -22,13 +25,8 @@ LOCAL = "local"  # the source of a user's own folder (custom_preset); never regi
 
 # owner/name as the hub spells it: no leading dot or dash, no "..", at most 96 characters a part.
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.)){0,95}/[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.)){0,95}$")
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # Modules a preset or manifest may name a class from; anything else is refused.
 ALLOWED_CLASS_PREFIXES = ("transformers.", "diffusers.", "backend.")
-
-
-class PresetError(ValueError):
-    """A preset, hub id or path that the workbench refuses to load."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +50,16 @@ class Preset:
         if self.source == LOCAL:
             return str(validate_local_path(self.path_or_id))
         return validate_hub_id(self.path_or_id)
+
+
+def zoo_path(name: str, root: Path | None = None) -> Path:
+    """The folder of a built zoo organism (under assets/zoo, or `root`): the methods read their zoo
+    organisms from it without importing the zoo, which builds on them."""
+    path = Path(root or ZOO_ROOT) / name
+    if not (path / "manifest.json").exists():
+        raise FileNotFoundError(
+            f"organism {name!r} is not built; run `python -m backend.zoo build {name}`")
+    return path
 
 
 _REGISTRY: dict[str, list[Preset]] = {}
@@ -143,19 +151,6 @@ def resolve(path_or_id: str | os.PathLike, roots: list[Path] | None = None) -> s
     return validate_hub_id(s)
 
 
-def refuse_pickles(folder: Path) -> None:
-    """A local folder must hold its weights as safetensors; a pickle-only checkpoint is refused."""
-    if not folder.is_dir():
-        return
-    files = [p for p in folder.rglob("*") if p.is_file()]
-    has_safe = any(p.suffix == ".safetensors" for p in files)
-    pickles = [p.name for p in files if p.suffix in PICKLE_SUFFIXES]
-    if pickles and not has_safe:
-        raise PresetError(
-            f"refusing pickle weights {sorted(pickles)[:3]}: only safetensors checkpoints are loaded"
-        )
-
-
 def import_class(dotted: str, check_only: bool = False):
     if not isinstance(dotted, str) or not dotted.startswith(ALLOWED_CLASS_PREFIXES):
         raise PresetError(f"class {dotted!r} is not from transformers, diffusers or backend")
@@ -201,14 +196,23 @@ def load_preset(preset: Preset, *, size_hint: int | None = None, **kwargs):
         from .device import spread_kwargs
 
         if size_hint is None and preset.source != "zoo":
-            from .modelcheck import model_size
-
             try:
-                size_hint = model_size(preset.location(), preset.revision)[1]
+                size_hint = _weights_bytes(preset.location(), preset.revision)
             except PresetError:
                 size_hint = None
         kwargs.update(spread_kwargs(size_hint, pipeline=preset.model_class.startswith("diffusers.")))
     return load_pretrained(preset.model_class, preset.location(), roots=roots, **kwargs)
+
+
+def _weights_bytes(location: str, revision: str | None) -> int | None:
+    """The bytes of a checkpoint's weights from their headers or the hub's metadata (None where
+    unknown), for spreading it over GPUs."""
+    from .prefetch import local_folder
+    from .weightfiles import hub_or_cached_size, local_size
+
+    if Path(location).is_dir():
+        return local_size(Path(location))[1]
+    return hub_or_cached_size(location, revision, local_folder(location, revision))[1]
 
 
 def _several_gpus() -> bool:

@@ -94,11 +94,11 @@ def gpu_budget(total_memory: int) -> int:
 
 @lru_cache(maxsize=1)
 def default_budget() -> int:
+    from . import spaces_pkg
     from .device import pick_device
-    from .zerogpu import spaces_available
 
     # No CUDA query under ZeroGPU: its main process must not initialise the GPU.
-    if pick_device().type == "cuda" and not spaces_available():
+    if pick_device().type == "cuda" and not spaces_pkg.available():
         return gpu_budget(torch.cuda.get_device_properties(0).total_memory)
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

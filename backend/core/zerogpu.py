@@ -41,17 +41,12 @@ import pickle
 import time
 from typing import Callable
 
-from . import costs, limits
+from . import costs, limits, spaces_pkg
 from .bounds import call_cap, check_cost
-
-try:  # pragma: no cover - only present on Spaces
-    import spaces as _spaces
-except Exception:  # ImportError, or spaces failing outside a Space
-    _spaces = None
 
 
 def spaces_available() -> bool:
-    return _spaces is not None
+    return spaces_pkg.available()
 
 
 _MAIN_PID = os.getpid()  # the server's process: ZeroGPU's workers are forked from it
@@ -259,8 +254,8 @@ def gpu(fn: Callable | None = None, *, duration: float | Callable = 60, estimate
         name = f"{f.__module__}.{f.__qualname__}"
         if estimate:
             f = _capped_call(f, duration, f.__qualname__)
-        if _spaces is not None:  # pragma: no cover
-            g = _after_loads(_spaces.GPU(duration=duration)(f))
+        if spaces_pkg.spaces is not None:  # pragma: no cover
+            g = _after_loads(spaces_pkg.spaces.GPU(duration=duration)(f))
         elif inspect.isgeneratorfunction(f):
             @functools.wraps(f)
             def g(*args, **kwargs):  # still a generator function, as Gradio and spaces expect

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from backend.core import presets as P
-from backend.core import preload, weights
+from backend.core import weights
 
 TAB = "relevance"
 
@@ -83,15 +83,6 @@ def load(preset: P.Preset, size: int | None = None, progress=None) -> Loaded:
         return Loaded(preset, model, tok, task, held)
 
     return weights.view(preset, TAB, derive, size=size, progress=progress)
-
-
-def _pick(key: str):
-    from .service import pick_text  # the service builds on this module
-
-    return pick_text(None, key)
-
-
-preload.register(TAB, load, _pick)
 
 
 def text_preset(source: str | None = None) -> P.Preset:

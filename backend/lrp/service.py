@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backend.core import bounds
+from backend.core import bounds, preload
 from backend.core.cache import ByteLRUCache, make_key
 from backend.core.interventions import locked
 from backend.core.zerogpu import capped, gpu
@@ -17,7 +17,7 @@ from . import evaluate as ev
 from . import faithfulness as fa
 from .forward import RULES, lm_forward
 from .methods import LABELS, METHODS, attribute_image, attribute_text, mambalrp_choosing_target
-from .models import IMAGE_ZOO, LONG_ZOO, TAB, TEXT_ZOO, Loaded, load
+from .models import IMAGE_ZOO, LONG_ZOO, TAB, TEXT_ZOO, Loaded, _read_task, load, text_preset, text_presets
 from .sentences import DataError
 from .tokens import WordError, resolve_word, token_text, token_texts
 
@@ -471,8 +471,6 @@ def pick_text(source: str | None = None, model: str | None = None):
     """The picked text model (backend.core.picker.Picked), from its metadata: nothing loads."""
     from backend.core import picker
 
-    from .models import text_preset, text_presets
-
     try:
         return picker.resolve(model, text_presets(source), "relevance", default=text_preset(source), tab=TAB)
     except ValueError as e:
@@ -486,8 +484,6 @@ def load_longrange() -> Loaded:
 def longrange_example() -> str:
     """The long-range organism's first held-out text, from its folder: the tab shows it without
     loading the model (that waits for the first explanation)."""
-    from .models import _read_task
-
     _, held = _read_task(Path(LONG_ZOO.location()))
     return " ".join(held[0]["tokens"][:-1])
 
@@ -498,3 +494,7 @@ def load_image() -> Loaded:
 
 __all__ = ["InputError", "explain_text", "longrange", "heldout_sentiment", "heldout_sentences", "explain_image",
            "example_image", "load_text", "load_longrange", "load_image", "TEXT_ZOO", "fa"]
+
+
+# A model pick is checked as the tab's handlers check it, before its weights load (backend.core.preload)
+preload.register(TAB, load, lambda key: pick_text(None, key))

@@ -123,3 +123,17 @@ def clean_prompt(prompt: str | None) -> str:
     if len(p) > 300:
         raise ValueError("The prompt is too long (300 characters at most).")
     return p
+
+
+OWN_STATS_MAX = 2000  # a user's own ordinary prompts for the statistics, computed from the tab
+STATS_JOB = ("python -m backend.precompute.nemo_stats --source hub --out DIR  "
+             "(all 10,000 COCO captions; then start the app with WORKBENCH_NEMO_STATS=DIR/nemo-stats.safetensors)")
+
+
+def own_stats_prompts(prompts) -> list[str]:
+    """A visitor's own ordinary prompts for the statistics, cleaned, between 2 and OWN_STATS_MAX."""
+    own = [clean_prompt(p) for p in prompts]
+    if not 2 <= len(own) <= OWN_STATS_MAX:
+        raise ValueError(f"Give between 2 and {OWN_STATS_MAX} ordinary prompts for the statistics "
+                         f"(got {len(own)}); for more, run {STATS_JOB.split('  ')[0]} --prompts FILE.")
+    return own

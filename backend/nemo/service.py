@@ -25,12 +25,13 @@ from backend.core.presets import Preset, active, presets
 from backend.core.zerogpu import capped, gpu
 
 from . import core, data
-from .data import clean_prompt  # noqa: F401  (part of the service's API)
+from .data import OWN_STATS_MAX, STATS_JOB, clean_prompt, own_stats_prompts  # noqa: F401  (the service's API)
 from . import stats as nstats
 from . import visitor
 from .images import as_reference, resize_to  # noqa: F401  (as_reference: part of the service's API)
 from .metrics import auroc, diversity, ssim_images
 from .presets import TAB
+from .scenes import alignment
 
 # A few everyday captions: neuron statistics for a hub checkpoint, which ships no prompt sets here.
 GENERIC_PROMPTS = [
@@ -50,9 +51,6 @@ GENERIC_PROMPTS = [
 
 _RESULTS = ByteLRUCache(64 * 2 ** 20, name="nemo-results")
 HUB_STATS_N = 1000  # COCO captions the statistics are computed over in-process when none are precomputed
-OWN_STATS_MAX = 2000  # a user's own ordinary prompts for the statistics, computed from the tab
-STATS_JOB = ("python -m backend.precompute.nemo_stats --source hub --out DIR  "
-             "(all 10,000 COCO captions; then start the app with WORKBENCH_NEMO_STATS=DIR/nemo-stats.safetensors)")
 
 
 @dataclass
@@ -132,10 +130,7 @@ class MemoModel:
         """Recompute the statistics in this process over the first `n` ordinary prompts, or over the
         user's own ordinary prompts (at most OWN_STATS_MAX here; the CLI job takes any number)."""
         if prompts:
-            own = [clean_prompt(p) for p in prompts]
-            if not 2 <= len(own) <= OWN_STATS_MAX:
-                raise ValueError(f"Give between 2 and {OWN_STATS_MAX} ordinary prompts for the statistics "
-                                 f"(got {len(own)}); for more, run {STATS_JOB.split('  ')[0]} --prompts FILE.")
+            own = own_stats_prompts(prompts)
             stats = core.neuron_stats(self.pipe, own)
             digest = hashlib.sha256("\n".join(own).encode()).hexdigest()[:12]
             with self._lock:
@@ -511,31 +506,6 @@ def find(prompt: str, progress: Callable[[float, str], None] | None = None,
         out["initial_labels"] = spec_labels(loc.initial)
         return out
     return _RESULTS.get_or_compute(key, compute)
-
-
-def alignment(image: np.ndarray, prompt: str) -> float | None:
-    """Prompt-alignment proxy for the zoo's scene language: the share of the colours the caption
-    names (background: most of the border; each object colour: a visible patch) that the image
-    shows. None for prompts outside that language."""
-    from backend.zoo.recipes.memorization import COLOURS
-
-    words = re.findall(r"[a-z]+", prompt.lower())
-    if "background" not in words:
-        return None
-    names = list(COLOURS)
-    pal = np.array([COLOURS[c] for c in names], np.float32)
-    d = ((image[..., None, :] - pal[None, None]) ** 2).sum(-1)
-    nearest = d.argmin(-1)
-    bg_i = words.index("background") - 1
-    bg = words[bg_i] if bg_i >= 0 and words[bg_i] in COLOURS else None
-    objs = [w for i, w in enumerate(words) if w in COLOURS and i != bg_i]
-    checks = []
-    if bg:
-        border = np.concatenate([nearest[0], nearest[-1], nearest[:, 0], nearest[:, -1]])
-        checks.append(float((border == names.index(bg)).mean() >= 0.5))
-    for c in objs:
-        checks.append(float((nearest == names.index(c)).mean() >= 0.02))
-    return float(np.mean(checks)) if checks else None
 
 
 @gpu(duration=lambda prompt, spec=None, seeds=(), *a, **k: capped(20 + 10 * len(seeds)))  # 2 generations per seed

@@ -15,6 +15,7 @@ import torch
 
 from ..core import sessions
 from . import core
+from .data import own_stats_prompts
 from . import stats as nstats
 
 _LOADED: dict[tuple[str, int], core.NeuronStats] = {}  # (file, mtime) → stats; a few small entries
@@ -70,13 +71,8 @@ def compute(m, n: int, prompts: Sequence[str] | None, own_dir: Path,
             room: Callable[[int], None] | None = None) -> dict:
     """Statistics over the first `n` ordinary prompts or the visitor's own, written to the session's
     file for this model (the same checks as MemoModel.set_stats_prompts, which changes the shared ones)."""
-    from .service import OWN_STATS_MAX, STATS_JOB, clean_prompt
-
     if prompts:
-        chosen = [clean_prompt(p) for p in prompts]
-        if not 2 <= len(chosen) <= OWN_STATS_MAX:
-            raise ValueError(f"Give between 2 and {OWN_STATS_MAX} ordinary prompts for the statistics "
-                             f"(got {len(chosen)}); for more, run {STATS_JOB.split('  ')[0]} --prompts FILE.")
+        chosen = own_stats_prompts(prompts)
     else:
         total = len(m.stats_prompts)
         if not 2 <= n <= total:

@@ -8,7 +8,7 @@ merged exactly: the zoo organism's scene set, or a hub VLM + SAE over an image f
     (or --dataset NAME --split train --image-column image, with the `datasets` package)
 
 With --source hub the index is over the base image's patches of LLaVA-NeXT (see
-backend.sae.features), each image's forward pass stopped at the hookpoint; a chunk (--chunk images)
+backend.sae.hub_index), each image's forward pass stopped at the hookpoint; a chunk (--chunk images)
 runs in batches of --batch images. Point the app at the result with
 WORKBENCH_SAE_INDEX=DIR/feature_index.safetensors (the tab also finds it beside the SAE, or where
 its own build writes).
@@ -132,9 +132,9 @@ def hub_signature(org, source, top_k: int, chunk: int, batch: int) -> str:
 
 def run_hub(org, source, out: Path, *, top_k: int = 16, chunk: int = 64, batch: int = 4, state=None,
             stop_after: int | None = None) -> FeatureIndex | None:
-    """Index the images of `source` with a hub organism (backend.sae.features.load_hub); the same
+    """Index the images of `source` with a hub organism (backend.sae.loading.load_hub); the same
     file, format and metadata as the tab's own build (`features.index_images`)."""
-    from ..sae import features as FT
+    from ..sae import hub_index
     from ..sae.index import build_streaming
 
     if len(source) == 0:
@@ -143,7 +143,7 @@ def run_hub(org, source, out: Path, *, top_k: int = 16, chunk: int = 64, batch: 
     n_p = (v.image_size // v.patch_size) ** 2
 
     def compute(start: int, end: int) -> Tensors:
-        b = build_streaming(lambda a, z: FT.encode_images(org, [source.load(start + i) for i in range(a, z)]),
+        b = build_streaming(lambda a, z: hub_index.encode_images(org, [source.load(start + i) for i in range(a, z)]),
                             end - start, org.sae.n_latents, n_p, top_k=top_k, batch_size=batch)
         # build_streaming numbers the images from 0: shift them to their place in the source
         b.top_ids = torch.where(b.top_ids >= 0, b.top_ids + start, b.top_ids)
@@ -155,7 +155,7 @@ def run_hub(org, source, out: Path, *, top_k: int = 16, chunk: int = 64, batch: 
     merged = job.run(state, final_name=STATE_FILE, stop_after=stop_after)
     if merged is None:
         return None
-    meta = FT.index_meta(org, source, top_k, build_s=round(time.perf_counter() - t0, 2),
+    meta = hub_index.index_meta(org, source, top_k, build_s=round(time.perf_counter() - t0, 2),
                          precompute={"chunk": chunk, "batch": batch, "chunks": -(-len(source) // chunk),
                                      "processes": int(getattr(state, "num_processes", 1))})
     return _save(to_index(merged, meta), Path(out))
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     hub.add_argument("--batch", type=int, default=4, help="images per forward pass")
     args = ap.parse_args(argv)
     state = job_state(args)
-    from ..sae import features as FT
+    from ..sae import loading, organism
 
     if args.source == "hub":
         from ..sae.index import ImageSource
@@ -191,11 +191,12 @@ def main(argv: list[str] | None = None) -> None:
             import os
 
             os.environ["WORKBENCH_DEVICE"] = "cpu"  # the loaders place models by this
-        org = FT.load_hub(args.model or FT.HUB_MODEL, args.sae or FT.HUB_SAE, args.hookpoint or FT.HUB_HOOKPOINT)
+        org = loading.load_hub(args.model or organism.HUB_MODEL, args.sae or organism.HUB_SAE,
+                               args.hookpoint or organism.HUB_HOOKPOINT)
         index = run_hub(org, source, args.out, top_k=args.top_k, chunk=args.chunk, batch=args.batch, state=state,
                         stop_after=args.stop_after)
     else:
-        org = FT.load_organism(args.organism)
+        org = loading.load_organism(args.organism)
         index = run(org, args.out, n_images=args.images, top_k=args.top_k, chunk=args.chunk, state=state,
                     stop_after=args.stop_after)
     if state.is_main_process and index is not None:

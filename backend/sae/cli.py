@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from . import features as FT
+from . import loading, organism
 from .index import FeatureIndex, build_index
 
 
@@ -22,18 +22,18 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="rebuild the feature index of an SAE organism")
-    b.add_argument("--organism", default=FT.ZOO_SAE)
+    b.add_argument("--organism", default=organism.ZOO_SAE)
     b.add_argument("--out", type=Path, default=None, help="file to write (default: a copy beside, "
                    "feature_index.rebuilt.safetensors, so the committed organism's checksums stay valid)")
     b.add_argument("--n-images", type=int, default=None, help="use the first N scenes of the index set")
     b.add_argument("--top-k", type=int, default=16)
     s = sub.add_parser("show", help="print one feature's page from the stored index")
     s.add_argument("feature", type=int)
-    s.add_argument("--organism", default=FT.ZOO_SAE)
+    s.add_argument("--organism", default=organism.ZOO_SAE)
     s.add_argument("--file", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    org = FT.load_organism(args.organism)
+    org = loading.load_organism(args.organism)
     if args.cmd == "build":
         specs = org.index_specs[: args.n_images] if args.n_images else org.index_specs
         idx = build_index(org.model, org.tokenizer, org.sae, specs, hookpoint=org.hookpoint, top_k=args.top_k)

@@ -382,6 +382,15 @@ def read_gemmascope(e: Entry, dtype) -> SparseAutoencoder:
 READERS = {"sparsify": read_sparsify, "saelens": read_saelens, "gemmascope": read_gemmascope}
 
 
+class SAEFolder:
+    """The model class the zoo records for its SAE organism: `backend.zoo.load` reads a folder with
+    `model_class.from_pretrained(folder)`, and an SAE folder of any layout here reads with `load`."""
+
+    @staticmethod
+    def from_pretrained(path, **kwargs) -> SparseAutoencoder:
+        return load(path, **{k: v for k, v in kwargs.items() if k in ("hookpoint", "device", "dtype")})
+
+
 def load(path: str | os.PathLike, *, hookpoint: str | None = None, device: str | torch.device = "cpu",
          dtype: torch.dtype | None = None) -> SparseAutoencoder:
     """The SAE in a local folder (or, for a folder of several, the one for `hookpoint`), in eval mode

@@ -8,7 +8,7 @@ the number of images streamed (`state_bytes()` is constant after construction).
 
 The index of a zoo organism is over its scene set (image ids = scene numbers); the index of a hub
 VLM is over an image folder or dataset (`ImageSource`, recorded in the file's metadata; image ids =
-positions in the source). This module knows nothing of organisms (backend.sae.features loads them);
+positions in the source). This module knows nothing of organisms (backend.sae.loading loads them);
 the command line is `python -m backend.sae.cli` (one process) and `backend.precompute.sae_index`
 (sharded, resumable).
 """

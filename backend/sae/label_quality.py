@@ -8,7 +8,7 @@ planted masks over its top images. The paper reports a mean IoU of 0.20 for its 
 patches is broad whatever its IoU (a dense feature overlaps any large mask), and says so."""
 from __future__ import annotations
 
-from .features import LABEL_MIN_IOU as NO_CONCEPT_IOU  # below it the best concept explains nothing
+from .organism import LABEL_MIN_IOU as NO_CONCEPT_IOU  # below it the best concept explains nothing
 
 WEAK_IOU = 0.20  # the paper's mean IoU of its labelled features
 BROAD_DENSITY = 0.25  # fires on a quarter of all image patches or more

@@ -14,7 +14,7 @@ Every class offers `encode` (dense codes [..., n_latents]), `encode_sparse` ((va
 the non-zero codes, padded with zeros to one width per batch: k for TopK/GroupMax, the batch's
 largest L0 otherwise), `decode`, `decode_sparse` and `forward` (the reconstruction), so the Features
 tab's index, analysis and steering take any of them. Reading files in the sparsify, SAELens and
-Gemma Scope layouts lives in `formats.py`; `load_sae` here is its entry point.
+Gemma Scope layouts lives in `formats.py` (`formats.load`), which builds on this module.
 """
 from __future__ import annotations
 
@@ -115,12 +115,6 @@ class SparseAutoencoder(nn.Module):
     @torch.no_grad()
     def set_decoder_norm_to_unit_norm(self) -> None:
         self.W_dec.div_(self.W_dec.norm(dim=1, keepdim=True).clamp_min(torch.finfo(self.W_dec.dtype).eps))
-
-    @classmethod
-    def from_pretrained(cls, path, **kwargs) -> "SparseAutoencoder":
-        """`load_sae` under the name the zoo's loader calls (safetensors only in any case)."""
-        kwargs.pop("use_safetensors", None)
-        return load_sae(path, **{k: v for k, v in kwargs.items() if k in ("hookpoint", "device", "dtype")})
 
     # ------------------------------------------------------------------ saving
     def _saelens_tensors(self) -> dict[str, torch.Tensor]:
@@ -409,21 +403,6 @@ class MatchingPursuitSAE(SparseAutoencoder):
 # SAELens's name of each architecture, for saving
 SAELENS_NAMES = {"topk": "topk", "relu": "standard", "jumprelu": "jumprelu", "gated": "gated",
                  "matching_pursuit": "matching_pursuit"}
-
-
-def detect_layout(path: Path) -> str:
-    from .formats import detect_layout as detect
-
-    return detect(Path(path))
-
-
-def load_sae(path: str | os.PathLike, *, hookpoint: str | None = None, device: str | torch.device = "cpu",
-             dtype: torch.dtype | None = None) -> SparseAutoencoder:
-    """An SAE from a local folder in the sparsify, SAELens or Gemma Scope layout (a folder holding
-    several resolves `hookpoint`); see `formats.load`. Weights are read from safetensors only."""
-    from .formats import load
-
-    return load(path, hookpoint=hookpoint, device=device, dtype=dtype)
 
 
 def config_dict(sae: SparseAutoencoder) -> dict:

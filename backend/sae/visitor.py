@@ -16,14 +16,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..core import sessions, store
-from . import features as FT
+from . import loading
+from .index import INDEX_FILE
+from .organism import NO_LABELS, HubParts, Organism, refresh_index
 
 PREFIX = "session:"
 # Views in memory, least recently used first. An index holds n_latents × top_k patch maps whatever
 # the number of images (2.4 GB for the paper's 131k-latent SAE), so only a few stay loaded; one that
 # is dropped loads again from its file when its visitor comes back.
 MAX_VIEWS = 4
-_VIEWS: "OrderedDict[str, FT.Organism]" = OrderedDict()
+_VIEWS: "OrderedDict[str, Organism]" = OrderedDict()
 _LOCK = threading.Lock()
 _SERIAL = itertools.count(1)  # each view's cache keys its own: no page cached for an earlier one is reused
 
@@ -45,7 +47,7 @@ def is_session(source) -> bool:
     return isinstance(source, str) and source.startswith(PREFIX)
 
 
-def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
+def organism(source: str, *, model: bool = False, progress=None) -> Organism:
     """The visitor's view: the shared organism with the visitor's index. A session file that is gone
     (the session ended or was swept) is said so (sessions.SessionGone): never the shared organism in
     its place, whose index the visitor did not ask for and whose labels file a label would write."""
@@ -55,7 +57,7 @@ def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
         raise sessions.SessionGone("the feature index built from your images")
     if labels_file and sessions.lost(labels_file, must_exist=False):
         raise sessions.SessionGone("the labels you asked the model for")
-    base = FT.get_organism(base_source, model=model, progress=progress)
+    base = loading.get_organism(base_source, model=model, progress=progress)
     if not path.is_file():  # the owner's index (own labels beside it) was removed: the shared organism
         return base
     sessions.used(labels_file or path)
@@ -68,23 +70,23 @@ def organism(source: str, *, model: bool = False, progress=None) -> FT.Organism:
             if base.index_path is not None and Path(base.index_path) == path:  # the shared index, own labels
                 view = replace(base, **own, summary={**base.summary, "labels_stamp": None})
             else:
-                view = replace(base, **own, index=None, index_path=None, labels={}, label_source=FT.NO_LABELS,
+                view = replace(base, **own, index=None, index_path=None, labels={}, label_source=NO_LABELS,
                                index_note="", version=0,
                                summary={**base.summary, "index_stamp": None, "labels_stamp": None})
             _VIEWS[source] = view
         _VIEWS.move_to_end(source)
         while len(_VIEWS) > MAX_VIEWS:
             _VIEWS.popitem(last=False)
-    FT.refresh_index(view)  # the visitor's file: loaded once, again only when it changes
+    refresh_index(view)  # the visitor's file: loaded once, again only when it changes
     if base.model is not None and view.model is not base.model:
-        FT.attach(view, FT.HubParts(base.model, base.processor, base.sae))
+        loading.attach(view, HubParts(base.model, base.processor, base.sae))
     return view
 
 
-def index_file(folder: Path, org: FT.Organism, image_names: list[str], digest: str) -> Path:
+def index_file(folder: Path, org: Organism, image_names: list[str], digest: str) -> Path:
     """Content-addressed: the same images through the same model and SAE give the same file."""
     key = sessions.content_name([json.dumps([org.parts_key or org.model_id, org.hookpoint, image_names]), digest])
-    return Path(folder) / key / FT.INDEX_FILE
+    return Path(folder) / key / INDEX_FILE
 
 
 @sessions.on_end
@@ -98,10 +100,10 @@ def _drop(session: str, folder: Path) -> None:
 def _on_evict(model_id: str) -> None:
     for view in list(_VIEWS.values()):
         if model_id in (view.weights_key, view.parts_key):
-            FT.attach(view, None)
+            loading.attach(view, None)
 
 
 store.on_evict(_on_evict)
 
 
-FT.register_source(PREFIX, organism)
+loading.register_source(PREFIX, organism)

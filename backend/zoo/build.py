@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.presets import ZOO_ROOT, import_class, load_pretrained
+from ..core.presets import ZOO_ROOT, import_class, load_pretrained, zoo_path
 from . import manifest as mf
 from .registry import get
 
@@ -89,14 +89,6 @@ def verify_all(root: Path | None = None) -> dict[str, list[str]]:
     root = Path(root or ZOO_ROOT)
     return {d.name: mf.verify(d) for d in sorted(root.iterdir())
             if d.is_dir() and not d.name.startswith(".")} if root.exists() else {}
-
-
-def zoo_path(name: str, root: Path | None = None) -> Path:
-    path = Path(root or ZOO_ROOT) / name
-    if not (path / mf.MANIFEST).exists():
-        raise FileNotFoundError(
-            f"organism {name!r} is not built; run `python -m backend.zoo build {name}`")
-    return path
 
 
 def load(name: str, cls=None, *, root: Path | None = None, check: bool = False, **kwargs):

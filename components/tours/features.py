@@ -8,6 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from backend.core import colors
+from backend.sae import analysis, pages
 from components.tours import Step, Tour
 from components.tours import plots as P
 
@@ -15,16 +16,16 @@ FEAT_COLOUR, FEAT_N_RANDOM, FEAT_N_STEER = "red", 20, 6  # the story's colour, r
 
 
 def _organism():
-    from backend.sae import features as FT
+    from backend.sae import loading
     from backend.sae import scenes as S
 
-    return FT, S, FT.get_organism("zoo")
+    return S, loading.get_organism("zoo")
 
 
 def _setup():
     """The story's feature (the organism's steering feature for 'red'), its best steering setting
     as the organism's summary reports it, and held-out scenes with nothing red in them."""
-    FT, S, org = _organism()
+    S, org = _organism()
     st = org.summary.get("steering", {})
     feature = int(st.get("colour_features", {}).get(FEAT_COLOUR, -1))
     if feature < 0:  # no steering record: the feature whose label is the colour with the best IoU
@@ -37,22 +38,22 @@ def _setup():
                "suppress": bool(best.get("suppress_other_colours", st.get("suppress_other_colours", False)))}
     clean = [i for i, s in enumerate(org.heldout_specs)
              if not any(o["colour"] == FEAT_COLOUR for o in s["objects"])]
-    return FT, S, org, feature, setting, clean
+    return S, org, feature, setting, clean
 
 
 def _tour_scene():
     """The tour's scene: the first held-out scene with two objects, none of them red, that the
     model captions correctly."""
-    FT, S, org, feature, setting, clean = _setup()
+    S, org, feature, setting, clean = _setup()
     for i in clean:
         spec = org.heldout_specs[i]
         if len(spec["objects"]) != 2:
             continue
-        out = FT.analyse_image(org, S.render(spec)[0], top_n=org.n_features)
+        out = analysis.analyse_image(org, S.render(spec)[0], top_n=org.n_features)
         if out["caption"] == S.caption(spec):
             return i, out
     i = clean[0]
-    return i, FT.analyse_image(org, S.render(org.heldout_specs[i])[0], top_n=org.n_features)
+    return i, analysis.analyse_image(org, S.render(org.heldout_specs[i])[0], top_n=org.n_features)
 
 
 def _label(org, f) -> str:
@@ -64,7 +65,7 @@ def scene():
     from backend.sae import explain as E
     from backend.sae.explain import upsample
 
-    FT, S, org, feature, setting, clean = _setup()
+    S, org, feature, setting, clean = _setup()
     i, out = _tour_scene()
     img = out["image"]
     # The strongest features with different labels (several features can share one).
@@ -114,8 +115,8 @@ def scene():
 
 
 def page():
-    FT, S, org, feature, setting, clean = _setup()
-    pg = FT.feature_page(org, feature, n_top=5)
+    S, org, feature, setting, clean = _setup()
+    pg = pages.feature_page(org, feature, n_top=5)
     n = max(len(pg["images"]), 1)
     titles = [f"top image {j + 1}" for j in range(n)] + [
         f"overlap {t['iou_label']:.2f}" if t["iou_label"] is not None else ""
@@ -160,8 +161,8 @@ def iou():
     import torch
     from backend.sae import explain as E
 
-    FT, S, org, feature, setting, clean = _setup()
-    pg = FT.feature_page(org, feature, n_top=5)
+    S, org, feature, setting, clean = _setup()
+    pg = pages.feature_page(org, feature, n_top=5)
     scores = pg["concept_scores"]
     label = pg["label"] or FEAT_COLOUR
     top_iou = [t["iou_label"] for t in pg["top"] if t["iou_label"] is not None]
@@ -171,7 +172,7 @@ def iou():
     rnd = []
     for i in pick:
         img, masks = S.render(org.heldout_specs[int(i)])
-        out = FT.analyse_image(org, img, top_n=org.n_features)
+        out = analysis.analyse_image(org, img, top_n=org.n_features)
         amap = out["maps"].get(feature)
         region = (E.regions(torch.as_tensor(amap), img.shape[0])[0].numpy() if amap is not None
                   else np.zeros(img.shape[:2], bool))
@@ -220,15 +221,15 @@ def _changed(S, rows) -> str:
 
 
 def steer():
-    FT, S, org, feature, setting, clean = _setup()
+    S, org, feature, setting, clean = _setup()
     i0, _ = _tour_scene()
-    value = FT.default_clamp_value(org, feature, setting["multiple"])
+    value = analysis.default_clamp_value(org, feature, setting["multiple"])
     rows = []
     for i in [i0] + [i for i in clean if i != i0]:
         if len(rows) == FEAT_N_STEER:
             break
         img = S.render(org.heldout_specs[i])[0]
-        out = FT.steer_caption(org, img, feature, value, positions=setting["positions"],
+        out = analysis.steer_caption(org, img, feature, value, positions=setting["positions"],
                                suppress_family=setting["suppress"])
         if FEAT_COLOUR in out["baseline"].split():  # the model already says it unaided: no test of steering
             continue

@@ -70,7 +70,8 @@ def lab(local_models, tmp_path_factory):
     with the owner's index over four images, served in-process."""
     import gradio as gr
 
-    from backend.sae import features as FT
+    from backend.sae import hub_index, loading, organism
+    from backend.sae.index import INDEX_FILE, ImageSource
     from components import features as tab
     from components import visitor
     from components.common import TabContext
@@ -80,15 +81,15 @@ def lab(local_models, tmp_path_factory):
     base = tmp_path_factory.mktemp("lab")
     owner = base / "owner"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(FT, "_SHELLS", {})
-        mp.setenv("WORKBENCH_SAE_INDEX", str(owner / FT.INDEX_FILE))
+        mp.setattr(loading, "_SHELLS", {})
+        mp.setenv("WORKBENCH_SAE_INDEX", str(owner / INDEX_FILE))
         mp.setenv("WORKBENCH_SESSION_DIR", str(base / "sessions"))
         mp.delenv("WORKBENCH_SHARED_BUILDS", raising=False)
         images = sample_images(owner / "owner-images", 4, seed=1)
-        source = FT.own_source(str(local_models / VLM), str(local_models / SAE), HOOK)
-        org = FT.get_organism(source, model=True)
-        FT.index_images(org, FT.ImageSource.folder(images[0].parent), out=owner / FT.INDEX_FILE)
-        FT.refresh_index(org)
+        source = loading.own_source(str(local_models / VLM), str(local_models / SAE), HOOK)
+        org = loading.get_organism(source, model=True)
+        hub_index.index_images(org, ImageSource.folder(images[0].parent), out=owner / INDEX_FILE)
+        organism.refresh_index(org)
         with gr.Blocks(analytics_enabled=False) as demo:
             demo.queue(max_size=16, default_concurrency_limit=2)
             with gr.Tabs() as tabs:

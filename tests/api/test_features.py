@@ -17,9 +17,9 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture(scope="module")
 def org():
-    from backend.sae import features as FT
+    from backend.sae import loading
 
-    return FT.get_organism("zoo")
+    return loading.get_organism("zoo")
 
 
 def colour_feature(org, colour):
@@ -112,17 +112,18 @@ def test_steering_and_parallel_clients(app_url, org):
 def test_steering_takes_any_picture_the_upload_can_give(org, shape):
     """Grayscale (an animated GIF's first frame arrives as one), RGBA, tiny or odd-sized uploads are
     brought to the vision tower's input as for the feature analysis: a caption, not a crash."""
-    from backend.sae import features as FT
+    from backend.sae import analysis
 
     img = (np.arange(np.prod(shape)) % 251).astype(np.uint8).reshape(shape)
-    out = FT.steer_caption(org, img, 0, 1.0, positions="image")
+    out = analysis.steer_caption(org, img, 0, 1.0, positions="image")
     assert isinstance(out["baseline"], str) and isinstance(out["steered"], str)
     with pytest.raises(ValueError, match="RGB image"):
-        FT.steer_caption(org, np.zeros((2, 8, 8, 3), np.uint8), 0, 1.0)
+        analysis.steer_caption(org, np.zeros((2, 8, 8, 3), np.uint8), 0, 1.0)
 
 
 def test_tab_header_reports_the_calibrated_steering_per_colour(org):
-    from components.features import _summary_md, _steering_explain
+    from components.feature_build import _summary_md
+    from components.feature_steering import _steering_explain
 
     md = _summary_md(org)
     for colour, r in org.summary["steering"]["calibrated"]["per_colour"].items():
@@ -135,11 +136,11 @@ def test_bad_numbers_are_refused_by_name_and_range_computing_nothing(client, org
     computation (a clamp of 5000 is not run at the largest value offered)."""
     from gradio_client.exceptions import AppError
 
-    from backend.sae import features as FT
-    from components.features import clamp_limit
+    from backend.sae import analysis
+    from components.feature_pages import clamp_limit
 
     calls = []
-    monkeypatch.setattr(FT, "steer_caption", lambda *a, **k: calls.append(a) or {})
+    monkeypatch.setattr(analysis, "steer_caption", lambda *a, **k: calls.append(a) or {})
     n = org.n_features
     # JSON has no NaN or infinity: they arrive as the text a user typed
     for bad in ("nan", "inf", -1, n):

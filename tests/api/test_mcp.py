@@ -247,15 +247,15 @@ def test_feature_tools_equal_the_ui(mcp_url, client):
     assert steered["value"] == 40.0 and png_size(images[0])[0] > 0
 
     # the defaults are the tab's: its clamp value for the feature, its calibrated positions and suppression
-    from backend.sae import features as FT
+    from backend.sae import analysis, loading
 
-    org = FT.get_organism("zoo")
-    top = FT.clamp_range(org).hi  # 10× the index's largest activation; 1e308 was once accepted
+    org = loading.get_organism("zoo")
+    top = analysis.clamp_range(org).hi  # 10× the index's largest activation; 1e308 was once accepted
     assert f"The clamp value must be between 0 and {top:g} (got 1e+308)" in error_of(
         mcp_url, "steer_feature", feature=f, value=1e308)
-    d = FT.steering_defaults(org)
+    d = analysis.steering_defaults(org)
     steered, _, _ = call(mcp_url, "steer_feature", feature=f)
-    out = client.predict(None, "0", f, FT.default_clamp_value(org, f), d["positions"], False, d["suppress"],
+    out = client.predict(None, "0", f, analysis.default_clamp_value(org, f), d["positions"], False, d["suppress"],
                          api_name="/steer")[2]
     assert steered == sig({**out, "scene": 0})
     n = page.get("n_features") or 10**6

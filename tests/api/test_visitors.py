@@ -37,16 +37,17 @@ def sessions_dir(tmp_path, monkeypatch):
 def owner_index(local_models, tmp_path, monkeypatch, sessions_dir):
     """The owner's precomputed index (WORKBENCH_SAE_INDEX) over the owner's images, for the own
     LLaVA-1.5 stand-in and its SAE; a fresh organism registry reads that setting."""
-    from backend.sae import features as FT
+    from backend.sae import hub_index, loading, organism
+    from backend.sae.index import ImageSource
     from tests.helpers.standins.features import sample_images
 
-    monkeypatch.setattr(FT, "_SHELLS", {})
+    monkeypatch.setattr(loading, "_SHELLS", {})
     target = tmp_path / "owner" / "feature_index.safetensors"
     monkeypatch.setenv("WORKBENCH_SAE_INDEX", str(target))
     images = sample_images(tmp_path / "owner-images", 4, seed=1)
-    org = FT.get_organism(FT.own_source(str(local_models / VLM), str(local_models / SAE), HOOK), model=True)
-    FT.index_images(org, FT.ImageSource.folder(images[0].parent), out=target)
-    FT.refresh_index(org)
+    org = loading.get_organism(loading.own_source(str(local_models / VLM), str(local_models / SAE), HOOK), model=True)
+    hub_index.index_images(org, ImageSource.folder(images[0].parent), out=target)
+    organism.refresh_index(org)
     assert org.index_path == target
     return target
 
@@ -56,7 +57,8 @@ def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_in
     from gradio_client import Client, handle_file
     from gradio_client.exceptions import AppError
 
-    from backend.sae import features as FT
+    from backend.sae import loading, organism
+    from backend.sae.index import INDEX_FILE
     from tests.helpers.standins.features import sample_images
 
     before = sha(owner_index)
@@ -81,12 +83,12 @@ def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_in
     again = b.predict(fid, api_name="/feature_page")[7]
     assert again["top"] == b_page["top"] and not any("visitor-a" in t["caption"] for t in again["top"])
     assert "4 images" in b.predict(vlm, sae, HOOK, api_name="/features_load")[1]
-    shared = FT.get_organism(FT.own_source(vlm, sae, HOOK))
+    shared = loading.get_organism(loading.own_source(vlm, sae, HOOK))
     assert shared.index_path == owner_index and shared.index.meta["n_images"] == 4
     # A sees its own, from A's own folder
     assert "only this session sees it" in built[0]
     a_folder = sessions_dir / key_of(a.session_hash)
-    assert list(a_folder.rglob(FT.INDEX_FILE))
+    assert list(a_folder.rglob(INDEX_FILE))
     a_rows = rows(a.predict("", "density", api_name="/features_list"))
     a_page = a.predict(int(a_rows[0][0]), api_name="/feature_page")[7]
     assert a_page["top"] and all(t["caption"].startswith("0") and "visitor-a" in t["caption"]
@@ -94,7 +96,7 @@ def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_in
 
     # B asks the model to name a feature of the owner's index: B's label, kept in B's folder
     labelled = b.predict(fid, api_name="/ask_model")
-    assert labelled[7]["label"] and labelled[7]["labelled_by"] == FT.MODEL_LABELS
+    assert labelled[7]["label"] and labelled[7]["labelled_by"] == organism.MODEL_LABELS
     assert not (owner_index.parent / "labels.json").exists() and shared.labels == {}
     assert list((sessions_dir / key_of(b.session_hash)).rglob("*labels.json"))
     assert b.predict(fid, api_name="/feature_page")[7]["label"] == labelled[7]["label"]

@@ -115,10 +115,10 @@ def test_features_clamp_value_follows_the_feature(page, server_url):
     feat.fill("31")
     page.wait_for_function(f"() => document.querySelector('#features-clamp input').value !== '{before}'",
                            timeout=30_000)
-    from backend.sae import features as FT
+    from backend.sae import analysis, loading
 
-    org = FT.get_organism("zoo")
-    assert float(box.input_value()) == pytest.approx(FT.default_clamp_value(org, 31))
+    org = loading.get_organism("zoo")
+    assert float(box.input_value()) == pytest.approx(analysis.default_clamp_value(org, 31))
 
 
 @pytest.mark.timeout(600)

@@ -39,15 +39,16 @@ def captions(page) -> list[str]:
 def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_models, tmp_path, monkeypatch):
     from playwright.sync_api import sync_playwright
 
-    from backend.sae import features as FT
+    from backend.sae import hub_index, loading
+    from backend.sae.index import INDEX_FILE, ImageSource
     from tests.helpers.standins.features import sample_images
 
     # the owner's precomputed index over the owner's images, named by WORKBENCH_SAE_INDEX
     monkeypatch.setenv("WORKBENCH_MODEL_ROOTS", str(local_models))
-    owner = tmp_path / "owner" / FT.INDEX_FILE
-    org = FT.load_hub(str(local_models / VLM), str(local_models / SAE), HOOK,
+    owner = tmp_path / "owner" / INDEX_FILE
+    org = loading.load_hub(str(local_models / VLM), str(local_models / SAE), HOOK,
                       model_class="transformers.LlavaForConditionalGeneration")
-    FT.index_images(org, FT.ImageSource.folder(sample_images(tmp_path / "owner-images", 4, seed=1)[0].parent),
+    hub_index.index_images(org, ImageSource.folder(sample_images(tmp_path / "owner-images", 4, seed=1)[0].parent),
                     out=owner)
     before = hashlib.sha256(owner.read_bytes()).hexdigest()
     mine = []
@@ -93,7 +94,7 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
             b.screenshot(path=str(ARTIFACTS / "visitors-b-owners-index.png"), full_page=True)
 
             folders = [d for d in sessions_dir.iterdir() if d.is_dir()]
-            assert len(folders) == 1 and list(folders[0].rglob(FT.INDEX_FILE))
+            assert len(folders) == 1 and list(folders[0].rglob(INDEX_FILE))
             ctx_a.close()  # A leaves: Gradio's unload removes A's folder
             deadline = time.monotonic() + 30
             while folders[0].exists() and time.monotonic() < deadline:

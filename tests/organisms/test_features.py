@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from backend.sae import explain as E
-from backend.sae import features as FT
+from backend.sae import analysis, loading
 from backend.sae import scenes as S
 from backend.sae import steer as ST
 from backend.sae import vlm
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def org():
-    return FT.load_zoo()
+    return loading.load_zoo()
 
 
 def test_checksums():
@@ -118,7 +118,7 @@ def _steer_setting(org, colour):
     cal = st.get("calibrated", {})
     f = int(st["colour_features"][colour])
     mult = float(cal.get("multiples", {}).get(colour, best["multiple"]))
-    sup = {colour: tuple(FT.family_rivals(org, f))} if best["suppress_other_colours"] else None
+    sup = {colour: tuple(analysis.family_rivals(org, f))} if best["suppress_other_colours"] else None
     return f, mult * float(org.index.tensors["max_act"][f]), best["positions"], sup
 
 

@@ -28,7 +28,7 @@ def torchrun(out, *extra):
 @pytest.fixture(scope="module")
 def org():
     from backend.core.presets import ZOO_ROOT
-    from backend.sae.features import load_organism
+    from backend.sae.loading import load_organism
 
     if not (ZOO_ROOT / "llava-scenes-sae" / "manifest.json").exists():
         pytest.fail("the llava-scenes-sae organism is not committed")
@@ -58,7 +58,7 @@ def test_merge_breaks_ties_by_image_id_whatever_the_split():
 @pytest.mark.timeout(600)
 def test_sharded_index_equals_direct_build_resumes_and_loads(org, tmp_path):
     from backend.precompute import sae_index as job
-    from backend.sae import features as FT
+    from backend.sae import pages
     from backend.sae.index import INDEX_FILE, FeatureIndex, build_index
 
     solo = job.run(org, tmp_path / "solo", n_images=N_IMAGES, chunk=CHUNK, state=Solo())
@@ -93,7 +93,7 @@ def test_sharded_index_equals_direct_build_resumes_and_loads(org, tmp_path):
 
     # The Features backend reads the file as it reads the organism's own index.
     o2 = dataclasses.replace(org, index=two, model_id="test:precomputed-index")
-    page = FT.feature_page(o2, int(two.tensors["density"].argmax()))
+    page = pages.feature_page(o2, int(two.tensors["density"].argmax()))
     assert page["top"] and all(0 <= t["image_id"] < N_IMAGES for t in page["top"])
     live = {int(f) for f in (two.tensors["fire_count"] > 0).nonzero().flatten()}
-    assert {r["feature"] for r in FT.feature_table(o2)} == live  # the list shows the live features
+    assert {r["feature"] for r in pages.feature_table(o2)} == live  # the list shows the live features

@@ -118,7 +118,7 @@ def test_sae_construction_and_encode(d, n, k, width):
 @SETTINGS
 @given(files=st.sampled_from(["none", "cfg-only", "bad-cfg", "pickle", "garbage-safetensors"]))
 def test_load_sae_refuses_broken_folders(tmp_path_factory, files):
-    from backend.sae.sae import load_sae
+    from backend.sae.formats import load as load_sae
 
     folder = tmp_path_factory.mktemp("sae")
     if files != "none":

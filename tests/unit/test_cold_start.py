@@ -20,8 +20,8 @@ import json, sys
 import app
 demo = app.build_app("zoo")
 from backend.core import store
-from backend.sae import features as FT
-org = FT.get_organism("zoo")
+from backend.sae import loading
+org = loading.get_organism("zoo")
 print(json.dumps({"modules": sorted(sys.modules), "loaded": sorted(store.loaded()),
                   "features": [org.model is None, org.sae is None, org.processor is None]}))
 """
@@ -74,41 +74,43 @@ def test_the_page_config_is_built_once_while_the_app_is_built(monkeypatch):
 
 @pytest.mark.skipif(not FEATURES_BUILT, reason="the Features organism is not built")
 def test_the_zoo_features_organism_starts_as_metadata_and_loads_its_weights_on_need(monkeypatch):
-    from backend.sae import features as FT
+    from backend.sae import analysis, loading, organism, pages
+    from backend.core import presets as P
+    from backend.sae import scenes as S
 
     calls = []
-    real = FT.load_zoo_parts
-    monkeypatch.setattr(FT, "load_zoo_parts", lambda org: calls.append(org.name) or real(org))
-    key = FT.P.active(FT.TAB, "zoo").model_id
+    real = loading.load_zoo_parts
+    monkeypatch.setattr(loading, "load_zoo_parts", lambda org: calls.append(org.name) or real(org))
+    key = P.active(organism.TAB, "zoo").model_id
     store.evict(key)
-    FT._SHELLS.pop(key, None)
+    loading._SHELLS.pop(key, None)
     try:
-        org = FT.get_organism("zoo")
+        org = loading.get_organism("zoo")
         assert calls == [] and org.model is None and org.sae is None and key not in store.loaded()
         # everything the tab's first view shows is there without the weights ...
-        assert FT.feature_table(org, "red", "iou") and FT.feature_page(org, 0)["feature"] == 0
-        full = FT.load_zoo()
+        assert pages.feature_table(org, "red", "iou") and pages.feature_page(org, 0)["feature"] == 0
+        full = loading.load_zoo()
         assert full.model is not None and full.parts_key == ""
         for name in ("hookpoint", "n_features", "sae_text", "vision", "labels", "summary", "model_id"):
             assert getattr(org, name) == getattr(full, name), name
         assert org.heldout_specs == full.heldout_specs and org.index_specs == full.index_specs
-        assert org.vision == FT._vision(full.model.config)
+        assert org.vision == organism._vision(full.model.config)
         calls.clear()
         # ... and the first computation loads them once, into the model store under the preset's id
-        scene = FT.S.render(org.heldout_specs[0])[0]
-        out = FT.analyse_image(org, scene)
+        scene = S.render(org.heldout_specs[0])[0]
+        out = analysis.analyse_image(org, scene)
         assert calls == ["llava-scenes-sae"] and key in store.loaded() and org.model is not None
         assert out["features"] and out["caption"]
-        assert FT.get_organism("zoo", model=True) is org and calls == ["llava-scenes-sae"]
+        assert loading.get_organism("zoo", model=True) is org and calls == ["llava-scenes-sae"]
         # evicted from the store, the organism drops them and the next need loads them again
         store.evict(key)
         assert org.model is None and org.sae is None
-        steered = FT.steer_caption(org, scene, out["features"][0]["feature"], 1.25)
+        steered = analysis.steer_caption(org, scene, out["features"][0]["feature"], 1.25)
         assert calls == ["llava-scenes-sae"] * 2 and org.model is not None
         assert steered["baseline"] == out["caption"]
     finally:
         store.evict(key)
-        FT._SHELLS.pop(key, None)
+        loading._SHELLS.pop(key, None)
 
 
 def test_objects_of_the_start_are_frozen_out_of_later_collections(monkeypatch):

@@ -54,8 +54,9 @@ def test_gpu_shim_uses_spaces_when_present(monkeypatch):
 
     fake.GPU = GPU
     monkeypatch.setitem(sys.modules, "spaces", fake)
+    import backend.core.spaces_pkg as found
     import backend.core.zerogpu as shim
-    shim = importlib.reload(shim)
+    importlib.reload(found)  # the package is looked for once, at import
     try:
         @shim.gpu(duration=30)
         def f():
@@ -64,7 +65,8 @@ def test_gpu_shim_uses_spaces_when_present(monkeypatch):
         assert shim.spaces_available() and f.marked and calls == [30]
     finally:
         monkeypatch.delitem(sys.modules, "spaces")
-        importlib.reload(shim)
+        importlib.reload(found)
+    assert not shim.spaces_available()
 
 
 # ------------------------------------------------------------------ ZeroGPU audit of the tabs' calls
@@ -83,10 +85,12 @@ NOT_GPU = {
     # `listed` / `own_source`: the model pickers' lists and metadata checks; `stats_status` loads a
     # picked pipeline (as `get` does: weights placed at load) and reads which statistics it uses
     "backend.nemo.service": {"get", "describe", "parse_neurons", "listed", "stats_status"},
-    "backend.sae.features": {"get_organism", "feature_table", "feature_page", "page_json",
-                             "default_clamp_value", "steering_defaults", "index_command", "model_image",
-                             "positions_text", "refresh_index", "save_label", "shown_label", "thumbnail",
-                             "own_source", "clamp_range"},
+    "backend.sae.loading": {"get_organism", "own_source"},
+    "backend.sae.organism": {"refresh_index", "shown_label"},
+    "backend.sae.pages": {"feature_table", "feature_page", "page_json", "save_label", "thumbnail"},
+    "backend.sae.analysis": {"default_clamp_value", "steering_defaults", "model_image", "positions_text",
+                             "clamp_range"},
+    "backend.sae.hub_index": {"index_command"},
     # `pick`: the picked model's preset, from its metadata (the tab's words follow it)
     "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick", "SIDES"},
     # the held-out items a setting is scored on, how many samples each side identifies with, and
@@ -100,7 +104,7 @@ NOT_GPU = {
 
 def _backend_calls() -> dict[str, set[str]]:
     """module → names the components reference on it (`service.check`, `svc.explain_text`,
-    `FT.steer_caption`, `_call(service.error_table, ...)`), plus Bench methods used on a bench."""
+    `analysis.steer_caption`, `_call(service.error_table, ...)`), plus Bench methods used on a bench."""
     import importlib
 
     from backend.mathneuro.service import Bench
@@ -140,7 +144,7 @@ def test_every_backend_entry_point_the_tabs_call_is_marked_for_zerogpu():
 
     calls = _backend_calls()
     # the audit sees every tab's backend
-    assert {"backend.lrp.service", "backend.nemo.service", "backend.sae.features",
+    assert {"backend.lrp.service", "backend.nemo.service", "backend.sae.analysis", "backend.sae.pages",
             "backend.mathneuro.service", "backend.mathneuro.service.Bench", "backend.pissa.service"} <= set(calls)
     unmarked, checked = [], 0
     for mod, names in sorted(calls.items()):

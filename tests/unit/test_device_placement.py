@@ -14,14 +14,14 @@ PROBE = r"""
 import json, torch
 from backend.core.device import device_of, pick_device
 from backend.lrp import service as lrp
-from backend.sae import features as sae
+from backend.sae import loading as sae_loading
 from backend.nemo import service as nemo
 from backend.mathneuro import service as math
 from backend.pissa import service as pissa
 
 out = {"picked": str(pick_device())}
 out["relevance"] = [str(device_of(lrp.load_text().model)), str(device_of(lrp.load_image().model))]
-org = sae.get_organism("zoo", model=True)  # the tab starts from its metadata; the weights on need
+org = sae_loading.get_organism("zoo", model=True)  # the tab starts from its metadata; the weights on need
 out["features"] = [str(device_of(org.model)), str(org.sae.W_enc.device)]
 pipe = nemo.get("zoo").pipe
 out["memorization"] = [str(device_of(m)) for m in (pipe.unet, pipe.text_encoder, pipe.vae)]

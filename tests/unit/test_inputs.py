@@ -93,7 +93,7 @@ def test_one_wording_for_an_unreadable_image_in_every_tab(tmp_path):
     import gradio as gr
     from gradio.data_classes import FileData
 
-    from components.features import _image_input
+    from components.feature_steering import _image_input
     from components.inputs import CheckedImage, unreadable
     from components.relevance import refuse_unreadable
 

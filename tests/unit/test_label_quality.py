@@ -19,18 +19,18 @@ def test_words_beside_a_label():
 
 @pytest.fixture(scope="module")
 def org():
-    from backend.sae import features as FT
+    from backend.sae import loading
 
-    return FT.get_organism("zoo")
+    return loading.get_organism("zoo")
 
 
 def test_the_zoo_tab_shows_weak_and_broad_labels_as_such(org):
-    from components import features as F
+    from components import feature_pages
     from components.feature_figures import label_shown
 
     assert label_shown(org, 5) == "green (weak: IoU 0.11)"
     assert label_shown(org, 59).startswith("square (IoU 0.79; broad: fires on ")
-    table = F.list_features("zoo", "green", "IoU")
+    table = feature_pages.list_features("zoo", "green", "IoU")
     assert "green (weak: IoU 0.11)" in set(table["concept"])
-    header = F.open_feature("zoo", 5)[0]
+    header = feature_pages.open_feature("zoo", 5)[0]
     assert "wb-weak" in header and "weak: IoU 0.11" in header

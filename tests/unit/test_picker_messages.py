@@ -136,7 +136,7 @@ def own_llava(tmp_path_factory):
 
 
 def test_an_sae_of_another_width_is_refused_at_load_and_the_index_key_is_the_hookpoint(own_llava, monkeypatch, tmp_path):
-    from backend.sae import features as FT
+    from backend.sae import loading
     from backend.sae.index import INDEX_ENV
 
     monkeypatch.setenv("WORKBENCH_MODEL_ROOTS", str(own_llava))
@@ -145,10 +145,10 @@ def test_an_sae_of_another_width_is_refused_at_load_and_the_index_key_is_the_hoo
     vlm = str(own_llava / "own-llava15")
     with pytest.raises(ValueError, match="the SAE reads 64-wide activations but .*own-llava15's language model "
                                          "is 32 wide"):
-        FT.own_organism(vlm, str(own_llava / "wide-sae"), "layers.2")
+        loading.own_organism(vlm, str(own_llava / "wide-sae"), "layers.2")
     sae = str(own_llava / "own-llava15-saelens")
-    a = FT.own_organism(vlm, sae, "blocks.2.hook_resid_post")
-    b = FT.own_organism(vlm, sae, "layers.2")
-    c = FT.own_organism(vlm, sae, "model.layers.2")
+    a = loading.own_organism(vlm, sae, "blocks.2.hook_resid_post")
+    b = loading.own_organism(vlm, sae, "layers.2")
+    c = loading.own_organism(vlm, sae, "model.layers.2")
     assert a.index_out == b.index_out == c.index_out
     assert a.index_out.parent.name.endswith("__layers.2")

@@ -5,7 +5,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from backend.sae.sae import SAEFormatError, TopKSAE, load_sae
+from backend.sae.formats import load as load_sae
+from backend.sae.sae import SAEFormatError, TopKSAE
 from backend.sae.train import evaluate, train_sae
 
 torch.set_num_threads(1)

@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import load_file
 
 from backend.sae.formats import canonical_hookpoint, find_saes, model_hookpoint
+from backend.sae.formats import load as load_sae
 from backend.sae.sae import (GatedSAE, JumpReLUSAE, MatchingPursuitSAE, ReLUSAE, SAEFormatError, SparseAutoencoder,
-                             TopKSAE, load_sae)
+                             TopKSAE)
 from backend.sae.steer import clamp_codes
 
 torch.set_num_threads(1)

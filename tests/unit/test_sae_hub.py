@@ -16,7 +16,7 @@ from PIL import Image
 
 from backend.core import presets as P
 from backend.core.interventions import count_hooks
-from backend.sae import features as FT
+from backend.sae import analysis, hub_index, loading, organism, pages
 from backend.sae import steer as ST
 from backend.sae import vlm
 from backend.sae.index import INDEX_ENV, INDEX_FILE, Cancelled, FeatureIndex, ImageSource
@@ -40,7 +40,7 @@ def hub(tmp_path_factory):
     mp.setattr(HC, "HF_HUB_CACHE", str(cache))
     mp.setattr(HC, "HF_HUB_OFFLINE", True)
     mp.setenv(INDEX_ENV, str(root / "index" / INDEX_FILE))
-    org = FT.load_hub()
+    org = loading.load_hub()
     yield {"root": root, "cache": cache, "images": images, "org": org}
     mp.undo()
 
@@ -97,36 +97,36 @@ def test_anyres_layout_and_stopped_pass_match_the_full_forward(hub):
 
 def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
     monkeypatch.setenv(INDEX_ENV, str(tmp_path / "none" / INDEX_FILE))
-    org = FT.load_hub()
-    assert org.index is None and org.label_source == FT.NO_LABELS
-    cmd = FT.index_command(org, "photos/")
+    org = loading.load_hub()
+    assert org.index is None and org.label_source == organism.NO_LABELS
+    cmd = hub_index.index_command(org, "photos/")
     assert cmd.startswith("accelerate launch -m backend.precompute.sae_index --source hub")
     # shown to visitors: no server folder in it
     assert "--image-folder photos/" in cmd and "--out OUT" in cmd and str(tmp_path) not in cmd
     with pytest.raises(ValueError, match="build one: accelerate launch"):
-        FT.feature_page(org, 0)
-    assert FT.feature_table(org) == []
+        pages.feature_page(org, 0)
+    assert pages.feature_table(org) == []
     # a torn or foreign file where the setting points: not used, and the tab says why
     bad = tmp_path / "bad" / INDEX_FILE
     bad.parent.mkdir()
     bad.write_bytes(b"not a safetensors file")
     monkeypatch.setenv(INDEX_ENV, str(bad))
-    torn = FT.load_hub()
+    torn = loading.load_hub()
     assert torn.index is None and bad.name in torn.index_note and str(bad.parent) not in torn.index_note
-    from components.features import no_index_html
+    from components.feature_pages import no_index_html
 
     assert "found but not used" in no_index_html(torn)
     # without the setting a build goes beside the Hugging Face cache (HF_HOME), never into a snapshot
     monkeypatch.delenv(INDEX_ENV)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    out = FT.load_hub().index_out
+    out = loading.load_hub().index_out
     assert out.name == INDEX_FILE and (tmp_path / "hf-home") in out.parents
 
 
 def test_analyse_and_steer_with_image_sizes(hub):
     org = hub["org"]
     img = picture(hub, 1)
-    out = FT.analyse_image(org, img, top_n=4)
+    out = analysis.analyse_image(org, img, top_n=4)
     g = org.model.config.vision_config.image_size // org.model.config.vision_config.patch_size
     assert out["features"] and all(m.shape == (g, g) for m in out["maps"].values())
     assert out["tile_maps"] and {m.shape for m in out["tile_maps"].values()} == {(4, 10)}
@@ -134,7 +134,7 @@ def test_analyse_and_steer_with_image_sizes(hub):
     assert out["image"].shape == img.shape  # anyres: the picture keeps its size
     f = out["features"][0]["feature"]
     n0 = count_hooks(org.model)
-    res = FT.steer_caption(org, img, f, 40.0)
+    res = analysis.steer_caption(org, img, f, 40.0)
     assert res["baseline"] != res["steered"] and res["well_formed"] is None
     assert count_hooks(org.model) == n0
     # "image" positions = every image token (base, tiles, newlines): text logits move, hooks gone
@@ -150,7 +150,7 @@ def test_analyse_and_steer_with_image_sizes(hub):
     torch.testing.assert_close(base, again)
     assert count_hooks(org.model) == n0
     with pytest.raises(ValueError, match="at most"):
-        FT.analyse_image(org, np.zeros((5000, 8, 3), np.uint8))
+        analysis.analyse_image(org, np.zeros((5000, 8, 3), np.uint8))
 
 
 def test_index_in_process_with_progress_and_cancel_equals_the_job(hub):
@@ -159,11 +159,11 @@ def test_index_in_process_with_progress_and_cancel_equals_the_job(hub):
     out = hub["root"] / "index" / INDEX_FILE
     with pytest.raises(Cancelled):  # cancelled after the first batch: nothing written, nothing installed
         seen = []
-        FT.build_hub_index(org, src, batch_size=2, progress=lambda d, n: seen.append(d),
+        hub_index.build_hub_index(org, src, batch_size=2, progress=lambda d, n: seen.append(d),
                            should_stop=lambda: bool(seen))
     assert seen == [2] and not out.exists() and org.index is None
     steps = []
-    idx = FT.build_hub_index(org, src, batch_size=2, progress=lambda d, n: steps.append((d, n)))
+    idx = hub_index.build_hub_index(org, src, batch_size=2, progress=lambda d, n: steps.append((d, n)))
     assert steps == [(2, 6), (4, 6), (6, 6)] and out.exists() and org.index is idx
     assert idx.meta["n_images"] == 6 and idx.meta["source"]["files"] == src.files
     assert idx.tensors["top_maps"].shape[1:] == (16, 16) and idx.meta["grid"] == 4
@@ -183,15 +183,15 @@ def test_index_in_process_with_progress_and_cancel_equals_the_job(hub):
 
     # a feature page over the folder's images, maps stretched over each picture's own shape
     f = int(idx.tensors["density"].argmax())
-    page = FT.feature_page(org, f)
+    page = pages.feature_page(org, f)
     assert page["top"] and {t["caption"] for t in page["top"]} <= set(src.files)
     assert all(m.shape == im.shape[:2] for m, im in zip(page["maps"], page["images"]))
-    assert page["labelled_by"] == FT.NO_LABELS and page["label"] == ""
-    rows = FT.feature_table(org)
+    assert page["labelled_by"] == organism.NO_LABELS and page["label"] == ""
+    rows = pages.feature_table(org)
     assert {r["feature"] for r in rows} == {int(i) for i in (idx.tensors["fire_count"] > 0).nonzero().flatten()}
 
     # a fresh load finds the file where the setting names it
-    assert FT.load_hub().index_path == out
+    assert loading.load_hub().index_path == out
 
 
 def test_paths_outside_allowed_roots_are_refused(hub, monkeypatch):
@@ -199,7 +199,7 @@ def test_paths_outside_allowed_roots_are_refused(hub, monkeypatch):
     folder = next(snap.iterdir())
     monkeypatch.delenv("WORKBENCH_MODEL_ROOTS", raising=False)
     with pytest.raises(P.PresetError):
-        FT.load_hub(str(folder), SF.SAE_ID, "model.layers.24")
+        loading.load_hub(str(folder), SF.SAE_ID, "model.layers.24")
 
 
 class _Request:  # what the tab's build and cancel handlers read from gr.Request
@@ -210,46 +210,47 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     import gradio as gr
 
     from components import features as tab
+    from components import feature_build, feature_pages, feature_steering
     from components.common import TabContext
 
     monkeypatch.setenv(INDEX_ENV, str(tmp_path / "tab-index" / INDEX_FILE))
     # the owner's own use: builds shared, written where the setting points (tests/api/test_visitors.py
     # has the visitors' own)
     monkeypatch.setenv("WORKBENCH_SHARED_BUILDS", "1")
-    org = FT.load_hub()
-    monkeypatch.setattr(FT, "get_organism", lambda source="zoo", **kw: org)
+    org = loading.load_hub()
+    monkeypatch.setattr(loading, "get_organism", lambda source="zoo", **kw: org)
     seen = []
 
     def progress(frac, desc=None):
         seen.append((frac, desc))
 
     # no index yet: the page says what to run, the list is empty, nothing raises
-    header = tab.open_feature("hub", 3)[0]
+    header = feature_pages.open_feature("hub", 3)[0]
     assert "No feature index yet" in header and "backend.precompute.sae_index --source hub" in header
-    assert tab.list_features("hub", "", "density").empty
+    assert feature_pages.list_features("hub", "", "density").empty
     # the tab is built without scene controls (the hub preset has no scene set)
     with gr.Blocks():
         tab.build(TabContext(tabs=None, source="hub"))
     with pytest.raises(gr.Error, match="Upload an image"):
-        tab.analyse("hub", None, "0", progress=progress)
+        feature_steering.analyse("hub", None, "0", progress=progress)
 
     # build from uploaded files, cancelled first (Cancel pressed as it starts), then to the end
     files = sorted(str(p) for p in hub["images"].glob("*.png"))
-    assert tab.cancel_index(_Request()) == "No index build is running."
-    cancelling = lambda frac, desc=None: tab.cancel_index(_Request())  # noqa: E731
-    status = tab.build_index("hub", files, "", _Request(), progress=cancelling)[0]
+    assert feature_build.cancel_index(_Request()) == "No index build is running."
+    cancelling = lambda frac, desc=None: feature_build.cancel_index(_Request())  # noqa: E731
+    status = feature_build.build_index("hub", files, "", _Request(), progress=cancelling)[0]
     assert status.startswith("**Cancelled**") and org.index is None
-    status, rows, first, summary, source = tab.build_index("hub", files, "", _Request(), progress=progress)
+    status, rows, first, summary, source = feature_build.build_index("hub", files, "", _Request(), progress=progress)
     assert source == "hub"  # shared: the session keeps the shared organism
     assert status.startswith("**Indexed 6 images**") and len(rows) and first == rows.iloc[0, 0]
     assert seen[-1][0] == 1.0 and "6/6" in seen[-1][1] and "6 images" in summary
     assert org.index is not None and org.index_path == tmp_path / "tab-index" / INDEX_FILE
     with pytest.raises(P.PresetError, match="outside the allowed"):  # a server folder must lie under the roots
-        tab.build_index("hub", None, str(hub["images"]), _Request(), progress=progress)
+        feature_build.build_index("hub", None, str(hub["images"]), _Request(), progress=progress)
 
-    header, overlays, dimmed = tab.open_feature("hub", first)[:3]
+    header, overlays, dimmed = feature_pages.open_feature("hub", first)[:3]
     # exact values on hover: each top image's heatmap holds the index's own per-patch activations
-    hover = tab.open_feature("hub", first)[8]
+    hover = feature_pages.open_feature("hub", first)[8]
     heat = [t for t in hover.data if t.type == "heatmap"]
     _, maps, _ = org.index.top(first, 5)
     assert len(heat) == len(maps) and "activation %{z" in heat[0].hovertemplate
@@ -259,27 +260,27 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     assert len(overlays) == len(dimmed) >= 1
     # the model explainer on request: the loaded VLM sees the top images and names the feature
     n0 = count_hooks(org.model)
-    header = tab.ask_model("hub", first)[0]
+    header = feature_pages.ask_model("hub", first)[0]
     lab = org.labels[str(first)]
     assert lab["explainer"] == "model" and lab["label"] and lab["images"] >= 1 and count_hooks(org.model) == n0
-    assert FT.shown_label(lab) == lab["label"] and "asked on request" in header
+    assert organism.shown_label(lab) == lab["label"] and "asked on request" in header
     assert header.split("</h3>")[0].endswith(f"{html.escape(lab['label'])}</span>")
-    table = tab.list_features("hub", "", "density")
+    table = feature_pages.list_features("hub", "", "density")
     assert list(table.columns) == ["feature", "label", "density", "max act"]  # no IoU without masks
     listed = {r[0]: r for r in table.values.tolist()}
     assert listed[first][1] == lab["label"]
     with pytest.raises(gr.Error, match="Sort by one of"):
-        tab.list_features("hub", "", "IoU")
+        feature_pages.list_features("hub", "", "IoU")
     saved = json.loads((tmp_path / "tab-index" / "labels.json").read_text())
     assert saved[str(first)]["label"] == lab["label"]
-    again = FT.load_hub()  # a restart keeps the label
-    assert again.labels[str(first)]["label"] == lab["label"] and again.label_source == FT.MODEL_LABELS
+    again = loading.load_hub()  # a restart keeps the label
+    assert again.labels[str(first)]["label"] == lab["label"] and again.label_source == organism.MODEL_LABELS
     img = picture(hub, 3)
-    shown, caption, gallery, table, bar, hover = tab.analyse("hub", img, None, progress=progress)
+    shown, caption, gallery, table, bar, hover = feature_steering.analyse("hub", img, None, progress=progress)
     assert [t.type for t in hover.data].count("heatmap") == min(4, len(table))
     assert caption.startswith("**Model answer:**") and "base image" in bar and "newline" in bar
     assert any("tiles" in c for _, c in gallery) and len(table)
-    _, md, res = tab.steer("hub", img, None, first, 5.0, "image", False, False, progress=progress)
+    _, md, res = feature_steering.steer("hub", img, None, first, 5.0, "image", False, False, progress=progress)
     assert "positions: image" in md and "<table" in md and res["well_formed"] is None
     assert "well-formed" not in md
 
@@ -292,8 +293,8 @@ def test_an_image_dataset_indexes_like_the_same_folder(hub, tmp_path, monkeypatc
     folder = ImageSource.folder(hub["images"])
     ds = ImageSource.dataset(str(hub["images"]), "train", "image")  # the `imagefolder` builder, offline
     assert len(ds) == len(folder) and all(np.array_equal(ds.load(i), folder.load(i)) for i in range(len(ds)))
-    a = FT.index_images(org, folder, batch_size=3, out=tmp_path / "a" / INDEX_FILE)
-    b = FT.index_images(org, ds, batch_size=3, out=tmp_path / "b" / INDEX_FILE)
+    a = hub_index.index_images(org, folder, batch_size=3, out=tmp_path / "a" / INDEX_FILE)
+    b = hub_index.index_images(org, ds, batch_size=3, out=tmp_path / "b" / INDEX_FILE)
     for k in a.tensors:
         assert torch.equal(a.tensors[k], b.tensors[k]), k
     back = FeatureIndex.load(tmp_path / "b" / INDEX_FILE).source
@@ -317,7 +318,7 @@ def test_the_hub_job_resumes_and_recomputes_when_the_folder_changes(hub, tmp_pat
     mtime = parts[0].stat().st_mtime_ns
     resumed = job.run_hub(org, src, tmp_path / "out", chunk=1, batch=1, state=Solo())
     assert parts[0].stat().st_mtime_ns == mtime  # the finished chunk was not redone
-    direct = FT.index_images(org, src, batch_size=1, out=tmp_path / "direct" / INDEX_FILE)
+    direct = hub_index.index_images(org, src, batch_size=1, out=tmp_path / "direct" / INDEX_FILE)
     for k in direct.tensors:
         assert torch.equal(resumed.tensors[k], direct.tensors[k]), k
     # an image replaced in the folder: the parts no longer match the folder and are computed again
@@ -340,9 +341,9 @@ def test_an_index_beside_the_sae_is_found(hub, tmp_path, monkeypatch):
     shutil.copytree(hub["cache"], cache)
     snap = next((cache / f"models--{SF.SAE_ID.replace('/', '--')}" / "snapshots").iterdir())
     beside = snap / "model.layers.24" / INDEX_FILE
-    FT.index_images(hub["org"], ImageSource.folder(hub["images"]), out=beside)
+    hub_index.index_images(hub["org"], ImageSource.folder(hub["images"]), out=beside)
     monkeypatch.setattr(HC, "HF_HUB_CACHE", str(cache))
     monkeypatch.setenv(INDEX_ENV, str(tmp_path / "unset" / INDEX_FILE))  # names no file: the SAE's is used
-    org = FT.load_hub()
+    org = loading.load_hub()
     assert org.index_path == beside and org.index.meta["n_images"] == 6
     assert org.index_out == tmp_path / "unset" / INDEX_FILE  # a build from the tab would go to the setting

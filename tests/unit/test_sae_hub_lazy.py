@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from backend.core import store
-from backend.sae import features as FT
+from backend.sae import analysis, loading
 from backend.sae import formats
 from backend.sae.index import INDEX_ENV, INDEX_FILE
-from backend.sae.sae import JumpReLUSAE, ReLUSAE, SAEFormatError, load_sae
+from backend.sae.formats import load as load_sae
+from backend.sae.sae import JumpReLUSAE, ReLUSAE, SAEFormatError
 from tests.helpers.standins import build_cache
 from tests.helpers.standins import features as SF
 
@@ -44,9 +45,9 @@ def snapshot(cache, repo=SF.SAE_ID) -> Path:
 def fresh():
     """No hub organism or weights left from another test, before and after."""
     def clear():
-        for org in list(FT._SHELLS.values()):
+        for org in list(loading._SHELLS.values()):
             store.evict(org.weights_key)
-        FT._SHELLS.clear()
+        loading._SHELLS.clear()
     clear()
     yield
     clear()
@@ -56,34 +57,35 @@ def test_building_the_tab_in_hub_mode_loads_no_weights(cache, fresh, monkeypatch
     from transformers import LlavaNextForConditionalGeneration
 
     from components import features as tab
+    from components import feature_steering
     from components.common import TabContext
 
     loads = []
     real = LlavaNextForConditionalGeneration.from_pretrained.__func__
     monkeypatch.setattr(LlavaNextForConditionalGeneration, "from_pretrained",
                         classmethod(lambda cls, *a, **k: loads.append("vlm") or real(cls, *a, **k)))
-    monkeypatch.setattr(FT, "load_sae", lambda *a, **k: loads.append("sae") or load_sae(*a, **k))
+    monkeypatch.setattr(loading, "load_sae", lambda *a, **k: loads.append("sae") or load_sae(*a, **k))
     with gr.Blocks() as demo:
         tab.build(TabContext(tabs=None, source="hub"))
-    org = FT.get_organism("hub")
+    org = loading.get_organism("hub")
     assert loads == [] and org.model is None and org.sae is None and org.weights_key not in store.loaded()
     # the summary describes the SAE from its cfg: size and k, never "k = None"
     texts = " ".join(str(getattr(b, "value", "")) for b in demo.blocks.values())
     assert f"{SF.N_LATENTS} latents (topk, k = {SF.K})" in texts
-    assert "base image" in FT.positions_text(org)  # anyres, from the model's config alone
+    assert "base image" in analysis.positions_text(org)  # anyres, from the model's config alone
     # the first request that needs the model loads it (with a progress message), once
     seen = []
     img = np.zeros((40, 56, 3), np.uint8)
     img[5:20, 10:30] = (200, 40, 40)
-    tab.analyse("hub", img, None, progress=lambda frac, desc=None: seen.append(desc))
+    feature_steering.analyse("hub", img, None, progress=lambda frac, desc=None: seen.append(desc))
     assert loads == ["vlm", "sae"] and any("loading the model" in (d or "") for d in seen)
     assert org.model is not None and org.weights_key in store.loaded()
     assert org.hookpoint == "model.language_model.layers.24"
-    tab.steer("hub", img, None, 3, 5.0, "image", False, False, progress=lambda *a, **k: None)
+    feature_steering.steer("hub", img, None, 3, 5.0, "image", False, False, progress=lambda *a, **k: None)
     assert loads == ["vlm", "sae"]
     # evicted by the store's budget: the organism lets go, and the next request loads again
     assert store.evict(org.weights_key) and org.model is None and org.sae is None
-    FT.analyse_image(org, img[:, :40])
+    analysis.analyse_image(org, img[:, :40])
     assert loads == ["vlm", "sae", "vlm", "sae"]
 
 
@@ -133,16 +135,16 @@ def test_a_hookpoint_alias_fetches_that_folder_only(tmp_path, monkeypatch, spell
     download, listing = fake_hub(repo, fetched)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
     monkeypatch.setattr(huggingface_hub, "list_repo_files", listing)
-    root, sub, entry = FT.sae_location(SF.SAE_ID, spelling, weights=False)
+    root, sub, entry = loading.sae_location(SF.SAE_ID, spelling, weights=False)
     assert sub == "model.layers.24" and fetched == ["model.layers.24/cfg.json"]
     assert formats.describe_entry(entry)["n_latents"] == SF.N_LATENTS  # the shell's metadata, no weights
-    root, sub, _ = FT.sae_location(SF.SAE_ID, spelling, weights=True)
+    root, sub, _ = loading.sae_location(SF.SAE_ID, spelling, weights=True)
     assert fetched == ["model.layers.24/cfg.json", "model.layers.24/sae.safetensors"]
     got = load_sae(root, hookpoint=sub)
     want = load_sae(repo, hookpoint="model.layers.24")
     assert torch.equal(got.W_dec, want.W_dec) and got.cfg.hookpoint == "model.layers.24"
     with pytest.raises(SAEFormatError, match="no SAE for hookpoint 'layers.3'"):
-        FT.sae_location(SF.SAE_ID, "layers.3", weights=False)
+        loading.sae_location(SF.SAE_ID, "layers.3", weights=False)
 
 
 def test_a_saelens_repo_with_other_folder_names_is_matched_by_its_recorded_hook(tmp_path, monkeypatch):
@@ -155,7 +157,7 @@ def test_a_saelens_repo_with_other_folder_names_is_matched_by_its_recorded_hook(
     download, listing = fake_hub(repo, fetched)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
     monkeypatch.setattr(huggingface_hub, "list_repo_files", listing)
-    root, sub, entry = FT.sae_location("someone/saes", "model.layers.24", weights=True)
+    root, sub, entry = loading.sae_location("someone/saes", "model.layers.24", weights=True)
     assert sub == "run-24-resid" and formats.describe_entry(entry)["text"] == "relu"
     weights = [f for f in fetched if f.endswith(".safetensors")]
     assert weights == ["run-24-resid/sae_weights.safetensors"]  # the other layer's weights stay on the hub

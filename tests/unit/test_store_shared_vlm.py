@@ -25,12 +25,12 @@ def places(tmp_path_factory):
 
 @pytest.fixture
 def env(places, monkeypatch, tmp_path):
-    from backend.sae import features as FT
+    from backend.sae import loading
     from backend.sae.index import INDEX_ENV, INDEX_FILE
 
     cache, roots = places
     use_cache(monkeypatch, cache)  # an empty store too
-    monkeypatch.setattr(FT, "_SHELLS", {})
+    monkeypatch.setattr(loading, "_SHELLS", {})
     monkeypatch.setenv("WORKBENCH_MODEL_ROOTS", str(roots))
     monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1GB")
     monkeypatch.setenv(INDEX_ENV, str(tmp_path / "index" / INDEX_FILE))
@@ -42,12 +42,12 @@ PLACES = {"hub": (SF.MODEL_ID, SF.SAE_ID, "model.layers.24", "LlavaNextForCondit
 
 
 def features(vlm, sae, hook):
-    from backend.sae import features as FT
+    from backend.sae import analysis, loading
 
-    org = FT.get_organism(FT.own_source(vlm, sae, hook), model=True)
+    org = loading.get_organism(loading.own_source(vlm, sae, hook), model=True)
     img = np.zeros((40, 56, 3), np.uint8)
     img[5:20, 10:30] = (200, 40, 40)
-    out = FT.analyse_image(org, img)
+    out = analysis.analyse_image(org, img)
     assert out and org.sae is not None and org.processor is not None
     return org.model
 
@@ -86,11 +86,11 @@ def test_a_llava_in_features_and_adapters_is_one_store_entry(env, where, order):
 
 def test_the_features_organism_lets_go_when_its_shared_weights_are_evicted(env):
     from backend.pissa import service
-    from backend.sae import features as FT
+    from backend.sae import loading
 
     vlm, sae, hook = str(env / "own-llava15"), str(env / "own-llava15-sae"), "layers.2"
     model = adapters(vlm)
-    org = FT.get_organism(FT.own_source(vlm, sae, hook), model=True)
+    org = loading.get_organism(loading.own_source(vlm, sae, hook), model=True)
     assert org.model is model and org.weights_key == weights.key(service.preset_for(vlm))
     assert store.evict(org.weights_key) and org.model is None and org.sae is None
     assert features(vlm, sae, hook) is not model  # loaded again, once

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from components import features as F
+from components import feature_steering
 from components import memorization as M
 from components import memorization_figures as MF
 
@@ -17,17 +17,17 @@ def org(hub: bool, anyres: bool, scenes: int = 0):
 
 def test_features_words_follow_the_loaded_vlm():
     zoo, next_, llava15 = org(False, False, 256), org(True, True), org(True, False)
-    assert F.scene_picker(zoo)["visible"] and F.scene_picker(zoo)["label"].startswith("…or a held-out scene, 0–255")
-    assert F.scene_picker(llava15) == {"choices": [], "value": None, "visible": False,
+    assert feature_steering.scene_picker(zoo)["visible"] and feature_steering.scene_picker(zoo)["label"].startswith("…or a held-out scene, 0–255")
+    assert feature_steering.scene_picker(llava15) == {"choices": [], "value": None, "visible": False,
                                        "label": "…or a held-out scene, 0–0 (used when no image is uploaded)"}
-    assert "high-resolution tiles" in F.upload_label(next_)
-    for words in (F.upload_label(llava15), F.resize_note(llava15, np.zeros((30, 70, 3))),
-                  F._hub_steering_explain(llava15)):
+    assert "high-resolution tiles" in feature_steering.upload_label(next_)
+    for words in (feature_steering.upload_label(llava15), feature_steering.resize_note(llava15, np.zeros((30, 70, 3))),
+                  feature_steering._hub_steering_explain(llava15)):
         assert "tiles" not in words, words
-    assert "336 px square" in F.resize_note(llava15, np.zeros((30, 70, 3)))
-    assert F.input_label(llava15) == "input image" and "scene" not in F.link_note(llava15)
-    assert F.input_label(zoo) == "input scene" and "held-out scene number" in F.link_note(zoo)
-    assert "high-resolution tiles" in F._hub_steering_explain(next_)
+    assert "336 px square" in feature_steering.resize_note(llava15, np.zeros((30, 70, 3)))
+    assert feature_steering.input_label(llava15) == "input image" and "scene" not in feature_steering.link_note(llava15)
+    assert feature_steering.input_label(zoo) == "input scene" and "held-out scene number" in feature_steering.link_note(zoo)
+    assert "high-resolution tiles" in feature_steering._hub_steering_explain(next_)
 
 
 def test_memorization_statistics_slider_follows_the_set():
@@ -72,7 +72,7 @@ def test_the_tours_ordinary_prompt_is_one_the_tab_calls_ordinary_with_a_margin()
 
 
 def test_steering_says_whether_the_caption_now_names_the_concept():
-    from backend.sae import features as FT
+    from backend.sae import analysis, loading
     from backend.sae import scenes as S
     from backend.sae.steer import names_concept
 
@@ -80,17 +80,17 @@ def test_steering_says_whether_the_caption_now_names_the_concept():
     assert not names_concept("a striped red circle top left and", "red")  # malformed: not a caption
     assert names_concept("a plain blue square bottom right", "bottom right")
     assert names_concept("A dog on a Red sofa.", "red sofa") and not names_concept("a redder sofa", "red")
-    org = FT.get_organism("zoo")
+    org = loading.get_organism("zoo")
     colour, f = next(iter(org.summary["steering"]["colour_features"].items()))
     spec = next(s for s in org.heldout_specs if all(o["colour"] != colour for o in s["objects"]))
-    out = FT.steer_caption(org, S.render(spec)[0], int(f), FT.default_clamp_value(org, int(f)))
+    out = analysis.steer_caption(org, S.render(spec)[0], int(f), analysis.default_clamp_value(org, int(f)))
     assert out["concept"] == colour
     assert out["names_concept"] == {"baseline": False, "steered": names_concept(out["steered"], colour)}
-    words = F.concept_words(out)
+    words = feature_steering.concept_words(out)
     assert (f"now names “{colour}”" in words) == out["names_concept"]["steered"]
     assert (f"does not name “{colour}”" in words) == (not out["names_concept"]["steered"])
-    assert "no verdict" in F.concept_words({**out, "names_concept": None, "concept": ""})
-    assert "already did without it" in F.concept_words({**out, "names_concept": {"baseline": True, "steered": True}})
+    assert "no verdict" in feature_steering.concept_words({**out, "names_concept": None, "concept": ""})
+    assert "already did without it" in feature_steering.concept_words({**out, "names_concept": {"baseline": True, "steered": True}})
 
 
 def test_long_range_plot_keeps_every_methods_points_and_labels_apart():

@@ -18,7 +18,8 @@ import pytest
 from PIL import Image
 
 from backend.core import sessions
-from backend.sae import features as FT
+from backend.sae import analysis
+from backend.sae.index import INDEX_FILE
 
 HUB = SimpleNamespace(is_hub=True, ids=("owner/vlm", "owner/sae"), summary={}, index_out=None,
                       name="hub")
@@ -70,7 +71,7 @@ def test_a_zip_bomb_is_refused_before_a_byte_is_unpacked(build, tmp_path):
 
 
 def test_pictures_past_the_bound_are_refused_from_their_headers(build, tmp_path):
-    """The index build takes the bound Analyse and Steer use (FT.MAX_SIDE px a side), read from the
+    """The index build takes the bound Analyse and Steer use (analysis.MAX_SIDE px a side), read from the
     header: a 40-megapixel PNG is refused without being decoded, as a file or inside a zip."""
     from components.feature_images import collect_images
 
@@ -78,17 +79,17 @@ def test_pictures_past_the_bound_are_refused_from_their_headers(build, tmp_path)
     big.write_bytes(png_header(8000, 5000))
     small = tmp_path / "small.png"
     small.write_bytes(png(40, 30))
-    with pytest.raises(gr.Error, match=f"8000×5000 px; at most {FT.MAX_SIDE} px a side"):
+    with pytest.raises(gr.Error, match=f"8000×5000 px; at most {analysis.MAX_SIDE} px a side"):
         collect_images(HUB, [str(small), str(big)], "", build)
     archive = tmp_path / "big.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.write(small, "small.png")
         z.write(big, "big.png")
-    with pytest.raises(gr.Error, match=f"at most {FT.MAX_SIDE} px a side"):
+    with pytest.raises(gr.Error, match=f"at most {analysis.MAX_SIDE} px a side"):
         collect_images(HUB, [str(archive)], "", build)
     assert nothing_written(build)
-    with pytest.raises(ValueError, match=f"at most {FT.MAX_SIDE} px a side"):  # Analyse's and Steer's check
-        FT.model_image(HUB, np.zeros((10, FT.MAX_SIDE + 1, 3), np.uint8))
+    with pytest.raises(ValueError, match=f"at most {analysis.MAX_SIDE} px a side"):  # Analyse's and Steer's check
+        analysis.model_image(HUB, np.zeros((10, analysis.MAX_SIDE + 1, 3), np.uint8))
     # within the bound: copied, and the folder is this build's to remove if the build is refused
     src = collect_images(HUB, [str(small)], "", build)
     assert len(src) == 1 and build.made == [Path(src.root)]
@@ -112,12 +113,12 @@ def test_a_new_index_replaces_the_sessions_previous_one(build, tmp_path, monkeyp
     idx = build.images.parent / "index"
     for k in ("old", "new"):
         (idx / k).mkdir(parents=True)
-        (idx / k / FT.INDEX_FILE).write_bytes(b"x" * 100)
+        (idx / k / INDEX_FILE).write_bytes(b"x" * 100)
         (build.images / f"images-{k}").mkdir()
         (build.images / f"images-{k}" / "a.png").write_bytes(b"y" * 100)
     src = SimpleNamespace(root=str(build.images / "images-new"))
     monkeypatch.setattr(visitor, "session_source", lambda base, out: f"session:{out}")
-    build.installed("own:x", idx / "new" / FT.INDEX_FILE, src)
+    build.installed("own:x", idx / "new" / INDEX_FILE, src)
     assert sorted(p.name for p in idx.iterdir()) == ["new"]
     assert sorted(p.name for p in build.images.iterdir()) == ["images-new"]
     assert sessions.used_bytes("k1") == 200
@@ -137,7 +138,7 @@ def test_folder_keys_are_not_session_hashes_and_a_lost_session_says_so(tmp_path,
     # a session source whose folder was swept: said so, not the shared organism in its place
     from backend.sae import visitor as sv
 
-    index = folder / "index" / FT.INDEX_FILE
+    index = folder / "index" / INDEX_FILE
     index.parent.mkdir(parents=True)
     index.write_bytes(b"")
     source = sv.session_source("own:x", index)

@@ -154,9 +154,9 @@ def test_preload_skips_what_does_not_fit_the_budget(monkeypatch):
 @pytest.fixture
 def under_zerogpu(spaces, monkeypatch):
     """`backend.core.zerogpu.gpu` as on a ZeroGPU Space: every outermost marked call in a forked worker."""
-    from backend.core import zerogpu
+    from backend.core import spaces_pkg
 
-    monkeypatch.setattr(zerogpu, "_spaces", spaces)
+    monkeypatch.setattr(spaces_pkg, "spaces", spaces)
     return spaces
 
 
@@ -386,12 +386,12 @@ def own_llava(llava_folders, tmp_path, monkeypatch):
     """A user's own LLaVA folder and its SAE under an allowed root; every read of the VLM's weights or
     the SAE's, in the main process or a worker, is one line of `reads`."""
     from backend.core import picker, preload, weights
-    from backend.sae import features as FT
+    from backend.sae import loading, organism
     from backend.sae.index import INDEX_ENV, INDEX_FILE
 
     monkeypatch.setenv("WORKBENCH_MODEL_ROOTS", str(llava_folders))
     monkeypatch.setenv(INDEX_ENV, str(tmp_path / "index" / INDEX_FILE))
-    monkeypatch.setattr(FT, "_SHELLS", {})
+    monkeypatch.setattr(loading, "_SHELLS", {})
     monkeypatch.setattr(preload, "_MIRRORED", [])
     reads = tmp_path / "reads"
     reads.touch()
@@ -406,14 +406,14 @@ def own_llava(llava_folders, tmp_path, monkeypatch):
         return read
 
     monkeypatch.setattr(weights, "load", counted("vlm", weights.load))
-    monkeypatch.setattr(FT, "load_sae", counted("sae", FT.load_sae))
+    monkeypatch.setattr(loading, "load_sae", counted("sae", loading.load_sae))
     picker.forget()
     vlm = str(llava_folders / "own-llava15")
     yield vlm, str(llava_folders / "own-llava15-sae"), "layers.2", reads
     picker.forget()
     from backend.core import store
 
-    store.evict(weights.key(weights.P.custom_preset(FT.TAB, vlm, "transformers.LlavaForConditionalGeneration")))
+    store.evict(weights.key(weights.P.custom_preset(organism.TAB, vlm, "transformers.LlavaForConditionalGeneration")))
 
 
 def features_tab():
@@ -455,8 +455,8 @@ def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_ze
     loaded in the main process again before the next worker forks."""
     from backend.core import preload, store, weights
     from backend.core.zerogpu import in_main
-    from backend.sae import features as FT
-    from components import features as CF
+    from backend.sae import loading
+    from components import feature_steering
 
     vlm, sae, hook, reads = own_llava
     workers = tmp_path / "workers"
@@ -471,16 +471,16 @@ def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_ze
     assert len(workers.read_text().splitlines()) == 2  # each call ran in a worker of its own
     assert reads.read_text().split() == ["vlm", "sae"] and preload.mirrored() == []  # neither read them again
     monkeypatch.setattr(under_zerogpu, "_IN_WORKER", True)  # marked calls run here: in-process
-    want = CF.analyse(source, scene(), None)
+    want = feature_steering.analyse(source, scene(), None)
     assert same_analysis(first, want) and same_analysis(second, want)
     monkeypatch.setattr(under_zerogpu, "_IN_WORKER", False)
 
-    org = FT.get_organism(source)
+    org = loading.get_organism(source)
     assert store.evict(org.weights_key) and org.model is None
     assert same_analysis(handlers["analyse_image"](source, scene(), None), want)
     assert reads.read_text().split() == ["vlm", "sae"] * 2  # loaded ahead, in main
     assert store.evict(org.weights_key)
-    weights.model(FT.vlm_preset(org))  # as the Adapters tab loads it: the weights without the SAE
+    weights.model(loading.vlm_preset(org))  # as the Adapters tab loads it: the weights without the SAE
     assert same_analysis(handlers["analyse_image"](source, scene(), None), want)
     assert reads.read_text().split() == ["vlm", "sae"] * 3 and preload.mirrored() == []
     assert len(workers.read_text().splitlines()) == 4
@@ -489,7 +489,7 @@ def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_ze
     with pytest.raises(Exception) as refused:
         handlers["analyse_image"](source, scene(), None)
     with pytest.raises(ValueError) as want:
-        CF.analyse(source, scene(), None)
+        feature_steering.analyse(source, scene(), None)
     assert "turned off" in str(want.value) and refused.value.message == str(want.value)
 
 
@@ -497,20 +497,20 @@ def test_an_own_features_vlm_and_sae_a_worker_loaded_are_loaded_in_main_for_the_
     """Where the main process did not load the organism first (no pick among the arguments), the
     worker names the VLM it loaded, and the main process loads the VLM with the SAE its check named."""
     from backend.core import preload
-    from backend.sae import features as FT
+    from backend.sae import analysis, loading
 
     vlm, sae, hook, reads = own_llava
-    source = FT.own_source(vlm, sae, hook)  # checked, metadata only
+    source = loading.own_source(vlm, sae, hook)  # checked, metadata only
 
     def use(text):
-        org = FT.get_organism(source, model=True)
-        return f"{text} {FT.analyse_image(org, scene())['caption']}"
+        org = loading.get_organism(source, model=True)
+        return f"{text} {analysis.analyse_image(org, scene())['caption']}"
 
     handler = guarded_model_handler(use)
     first = handler("a")
     read = ["vlm-in-a-worker", "sae-in-a-worker", "vlm", "sae"]  # the worker's, then the main process's
     assert reads.read_text().split() == read
-    assert preload.mirrored() == [f"features:{vlm}"] and FT.get_organism(source).model is not None
+    assert preload.mirrored() == [f"features:{vlm}"] and loading.get_organism(source).model is not None
     assert handler("b") == "b" + first[1:] and reads.read_text().split() == read
 
 

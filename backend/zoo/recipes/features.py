@@ -237,7 +237,7 @@ def steering_sweep(model, tok, sae, hookpoint, colour_features, max_act, heldout
     return res
 
 
-@recipe("llava-scenes-sae", seed=4321, model_class="backend.sae.sae.TopKSAE",
+@recipe("llava-scenes-sae", seed=4321, model_class="backend.sae.formats.SAEFolder",
         description="TopK SAE on llava-scenes' LM layer 0 output + feature index + concept labels + steering test",
         default_steps=1500)
 def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:

@@ -46,16 +46,13 @@ from pathlib import Path
 
 import numpy as np
 
+from backend.nemo.scenes import COLOURS
+
 from ..registry import recipe
 
 SIZE = 32
 MAX_LEN = 20
 LATENT_CH = 8  # 8×8×8 latents: a 6× compression the tiny VAE reconstructs photos through
-COLOURS = {
-    "red": (0.90, 0.15, 0.15), "green": (0.15, 0.72, 0.22), "blue": (0.15, 0.30, 0.90),
-    "yellow": (0.95, 0.88, 0.20), "purple": (0.58, 0.22, 0.75), "orange": (1.00, 0.55, 0.10),
-    "white": (0.95, 0.95, 0.95), "black": (0.08, 0.08, 0.08),
-}
 COLOUR_NAMES = list(COLOURS)
 SHAPES = ["circle", "square", "triangle", "ring", "cross"]
 PHOTOS = ["astronaut", "camera", "chelsea", "coffee", "coins", "rocket", "immunohistochemistry",

@@ -1,0 +1,208 @@
+"""What the model does with one image: which features fire where (`analyse_image`, with the
+anyres tiles' finer map over the picture on LLaVA-NeXT) and captions with a feature clamped
+(`steer_caption`; the clamp itself is backend.sae.steer). Uploaded pictures are checked and shaped
+for the model here (`model_image`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..core import bounds
+from ..core.cache import ByteLRUCache, make_key
+from ..core.interventions import locked
+from ..core.zerogpu import gpu
+from . import scenes as S
+from . import steer as ST
+from . import vlm
+from .loading import need_model
+from .organism import Organism, shown_label
+
+
+_RESULT_CACHE = ByteLRUCache(16 * 2**20, name="features-results")
+MAX_SIDE = 4096  # px, the largest uploaded image side accepted in hub mode
+
+
+@torch.no_grad()
+def processor_codes(org: Organism, image: np.ndarray, text: str = vlm.HUB_PROMPT) -> tuple[torch.Tensor, vlm.ImageLayout]:
+    """SAE codes [T, F] at the hookpoint for one image through the model's own processor and chat
+    template (the path the hub checkpoint uses), and where the image sits in the prompt."""
+    need_model(org)
+    with locked(org.model):
+        h, _, layouts = vlm.hub_residuals(org.model, org.processor, [image], org.hookpoint, text)
+    return org.sae.encode(h[0].float().to(org.sae.W_enc.device)), layouts[0]
+
+
+def model_image(org: Organism, image: np.ndarray) -> np.ndarray:
+    """Any uploaded picture as uint8 RGB (grayscale repeated over the channels, alpha dropped). The
+    zoo model sees it at its vision tower's size; a hub (anyres) model takes any size, up to
+    MAX_SIDE px a side."""
+    image = np.asarray(image)
+    if image.ndim == 2:
+        image = np.stack([image] * 3, -1)
+    if image.ndim != 3 or image.shape[-1] not in (3, 4) or min(image.shape[:2]) < 1:
+        raise ValueError("expected an RGB image")
+    if image.dtype != np.uint8:
+        if not np.isfinite(image).all():
+            raise ValueError("the image holds NaN or infinite values")
+        image = image.clip(0, 255)
+    image = image[..., :3].astype(np.uint8)
+    if org.is_hub:
+        if max(image.shape[:2]) > MAX_SIDE:
+            raise ValueError(f"the image is {image.shape[1]}×{image.shape[0]} px; at most {MAX_SIDE} px a side")
+        if min(image.shape[:2]) < 2:
+            raise ValueError("the image must be at least 2 px on each side")
+        return np.ascontiguousarray(image)
+    size = int(org.vision["image_size"])
+    if image.shape[:2] != (size, size):
+        from PIL import Image
+
+        image = np.asarray(Image.fromarray(pad_square(image)).convert("RGB").resize((size, size), Image.BILINEAR))
+    return image
+
+
+def pad_square(image: np.ndarray) -> np.ndarray:
+    """A non-square picture centred on a square of its border's median colour: the square model
+    input then keeps the objects' shapes (a 2000×50 strip is not squashed into a smear)."""
+    h, w = image.shape[:2]
+    if h == w:
+        return image
+    border = np.concatenate([image[0], image[-1], image[:, 0], image[:, -1]])
+    side = max(h, w)
+    out = np.empty((side, side, 3), np.uint8)
+    out[:] = np.median(border, axis=0).astype(np.uint8)
+    y, x = (side - h) // 2, (side - w) // 2
+    out[y:y + h, x:x + w] = image
+    return out
+
+
+def positions_text(org: Organism, layout: vlm.ImageLayout | None = None) -> str:
+    """Which tokens are the 'image positions' of this model, in words."""
+    g, size = org.grid, org.vision["image_size"]
+    if not org.vision.get("anyres"):
+        return f"the {g}×{g} image-patch tokens of the single {size}px crop"
+    tiles = (f"; this image: {layout.tile_shape[0]}×{layout.tile_shape[1]} tile patches and "
+             f"{len(layout.newlines)} newline tokens" if layout is not None and len(layout.tiles) else "")
+    return (f"LLaVA-NeXT anyres: first the base image (the whole picture resized to {size}px, "
+            f"{g}×{g} patches), then the high-resolution tiles stitched over the picture and cropped to its "
+            f"aspect ratio, each row ended by a newline token{tiles}. Feature maps, ranking and the index use "
+            f"the base image's {g}×{g} patches; the tile map is the tiles' patches in their stitched grid; "
+            f"newline tokens are left out of every map")
+
+
+@gpu(duration=20)  # one VLM prompt pass + SAE encode
+@torch.no_grad()
+def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
+    """Which features fire where on one image: per-patch codes at the SAE hookpoint."""
+    image = model_image(org, image)
+    key = make_key(org.cache_id, image, ("analyse", top_n))
+    hit = _RESULT_CACHE.get(key)
+    if hit is not None:
+        return hit
+    tile_codes, tile_shape, layout = None, (0, 0), None
+    need_model(org)  # the tab loads it first, with a progress bar; a notebook or agent call lands here
+    with locked(org.model):
+        if not org.is_hub:
+            h = next(vlm.residuals(org.model, org.tokenizer, image[None], org.hookpoint))[1]
+            codes = org.sae.encode(h[0, vlm.image_slice(org.model)])  # [P, F]
+            caption = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
+        else:
+            all_codes, layout = processor_codes(org, image)
+            codes = all_codes[layout.base.to(all_codes.device)]
+            if len(layout.tiles):
+                tile_codes, tile_shape = all_codes[layout.tiles.to(all_codes.device)].float().cpu(), layout.tile_shape
+            caption = vlm.hub_generate(org.model, org.processor, image)
+    codes = codes.float().cpu()  # the maps leave as numpy (and, under ZeroGPU, pickled)
+    g = int(round(codes.shape[0] ** 0.5))
+    mean = codes.mean(0)
+    order = [int(f) for f in torch.argsort(mean, descending=True)[:top_n] if mean[f] > 0]
+    out = {"image": image, "caption": caption,
+           "features": [{"feature": f, "mean_act": round(float(mean[f]), 4),
+                         "label": (shown_label(org.labels.get(str(f), {})) if org.is_hub
+                                   else org.labels.get(str(f), {}).get("label", ""))} for f in order],
+           "maps": {f: codes[:, f].reshape(g, g).numpy() for f in order},
+           "tile_maps": ({f: tile_codes[:, f].reshape(tile_shape).numpy() for f in order}
+                         if tile_codes is not None else {}),
+           "positions": positions_text(org, layout)}
+    _RESULT_CACHE.put(key, out)
+    return out
+
+
+def family_rivals(org: Organism, feature: int) -> list[int]:
+    """Features labelled with another concept of the same family (e.g. the other colours)."""
+    lab = org.labels.get(str(int(feature)), {})
+    fam, own = lab.get("family"), lab.get("label")
+    if not fam:
+        return []
+    return [int(f) for f, e in org.labels.items() if e.get("family") == fam and e.get("label") != own]
+
+
+def steering_defaults(org: Organism) -> dict:
+    st = org.summary.get("steering", {})
+    return {"positions": st.get("default_positions", "prompt"), "multiple": float(st.get("value_multiple", 2.0)),
+            "suppress": bool(st.get("suppress_other_colours", False)), "hookpoint": org.hookpoint}
+
+
+def clamp_range(org: Organism) -> bounds.Range:
+    """The clamp values steering takes: 0 to 10× the index's largest activation (backend.core.bounds)."""
+    top = None if org.index is None else float(org.index.tensors["max_act"].max())
+    return bounds.Range("The clamp value", 0, bounds.clamp_max(top), whole=False)
+
+
+def default_clamp_value(org: Organism, feature: int, multiple: float | None = None) -> float:
+    """`multiple` × the feature's max activation; without `multiple`, a colour feature gets the multiple
+    calibrated for its colour (summary "steering.calibrated"), any other feature the sweep's best one."""
+    st = org.summary.get("steering", {})
+    mult = multiple
+    if mult is None:
+        colour = {int(f): c for c, f in st.get("colour_features", {}).items()}.get(int(feature))
+        mult = float(st.get("calibrated", {}).get("multiples", {}).get(colour, st.get("value_multiple", 2.0)))
+    if org.index is None:
+        return 10.0
+    return round(mult * float(org.index.tensors["max_act"][int(feature)]), 3)
+
+
+@gpu(duration=40)  # two greedy captions (with and without the clamp)
+@torch.no_grad()
+def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, *, positions: str = "prompt",
+                  add_error: bool = False, suppress_family: bool = False) -> dict:
+    """Caption with and without the clamp, side by side."""
+    if not np.isfinite(value):
+        raise ValueError("clamp value must be a finite number")
+    image = model_image(org, image)
+    suppress = tuple(family_rivals(org, feature)) if suppress_family else ()
+    if not 0 <= int(feature) < org.n_features:
+        raise ValueError(f"feature must be in 0..{org.n_features - 1}")
+    key = make_key(org.cache_id, image, ("steer", int(feature), float(value), positions, bool(add_error), suppress))
+    hit = _RESULT_CACHE.get(key)
+    if hit is not None:
+        return concept_verdict(org, hit)
+    need_model(org)
+    with locked(org.model):
+        if org.is_hub:
+            base = vlm.hub_generate(org.model, org.processor, image)
+            steered = ST.hub_steered_caption(org.model, org.processor, org.sae, org.hookpoint, image, int(feature),
+                                             float(value), positions=positions, add_error=add_error,
+                                             suppress=suppress)
+        else:
+            base = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
+            steered = ST.steered_captions(org.model, org.tokenizer, org.sae, org.hookpoint, image[None], int(feature),
+                                          float(value), positions=positions, add_error=add_error,
+                                          suppress=suppress)[0]
+    out = {"feature": int(feature), "value": float(value), "positions": positions, "add_error": bool(add_error),
+           "suppressed": list(suppress),
+           "hookpoint": org.hookpoint, "baseline": base, "steered": steered,
+           # the zoo's captions follow a template that can be checked; free text cannot
+           "well_formed": None if org.is_hub else S.parse_caption(steered) is not None}
+    _RESULT_CACHE.put(key, out)
+    return concept_verdict(org, out)
+
+
+def concept_verdict(org: Organism, out: dict) -> dict:
+    """A steering result with the verdict that matters: does the steered caption name the feature's
+    concept (its label now, which a hub model may have been asked for since), and did the one
+    without the clamp already? `names_concept` is None for a feature without a label."""
+    concept = shown_label(org.labels.get(str(out["feature"]), {}))
+    names = ({"baseline": ST.names_concept(out["baseline"], concept), "steered": ST.names_concept(out["steered"], concept)}
+             if concept else None)
+    return {**out, "concept": concept, "names_concept": names}
