@@ -18,16 +18,14 @@ def _gauss_window(size: int, sigma: float, device, dtype) -> torch.Tensor:
 
 
 def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, win: int = 7,
-         sigma: float = 1.5, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """SSIM of two batches [N, C, H, W] → [N] (mean over channels and valid window positions),
-    computed in `dtype` on the inputs' device (float32: the neuron search's screening, see
-    nemo.evaluate).
+         sigma: float = 1.5) -> torch.Tensor:
+    """SSIM of two batches [N, C, H, W] → [N] (mean over channels and valid window positions).
 
     The window shrinks to the image when the image is smaller than `win` (8×8 latents use 7)."""
     if a.shape != b.shape or a.ndim != 4:
         raise ValueError(f"ssim needs two [N, C, H, W] tensors of one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
-    a = a.to(dtype)
-    b = b.to(dtype)
+    a = a.double()
+    b = b.double()
     n, c, h, w = a.shape
     size = min(win, h, w)
     if size % 2 == 0:
