@@ -1,0 +1,332 @@
+"""GPU-shape account: what a computation would ask of a GPU, counted on a CPU run.
+
+A CPU timing hides the costs a GPU makes visible: every kernel launch (a few µs each, however
+small its work), every host sync (the host waits for the queue to drain, the GPU then waits for the
+host), every device→host copy (tens of GB/s at best, against TB/s on the device), and the memory
+traffic of the element-wise and selection work beside the matrix products. This module runs the
+computation on the CPU under two torch modes and counts, per call:
+
+- `kernels`: aten ops that would launch a kernel (views, aliases and allocations excluded; an op is
+  one kernel, a lower bound for the few ops that launch several, e.g. sort or topk);
+- `syncs`: reads the host must wait for (`.item()`, `bool()`, `.tolist()`, `.numpy()`, `.cpu()`,
+  nonzero, boolean indexing, unique, `torch.equal`, ...), by data-dependent op or transfer;
+- `d2h` / `d2h_bytes` and `h2d` / `h2d_bytes`: transfers between host and device tensors;
+- `other_bytes`: bytes read + written by the kernels outside the matrix products (each kernel's
+  tensor arguments and results; the attention kernels count as matrix products);
+- `matmul_flops`, `matmul_kernels`: the matrix products' work, for the projection.
+
+Host or device: on the CPU every tensor lives on the same device, so the account tags them. A tensor
+is a device tensor unless it is host-tagged: made by a factory call without `device=` (or with the
+literal string "cpu"), moved with `.cpu()`, `.numpy()`, `.to("cpu")` (a string: `.to(dev)` with a
+torch.device is read as "to the device"), passed in `host=`, or computed only from host tensors.
+`.to(dev)` of a host tensor is a host→device copy. Moves return a copy (on a CPU run `.cpu()` would
+return the tensor itself, which would then be both host and device).
+
+    acc, out = account(fn, *args, host=[...])
+    print(acc.line())
+    print(projection_line(acc, base_acc, H200))
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+aten = torch.ops.aten
+
+# matrix products and the fused attention kernels: their bytes are not "beside" the products
+_SDPA = {"_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+         "_scaled_dot_product_fused_attention_overrideable", "_flash_attention_forward",
+         "_efficient_attention_forward"}
+_MATMUL = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "_addmm_activation",
+           "convolution", "_convolution", "cudnn_convolution", "mkldnn_convolution", "linear",
+           "_mkldnn_linear"} | _SDPA
+# ops that make the host wait for the device's result (data-dependent sizes or a value read)
+_SYNC = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_dim",
+         "unique_consecutive", "equal", "is_nonzero", "bincount", "histc", "allclose"}
+# no kernel: allocation, aliasing and metadata
+_NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
+              "lift_fresh", "lift_fresh_copy", "resize_", "set_", "sym_size", "sym_stride", "sym_numel",
+              "sym_storage_offset", "_local_scalar_dense", "is_same_size", "result_type",
+              "_has_compatible_shallow_copy_type", "_unsafe_view", "scalar_tensor"}  # a CPU scalar operand
+# factory functions: host tensors unless given a device
+_FACTORIES = {"zeros", "ones", "full", "empty", "arange", "linspace", "tensor", "as_tensor", "rand", "randn",
+              "randint", "randperm", "eye", "from_numpy", "asarray", "empty_strided", "logspace"}
+
+
+@dataclass
+class Account:
+    kernels: int = 0
+    matmul_kernels: int = 0
+    syncs: int = 0
+    d2h: int = 0
+    d2h_bytes: int = 0
+    h2d: int = 0
+    h2d_bytes: int = 0
+    other_bytes: int = 0
+    matmul_flops: int = 0
+    ops: Counter = field(default_factory=Counter)        # kernels by aten op
+    sync_ops: Counter = field(default_factory=Counter)   # syncs by cause
+
+    def scaled(self, f: float) -> "Account":
+        """The account of `f` times the work (e.g. per-sample counts put at the paper's sample count)."""
+        return Account(*(round(getattr(self, k) * f) for k in _FIELDS),
+                       ops=Counter({k: round(v * f) for k, v in self.ops.items()}),
+                       sync_ops=Counter({k: round(v * f) for k, v in self.sync_ops.items()}))
+
+    def __add__(self, other: "Account") -> "Account":
+        return Account(*(getattr(self, k) + getattr(other, k) for k in _FIELDS),
+                       ops=self.ops + other.ops, sync_ops=self.sync_ops + other.sync_ops)
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in _FIELDS}
+        d["top_ops"] = dict(self.ops.most_common(8))
+        d["sync_ops"] = dict(self.sync_ops)
+        return d
+
+    def line(self) -> str:
+        return (f"kernels {self.kernels} ({self.matmul_kernels} matmul), syncs {self.syncs}, "
+                f"D2H {self.d2h} ({_size(self.d2h_bytes)}), H2D {self.h2d} ({_size(self.h2d_bytes)}), "
+                f"non-matmul traffic {_size(self.other_bytes)}, matmul {self.matmul_flops / 1e12:.3g} TFLOP")
+
+
+_FIELDS = ("kernels", "matmul_kernels", "syncs", "d2h", "d2h_bytes", "h2d", "h2d_bytes", "other_bytes",
+           "matmul_flops")
+
+
+def _size(b: float) -> str:
+    for unit, s in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= s:
+            return f"{b / s:.3g} {unit}"
+    return f"{int(b)} B"
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    """Bytes a kernel touches in `t`: its elements, but no more than its storage (a broadcast view
+    reads its storage once)."""
+    n = t.numel() * t.element_size()
+    try:
+        return min(n, t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):
+        return n
+
+
+def _flops(name: str, args, out) -> int:
+    t = [a for a in args if isinstance(a, torch.Tensor)]
+    if name in ("mm", "bmm", "addmm", "baddbmm", "addbmm", "_addmm_activation"):
+        a, b = (t[-2], t[-1])
+        return 2 * a.numel() * b.shape[-1] * (b.shape[0] if name == "addbmm" else 1)
+    if name in ("mv", "addmv", "dot", "vdot"):
+        return 2 * t[-2].numel()
+    if name in _SDPA:  # q (B, H, Lq, D), k (B, H, Lk, D): QKᵀ and PV
+        q, k = t[0], t[1]
+        return 4 * q.numel() * k.shape[-2]
+    if "convolution" in name:
+        w, o = t[1], out if isinstance(out, torch.Tensor) else out[0]
+        return 2 * o.numel() * w[0].numel()
+    if name in ("linear", "_mkldnn_linear"):
+        return 2 * t[0].numel() * t[1].shape[0]
+    return 0
+
+
+class _Tracker:
+    """Shared state of the two modes: the host tags and the counts."""
+
+    def __init__(self):
+        self.acc = Account()
+        self.host = WeakIdKeyDictionary()
+        self.host_scope = 0  # > 0 inside a host factory call or a transfer: its aten ops are not kernels
+
+    def is_host(self, t) -> bool:
+        return isinstance(t, torch.Tensor) and t in self.host
+
+    def tag(self, out, host: bool = True):
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                if host:
+                    self.host[t] = True
+                else:
+                    self.host.pop(t, None)
+
+    def sync(self, why: str, n: int = 1):
+        self.acc.syncs += n
+        self.acc.sync_ops[why] += n
+
+    def d2h(self, t: torch.Tensor, why: str, blocking: bool = True):
+        self.acc.d2h += 1
+        self.acc.d2h_bytes += t.numel() * t.element_size()
+        if blocking:
+            self.sync(why)
+
+    def h2d(self, t: torch.Tensor):
+        self.acc.h2d += 1
+        self.acc.h2d_bytes += t.numel() * t.element_size()
+
+
+def _target(args, kwargs):
+    """(device target, is it the host) of a `.to(...)` call; (None, None) for a dtype-only cast."""
+    dev = kwargs.get("device")
+    for a in args[1:]:
+        if isinstance(a, (str, torch.device)) or isinstance(a, torch.Tensor):
+            dev = a
+            break
+    if dev is None:
+        return None, None
+    if isinstance(dev, torch.Tensor):
+        return dev, None  # decided by the other tensor's tag
+    return dev, isinstance(dev, str) and dev.split(":")[0] == "cpu"
+
+
+class _Functions(TorchFunctionMode):
+    def __init__(self, tr: _Tracker):
+        super().__init__()
+        self.tr = tr
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tr = self.tr
+        name = getattr(func, "__name__", "")
+        is_method = isinstance(func, type(torch.Tensor.cpu)) or getattr(func, "__objclass__", None) is not None
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if not is_method and name in _FACTORIES and src is None:
+            dev = kwargs.get("device")
+            host = dev is None or (isinstance(dev, str) and dev.split(":")[0] == "cpu")
+            if kwargs.get("pin_memory"):
+                host = True
+            tr.host_scope += host
+            try:
+                out = func(*args, **kwargs)
+            finally:
+                tr.host_scope -= host
+            tr.tag(out, host)
+            return out
+        if src is not None and is_method and name in ("cpu", "to", "numpy", "tolist", "pin_memory", "cuda"):
+            return self._move(func, name, src, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _move(self, func, name, src, args, kwargs):
+        tr = self.tr
+        src_host = tr.is_host(src)
+        if name == "to":
+            dev, to_host = _target(args, kwargs)
+            if dev is None:
+                return func(*args, **kwargs)  # a dtype cast: an ordinary kernel
+            if to_host is None:
+                to_host = tr.is_host(dev)
+        else:
+            to_host = name != "cuda"
+        if to_host == src_host:
+            return func(*args, **kwargs)
+        # a transfer: counted here, not as a kernel; the result is a copy so the tags stay apart
+        tr.host_scope += 1
+        try:
+            out = func(*args, **kwargs)
+            if name not in ("tolist", "numpy") and isinstance(out, torch.Tensor) and out.data_ptr() == src.data_ptr():
+                out = out.clone()
+        finally:
+            tr.host_scope -= 1
+        if to_host:
+            tr.d2h(src, f".{name}()", blocking=not kwargs.get("non_blocking", False))
+        else:
+            tr.h2d(src)
+        if isinstance(out, torch.Tensor):
+            tr.tag(out, to_host)
+        return out
+
+
+class _Aten(TorchDispatchMode):
+    def __init__(self, tr: _Tracker):
+        super().__init__()
+        self.tr = tr
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tr, acc = self.tr, self.tr.acc
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if tr.host_scope:
+            return out
+        flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        if flat and all(tr.is_host(t) for t in flat):
+            tr.tag(out)  # host work: no kernel on the device
+            return out
+        if name == "copy_" and len(flat) >= 2 and tr.is_host(args[0]) != tr.is_host(args[1]):
+            if tr.is_host(args[0]):
+                tr.d2h(args[1], "copy_ to host", blocking=not kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
+            else:
+                tr.h2d(args[1])
+            return out
+        if name in _SYNC:
+            tr.sync(name)
+        elif name in ("index", "index_put", "index_put_", "_index_put_impl_"):
+            idx = args[1] if len(args) > 1 else kwargs.get("indices", [])
+            if any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in idx or []):
+                tr.sync("boolean index")
+        elif name == "repeat_interleave" and kwargs.get("output_size") is None and len(args) and isinstance(args[-1], torch.Tensor):
+            tr.sync(name)
+        if name in _NO_KERNEL or func.is_view:
+            return out
+        acc.kernels += 1
+        acc.ops[name] += 1
+        if name in _MATMUL:
+            acc.matmul_kernels += 1
+            acc.matmul_flops += _flops(name, args, out)
+        else:
+            outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            acc.other_bytes += sum(_nbytes(t) for t in flat) + sum(_nbytes(t) for t in outs)
+        return out
+
+
+def account(fn: Callable, *args, host: Iterable = (), **kwargs) -> tuple[Account, Any]:
+    """Run `fn(*args, **kwargs)` on the CPU and count what it would ask of a GPU. Tensors in `host`
+    (nested lists allowed) are host tensors; every other tensor that exists before the call (model
+    weights, inputs) is a device tensor."""
+    tr = _Tracker()
+    tr.tag(list(host))
+    with _Functions(tr), _Aten(tr):
+        out = fn(*args, **kwargs)
+    return tr.acc, out
+
+
+# ----------------------------------------------------------------------------------- projection
+@dataclass(frozen=True)
+class GPU:
+    """A roofline with a launch floor: each kernel costs at least `launch_s`; matrix products run at
+    `flops` (achieved, not peak); the other kernels move their bytes at `bandwidth`; a sync adds
+    `sync_s` (the queue drains and refills); a device→host copy moves at `d2h` (pageable memory)."""
+    name: str
+    flops: float
+    bandwidth: float
+    launch_s: float
+    sync_s: float
+    d2h: float
+
+
+# achieved rates (bf16 dense products at ~60 % of peak, ~75 % of HBM bandwidth, the 10.8 GB/s the
+# masks' pageable copy reached on the H100 of 2026-11-22; kernel and sync floors of a busy stream)
+H200 = GPU("NVIDIA H200 (projected)", flops=600e12, bandwidth=3.6e12, launch_s=5e-6, sync_s=30e-6, d2h=10.8e9)
+
+
+def project(acc: Account, gpu: GPU = H200) -> dict:
+    """Projected seconds on `gpu`, by part. The non-matmul kernels are bandwidth-bound or launch-bound,
+    whichever is longer per kernel on average."""
+    other = acc.kernels - acc.matmul_kernels
+    mem = max(acc.other_bytes / gpu.bandwidth, other * gpu.launch_s)
+    parts = {"matmul_s": max(acc.matmul_flops / gpu.flops, acc.matmul_kernels * gpu.launch_s),
+             "other_kernels_s": mem, "syncs_s": acc.syncs * gpu.sync_s, "d2h_s": acc.d2h_bytes / gpu.d2h}
+    parts["total_s"] = sum(parts.values())
+    return parts
+
+
+def projection_line(acc: Account, base: Account, gpu: GPU = H200) -> str:
+    p, b = project(acc, gpu), project(base, gpu)
+    parts = ", ".join(f"{k[:-2]} {1e3 * v:.1f} ms" for k, v in p.items() if k != "total_s")
+    return (f"projection on {gpu.name}: {1e3 * p['total_s']:.1f} ms vs {1e3 * b['total_s']:.1f} ms, "
+            f"ratio {p['total_s'] / b['total_s']:.2f} ({parts})")
