@@ -376,11 +376,12 @@ def initial_selection(pipe, prompt: str, stats: NeuronStats, checker, *,
 
 
 def refine(spec: Spec, checker, threshold: float | None = None,
-           history: list | None = None) -> Spec:
+           history: list | None = None, start_sim: float | None = None) -> Spec:
     """Greedy pruning, as in the paper: first whole layers, then single neurons, each in reverse
     layer order; whatever can be switched back on while the SSIM stays strictly below `threshold`
     (default θ_mem; the official comparison is strict) is. A batched checker evaluates the trials
-    speculatively several at a time with the same result (backend.nemo.speculate)."""
+    speculatively several at a time with the same result (backend.nemo.speculate); `start_sim`, the
+    SSIM of `spec` when known, sharpens its guesses."""
     threshold = checker.theta_mem if threshold is None else threshold
     spec = copy.deepcopy(spec)
 
@@ -404,9 +405,10 @@ def refine(spec: Spec, checker, threshold: float | None = None,
                 history.append({**entry, "n": count(state)})
         return on_accept
 
-    spec = speculate.greedy(checker, spec, list(reversed(list(spec))), drop_layer, threshold, note("layer"))
+    spec, sim = speculate.greedy(checker, spec, list(reversed(list(spec))), drop_layer, threshold, note("layer"),
+                                 state_sim=start_sim)
     moves = [(layer, ch) for layer in reversed(list(spec)) for ch in spec[layer]]
-    return speculate.greedy(checker, spec, moves, drop_neuron, threshold, note("neuron"))
+    return speculate.greedy(checker, spec, moves, drop_neuron, threshold, note("neuron"), state_sim=sim)[0]
 
 
 def localize(pipe, prompt: str, stats: NeuronStats, theta_mem: float, *, num_seeds: int = 5,
@@ -437,7 +439,8 @@ def localize(pipe, prompt: str, stats: NeuronStats, theta_mem: float, *, num_see
         initial, theta, k, found, threshold = initial_selection(pipe, prompt, stats, checker,
                                                                 max_k=max_k, history=history)
         report(0.5, f"refining {count(initial)} neurons")
-        neurons = refine(initial, checker, threshold, history)
+        # relaxed: the threshold is the initial selection's own SSIM
+        neurons = refine(initial, checker, threshold, history, start_sim=None if found else threshold)
         report(1.0, f"{count(neurons)} neurons")
     return Localization(prompt, neurons, initial, theta, k, time.perf_counter() - t0,
                         checker.calls, found, history, threshold=float(threshold),

@@ -36,17 +36,20 @@ HALF_TIE = 1e-4
 def tie_for(dtype: torch.dtype) -> float:
     return TIES.get(dtype, HALF_TIE)
 
-# Latent pixels (samples × h × w) per UNet batch: 64 samples of SD-1.4's 64 × 64 latents, a few GiB
-# of activations in fp16 beside the weights; the zoo's 8 × 8 latents fit many more.
-PIXEL_BUDGET = 64 * 64 * 64
+# Latent pixels (samples × h × w) per UNet batch. On a GPU a batch costs little more than one
+# selection's until the device is full: 64 samples of SD-1.4's 64 × 64 latents, a few GiB of fp16
+# activations beside the weights. A CPU is busy from a few samples on: batching pays there only where
+# per-op overhead dominates (the zoo's 8 × 8 latents), and speculation's misses would cost full price.
+PIXEL_BUDGET = {"cuda": 64 * 64 * 64, "cpu": 64 * 8 * 8}
 # Speculation beyond a few selections wastes more than it saves when outcomes alternate.
 MAX_GROUPS = 16
 
 
-def groups_for(n_seeds: int, h: int, w: int, guidance: bool) -> int:
-    """Selections per UNet batch for this latent size (at least 1)."""
+def groups_for(n_seeds: int, h: int, w: int, guidance: bool, device: str = "cuda") -> int:
+    """Selections per UNet batch for this latent size on this kind of device (at least 1)."""
     per = max(1, n_seeds * (2 if guidance else 1) * h * w)
-    return max(1, min(MAX_GROUPS, PIXEL_BUDGET // per))
+    budget = PIXEL_BUDGET.get(device, PIXEL_BUDGET["cuda"])
+    return max(1, min(MAX_GROUPS, budget // per))
 
 
 class ValueMasks:
@@ -125,7 +128,7 @@ class Checker:
         self.masks = ValueMasks(self.unet, self.sizes, 2 if guidance_scale else 1)
         n = max(1, len(self.seeds))
         h, w = inputs.x_t.shape[-2:]
-        self.groups = groups or groups_for(n, h, w, bool(guidance_scale))
+        self.groups = groups or groups_for(n, h, w, bool(guidance_scale), self.device.type)
         self.pin = self.device.type == "cuda"
         self.calls, self.samples, self.batches, self.exact_calls = 1, 0, 1, 0
         self.tie, self.max_screen_error = tie_for(self.dtype), 0.0

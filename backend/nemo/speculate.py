@@ -23,9 +23,15 @@ def batched(checker) -> bool:
 
 
 def greedy(checker, state, moves: Sequence, propose: Propose, threshold: float,
-           on_accept: Callable[[Any, Any], None] | None = None, batch: int | None = None):
+           on_accept: Callable[[Any, Any], None] | None = None, batch: int | None = None,
+           state_sim: float | None = None):
     """Visit `moves` in order; a trial is accepted when its SSIM is strictly below `threshold`
-    (the official comparison). Returns the final state."""
+    (the official comparison). `state_sim`: the SSIM of `state`, when known. Returns the final
+    state and its SSIM (None when unknown).
+
+    Guesses: a move evaluated before from another state (a batch's evaluations past its first wrong
+    guess) is predicted to change the SSIM by what it changed then, a first-order estimate that
+    holds while its neighbours' effects add up; a move never evaluated goes the majority's way."""
     if not batched(checker):
         for move in moves:
             trial = propose(state, move)
@@ -33,39 +39,49 @@ def greedy(checker, state, moves: Sequence, propose: Propose, threshold: float,
                 state = trial
                 if on_accept:
                     on_accept(move, state)
-        return state
+        return state, None
     batch = batch or checker.groups
+    delta: dict[int, float] = {}
     i, yes, no = 0, 0, 0
     while i < len(moves):
-        guess = yes > no
-        planned: dict[int, Any] = {}
-        s, j = state, i
-        while j < len(moves) and len(planned) < batch:
+        # plan: j → (trial, guess, parent) where parent is the planned move the trial was proposed
+        # from (-1: the committed state)
+        plan: dict[int, tuple[Any, bool, int]] = {}
+        s, s_sim, parent, j = state, state_sim, -1, i
+        while j < len(moves) and len(plan) < batch:
             trial = propose(s, moves[j])
             if trial is not None:
-                planned[j] = trial
+                pred = s_sim + delta[j] if (j in delta and s_sim is not None) else None
+                guess = pred < threshold if pred is not None else yes > no
+                plan[j] = (trial, guess, parent)
                 if guess:
-                    s = trial
+                    s, s_sim, parent = trial, pred, j
             j += 1
-        sims = dict(zip(planned, checker.similarities(list(planned.values())).tolist())) if planned else {}
+        sims = dict(zip(plan, checker.similarities([p[0] for p in plan.values()]).tolist())) if plan else {}
+        for m, (_, _, par) in plan.items():  # what each evaluated move changed, for later guesses
+            base = state_sim if par < 0 else sims[par]
+            if base is not None:
+                delta[m] = sims[m] - base
         k = i
         while k < j:
             trial = propose(state, moves[k])
             k += 1
             if trial is None:
                 continue
-            if trial != planned.get(k - 1):  # cannot happen while every earlier guess held
+            planned, guess, _ = plan.get(k - 1, (None, None, None))
+            if trial != planned:  # cannot happen while every earlier guess held
                 raise AssertionError("speculative search left the sequential path")
-            ok = checker.conclude(trial, checker.settle(trial, sims[k - 1], threshold)) < threshold
+            sim = checker.conclude(trial, checker.settle(trial, sims[k - 1], threshold))
+            ok = sim < threshold
             yes, no = yes + ok, no + (not ok)
             if ok:
-                state = trial
+                state, state_sim = trial, sim
                 if on_accept:
                     on_accept(moves[k - 1], state)
             if ok != guess:
                 break
         i = k
-    return state
+    return state, state_sim
 
 
 def first_below(checker, specs: Sequence, threshold: float) -> tuple[int, list[float]]:

@@ -30,7 +30,7 @@ def batched_search(pipe, prompt, stats, theta_mem, *, num_seeds, groups, guidanc
         ch = Checker(pipe, prompt, range(num_seeds), guidance_scale, theta_mem, groups=groups)
         ch.log = []
         initial, theta, k, found, thr = core.initial_selection(pipe, prompt, stats, ch)
-        neurons = core.refine(initial, ch, thr)
+        neurons = core.refine(initial, ch, thr, start_sim=None if found else thr)
     return (initial, theta, k, found, thr, neurons), ch
 
 
@@ -116,15 +116,16 @@ def test_speculation_commits_exactly_the_sequential_decisions(trial):
     want = core.refine(spec, seq, 0.5)
     for groups in (2, 5, 16):
         bat = Scripted(fn, groups)
-        assert core.refine(spec, bat, 0.5) == want
+        assert core.refine(spec, bat, 0.5, start_sim=fn(spec) if groups == 5 else None) == want
         assert bat.log == seq.log and bat.calls == seq.calls
 
 
 def test_batch_size_follows_the_latent_size():
-    assert groups_for(10, 64, 64, False) == 6  # SD-1.4: 60 samples of 64 × 64 per forward
-    assert groups_for(10, 64, 64, True) == 3
-    assert groups_for(5, 8, 8, False) == 16  # the zoo: capped
-    assert groups_for(10, 256, 256, False) == 1
+    assert groups_for(10, 64, 64, False, "cuda") == 6  # SD-1.4: 60 samples of 64 × 64 per forward
+    assert groups_for(10, 64, 64, True, "cuda") == 3
+    assert groups_for(5, 8, 8, False, "cuda") == 16  # the zoo: capped
+    assert groups_for(10, 256, 256, False, "cuda") == 1
+    assert groups_for(5, 8, 8, False, "cpu") == 12 and groups_for(2, 64, 64, False, "cpu") == 1
     assert speculate.batched(Scripted(lambda s: 0.0, 4)) and not speculate.batched(Scripted(lambda s: 0.0, 1))
 
 
