@@ -69,9 +69,11 @@ def test_localize_walks_the_unet_once_per_search_and_reports_its_batches(pipe, r
     monkeypatch.setattr(type(pipe.unet), "named_modules",
                         lambda self, *a, **k: (walks.append(1), real(self, *a, **k))[1])
     loc = nemo.localize(pipe, PROMPT, stats, theta_mem, num_seeds=3, groups=6)
+    one = nemo.localize(pipe, PROMPT, stats, theta_mem, num_seeds=3, groups=1)  # one selection per forward
+    assert one.neurons == loc.neurons and one.unet_batches == one.evaluations
     assert (loc.initial, loc.theta, loc.k, loc.found, loc.threshold, loc.neurons) == want
     assert loc.evaluations == old.calls > 50
-    assert len(walks) <= 6  # a few per search (layers, activations), none per evaluation
+    assert len(walks) <= 12  # two searches, a few walks each (layers, activations), none per evaluation
     assert 0 < loc.unet_batches < loc.evaluations / 2 and loc.to_json()["unet_batches"] == loc.unet_batches
 
 
