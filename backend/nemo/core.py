@@ -390,10 +390,14 @@ def refine(spec: Spec, checker, threshold: float | None = None,
         return trial or None
 
     def drop_neuron(state: Spec, move: tuple[str, int]) -> Spec | None:
+        # states are never edited in place, so a trial shares every other layer's list with them
         layer, ch = move
-        trial = copy.deepcopy(state)
-        trial[layer].remove(ch)
-        if not trial[layer]:
+        trial = dict(state)
+        rest = list(state[layer])
+        rest.remove(ch)
+        if rest:
+            trial[layer] = rest
+        else:
             del trial[layer]
         return trial if count(trial) else None
 
