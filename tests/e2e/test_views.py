@@ -82,6 +82,7 @@ def test_relevance_sentence_table_and_long_range_plot(page, server_url):
 @pytest.mark.timeout(600)
 def test_memorization_one_progress_bar_and_no_off_row_when_nothing_is_off(page, server_url):
     open_tab(page, server_url, "memorization")
+    settle(page, LONG)  # the tab's first view (score, neurons, generations) is not the Generate click's
     page.locator("#memo-gallery-acc .label-wrap").click()
     page.fill("#memo-prompt textarea", "a red ring and a red square and a red square on a yellow background")
     page.click("#memo-generate")
