@@ -221,16 +221,9 @@ def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     def forward():
         return lm(inputs_embeds=x, use_cache=False).last_hidden_state
 
-    grabbed = []
-    handle = lm.layers[-1].register_forward_hook(lambda m, i, o: grabbed.append(o[0] if isinstance(o, tuple) else o))
+    from benchmarks.fullsize_account import index_step
 
-    @torch.no_grad()
-    def index():
-        grabbed.clear()
-        lm(inputs_embeds=x, use_cache=False)
-        vals, idx = sae.encode_sparse(grabbed[0][:, sl])
-        builder.update(vals, idx)
-
+    index, handle = index_step(lm, sae, builder, x, sl)
     try:
         main = measure(index, dev, repeats)
     finally:

@@ -20,6 +20,23 @@ from benchmarks.account import H200, Account, account, project  # noqa: E402
 META = torch.device("meta")
 
 
+
+def index_step(lm, sae, builder, x, sl):
+    """One feature-index batch, as the app runs it: the LM to its last layer, the SAE on the image
+    tokens `sl`, the builder's update. Returns the step and the hook's handle (remove it after);
+    the timed benchmark (fullsize.py) and the account share it so both measure the same work."""
+    grabbed = []
+    handle = lm.layers[-1].register_forward_hook(lambda m, i, o: grabbed.append(o[0] if isinstance(o, tuple) else o))
+
+    @torch.no_grad()
+    def index():
+        grabbed.clear()
+        lm(inputs_embeds=x, use_cache=False)
+        vals, idx = sae.encode_sparse(grabbed[0][:, sl])
+        builder.update(vals, idx)
+
+    return index, handle
+
 def _row(tab: str, what: str, main: Account, base: Account, baseline: str) -> dict:
     p, b = project(main, H200), project(base, H200)
     return {"tab": tab, "what": what, "baseline": baseline, "account": main.as_dict(),
@@ -67,16 +84,7 @@ def account_sae_index() -> list[dict]:
     x = torch.empty(batch, prompt + patches, cfg.hidden_size, device=META, dtype=torch.bfloat16)
     sl = slice(prompt, prompt + patches)
     builder = IndexBuilder(n_latents, patches, 16, device=META)
-    grabbed = []
-    handle = lm.layers[-1].register_forward_hook(lambda m, i, o: grabbed.append(o[0] if isinstance(o, tuple) else o))
-
-    @torch.no_grad()
-    def index():
-        grabbed.clear()
-        lm(inputs_embeds=x, use_cache=False)
-        vals, idx = sae.encode_sparse(grabbed[0][:, sl])
-        builder.update(vals, idx)
-
+    index, handle = index_step(lm, sae, builder, x, sl)
     try:
         main, _ = account(index, meta=True)
     finally:

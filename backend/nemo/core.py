@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from backend.core import limits
 from backend.core.device import device_of
 from backend.core.interventions import locked, scale_channels_many
 
