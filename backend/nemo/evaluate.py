@@ -179,10 +179,10 @@ class Checker:
 
     def similarities(self, specs: Sequence[Mapping[str, Sequence[int]]]) -> torch.Tensor:
         """Screening SSIM (on the device, batched) of each selection → [len(specs)] on the host."""
-        limits.check("the neuron search")
         n = len(self.seeds)
         out = []
         for i in range(0, len(specs), self.groups):
+            limits.check("the neuron search")  # before every UNet forward: a list may span several
             chunk = specs[i:i + self.groups]
             g = len(chunk)
             with self.masks.installed():
@@ -196,6 +196,7 @@ class Checker:
 
     def exact(self, spec: Mapping[str, Sequence[int]]) -> float:
         """The sequential search's number: this selection alone, float64 SSIM."""
+        limits.check("the neuron search")
         self.exact_calls += 1
         self.batches += 1
         with self.masks.installed():
@@ -206,7 +207,6 @@ class Checker:
     def similarity(self, spec: Mapping[str, Sequence[int]]) -> float:
         """One selection, as the sequential search evaluates it (exact; the mask checks its
         channels against the layer sizes read once per search)."""
-        limits.check("the neuron search")
         return self.conclude(spec, self.exact(spec))
 
     def conclude(self, spec, sim: float) -> float:

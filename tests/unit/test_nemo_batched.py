@@ -146,3 +146,30 @@ def test_batched_search_equals_the_sequential_one_on_the_zoo():
         assert got == want, p
         assert [s for s, _ in new.log] == [s for s, _ in old.log]
         assert new.calls == old.calls and new.batches < new.calls
+
+
+def test_every_unet_forward_of_the_search_checks_the_request_limit(pipe, monkeypatch):
+    """One list of selections spans several UNet batches; each forward checks the job limit, so a
+    request that runs out mid-list stops before its next forward, not at the list's end."""
+    from backend.core import limits
+
+    with core.locked(pipe.unet):
+        ch = Checker(pipe, PROMPT, range(2), 0.0, -1.0, groups=2)  # every seed kept
+        layer = next(iter(ch.sizes))
+        specs = [{layer: [c]} for c in range(5)]  # three UNet batches of at most 2
+        checks = []
+        monkeypatch.setattr(limits, "check", lambda what="": checks.append(what))
+        ch.similarities(specs)
+        assert len(checks) == 3 and set(checks) == {"the neuron search"}
+        ch.exact(specs[0])
+        assert len(checks) == 4
+
+        def out_of_time(what=""):
+            checks.append(what)
+            if len(checks) > 5:
+                raise limits.JobTooLong(f"{what}: time limit")
+        monkeypatch.setattr(limits, "check", out_of_time)
+        before = ch.batches
+        with pytest.raises(limits.JobTooLong):
+            ch.similarities(specs)
+        assert ch.batches == before + 1  # stopped before its second forward
