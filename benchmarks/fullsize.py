@@ -176,56 +176,9 @@ def sd_pipeline(scale: str, dev: torch.device):
 
 
 def bench_nemo(scale: str, dev: torch.device, repeats: int) -> list[dict]:
-    from backend import nemo
-    from backend.nemo.core import _Checker
-    from backend.nemo.service import GENERIC_PROMPTS
+    from benchmarks.nemo_fullsize import bench_nemo as bench  # today's path beside the sequential one
 
-    pipe = sd_pipeline(scale, dev)
-    seeds = {"full": 10, "width": 2, "tiny": 2}[scale]
-    max_k = 20 if scale == "full" else 2
-    stats = nemo.neuron_stats(pipe, GENERIC_PROMPTS)
-    prompt = GENERIC_PROMPTS[0]
-    unet = pipe.unet
-    g = nemo.SEARCH_GUIDANCE  # the search's own guidance (0: one conditional pass per seed)
-    # the latents and text states one search evaluation feeds the UNet (x_T at the search's t₁)
-    sched = nemo.core._scheduler(pipe, 50)
-    t = sched.timesteps[1]
-    lat = sched.scale_model_input(nemo.initial_latents(pipe, range(seeds)) * sched.init_noise_sigma, t)
-    p = next(unet.parameters())
-    lat = lat.to(dev, p.dtype)
-    text = nemo.encode_prompts(pipe, [prompt]).to(dev, p.dtype).expand(seeds, -1, -1)
-
-    @torch.no_grad()
-    def forward():  # one UNet step on the seeds' batch: the unit NeMo repeats
-        return unet(lat, t, encoder_hidden_states=text).sample
-
-    base = measure(forward, dev, repeats)
-    # random weights memorize nothing, so θ_mem 0.428 would let the seed filter skip the prompt after
-    # one evaluation; a threshold just under the seeds' own agreement keeps them all and runs the search
-    agree = nemo.seed_agreement(nemo.noise_differences(pipe, prompt, range(seeds), guidance_scale=g))
-    theta_mem = float(agree.min()) - 1e-3
-    # one evaluation of the search on its own: the noise differences with a selection switched off
-    # (the top 5 neurons of every layer by this prompt's activation) and their SSIM to the unblocked
-    checker = _Checker(pipe, prompt, range(seeds), g, theta_mem)
-    acts = nemo.activations(pipe, [prompt])
-    spec = {n: a[0].topk(5).indices.tolist() for n, a in acts.items()}
-    one = measure(lambda: checker.similarity(spec), dev, repeats)
-    rows = [row("Memorization", f"NeMo, one search evaluation ({seeds} seeds, guidance {g:g}, "
-                f"{cfg_latents(unet)} latents)", one, base, "one UNet forward of the same latents")]
-    if scale == "width":  # a whole search is tens of UNet forwards: minutes per row on a CPU
-        return rows
-    evals = []
-
-    def localise():
-        loc = nemo.localize(pipe, prompt, stats, theta_mem=theta_mem, num_seeds=seeds, guidance_scale=g,
-                            max_k=max_k)
-        evals.append(loc.evaluations)
-
-    main = measure(localise, dev, max(1, repeats // 2))
-    n_eval = statistics.median(evals)
-    return rows + [row("Memorization", f"NeMo localisation per prompt ({seeds} seeds, guidance {g:g})", main,
-                       base, "forward (one UNet step, the seeds' batch)", noise_evaluations=n_eval,
-                       ratio_per_evaluation=main["s"] / n_eval / base["s"])]
+    return bench(scale, dev, repeats)
 
 
 def cfg_latents(unet) -> str:
@@ -413,7 +366,13 @@ def table(rows: list[dict]) -> str:
         if "hooked_ratio" in r:
             extra = f" (hooked forwards {r['hooked_ratio']:.2f}, top-K selection {r['selection_s']:.2g} s)"
         if "noise_evaluations" in r:
-            extra = f" ({r['noise_evaluations']:g} evaluations; {r['ratio_per_evaluation']:.2f} per evaluation)"
+            extra = f" ({r['noise_evaluations']:g} evaluations; {r['ratio_per_evaluation']:.2f} per evaluation"
+            if "unet_batches" in r:
+                extra += (f"; {r['unet_batches']} UNet batches; sequential search {r['before_s']:.1f} s, "
+                          f"{r['before_evaluations']} forwards, same result: {r['same_result']}")
+            extra += ")"
+        elif "before_ratio" in r:
+            extra = f" (sequential path before: {r['before_s'] * 1000:.1f} ms, {r['before_ratio']:.2f})"
         lines.append(f"| {r['tab']} | {r['what']} | {r['s'] * 1000:.1f} ms | {r['baseline']} | "
                      f"{r['baseline_s'] * 1000:.1f} ms | {r['ratio']:.2f}{extra} | {peak} |")
     return "\n".join(lines)
@@ -460,6 +419,9 @@ def main(argv: list[str] | None = None) -> dict:
            "rows": rows}
     print(f"device: {out['device']}   scale: {scale}   torch {torch.__version__}   {out['date']}")
     print(table(rows))
+    for r in rows:
+        for note in r.get("notes", []):
+            print(note)
     if args.account if args.account is not None else dev.type == "cpu":
         from benchmarks import fullsize_account
 

@@ -4,7 +4,8 @@ run (one memorization-score evaluation: the unit of work localisation repeats).
     OMP_NUM_THREADS=1 python -m benchmarks.nemo [--prompts N] [--threads 1]
 
 Prints seconds per prompt (median, max), the baseline, their ratio, the number of noise
-evaluations and neurons per prompt, and the mitigation numbers the issue asks for. Goal: ≤ 5 s per
+evaluations and UNet batches and neurons per prompt, the same for the sequential search the batched
+one replaced (tests/helpers/nemo_sequential.py) with whether both found the same neurons, and the mitigation numbers the issue asks for. Goal: ≤ 5 s per
 memorized prompt on this CPU. With a CUDA device it also times localisation on a random-weight
 UNet built from Stable Diffusion 1.4's config (goal ≤ 2 s per prompt; the paper: most under 10 s).
 """
@@ -39,7 +40,9 @@ def zoo_benchmark(n_prompts: int | None) -> dict:
         t0 = time.perf_counter()
         nemo.memorization_score(m.pipe, p, num_seeds=m.num_seeds, guidance_scale=m.guidance_scale)
         base.append(time.perf_counter() - t0)
-    skipped, relaxed = [], []
+    from tests.helpers.nemo_sequential import sequential_localize
+
+    skipped, relaxed, batches, seq_times, seq_batches, same = [], [], [], [], [], []
     times, evals, counts, below, below_rnd, s_on, s_off, s_rnd = [], [], [], [], [], [], [], []
     seeds = [0, 1, 2, 3]
     for i, (p, item) in enumerate(zip(prompts, items)):
@@ -50,7 +53,16 @@ def zoo_benchmark(n_prompts: int | None) -> dict:
         relaxed.append(loc.relaxed)
         times.append(time.perf_counter() - t0)
         evals.append(loc.evaluations)
+        batches.append(loc.unet_batches)
         counts.append(loc.n_neurons)
+        # the sequential search it replaced (one selection per UNet forward, SSIM on the host)
+        t0 = time.perf_counter()
+        want, seq = sequential_localize(m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds,
+                                        guidance_scale=m.search_guidance)
+        seq_times.append(time.perf_counter() - t0)
+        seq_batches.append(seq.calls)
+        same.append(loc.skipped if want is None else
+                    (loc.initial, loc.neurons, loc.threshold) == (want[0], want[5], float(want[4])))
         rnd = nemo.random_like(m.pipe.unet, loc.neurons, seed=i)
         score = lambda spec: nemo.memorization_score(m.pipe, p, num_seeds=m.num_seeds,  # noqa: E731
                                                      guidance_scale=m.guidance_scale, spec=spec)
@@ -71,6 +83,10 @@ def zoo_benchmark(n_prompts: int | None) -> dict:
         "baseline_score_s_median": round(b, 4),
         "ratio_localisation_to_one_score": round(statistics.median(times) / b, 1),
         "noise_evaluations_median": statistics.median(evals),
+        "unet_batches_median": statistics.median(batches),
+        "sequential_localisation_s_median": round(statistics.median(seq_times), 3),
+        "sequential_unet_forwards_median": statistics.median(seq_batches),
+        "same_result_as_sequential": f"{sum(same)}/{len(same)}",
         "neurons_per_prompt": counts,
         # the seed filter skips a prompt whose seeds do not agree at the search's guidance
         "neurons_median_localized": statistics.median([c for c, sk in zip(counts, skipped) if not sk] or [0]),

@@ -17,7 +17,7 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 benches=("$@")
 [ ${#benches[@]} -eq 0 ] && benches=(scan_check services lrp sae_index mathneuro nemo pissa)
-declare -A limit=([scan_check]=90 [services]=240 [lrp]=180 [sae_index]=120 [mathneuro]=150 [nemo]=180 [pissa]=240 [hub_walk]=1800)
+declare -A limit=([scan_check]=90 [services]=240 [lrp]=180 [sae_index]=120 [mathneuro]=150 [nemo]=480 [pissa]=240 [hub_walk]=1800)
 threads=$(nproc)
 status=0
 for b in "${benches[@]}"; do

@@ -20,12 +20,15 @@ def test_fullsize_benchmark_runs_at_tiny_scale(tmp_path):
     assert res["scale"] == "tiny" and res["device"].startswith("CPU")
     assert res["wall_s"] < 60
     tabs = [row["tab"] for row in res["rows"]]
-    # Memorization: one search evaluation alone, then a whole localisation
-    assert tabs == ["Relevance", "Memorization", "Memorization", "Features", "Math neurons", "Adapters"]
+    # Memorization: one search evaluation alone, one in a batch of selections, then a whole localisation
+    assert tabs == ["Relevance", "Memorization", "Memorization", "Memorization", "Features", "Math neurons",
+                    "Adapters"]
     for row in res["rows"]:
         assert row["s"] > 0 and row["baseline_s"] > 0 and row["ratio"] == pytest.approx(row["s"] / row["baseline_s"])
-    assert "one search evaluation" in res["rows"][1]["what"] and res["rows"][2]["noise_evaluations"] >= 1
-    feats = res["rows"][3]
+    assert "one search evaluation" in res["rows"][1]["what"] and "in a batch" in res["rows"][2]["what"]
+    loc = res["rows"][3]  # the batched search found what the sequential one finds
+    assert loc["noise_evaluations"] >= 1 and loc["unet_batches"] >= 1 and loc["same_result"] is True
+    feats = res["rows"][4]
     assert feats["images_per_s"] > 0 and feats["index_state_gib"] > 0
     assert "| Relevance |" in r.stdout and "ratio" in r.stdout
 
