@@ -16,26 +16,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.account import H200, Account, account, project  # noqa: E402
+from benchmarks.fullsize_parts import default_dtype, index_step, llama_1b  # noqa: E402
 
 META = torch.device("meta")
 
 
-
-def index_step(lm, sae, builder, x, sl):
-    """One feature-index batch, as the app runs it: the LM to its last layer, the SAE on the image
-    tokens `sl`, the builder's update. Returns the step and the hook's handle (remove it after);
-    the timed benchmark (fullsize.py) and the account share it so both measure the same work."""
-    grabbed = []
-    handle = lm.layers[-1].register_forward_hook(lambda m, i, o: grabbed.append(o[0] if isinstance(o, tuple) else o))
-
-    @torch.no_grad()
-    def index():
-        grabbed.clear()
-        lm(inputs_embeds=x, use_cache=False)
-        vals, idx = sae.encode_sparse(grabbed[0][:, sl])
-        builder.update(vals, idx)
-
-    return index, handle
 
 def _row(tab: str, what: str, main: Account, base: Account, baseline: str) -> dict:
     p, b = project(main, H200), project(base, H200)
@@ -47,7 +32,6 @@ def _row(tab: str, what: str, main: Account, base: Account, baseline: str) -> di
 
 def account_mathneuro() -> list[dict]:
     from backend.mathneuro import core
-    from benchmarks.fullsize import llama_1b
 
     model = llama_1b("full", META, torch.bfloat16)
     n, length, batch = 100, 192, 25
@@ -72,7 +56,6 @@ def account_sae_index() -> list[dict]:
 
     from backend.sae.index import IndexBuilder
     from backend.sae.sae import TopKSAE
-    from benchmarks.fullsize import default_dtype
 
     cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=25,
                       num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,

@@ -11,7 +11,7 @@ import time
 import torch
 
 from benchmarks.account import account, projection_line
-from benchmarks.fullsize import cfg_latents, measure, row, sd_pipeline, sync
+from benchmarks.fullsize_parts import cfg_latents, measure, row, sd_pipeline, sync
 
 
 def bench_nemo(scale: str, dev: torch.device, repeats: int) -> list[dict]:

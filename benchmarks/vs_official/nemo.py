@@ -273,7 +273,7 @@ def sd14_reduced():
     with a small random text encoder: a size at which dozens of evaluations fit on a CPU."""
     from diffusers import UNet2DConditionModel
 
-    from benchmarks.fullsize import sd_pipeline
+    from benchmarks.fullsize_parts import sd_pipeline
     from tests.unit.test_nemo import SD14_UNET
 
     pipe = sd_pipeline("tiny", torch.device("cpu"))
@@ -291,7 +291,7 @@ def bench_nemo_sd14(folder: Path, repeats: int, n_prompts: int = 3) -> list[dict
     course (θ down to 1, then the refinement against the last SSIM)."""
     from backend import nemo
     from backend.nemo.service import GENERIC_PROMPTS
-    from benchmarks.fullsize import sd_pipeline
+    from benchmarks.fullsize_parts import sd_pipeline
 
     seeds, rows = 4, []
     pipe = sd_pipeline("full", torch.device("cpu"))
