@@ -24,7 +24,7 @@ from backend.core.cache import ByteLRUCache, make_key
 from backend.core.presets import Preset, active, presets
 from backend.core.zerogpu import capped, gpu
 
-from . import core, data
+from . import core, data, search
 from .data import OWN_STATS_MAX, STATS_JOB, clean_prompt, own_stats_prompts  # noqa: F401  (the service's API)
 from . import stats as nstats
 from . import visitor
@@ -499,7 +499,7 @@ def find(prompt: str, progress: Callable[[float, str], None] | None = None,
                                         "theta": m.theta_mem, "stats": tag})
 
     def compute():
-        loc = core.localize(m.pipe, prompt, stats, m.theta_mem, num_seeds=m.num_seeds,
+        loc = search.localize(m.pipe, prompt, stats, m.theta_mem, num_seeds=m.num_seeds,
                             guidance_scale=m.search_guidance, progress=progress)
         out = loc.to_json()
         out["labels"] = spec_labels(loc.neurons)

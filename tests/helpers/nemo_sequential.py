@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.nemo import core
+from backend.nemo import core, search
 from backend.nemo.metrics import ssim
 
 
@@ -39,6 +39,6 @@ def sequential_localize(pipe, prompt, stats, theta_mem, *, num_seeds=5, guidance
         checker = SequentialChecker(pipe, prompt, range(num_seeds), guidance_scale, theta_mem)
         if not checker.seeds:
             return None, checker
-        initial, theta, k, found, thr = core.initial_selection(pipe, prompt, stats, checker, max_k=max_k)
-        neurons = core.refine(initial, checker, thr)
+        initial, theta, k, found, thr = search.initial_selection(pipe, prompt, stats, checker, max_k=max_k)
+        neurons = search.refine(initial, checker, thr)
     return (initial, theta, k, found, thr, neurons), checker

@@ -239,7 +239,7 @@ def test_guidance_is_standard_cfg(pipe):
 
 
 def test_seed_agreement_and_seed_filter(pipe):
-    from backend.nemo.core import _Checker
+    from backend.nemo.evaluate import Checker
 
     d = nemo.noise_differences(pipe, PROMPT, range(4), guidance_scale=0)
     agree = nemo.seed_agreement(d)
@@ -248,7 +248,7 @@ def test_seed_agreement_and_seed_filter(pipe):
         assert agree[i].item() == pytest.approx(best, abs=1e-6)
     order = agree.argsort()
     cut = float(agree[order[1]] + agree[order[2]]) / 2  # drops exactly the two least agreeing seeds
-    ch = _Checker(pipe, PROMPT, range(4), 0.0, cut)
+    ch = Checker(pipe, PROMPT, range(4), 0.0, cut)
     assert ch.seeds == sorted(int(i) for i in order[2:])
     torch.testing.assert_close(ch.vanilla, d[sorted(order[2:].tolist())])
     # nothing above the threshold: the prompt is skipped with no neurons and one evaluation

@@ -9,7 +9,7 @@ import torch
 
 from backend import nemo
 from backend.core.interventions import count_hooks
-from backend.nemo import core, speculate
+from backend.nemo import core, search, speculate
 from backend.nemo.evaluate import Checker, groups_for
 from tests.helpers.nemo_sequential import sequential_localize
 from tests.unit.test_nemo import PROMPT, tiny_pipe
@@ -29,8 +29,8 @@ def batched_search(pipe, prompt, stats, theta_mem, *, num_seeds, groups, guidanc
     with core.locked(pipe.unet):
         ch = Checker(pipe, prompt, range(num_seeds), guidance_scale, theta_mem, groups=groups)
         ch.log = []
-        initial, theta, k, found, thr = core.initial_selection(pipe, prompt, stats, ch)
-        neurons = core.refine(initial, ch, thr, start_sim=None if found else thr)
+        initial, theta, k, found, thr = search.initial_selection(pipe, prompt, stats, ch)
+        neurons = search.refine(initial, ch, thr, start_sim=None if found else thr)
     return (initial, theta, k, found, thr, neurons), ch
 
 
@@ -115,10 +115,10 @@ def test_speculation_commits_exactly_the_sequential_decisions(trial):
         return 0.9 - min(0.8, sum(weight[(n, c)] for n, cs in s.items() for c in cs) / need * 0.4)
 
     seq = Scripted(fn, 1)
-    want = core.refine(spec, seq, 0.5)
+    want = search.refine(spec, seq, 0.5)
     for groups in (2, 5, 16):
         bat = Scripted(fn, groups)
-        assert core.refine(spec, bat, 0.5, start_sim=fn(spec) if groups == 5 else None) == want
+        assert search.refine(spec, bat, 0.5, start_sim=fn(spec) if groups == 5 else None) == want
         assert bat.log == seq.log and bat.calls == seq.calls
 
 
