@@ -277,7 +277,12 @@ def gated(fn):
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
-            yield from loadgate.gated_iter(fn(*a, **k))
+            # the stream's steps wait at the gate under its deadline (the guard inside sets the same)
+            limit = job_seconds()
+            try:
+                yield from limits.stepwise(loadgate.gated_iter(fn(*a, **k)), limits.deadline_after(limit), limit)
+            except JobTooLong as e:  # a wait at the gate, outside the guard's translation
+                raise _translate(e, getattr(fn, "__qualname__", repr(fn))) from e
         return gen
     if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
         return fn  # the app's model handlers are synchronous; an async one runs ungated

@@ -6,7 +6,8 @@ torch state while it builds a model (a computation in another thread then saw me
 So a load waits until no computation runs and computations wait while a load runs; a
 computation that itself needs a model gives up its own hold while it loads (no deadlock).
 Computations hold the gate per call, or per step of a stream (`gated_iter`), so a long stream
-lets a load through between steps.
+lets a load through between steps. A wait at the gate ends at the request's deadline (backend.core.
+limits): a call stopped there has computed and loaded nothing.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import threading
 import time
 from contextlib import contextmanager
 from typing import Callable, ContextManager, Iterator
+
+from . import limits
 
 WAIT_S = 60.0
 _COND = threading.Condition()
@@ -29,11 +32,19 @@ def _may_compute() -> bool:  # caller holds _COND
     return not _STATE["loading"] and (not _STATE["pending"] or _HELD.get() > 0)
 
 
+def _too_long(what: str) -> limits.JobTooLong:
+    return limits.JobTooLong(f"{what} ran past {limits.limit_words()} while other requests' model loads and "
+                             "computations went first, and was stopped; try again when the server is less busy")
+
+
 @contextmanager
 def computing():
+    stop_at = limits.deadline()
     with _COND:
         while not _may_compute():
-            _COND.wait()
+            if limits.past(stop_at):
+                raise _too_long("the wait for a model load")
+            _COND.wait(timeout=None if stop_at is None else max(0.01, stop_at - time.monotonic()))
         _STATE["computing"] += 1
     token = _HELD.set(_HELD.get() + 1)
     try:
@@ -51,6 +62,7 @@ def loading():
         yield
         return
     mine = _HELD.get()
+    stop_at = limits.deadline()  # the request's: past it the load is not made
     with _COND:
         _STATE["computing"] -= mine  # this caller's own computation waits for its load
         _STATE["pending"] += 1
@@ -58,7 +70,13 @@ def loading():
         # stall both for ever; past the wait the load goes ahead, as it did before the gate
         deadline = time.monotonic() + WAIT_S
         while _STATE["loading"] or (_STATE["computing"] and time.monotonic() < deadline):
-            _COND.wait(timeout=max(0.01, deadline - time.monotonic()))
+            if limits.past(stop_at):
+                _STATE["pending"] -= 1
+                _STATE["computing"] += mine
+                _COND.notify_all()
+                raise _too_long("the wait to load a model")
+            until = deadline if stop_at is None else min(deadline, stop_at)
+            _COND.wait(timeout=max(0.01, until - time.monotonic()))
         _STATE["pending"] -= 1
         _STATE["loading"] = True
     token = _IN_LOAD.set(True)

@@ -194,7 +194,7 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
     never measured runs, and is stopped at the cap if it takes longer."""
     what = f"This computation ({name})"
 
-    def start(args, kwargs):
+    def start(args, kwargs, stream: bool):
         model, setting = costs.model_of(args, kwargs), costs.setting_of(args, kwargs)
         units = _units(duration, args, kwargs)
         cap = call_cap()
@@ -202,20 +202,32 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
         if cap is not None and guess is not None and guess >= cap:
             check_cost(guess, what, measured=True)
         limits.check(name.rsplit(".", 1)[-1].replace("_", " "))  # a budget spent before it starts
-        return (name, model, setting, units), cap
+        left = limits.remaining()
+        if not stream and guess is not None and left is not None and guess >= left:
+            # one call that alone would pass the job's limit is not started (a stream is not refused:
+            # it ends at the limit with what it has)
+            raise limits.JobTooLong(
+                f"{what} is estimated at {guess:.0f} s from the times measured on this server, more than "
+                f"the {max(left, 0):.0f} s left of {limits.limit_words()}; choose smaller settings. "
+                "Nothing was computed.")
+        given = min((x for x in (left, cap) if x is not None), default=None)
+        return (name, model, setting, units, given), cap
 
     def done(key, t0, loads, stopped: bool) -> None:
         from .store import load_count
 
         if load_count() == loads:  # a model load is paid once, not by every call of this kind
-            costs.record(*key, time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            # a call stopped before its limit (its next step would not have fitted) needed more
+            # than the time it was given: that is its measure, so it is refused there next time
+            costs.record(*key[:4], max(took, key[4] or 0) if stopped else took)
 
     if inspect.isgeneratorfunction(f):
         @functools.wraps(f)
         def g(*args, **kwargs):
             from .store import load_count
 
-            key, cap = start(args, kwargs)
+            key, cap = start(args, kwargs, True)
             t0, loads = time.perf_counter(), load_count()
             ok = False
             try:
@@ -232,7 +244,7 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
         def g(*args, **kwargs):
             from .store import load_count
 
-            key, cap = start(args, kwargs)
+            key, cap = start(args, kwargs, False)
             t0, loads = time.perf_counter(), load_count()
             try:
                 with limits.budget(cap):

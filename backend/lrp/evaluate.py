@@ -76,12 +76,13 @@ def longrange_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
     """Per method: share of sequences whose key position is the top-1 / in the top-10 tokens."""
     items = held[:n] if n else held
     out = {m: {"top1": [], "top10": [], "distance": []} for m in methods}
+    steps = limits.Steps("the long-range evaluation")
     for L, group in by_length(items, "tokens").items():
         ids = torch.tensor([tok.convert_tokens_to_ids(["<bos>"] + h["tokens"]) for h in group])
         with torch.no_grad():
             pred = lm_forward(model, ids)[:, -1].argmax(-1).cpu()
         for m in methods:
-            limits.check("the long-range evaluation")
+            steps.check()
             rel = attribute_text(model, ids, target=pred, method=m).numpy()
             for b, h in enumerate(group):
                 key = h["key_position"] + 1
@@ -131,6 +132,7 @@ def sentences_eval(model, groups: list[tuple], methods, *, neutral_id: int,
            for m in methods}
     used: list[int] = []
     done, total = 0, len(groups) * len(methods)
+    steps = limits.Steps("the held-out evaluation")
     for ids, targets, cand, *evidence in groups:
         if targets is None:
             with torch.no_grad():
@@ -143,7 +145,7 @@ def sentences_eval(model, groups: list[tuple], methods, *, neutral_id: int,
         used += [int(t) for t in targets]
         step = fa.rows_per_pass(model, ids.shape[1], budget_bytes=4e9, all_layers=True)
         for m in methods:
-            limits.check("the held-out evaluation")
+            steps.check()
             parts = [attribute_text(model, ids[i:i + step], target=targets[i:i + step], position=-1, method=m,
                                     rules=rules if m == "mambalrp" else None, return_score=True)
                      for i in range(0, len(ids), step)]  # rows that fit the gradient pass

@@ -71,8 +71,8 @@ def generate(model, tok, prompts: Sequence[list[int]], max_new_tokens: int,
     pad = tok.pad_token_id if tok.pad_token_id is not None else (stops[0] if stops else 0)
     dev = device_of(model)
     out: list[str] = []
-    for i in range(0, len(prompts), batch_size):
-        limits.check("the answers")  # between batches: a request's time limit ends long evaluations
+    # between batches: a request's time limit ends long evaluations, before a batch that would pass it
+    for i in limits.Steps("the answers").each(range(0, len(prompts), batch_size)):
         chunk = [list(p) for p in prompts[i:i + batch_size]]
         width = max(len(p) for p in chunk)
         ids = torch.full((len(chunk), width), pad, dtype=torch.long)

@@ -45,8 +45,8 @@ def encode_with_answers(tok, items: Sequence[dict]):
 def exact_match(model, tok, items: Sequence[dict], batch_size: int = 256) -> torch.Tensor:
     """Bool per item: the greedy answer equals the reference exactly (see module docstring)."""
     out = []
-    for i in range(0, len(items), batch_size):
-        limits.check("the evaluation")  # between batches: a request's time limit ends long sweeps
+    # between batches: a request's time limit ends long sweeps, before a batch that would pass it
+    for i in limits.Steps("the evaluation").each(range(0, len(items), batch_size)):
         ids, predict = encode_with_answers(tok, items[i:i + batch_size])
         # Right padding + causal attention: pad tokens never influence earlier positions.
         logits = model(input_ids=ids.to(model.device), use_cache=False).logits

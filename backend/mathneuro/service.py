@@ -248,16 +248,14 @@ class Bench:
                   nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MATH) -> dict[str, dict]:
         """The paper's Figure 2: each method's set pruned (factor 0)."""
         out = {}
-        for m in core.METHODS:
-            limits.check("the method comparison")
+        for m in limits.Steps("the method comparison").each(core.METHODS):
             out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0, nonmath=nonmath, math=math), n_eval)
         return out
 
     @gpu(duration=lambda self, s, factors=(), n_eval=UI_EVAL, *a, **k: capped(15 + len(factors) * _per_item(self) * (n_eval or 1000)))
     def scale_curve(self, s: Setting, factors: Sequence[float], n_eval: int | None = UI_EVAL) -> list[dict]:
         out = []
-        for f in factors:
-            limits.check("the scale sweep")
+        for f in limits.Steps("the scale sweep").each(factors):
             r = self.evaluate(s.but(factor=float(f)), n_eval)
             out.append({"factor": float(f), **r})
         return out

@@ -218,8 +218,8 @@ def generate(pipe, prompt: str, seeds: Iterable[int], *, guidance_scale: float =
     sched = _scheduler(pipe, num_inference_steps)
     latents = initial_latents(pipe, seeds) * sched.init_noise_sigma
     with deactivate(unet, spec or {}):
-        for t in sched.timesteps:
-            limits.check("the generation")  # a request's time limit ends seeds × steps, not only searches
+        # a request's time limit ends seeds × steps, not only searches, before a step that would pass it
+        for t in limits.Steps("the generation").each(sched.timesteps):
             eps = _eps(unet, sched.scale_model_input(latents, t), t, cond, uncond, guidance_scale)
             latents = sched.step(eps, t, latents).prev_sample
     vdev = device_of(vae)

@@ -107,6 +107,8 @@ class Checker:
 
     def __init__(self, pipe, prompt, seeds, guidance_scale, theta_mem, *, groups: int | None = None, **kw):
         self.pipe, self.prompt, self.g, self.theta_mem, self.kw = pipe, prompt, guidance_scale, theta_mem, kw
+        self.steps = limits.Steps("the neuron search")  # its first step guessed by the vanilla forward below
+        self.steps.end()
         self.unet = pipe.unet
         self.all_seeds = [int(s) for s in seeds]
         self.device, self.dtype = _unet_device_dtype(self.unet)
@@ -182,7 +184,7 @@ class Checker:
         n = len(self.seeds)
         out = []
         for i in range(0, len(specs), self.groups):
-            limits.check("the neuron search")  # before every UNet forward: a list may span several
+            self.steps.check()  # before every UNet forward: a list may span several
             chunk = specs[i:i + self.groups]
             g = len(chunk)
             with self.masks.installed():
@@ -196,7 +198,7 @@ class Checker:
 
     def exact(self, spec: Mapping[str, Sequence[int]]) -> float:
         """The sequential search's number: this selection alone, float64 SSIM."""
-        limits.check("the neuron search")
+        self.steps.check()
         self.exact_calls += 1
         self.batches += 1
         with self.masks.installed():

@@ -230,8 +230,7 @@ def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEAT
     if cached is not None:
         return cached
     rows, heat = [], []
-    for i, name in enumerate(names):
-        limits.check("the error table")
+    for i, name in enumerate(limits.Steps("the error table").each(names)):
         if progress:
             progress(i / max(1, len(names)), f"layer {name}")
         w = _weight(key, name)
@@ -302,6 +301,9 @@ def request_stop(session: str, wait_s: float = 0.0) -> str:
 
 _END = object()
 RACE_BACKLOG = 32  # steps the race's worker may run ahead of its consumer
+# The race's training ends this long before the request's deadline: its consumer still draws the
+# steps left in the backlog and the final figure, and writes the exports, within the limit.
+RACE_WIND_DOWN_S = 2.0
 
 
 @gpu(duration=lambda key, cfg, *a, **k: capped(20 + 0.02 * cfg.steps * len(cfg.methods) * len(cfg.seeds)))
@@ -319,6 +321,18 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
     deadline = limits.deadline()  # the request's time limit: the race ends there, as at a Stop
     limit_s = limits.limit_s()
     flag = StopFlag(session).start()
+    # the runs' setups, then the training's steps, timed: the race ends before one that would not fit
+    # (a setup takes longer than a step: each phase is guessed from its own)
+    end_by = None if deadline is None else deadline - RACE_WIND_DOWN_S
+    steps = [limits.Steps("the race's setup", end_by, limit_s)]
+    timed_out = threading.Event()
+
+    def stop() -> bool:
+        if flag.is_set():
+            return True
+        if not steps[-1].next_fits():
+            timed_out.set()
+        return timed_out.is_set()
     # Events pass in batches: one hand-over between the threads per batch, not per step (per-step
     # hand-overs under the GIL the training holds let the consumer fall seconds behind). The batch
     # is bounded, so what the consumer shows is never more than two batches (2 x RACE_BACKLOG
@@ -340,12 +354,16 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
 
     def work():
         try:
-            task = task_for(key)
-            # each training step is a model computation: a load elsewhere waits for it, not for the race
-            for ev in loadgate.gated_iter(race(task, cfg, stop=lambda: flag.is_set() or limits.past(deadline))):
-                if ev.get("done") and ev.get("stopped") and limits.past(deadline) and not flag.is_set():
-                    ev = {**ev, "time_limit_s": limit_s}
-                put(ev)
+            # the request's deadline holds in this thread too: its waits at the load gate end there
+            with limits.until(deadline, limit_s):
+                task = task_for(key)
+                # each training step is a model computation: a load elsewhere waits for it, not for the race
+                for ev in loadgate.gated_iter(race(task, cfg, stop=stop)):
+                    if ev.get("done") and ev.get("stopped") and timed_out.is_set():
+                        ev = {**ev, "time_limit_s": limit_s}
+                    if ev.get("setup") and ev["setup"] == ev.get("of"):
+                        steps.append(limits.Steps("the race", end_by, limit_s))
+                    put(ev)
         except BaseException as e:  # handed to the consumer
             put({"error": e})
         finally:
