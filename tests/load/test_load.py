@@ -26,23 +26,30 @@ def test_sixteen_clients_see_only_their_own_interventions():
     assert final["integrity"] == [] and final["internal_errors"] == 0
 
 
+# What a long call may take past the job limit, measured on this 2-core machine under the suite's
+# load: the answer's way back to the client (its result and the queue's status, polled every 0.1 s:
+# up to 0.6 s) and a model load that began before the deadline, which cannot be stopped midway
+# (1.0-1.4 s for the memorization stand-in's pipeline here); a loop stops before the step that would
+# pass the limit (backend.core.limits.Steps) and a wait at the load gate ends at it.
+PAST_LIMIT_S = 3.0
+
+
 @pytest.mark.timeout(600)
 def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_limit():
-    """Issue 37: a visitor holding long model calls in every model slot (here four: a held-out
-    evaluation, an 8-seed generation, a scale curve, the largest error table) kept another visitor's
-    half-second call waiting minutes, and they ran past the job limit. Now the other call waits
-    ≤ 10 s in the queue, and each long call is stopped at the limit (15 s here). A call stops at its
-    next check: one held-out batch or evaluation took up to 23 s past the limit on this 2-core machine
-    under a load of 15, so the bound here is 3x the limit. A race is left out: it still took 18-45 s
-    past the limit to wind down (python -m tests.load.turns_and_limits prints the times)."""
+    """Issue 37: a visitor holding long model calls in every model slot (here four: a race, a
+    held-out evaluation, an 8-seed generation, a scale curve) kept another visitor's half-second
+    call waiting minutes, and they ran past the job limit (a held-out evaluation up to 23 s past a
+    15 s limit, a race 18-45 s). Now the other call waits ≤ 10 s in the queue, and each long call
+    ends within the limit, PAST_LIMIT_S for its answer's way back (python -m
+    tests.load.turns_and_limits prints the times)."""
     from tests.load.turns_and_limits import LONG, fair_turns
 
-    long = LONG[2:] + [("/errors", dict(key="pissa-toy", rank=128, heat="loftq-5"))]
+    long = LONG[:1] + LONG[2:]
     ARTIFACTS.mkdir(exist_ok=True)
     with serve(env={"WORKBENCH_JOB_SECONDS": "15"}, log_path=ARTIFACTS / "turns-server.log") as (url, _):
         rep = fair_turns(url, long=long, head_start_s=3.0)
     print(rep.summary(15))
     assert len(rep.long) == 4
     assert rep.short_wait_s <= 10  # in the queue
-    assert all(t.seconds <= 3 * 15 for t in rep.long), rep.summary(15)
+    assert all(t.seconds <= 15 + PAST_LIMIT_S for t in rep.long), rep.summary(15)
     assert not any("Internal error" in t.error for t in rep.long)
