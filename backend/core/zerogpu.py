@@ -207,8 +207,8 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
             # one call that alone would pass the job's limit is not started (a stream is not refused:
             # it ends at the limit with what it has)
             raise limits.JobTooLong(
-                f"{what} is estimated at {guess:.0f} s from the times measured on this server, more than "
-                f"the {max(left, 0):.0f} s left of {limits.limit_words()}; choose smaller settings. "
+                f"{what} is estimated at {guess:.1f} s from the times measured on this server, more than "
+                f"the {max(left, 0):.1f} s left of {limits.limit_words()}; choose smaller settings. "
                 "Nothing was computed.")
         given = min((x for x in (left, cap) if x is not None), default=None)
         return (name, model, setting, units, given), cap

@@ -1,5 +1,6 @@
 """backend.core.limits.Steps: a loop ends before a step that would pass its deadline, not one step
 after it; without a deadline it never stops; an inner budget or a fixed deadline is the one held."""
+import re
 import threading
 import time
 
@@ -129,3 +130,31 @@ def test_a_wait_at_the_load_gate_ends_at_the_deadline():
     with loadgate.computing():  # unbounded without a deadline, and the gate is free again
         pass
     assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
+
+
+def test_a_call_measured_longer_than_the_time_left_is_not_started():
+    """A single step longer than the whole limit is not begun: its measured cost (backend.core.costs)
+    refuses it before it starts; without a measure, or with time enough, it runs."""
+    from backend.core import costs
+    from backend.core.zerogpu import gpu
+
+    ran = []
+
+    @gpu(duration=5)
+    def one_long_step(x):
+        ran.append(x)
+        time.sleep(0.3)
+        return x
+
+    costs.clear()
+    with limits.budget(0.2):
+        assert one_long_step(1) == 1  # never measured: it runs (a step is not stopped midway)
+    assert one_long_step(1) == 1  # measured: 0.3 s
+    with limits.budget(0.2), pytest.raises(limits.JobTooLong) as e:
+        one_long_step(1)
+    assert re.search(r"estimated at 0\.\d s from the times measured on this server, more than the 0\.[12] s left",
+                     str(e.value)), str(e.value)
+    assert ran == [1, 1]  # nothing computed
+    with limits.budget(5):
+        assert one_long_step(1) == 1
+    costs.clear()
