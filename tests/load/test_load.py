@@ -26,14 +26,6 @@ def test_sixteen_clients_see_only_their_own_interventions():
     assert final["integrity"] == [] and final["internal_errors"] == 0
 
 
-# What a long call may take past the job limit, measured on this 2-core machine under the suite's
-# load: the answer's way back to the client (its result and the queue's status, polled every 0.1 s:
-# up to 0.6 s) and a model load that began before the deadline, which cannot be stopped midway
-# (1.0-1.4 s for the memorization stand-in's pipeline here); a loop stops before the step that would
-# pass the limit (backend.core.limits.Steps) and a wait at the load gate ends at it.
-PAST_LIMIT_S = 3.0
-
-
 @pytest.mark.timeout(600)
 def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_limit():
     """Issue 37: a visitor holding long model calls in every model slot (here four: a race, a
@@ -42,7 +34,7 @@ def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_li
     15 s limit, a race 18-45 s). Now the other call waits ≤ 10 s in the queue, and each long call
     ends within the limit, PAST_LIMIT_S for its answer's way back (python -m
     tests.load.turns_and_limits prints the times)."""
-    from tests.load.turns_and_limits import LONG, fair_turns
+    from tests.load.turns_and_limits import LONG, PAST_LIMIT_S, fair_turns
 
     long = LONG[:1] + LONG[2:]
     ARTIFACTS.mkdir(exist_ok=True)

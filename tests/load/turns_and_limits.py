@@ -26,6 +26,13 @@ LONG = [
 # Another visitor's short call, on a model none of the five uses (calls on one model take turns on its
 # lock: a wait behind that is the model's, not the queue's).
 SHORT = ("/steer", (None, "3", 5, 20.0, "image", False, True))  # as tests.load.scenarios
+# What a long call may take past the job limit: its answer's way back to the client (the harness
+# polls the job every 0.1 s) and a model load that began before the deadline, which cannot be stopped
+# midway. A loop stops before the step that would pass the limit (backend.core.limits.Steps) and a
+# wait at the load gate ends at it. Measured with a 15 s limit on this 2-core machine at a load of
+# 7-9: at most 1.5 s past (a race stopped at the load gate, 16.5 s; a generation whose pipeline
+# loaded across the deadline, 16.4 s); twice that, for a busier machine.
+PAST_LIMIT_S = 3.0
 # The smallest setting of each call the cap refused (issue 37).
 SMALLEST = [
     ("/memo_find", dict(prompt=MEMO)),
@@ -125,7 +132,7 @@ def main() -> None:
     with serve(env={"WORKBENCH_JOB_SECONDS": str(args.job_seconds)}) as (url, _):
         rep = fair_turns(url)
     print(rep.summary(args.job_seconds))
-    slack = 10.0  # to stop at the next check and answer
+    slack = PAST_LIMIT_S  # the answer's way back
     over = [t for t in rep.long if t.seconds > args.job_seconds + slack]
     print(f"goal: short call waits <= 10 s: {'met' if rep.short_wait_s <= 10 else 'NOT met'}; every long call "
           f"within its job limit (+{slack:g} s to stop and answer): {'met' if not over else 'NOT met'}")
