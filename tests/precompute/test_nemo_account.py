@@ -42,7 +42,9 @@ def test_nemo_account_rows_report_each_path_against_one_forward(rows):
     assert before["device_projected_ratio"] < before["projected_ratio"]  # the host work is in the total
     loc = batch["localisation"]
     assert loc["unet_batches_lower_bound"] == 2 + sum(math.ceil(n / g) for n in (16, 7, 1120 - 24))
-    assert loc["projected_s_lower_bound"] > 0 and loc["measured_rate_s_lower_bound"] > 0
+    assert loc["projected_s_lower_bound"] > 0
+    # the GPU's measured forwards and host calibrate SD-1.4's full shape only
+    assert "measured_rate_batch_s" not in loc and loc["host_scale"] == 1.0
     assert any("localisation of the benchmark's prompt (projection)" in line for line in batch["lines"])
 
 
@@ -56,3 +58,14 @@ def test_localisation_counts_batches_from_the_sequential_evaluations():
     assert loc["projected_s_lower_bound"] == pytest.approx(1.02 + 188 * 0.1)
     assert loc["extra_batches_within_target"] == int((25 - 19.82) / 0.1)
     assert loc["sequential_projected_s"] == pytest.approx(1.02 + 1119 * 0.02)
+    # the UNet at the measured forwards' rate (38.3 ms for 10 latents, 66.6 ms for 20), the rest as given
+    p.update(now=0.021, forward=0.02, setup_forward=0.02, seeds=10)
+    loc = localisation(p, groups=6, evaluations=1120)
+    per = (0.0666 - 0.0383496) / 10
+    assert loc["measured_rate_batch_s"] == pytest.approx(0.0383496 + 50 * per + 6 * 0.001)
+    fixed = 1.02 - 0.02 - 0.02 + 2 * 0.0383496 + 0.001
+    assert loc["measured_rate_s_lower_bound"] == pytest.approx(fixed + 188 * loc["measured_rate_batch_s"])
+    # the analogue's wrong guesses and near ties, each a batch or an exact evaluation more
+    w, t = loc["analogue_extra_batches"], loc["analogue_exact"]
+    assert 0 < w < t < 1119
+    assert loc["analogue_projected_s"] == pytest.approx(loc["projected_s_lower_bound"] + w * 0.1 + t * 0.02)
