@@ -9,8 +9,10 @@ prompt on an H200. Printed by `python -m benchmarks.fullsize` with the other acc
 Nothing is computed on the meta device, so the search's decisions cannot be run here (every SSIM
 would be made up): the localisation's number of UNet batches is derived from the sequential search's
 1120 evaluations measured on the H200 (H200_OLD) and the batch size the search uses, as a lower bound
-(every speculative guess right, no near tie settled exactly) and with the extra batches that wrong
-guesses and near ties would add, as far as 25 s leaves room for them.
+(every speculative guess right, no near tie settled exactly), with the room 25 s leaves for the extra
+batches of wrong guesses and near ties, and with those at the rates a relaxed search showed on the
+tiny random UNet (ANALOGUE). Each at the roofline's rates and at the UNet's measured forwards'
+(MEASURED_FORWARDS).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ ANALOGUE = {"wrong_guess_batches_per_decision": (8 + 10) / (112 + 122),
 # One UNet forward of SD-1.4 (fp16, 64 × 64 latents) measured on a GPU, by latents in the batch: the
 # H200 of 2026-11-28 (10 latents, guidance 0) and the H100 of 2026-11-22 (20 latents, a CFG batch;
 # docs/benchmarks.md). A line through both puts a forward at about 10 ms plus 2.8 ms per latent,
-# the account's roofline at 18.1 ms for 10: its rates, near the measured ones for the LLMs' products,
+# the account's roofline at about 18 ms for 10: its rates, near the measured ones for the LLMs' products,
 # are too fast for this UNet, so the localisation is also given with the measured line.
 MEASURED_FORWARDS = ((10, 0.0383496), (20, 0.0666))
 

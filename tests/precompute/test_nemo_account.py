@@ -48,6 +48,15 @@ def test_nemo_account_rows_report_each_path_against_one_forward(rows):
     assert any("localisation of the benchmark's prompt (projection)" in line for line in batch["lines"])
 
 
+def test_fullsize_prints_the_nemo_account_below_the_others(rows):
+    from benchmarks import fullsize_account
+
+    assert "nemo" in fullsize_account.ACCOUNTS
+    text = fullsize_account.table(rows)
+    assert text.count("| Memorization | NeMo") == 3 and "**" in text
+    assert text.index("localisation of the benchmark's prompt") > text.index("| Memorization | NeMo, one UNet batch")
+
+
 def test_localisation_counts_batches_from_the_sequential_evaluations():
     assert schedule_length() == 16  # θ 5 → 1.25 by 0.25, k 0 → 15 (max_k 20 not reached)
     assert schedule_length(max_k=5) == 5
