@@ -25,9 +25,14 @@ return the tensor itself, which would then be both host and device).
 On the meta device (weights and inputs built under `torch.device("meta")`) nothing is computed, so
 the account of a full-size model in its GPU dtype takes seconds: device tensors are the meta ones,
 host tensors the CPU ones, and a value the host reads from the device is made up (1 for a number,
-True for a flag, every element for a mask or a nonzero, zeros for a copy to the host). The counts of
-code whose shapes follow such values (a boolean index, an early return) are those of that guess:
-an upper bound for masks, a lower one where a read scalar sizes later work.
+True for a flag unless `flag=False` is passed, every element for a mask or a nonzero, zeros for a
+copy to the host). The counts of code whose shapes follow such values (a boolean index, an early
+return) are those of that guess: an upper bound for masks, a lower one where a read scalar sizes
+later work. `flag=False` suits code whose flags are checks that hold (an `if bad: raise`).
+
+The host's own tensor work (what runs on host tensors only) is no kernel; with `time_host=True` its
+seconds on this CPU are summed in `host_compute_s` (measured, not projected), which the projection
+adds as it is: work the host does between two syncs delays the device by as much.
 
     acc, out = account(fn, *args, host=[...])
     print(acc.line())
@@ -36,6 +41,7 @@ an upper bound for masks, a lower one where a read scalar sizes later work.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -81,6 +87,7 @@ class Account:
     other_bytes: int = 0
     matmul_flops: int = 0
     matmul_flops_fp32: int = 0  # the part in float32 (no tensor-core rate without TF32)
+    host_compute_s: float = 0.0  # the host's own tensor work, timed on this CPU (time_host=True)
     ops: Counter = field(default_factory=Counter)        # kernels by aten op
     sync_ops: Counter = field(default_factory=Counter)   # syncs by cause
     op_bytes: Counter = field(default_factory=Counter)   # non-matmul bytes by aten op
@@ -88,7 +95,7 @@ class Account:
     def scaled(self, f: float) -> "Account":
         """The account of `f` times the work (e.g. per-sample counts put at the paper's sample count)."""
         sc = lambda c: Counter({k: round(v * f) for k, v in c.items()})  # noqa: E731
-        return Account(*(round(getattr(self, k) * f) for k in _FIELDS), ops=sc(self.ops),
+        return Account(*(_times(getattr(self, k), f) for k in _FIELDS), ops=sc(self.ops),
                        sync_ops=sc(self.sync_ops), op_bytes=sc(self.op_bytes))
 
     def __add__(self, other: "Account") -> "Account":
@@ -103,13 +110,18 @@ class Account:
         return d
 
     def line(self) -> str:
+        host = f", host tensor work {1e3 * self.host_compute_s:.1f} ms (this CPU)" if self.host_compute_s else ""
         return (f"kernels {self.kernels} ({self.matmul_kernels} matmul), syncs {self.syncs}, "
                 f"D2H {self.d2h} ({_size(self.d2h_bytes)}), H2D {self.h2d} ({_size(self.h2d_bytes)}), "
-                f"non-matmul traffic {_size(self.other_bytes)}, matmul {self.matmul_flops / 1e12:.3g} TFLOP")
+                f"non-matmul traffic {_size(self.other_bytes)}, matmul {self.matmul_flops / 1e12:.3g} TFLOP{host}")
 
 
 _FIELDS = ("kernels", "matmul_kernels", "syncs", "d2h", "d2h_bytes", "h2d", "h2d_bytes", "other_bytes",
-           "matmul_flops", "matmul_flops_fp32")
+           "matmul_flops", "matmul_flops_fp32", "host_compute_s")
+
+
+def _times(v, f: float):
+    return v * f if isinstance(v, float) else round(v * f)
 
 
 def _size(b: float) -> str:
@@ -182,8 +194,8 @@ def _flops(name: str, args, out) -> int:
 class _Tracker:
     """Shared state of the two modes: the host tags and the counts."""
 
-    def __init__(self, meta: bool = False):
-        self.meta = meta
+    def __init__(self, meta: bool = False, flag: bool = True, time_host: bool = False):
+        self.meta, self.flag, self.time_host = meta, flag, time_host
         self.acc = Account()
         self.host = WeakIdKeyDictionary()
         self.host_scope = 0  # > 0 inside a host factory call or a transfer: its aten ops are not kernels
@@ -321,14 +333,18 @@ class _Aten(TorchDispatchMode):
         kwargs = kwargs or {}
         tr, acc = self.tr, self.tr.acc
         name = func.overloadpacket.__name__
-        out = _made_up(func, name, args, kwargs) if tr.meta else None
+        flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        if not tr.host_scope and flat and all(tr.is_host(t) for t in flat):
+            t0 = time.perf_counter()
+            out = func(*args, **kwargs)
+            if tr.time_host:
+                acc.host_compute_s += time.perf_counter() - t0
+            tr.tag(out)  # host work: no kernel on the device
+            return out
+        out = _made_up(func, name, args, kwargs, tr.flag) if tr.meta else None
         if out is None:
             out = func(*args, **kwargs)
         if tr.host_scope:
-            return out
-        flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        if flat and all(tr.is_host(t) for t in flat):
-            tr.tag(out)  # host work: no kernel on the device
             return out
         if name == "copy_" and len(flat) >= 2 and tr.is_host(args[0]) != tr.is_host(args[1]):
             if tr.is_host(args[0]):
@@ -365,15 +381,17 @@ def _is_meta(args, kwargs) -> bool:
     return any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in tree_flatten((args, kwargs))[0])
 
 
-def _made_up(func, name: str, args, kwargs):
+def _made_up(func, name: str, args, kwargs, flag: bool = True):
     """The result of a data-dependent op on meta tensors (see the module's docstring), or None
     where the op has a meta kernel of its own."""
     if not _is_meta(args, kwargs):
         return None
     x = args[0] if args else None
     if name == "_local_scalar_dense":
-        return True if x.dtype == torch.bool else (1.0 if x.is_floating_point() else 1)
-    if name in ("equal", "is_nonzero"):
+        return flag if x.dtype == torch.bool else (1.0 if x.is_floating_point() else 1)
+    if name == "is_nonzero":
+        return flag
+    if name == "equal":
         return True
     if name == "nonzero":
         return torch.empty((x.numel(), x.dim()), dtype=torch.long, device="meta")
@@ -399,12 +417,14 @@ def _made_up(func, name: str, args, kwargs):
     return None
 
 
-def account(fn: Callable, *args, host: Iterable = (), meta: bool = False, **kwargs) -> tuple[Account, Any]:
+def account(fn: Callable, *args, host: Iterable = (), meta: bool = False, flag: bool = True,
+            time_host: bool = False, **kwargs) -> tuple[Account, Any]:
     """Run `fn(*args, **kwargs)` on the CPU and count what it would ask of a GPU. Tensors in `host`
     (nested lists allowed) are host tensors; every other tensor that exists before the call (model
     weights, inputs) is a device tensor. With `meta=True` the device tensors are those on the meta
-    device (see the module's docstring) and the host ones those on the CPU."""
-    tr = _Tracker(meta)
+    device (see the module's docstring) and the host ones those on the CPU; `flag` is the value a
+    flag read from a meta tensor is given. `time_host`: time the host's own tensor work."""
+    tr = _Tracker(meta, flag, time_host)
     tr.tag(list(host))
     with _Functions(tr), _Aten(tr):
         out = fn(*args, **kwargs)
@@ -445,6 +465,8 @@ def project(acc: Account, gpu: GPU = H200) -> dict:
              "other_kernels_s": mem}
     parts["host_s"] = max(0.0, acc.kernels * gpu.host_op_s - parts["matmul_s"] - mem)
     parts.update(syncs_s=acc.syncs * gpu.sync_s, d2h_s=acc.d2h_bytes / gpu.d2h)
+    if acc.host_compute_s:
+        parts["host_compute_s"] = acc.host_compute_s
     parts["total_s"] = sum(parts.values())
     return parts
 

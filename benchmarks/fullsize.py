@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (tiny runs)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     ap.add_argument("--account", action=argparse.BooleanOptionalAction, default=None,
-                    help="the GPU-shape account of the mathneuro, sae_index and lrp rows at full size "
+                    help="the GPU-shape account of the mathneuro, sae_index, lrp and nemo rows at full size "
                          "(benchmarks/fullsize_account.py; the default on a CPU)")
     args = ap.parse_args(argv)
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -1,6 +1,6 @@
-"""The GPU-shape account of `benchmarks.fullsize`'s rows (MathNeuro, feature index, MambaLRP): each
-computation and its baseline built at the papers' full configs on the meta device, in the GPU's
-dtype, so nothing is computed and a CPU counts them in seconds (`benchmarks.account`), with the
+"""The GPU-shape account of `benchmarks.fullsize`'s rows (MathNeuro, feature index, MambaLRP, and NeMo's
+search from benchmarks.nemo_account): each computation and its baseline built at the papers' full
+configs on the meta device, in the GPU's dtype, so nothing is computed and a CPU counts them in seconds (`benchmarks.account`), with the
 projection on an H200. Printed beside the CPU figures by `python -m benchmarks.fullsize`
 (`--no-account` leaves it out); `python -m benchmarks.fullsize_account [--only ...]` prints it alone.
 """
@@ -15,19 +15,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.account import H200, Account, account, project  # noqa: E402
-from benchmarks.fullsize_parts import default_dtype, index_step, llama_1b  # noqa: E402
+from benchmarks.account import H200, account  # noqa: E402
+from benchmarks.fullsize_parts import account_row, default_dtype, index_step, llama_1b  # noqa: E402
 
 META = torch.device("meta")
-
-
-
-def _row(tab: str, what: str, main: Account, base: Account, baseline: str) -> dict:
-    p, b = project(main, H200), project(base, H200)
-    return {"tab": tab, "what": what, "baseline": baseline, "account": main.as_dict(),
-            "baseline_account": base.as_dict(), "projected_s": p["total_s"], "baseline_projected_s": b["total_s"],
-            "projected_ratio": p["total_s"] / b["total_s"], "projection": p, "baseline_projection": b,
-            "gpu_model": H200.name}
 
 
 def account_mathneuro() -> list[dict]:
@@ -47,7 +38,7 @@ def account_mathneuro() -> list[dict]:
 
     main, _ = account(core.identify, model, math_ids, non_ids, 0.05, batch_size=batch, meta=True)
     base, _ = account(forward, meta=True)
-    return [_row("Math neurons", "MathNeuro identification per 100 + 100 samples of 192 tokens, Llama-3.2-1B, bf16",
+    return [account_row("Math neurons", "MathNeuro identification per 100 + 100 samples of 192 tokens, Llama-3.2-1B, bf16",
                  main, base, "forward over the same samples")]
 
 
@@ -78,7 +69,7 @@ def account_sae_index() -> list[dict]:
         return lm(inputs_embeds=x, use_cache=False).last_hidden_state
 
     base, _ = account(forward, meta=True)
-    return [_row("Features", "feature index, LLaVA-NeXT-8B's LM to layers.24 + 131072-latent TopK SAE, batch 8 "
+    return [account_row("Features", "feature index, LLaVA-NeXT-8B's LM to layers.24 + 131072-latent TopK SAE, batch 8 "
                  "(the update's boolean selections counted at their largest)", main, base,
                  "bare LM forward to the hookpoint, same tokens")]
 
@@ -116,12 +107,19 @@ def account_lrp() -> list[dict]:
         with _one_kernel_scan():
             main, _ = account(attribute_text, model, ids, target=42, method="mambalrp", meta=True)
             base, _ = account(attribute_text, model, ids, target=42, method="gi", meta=True)
-        rows.append(_row("Relevance", f"MambaLRP, {name}, 512 tokens, fp32", main, base,
+        rows.append(account_row("Relevance", f"MambaLRP, {name}, 512 tokens, fp32", main, base,
                          "Gradient×Input through the same forward"))
     return rows
 
 
-ACCOUNTS = {"mathneuro": account_mathneuro, "sae_index": account_sae_index, "lrp": account_lrp}
+def account_nemo() -> list[dict]:
+    from benchmarks.nemo_account import account_nemo as rows  # SD-1.4's evaluation paths and the projection
+
+    return rows("full")
+
+
+ACCOUNTS = {"mathneuro": account_mathneuro, "sae_index": account_sae_index, "lrp": account_lrp,
+            "nemo": account_nemo}
 
 
 def _cell(a: dict) -> str:
@@ -142,7 +140,8 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['tab']} | {r['what']} | {_cell(r['account'])} | {_cell(r['baseline_account'])} | "
                      f"{1e3 * r['projected_s']:.1f} vs {1e3 * r['baseline_projected_s']:.1f} | "
                      f"**{r['projected_ratio']:.2f}** (projection) |")
-    return "\n".join(lines)
+    notes = [line for r in rows for line in r.get("lines", [])]
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def accounts(only: list[str]) -> list[dict]:

@@ -5,6 +5,7 @@ back.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import Callable
@@ -59,39 +60,56 @@ def row(tab: str, what: str, main: dict, base: dict, baseline: str, **extra) -> 
             "baseline_peak_gib": base["peak_gib"], **extra}
 
 
+def account_row(tab: str, what: str, main, base, baseline: str) -> dict:
+    """A row of the GPU-shape account's table (benchmarks.fullsize_account): two accounts and their
+    projections on the H200."""
+    from benchmarks.account import H200, project
+
+    p, b = project(main, H200), project(base, H200)
+    return {"tab": tab, "what": what, "baseline": baseline, "account": main.as_dict(),
+            "baseline_account": base.as_dict(), "projected_s": p["total_s"], "baseline_projected_s": b["total_s"],
+            "projected_ratio": p["total_s"] / b["total_s"], "projection": p, "baseline_projection": b,
+            "gpu_model": H200.name}
+
+
 def sd_pipeline(scale: str, dev: torch.device):
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
     from backend.zoo.recipes.memorization import make_tokenizer
 
-    dtype = torch.float16 if dev.type == "cuda" else torch.float32
+    # the GPU's dtype on a GPU and on the meta device (the account builds the modules there directly)
+    dtype = torch.float32 if dev.type == "cpu" else torch.float16
     torch.manual_seed(0)
     tok = make_tokenizer()
-    if scale in ("full", "width"):  # the whole SD-1.4 UNet at its 64 × 64 latents in both
-        from tests.unit.test_nemo import SD14_UNET
+    meta = dev.type == "meta"
+    with torch.device(dev) if meta else contextlib.nullcontext(), \
+            default_dtype(dtype) if meta else contextlib.nullcontext():
+        if scale in ("full", "width"):  # the whole SD-1.4 UNet at its 64 × 64 latents in both
+            from tests.unit.test_nemo import SD14_UNET
 
-        unet = UNet2DConditionModel(**{k: v for k, v in SD14_UNET.items() if not k.startswith("_")})
-        tok.model_max_length = 77
-        te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=768, intermediate_size=3072,
-                                          num_hidden_layers=12, num_attention_heads=12,
-                                          max_position_embeddings=77))
-        vae = AutoencoderKL()
-    else:
-        unet = UNet2DConditionModel(block_out_channels=(32, 64), layers_per_block=1, sample_size=8,
-                                    down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-                                    up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-                                    cross_attention_dim=32, attention_head_dim=4, norm_num_groups=8)
-        tok.model_max_length = 16
-        te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=16))
-        vae = AutoencoderKL(block_out_channels=(8,), norm_num_groups=8, latent_channels=4, sample_size=8)
+            unet = UNet2DConditionModel(**{k: v for k, v in SD14_UNET.items() if not k.startswith("_")})
+            tok.model_max_length = 77
+            te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=768, intermediate_size=3072,
+                                              num_hidden_layers=12, num_attention_heads=12,
+                                              max_position_embeddings=77))
+            vae = AutoencoderKL()
+        else:
+            unet = UNet2DConditionModel(block_out_channels=(32, 64), layers_per_block=1, sample_size=8,
+                                        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+                                        cross_attention_dim=32, attention_head_dim=4, norm_num_groups=8)
+            tok.model_max_length = 16
+            te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                              num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=16))
+            vae = AutoencoderKL(block_out_channels=(8,), norm_num_groups=8, latent_channels=4, sample_size=8)
     pipe = StableDiffusionPipeline(
         vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
         scheduler=DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
                                 steps_offset=1, clip_sample=False, set_alpha_to_one=False),
         safety_checker=None, feature_extractor=None, requires_safety_checker=False)
-    pipe.to(dev, dtype)
+    if not meta:
+        pipe.to(dev, dtype)
     for m in (pipe.unet, pipe.vae, pipe.text_encoder):
         m.eval().requires_grad_(False)
     pipe.set_progress_bar_config(disable=True)

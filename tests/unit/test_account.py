@@ -75,3 +75,26 @@ def test_indexed_writes_count_the_addressed_elements_only():
     acc, _ = account(f, big)
     assert acc.op_bytes["index_fill_"] == 16 + 2 * 20 * 4
     assert acc.op_bytes["index_put_"] == 24 + 4 + 2 * 3 * 4  # indices, the value, 3 elements
+
+
+def test_meta_flags_follow_the_flag_given_and_host_work_is_timed_when_asked():
+    w = torch.empty(4, device="meta")
+
+    def checked(w):
+        if (w.min() < 0) or (w.max() > 1):  # a range check that holds on a real run
+            raise ValueError("out of range")
+        host = torch.ones(256, 256, dtype=torch.float64)
+        return float((host @ host).sum())     # host work only: no kernel
+
+    acc, out = account(checked, w, meta=True, flag=False, time_host=True)
+    assert out == 256.0 ** 3 and acc.syncs == 2 and acc.kernels == 4  # min, lt, max, gt
+    assert acc.host_compute_s > 0 and project(acc)["host_compute_s"] == acc.host_compute_s
+    acc2, _ = account(lambda: float(torch.ones(8, dtype=torch.float64).sum()), meta=True)
+    assert acc2.host_compute_s == 0 and "host_compute_s" not in project(acc2)
+    assert acc.scaled(2).host_compute_s == 2 * acc.host_compute_s
+    try:  # the default flag reads True: the check raises, as the docstring says
+        account(checked, w, meta=True)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a made-up flag should read True by default")
