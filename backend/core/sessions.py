@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .store import parse_bytes
+from .budget import parse_bytes
 
 DIR_ENV, QUOTA_ENV, TTL_ENV, SHARED_ENV = ("WORKBENCH_SESSION_DIR", "WORKBENCH_SESSION_QUOTA",
                                            "WORKBENCH_SESSION_TTL", "WORKBENCH_SHARED_BUILDS")
