@@ -14,14 +14,20 @@ from backend.core import bounds
 from backend.nemo import data as ndata
 from backend.nemo import images as nimages
 from backend.nemo import service
+from backend.nemo import visitor as nvisitor
 from backend.nemo.metrics import auroc
 from components.common import fail
 from components.memorization_figures import (NO_NEURONS_OFF, batch_rows, export_png, gallery_items, hist_plot,
                                              pin_html, relaxed_words, result_html, score_html, stats_html,
                                              summary_html, table_rows, z_plot)
-from components.visitor import own_folder, room_of, stats_dir
+from components.visitor import own_folder, space
 
 PANEL_OF = "memorization"  # handlers here are the Memorization tab's (components.guard.handler_tab)
+
+
+def stats_dir(request) -> Path | None:
+    """Where this visitor's own statistics would be (read only), or None: the shared ones."""
+    return space(request, nvisitor.SPACE).path()
 
 
 def _seeds(n) -> list[int]:
@@ -174,7 +180,8 @@ def make_handlers(source: str):
         n = bounds.check(bounds.MEMO_STATS, n)
         own = [line for line in str(own_text or "").splitlines() if line.strip()]
         return stats_html(service.compute_stats(n, source=source, model=model, prompts=own or None,
-                                                own_dir=own_folder(request, "nemo"), room=room_of(request)))
+                                                own_dir=own_folder(request, nvisitor.SPACE),
+                                                room=space(request, nvisitor.SPACE, write=True).room))
 
     def table(n_prompts, model=None, request: gr.Request = None, progress=gr.Progress()):
         n = bounds.check(bounds.MEMO_TABLE, n_prompts)
