@@ -7,7 +7,10 @@ goes with it (components.session_memory).
 A call with no session behind it (a raw POST to /gradio_api/run/<name>, Python calling a handler)
 is nobody in particular: it reads what everyone reads, and anything it would build is refused. The
 owner's artefacts are written by the owner's jobs (the precompute CLIs) or, on a private Space,
-under WORKBENCH_SHARED_BUILDS=1, never because a request lacks a session."""
+under WORKBENCH_SHARED_BUILDS=1, never because a request lacks a session.
+
+`space(request, SPACE, write=)` is how every handler reaches its visitor's files (the convention:
+backend.core.sessions.Space, docs/architecture.md)."""
 from __future__ import annotations
 
 from pathlib import Path
