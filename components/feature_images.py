@@ -20,7 +20,7 @@ from backend.sae import analysis, hub_index, organism
 from backend.sae.index import IMAGE_SUFFIXES, ImageSource
 from backend.sae import visitor
 from components.common import fail
-from components.visitor import own_folder, session_of
+from components.visitor import space
 
 MAX_TAB_IMAGES = 256  # an index built from the tab; larger sets go to the sharded command-line job
 MAX_ZIP_BYTES = 512 * 2**20  # uncompressed, all images of one uploaded zip together
@@ -33,13 +33,13 @@ class Build:
     organism's index file for everyone (`images` None: beside that file). `made`: the folders this
     build created, removed if it is refused or cancelled."""
     org: object
-    session: str
+    space: sessions.Space
     images: Path | None
     made: list[Path] = field(default_factory=list)
 
     def room(self, n_bytes: int) -> None:
         if self.images is not None:
-            sessions.check_room(self.session, n_bytes, "the uploaded images")
+            self.space.room(n_bytes, "the uploaded images")
 
     def index_file(self, src: "ImageSource") -> Path:
         if self.images is None:
@@ -63,7 +63,7 @@ class Build:
         if self.images is None:
             organism.refresh_index(self.org)  # the shared file: every visitor picks it up
             return source
-        sessions.keep_within_quota(self.session, [out.parent], "the index")
+        self.space.keep_within([out.parent], "the index")
         keep = {Path(out).parent.resolve(), Path(src.root).resolve()}
         for d in [*self.images.glob("images-*"), *(self.images.parent / "index").glob("*")]:
             if d.is_dir() and d.resolve() not in keep:
@@ -77,8 +77,8 @@ def shown_place(folder: str | Path) -> str:
 
 
 def own_build(org, request) -> Build:
-    images = own_folder(request, "features", "images")
-    return Build(org, session_of(request), images)
+    own = space(request, visitor.SPACE, write=True)
+    return Build(org, own, own.make("images"))
 
 
 def own_labels(source: str, org, request) -> str:
@@ -87,7 +87,7 @@ def own_labels(source: str, org, request) -> str:
     the shared labels), so the owner's labels.json is never written by a visitor."""
     if visitor.is_session(source) or org.index_path is None:
         return source
-    folder = own_folder(request, "features", "labels")
+    folder = space(request, visitor.SPACE, write=True).make("labels")
     if folder is None:  # shared builds: the labels beside the shared index, for everyone
         return source
     name = sessions.content_name([str(org.index_path)], 12) + "-labels.json"

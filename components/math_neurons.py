@@ -18,7 +18,8 @@ from backend.mathneuro import service
 from backend.mathneuro.presets import TAB
 from backend.mathneuro.service import Setting
 from components import links
-from components.visitor import writer_of
+from backend.mathneuro import visitor_sets
+from components.visitor import space
 from components.model_picker import model_picker
 from backend.core import bounds
 from components import range_guard
@@ -263,7 +264,7 @@ def make_handlers(source: str):
         what = service.SIDES[side]
 
         def handler(given, model=None, other=None, request: gr.Request = None):
-            owner = writer_of(request)  # kept while this session lasts; no session, nothing kept
+            owner = space(request, visitor_sets.SPACE, write=True).session  # kept while this session lasts
             if via == "file":
                 if given is None:
                     fail(f"Choose a {what} file first (JSONL, JSON, CSV or plain text).")

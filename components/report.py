@@ -44,6 +44,8 @@ TOUR_TAB = "tour"
 TOUR_KEY = "tour-figure"
 _STATE: dict[str, Any] = {"source": None, "tabs": {}, "defaults": {}, "base": ""}
 
+SPACE = "report"  # the report's place in a session's folder (backend.core.sessions.Space)
+
 
 def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -363,7 +365,7 @@ def write_report(request, progress=None) -> tuple[Path, dict]:
     t0 = time.perf_counter()
     sid = scope_of(request)
     page, summary = report_html(sid, progress)
-    folder = own_folder(request, "report") if sid and not sid.startswith("mcp-") else None
+    folder = own_folder(request, SPACE) if sid and not sid.startswith("mcp-") else None
     if folder is None:
         folder = Path(tempfile.mkdtemp(prefix="wb-report-"))
     path = folder / f"workbench-report-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.html"

@@ -7,7 +7,10 @@ goes with it (components.session_memory).
 A call with no session behind it (a raw POST to /gradio_api/run/<name>, Python calling a handler)
 is nobody in particular: it reads what everyone reads, and anything it would build is refused. The
 owner's artefacts are written by the owner's jobs (the precompute CLIs) or, on a private Space,
-under WORKBENCH_SHARED_BUILDS=1, never because a request lacks a session."""
+under WORKBENCH_SHARED_BUILDS=1, never because a request lacks a session.
+
+`space(request, SPACE, write=)` is how every handler reaches its visitor's files (the convention:
+backend.core.sessions.Space, docs/architecture.md)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,42 +33,22 @@ def session_of(request: gr.Request | None) -> str | None:
     return sessions.key_of(sid) if sid else None
 
 
-def writer_of(request: gr.Request | None) -> str | None:
-    """The session whose scope a build of this call goes to: None only where the owner shares builds
-    (WORKBENCH_SHARED_BUILDS=1); a call with no session is refused (gr.Error), never the owner."""
+def space(request: gr.Request | None, name: str, *, write: bool = False) -> sessions.Space:
+    """This request's space for a method (`name`: the method's SPACE): nobody's (shared files) where
+    the owner shares builds (WORKBENCH_SHARED_BUILDS=1); with no session behind the call, nobody's
+    for a read, and a write (`write`) is refused (gr.Error), never turned into the owner's."""
     if sessions.shared_builds():
-        return None
+        return sessions.Space(None, name)
     sid = session_of(request)
-    if sid is None:
+    if sid is None and write:
         raise gr.Error(NO_SESSION)
-    return sid
+    return sessions.Space(sid, name)
 
 
-def own_folder(request: gr.Request | None, *sub: str) -> Path | None:
-    """Where this visitor's builds go (made now), or None when the owner shares builds
-    (WORKBENCH_SHARED_BUILDS=1). A call with no session is refused (writer_of)."""
-    sid = writer_of(request)
-    if sid is None:
-        return None
-    path = sessions.folder(sid).joinpath(*sub)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def stats_dir(request: gr.Request | None) -> Path | None:
-    """Where this visitor's NeMo statistics would be (read only: nothing is made for a read), or None
-    where builds are shared or no session is behind the call (the shared statistics)."""
-    sid = session_of(request)
-    if sid is None or sessions.shared_builds():
-        return None
-    return sessions.root() / sid / "nemo"
-
-
-def room_of(request: gr.Request | None):
-    """A check that `n` more bytes fit this visitor's quota (gr.Error past it); none where the owner
-    shares builds."""
-    sid = None if sessions.shared_builds() else writer_of(request)
-    return lambda n, what="the result": sid is None or sessions.check_room(sid, n, what)
+def own_folder(request: gr.Request | None, name: str, *sub: str) -> Path | None:
+    """Where this visitor's builds for the method `name` go (made now), or None when the owner shares
+    builds. A call with no session is refused (space)."""
+    return space(request, name, write=True).make(*sub)
 
 
 def end_session(request: gr.Request):

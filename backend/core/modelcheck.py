@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import presets as P
 from .errors import ModelCheckError
-from .store import parse_bytes
+from .budget import parse_bytes
 from .weightfiles import (_HUB_SIZES, _ask_hub_size, _header, _hub_size, _without_variants,  # noqa: F401
                           bytes_words, hub_or_cached_size, local_size, weight_files)
 

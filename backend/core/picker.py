@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 
 from . import modelcheck as M
 from . import presets as P
-from .store import budget_bytes
+from .budget import budget_bytes
 from .zerogpu import in_main
 
 

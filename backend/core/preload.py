@@ -105,7 +105,7 @@ def _size(p: P.Preset) -> int | None:
 def run(source: str, setting: str | None = None) -> list[str]:
     """Load what the setting names (see the module's doc); returns the presets loaded. A load that
     fails is logged and left to the tab, which shows why at its first request."""
-    from .store import budget_bytes
+    from .budget import budget_bytes
 
     chosen = wanted(source, setting)
     if not chosen:

@@ -16,7 +16,8 @@ Settings (read at each call, so tests and a Space's variables take effect withou
                            builds is written where the owner's settings point, statistics replace the
                            shared ones), as before per-session folders existed
 No gradio here: components.visitor ties these to Gradio's sessions (a folder is named by `key_of`
-the session hash, never by the hash itself) and unload event.
+the session hash, never by the hash itself) and unload event, and resolves a request's `Space`: the
+place of one method in one session, the way every method reaches its visitor's files.
 """
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ import shutil
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .store import parse_bytes
+from .budget import parse_bytes
 
 DIR_ENV, QUOTA_ENV, TTL_ENV, SHARED_ENV = ("WORKBENCH_SESSION_DIR", "WORKBENCH_SESSION_QUOTA",
                                            "WORKBENCH_SESSION_TTL", "WORKBENCH_SHARED_BUILDS")
@@ -204,6 +206,42 @@ def keep_within_quota(session: str | None, written: Iterable[Path], what: str = 
         raise QuotaExceeded(
             f"Refused: {what} took this session's files to {_mb(have)}, over its quota of {_mb(cap)} "
             f"({QUOTA_ENV}); it was removed again. Use fewer images, or ask the Space's owner for a larger quota.")
+
+
+@dataclass(frozen=True)
+class Space:
+    """One method's place in one visitor's session: the one way a method reaches what its visitor
+    brought. A handler resolves it from its request (components.visitor.space) and hands the method
+    its folder, its session key or the Space itself; the method never names a session or a path.
+
+    Files: <root>/<session key>/<name>/…, `name` declared once by the method (its visitor module's
+    SPACE). `session` None is nobody's space: the owner shares builds (WORKBENCH_SHARED_BUILDS=1), or a
+    read came with no session; it has no folder and no quota (the method reads and writes the shared
+    files). What a method keeps in memory for a session it drops in an `on_end` listener."""
+    session: str | None
+    name: str
+
+    def path(self, *sub: str) -> Path | None:
+        """Where the space's files are or would be; nothing is made (a read is no use)."""
+        return None if self.session is None else root().joinpath(session_id(self.session), self.name, *sub)
+
+    def make(self, *sub: str) -> Path | None:
+        """The space's folder (or a folder in it), made now; the session is marked as used."""
+        if self.session is None:
+            return None
+        path = folder(self.session).joinpath(self.name, *sub)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def room(self, extra: int, what: str = "the result") -> None:
+        """Refuse before writing `extra` bytes past the session's quota (check_room)."""
+        if self.session is not None:
+            check_room(self.session, extra, what)
+
+    def keep_within(self, written: Iterable[Path], what: str = "the result") -> None:
+        """After a write of unknown size: past the quota, remove it and refuse (keep_within_quota)."""
+        if self.session is not None:
+            keep_within_quota(self.session, written, what)
 
 
 def on_end(fn: Callable[[str, Path], None]) -> Callable[[str, Path], None]:

@@ -32,14 +32,13 @@ notebook, the CLI) a model is in use only during the call that returns it.
 Load progress. A first load of a paper's checkpoint takes long enough that whoever waits must see
 it: inside `load_progress(report)` (components.guard opens one per request, on the handler's
 progress bar) every load calls `report(fraction, "loading <model> (n of N shards)")` as its weight
-files are read (presets.load_pretrained → prefetch.read_shards), and "loaded <model> in s" at the end.
+files are read (presets.load_pretrained → prefetch.read_shards), and "loaded <model> in s" at the end
+(backend.core.loadprogress). The budget is read in backend.core.budget, sizes in backend.core.sizes.
 """
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import gc
-import hashlib
 import logging
 import os
 import re
@@ -48,14 +47,15 @@ import time
 import weakref
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import Any, AsyncIterator, Callable, Iterable, Iterator
 
-import numpy as np
 import torch
 from torch import nn
 
 from . import loadgate
+from .budget import budget_bytes, default_budget, fmt_bytes, gpu_budget, parse_bytes  # noqa: F401 (the store's API)
+from .loadprogress import LOADING_ID, REPORT, display_name, load_progress, report_shards, reporting  # noqa: F401 (the store's API)
+from .sizes import fingerprint, hooks_on, modules_of, nbytes_of  # noqa: F401 (the store's API)
 
 log = logging.getLogger("workbench")
 
@@ -68,143 +68,6 @@ _EVICT_LISTENERS: list[Callable[[str], None]] = []
 _LOADED_HERE: list[str] = []  # every model id this process loaded, in order (a fork inherits the list)
 _COLLECT_BYTES = 64 * 10**6  # a garbage collection pass costs ~0.1 s: worth it for large models only
 
-
-# ----------------------------------------------------------------------------------- the budget
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_bytes(text: str | int | float) -> int | None:
-    """"8GB" → 8e9, "1.5GiB", "512 MB", 1234 → bytes; "none" / "inf" / "" → None (no limit)."""
-    if isinstance(text, (int, float)):
-        return int(text)
-    s = str(text).strip().lower()
-    if s in ("", "none", "inf", "unlimited"):
-        return None
-    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)", s)
-    if not m or m.group(2) not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (expected e.g. 8GB, 512MiB or a number of bytes)")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
-
-
-def gpu_budget(total_memory: int) -> int:
-    """The default budget on a GPU of `total_memory` bytes: 80 % of it, the rest left to activations."""
-    return int(0.8 * total_memory)
-
-
-@lru_cache(maxsize=1)
-def default_budget() -> int:
-    from . import spaces_pkg
-    from .device import pick_device
-
-    # No CUDA query under ZeroGPU: its main process must not initialise the GPU.
-    if pick_device().type == "cuda" and not spaces_pkg.available():
-        return gpu_budget(torch.cuda.get_device_properties(0).total_memory)
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not POSIX: 16 GB is a laptop's
-        ram = 16 * 10**9
-    return int(0.6 * ram)
-
-
-def budget_bytes() -> int | None:
-    """The budget now (read at every check, so a test or an operator can change it)."""
-    setting = os.environ.get("WORKBENCH_MODEL_BUDGET")
-    try:
-        return default_budget() if setting is None else parse_bytes(setting)
-    except ValueError as e:
-        raise ValueError(f"WORKBENCH_MODEL_BUDGET: {e}") from None
-
-
-def _fmt(n: int | None) -> str:
-    return "unlimited" if n is None else f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n / 1e6:.3g} MB"
-
-
-# ----------------------------------------------------------------------------------- sizes
-def modules_of(obj: Any) -> Iterator[tuple[str, nn.Module]]:
-    """The nn.Modules inside a model or a pipeline (diffusers keeps them as attributes)."""
-    if isinstance(obj, nn.Module):
-        yield "", obj
-        return
-    components = getattr(obj, "components", None)
-    if isinstance(components, dict):
-        for name, comp in components.items():
-            if isinstance(comp, nn.Module):
-                yield name, comp
-
-
-def _leaves(obj: Any, depth: int = 3, seen: set | None = None) -> Iterator[Any]:
-    """Tensors and arrays of a stored value: modules, pipelines and the containers or dataclasses
-    services keep them in (a few levels deep, a few hundred items per container; tokenizers are
-    neither and count as nothing)."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
-        return
-    seen.add(id(obj))
-    if isinstance(obj, (torch.Tensor, np.ndarray)):
-        yield obj
-        return
-    found = False
-    for _, module in modules_of(obj):
-        found = True
-        yield from module.parameters()
-        yield from module.buffers()
-    if found or depth == 0:
-        return
-    if isinstance(obj, dict):
-        values = list(obj.values())[:256]
-    elif isinstance(obj, (list, tuple)):
-        values = list(obj[:256])
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        values = [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
-    else:
-        return
-    for v in values:
-        yield from _leaves(v, depth - 1, seen)
-
-
-def _storages(obj: Any) -> Iterator[tuple[tuple, int]]:
-    """(storage key, bytes) of every tensor or array a stored value holds (repeats included)."""
-    for t in _leaves(obj):
-        if isinstance(t, np.ndarray):
-            key, n = ("numpy", id(t if t.base is None else t.base)), t.nbytes
-        elif t.device.type == "meta":
-            continue
-        else:
-            try:
-                st = t.untyped_storage()
-                key, n = (str(t.device), st.data_ptr()), st.nbytes()
-            except (RuntimeError, NotImplementedError):  # tensor subclasses without a plain storage
-                key, n = (str(t.device), id(t)), t.numel() * t.element_size()
-        yield key, n
-
-
-def nbytes_of(obj: Any, besides: Any = None) -> int:
-    """Bytes of the tensors a stored value holds, each storage counted once (any device); with
-    `besides`, only those it does not share with that value (a view's own bytes beside its model)."""
-    seen = {key for key, _ in _storages(besides)} if besides is not None else set()
-    total = 0
-    for key, n in _storages(obj):
-        if key not in seen:
-            seen.add(key)
-            total += n
-    return total
-
-
-def fingerprint(obj: Any) -> str:
-    h = hashlib.sha256()
-    for prefix, module in modules_of(obj):
-        for name, t in sorted(module.state_dict().items()):
-            h.update(f"{prefix}.{name}{tuple(t.shape)}{t.dtype}".encode())
-            t = t.detach().cpu().contiguous()
-            h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
-
-
-def hooks_on(obj: Any) -> int:
-    from .interventions import count_hooks
-
-    return sum(count_hooks(m) for _, m in modules_of(obj))
 
 
 # ----------------------------------------------------------------------------------- scopes
@@ -315,45 +178,6 @@ async def scoped_aiter(aiterable, tell: Callable[[list[str]], None] | None = Non
         scope.close()
 
 
-_REPORT: contextvars.ContextVar[Callable[[float, str], None] | None] = contextvars.ContextVar(
-    "workbench_load_report", default=None)
-_LOADING_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("workbench_loading_model", default=None)
-
-
-@contextmanager
-def load_progress(report: Callable[[float, str], None] | None):
-    """Tell `report(fraction, message)` about every model load inside the block."""
-    token = _REPORT.set(report)
-    try:
-        yield
-    finally:
-        _REPORT.reset(token)
-
-
-def display_name(model_id: str) -> str:
-    """A model id as a person reads it: "zoo:math-llama@main" → "math-llama", a local folder by its
-    name, a hub repo by owner/name (a revision other than main kept); a shared weights entry's class
-    suffix ("…|MambaForCausalLM", backend.core.weights) is not part of the name."""
-    m = re.fullmatch(r"(zoo|hub|local):(.+?)(?:@main)?", model_id.split("|")[0])
-    if not m:
-        return model_id
-    source, name = m.groups()
-    return name.rstrip("/").rpartition("/")[2] if source == "local" else name
-
-
-def reporting() -> bool:
-    """Whether a load now has someone to report to (loaders skip the work of reporting otherwise)."""
-    return _REPORT.get() is not None
-
-
-def report_shards(done: int, total: int, fraction: float) -> None:
-    """A loader's progress through its weight files: shard `done` of `total` is being read."""
-    report = _REPORT.get()
-    if report is not None:
-        name = display_name(_LOADING_ID.get() or "the model")
-        report(fraction, f"loading {name} ({done} of {total} shard{'s' * (total != 1)})")
-
-
 def in_use() -> dict[str, int]:
     """model id → number of requests (or calls) holding it now."""
     with _GUARD:
@@ -377,7 +201,7 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
     when the load starts, as each weight file is read (report_shards) and when it ends; without it
     the request's `load_progress` reporter is."""
     scope = _SCOPE.get()
-    progress = progress or _REPORT.get()
+    progress = progress or REPORT.get()
     with _GUARD:
         if model_id in _MODELS:
             return _touch(model_id, scope)
@@ -402,13 +226,13 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
     if progress is not None:
         progress(0.0, f"loading {display_name(model_id)}")
     t0 = time.perf_counter()
-    tokens = (_REPORT.set(progress), _LOADING_ID.set(model_id))  # shard reports (load_progress)
+    tokens = (REPORT.set(progress), LOADING_ID.set(model_id))  # shard reports (load_progress)
     try:
         with loadgate.loading():  # never beside a computation (backend.core.loadgate)
             model = loader()
     finally:
-        _LOADING_ID.reset(tokens[1])
-        _REPORT.reset(tokens[0])
+        LOADING_ID.reset(tokens[1])
+        REPORT.reset(tokens[0])
     _LOADED_HERE.append(model_id)
     entry = {"model": model, "load_s": time.perf_counter() - t0, "bytes": nbytes_of(model),
              "views": {}, "view_bytes": {}}
@@ -417,8 +241,8 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
     limit = budget_bytes()
     if limit is not None and entry["bytes"] > limit:
         name = model_id.split("|")[0].removesuffix("@main")  # the checkpoint, as a user knows it
-        entry["note"] = (f"{name} ({_fmt(entry['bytes'])}) is larger than the model budget "
-                         f"({_fmt(limit)}): it stays loaded alone until another model is needed, "
+        entry["note"] = (f"{name} ({fmt_bytes(entry['bytes'])}) is larger than the model budget "
+                         f"({fmt_bytes(limit)}): it stays loaded alone until another model is needed, "
                          "and loads again at its next use after that")
         log.warning("model %s", entry["note"])
     with _GUARD:
@@ -428,7 +252,7 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
             scope._hold(model_id)
             if "note" in entry and entry["note"] not in scope.notes:
                 scope.notes.append(entry["note"])
-    log.info("loaded %s (%s) in %.1f s", model_id, _fmt(entry["bytes"]), entry["load_s"])
+    log.info("loaded %s (%s) in %.1f s", model_id, fmt_bytes(entry["bytes"]), entry["load_s"])
     _evict_to_fit()
     if progress is not None:
         progress(1.0, f"loaded {display_name(model_id)} in {entry['load_s']:.1f} s")
@@ -558,7 +382,7 @@ def _evict_to_fit(reserve: int = 0, incoming: bool = False) -> list[str]:
         over = total + reserve > limit and total > 0
     entry = None  # the store's last reference to the evicted models
     for model_id, n, _ in victims:
-        log.info("evicted %s (%s) to stay within the model budget (%s)", model_id, _fmt(n), _fmt(limit))
+        log.info("evicted %s (%s) to stay within the model budget (%s)", model_id, fmt_bytes(n), fmt_bytes(limit))
         _tell(model_id)
     if sum(n for _, n, _ in victims) >= _COLLECT_BYTES:
         gc.collect()  # a large evicted model may sit in a reference cycle (hooks, closures)
@@ -572,8 +396,8 @@ def _evict_to_fit(reserve: int = 0, incoming: bool = False) -> list[str]:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
     if over and reserve == 0:
-        log.info("model store at %s, over its budget %s: the rest is in use or kept alone", _fmt(total),
-                 _fmt(limit))
+        log.info("model store at %s, over its budget %s: the rest is in use or kept alone", fmt_bytes(total),
+                 fmt_bytes(limit))
     return [v for v, _, _ in victims]
 
 

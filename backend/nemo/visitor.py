@@ -3,7 +3,8 @@ over prompts the visitor gives), kept as a statistics file in the visitor's sess
 (backend.core.sessions) and used for that visitor's z-scores and searches only. The shared μ, σ
 (the owner's WORKBENCH_NEMO_STATS file, or those computed at first use) never change.
 
-`own_dir` is the session's folder for this tab, or None (no session: the shared statistics).
+`own_dir` is the visitor's space's folder (`Space(session, SPACE).path()`: components.visitor.space),
+or None (nobody's space: the shared statistics).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from . import core
 from .data import own_stats_prompts
 from . import stats as nstats
 
+SPACE = "nemo"  # this method's place in a session's folder (backend.core.sessions.Space)
 _LOADED: dict[tuple[str, int], core.NeuronStats] = {}  # (file, mtime) → stats; a few small entries
 _LOCK = threading.Lock()
 _KEEP = 32

@@ -14,7 +14,7 @@ from typing import Any
 from ..core import loadgate, picker, preload, store, weights
 from ..core import presets as P
 from ..core.device import device_of, place
-from . import formats, vlm
+from . import format_info, formats, vlm
 from .formats import load as load_sae
 from .index import INDEX_ENV, INDEX_FILE, FeatureIndex
 from .organism import (HUB_HOOKPOINT, HUB_MODEL, HUB_SAE, NO_LABELS, TAB, ZOO_MODEL, ZOO_SAE, HubParts, Organism,
@@ -41,7 +41,7 @@ def zoo_shell(sae_name: str = ZOO_SAE, root: Path | None = None, parts_key: str 
     sae_dir = P.zoo_path(sae_name, root)
     info = _read_json(sae_dir / "organism.json", {})
     cap_dir = _captioner_dir(sae_dir)
-    sae_info = formats.describe(P.validate_local_path(sae_dir, [cap_dir.parent]))
+    sae_info = format_info.describe(P.validate_local_path(sae_dir, [cap_dir.parent]))
     # the hookpoint as `formats.load` names it on the loaded SAE
     hook = formats.model_hookpoint(sae_info["hookpoint"]) if sae_info.get("hookpoint") else info.get("hookpoint", "")
     index = FeatureIndex.load(sae_dir / INDEX_FILE) if (sae_dir / INDEX_FILE).exists() else None
@@ -140,10 +140,10 @@ def sae_location(sae_id: str, hookpoint: str, *, weights: bool) -> tuple[Path, s
         p = snap / folder / "cfg.json"
         return json.loads(p.read_text()) if p.exists() else {}
 
-    sub = formats.hub_folder(files, hookpoint, read_cfg)
+    sub = format_info.hub_folder(files, hookpoint, read_cfg)
     wanted = ["*"] if weights else ["cfg.json", "config.json"]
     root = Path(snapshot_download(repo, allow_patterns=[_under(sub, w) for w in wanted] + [INDEX_FILE]))
-    return root, sub, formats.listed_entry(root, sub, files)
+    return root, sub, format_info.listed_entry(root, sub, files)
 
 
 def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = HUB_HOOKPOINT,
@@ -155,8 +155,8 @@ def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str =
 
     config = P.load_pretrained(AutoConfig, model_id, weights=False)
     root, sub, entry = sae_location(sae_id, hookpoint, weights=False)
-    info = formats.describe_entry(entry)
-    formats.check_width(info, getattr(getattr(config, "text_config", config), "hidden_size", None), str(model_id))
+    info = format_info.describe_entry(entry)
+    format_info.check_width(info, getattr(getattr(config, "text_config", config), "hidden_size", None), str(model_id))
     org = Organism(f"hub:{sae_id}", root, hookpoint=formats.model_hookpoint(hookpoint),
                    model_id=f"hub:{model_id}|{sae_id}", source="hub", label_source=NO_LABELS,
                    ids=(str(model_id), str(sae_id)), sae_info=info, vision=_vision(config),

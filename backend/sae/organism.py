@@ -79,7 +79,7 @@ class Organism:
     label_source: str = CONCEPT_LABELS
     ids: tuple[str, str] = ("", "")  # hub: (model id, SAE id) as the preset names them
     version: int = 0  # bumped when a new index is installed: part of every cache key
-    sae_info: dict = field(default_factory=dict)  # formats.describe: n_latents, k, text (before weights load)
+    sae_info: dict = field(default_factory=dict)  # format_info.describe: n_latents, k, text (before weights load)
     vision: dict = field(default_factory=dict)  # image_size, patch_size, anyres (from the model's config)
     parts_key: str = ""  # the hub VLM + SAE + hookpoint: the name of their view in the VLM's store entry
     weights_key: str = ""  # the model store's key of the VLM's weights, shared with other tabs

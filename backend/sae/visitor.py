@@ -20,6 +20,7 @@ from . import loading
 from .index import INDEX_FILE
 from .organism import NO_LABELS, HubParts, Organism, refresh_index
 
+SPACE = "features"  # this method's place in a session's folder (backend.core.sessions.Space)
 PREFIX = "session:"
 # Views in memory, least recently used first. An index holds n_latents × top_k patch maps whatever
 # the number of images (2.4 GB for the paper's 131k-latent SAE), so only a few stay loaded; one that

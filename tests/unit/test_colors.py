@@ -74,7 +74,7 @@ def test_cmap_helpers_follow_the_shared_maps():
 def _figures():
     """Every plotly figure builder of the tabs, on small inputs of the shape the backends return."""
     from backend.mathneuro.service import Setting
-    from components import adapters, feature_figures, math_figures, memorization_figures, relevance_figures
+    from components import adapter_errors, adapter_race, adapter_spectrum, feature_figures, math_figures, memorization_figures, relevance_figures
 
     toks = ["<bos>", "good", "film", "label:"]
     res = {"tokens": toks, "methods": ["mambalrp", "gi"],
@@ -123,15 +123,16 @@ def _figures():
         "math_figures.layers_plot": lambda: math_figures.layers_plot({"0": {"fraction": 0.03, "count": 5}}, s),
         "math_figures.consistency_plot": lambda: math_figures.consistency_plot(
             {"1": {"mean": 0.5, "min": 0.4}, "4": {"mean": 0.9, "min": 0.8}}, s),
-        "adapters.spectrum_figure": lambda: adapters.spectrum_figure(a),
-        "adapters.histogram_figure": lambda: adapters.histogram_figure(a),
-        "adapters.heatmap_figure": lambda: adapters.heatmap_figure(err),
-        "adapters.bars_figure": lambda: adapters.bars_figure(err),
-        "adapters.race_figure": lambda: adapters.race_figure(race),
+        "adapter_spectrum.spectrum_figure": lambda: adapter_spectrum.spectrum_figure(a),
+        "adapter_spectrum.histogram_figure": lambda: adapter_spectrum.histogram_figure(a),
+        "adapter_errors.heatmap_figure": lambda: adapter_errors.heatmap_figure(err),
+        "adapter_errors.bars_figure": lambda: adapter_errors.bars_figure(err),
+        "adapter_race.race_figure": lambda: adapter_race.race_figure(race),
     }
 
 
-TAB_FILES = ["relevance", "relevance_figures", "features", "feature_figures", "memorization", "memorization_figures", "math_neurons", "math_figures", "adapters"]
+TAB_FILES = ["relevance", "relevance_figures", "features", "feature_figures", "memorization", "memorization_figures", "math_neurons", "math_figures", "adapters",
+             "adapter_spectrum", "adapter_errors", "adapter_race"]
 
 
 def _figure_builders() -> set[str]:

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from PIL import Image
 
-from components import adapters, mpl
+from components import adapter_spectrum, mpl
 
 
 def _analysis(seed: int) -> dict:
@@ -20,7 +20,7 @@ def _analysis(seed: int) -> dict:
 def _draw_many(tmp_path, n=16):
     def one(i):
         path = tmp_path / f"a{i}.png"
-        adapters._analysis_png(_analysis(i), path)
+        adapter_spectrum._analysis_png(_analysis(i), path)
         return Image.open(path).size
 
     with ThreadPoolExecutor(8) as pool:

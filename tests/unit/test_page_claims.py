@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from backend.pissa.race import summarize
-from components.adapters import _status
+from components.adapter_race import _status
 
 
 def _run(method, seed, losses):

@@ -14,7 +14,7 @@ import torch
 
 from backend.core.stopflag import StopFlag
 from backend.pissa import service
-from components import adapters as ui
+from components import adapter_race as ui
 
 torch.set_num_threads(1)
 MODEL = "pissa-toy"

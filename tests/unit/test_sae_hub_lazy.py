@@ -13,7 +13,7 @@ import torch
 
 from backend.core import store
 from backend.sae import analysis, loading
-from backend.sae import formats
+from backend.sae import format_info
 from backend.sae.index import INDEX_ENV, INDEX_FILE
 from backend.sae.formats import load as load_sae
 from backend.sae.sae import JumpReLUSAE, ReLUSAE, SAEFormatError
@@ -95,10 +95,10 @@ def test_sae_summary_words_for_learned_sparsity(tmp_path):
     jump = JumpReLUSAE(8, 32, hookpoint="model.layers.3")
     jump.save(tmp_path / "jump")
     for folder, sae in (("relu", relu), ("jump", jump)):
-        info = formats.describe(tmp_path / folder)
+        info = format_info.describe(tmp_path / folder)
         assert info["text"] == sae.describe() and "None" not in info["text"]
         assert (info["n_latents"], info["d_in"], info["k"]) == (32, 8, None)
-    assert formats.describe(snapshot_dir_of_standin(tmp_path), "layers.24")["text"] == f"topk, k = {SF.K}"
+    assert format_info.describe(snapshot_dir_of_standin(tmp_path), "layers.24")["text"] == f"topk, k = {SF.K}"
 
 
 def snapshot_dir_of_standin(tmp_path) -> Path:
@@ -137,7 +137,7 @@ def test_a_hookpoint_alias_fetches_that_folder_only(tmp_path, monkeypatch, spell
     monkeypatch.setattr(huggingface_hub, "list_repo_files", listing)
     root, sub, entry = loading.sae_location(SF.SAE_ID, spelling, weights=False)
     assert sub == "model.layers.24" and fetched == ["model.layers.24/cfg.json"]
-    assert formats.describe_entry(entry)["n_latents"] == SF.N_LATENTS  # the shell's metadata, no weights
+    assert format_info.describe_entry(entry)["n_latents"] == SF.N_LATENTS  # the shell's metadata, no weights
     root, sub, _ = loading.sae_location(SF.SAE_ID, spelling, weights=True)
     assert fetched == ["model.layers.24/cfg.json", "model.layers.24/sae.safetensors"]
     got = load_sae(root, hookpoint=sub)
@@ -158,7 +158,7 @@ def test_a_saelens_repo_with_other_folder_names_is_matched_by_its_recorded_hook(
     monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
     monkeypatch.setattr(huggingface_hub, "list_repo_files", listing)
     root, sub, entry = loading.sae_location("someone/saes", "model.layers.24", weights=True)
-    assert sub == "run-24-resid" and formats.describe_entry(entry)["text"] == "relu"
+    assert sub == "run-24-resid" and format_info.describe_entry(entry)["text"] == "relu"
     weights = [f for f in fetched if f.endswith(".safetensors")]
     assert weights == ["run-24-resid/sae_weights.safetensors"]  # the other layer's weights stay on the hub
     assert load_sae(root, hookpoint=sub).cfg.hookpoint == "model.layers.24"

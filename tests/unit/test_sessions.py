@@ -73,3 +73,45 @@ def test_shared_builds_setting(monkeypatch):
     assert not sessions.shared_builds()
     monkeypatch.setenv(sessions.SHARED_ENV, "1")
     assert sessions.shared_builds()
+
+
+def test_a_space_is_a_methods_folder_in_a_session_and_nobodys_has_none(root, monkeypatch):
+    """The one convention (sessions.Space): <root>/<key>/<method's name>/, read without making
+    anything, made on a write, under the session's quota; nobody's space has no folder and no quota."""
+    monkeypatch.setenv(sessions.QUOTA_ENV, "1kB")
+    mine = sessions.Space("k1", "nemo")
+    assert mine.path("x.bin") == root / "k1" / "nemo" / "x.bin" and not (root / "k1").exists()  # a read makes nothing
+    made = mine.make("sub")
+    assert made == root / "k1" / "nemo" / "sub" and made.is_dir()
+    (made / "a.bin").write_bytes(b"x" * 600)
+    # the quota is the session's, across its spaces
+    with pytest.raises(sessions.QuotaExceeded):
+        sessions.Space("k1", "features").room(500, "the uploaded images")
+    big = sessions.Space("k1", "features").make("index")
+    (big / "i.bin").write_bytes(b"y" * 600)
+    with pytest.raises(sessions.QuotaExceeded, match="removed again"):
+        sessions.Space("k1", "features").keep_within([big], "the index")
+    assert not big.exists() and (made / "a.bin").exists()
+    nobody = sessions.Space(None, "nemo")
+    assert nobody.path() is None and nobody.make("sub") is None
+    nobody.room(10**12)  # no quota: the shared files are the owner's
+    with pytest.raises(ValueError):
+        sessions.Space("../up", "nemo").path()
+
+
+def test_a_request_resolves_its_space_and_a_write_without_a_session_is_refused(root, monkeypatch):
+    import gradio as gr
+    from types import SimpleNamespace
+
+    from components import visitor
+
+    request = SimpleNamespace(session_hash="abc123hash")
+    own = visitor.space(request, "nemo", write=True)
+    assert own.session == sessions.key_of("abc123hash") and own.name == "nemo"
+    for nobody in (None, SimpleNamespace(session_hash=None)):
+        assert visitor.space(nobody, "nemo").session is None  # a read: the shared files
+        with pytest.raises(gr.Error, match="carries no session"):
+            visitor.space(nobody, "nemo", write=True)
+    monkeypatch.setenv(sessions.SHARED_ENV, "1")  # the owner shares builds: nobody's, for everyone
+    assert visitor.space(request, "nemo", write=True).session is None
+    assert visitor.space(None, "nemo", write=True).session is None

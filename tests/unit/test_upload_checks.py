@@ -47,7 +47,7 @@ def build(tmp_path, monkeypatch):
     monkeypatch.delenv(sessions.QUOTA_ENV, raising=False)
     images = sessions.folder("k1") / "features" / "images"
     images.mkdir(parents=True)
-    return Build(HUB, "k1", images)
+    return Build(HUB, sessions.Space("k1", "features"), images)
 
 
 def nothing_written(build) -> bool:
