@@ -133,15 +133,24 @@ def validate_local_path(path: str | os.PathLike, roots: list[Path] | None = None
     roots = [Path(r).resolve() for r in (roots or allowed_roots())]
     if not any(resolved == r or r in resolved.parents for r in roots):
         raise PresetError(f"path {str(path)!r} is outside the allowed model folders")
-    if not resolved.exists():
+    if not exists(resolved):
         raise PresetError(f"no model at {str(path)!r}")
     return resolved
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """Whether a file or folder is there; a name the file system cannot hold (too long, say) is not
+    (Path.exists raises OSError for it, and a visitor may type anything)."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def looks_local(path_or_id: str) -> bool:
     """Paths start with . / ~ or have more than one slash; `owner/name` is a hub id unless it exists."""
     return (path_or_id.startswith((".", "/", "~", "\\")) or path_or_id.count("/") >= 2
-            or Path(path_or_id).exists())
+            or exists(path_or_id))
 
 
 def resolve(path_or_id: str | os.PathLike, roots: list[Path] | None = None) -> str:
@@ -170,7 +179,7 @@ def load_pretrained(cls, path_or_id: str | os.PathLike, *, weights: bool = True,
     if isinstance(cls, str):
         cls = import_class(cls)
     location = resolve(path_or_id, roots)
-    if Path(location).exists():
+    if exists(location):
         refuse_pickles(Path(location))
     if weights:
         kwargs["use_safetensors"] = True
@@ -228,5 +237,5 @@ def custom_preset(tab: str, path_or_id: str | os.PathLike, model_class: str, *, 
     backend.core.modelcheck (architecture, size, the server's policy)."""
     import_class(model_class, check_only=True)
     location = resolve(path_or_id)
-    source = LOCAL if Path(location).exists() else "hub"
+    source = LOCAL if exists(location) else "hub"
     return Preset(tab, source, location, model_class, label or Path(location).name, revision, dict(extra))

@@ -108,3 +108,16 @@ def test_env_extends_roots(monkeypatch, tmp_path):
     assert tmp_path.resolve() in presets.allowed_roots()
     assert presets.ZOO_ROOT.resolve() in presets.allowed_roots()
     assert os.fspath(presets.ZOO_ROOT).endswith(os.path.join("assets", "zoo"))
+
+
+def test_a_name_too_long_for_the_file_system_is_a_clear_refusal_not_an_os_error():
+    """The endpoint fuzz typed 50 emoji triples as a model name: Path.exists raised OSError (file
+    name too long) inside the picker, a handler defect instead of a message."""
+    from backend.core import picker
+
+    name = "🔬🧠💥" * 50  # 600 bytes in UTF-8, over the 255 a file name may hold
+    assert presets.looks_local(name) is False
+    with pytest.raises(PresetError, match="outside the allowed model folders"):
+        presets.resolve("/" + name)
+    with pytest.raises(ValueError, match="unknown model"):
+        picker.resolve(name, [], "memorization", default=None, tab="memorization")
