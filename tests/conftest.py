@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,11 +14,34 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("WORKBENCH_PRESET", "zoo")
 
+
+def _private_dir(var: str, prefix: str) -> None:
+    """Give this test process (each xdist worker is one) a folder of its own for `var`, removed at
+    exit: the servers it starts inherit it, so two workers' servers never sweep, quota or overwrite
+    each other's visitor folders or caches, and no run writes into the machine's own."""
+    if not os.environ.get(var):
+        path = tempfile.mkdtemp(prefix=prefix)
+        os.environ[var] = path
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+
+
+_private_dir("WORKBENCH_SESSION_DIR", "wb-test-sessions-")
+_private_dir("HF_HOME", "wb-test-hf-home-")
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 ARTIFACTS = ROOT / "test-artifacts"
+
+
+def artifact(name: str) -> Path:
+    """A file under test-artifacts/ for a session-wide server's log: one per xdist worker, since each
+    worker that needs the server starts its own."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    path = Path(name)
+    return ARTIFACTS / (f"{path.stem}-{worker}{path.suffix}" if worker else path.name)
 
 
 @pytest.fixture(autouse=True)

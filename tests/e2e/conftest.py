@@ -1,7 +1,7 @@
 """The app served on 127.0.0.1 in a child process; Debian Chromium via playwright."""
 import pytest
 
-from tests.conftest import ARTIFACTS
+from tests.conftest import ARTIFACTS, artifact
 from tests.helpers.browser import chromium_page
 from tests.helpers.server import serve
 
@@ -16,8 +16,7 @@ def local_models(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def server_url(local_models):
-    ARTIFACTS.mkdir(exist_ok=True)
-    with serve(log_path=ARTIFACTS / "e2e-server.log",
+    with serve(log_path=artifact("e2e-server.log"),
                # an index the Features tab builds for an own model is written under HF_HOME
                env={"WORKBENCH_MODEL_ROOTS": str(local_models),
                     "HF_HOME": str(local_models.parent / "hf-home"),

@@ -8,7 +8,7 @@ marked call in a forked child with pickled arguments and results. `any_server` /
 each of the two in turn, so the suite that uses them passes under both process models."""
 import pytest
 
-from tests.conftest import ARTIFACTS, ROOT
+from tests.conftest import ROOT, artifact
 from tests.helpers.server import serve
 from tests.helpers.standins import build_cache, cache_env
 
@@ -24,8 +24,7 @@ def hub_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def hub_server(hub_cache):
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = ARTIFACTS / "hub-server.log"
+    log = artifact("hub-server.log")
     with serve(env={**cache_env(hub_cache), **SMALL_MATH}, log_path=log) as (url, _proc):
         yield url, log
 
@@ -42,8 +41,7 @@ def hub_own_models(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hub_forked_server(hub_cache, hub_own_models, tmp_path_factory):
     """(url, log, workers): `workers` gets one line per GPU worker started."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = ARTIFACTS / "hub-zerogpu-server.log"
+    log = artifact("hub-zerogpu-server.log")
     workers = tmp_path_factory.mktemp("zerogpu") / "workers.log"
     env = {**cache_env(hub_cache), **SMALL_MATH, "PYTHONPATH": str(ROOT / "tests" / "helpers" / "zerogpu"),
            "WORKBENCH_FAKE_SPACES_LOG": str(workers), "WORKBENCH_MODEL_ROOTS": str(hub_own_models)}
