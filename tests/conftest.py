@@ -1,8 +1,10 @@
 import atexit
+import fcntl
 import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,40 @@ def artifact(name: str) -> Path:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     path = Path(name)
     return ARTIFACTS / (f"{path.stem}-{worker}{path.suffix}" if worker else path.name)
+
+
+@contextmanager
+def _machine_share(alone: bool):
+    """Under pytest-xdist, a test marked `alone` runs while no other worker runs a test: its figures
+    (a first view within 10 s, no browser task over 200 ms, a stop within a second) are timings of
+    the app, not of the other worker's load. Every test holds the machine lock shared; an `alone`
+    test holds it exclusively. The turnstile, taken by every test before the machine lock, keeps a
+    waiting `alone` test from being passed by the other worker's next tests."""
+    with open(_lock_path("turnstile"), "a") as turnstile, open(_lock_path("machine"), "a") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+def _lock_path(name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS / f".{name}.lock"
+
+
+@pytest.fixture(autouse=True)
+def _share_the_machine(request):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    with _machine_share(request.node.get_closest_marker("alone") is not None):
+        yield
 
 
 @pytest.fixture(autouse=True)

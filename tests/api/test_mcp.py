@@ -426,6 +426,7 @@ def test_a_bad_setting_is_refused():
         mcp_wanted(False, {"WORKBENCH_MCP": "maybe"})
 
 
+@pytest.mark.alone  # p95 of a feature page within 1 s
 @pytest.mark.skipif(not FEATURES_BUILT, reason="the Features organism is not built")
 def test_feature_pages_answer_while_a_long_model_call_runs(mcp_url):
     """Calls that touch no model never wait behind a model call: while a fine-tuning race (a model

@@ -159,6 +159,7 @@ def test_image_example_and_explanation(client):
     assert out is not None
 
 
+@pytest.mark.alone  # six explanations at once, each answered within its 120 s
 def test_parallel_clients_get_their_own_answers(app_url):
     from gradio_client import Client
 

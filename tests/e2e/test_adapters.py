@@ -30,6 +30,7 @@ def _set_number(page, elem_id: str, value) -> None:
     box.press("Enter")
 
 
+@pytest.mark.alone  # the page answers a click within 5 s while a race streams
 @pytest.mark.timeout(600)
 def test_adapters_tab_controls(page, server_url):
     errors = []
@@ -174,6 +175,7 @@ def _race(page, stop: bool) -> dict:
     return marks
 
 
+@pytest.mark.alone  # no browser task over 200 ms
 @pytest.mark.timeout(300)
 def test_race_keeps_the_page_responsive_and_stops_within_a_second(page, server_url):
     """Issue 26: a 300-step, 3-seed race once blocked the browser ~14 s of 15 (Gradio's front end

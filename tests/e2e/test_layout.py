@@ -87,6 +87,7 @@ def check_size(url: str, w: int, h: int, tabs=None) -> tuple[dict, list[str]]:
     return times, found
 
 
+@pytest.mark.alone  # each first view within 10 s
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("size", [(1440, 1000), (1000, 800)], ids=["1440x1000", "1000x800"])
 def test_every_tab_view_and_theme(server_url, size):

@@ -26,6 +26,7 @@ def test_sixteen_clients_see_only_their_own_interventions():
     assert final["integrity"] == [] and final["internal_errors"] == 0
 
 
+@pytest.mark.alone  # a wait within 10 s, each call within its limit + 3 s
 @pytest.mark.timeout(600)
 def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_limit():
     """Issue 37: a visitor holding long model calls in every model slot (here four: a race, a

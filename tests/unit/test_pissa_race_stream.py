@@ -103,6 +103,7 @@ def test_race_updates_at_most_four_a_second_and_the_figure_one(recorded):
     assert any(str(f).endswith(".png") for f in outs[-1][3])
 
 
+@pytest.mark.alone  # stopped within a second
 @pytest.mark.timeout(120)
 def test_stop_ends_the_race_within_a_second_and_says_so():
     req = Request()
