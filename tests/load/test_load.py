@@ -26,15 +26,16 @@ def test_sixteen_clients_see_only_their_own_interventions():
     assert final["integrity"] == [] and final["internal_errors"] == 0
 
 
-@pytest.mark.alone  # a wait within 10 s, each call within its limit + 3 s
+@pytest.mark.alone  # a wait within 10 s, each call within its limit + PAST_LIMIT_S
 @pytest.mark.timeout(600)
 def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_limit():
     """Issue 37: a visitor holding long model calls in every model slot (here four: a race, a
     held-out evaluation, an 8-seed generation, a scale curve) kept another visitor's half-second
     call waiting minutes, and they ran past the job limit (a held-out evaluation up to 23 s past a
     15 s limit, a race 18-45 s). Now the other call waits ≤ 10 s in the queue, and each long call
-    ends within the limit, PAST_LIMIT_S for its answer's way back (python -m
-    tests.load.turns_and_limits prints the times)."""
+    ends within the limit plus PAST_LIMIT_S (its answer's way back and a model load begun before the
+    deadline; the generation still ran 2.8 s past once, so the issue's "within the limit" is not
+    met by it: tests/load/turns_and_limits.py; `python -m tests.load.turns_and_limits` prints the times)."""
     from tests.load.turns_and_limits import LONG, PAST_LIMIT_S, fair_turns
 
     long = LONG[:1] + LONG[2:]
