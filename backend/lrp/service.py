@@ -31,8 +31,9 @@ def _n_methods(methods) -> int:
 
 def _gpu_s(m, text="", methods=(), *a, **k) -> int:
     """ZeroGPU estimate: a few seconds per method (IG/SmoothGrad take tens of passes), more for
-    long text (up to MAX_TOKENS)."""
-    return capped(10 + _n_methods(methods) * (4 + len(str(text)) / 200))
+    long text (up to MAX_TOKENS). A text over the bound is refused before any work, so the formula
+    counts at most the bound's characters: a 100,000-character text is not estimated as 50 texts."""
+    return capped(10 + _n_methods(methods) * (4 + min(len(str(text)), bounds.REL_TEXT_CHARS) / 200))
 CACHE = ByteLRUCache(64 * 2**20, name="relevance")
 
 
