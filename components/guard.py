@@ -289,8 +289,13 @@ def gated(fn):
 
     @functools.wraps(fn)
     def plain(*a, **k):
-        with loadgate.computing():
-            return fn(*a, **k)
+        # the job limit counts from here: a wait at the gate (behind another request's load) is
+        # part of the call's time, as the user sees it (the guard inside keeps this deadline)
+        try:
+            with budget(job_seconds()), loadgate.computing():
+                return fn(*a, **k)
+        except JobTooLong as e:  # a wait at the gate, outside the guard's translation
+            raise _translate(e, getattr(fn, "__qualname__", repr(fn))) from e
     return plain
 
 

@@ -18,12 +18,13 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from . import loadgate
+from . import limits, loadgate
 
 class ModelLock:
     """A model's re-entrant lock. A call that has to wait for it (another request computes on the
     model) steps out of the load gate while it waits (backend.core.loadgate): a waiting call computes
-    nothing, so a load of another model need not wait for it."""
+    nothing, so a load of another model need not wait for it. The wait ends at the request's
+    deadline (backend.core.limits)."""
 
     def __init__(self):
         self._lock = threading.RLock()
@@ -33,8 +34,15 @@ class ModelLock:
             return True
         if not blocking:
             return False
+        left = limits.remaining()
+        bounded = timeout < 0 and left is not None  # the wait ends at the request's deadline
         with loadgate.waiting():
-            return self._lock.acquire(timeout=timeout)
+            got = self._lock.acquire(timeout=max(left, 0.0) if bounded else timeout)
+        if not got and bounded:
+            raise limits.JobTooLong(f"The wait for another request's computation on this model ran past "
+                                    f"{limits.limit_words()}; try again when the server is less busy. "
+                                    "Nothing was computed.")
+        return got
 
     def release(self) -> None:
         self._lock.release()

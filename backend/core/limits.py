@@ -14,7 +14,7 @@ import contextvars
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("wb_deadline", default=None)
 _LIMIT: contextvars.ContextVar[float | None] = contextvars.ContextVar("wb_limit", default=None)
@@ -127,6 +127,16 @@ def _longest(key: tuple[float, str] | None, seen: float) -> float:
     return out
 
 
+# What a loop lets happen between two of its steps (backend.core.loadgate lets a waiting model load
+# through): registered by the modules above, which this one does not import.
+_BETWEEN: list[Callable[[], None]] = []
+
+
+def between_steps(fn: Callable[[], None]) -> None:
+    if fn not in _BETWEEN:
+        _BETWEEN.append(fn)
+
+
 class Steps:
     """The steps of one loop, timed: `check()` before each step raises JobTooLong when the time left
     to the request's deadline would not hold the longest step so far (× STEP_SLACK + STEP_MARGIN_S),
@@ -175,6 +185,15 @@ class Steps:
 
     def check(self) -> None:
         fits = self.next_fits()
+        if fits and _BETWEEN:
+            t0 = time.monotonic()
+            for fn in _BETWEEN:
+                fn()
+            if time.monotonic() - t0 > 0.001:  # it waited: that is no step's time, and the time left is less
+                self._last = time.monotonic()
+                left = self.left()
+                fits = left is None or (left > 0 and (self.longest == 0 or
+                                                      left >= self.longest * STEP_SLACK + STEP_MARGIN_S))
         check(self.what)  # the module's: a deadline passed reads as everywhere else
         if not fits:
             raise JobTooLong(self.message())

@@ -62,6 +62,10 @@ log = logging.getLogger("workbench")
 _MODELS: "OrderedDict[str, dict[str, Any]]" = OrderedDict()  # least recently used first
 _GUARD = threading.Lock()
 _LOADING: dict[str, threading.Lock] = {}
+# How long each model's last load took (gate wait excluded), kept past its eviction: a load that would
+# not end within its request's time left is not begun (backend.core.loadgate).
+_LOAD_S: "OrderedDict[str, float]" = OrderedDict()
+_LOAD_S_KEEP = 256
 _IN_USE: Counter = Counter()  # model id → scopes (and calls in progress) holding it
 _STATS: dict[str, Any] = {"peak_bytes": 0, "evictions": 0, "retained": []}
 _EVICT_LISTENERS: list[Callable[[str], None]] = []
@@ -225,16 +229,25 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
     _evict_to_fit(reserve=size_hint or 0, incoming=True)  # another model is needed: room for it
     if progress is not None:
         progress(0.0, f"loading {display_name(model_id)}")
-    t0 = time.perf_counter()
+    with _GUARD:
+        expected = _LOAD_S.get(model_id)
     tokens = (REPORT.set(progress), LOADING_ID.set(model_id))  # shard reports (load_progress)
     try:
-        with loadgate.loading():  # never beside a computation (backend.core.loadgate)
+        # never beside a computation, and not begun without the time it took last time
+        with loadgate.loading(expected, display_name(model_id)):
+            t0 = time.perf_counter()
             model = loader()
+            took = time.perf_counter() - t0
     finally:
         LOADING_ID.reset(tokens[1])
         REPORT.reset(tokens[0])
     _LOADED_HERE.append(model_id)
-    entry = {"model": model, "load_s": time.perf_counter() - t0, "bytes": nbytes_of(model),
+    with _GUARD:
+        _LOAD_S[model_id] = took
+        _LOAD_S.move_to_end(model_id)
+        while len(_LOAD_S) > _LOAD_S_KEEP:
+            _LOAD_S.popitem(last=False)
+    entry = {"model": model, "load_s": took, "bytes": nbytes_of(model),
              "views": {}, "view_bytes": {}}
     if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":
         entry["fingerprint"] = fingerprint(model)

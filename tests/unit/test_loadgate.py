@@ -140,3 +140,101 @@ def test_a_waiting_load_goes_before_computations_that_start_later():
         t.join(10)
     assert log == ["a nested", "a done", "load", "b"], log
     assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
+
+
+def test_a_long_loop_lets_a_waiting_load_through_between_its_steps():
+    """A load waited for a whole long call (a 15 s held-out evaluation), and a short call that came
+    after the load waited with it. Now the loop gives up its hold between two steps while the load
+    runs, and the short call runs after the load, long before the loop ends; the loop's time for
+    that wait is not counted as a step's."""
+    from backend.core import limits
+
+    log, started = [], threading.Event()
+
+    def long_loop():
+        with loadgate.computing():
+            steps = limits.Steps("the loop")
+            for i in steps.each(range(20)):
+                started.set()
+                time.sleep(0.05)
+            log.append(("loop end", time.monotonic()))
+            assert steps.longest < 0.5  # the load's 0.3 s wait counted in no step
+
+    def load():
+        with loadgate.loading():
+            log.append(("load", time.monotonic()))
+            time.sleep(0.3)
+
+    def short():
+        with loadgate.computing():
+            log.append(("short", time.monotonic()))
+
+    tl = threading.Thread(target=long_loop)
+    tl.start()
+    started.wait(5)
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=load)]
+    threads[0].start()
+    while not loadgate._STATE["pending"] and not loadgate._STATE["loading"]:
+        time.sleep(0.005)
+    threads.append(threading.Thread(target=short))
+    threads[1].start()
+    for t in [tl, *threads]:
+        t.join(10)
+    at = dict(log)
+    assert [name for name, _ in sorted(log, key=lambda x: x[1])] == ["load", "short", "loop end"], log
+    assert at["load"] - t0 < 0.2  # one step, not the loop's 1 s
+    assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
+
+
+def test_a_load_is_not_begun_without_the_time_it_took_last_time():
+    """A load cannot be stopped midway: one that began just before the request's deadline ran past
+    it (a generation 2.8 s past a 15 s limit). With its last duration known, it is refused when the
+    time left would not hold it, and the gate stays as it was."""
+    import pytest
+
+    from backend.core import limits
+
+    with limits.budget(0.5), pytest.raises(limits.JobTooLong) as e:
+        with loadgate.loading(2.0, "sd-memo"):
+            raise AssertionError("begun")
+    assert "Loading sd-memo took 2.0 s last time, more than the 0.5 s left of its time limit of 0.5 s" in str(e.value)
+    with limits.budget(5.0), loadgate.loading(2.0, "sd-memo"):  # time enough
+        pass
+    with loadgate.loading(2.0, "sd-memo"):  # no deadline: never refused
+        pass
+    assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
+
+
+def test_a_wait_for_a_busy_model_ends_at_the_deadline():
+    """A call queued on a model's lock behind another request's computation is stopped at its
+    deadline, holding neither the lock nor any part of the gate."""
+    import pytest
+    import torch
+
+    from backend.core import limits
+    from backend.core.interventions import model_lock
+
+    model = torch.nn.Linear(2, 2)
+    holding, release = threading.Event(), threading.Event()
+
+    def first():
+        with model_lock(model):
+            holding.set()
+            release.wait(10)
+
+    t = threading.Thread(target=first)
+    t.start()
+    holding.wait(5)
+    try:
+        t0 = time.monotonic()
+        with limits.budget(0.3), pytest.raises(limits.JobTooLong, match="another request's computation"):
+            with loadgate.computing(), model_lock(model):
+                raise AssertionError("ran")
+        assert 0.3 <= time.monotonic() - t0 < 1.5
+    finally:
+        release.set()
+        t.join()
+    with model_lock(model):  # free again
+        pass
+    assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
