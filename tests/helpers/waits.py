@@ -14,13 +14,13 @@ WAIT_MS = 60_000
 # The shown plotly figures (under `scope`) not drawn at their box's width, by the id of the block
 # around them. Plotly re-fits a figure only on a window resize, debounced (components.links sends one
 # after the presenter switch), so a figure whose column grew or shrank keeps its old width a moment;
-# one given a fixed width is left out.
+# one given a fixed size is never re-fitted.
 _UNFITTED = """(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')]
   .filter((gd) => gd.checkVisibility() && gd.getBoundingClientRect().width > 0)
   .filter((gd) => {
     const svg = gd.querySelector('.main-svg');
     if (!svg || !gd._fullLayout) return true;
-    if (gd.layout && gd.layout.width) return false;
+    if (gd.layout && gd.layout.width && gd.layout.height) return false;
     return Math.abs(svg.getBoundingClientRect().width - gd.getBoundingClientRect().width) > 2;
   })
   .map((gd) => (gd.closest('[id]') || {}).id || 'a figure')"""
