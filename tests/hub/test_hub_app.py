@@ -51,7 +51,7 @@ def test_page_load_raises_no_error_toast_and_every_tab_renders(any_server):
         settle(page, 120_000)  # what the page runs as it loads has ended (an error toast would show)
         for tab in page.locator("button[role='tab']").all():
             tab.click()
-            expect(tab).to_have_attribute("aria-selected", "true")
+            expect(tab).to_have_attribute("aria-selected", "true", timeout=30_000)
             settle(page, 120_000)  # the tab's first view, computed as it opens
             tab_id = (tab.get_attribute("id") or "").removeprefix("tab-").removesuffix("-button")
             if tab_id in CLICKS:
