@@ -48,7 +48,10 @@ def test_page_load_raises_no_error_toast_and_every_tab_renders(any_server):
         page.set_default_timeout(90_000)
         page.goto(url)
         page.wait_for_selector("#tab-overview", state="visible")
-        settle(page, 120_000)  # what the page runs as it loads has ended (an error toast would show)
+        # the link restore (a silent load event that selects the tab, then starts RUN_JS) has ended,
+        # so it cannot switch back to its tab after a click below; then what else the load runs
+        page.wait_for_function("() => Array.isArray(window.wbLinkRuns)", timeout=120_000)
+        settle(page, 120_000)
         for tab in page.locator("button[role='tab']").all():
             tab.click()
             expect(tab).to_have_attribute("aria-selected", "true", timeout=30_000)
