@@ -91,13 +91,15 @@ RUN_JS = """() => {
   const q = new URLSearchParams(window.location.search);
   const plan = %s;
   window.wbLinkRuns = [];
+  window.wbLinkWaiting = new Set();  // runs waiting for their tab to mount (tests wait on these)
   for (const [btn, keys] of plan) {
     if (!keys.some((k) => q.has(k))) { continue; }
     // a tab's contents mount when it is first shown (the linked tab at once, another one of a
     // multi-tab link when the user opens it): wait for its button, then run the tab's results
     const go = () => {
       const el = document.getElementById(btn);
-      if (el) { window.wbLinkRuns.push(btn); el.click(); } else { setTimeout(go, 200); }
+      if (el) { window.wbLinkWaiting.delete(btn); window.wbLinkRuns.push(btn); el.click(); }
+      else { window.wbLinkWaiting.add(btn); setTimeout(go, 200); }
     };
     go();
   }

@@ -41,16 +41,24 @@ def open_tab(page, url: str, tab_id: str):
     return page
 
 
+# Counts the animation frames in a row on which no block shows a pending status tracker (Gradio
+# drops `.hide` from it while busy): true after `frames` of them. Gradio marks an event's outputs
+# pending in the same task that dispatches it (a click, a chained `.then`), so a few quiet frames
+# mean no event is running and the last one's results are drawn.
+_QUIET_FRAMES = """(frames) => {
+  const busy = !!document.querySelector('.wrap.full:not(.hide), .progress-text, .eta-bar');
+  window.wbQuietFrames = busy ? 0 : (window.wbQuietFrames || 0) + 1;
+  return window.wbQuietFrames >= frames;
+}"""
+
+
 def settle(page, timeout_ms: int = 60_000):
-    """Wait until no block shows a pending status tracker (Gradio drops `.hide` from it while busy).
+    """Wait until no Gradio event is running: no pending status tracker on three frames in a row.
 
     Not `networkidle`: Gradio keeps streaming connections open, so the network is never idle.
     """
-    page.wait_for_timeout(300)
-    page.wait_for_function(
-        "() => !document.querySelector('.wrap.full:not(.hide), .progress-text, .eta-bar')",
-        timeout=timeout_ms)
-    page.wait_for_timeout(200)
+    page.evaluate("() => { window.wbQuietFrames = 0; }")
+    page.wait_for_function(_QUIET_FRAMES, arg=3, polling="raf", timeout=timeout_ms)
 
 
 def shot(page, name: str):

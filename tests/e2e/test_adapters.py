@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import shot
+from tests.e2e.conftest import settle, shot
+from tests.helpers.waits import main_thread_idle, plots_fitted
 
 
 def open_adapters(page, url):
@@ -22,6 +23,17 @@ def _settled(page, elem_id: str) -> None:
 
     expect(page.locator(f"#{elem_id} [data-testid='status-tracker']").first).to_have_class(
         re.compile(r"\bhide\b"), timeout=30_000)
+
+
+STEPS_SHOWN = """(total) => +((new RegExp('(\\\\d+)/' + total + ' steps')).exec(
+  document.querySelector('#pissa-race-live').innerText) || [0, -1])[1]"""
+
+
+def _race_moves_on(page, total: int, times: int) -> None:
+    """Wait until the live race view's count of steps done (of `total`) has moved on `times` times."""
+    for _ in range(times):
+        page.wait_for_function(f"([total, n]) => ({STEPS_SHOWN})(total) > n",
+                               arg=[total, page.evaluate(STEPS_SHOWN, total)], timeout=60_000)
 
 
 def _set_number(page, elem_id: str, value) -> None:
@@ -77,7 +89,7 @@ def test_adapters_tab_controls(page, server_url):
     _set_number(page, "pissa-seeds", 3)
     page.locator("#pissa-start").click(no_wait_after=True)
     page.locator("#pissa-race-live").get_by_text("/4500 steps in").wait_for(timeout=90_000)
-    page.wait_for_timeout(1500)  # a few figure updates in
+    _race_moves_on(page, 4500, times=2)  # a few figure updates in
     t0 = time.perf_counter()
     page.locator("#pissa-init").get_by_text("full SVD (pissa)").click(timeout=10_000)
     page.wait_for_function("() => document.querySelector('#pissa-init input[value=pissa]').checked",
@@ -168,6 +180,7 @@ def _race(page, stop: bool) -> dict:
     page.wait_for_function("() => window.wbRace.ended", timeout=120_000)
     page.locator(STATUS).get_by_text("stopped" if stop else "finished").wait_for(timeout=60_000)
     page.wait_for_function("() => window.wbRace.exports", timeout=60_000)
+    # kept: the assertion covers a fixed second after the exports appeared (the docstring's window)
     page.wait_for_timeout(1000)
     marks = page.evaluate("window.wbRace")
     marks["tasks"] = [(t - t_start, d) for t, d in page.evaluate("window.wbLong") if t >= t_start]
@@ -185,14 +198,12 @@ def test_race_keeps_the_page_responsive_and_stops_within_a_second(page, server_u
     1 s after that, and the answer truthful."""
     from playwright.sync_api import expect
 
-    from tests.e2e.conftest import settle
-
     page.add_init_script(LONGTASKS)
     open_adapters(page, server_url)
     _set_number(page, "pissa-steps", 300)
     _set_number(page, "pissa-seeds", 3)
-    settle(page)  # what the page computes when it opens (other tabs' first views) is not the race's
-    page.wait_for_timeout(2000)
+    settle(page)  # what the page computes when it opens (other tabs' first views) is not the race's,
+    main_thread_idle(page)  # nor what it draws of it
 
     run = _race(page, stop=False)
     final = page.locator(STATUS).inner_text()
@@ -265,8 +276,8 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     box.press("Tab")
     page.locator("#pissa-analyse").click()
     expect(page.locator(".toast-body")).to_contain_text("The rank r must be a whole number between 1 and 128 (got 500)", timeout=30_000)
-    page.wait_for_timeout(500)
     _settled(page, "pissa-stats")
+    settle(page)  # the Analyse click's run (marked pending as it was clicked) has ended too
     badges = page.locator("#tab-adapters .wrap span.error")
     expect(badges).to_have_count(0)
     assert page.locator("#pissa-stats").inner_text() == before
@@ -277,8 +288,8 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     _set_number(page, "pissa-rank", 64)
     page.locator("#pissa-analyse").click()
     expect(page.locator(".toast-body").filter(has_text="between 1 and 10")).to_have_count(1, timeout=30_000)
-    page.wait_for_timeout(500)
     _settled(page, "pissa-stats")  # the failed run's progress gives way to the kept result
+    settle(page)
     expect(badges).to_have_count(0)
     assert page.locator("#pissa-stats").inner_text() == before
     page.locator("#pissa-layer input").first.click()
@@ -298,7 +309,7 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     for hidden in ("#pissa-init", "#pissa-rank", "#pissa-lr", "#pissa-methods", "#pissa-seeds",
                    "#pissa-hist", "#pissa-stats"):
         expect(page.locator(hidden)).to_be_hidden()
-    page.wait_for_timeout(400)
+    plots_fitted(page, "#pissa-spectrum")  # plotly re-fits to the wider row
     box = spec.bounding_box()
     assert box["width"] >= 0.6 * 1440, box  # the key figure takes the row
     shot(page, "adapters-presenter")

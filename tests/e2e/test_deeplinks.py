@@ -136,17 +136,28 @@ def links_of_all_tabs(page, url, query, tabs) -> tuple[dict, dict]:
     for tab in tabs:
         page.locator(f"button[role=tab]:has-text('{TITLES[tab]}')").first.click()
         page.wait_for_selector(f"#tab-{tab}", state="visible")
-        settle(page, 120_000)
+        runs_settled(page)  # a link's run for this tab starts once it mounts
         views[tab] = result_view(page, tab)
         out[tab] = _read_link(page, tab)
         assert out[tab]["tab"] == tab
     return out, views
 
 
+# No link run is left waiting for a tab that has mounted (components.links.RUN_JS looks for its
+# button every 200 ms): what the shown tabs will run has started.
+RUNS_STARTED = """() => Array.isArray(window.wbLinkRuns)
+  && [...window.wbLinkWaiting].every((id) => !document.getElementById(id))"""
+
+
+def runs_settled(page):
+    """Wait until the link runs of the tabs shown so far have started, and every event has ended."""
+    page.wait_for_function(RUNS_STARTED, timeout=120_000)
+    settle(page, 120_000)
+
+
 def restored(page):
     """Wait for the link's restore (its silent load event) to finish: it then starts the tab runs."""
-    page.wait_for_function("() => Array.isArray(window.wbLinkRuns)", timeout=120_000)
-    settle(page, 120_000)
+    runs_settled(page)
 
 
 def copy_link(page, url, query, tab_id) -> tuple[dict, dict]:

@@ -19,8 +19,7 @@ def test_math_answer_on_an_empty_question_says_so(page, server_url):
     page.locator("#mn-prompt textarea").fill("")
     page.locator("#mn-ask-btn").click()
     expect(page.locator(".toast-body").filter(has_text="Type a question first")).to_have_count(1, timeout=30_000)
-    page.wait_for_timeout(800)
-    settle(page)
+    settle(page)  # the refused event and whatever it chains have ended
     # the single-output follow-up once failed with a server error and left "[object Object]"
     assert page.locator("#mn-ask-out").inner_text() == before
     assert "[object Object]" not in page.locator("#tab-math_neurons").inner_text()
@@ -34,8 +33,7 @@ def test_failed_features_load_leaves_no_error_badge(page, server_url):
     page.locator("#feat-sae textarea, #feat-sae input").first.fill("/nonexistent/sae-folder")
     page.locator("#feat-load").click()
     expect(page.locator(".toast-body")).to_have_count(1, timeout=60_000)
-    page.wait_for_timeout(800)
-    settle(page)
+    settle(page)  # the refused event and whatever it chains have ended
     _no_badges(page, "#tab-features")
     expect(page.locator("#features-summary")).not_to_have_text("")
     shot(page, "features-failed-load")
@@ -48,8 +46,7 @@ def test_a_corrupt_upload_is_refused_and_taken_off(page, server_url, tmp_path):
     page.locator("#rel-image input[type='file']").set_input_files(str(bad))
     expect(page.locator(".toast-body").filter(has_text="broken.png could not be read as an image")).to_have_count(
         1, timeout=30_000)
-    page.wait_for_timeout(800)
-    settle(page)
+    settle(page)  # the refused event and whatever it chains have ended
     # taken off the component: no <img> left to show as a broken icon, and no Error badge
     expect(page.locator("#rel-image img")).to_have_count(0, timeout=10_000)
     _no_badges(page, "#tab-relevance")

@@ -1,7 +1,8 @@
 """The Features tab in Chromium: deep link to a feature, search, sort, open, analyse, steer, exports."""
 import pytest
 
-from tests.e2e.conftest import shot
+from tests.e2e.conftest import settle, shot
+from tests.helpers.waits import uploaded
 
 from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
 
@@ -25,10 +26,10 @@ def test_features_tab(page, server_url, tmp_path):
                            " return t.includes('red') && !t.includes('circle') && !t.includes('striped'); }")
     page.locator("#features-sort input").click()
     page.get_by_role("option", name="density").click()
-    page.wait_for_timeout(1500)
+    settle(page)  # the table listed again in that order
     page.locator("#features-sort input").click()
     page.get_by_role("option", name="IoU").click()
-    page.wait_for_timeout(1500)
+    settle(page)
     assert "red" in table.inner_text()
     import json
 
@@ -57,8 +58,8 @@ def test_features_tab(page, server_url, tmp_path):
     specs = json.loads((zoo_path("llava-scenes") / "heldout.json").read_text())["scenes"]
     spec = next(s for s in specs[50:] if all(o["colour"] != "red" for o in s["objects"]))
     Image.fromarray(S.render(spec)[0]).save(tmp_path / "scene.png")
-    page.locator("#features-upload input[type=file]").set_input_files(str(tmp_path / "scene.png"))
-    page.wait_for_timeout(1000)
+    with uploaded(page):  # the server holds the picture before Analyse sends it
+        page.locator("#features-upload input[type=file]").set_input_files(str(tmp_path / "scene.png"))
     page.locator("#features-analyse").click()
     page.get_by_text(S.caption(spec)).wait_for()
 
@@ -101,8 +102,8 @@ def test_features_tab_in_hub_mode(tmp_path):
         assert not page.locator("#features-example").is_visible()  # no scene set in hub mode
         assert not [t for t in page.locator(".toast-body").all_inner_texts() if "feature" in t.lower()]
 
-        page.locator("#features-build-files input[type=file]").set_input_files(files)
-        page.wait_for_timeout(1000)
+        with uploaded(page):
+            page.locator("#features-build-files input[type=file]").set_input_files(files)
         page.locator("#features-build-run").click()
         page.locator("#features-build-status").get_by_text("Indexed 6 images").wait_for()
         settle(page)
@@ -110,8 +111,8 @@ def test_features_tab_in_hub_mode(tmp_path):
         assert "Feature " in header.inner_text() and "unlabelled" in header.inner_text()
         assert page.locator("#features-overlay img").count() >= 1
 
-        page.locator("#features-upload input[type=file]").set_input_files(files[1])
-        page.wait_for_timeout(1000)
+        with uploaded(page):
+            page.locator("#features-upload input[type=file]").set_input_files(files[1])
         page.locator("#features-analyse").click()
         page.get_by_text("Model answer").wait_for()
         page.locator("#features-firing img").first.wait_for()
@@ -205,10 +206,13 @@ def test_presenter_view_and_a_pinned_result(page, server_url):
 
     width_before = page.locator("#features-overlay img").first.bounding_box()["width"]
     page.locator("#wb-presenter-toggle input").check()
-    page.wait_for_timeout(800)
+    page.wait_for_function("() => document.body.classList.contains('wb-presenter')")  # its CSS applies at once
     for hidden in ("#features-summary", "#features-positions", "#features-adderr", "#features-table"):
         assert not page.locator(hidden).is_visible(), hidden
     assert page.get_by_text("Switch one feature on hard").is_visible()
     assert "FVU" not in page.locator("#tab-features").inner_text()
+    page.wait_for_function(  # the gallery lays its images out again for the wider column
+        "(w) => document.querySelector('#features-overlay img').getBoundingClientRect().width > w",
+        arg=1.3 * width_before, timeout=30_000)
     assert page.locator("#features-overlay img").first.bounding_box()["width"] > 1.3 * width_before
     page.locator("#wb-presenter-toggle input").uncheck()

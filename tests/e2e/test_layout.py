@@ -13,11 +13,12 @@ import json
 import time
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from components import tab_modules
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import settle
-from tests.helpers import layout
+from tests.helpers import layout, waits
 from tests.helpers.browser import chromium_page
 
 FIRST_VIEW_S = 10.0  # README: a tab computes its first view when first opened (issue 34: ≤ 10 s cold)
@@ -44,8 +45,9 @@ KEY_FIGURE = {"overview": "#tab-overview .wb-card", "relevance": "#rel-heatmap",
               "tour": "#tour-figure"}
 
 
-def _set_view(page, presenter: bool, dark: bool) -> None:
-    """The header's own switches (components.links): presenter view and light/dark."""
+def _set_view(page, presenter: bool, dark: bool) -> list[str]:
+    """The header's own switches (components.links): presenter view and light/dark. Once the figures
+    are drawn for it, no problem; else one."""
     state = page.evaluate("() => [document.body.classList.contains('wb-presenter'), document.body.classList.contains('dark')]")
     if state[0] != presenter:
         page.click("#wb-presenter-toggle input")
@@ -54,7 +56,11 @@ def _set_view(page, presenter: bool, dark: bool) -> None:
     page.wait_for_function(f"() => document.body.classList.contains('wb-presenter') === {str(presenter).lower()}"
                            f" && document.body.classList.contains('dark') === {str(dark).lower()}")
     page.evaluate("() => window.scrollTo(0, 0)")
-    page.wait_for_timeout(600)  # plotly redraws a figure whose box changed (a debounced resize)
+    try:  # plotly redraws a figure whose box changed on a debounced resize
+        waits.plots_fitted(page, timeout_ms=20_000)
+    except PlaywrightTimeout:
+        return [f"a plotly figure is not drawn at its box's width: {waits.unfitted(page)}"]
+    return []
 
 
 def check_size(url: str, w: int, h: int, tabs=None) -> tuple[dict, list[str]]:
@@ -78,10 +84,10 @@ def check_size(url: str, w: int, h: int, tabs=None) -> tuple[dict, list[str]]:
             settle(page, LONG)
             for presenter in (False, True):
                 for dark in (False, True):
-                    _set_view(page, presenter, dark)
+                    unfit = _set_view(page, presenter, dark)
                     where = f"{w}x{h}-{tab}-{'presenter' if presenter else 'normal'}-{'dark' if dark else 'light'}"
                     found += [f"{where}: {p}" for p in
-                              layout.problems(page, titles, KEY_FIGURE[tab] if presenter else None)]
+                              unfit + layout.problems(page, titles, KEY_FIGURE[tab] if presenter else None)]
                     page.screenshot(path=str(SHOTS / f"{where}.png"), full_page=True)
             _set_view(page, False, False)
     return times, found

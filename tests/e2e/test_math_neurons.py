@@ -3,6 +3,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import open_tab, settle, shot
+from tests.helpers.waits import plots_fitted
 
 pytestmark = pytest.mark.timeout(420)
 LONG = 150_000
@@ -74,11 +75,10 @@ def test_a_refused_number_leaves_the_last_view_clean(page, server_url):
     page.locator("#mn-prompt textarea").fill("   ")
     page.click("#mn-ask-btn")
     expect(page.locator(".toast-body")).to_contain_text("Type a question first", timeout=30_000)
-    page.wait_for_timeout(500)
+    settle(page)  # the refused event has ended: a badge it left would show now
     expect(badges).to_have_count(0)
     page.click("#mn-run")
-    page.wait_for_timeout(300)
-    settle(page, LONG)  # the same setting again, its timer gone
+    settle(page, LONG)  # the same setting again, its timer gone (the click marks its outputs pending)
     assert acc.inner_text() == before
     shot(page, "math_neurons-refused")
 
@@ -108,7 +108,7 @@ def test_pin_a_result_and_compare_it_in_presenter_view(page, server_url):
     expect(page.locator("#tab-math_neurons .block.wb-presenter-only")).to_contain_text("Switch off the few weights")
     for hidden in ("#mn-acc", "#mn-n", "#mn-samples", "#mn-layers", "#mn-cons", "#mn-export-btn"):
         expect(page.locator(hidden)).to_be_hidden()
-    page.wait_for_timeout(400)  # plotly re-fits to the wider column
+    plots_fitted(page, "#mn-accfig")  # plotly re-fits to the wider column
     page.evaluate("window.scrollTo(0, 0)")
     box_ = fig.bounding_box()
     assert box_["height"] >= 0.5 * 900 and box_["y"] + box_["height"] < 1000, box_  # large, on the first screen

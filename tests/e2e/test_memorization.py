@@ -3,6 +3,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import open_tab, settle, shot
+from tests.helpers.waits import uploaded
 
 pytestmark = pytest.mark.timeout(600)
 LONG = 240_000
@@ -142,8 +143,8 @@ def test_memorization_controls_and_screenshot(page, server_url, tmp_path):
     shown = page.locator("#memo-grid img").first.get_attribute("src")
     bad = tmp_path / "damaged.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not an image" * 20)
-    page.locator("#memo-ref input[type=file]").set_input_files(str(bad))
-    page.wait_for_timeout(500)
+    with uploaded(page):  # the server holds the file before Generate sends it
+        page.locator("#memo-ref input[type=file]").set_input_files(str(bad))
     page.click("#memo-generate")
     expect(page.locator(".toast-body.error")).to_contain_text("could not be read", timeout=LONG)
     settle(page)

@@ -4,6 +4,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import settle, shot
+from tests.helpers.waits import uploaded
 
 
 def pick(page, elem_id: str, value: str) -> str:
@@ -82,7 +83,8 @@ def test_relevance_per_sentence_table_of_your_own_file(page, server_url, local_m
     expect(page.locator("#rel-held-data")).not_to_contain_text("zoo held-out set")
     expect(page.locator("#rel-held-data")).to_contain_text("COCO captions")
     page.locator("#rel-held-data").get_by_text("my sentence file").click()
-    page.locator("#rel-held-file input[type=file]").set_input_files(str(path))
+    with uploaded(page):  # the server holds the file before the click sends it
+        page.locator("#rel-held-file input[type=file]").set_input_files(str(path))
     settle(page)
     page.click("#rel-heldout")
     table = page.locator("#rel-sentences")

@@ -111,7 +111,7 @@ def test_failed_request_keeps_the_last_view_clean(page, server_url):
     with contextlib.suppress(PlaywrightTimeout):  # the badge would stay: the asserts below say where
         page.wait_for_function(f"(sels) => sels.every(s => ({VISIBLE_TRACKERS})(s).length === 0)",
                                arg=outputs, timeout=15_000)
-    page.wait_for_timeout(500)
+        settle(page, 15_000)  # and nothing chained to the refused run is still to come
     for sel in outputs:
         assert page.evaluate(VISIBLE_TRACKERS, sel) == [], sel
     expect(page.locator("#rel-heatmap")).to_contain_text("charming")

@@ -9,6 +9,7 @@ from PIL import Image
 
 from tests.e2e.conftest import open_tab, settle, shot
 from tests.helpers.browser import chromium_page
+from tests.helpers.waits import plots_fitted
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -120,7 +121,8 @@ def test_every_tour_start_to_end(page, server_url):
     # made there carries presenter=1.
     size = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('.wb-tour-caption')).fontSize)")
     page.locator("#wb-presenter-toggle input").check()
-    page.wait_for_timeout(300)
+    page.wait_for_function("() => document.body.classList.contains('wb-presenter')")  # its CSS applies at once
+    plots_fitted(page, "#tour-figure")  # the figure drawn at its presenter width before its box is measured
     assert "wb-presenter" in page.evaluate("() => document.body.className")
     assert not page.locator("#tour-numbers-acc").is_visible()
     assert page.locator("#wb-link-btn-tour").is_visible()

@@ -43,8 +43,7 @@ def test_held_out_example_past_the_range_is_refused_and_nothing_loads(page, serv
     message = "The held-out example must be a whole number between 0 and 199 (got 500). Nothing was computed."
     expect(page.locator(".toast-body").first).to_contain_text(message, timeout=30_000)
     expect(box).to_have_value("7")
-    page.wait_for_timeout(1500)
-    settle(page, LONG)
+    settle(page, LONG)  # whatever the click started has ended: a clamped load would have shown
     assert page.locator("#rel-image img").get_attribute("src") == shown  # example 199 never loaded
     assert message in api_refusal(server_url, 500, api_name="/image_example")  # the same words as the API
     shot(page, "typed-range-relevance")
@@ -62,7 +61,7 @@ def test_memorization_seeds_past_the_range_are_refused_not_clamped(page, server_
                "Nothing was computed.")
     expect(page.locator(".toast-body").first).to_contain_text(message, timeout=30_000)
     expect(box).to_have_value(before)  # neither 8 nor 1: the value in use
-    page.wait_for_timeout(500)
+    settle(page)  # and it stays so once every event the typing started has ended
     expect(box).to_have_value(before)
     if typed == "99":
         shot(page, "typed-range-memorization")
@@ -82,7 +81,6 @@ def test_math_card_agrees_with_the_box_after_a_refusal(page, server_url):
     page.click("#mn-run")
     expect(page.locator(".toast-body").first).to_contain_text(
         "The scale factor must be between 0 and 2 (got 5). Nothing was computed.", timeout=30_000)
-    page.wait_for_timeout(1500)
     settle(page, LONG)
     expect(box).to_have_value("0.5")
     assert "scaled × 0.5" in acc.inner_text() and "× 2" not in acc.inner_text()
@@ -105,7 +103,6 @@ def test_enter_in_a_number_box_computes_as_tab_does(page, server_url):
     box.press("Enter")
     expect(page.locator(".toast-body").first).to_contain_text("(got 5). Nothing was computed.", timeout=30_000)
     page.click("#mn-run")  # Enter refused it: this click is the user's next action and computes
-    page.wait_for_timeout(1000)
-    settle(page, LONG)
+    settle(page, LONG)  # its run marks the outputs pending as it starts, so this waits for its end
     expect(box).to_have_value("0.5")
     assert "scaled × 0.5" in acc.inner_text() and "pruned" not in acc.inner_text()

@@ -93,13 +93,21 @@ def test_memorization_one_progress_bar_and_no_off_row_when_nothing_is_off(page, 
     assert page.locator("#memo-neurons input:checked").count() == 0
     page.locator("#memo-gallery-acc .label-wrap").click()
     page.fill("#memo-prompt textarea", "a red ring and a red square and a red square on a yellow background")
+    # every block shown busy on any frame from the click until the generation has ended
+    page.evaluate("""() => {
+      window.wbBusy = new Set(); window.wbWatch = true;
+      const look = () => {
+        for (const e of document.querySelectorAll('.wrap.full:not(.hide)')) {
+          if (e.offsetParent) window.wbBusy.add((e.closest('[id]') || {}).id);
+        }
+        if (window.wbWatch) requestAnimationFrame(look);
+      };
+      requestAnimationFrame(look);
+    }""")
     page.click("#memo-generate")
-    busy = set()
-    for _ in range(20):
-        page.wait_for_timeout(150)
-        busy |= set(page.evaluate("() => [...document.querySelectorAll('.wrap.full:not(.hide)')]"
-                                  ".filter(e => e.offsetParent).map(e => (e.closest('[id]') || {}).id)"))
+    page.wait_for_function("() => window.wbBusy.has('memo-compare')", timeout=60_000)  # its bar came
     settle(page, LONG)
+    busy = set(page.evaluate("() => { window.wbWatch = false; return [...window.wbBusy]; }"))
     assert busy <= {"memo-compare"}, busy
     caps = page.evaluate("() => [...document.querySelectorAll('#memo-gallery .caption-label')].map(e => e.innerText)")
     assert caps and not any("off" in c for c in caps), caps

@@ -14,6 +14,7 @@ from tests.e2e.conftest import settle
 from tests.e2e.test_own_models import pick
 from tests.helpers.browser import ARGS, CHROMIUM
 from tests.helpers.server import serve
+from tests.helpers.waits import uploaded
 
 VLM, SAE, HOOK = "own-llava15", "own-llava15-sae", "model.layers.2"
 
@@ -73,8 +74,8 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
             b_rows = b.locator("#features-table").inner_text()
 
             a.locator("#features-build").get_by_text("Build the feature index from images").click()
-            a.locator("#features-build-files input[type=file]").set_input_files([str(p) for p in mine])
-            a.wait_for_timeout(1000)
+            with uploaded(a):  # the server holds A's images before Build sends them
+                a.locator("#features-build-files input[type=file]").set_input_files([str(p) for p in mine])
             a.locator("#features-build-run").click()
             a.locator("#features-build-status").get_by_text("Indexed 3 images").wait_for()
             settle(a)
@@ -96,7 +97,7 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
             folders = [d for d in sessions_dir.iterdir() if d.is_dir()]
             assert len(folders) == 1 and list(folders[0].rglob(INDEX_FILE))
             ctx_a.close()  # A leaves: Gradio's unload removes A's folder
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 60  # polled: a file-system state, not a page's
             while folders[0].exists() and time.monotonic() < deadline:
                 time.sleep(0.5)
             assert not folders[0].exists()

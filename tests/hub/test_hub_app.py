@@ -7,6 +7,7 @@ import json
 import urllib.request
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import settle
@@ -47,21 +48,24 @@ def test_page_load_raises_no_error_toast_and_every_tab_renders(any_server):
         page.set_default_timeout(90_000)
         page.goto(url)
         page.wait_for_selector("#tab-overview", state="visible")
-        page.wait_for_timeout(3000)
+        # the link restore (a silent load event that selects the tab, then starts RUN_JS) has ended,
+        # so it cannot switch back to its tab after a click below; then what else the load runs
+        page.wait_for_function("() => Array.isArray(window.wbLinkRuns)", timeout=120_000)
+        settle(page, 120_000)
         for tab in page.locator("button[role='tab']").all():
             tab.click()
-            page.wait_for_timeout(1200)
+            expect(tab).to_have_attribute("aria-selected", "true", timeout=30_000)
+            settle(page, 120_000)  # the tab's first view, computed as it opens
             tab_id = (tab.get_attribute("id") or "").removeprefix("tab-").removesuffix("-button")
             if tab_id in CLICKS:
                 buttons, result = CLICKS[tab_id]
                 for button in buttons:
                     page.click(button)
-                    page.wait_for_timeout(300)
-                    settle(page, 120_000)
+                    settle(page, 120_000)  # the click marks its outputs pending: this waits for its end
                 page.wait_for_function(
                     "(sel) => { const el = document.querySelector(sel); return el && el.innerText.trim().length > 20; }",
                     arg=result, timeout=120_000)
-                page.wait_for_timeout(500)
+                settle(page, 120_000)  # the screenshot shows the result drawn
             name = tab.inner_text().strip().lower().replace(" ", "-")
             page.screenshot(path=str(ARTIFACTS / f"hub-{name}{suffix}.png"), full_page=True)
         errors = page.locator(".toast-body.error").all_inner_texts()

@@ -1,0 +1,67 @@
+"""Waits for what a browser test needs to have happened, never for a fixed time: on a loaded 2-core
+machine a pause long enough on a quiet one is too short, and on a quiet one it is time wasted.
+
+`settle` (tests/e2e/conftest.py) waits for Gradio's events to end; these wait for what follows an
+event in the page: an upload answered, plotly's figures re-fitted to their boxes, the main thread idle.
+"""
+from __future__ import annotations
+
+import contextlib
+from urllib.parse import urlparse
+
+WAIT_MS = 60_000
+
+# The shown plotly figures (under `scope`) not drawn at their box's width, by the id of the block
+# around them. Plotly re-fits a figure only on a window resize, debounced (components.links sends one
+# after the presenter switch), so a figure whose column grew or shrank keeps its old width a moment;
+# one given a fixed size is never re-fitted.
+_UNFITTED = """(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')]
+  .filter((gd) => gd.checkVisibility() && gd.getBoundingClientRect().width > 0)
+  .filter((gd) => {
+    const svg = gd.querySelector('.main-svg');
+    if (!svg || !gd._fullLayout) return true;
+    if (gd.layout && gd.layout.width && gd.layout.height) return false;
+    return Math.abs(svg.getBoundingClientRect().width - gd.getBoundingClientRect().width) > 2;
+  })
+  .map((gd) => (gd.closest('[id]') || {}).id || 'a figure')"""
+
+
+def unfitted(page, scope: str = "body") -> list[str]:
+    """The shown plotly figures under `scope` not (yet) drawn at their box's width."""
+    return page.evaluate(_UNFITTED, scope)
+
+
+def plots_fitted(page, scope: str = "body", timeout_ms: int = WAIT_MS) -> None:
+    """Wait until every shown plotly figure under `scope` is drawn at the width of its box."""
+    page.wait_for_function(f"(scope) => ({_UNFITTED})(scope).length === 0", arg=scope, timeout=timeout_ms)
+
+
+@contextlib.contextmanager
+def uploaded(page, timeout_ms: int = WAIT_MS):
+    """Around setting the files of an upload: wait until the server has answered Gradio's upload of
+    them, so the component holds the server's copy before the next click sends it."""
+    def is_upload(response) -> bool:
+        return response.request.method == "POST" and urlparse(response.url).path.endswith("/upload")
+
+    with page.expect_response(is_upload, timeout=timeout_ms) as answer:
+        yield
+    answer.value.finished()
+
+
+# Resolves once the browser has given the page `n` idle periods in a row of at least 10 ms each
+# (nothing left to run or draw), or with false after `ms`.
+_IDLE = """([n, ms]) => new Promise((done) => {
+  let quiet = 0;
+  const timer = setTimeout(() => done(false), ms);
+  const step = (d) => {
+    quiet = !d.didTimeout && d.timeRemaining() >= 10 ? quiet + 1 : 0;
+    if (quiet >= n) { clearTimeout(timer); done(true); } else { requestIdleCallback(step, {timeout: 1000}); }
+  };
+  requestIdleCallback(step, {timeout: 1000});
+})"""
+
+
+def main_thread_idle(page, periods: int = 5, timeout_ms: int = WAIT_MS) -> bool:
+    """Wait until the page's main thread has nothing left to do (what an earlier event drew is drawn);
+    False if it was still busy after `timeout_ms` (the caller's measurement then says so)."""
+    return page.evaluate(_IDLE, [periods, timeout_ms])
