@@ -80,6 +80,14 @@ def _share_the_machine(request):
         yield
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_browser_per_module():
+    """The browser tests of a module share one Chromium (tests/helpers/browser.py), stopped here."""
+    yield
+    if "tests.helpers.browser" in sys.modules:
+        sys.modules["tests.helpers.browser"].close()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_model_checks():
     """Each test checks custom models afresh: the picker remembers checks for minutes, and tests

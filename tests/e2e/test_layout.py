@@ -1,7 +1,8 @@
 """The layout check: every tab, in normal and presenter view, light and dark, at 1440×1000 and 1000×800.
 
 One browser per screen size opens each tab through its link (`?tab=ID`, a new session each time, so
-the tab's first opening: components.common.on_first_open), which must show its first view within
+the tab's first opening: components.common.on_first_open), which must select that tab, raise no
+script error in the page and show its first view within
 FIRST_VIEW_S of the tab appearing; run on its own (`pytest tests/e2e/test_layout.py`) the server starts
 with this module and the first size's tabs open cold (later ones find the server's caches warm). Then, for each view and theme, tests/helpers/layout.py lists what is drawn over what, the tab
 bar's labels, numbers broken in tables and, in presenter view, where the key figure starts. Each
@@ -71,10 +72,15 @@ def check_size(url: str, w: int, h: int, tabs=None) -> tuple[dict, list[str]]:
     times, found = {}, []
     with chromium_page(w, h) as page:
         page.set_default_timeout(LONG)
-        for tab, _ in [t for t in TABS if tabs is None or t[0] in tabs]:
+        errors = []  # the page's uncaught script errors, with the tab open when each was raised
+        page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
+        for tab, title in [t for t in TABS if tabs is None or t[0] in tabs]:
             # a link to the tab, as a presenter opens it: a new session, so the tab's first opening
             page.goto(f"{url}?tab={tab}")
             page.wait_for_selector(f"#tab-{tab}", state="visible")
+            selected = page.locator("button[role='tab'][aria-selected='true']").inner_text().strip()
+            if selected != title:
+                found.append(f"{w}x{h}-{tab}: the link selected {selected!r}, not {title!r}")
             t0 = time.perf_counter()
             try:
                 page.wait_for_function(f"() => !!({FIRST_VIEW[tab]})", timeout=4_000 * FIRST_VIEW_S)
@@ -90,6 +96,7 @@ def check_size(url: str, w: int, h: int, tabs=None) -> tuple[dict, list[str]]:
                               unfit + layout.problems(page, titles, KEY_FIGURE[tab] if presenter else None)]
                     page.screenshot(path=str(SHOTS / f"{where}.png"), full_page=True)
             _set_view(page, False, False)
+        found += [f"{w}x{h}: script error {e}" for e in errors]
     return times, found
 
 

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import settle
 from tests.e2e.test_own_models import pick
-from tests.helpers.browser import ARGS, CHROMIUM
+from tests.helpers.browser import browser
 from tests.helpers.server import serve
 from tests.helpers.waits import uploaded
 
@@ -38,8 +38,6 @@ def captions(page) -> list[str]:
 
 @pytest.mark.timeout(400)
 def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_models, tmp_path, monkeypatch):
-    from playwright.sync_api import sync_playwright
-
     from backend.sae import hub_index, loading
     from backend.sae.index import INDEX_FILE, ImageSource
     from tests.helpers.standins.features import sample_images
@@ -61,10 +59,9 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
     env = {"WORKBENCH_MODEL_ROOTS": str(local_models), "WORKBENCH_SAE_INDEX": str(owner),
            "WORKBENCH_SESSION_DIR": str(sessions_dir), "HF_HOME": str(tmp_path / "hf-home")}
     ARTIFACTS.mkdir(exist_ok=True)
-    with serve(env=env, log_path=ARTIFACTS / "e2e-visitors.log") as (url, _), sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with serve(env=env, log_path=ARTIFACTS / "e2e-visitors.log") as (url, _):
+        ctx_a, ctx_b = (browser().new_context(viewport={"width": 1440, "height": 1000}) for _ in range(2))
         try:
-            ctx_a, ctx_b = (browser.new_context(viewport={"width": 1440, "height": 1000}) for _ in range(2))
             a, b = ctx_a.new_page(), ctx_b.new_page()
             for p in (a, b):
                 p.set_default_timeout(90_000)
@@ -101,6 +98,6 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
             while folders[0].exists() and time.monotonic() < deadline:
                 time.sleep(0.5)
             assert not folders[0].exists()
-            ctx_b.close()
         finally:
-            browser.close()
+            ctx_a.close()
+            ctx_b.close()

@@ -1,27 +1,49 @@
-"""Debian Chromium driven by playwright (never a downloaded browser)."""
+"""Debian Chromium driven by playwright (never a downloaded browser).
+
+One browser serves a test module: each page gets a context of its own (its own cookies, storage and
+cache, as a fresh profile had), since starting Chromium costs about a second and a core's worth of
+work each time. tests/conftest.py closes it at the module's end: while playwright's sync API is
+started, the main thread cannot run an event loop of its own (`asyncio.run`).
+"""
 from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 
+_STARTED: dict = {}  # "playwright" and "browser", while a module uses them
+
+
+def browser():
+    """The module's Chromium, started on first use (and again if it went away)."""
+    if "browser" not in _STARTED or not _STARTED["browser"].is_connected():
+        close()
+        from playwright.sync_api import sync_playwright
+
+        _STARTED["playwright"] = sync_playwright().start()
+        _STARTED["browser"] = _STARTED["playwright"].chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=ARGS)
+    return _STARTED["browser"]
+
+
+def close() -> None:
+    """Stop the browser and playwright, if started; the next `browser()` starts them again."""
+    b, pw = _STARTED.pop("browser", None), _STARTED.pop("playwright", None)
+    with contextlib.suppress(Exception):
+        if b is not None:
+            b.close()
+    if pw is not None:
+        pw.stop()
+
 
 @contextlib.contextmanager
 def chromium_page(width: int = 1440, height: int = 900):
-    from playwright.sync_api import sync_playwright
-
-    profile = tempfile.mkdtemp(prefix="wb-chromium-")
-    with sync_playwright() as pw:
-        ctx = pw.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=ARGS,
-            viewport={"width": width, "height": height})
-        try:
-            page = ctx.pages[0] if ctx.pages else ctx.new_page()
-            yield page
-        finally:
-            ctx.close()
-            shutil.rmtree(profile, ignore_errors=True)
+    """A page in a new context of the module's browser: a visitor with nothing stored yet."""
+    ctx = browser().new_context(viewport={"width": width, "height": height})
+    try:
+        yield ctx.new_page()
+    finally:
+        ctx.close()
