@@ -98,15 +98,6 @@ def check_choice(name: str, value, choices) -> str:
     return value
 
 
-def check_text(name: str, text, most: int) -> str:
-    if not isinstance(text, str):
-        raise ValueError(f"{name} must be text.")
-    if len(text) > most:
-        raise ValueError(f"{name} is {len(text):,} characters long; at most {most:,} are taken. "
-                         "Nothing was computed.")
-    return text
-
-
 class CostTooHigh(ValueError):
     """A computation's estimate is over the per-call cap: refused before it starts."""
 

@@ -13,6 +13,10 @@ def open_adapters(page, url):
     page.goto(f"{url}?tab=adapters", timeout=120_000)
     page.wait_for_selector("#tab-adapters", state="visible", timeout=120_000)
     page.wait_for_selector("#pissa-analyse", state="visible", timeout=120_000)
+    # the tab's first view (its own silent event, components.common.on_first_open) drawn: the spectrum
+    # and histograms, whose first figure also imports plotly (seconds of the page's main thread)
+    page.wait_for_function("() => ['#pissa-spectrum', '#pissa-hist'].every((s) =>"
+                           " (document.querySelector(s + ' .js-plotly-plot') || {})._fullLayout)", timeout=120_000)
 
 
 def _settled(page, elem_id: str) -> None:
@@ -203,7 +207,7 @@ def test_race_keeps_the_page_responsive_and_stops_within_a_second(page, server_u
     _set_number(page, "pissa-steps", 300)
     _set_number(page, "pissa-seeds", 3)
     settle(page)  # what the page computes when it opens (other tabs' first views) is not the race's,
-    main_thread_idle(page)  # nor what it draws of it
+    main_thread_idle(page)  # nor what the page draws of it (plotly's import: open_adapters)
 
     run = _race(page, stop=False)
     final = page.locator(STATUS).inner_text()
@@ -264,12 +268,14 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     page.locator("#pissa-analyse").click()
     spec = page.locator("#pissa-spectrum")
     page.locator("#pissa-stats").get_by_text("rank 8").wait_for(timeout=90_000)
+    settle(page, 90_000)  # the first view also reads "rank 8": the Analyse click's run has ended
     legend = spec.locator(".legendtext")
     expect(legend).to_have_count(3, timeout=30_000)
     page.click("#pissa-pin")
     expect(page.locator("#pissa-pin-msg")).to_contain_text("pinned: pissa-toy · fc2 · r 8 · pissa")
 
     # a refused rank: the toast names the range, the spectrum stays, no Error badge
+    settle(page)
     before = page.locator("#pissa-stats").inner_text()
     box = page.locator("#pissa-rank input[type='number']")
     box.fill("500")

@@ -9,14 +9,17 @@ dark mode (a new session): the same results must appear without a click, every f
 the shared transparent template, and the link copied there (L2) must equal L1. Each dark view is
 screenshotted (test-artifacts/deeplink-dark-<tab>.png).
 """
+import contextlib
 import json
 import urllib.request
 from urllib.parse import parse_qsl, urlencode, urlparse
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.e2e.conftest import settle, shot
 from tests.helpers.browser import chromium_page
+from tests.helpers.waits import plots_drawn
 
 pytestmark = pytest.mark.timeout(600)
 TITLES: dict = {}
@@ -40,6 +43,8 @@ EXTRA = {"rel-text": "this sequel is long and boring and the dialogue is awful",
          # the Features tab's own SAE and hookpoint go with a picked model (tests/e2e/test_own_models.py)
          "feat-sae": None, "feat-hookpoint": None}
 
+DRAWN_JS = """([tab, n]) => [...document.querySelectorAll('#tab-' + tab + ' .js-plotly-plot')]
+  .filter((el) => el._fullLayout).length >= n"""
 VIEW_JS = """(tab) => {
   const root = document.getElementById('tab-' + tab);
   const plots = [...root.querySelectorAll('.js-plotly-plot')].map((el) => ({
@@ -65,13 +70,17 @@ A11Y_JS = """(tab) => {
 }"""
 
 
-def result_view(page, tab) -> dict:
-    """The results a tab shows: its result blocks' texts (waited for) and its figures' data."""
+def result_view(page, tab, figures: int = 0) -> dict:
+    """The results a tab shows: its result blocks' texts (waited for) and its figures' data, once
+    at least `figures` figures are drawn (the tab's first view may arrive after its link's results)."""
     sels = RESULTS.get(tab, [])
     for sel in sels:
         page.wait_for_function("(s) => { const el = document.querySelector(s); "
                                "return el && el.innerText.trim().length > 0; }", arg=sel, timeout=120_000)
+    with contextlib.suppress(PlaywrightTimeout):  # fewer: the comparison below says which
+        page.wait_for_function(DRAWN_JS, arg=[tab, figures], timeout=60_000)
     settle(page, 120_000)
+    plots_drawn(page, f"#tab-{tab}", 120_000)  # plotly draws a figure after its event has ended
     return {"texts": {sel: page.locator(sel).first.inner_text() for sel in sels},
             "plots": page.evaluate(VIEW_JS, tab)}
 
@@ -160,11 +169,11 @@ def restored(page):
     runs_settled(page)
 
 
-def copy_link(page, url, query, tab_id) -> tuple[dict, dict]:
+def copy_link(page, url, query, tab_id, figures: int = 0) -> tuple[dict, dict]:
     page.goto(url + query)
     page.wait_for_selector(f"#tab-{tab_id}", state="visible")
     restored(page)
-    view = result_view(page, tab_id)
+    view = result_view(page, tab_id, figures)
     return _read_link(page, tab_id), view
 
 
@@ -245,7 +254,8 @@ def test_deep_link_from_every_tab_restores_in_a_fresh_browser(server_url):
         for tab in tabs:
             fresh = fresh_browser.context.new_page()  # a new page, a new Gradio session
             fresh.set_default_timeout(90_000)
-            l2, view = copy_link(fresh, server_url, "?" + urlencode({**l1[tab], "__theme": "dark"}), tab)
+            l2, view = copy_link(fresh, server_url, "?" + urlencode({**l1[tab], "__theme": "dark"}), tab,
+                                 len(views[tab]["plots"]))
             l2.pop("__theme", None)
             assert l2 == l1[tab], tab
             if tab in RESULTS:

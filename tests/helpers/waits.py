@@ -65,3 +65,18 @@ def main_thread_idle(page, periods: int = 5, timeout_ms: int = WAIT_MS) -> bool:
     """Wait until the page's main thread has nothing left to do (what an earlier event drew is drawn);
     False if it was still busy after `timeout_ms` (the caller's measurement then says so)."""
     return page.evaluate(_IDLE, [periods, timeout_ms])
+
+
+# The plot blocks shown under `scope` that neither show Gradio's empty state nor hold a figure plotly
+# has drawn: a figure's value has arrived but plotly (imported on first use) has not drawn it yet.
+_UNDRAWN = """(scope) => (window.gradio_config.components || [])
+  .filter((c) => c.type === 'plot' && c.props && c.props.elem_id)
+  .map((c) => document.getElementById(c.props.elem_id))
+  .filter((b) => b && b.closest(scope) && b.checkVisibility())
+  .filter((b) => !b.querySelector('.empty') && !(b.querySelector('.js-plotly-plot') || {})._fullLayout)
+  .map((b) => b.id)"""
+
+
+def plots_drawn(page, scope: str = "body", timeout_ms: int = WAIT_MS) -> None:
+    """Wait until every shown plot block under `scope` is empty or has its figure drawn."""
+    page.wait_for_function(f"(scope) => ({_UNDRAWN})(scope).length === 0", arg=scope, timeout=timeout_ms)

@@ -172,23 +172,10 @@ def test_a_model_calls_limit_counts_its_wait_at_the_load_gate(monkeypatch):
     """The job limit started inside the handler, after its wait at the load gate: a call that
     waited 2.8 s behind another request's load then ran its full limit (an 8-seed generation ended
     17.8 s after it started, limit 15 s). Now the limit counts from the gated call's start."""
-    import threading
-    import time
-
     from backend.core import limits, loadgate
+    from tests.helpers.elsewhere import held_elsewhere
 
     monkeypatch.setattr(guard, "JOB_SECONDS", 2.0)
-    loaded, release = threading.Event(), threading.Event()
-
-    def load_elsewhere():
-        with loadgate.loading():
-            loaded.set()
-            release.wait(5)
-
-    t = threading.Thread(target=load_elsewhere)
-    t.start()
-    loaded.wait(5)
-    threading.Timer(0.5, release.set).start()
-    left = guard.gated(guard.guarded(lambda: limits.remaining()))()
-    t.join()
+    with held_elsewhere(loadgate.loading, release_after_s=0.5):
+        left = guard.gated(guard.guarded(lambda: limits.remaining()))()
     assert left is not None and left < 1.6, left  # 2 s less the 0.5 s wait

@@ -107,26 +107,14 @@ def test_a_wait_at_the_load_gate_ends_at_the_deadline():
     """A model call waiting for other requests' loads and computations is stopped at its deadline
     (a race and a generation waited past it there), and leaves the gate as it found it."""
     from backend.core import loadgate
+    from tests.helpers.elsewhere import held_elsewhere
 
-    started, release = threading.Event(), threading.Event()
-
-    def load_elsewhere():
-        with loadgate.loading():
-            started.set()
-            release.wait(5)
-
-    t = threading.Thread(target=load_elsewhere)
-    t.start()
-    started.wait(5)
-    try:
+    with held_elsewhere(loadgate.loading):
         t0 = time.monotonic()
         with limits.budget(0.3), pytest.raises(limits.JobTooLong, match="time limit of 0.3 s"):
             with loadgate.computing():
                 pass
         assert 0.3 <= time.monotonic() - t0 < 1.5
-    finally:
-        release.set()
-        t.join()
     with loadgate.computing():  # unbounded without a deadline, and the gate is free again
         pass
     assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}

@@ -215,26 +215,15 @@ def test_a_wait_for_a_busy_model_ends_at_the_deadline():
     from backend.core import limits
     from backend.core.interventions import model_lock
 
+    from tests.helpers.elsewhere import held_elsewhere
+
     model = torch.nn.Linear(2, 2)
-    holding, release = threading.Event(), threading.Event()
-
-    def first():
-        with model_lock(model):
-            holding.set()
-            release.wait(10)
-
-    t = threading.Thread(target=first)
-    t.start()
-    holding.wait(5)
-    try:
+    with held_elsewhere(lambda: model_lock(model)):
         t0 = time.monotonic()
         with limits.budget(0.3), pytest.raises(limits.JobTooLong, match="another request's computation"):
             with loadgate.computing(), model_lock(model):
                 raise AssertionError("ran")
         assert 0.3 <= time.monotonic() - t0 < 1.5
-    finally:
-        release.set()
-        t.join()
     with model_lock(model):  # free again
         pass
     assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
