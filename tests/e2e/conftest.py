@@ -33,6 +33,27 @@ def page(server_url):
         yield p
 
 
+# The tab's first view is on the page (JS, true when computed).
+FIRST_VIEW = {
+    "overview": "document.querySelector('#tab-overview .wb-card')",
+    "relevance": "document.querySelector('#rel-heatmap .wb-token') && document.querySelector('#rel-bars .js-plotly-plot')",
+    "features": "[...document.querySelectorAll('#features-overlay img')].some(i => i.complete && i.naturalWidth)",
+    "memorization": "document.querySelector('#memo-score .wb-card') && document.querySelector('#memo-z .js-plotly-plot')"
+                    " && document.querySelector('#memo-compare img')",
+    "math_neurons": "document.querySelector('#mn-accfig .js-plotly-plot')",
+    "adapters": "document.querySelector('#pissa-spectrum .js-plotly-plot') && document.querySelector('#pissa-hist .js-plotly-plot')"
+                " && document.querySelector('#pissa-race-live .wb-race-live svg')"
+                " && document.querySelector('#pissa-race-live .wb-race-live').offsetHeight > 100",
+    "tour": "document.querySelector('#tour-figure .js-plotly-plot')",
+}
+
+
+def first_view(page, tab_id: str, timeout_ms: int = 120_000):
+    """Wait for the tab's first view: computed by a silent event when the tab first opens
+    (components.common.on_first_open), so no status tracker shows it running and `settle` cannot."""
+    page.wait_for_function(f"() => !!({FIRST_VIEW[tab_id]})", timeout=timeout_ms)
+
+
 def open_tab(page, url: str, tab_id: str):
     """Open the app on one tab through its deep link and wait for Gradio to settle."""
     page.goto(f"{url}?tab={tab_id}")

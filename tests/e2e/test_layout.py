@@ -18,7 +18,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from components import tab_modules
 from tests.conftest import ARTIFACTS
-from tests.e2e.conftest import settle
+from tests.e2e.conftest import FIRST_VIEW, settle
 from tests.helpers import layout, waits
 from tests.helpers.browser import chromium_page
 
@@ -27,19 +27,6 @@ LONG = 120_000
 SHOTS = ARTIFACTS / "layout"
 TABS = [(m.TAB_ID, m.TITLE) for m in tab_modules()]
 
-# The tab's first view is on the page (JS, true when computed).
-FIRST_VIEW = {
-    "overview": "document.querySelector('#tab-overview .wb-card')",
-    "relevance": "document.querySelector('#rel-heatmap .wb-token') && document.querySelector('#rel-bars .js-plotly-plot')",
-    "features": "[...document.querySelectorAll('#features-overlay img')].some(i => i.complete && i.naturalWidth)",
-    "memorization": "document.querySelector('#memo-score .wb-card') && document.querySelector('#memo-z .js-plotly-plot')"
-                    " && document.querySelector('#memo-compare img')",
-    "math_neurons": "document.querySelector('#mn-accfig .js-plotly-plot')",
-    "adapters": "document.querySelector('#pissa-spectrum .js-plotly-plot') && document.querySelector('#pissa-hist .js-plotly-plot')"
-                " && document.querySelector('#pissa-race-live .wb-race-live svg')"
-                " && document.querySelector('#pissa-race-live .wb-race-live').offsetHeight > 100",
-    "tour": "document.querySelector('#tour-figure .js-plotly-plot')",
-}
 # What a presenter shows first: its top must be in the first screen.
 KEY_FIGURE = {"overview": "#tab-overview .wb-card", "relevance": "#rel-heatmap", "features": "#features-overlay",
               "memorization": "#memo-compare", "math_neurons": "#mn-accfig", "adapters": "#pissa-spectrum",

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import ARTIFACTS
-from tests.e2e.conftest import settle, shot
+from tests.e2e.conftest import first_view, settle, shot
 
 pytestmark = pytest.mark.timeout(900)
 LONG = 180_000
@@ -24,6 +24,7 @@ MEMO_PROMPT = "a striped blue square on the left"
 def open_tab(page, tab_id: str):
     page.get_by_role("tab", name=TITLES[tab_id], exact=True).click()
     page.wait_for_selector(f"#tab-{tab_id}", state="visible")
+    first_view(page, tab_id, LONG)  # its silent event ended, or it could follow the test's own click
     settle(page, LONG)
 
 
