@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.browser import chromium_page  # noqa: E402
+from tests.helpers.browser import chromium_page, close as close_browser  # noqa: E402
 from tests.helpers.server import serve  # noqa: E402
 
 # The button pressed on each tab before the shot (if present); the tour computes its first step on load.
@@ -81,14 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with serve(log_path=args.out.parent / ".screenshots-server.log") as (url, _proc):
         tabs = args.tabs or tab_ids(url)
-        with chromium_page(width=1440, height=1000) as page:
-            page.set_default_timeout(180_000)
-            for tab in tabs:
-                for theme in args.themes:
-                    for presenter in ([False, True] if args.presenter else [False]):
-                        path = shoot(page, url, tab, theme, presenter, args.out, args.full_page)
-                        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
-                              f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+        try:
+            with chromium_page(width=1440, height=1000) as page:
+                page.set_default_timeout(180_000)
+                for tab in tabs:
+                    for theme in args.themes:
+                        for presenter in ([False, True] if args.presenter else [False]):
+                            path = shoot(page, url, tab, theme, presenter, args.out, args.full_page)
+                            print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+                                  f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+        finally:
+            close_browser()
     log = args.out.parent / ".screenshots-server.log"
     log.unlink(missing_ok=True)
     return 0
