@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import settle, shot
+from tests.e2e.conftest import first_view, settle, shot
 from tests.helpers.waits import main_thread_idle, plots_fitted
 
 
@@ -13,10 +13,8 @@ def open_adapters(page, url):
     page.goto(f"{url}?tab=adapters", timeout=120_000)
     page.wait_for_selector("#tab-adapters", state="visible", timeout=120_000)
     page.wait_for_selector("#pissa-analyse", state="visible", timeout=120_000)
-    # the tab's first view (its own silent event, components.common.on_first_open) drawn: the spectrum
-    # and histograms, whose first figure also imports plotly (seconds of the page's main thread)
-    page.wait_for_function("() => ['#pissa-spectrum', '#pissa-hist'].every((s) =>"
-                           " (document.querySelector(s + ' .js-plotly-plot') || {})._fullLayout)", timeout=120_000)
+    # the tab's first view drawn, whose first figure also imports plotly (seconds of main thread)
+    first_view(page, "adapters")
 
 
 def _settled(page, elem_id: str) -> None:

@@ -18,7 +18,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from components import tab_modules
 from tests.conftest import ARTIFACTS
-from tests.e2e.conftest import FIRST_VIEW, settle
+from tests.e2e.conftest import FIRST_VIEW, first_view, settle
 from tests.helpers import layout, waits
 from tests.helpers.browser import chromium_page
 
@@ -70,7 +70,7 @@ def check_size(url: str, w: int, h: int, tabs=None) -> tuple[dict, list[str]]:
                 found.append(f"{w}x{h}-{tab}: the link selected {selected!r}, not {title!r}")
             t0 = time.perf_counter()
             try:
-                page.wait_for_function(f"() => !!({FIRST_VIEW[tab]})", timeout=4_000 * FIRST_VIEW_S)
+                first_view(page, tab, timeout_ms=4_000 * FIRST_VIEW_S)
                 times[tab] = round(time.perf_counter() - t0, 1)
             except Exception:  # noqa: BLE001 - reported with the others
                 times[tab] = None

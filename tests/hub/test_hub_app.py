@@ -55,7 +55,7 @@ def test_page_load_raises_no_error_toast_and_every_tab_renders(any_server):
         for tab in page.locator("button[role='tab']").all():
             tab.click()
             expect(tab).to_have_attribute("aria-selected", "true", timeout=30_000)
-            settle(page, 120_000)  # the tab's first view, computed as it opens
+            settle(page, 120_000)  # what the opening runs with a status tracker (not the silent first view)
             tab_id = (tab.get_attribute("id") or "").removeprefix("tab-").removesuffix("-button")
             if tab_id in CLICKS:
                 buttons, result = CLICKS[tab_id]
