@@ -37,7 +37,9 @@ def page(server_url):
 FIRST_VIEW = {
     "overview": "document.querySelector('#tab-overview .wb-card')",
     "relevance": "document.querySelector('#rel-heatmap .wb-token') && document.querySelector('#rel-bars .js-plotly-plot')",
-    "features": "[...document.querySelectorAll('#features-overlay img')].some(i => i.complete && i.naturalWidth)",
+    # a model and SAE without an index (hub mode before a build) open on the instructions to build one
+    "features": "[...document.querySelectorAll('#features-overlay img')].some(i => i.complete && i.naturalWidth)"
+                " || document.querySelector('#features-noindex')",
     "memorization": "document.querySelector('#memo-score .wb-card') && document.querySelector('#memo-z .js-plotly-plot')"
                     " && document.querySelector('#memo-compare img')",
     "math_neurons": "document.querySelector('#mn-accfig .js-plotly-plot')",
@@ -51,7 +53,13 @@ FIRST_VIEW = {
 def first_view(page, tab_id: str, timeout_ms: int = 120_000):
     """Wait for the tab's first view: computed by a silent event when the tab first opens
     (components.common.on_first_open), so no status tracker shows it running and `settle` cannot."""
-    page.wait_for_function(f"() => !!({FIRST_VIEW[tab_id]})", timeout=timeout_ms)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(f"() => !!({FIRST_VIEW[tab_id]})", timeout=timeout_ms)
+    except PlaywrightTimeout:
+        raise AssertionError(f"{tab_id}: no first view within {timeout_ms / 1000:.0f} s "
+                             f"({FIRST_VIEW[tab_id]})") from None
 
 
 def open_tab(page, url: str, tab_id: str):
