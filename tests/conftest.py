@@ -48,11 +48,13 @@ def artifact(name: str) -> Path:
 
 @contextmanager
 def _machine_share(alone: bool):
-    """Under pytest-xdist, a test marked `alone` runs while no other worker runs a test: its figures
-    (a first view within 10 s, no browser task over 200 ms, a stop within a second) are timings of
-    the app, not of the other worker's load. Every test holds the machine lock shared; an `alone`
-    test holds it exclusively. The turnstile, taken by every test before the machine lock, keeps a
-    waiting `alone` test from being passed by the other worker's next tests."""
+    """A test marked `alone` runs while no other test of this suite runs on the machine: not an
+    xdist worker's, nor one of a second run of the suite beside this one (another checkout, a
+    second pytest): its figures (a first view within 10 s, no browser task over 200 ms, a stop
+    within a second) are timings of the app, not of the other tests' load. Every test holds the
+    machine lock shared; an `alone` test holds it exclusively. The turnstile, taken by every test
+    before the machine lock, keeps a waiting `alone` test from being passed by the others' next
+    tests. The locks live in the machine's temporary folder, so every run on the machine sees them."""
     with open(_lock_path("turnstile"), "a") as turnstile, open(_lock_path("machine"), "a") as machine:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         if not alone:
@@ -66,16 +68,17 @@ def _machine_share(alone: bool):
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
+# One folder per user of the machine (not per checkout), for the locks of `_machine_share`.
+LOCKS = Path(tempfile.gettempdir()) / f"workbench-tests-{os.getuid()}"
+
+
 def _lock_path(name: str) -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
-    return ARTIFACTS / f".{name}.lock"
+    LOCKS.mkdir(exist_ok=True)
+    return LOCKS / f"{name}.lock"
 
 
 @pytest.fixture(autouse=True)
 def _share_the_machine(request):
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        yield
-        return
     with _machine_share(request.node.get_closest_marker("alone") is not None):
         yield
 

@@ -1,0 +1,55 @@
+"""A timing check marked `alone` waits for the tests of any other run of the suite on the machine
+(tests/conftest._machine_share), and holds their next tests off until it ends."""
+import threading
+import time
+
+import tests.conftest as suite
+
+
+def _hold(alone: bool, entered: threading.Event, seconds: float, spans: list):
+    with suite._machine_share(alone):
+        t0 = time.monotonic()
+        entered.set()
+        time.sleep(seconds)
+        spans.append((alone, t0, time.monotonic()))
+
+
+def _run(first_alone: bool, second_alone: bool, monkeypatch, tmp_path):
+    # a folder of this test's own: the suite's folder holds this very test's shared lock
+    monkeypatch.setattr(suite, "LOCKS", tmp_path)
+    spans: list = []
+    first, second = threading.Event(), threading.Event()
+    a = threading.Thread(target=_hold, args=(first_alone, first, 0.6, spans))
+    a.start()
+    assert first.wait(10)
+    b = threading.Thread(target=_hold, args=(second_alone, second, 0.1, spans))
+    b.start()
+    a.join(10)
+    b.join(10)
+    return {alone: (t0, t1) for alone, t0, t1 in spans} if first_alone != second_alone else spans
+
+
+def test_an_alone_check_waits_for_a_running_test_and_holds_off_the_next(monkeypatch, tmp_path):
+    spans = _run(False, True, monkeypatch, tmp_path)
+    assert spans[True][0] >= spans[False][1]  # began after the running test ended
+    spans = _run(True, False, monkeypatch, tmp_path)
+    assert spans[False][0] >= spans[True][1]  # the next test began after the alone check ended
+
+
+def test_ordinary_tests_of_two_runs_go_side_by_side(monkeypatch, tmp_path):
+    (_, a0, a1), (_, b0, b1) = sorted(_run(False, False, monkeypatch, tmp_path), key=lambda s: s[1])
+    assert b0 < a1  # the second began while the first still ran
+
+
+def test_every_test_holds_the_machine_wide_lock_with_or_without_xdist():
+    import fcntl
+
+    assert not suite.LOCKS.is_relative_to(suite.ROOT)  # one per machine, not per checkout
+    with open(suite._lock_path("machine"), "a") as f:  # this test holds it shared: no one may take it
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            taken = True
+            fcntl.flock(f, fcntl.LOCK_UN)
+        except BlockingIOError:
+            taken = False
+    assert not taken
