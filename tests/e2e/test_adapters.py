@@ -319,4 +319,4 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     shot(page, "adapters-presenter")
     page.locator("#wb-presenter-toggle input").uncheck()
     page.click("#pissa-unpin")
-    expect(legend).to_have_count(3)
+    expect(legend).to_have_count(3)  # redrawn without the pinned traces

@@ -16,6 +16,17 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 
 _STARTED: dict = {}  # "playwright" and "browser", while a module uses them
 
+# How long an `expect(...)` waits for its state when the test names no time: playwright's 5 s is
+# less than a redraw after a server round trip takes on a busy machine (a parallel job beside the
+# suite). A wait for a state, not a limit on the app: the timing checks measure their own figures.
+EXPECT_TIMEOUT_MS = 30_000
+
+
+def _expect_defaults() -> None:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
+
 
 def browser():
     """The module's Chromium, started on first use (and again if it went away)."""
@@ -23,6 +34,7 @@ def browser():
         close()
         from playwright.sync_api import sync_playwright
 
+        _expect_defaults()
         _STARTED["playwright"] = sync_playwright().start()
         _STARTED["browser"] = _STARTED["playwright"].chromium.launch(
             executable_path=CHROMIUM, headless=True, args=ARGS)
