@@ -34,10 +34,28 @@ def _as_matrix(weight) -> torch.Tensor:
 
 
 def _check_rank(rank: int, w: torch.Tensor) -> int:
-    rank = int(rank)
+    try:
+        rank = int(rank)
+    except (TypeError, ValueError, OverflowError):  # None, a word, NaN, ±inf
+        raise ValueError(f"rank must be a whole number, got {rank!r}") from None
     if rank < 1 or rank > min(w.shape):
         raise ValueError(f"rank must be between 1 and {min(w.shape)} for a {tuple(w.shape)} matrix")
     return rank
+
+
+# Each refinement costs an SVD of the whole matrix; LoftQ's paper stops at 5 (the tab's variants use
+# 1 and 5), so a count far above that is a mistake, not a setting, and must not run for hours.
+MAX_ITERS = 50
+
+
+def _check_iters(iters: int) -> int:
+    try:
+        iters = int(iters)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"iters must be a whole number, got {iters!r}") from None
+    if not 1 <= iters <= MAX_ITERS:
+        raise ValueError(f"iters must be between 1 and {MAX_ITERS}, got {iters}")
+    return iters
 
 
 def singular_spectrum(weight) -> torch.Tensor:
@@ -94,8 +112,7 @@ def loftq_cpu(weight, rank: int, iters: int = 1, block_size: int = BLOCK_SIZE):
     """LoftQ with the project's NF4: returns (Q dequantized, lora_A, lora_B), W ≈ Q + B @ A."""
     w = _as_matrix(weight)
     rank = _check_rank(rank, w)
-    if iters < 1:
-        raise ValueError("iters must be at least 1")
+    iters = _check_iters(iters)
     target = w
     for i in range(iters):
         q = nf4_roundtrip(target, block_size)
@@ -111,8 +128,7 @@ def qpissa_cpu(weight, rank: int, iters: int = 1, block_size: int = BLOCK_SIZE,
     """QPiSSA: PiSSA factors (peft), NF4 of the residual, then optional alternating refinements."""
     w = _as_matrix(weight)
     rank = _check_rank(rank, w)
-    if iters < 1:
-        raise ValueError("iters must be at least 1")
+    iters = _check_iters(iters)
     split = pissa_split(w, rank, init=init)
     a, b = split.lora_A, split.lora_B
     q = nf4_roundtrip(w - b @ a, block_size)

@@ -160,7 +160,7 @@ def _weight(key: str, layer: str) -> torch.Tensor:
 def _check_rank(rank, w: torch.Tensor, name: str | None = None) -> int:
     try:
         rank = int(rank)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # None, a word, NaN, ±inf
         raise ServiceError("rank must be a whole number") from None
     if not 1 <= rank <= min(w.shape):
         layer = f"the {tuple(w.shape)} layer {name}" if name else f"a {tuple(w.shape)} layer"
