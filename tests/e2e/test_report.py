@@ -79,8 +79,16 @@ def test_report_of_five_tabs_offline_with_hover_numbers_and_links(page, server_u
     settle(page, LONG)
 
     open_tab(page, "memorization")
+    first_score = page.locator("#memo-score").inner_text()
     page.locator("#memo-prompt textarea").fill(MEMO_PROMPT)
     page.click("#memo-check")
+    # the check's own card, not the first view's, nor its status tracker's timer ("0.4s") over it:
+    # the first view's figure already stands, and on a busy machine settle can see quiet frames
+    # before the click's pending state is drawn
+    page.wait_for_function(
+        "(before) => { const t = document.querySelector('#memo-score').innerText.trim();"
+        " return t && !/^[\\d.]+\\s*s\\b/.test(t) && t !== before.trim(); }",
+        arg=first_score, timeout=LONG)
     expect(page.locator("#memo-z .js-plotly-plot")).to_be_visible(timeout=LONG)
     settle(page, LONG)
     memo_score = page.locator("#memo-score").inner_text()
