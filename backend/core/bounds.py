@@ -64,6 +64,9 @@ PISSA_SEEDS = Range("The number of seeds", 1, 5)
 PISSA_STEPS = Range("The number of steps", 10, 500)
 PISSA_CONVERT_STEPS = Range("The number of PiSSA steps before converting", 1, 100)
 PISSA_LR = Range("The learning rate", 0, 0.99, whole=False)
+# LoftQ / QPiSSA refinements: each is an SVD of the whole matrix, and LoftQ's paper stops at 5 (the
+# tab's error table uses 1 and 5): a count far above is a mistake that would run for hours
+PISSA_ITERS = Range("The number of refinements", 1, 50)
 PISSA_INITS = ("pissa", "pissa_niter_4")  # full SVD, or the fast randomized SVD the tab offers
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..core.bounds import PISSA_ITERS, Range, check
 from .nf4 import BLOCK_SIZE, nf4_roundtrip
 
 METHODS = ("qlora", "loftq", "qpissa")
@@ -34,28 +35,7 @@ def _as_matrix(weight) -> torch.Tensor:
 
 
 def _check_rank(rank: int, w: torch.Tensor) -> int:
-    try:
-        rank = int(rank)
-    except (TypeError, ValueError, OverflowError):  # None, a word, NaN, ±inf
-        raise ValueError(f"rank must be a whole number, got {rank!r}") from None
-    if rank < 1 or rank > min(w.shape):
-        raise ValueError(f"rank must be between 1 and {min(w.shape)} for a {tuple(w.shape)} matrix")
-    return rank
-
-
-# Each refinement costs an SVD of the whole matrix; LoftQ's paper stops at 5 (the tab's variants use
-# 1 and 5), so a count far above that is a mistake, not a setting, and must not run for hours.
-MAX_ITERS = 50
-
-
-def _check_iters(iters: int) -> int:
-    try:
-        iters = int(iters)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"iters must be a whole number, got {iters!r}") from None
-    if not 1 <= iters <= MAX_ITERS:
-        raise ValueError(f"iters must be between 1 and {MAX_ITERS}, got {iters}")
-    return iters
+    return check(Range(f"The rank r of a {tuple(w.shape)} matrix", 1, min(w.shape)), rank)
 
 
 def singular_spectrum(weight) -> torch.Tensor:
@@ -112,7 +92,7 @@ def loftq_cpu(weight, rank: int, iters: int = 1, block_size: int = BLOCK_SIZE):
     """LoftQ with the project's NF4: returns (Q dequantized, lora_A, lora_B), W ≈ Q + B @ A."""
     w = _as_matrix(weight)
     rank = _check_rank(rank, w)
-    iters = _check_iters(iters)
+    iters = check(PISSA_ITERS, iters)
     target = w
     for i in range(iters):
         q = nf4_roundtrip(target, block_size)
@@ -128,7 +108,7 @@ def qpissa_cpu(weight, rank: int, iters: int = 1, block_size: int = BLOCK_SIZE,
     """QPiSSA: PiSSA factors (peft), NF4 of the residual, then optional alternating refinements."""
     w = _as_matrix(weight)
     rank = _check_rank(rank, w)
-    iters = _check_iters(iters)
+    iters = check(PISSA_ITERS, iters)
     split = pissa_split(w, rank, init=init)
     a, b = split.lora_A, split.lora_B
     q = nf4_roundtrip(w - b @ a, block_size)
