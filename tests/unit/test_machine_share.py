@@ -6,39 +6,40 @@ import time
 import tests.conftest as suite
 
 
-def _hold(alone: bool, entered: threading.Event, seconds: float, spans: list):
+def _hold(name: str, alone: bool, entered: threading.Event, seconds: float, spans: dict):
     with suite._machine_share(alone):
         t0 = time.monotonic()
         entered.set()
         time.sleep(seconds)
-        spans.append((alone, t0, time.monotonic()))
+        spans[name] = (t0, time.monotonic())
 
 
 def _run(first_alone: bool, second_alone: bool, monkeypatch, tmp_path):
+    """(first's span, second's span): the first holds its share 0.6 s, the second asks meanwhile."""
     # a folder of this test's own: the suite's folder holds this very test's shared lock
     monkeypatch.setattr(suite, "LOCKS", tmp_path)
-    spans: list = []
-    first, second = threading.Event(), threading.Event()
-    a = threading.Thread(target=_hold, args=(first_alone, first, 0.6, spans))
+    spans: dict = {}
+    entered = threading.Event()
+    a = threading.Thread(target=_hold, args=("first", first_alone, entered, 0.6, spans))
     a.start()
-    assert first.wait(10)
-    b = threading.Thread(target=_hold, args=(second_alone, second, 0.1, spans))
+    assert entered.wait(10)
+    b = threading.Thread(target=_hold, args=("second", second_alone, threading.Event(), 0.1, spans))
     b.start()
     a.join(10)
     b.join(10)
-    return {alone: (t0, t1) for alone, t0, t1 in spans} if first_alone != second_alone else spans
+    return spans["first"], spans["second"]
 
 
 def test_an_alone_check_waits_for_a_running_test_and_holds_off_the_next(monkeypatch, tmp_path):
-    spans = _run(False, True, monkeypatch, tmp_path)
-    assert spans[True][0] >= spans[False][1]  # began after the running test ended
-    spans = _run(True, False, monkeypatch, tmp_path)
-    assert spans[False][0] >= spans[True][1]  # the next test began after the alone check ended
+    running, check = _run(False, True, monkeypatch, tmp_path)
+    assert check[0] >= running[1]  # began after the running test ended
+    check, following = _run(True, False, monkeypatch, tmp_path)
+    assert following[0] >= check[1]  # the next test began after the alone check ended
 
 
 def test_ordinary_tests_of_two_runs_go_side_by_side(monkeypatch, tmp_path):
-    (_, a0, a1), (_, b0, b1) = sorted(_run(False, False, monkeypatch, tmp_path), key=lambda s: s[1])
-    assert b0 < a1  # the second began while the first still ran
+    first, second = _run(False, False, monkeypatch, tmp_path)
+    assert second[0] < first[1]  # the second began while the first still ran
 
 
 def test_every_test_holds_the_machine_wide_lock_with_or_without_xdist():
