@@ -54,3 +54,33 @@ def test_every_test_holds_the_machine_wide_lock_with_or_without_xdist():
         except BlockingIOError:
             taken = False
     assert not taken
+
+
+def test_waiting_for_the_machine_does_not_count_against_the_test_time_limit(monkeypatch, tmp_path):
+    """pytest-timeout's alarm (signal method) is held while a test waits for the lock, then set back
+    to what was left: a check queued behind another run's long test is not timed out for it."""
+    import signal
+
+    monkeypatch.setattr(suite, "LOCKS", tmp_path)
+    fired = []
+    old_handler = signal.signal(signal.SIGALRM, lambda *_: fired.append(time.monotonic()))
+    old_timer = signal.setitimer(signal.ITIMER_REAL, 0)  # this test's own limit, put back below
+    try:
+        entered, spans = threading.Event(), {}
+        holder = threading.Thread(target=_hold, args=("other run", True, entered, 1.0, spans))
+        holder.start()
+        assert entered.wait(10)
+        signal.setitimer(signal.ITIMER_REAL, 0.4)  # the test's limit: shorter than the wait
+        t0 = time.monotonic()
+        with suite._machine_share(False):
+            waited = time.monotonic() - t0
+            left = signal.getitimer(signal.ITIMER_REAL)[0]
+        holder.join(10)
+        assert waited >= 0.5 and fired == []  # the alarm did not go off while it waited
+        assert 0.2 < left <= 0.4  # and after it, the time left is what was left before
+        time.sleep(0.6)
+        assert len(fired) == 1  # the limit still applies to the test itself
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler)
+        signal.setitimer(signal.ITIMER_REAL, *old_timer)
