@@ -13,7 +13,7 @@ import pandas as pd
 from backend.core import presets as P
 from backend.sae import analysis, loading, organism, pages
 from components import links
-from components.common import fail, model_event
+from components.common import fail, model_event, on_first_open
 from components.feature_build import _build_note, _summary_md, build_index, cancel_index, load_own
 from components.feature_pages import (_empty_page, _explain, _org, ask_model, clamp_limit, firing_columns,
                                       list_features, open_feature, reopen_feature, sorts_of)
@@ -34,7 +34,7 @@ LINK_RUNS = ("features_load", "features_list", "analyse_image", "steer")
 # The session report keeps these results and pins (components.report).
 REPORT_RESULTS = {"features-hist": "Feature page", "features-firing": "Features firing on an image", "features-steer-out": "Steering a feature"}
 REPORT_PINS = {"features-pin": "features-steer-out"}
-LINK_PARAMS = ("feature",)  # read by the tab's own load event, not a linked input
+LINK_PARAMS = ("feature",)  # read by the tab's first view, not a linked input
 
 
 PRESENTER_CSS = """<style>
@@ -280,8 +280,10 @@ def build(ctx) -> None:
     keep_on_failure(loaded.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),
                     page_outputs)
 
-    def from_url(source_, request: gr.Request):
-        params = request.query_params if request else {}
+    def first_view(source_):
+        """The tab's first page: the feature a link names (`feature=ID`, or the tab's own
+        `features-id`), else the top one. A link's ids and clamp value stand as restored."""
+        params = links.current_query()
         wanted = params.get("feature", params.get("features-id"))
         fid = first_id
         if wanted is not None:
@@ -290,10 +292,13 @@ def build(ctx) -> None:
             if not 0 <= fid < n_features:
                 fid = first_id
         org_ = _org(source_)
-        if org_.index is None:  # the instructions, never an error toast on page load
-            return _empty_page(org_, fid)
-        return open_feature(source_, fid)
+        # the instructions when there is no index, never an error toast on first opening
+        out = _empty_page(org_, fid) if org_.index is None else open_feature(source_, fid)
+        if any(k.startswith("features-") for k in params):  # feat, steer_feat, steer_val: the link's
+            out = (*out[:-3], gr.skip(), gr.skip(), gr.skip())
+        return out
 
-    from gradio.context import Context
-
-    Context.root_block.load(from_url, [source], page_outputs, api_visibility="private")
+    # Drawn when the tab is first opened, as every tab's first view is (it was computed, export files
+    # and all, at every page load, for visitors who never opened the tab). A feature page reads the
+    # index, not the model: it waits in no model queue, as the "open feature" button does not.
+    on_first_open(ctx, first_view, [source], page_outputs, concurrency_id=None, concurrency_limit="default")

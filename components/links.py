@@ -15,7 +15,7 @@ any of a tab's linked inputs, those events run once the inputs are restored (thr
 per-tab button whose click chains the tab's own handlers, so the computation, its concurrency group
 and its caching are the tab's own). A page opened without link values runs nothing extra.
 
-A tab may also read a query key of its own in its load event (Features opens `feature=ID`): it
+A tab may also read a query key of its own in its first view (Features opens `feature=ID`): it
 names such keys in `LINK_PARAMS`, so the restore does not report them as unknown.
 
 A component whose valid values are not its static choices (e.g. neuron tick boxes filled by a

@@ -15,7 +15,7 @@ import gradio as gr
 import plotly.io as pio
 
 from backend.core.cache import ByteLRUCache
-from components.common import model_event
+from components.common import model_event, on_first_open
 from components.tours import Step, Tour, all_tours
 
 TAB_ID = "tour"
@@ -163,13 +163,17 @@ def build(ctx) -> None:
     tour.input(lambda: 1, None, step, api_visibility="private", queue=False)
     _wire_overview(ctx, available, tour, step)
 
-    triggers = [step.change]
-    root = gr.context.Context.root_block
-    if root is not None:
-        triggers.append(root.load)
     outputs = [head, caption, figure, numbers]
-    gr.on(triggers, show, [tour, step], outputs, trigger_mode="always_last", **model_event(api_name="tour_step"))
+    step.change(show, [tour, step], outputs, trigger_mode="always_last", **model_event(api_name="tour_step"))
     tour.change(show_new_tour, [tour, step], outputs, trigger_mode="always_last",
                 **model_event(api_visibility="private"))
     # The buttons' states follow the step at once, without waiting for the figure's computation.
-    gr.on(triggers + [tour.change], buttons, [tour, step], [back, nxt], api_visibility="private", queue=False)
+    gr.on([step.change, tour.change], buttons, [tour, step], [back, nxt], api_visibility="private", queue=False)
+
+    def first_view(tour_id, k):
+        k, n = _clamp(tour_id, k)
+        return (*run_step(tour_id, k), *_buttons(k, n))
+
+    # The first step is drawn when the tab first opens (it was drawn at every page load, a model call
+    # for every visitor); a link's tour and step draw through the changes above.
+    on_first_open(ctx, first_view, [tour, step], outputs + [back, nxt], link_prefix="tour-")
