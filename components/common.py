@@ -70,11 +70,8 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
     skips = tuple(gr.skip() for _ in outputs)
     tab_id = ctx.tab_id  # ctx moves on to the next tab after this one is built
 
-    def linked() -> bool:
-        return bool(link_prefix) and any(k.startswith(link_prefix) for k in links.current_query())
-
     def first(done, *args):
-        if done or linked():
+        if done or links.carries(link_prefix):
             return (True, *skips)
         out = fn(*args)
         return (True, *(out if len(outputs) > 1 else (out,)))
@@ -86,7 +83,7 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
 
     if inspect.isgeneratorfunction(fn):  # a first view in steps: each shows as soon as it is computed
         def first(done, *args):  # noqa: F811
-            if done or linked():
+            if done or links.carries(link_prefix):
                 yield (True, *skips)
                 return
             for out in fn(*args):

@@ -27,7 +27,7 @@ TAB_ID = "features"
 TITLE = "Features"
 ORDER = 2
 SUMMARY = "SAE features of a LLaVA-style model: top images, activation regions, concept labels, steering."
-# A deep link opens its feature page on load (`feature=ID` or the linked `features-id`), then reruns
+# A deep link opens its feature page when the tab opens (`feature=ID` or the linked `features-id`), then reruns
 # these (components.links): the model and SAE it names (a user's own too), the filtered list, the
 # held-out scene's analysis and the steering.
 LINK_RUNS = ("features_load", "features_list", "analyse_image", "steer")
@@ -294,7 +294,7 @@ def build(ctx) -> None:
         org_ = _org(source_)
         # the instructions when there is no index, never an error toast on first opening
         out = _empty_page(org_, fid) if org_.index is None else open_feature(source_, fid)
-        if any(k.startswith("features-") for k in params):  # feat, steer_feat, steer_val: the link's
+        if links.carries("features-"):  # feat, steer_feat, steer_val: the link's restored values
             out = (*out[:-3], gr.skip(), gr.skip(), gr.skip())
         return out
 

@@ -446,6 +446,12 @@ def current_query() -> dict:
     return _current_query()
 
 
+def carries(prefix: str | None) -> bool:
+    """Inside a request: whether the page's link carries a setting whose key starts with `prefix`
+    (a tab's own inputs, e.g. "memo-")."""
+    return bool(prefix) and any(k.startswith(prefix) for k in current_query())
+
+
 def _current_query() -> dict:
     try:
         from gradio.context import LocalContext

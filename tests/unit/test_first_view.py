@@ -16,7 +16,7 @@ def test_start_loads_no_relevance_model_and_first_views_wait_for_their_tab():
     tabs = {b.elem_id: i for i, b in demo.blocks.items() if str(getattr(b, "elem_id", "")).startswith("tab-")}
     selected = {(t[0], f.fn.__module__) for f in demo.fns.values() if f.fn is not None
                 for t in f.targets if t[1] == "select"}
-    for tab in ("relevance", "math_neurons"):
+    for tab in ("relevance", "math_neurons", "features", "tour"):
         assert (tabs[f"tab-{tab}"], f"components.{tab}") in selected, tab
 
 
@@ -29,7 +29,3 @@ def test_a_page_load_runs_no_tab_computation_but_the_first_view_of_the_tab_it_op
     on_load = sorted({f.fn.__name__ for f in demo.fns.values() if f.fn is not None
                       for t in f.targets if t[1] == "load"})
     assert on_load == ["page_opens_here", "restore"], on_load
-    tabs = {b.elem_id: i for i, b in demo.blocks.items() if str(getattr(b, "elem_id", "")).startswith("tab-")}
-    selected = {(t[0], f.fn.__module__) for f in demo.fns.values() if f.fn is not None
-                for t in f.targets if t[1] == "select"}
-    assert (tabs["tab-features"], "components.features") in selected
