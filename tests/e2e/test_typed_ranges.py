@@ -9,6 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import open_tab, settle, shot
+from tests.helpers import waits
 
 pytestmark = pytest.mark.timeout(300)
 LONG = 150_000
@@ -102,7 +103,8 @@ def test_enter_in_a_number_box_computes_as_tab_does(page, server_url):
     box.fill("5")
     box.press("Enter")
     expect(page.locator(".toast-body").first).to_contain_text("(got 5). Nothing was computed.", timeout=30_000)
-    page.click("#mn-run")  # Enter refused it: this click is the user's next action and computes
-    settle(page, LONG)  # its run marks the outputs pending as it starts, so this waits for its end
+    with waits.block_busy(page, "#mn-acc"):  # Enter refused it: this click is the user's next action and computes
+        page.click("#mn-run")
+    settle(page, LONG)  # its end
     expect(box).to_have_value("0.5")
     assert "scaled × 0.5" in acc.inner_text() and "pruned" not in acc.inner_text()

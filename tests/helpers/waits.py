@@ -80,3 +80,27 @@ _UNDRAWN = """(scope) => (window.gradio_config.components || [])
 def plots_drawn(page, scope: str = "body", timeout_ms: int = WAIT_MS) -> None:
     """Wait until every shown plot block under `scope` is empty or has its figure drawn."""
     page.wait_for_function(f"(scope) => ({_UNDRAWN})(scope).length === 0", arg=scope, timeout=timeout_ms)
+
+
+# Arms a watch on one block: true once its status tracker has shown (Gradio drops `.hide` from the
+# block's `.wrap` while an event writing to it is pending or running).
+_ARM_PENDING = """(block) => {
+  const root = document.querySelector(block);
+  window.wbPending = window.wbPending || {};
+  window.wbPending[block] = false;
+  const watch = new MutationObserver(() => {
+    if (root.querySelector('.wrap:not(.hide)')) { window.wbPending[block] = true; watch.disconnect(); }
+  });
+  watch.observe(root, {subtree: true, attributes: true, childList: true});
+}"""
+
+
+@contextlib.contextmanager
+def block_busy(page, block: str, timeout_ms: int = WAIT_MS):
+    """Around an action whose event first runs a check without outputs (a refused value stops there)
+    and then the model's work: wait until `block` has shown its status tracker. Until the check has
+    answered, no block is pending, so a `settle` right after the click would find the page quiet
+    before the work has even started; after this one, `settle` waits for the work's end."""
+    page.evaluate(_ARM_PENDING, block)
+    yield
+    page.wait_for_function("(block) => window.wbPending[block]", arg=block, timeout=timeout_ms)
