@@ -3,8 +3,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import open_tab, settle, shot
-from tests.helpers import waits
-from tests.helpers.waits import plots_fitted
+from tests.helpers.waits import block_busy, plots_fitted
 
 pytestmark = pytest.mark.timeout(420)
 LONG = 150_000
@@ -78,7 +77,7 @@ def test_a_refused_number_leaves_the_last_view_clean(page, server_url):
     expect(page.locator(".toast-body")).to_contain_text("Type a question first", timeout=30_000)
     settle(page)  # the refused event has ended: a badge it left would show now
     expect(badges).to_have_count(0)
-    with waits.block_busy(page, "#mn-acc"):  # the same setting again: computed, not a quiet page before it
+    with block_busy(page, "#mn-acc"):  # the same setting again: computed, not a quiet page before it
         page.click("#mn-run")
     settle(page, LONG)  # its timer gone
     assert acc.inner_text() == before

@@ -3,7 +3,8 @@
 Debian's `chromium-headless-shell` where installed (scripts/install.sh --dev installs it), else its
 `chromium`: the same Blink and V8 build without the full browser's user interface, and a page open
 costs about a quarter less CPU (the Overview: 5.1-6.5 s of the machine's CPU against 7.7-8.5 s, shown
-in 2.4-3.0 s against 3.4-3.9 s), which is most of what a browser test spends.
+in 2.4-3.0 s against 3.4-3.9 s). The browser tests as a whole ran only 4 % faster for it: most of their
+time is the served app's work and the waits for it.
 
 One browser serves a test module: each page gets a context of its own (its own cookies, storage and
 cache, as a fresh profile had), since starting Chromium costs about a second and a core's worth of
