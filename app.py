@@ -36,7 +36,8 @@ from components import agent_tools  # noqa: E402
 from components import visitor  # noqa: E402
 from components import report  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
-from components.gradio_fixes import atomic_image_cache, escaped_error_messages, light_loading_status  # noqa: E402
+from components.gradio_fixes import (atomic_image_cache, escaped_error_messages, light_loading_status,  # noqa: E402
+                                     no_event_analytics)
 from components.guard import guard_events  # noqa: E402
 from components import range_guard  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
@@ -59,6 +60,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         # queue is set, Gradio builds the page's config and its server app again (~0.4 s each here),
         # so the queue comes first, while the page is still empty, and the page is closed once.
         demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
+        no_event_analytics(demo)  # no monitoring pages, so no summary of every event after each one
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
             gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
                     "<span class='wb-sub'>five papers, five live instruments</span>"
@@ -116,7 +118,10 @@ def tab_failure_text(title: str, source: str, exc: BaseException) -> str:
 
 def launch_kwargs() -> dict:
     return {"theme": THEME, "css": CSS, "footer_links": [], "max_file_size": "20mb", "run_history": False,
-            "show_error": False}
+            "show_error": False,
+            # Gradio's /monitoring pages are on unless turned off: they would show any visitor every
+            # other visitor's calls and their times (components.gradio_fixes.no_event_analytics)
+            "enable_monitoring": False}
 
 
 def main(argv: list[str] | None = None) -> None:

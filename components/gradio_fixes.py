@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import sys
 import os
 import uuid
 from pathlib import Path
@@ -85,3 +86,15 @@ def light_loading_status(demo) -> None:
     for fn in demo.fns.values():
         if fn.show_progress == "hidden":
             fn.show_progress_on = [c for c in targets(fn) if id(c) in visible]
+
+
+def no_event_analytics(demo) -> None:
+    """Gradio 6.31's queue keeps a record of the last 10,000 events and, after each one ends (twice
+    for a generator), rebuilds a pandas summary of all of them (`compute_analytics_summary`), only
+    for its /monitoring pages: 100 s of the served app's 610 s of CPU over the browser tests, and
+    growing with the record up to 10,000 rows an event. The app serves no monitoring page
+    (`launch_kwargs`: those pages would show strangers every visitor's calls and their times), so
+    the queue keeps one record and never summarises. Call after `demo.queue(...)`."""
+    queue = demo._queue
+    queue.ANALYTICS_MAX_EVENTS = 1
+    queue.ANAYLTICS_CACHE_FREQUENCY = sys.maxsize  # (Gradio's spelling)

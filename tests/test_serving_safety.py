@@ -49,6 +49,10 @@ def test_upload_limit_bad_payloads_and_no_secret_in_logs():
 
         client = Client(url, verbose=False)
         assert client.predict(api_name="/status")[1]["internal_errors"] == 0
+        # Gradio's monitoring summary (every visitor's calls and their times) is not served
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "monitoring/summary", timeout=60)
+        assert refused.value.code == 403
         assert proc.poll() is None
     text = log.read_text(errors="replace")
     assert SECRET not in text

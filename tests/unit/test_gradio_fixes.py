@@ -89,3 +89,21 @@ def test_unseen_progress_stays_out_of_the_front_ends_status_refresh():
     assert on(mixed) == [other._id] and mixed["show_progress"] == "full"
     assert on(silent) == [other._id]  # `mixed` shows progress on it, nobody on `quiet`
     assert on(chosen) == [shown._id]
+
+
+def test_the_queue_keeps_no_analytics_nobody_reads():
+    """Gradio's queue summarised every past event (pandas, up to 10,000 rows) after each event, for
+    monitoring pages the app does not serve: it keeps one record and never summarises."""
+    import gradio as gr
+
+    from components.gradio_fixes import no_event_analytics
+
+    with gr.Blocks() as demo:
+        demo.queue()
+        no_event_analytics(demo)
+    queue = demo._queue
+    records = [{"time": 0.0, "status": "success", "process_time": 0.1, "function": f"f{i % 3}"}
+               for i in range(50)]
+    queue.events_recorded = 50
+    assert queue.compute_analytics_summary(records) == {"functions": {}}  # not summarised
+    assert queue.ANALYTICS_MAX_EVENTS == 1

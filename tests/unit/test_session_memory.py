@@ -39,3 +39,20 @@ def test_closed_and_idle_sessions_are_released_and_busy_ones_kept():
     demo._queue.active_jobs = [None]  # the busy session's call ended
     assert rel.sweep(now=11.0) == ["busy"]
     assert list(holder.session_data) == ["open"] and rel.released == 3
+
+
+def test_the_heap_is_collected_at_most_once_per_period_after_releases():
+    """A full collection (about a second of the served app's CPU) follows the first release at once,
+    later releases within `collect_every_s` of it wait for the period's end, and no release, no
+    collection."""
+    demo, holder = _app()
+    rel = Releaser(demo, closed_grace_s=0, idle_s=60, collect_every_s=30)
+    assert rel.sweep(now=0.0) == [] and rel.collections == 0  # nothing released: nothing to collect
+    for t, sid in ((1.0, "a"), (6.0, "b"), (11.0, "c")):
+        holder[sid]
+        holder.session_data[sid].is_closed = True
+        assert rel.sweep(now=t) == [sid]
+    assert rel.collections == 1  # at 1 s; b and c were released within 30 s of it
+    assert rel.sweep(now=30.0) == [] and rel.collections == 1
+    assert rel.sweep(now=31.0) == [] and rel.collections == 2  # the period's end: b and c's memory
+    assert rel.sweep(now=70.0) == [] and rel.collections == 2  # nothing released since
