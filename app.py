@@ -36,8 +36,8 @@ from components import agent_tools  # noqa: E402
 from components import visitor  # noqa: E402
 from components import report  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
-from components.gradio_fixes import (atomic_image_cache, escaped_error_messages, light_loading_status,  # noqa: E402
-                                     no_event_analytics)
+from components.gradio_fixes import (atomic_image_cache, compressed_front_end_kept,  # noqa: E402
+                                     escaped_error_messages, light_loading_status, no_event_analytics)
 from components.guard import guard_events  # noqa: E402
 from components import range_guard  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
@@ -50,6 +50,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     serving_threads(source)
     atomic_image_cache()
     escaped_error_messages()
+    compressed_front_end_kept()
     modules = tab_modules()
     # Gradio's own copies of uploads and results go after the session time limit too
     ttl = int(visitor.sessions.ttl_seconds())

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import html
-import sys
 import os
+import re
+import sys
 import uuid
 from pathlib import Path
 
@@ -98,3 +99,58 @@ def no_event_analytics(demo) -> None:
     queue = demo._queue
     queue.ANALYTICS_MAX_EVENTS = 1
     queue.ANAYLTICS_CACHE_FREQUENCY = sys.maxsize  # (Gradio's spelling)
+
+
+# Gradio's own front-end files, served from its installed package: they never change while it runs.
+_PACKAGE_FILES = re.compile(r"^/(assets|static)/[^?#]+\.(js|css)$")
+_KEPT_MAX_BYTES = 64 * 2**20  # the whole build compresses to a few MB
+
+
+def compressed_front_end_kept() -> None:
+    """Gradio 6.31 compresses every front-end file again for every request (its BrotliMiddleware,
+    quality 4): each page a new visitor opens makes the server compress the same megabytes of
+    scripts, 63 s of the served app's 610 s of CPU over the browser tests. A plain request for one of
+    Gradio's package files (/assets/, /static/) is answered once through Gradio's own compression and
+    that answer is kept and sent again; a conditional or partial request, another encoding or any
+    other path goes through Gradio's middleware as before."""
+    from gradio.brotli_middleware import BrotliMiddleware
+    from starlette.datastructures import Headers
+
+    if getattr(BrotliMiddleware.__call__, "_wb_kept", False):
+        return
+    plain = BrotliMiddleware.__call__
+    kept: dict[str, list[dict]] = {}
+
+    def keepable(scope) -> bool:
+        if scope["type"] != "http" or scope.get("method") != "GET" or not _PACKAGE_FILES.match(scope.get("path", "")):
+            return False
+        headers = Headers(scope=scope)
+        return ("br" in headers.get("accept-encoding", "") and "range" not in headers
+                and "if-none-match" not in headers and "if-modified-since" not in headers)
+
+    async def __call__(self, scope, receive, send):
+        if not keepable(scope):
+            return await plain(self, scope, receive, send)
+        path = scope["path"]
+        if path not in kept:
+            messages: list[dict] = []
+
+            async def record(message):
+                messages.append(message)
+                await send(message)
+
+            await plain(self, scope, receive, record)
+            start, body = messages[0], b"".join(m.get("body", b"") for m in messages[1:])
+            encoded = dict(Headers(raw=start.get("headers", []))).get("content-encoding") == "br"
+            size = sum(len(b"".join(m.get("body", b"") for m in v[1:])) for v in kept.values())
+            if start.get("status") == 200 and encoded and size + len(body) <= _KEPT_MAX_BYTES:
+                headers = [(k, v) for k, v in start["headers"] if k.lower() not in (b"content-length", b"date")]
+                headers.append((b"content-length", str(len(body)).encode()))
+                kept[path] = [{**start, "headers": headers},
+                              {"type": "http.response.body", "body": body, "more_body": False}]
+            return
+        for message in kept[path]:
+            await send(message)
+
+    __call__._wb_kept = True
+    BrotliMiddleware.__call__ = __call__

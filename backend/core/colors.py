@@ -16,8 +16,8 @@ Categorical colours (methods, layers, families) come from one qualitative palett
 Every plotly figure goes through `themed(fig)`: the shared "workbench" template (transparent
 backgrounds, mid-grey grid, the qualitative colorway, system fonts). On a dark page the app's CSS
 (components.common) turns the figure's text light, so one figure reads in both themes. Importing
-this module also makes "plotly+workbench" plotly's default template, so a figure built elsewhere
-starts from the same look.
+this module also makes "workbench" (plotly's own template with the workbench's merged on top) plotly's
+default template, so a figure built elsewhere starts from the same look.
 """
 from __future__ import annotations
 

@@ -107,3 +107,46 @@ def test_the_queue_keeps_no_analytics_nobody_reads():
     queue.events_recorded = 50
     assert queue.compute_analytics_summary(records) == {"functions": {}}  # not summarised
     assert queue.ANALYTICS_MAX_EVENTS == 1
+
+
+def test_a_front_end_file_is_compressed_once_and_sent_again_the_same():
+    """Gradio compressed its front-end files again for every request; a plain request for one is now
+    answered from the first answer (same bytes, decoding to the file), while a conditional request,
+    a client without brotli and any other path still reach the app."""
+    import brotli
+    from gradio.brotli_middleware import BrotliMiddleware
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse, Response
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from components.gradio_fixes import compressed_front_end_kept
+
+    script = ("function f(){return 1}\n" * 4000).encode()
+    served = []
+
+    def asset(request):
+        served.append(request.url.path)
+        return Response(script, media_type="text/javascript")
+
+    app = Starlette(routes=[Route("/assets/{name}", asset), Route("/other.js", asset),
+                            Route("/plain", lambda r: PlainTextResponse("x"))])
+    app.add_middleware(BrotliMiddleware, quality=4)
+    compressed_front_end_kept()
+    compressed_front_end_kept()  # idempotent
+    client = TestClient(app)
+    br = {"Accept-Encoding": "gzip, br"}
+    first = client.get("/assets/index-abc.js", headers=br)
+    again = client.get("/assets/index-abc.js", headers=br)
+    assert first.status_code == again.status_code == 200
+    assert first.headers["content-encoding"] == again.headers["content-encoding"] == "br"
+    # httpx decodes brotli itself: both answers are the file, and the second was not served again
+    assert first.content == again.content == script
+    assert int(again.headers["content-length"]) == len(brotli.compress(script, quality=4))
+    assert served == ["/assets/index-abc.js"]
+    client.get("/assets/index-abc.js", headers={**br, "If-None-Match": '"x"'})
+    client.get("/assets/index-abc.js", headers={"Accept-Encoding": "gzip"})
+    client.get("/other.js", headers=br)
+    client.get("/other.js", headers=br)
+    assert served == ["/assets/index-abc.js"] * 3 + ["/other.js"] * 2
+    assert client.get("/plain", headers=br).text == "x"
