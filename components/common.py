@@ -58,9 +58,13 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
     every tab behaves alike, and the tab's model loads with its progress on the outputs' bar
     (components.guard). `fn(*inputs)` returns the outputs' values (gr.skip() to leave one), or, as a
     generator, yields them step by step. With `link_prefix`, a page whose link carries a setting of
-    the tab (a query key starting with it) computes nothing here: the link's own runs do (LINK_RUNS)."""
-    from gradio.context import Context
+    the tab (a query key starting with it) computes nothing here: the link's own runs do (LINK_RUNS).
 
+    Both ways in are the tab's select event: a page opened on a tab is put there by the link
+    restore's `gr.Tabs(selected=...)` (components.links), and Gradio's front end fires the tab's
+    select for that as for a click. A load event per tab that checked the link's tab on the server
+    cost every page open six calls and the front end a status for every tab's first-view outputs,
+    which it then refreshed at every later status message of the session."""
     from components import links
     from components.inputs import keep_on_failure
 
@@ -68,18 +72,12 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
         return
     opened = gr.State(False)
     skips = tuple(gr.skip() for _ in outputs)
-    tab_id = ctx.tab_id  # ctx moves on to the next tab after this one is built
 
     def first(done, *args):
         if done or links.carries(link_prefix):
             return (True, *skips)
         out = fn(*args)
         return (True, *(out if len(outputs) > 1 else (out,)))
-
-    def page_opens_here(done, *args):
-        if links.current_query().get("tab") != tab_id:
-            return (done, *skips)
-        return first(done, *args)
 
     if inspect.isgeneratorfunction(fn):  # a first view in steps: each shows as soon as it is computed
         def first(done, *args):  # noqa: F811
@@ -89,19 +87,9 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
             for out in fn(*args):
                 yield (True, *(out if len(outputs) > 1 else (out,)))
 
-        def page_opens_here(done, *args):  # noqa: F811
-            if links.current_query().get("tab") != tab_id:
-                yield (done, *skips)
-                return
-            yield from first(done, *args)
-
-    for handler in (first, page_opens_here):  # the tab's own handler: its ZeroGPU duration (guard)
-        handler.__module__ = fn.__module__
+    first.__module__ = fn.__module__  # the tab's own handler: its ZeroGPU duration (guard)
     kw = model_event(api_visibility="private", **events)
     keep_on_failure(ctx.tab.select(first, [opened, *inputs], [opened, *outputs], **kw), outputs)
-    if Context.root_block is not None:
-        keep_on_failure(Context.root_block.load(page_opens_here, [opened, *inputs], [opened, *outputs], **kw),
-                        outputs)
 
 
 def fail(message: str) -> None:

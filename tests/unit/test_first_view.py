@@ -21,11 +21,11 @@ def test_start_loads_no_relevance_model_and_first_views_wait_for_their_tab():
 
 
 def test_a_page_load_runs_no_tab_computation_but_the_first_view_of_the_tab_it_opens_on():
-    """A visitor who never opens a tab costs it nothing: the only server calls of every page load
-    are the link restore and each tab's `page_opens_here`, which computes only for the tab the
-    link opens on (components.common.on_first_open). Features drew its page, export files and
-    all, at every page load."""
+    """A visitor who never opens a tab costs it nothing: the only server call of every page load is
+    the link restore, whose tab selection fires the select event of the tab the link opens on, and
+    that computes the tab's first view (components.common.on_first_open). Features drew its page,
+    export files and all, at every page load; each tab then had a load event of its own too."""
     demo = app.build_app("zoo")
     on_load = sorted({f.fn.__name__ for f in demo.fns.values() if f.fn is not None
                       for t in f.targets if t[1] == "load"})
-    assert on_load == ["page_opens_here", "restore"], on_load
+    assert on_load == ["restore"], on_load
