@@ -140,6 +140,8 @@ def compressed_front_end_kept() -> None:
                 await send(message)
 
             await plain(self, scope, receive, record)
+            if not messages:
+                return
             start, body = messages[0], b"".join(m.get("body", b"") for m in messages[1:])
             encoded = dict(Headers(raw=start.get("headers", []))).get("content-encoding") == "br"
             size = sum(len(b"".join(m.get("body", b"") for m in v[1:])) for v in kept.values())

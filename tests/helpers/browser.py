@@ -3,8 +3,9 @@
 Debian's `chromium-headless-shell` where installed (scripts/install.sh --dev installs it), else its
 `chromium`: the same Blink and V8 build without the full browser's user interface, and a page open
 costs about a quarter less CPU (the Overview: 5.1-6.5 s of the machine's CPU against 7.7-8.5 s, shown
-in 2.4-3.0 s against 3.4-3.9 s). The browser tests as a whole ran only 4 % faster for it: most of their
-time is the served app's work and the waits for it.
+in 2.4-3.0 s against 3.4-3.9 s). The browser tests as a whole ran only 4 % faster for it: Chromium's
+CPU there (about twice the served app's) is mostly Gradio's front end handling each event's status
+messages and plotly drawing figures while a test works the page, not opening it.
 
 One browser serves a test module: each page gets a context of its own (its own cookies, storage and
 cache, as a fresh profile had), since starting Chromium costs about a second and a core's worth of
