@@ -28,6 +28,11 @@ from backend.core.presets import active_source  # noqa: E402
 SOURCE = active_source(sys.argv[1:])
 netenv.apply(offline=SOURCE == "zoo")
 
+# Before gradio is imported: no type-stub files rewritten at each start (components.gradio_stubs).
+from components.gradio_stubs import no_stub_rewrites  # noqa: E402
+
+no_stub_rewrites()
+
 import gradio as gr  # noqa: E402
 
 from backend.core.device import serving_threads  # noqa: E402
@@ -37,7 +42,8 @@ from components import visitor  # noqa: E402
 from components import report  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
 from components.gradio_fixes import (atomic_image_cache, compressed_front_end_kept,  # noqa: E402
-                                     escaped_error_messages, light_loading_status, no_event_analytics)
+                                     calmer_queue_polls, escaped_error_messages, light_loading_status,
+                                     no_event_analytics)
 from components.guard import guard_events  # noqa: E402
 from components import range_guard  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
@@ -62,6 +68,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         # so the queue comes first, while the page is still empty, and the page is closed once.
         demo.queue(max_size=QUEUE_MAX, default_concurrency_limit=2)
         no_event_analytics(demo)  # no monitoring pages, so no summary of every event after each one
+        calmer_queue_polls(demo)  # no millisecond polling while idle
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
             gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
                     "<span class='wb-sub'>five papers, five live instruments</span>"

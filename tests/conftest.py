@@ -36,12 +36,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# This process imports gradio too (the api tests build the app in it): the same start as app.py's.
+from components.gradio_stubs import no_stub_rewrites  # noqa: E402
+
+no_stub_rewrites()
+
 ARTIFACTS = ROOT / "test-artifacts"
 
 
 def artifact(name: str) -> Path:
-    """A file under test-artifacts/ for a session-wide server's log: one per xdist worker, since each
-    worker that needs the server starts its own."""
+    """A file under test-artifacts/ for the log of a server a test package shares: one per xdist
+    worker, since each worker that needs the server starts its own."""
     ARTIFACTS.mkdir(exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     path = Path(name)

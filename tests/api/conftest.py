@@ -15,10 +15,10 @@ from tests.helpers.server import free_port
 os.environ["WORKBENCH_CHECK_WEIGHTS"] = "1"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def local_models(tmp_path_factory):
     """A folder of the "your own model" stand-ins (standins.LOCAL), made an allowed root of the app
-    for the whole session (the roots are read at each request)."""
+    while the api tests run (the roots are read at each request)."""
     from tests.helpers.standins import build_local
 
     root = build_local(tmp_path_factory.mktemp("own-models"))
@@ -31,7 +31,7 @@ def local_models(tmp_path_factory):
         os.environ["WORKBENCH_MODEL_ROOTS"] = old
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def app_url(local_models):
     import app
     from backend.mathneuro import service as math_service
@@ -50,7 +50,7 @@ def app_url(local_models):
             demo.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def client(app_url):
     from gradio_client import Client
 

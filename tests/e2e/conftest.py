@@ -6,7 +6,7 @@ from tests.helpers.browser import chromium_page
 from tests.helpers.server import serve
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def local_models(tmp_path_factory):
     """A folder of the "your own model" stand-ins (standins.LOCAL), an allowed root of the app."""
     from tests.helpers.standins import build_local
@@ -14,7 +14,7 @@ def local_models(tmp_path_factory):
     return build_local(tmp_path_factory.mktemp("own-models"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server_url(local_models):
     with serve(log_path=artifact("e2e-server.log"),
                # an index the Features tab builds for an own model is written under HF_HOME

@@ -17,19 +17,19 @@ from tests.helpers.standins import build_cache, cache_env
 SMALL_MATH = {"WORKBENCH_MATH_EVAL_ITEMS": "16", "WORKBENCH_MATH_NEW_TOKENS": "16"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hub_cache(tmp_path_factory):
     return build_cache(tmp_path_factory.mktemp("hf") / "hub")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hub_server(hub_cache):
     log = artifact("hub-server.log")
     with serve(env={**cache_env(hub_cache), **SMALL_MATH}, log_path=log) as (url, _proc):
         yield url, log
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hub_own_models(tmp_path_factory):
     """A folder with one user's own model (standins.lms' Qwen2, as a user saves it), made an allowed
     root of the forked server."""
@@ -38,7 +38,7 @@ def hub_own_models(tmp_path_factory):
     return build_local(tmp_path_factory.mktemp("own-models"), {"own-qwen2": lms.LOCAL["own-qwen2"]})
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hub_forked_server(hub_cache, hub_own_models, tmp_path_factory):
     """(url, log, workers): `workers` gets one line per GPU worker started."""
     log = artifact("hub-zerogpu-server.log")
@@ -49,21 +49,21 @@ def hub_forked_server(hub_cache, hub_own_models, tmp_path_factory):
         yield url, log, workers
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hub_client(hub_server):
     from gradio_client import Client
 
     return Client(hub_server[0], verbose=False)
 
 
-@pytest.fixture(scope="session", params=["in-process", "forked"])
+@pytest.fixture(scope="package", params=["in-process", "forked"])
 def any_server(request):
     """(url, log) of the in-process server, then of the forked-worker one."""
     server = request.getfixturevalue("hub_server" if request.param == "in-process" else "hub_forked_server")
     return server[0], server[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def any_client(any_server):
     from gradio_client import Client
 

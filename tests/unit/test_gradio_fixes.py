@@ -150,3 +150,51 @@ def test_a_front_end_file_is_compressed_once_and_sent_again_the_same():
     client.get("/other.js", headers=br)
     assert served == ["/assets/index-abc.js"] * 3 + ["/other.js"] * 2
     assert client.get("/plain", headers=br).text == "x"
+
+
+def test_gradio_writes_no_type_stubs_beside_a_component_class(tmp_path, monkeypatch):
+    """Gradio rewrote a `.pyi` beside every component class at import (3 s of each start, and
+    files in the app's own folder); components.gradio_stubs, used before gradio is imported
+    (app.py, tests/conftest.py), turns that off."""
+    import gradio.component_meta as meta
+
+    from components import gradio_stubs
+
+    assert meta.create_or_modify_pyi is gradio_stubs._no_rewrite
+    (tmp_path / "my_boxes.py").write_text("import gradio as gr\n\n\nclass MyBox(gr.Textbox):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import my_boxes
+
+    assert my_boxes.MyBox.EVENTS  # a real component class was made
+    assert list(tmp_path.glob("*.pyi")) == []
+
+
+def test_an_idle_queue_looks_for_work_every_ten_milliseconds_not_every_one():
+    """Gradio's queue looked for a new event every millisecond while it had none (9 % of a core
+    for an idle server); after calmer_queue_polls it looks about a hundred times a second."""
+    import time
+
+    import gradio as gr
+
+    from components.gradio_fixes import calmer_queue_polls
+    from tests.helpers.server import free_port
+
+    with gr.Blocks() as demo:
+        demo.queue()
+        calmer_queue_polls(demo)
+        gr.Button().click(lambda: None)
+    looks = []
+
+    class Counting(type(demo._queue)):
+        def __len__(self):  # the processing loop asks the queue's length at each look
+            looks.append(time.perf_counter())
+            return super().__len__()
+
+    demo._queue.__class__ = Counting
+    demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    try:
+        time.sleep(1.5)
+    finally:
+        demo.close()
+    assert len(looks) >= 20, looks  # the loop ran
+    assert len(looks) / (looks[-1] - looks[0]) <= 110
