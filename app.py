@@ -43,7 +43,7 @@ from components import report  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
 from components.gradio_fixes import (atomic_image_cache, compressed_front_end_kept,  # noqa: E402
                                      calmer_queue_polls, escaped_error_messages, light_loading_status,
-                                     no_event_analytics)
+                                     no_event_analytics, tracker_timers_at_ten_frames)
 from components.guard import guard_events  # noqa: E402
 from components import range_guard  # noqa: E402
 from components.links import DeepLinks, header_controls  # noqa: E402
@@ -57,6 +57,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     atomic_image_cache()
     escaped_error_messages()
     compressed_front_end_kept()
+    tracker_timers_at_ten_frames()
     modules = tab_modules()
     # Gradio's own copies of uploads and results go after the session time limit too
     ttl = int(visitor.sessions.ttl_seconds())

@@ -119,6 +119,56 @@ def calmer_queue_polls(demo) -> None:
     queue.progress_update_sleep_when_free = PROGRESS_POLL_S
 
 
+# Run in the page before Gradio's scripts (a classic inline script at the top of <head>): Gradio's
+# status tracker keeps its requestAnimationFrame reference from its first evaluation.
+TRACKER_FRAMES_JS = """<script>(() => {
+  const raf = window.requestAnimationFrame.bind(window), cancel = window.cancelAnimationFrame.bind(window);
+  const timer = /^\\(\\)=>\\{[^{}]*\\(performance\\.now\\(\\)-[^{}]*\\)\\/1e3\\)/;
+  const later = new Map();
+  let next = -1;
+  window.requestAnimationFrame = (cb) => {
+    if (typeof cb !== 'function' || !timer.test(Function.prototype.toString.call(cb))) return raf(cb);
+    const id = next--;
+    later.set(id, setTimeout(() => { later.delete(id); raf(cb); }, 100));
+    return id;
+  };
+  window.cancelAnimationFrame = (id) => {
+    if (later.has(id)) { clearTimeout(later.get(id)); later.delete(id); } else cancel(id);
+  };
+})();</script>"""
+TRACKER_FRAMES_MARK = "requestAnimationFrame = (cb)"
+
+
+def tracker_timers_at_ten_frames() -> None:
+    """Gradio 6.31's status tracker counts a pending event's seconds with a requestAnimationFrame
+    loop, and the page's own loading tracker never stops its loop once the page has loaded (its
+    stop runs only when its status changes again, which it never does): every open page drew 60
+    frames a second for nothing, 8-10 % of a core of the browser, on a visitor's machine as in the
+    tests, for as long as the tab stayed open. The tracker shows tenths of a second, so its loop's
+    frames are delayed to ten a second (a script at the top of the page, before Gradio's own, since
+    the tracker keeps the function it found): the counter looks the same, an idle page draws a
+    sixth of the frames, and every other animation (plotly, Gradio's transitions) is untouched."""
+    from gradio import routes
+
+    templates = routes.templates
+    if getattr(templates.TemplateResponse, "_wb_frames", False):
+        return
+    original = templates.TemplateResponse
+
+    def TemplateResponse(*args, **kwargs):
+        resp = original(*args, **kwargs)
+        name = kwargs.get("name", args[1] if len(args) > 1 else "")
+        body = getattr(resp, "body", None)
+        if str(name).endswith("index.html") and isinstance(body, bytes) and b"<head>" in body:
+            resp.body = body.replace(b"<head>", b"<head>" + TRACKER_FRAMES_JS.encode(), 1)
+            resp.raw_headers = [(k, v) for k, v in resp.raw_headers if k.lower() != b"content-length"]
+            resp.raw_headers.append((b"content-length", str(len(resp.body)).encode()))
+        return resp
+
+    TemplateResponse._wb_frames = True
+    templates.TemplateResponse = TemplateResponse
+
+
 # Gradio's own front-end files, served from its installed package: they never change while it runs.
 _PACKAGE_FILES = re.compile(r"^/(assets|static)/[^?#]+\.(js|css)$")
 _KEPT_MAX_BYTES = 64 * 2**20  # the whole build compresses to a few MB

@@ -29,3 +29,22 @@ def test_overview_refresh_and_open_buttons(page, server_url):
         page.get_by_role("button", name=f"Open {ready[0].TITLE} →").click()
         page.wait_for_selector(f"#tab-{ready[0].TAB_ID}", state="visible")
     shot(page, "overview-after-refresh")
+
+
+def test_the_status_timer_loop_runs_ten_frames_a_second(page, server_url):
+    """Gradio's page-loading status tracker kept its timer's requestAnimationFrame loop running after
+    the page had loaded: an idle page drew 60 frames a second for it (8-10 % of a core of the
+    browser, as long as the tab stayed open). With the trackers' timer loops at ten frames a second
+    (components.gradio_fixes), that loop's calls over 3 s of an idle page are about 30, not 180."""
+    import json
+
+    from tests.helpers.browser import browser
+
+    open_tab(page, server_url, "overview")
+    b = browser()
+    b.start_tracing(page=page, categories=["devtools.timeline"])
+    page.wait_for_timeout(3000)
+    events = json.loads(b.stop_tracing())["traceEvents"]
+    timer_calls = [e for e in events if e.get("name") == "FunctionCall"
+                   and "statustracker" in e.get("args", {}).get("data", {}).get("url", "")]
+    assert 0 < len(timer_calls) <= 3 * 12, len(timer_calls)

@@ -198,3 +198,32 @@ def test_an_idle_queue_looks_for_work_every_ten_milliseconds_not_every_one():
         demo.close()
     assert len(looks) >= 20, looks  # the loop ran
     assert len(looks) / (looks[-1] - looks[0]) <= 110
+
+
+def test_the_page_carries_the_tracker_frame_script_first_with_its_length():
+    """The script that slows the status trackers' timer loops must run before Gradio's own scripts
+    (their tracker keeps the requestAnimationFrame it found): it is the first thing in <head>, and
+    the answer's length counts it."""
+    import urllib.request
+
+    import gradio as gr
+
+    from components.gradio_fixes import TRACKER_FRAMES_JS, tracker_timers_at_ten_frames
+    from tests.helpers.server import free_port
+
+    tracker_timers_at_ten_frames()
+    tracker_timers_at_ten_frames()  # idempotent
+    with gr.Blocks() as demo:
+        gr.Textbox()
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/") as r:
+            body, length = r.read(), int(r.headers["content-length"])
+    finally:
+        demo.close()
+    assert length == len(body)
+    head = body.split(b"<head>", 1)[1]
+    assert head.startswith(TRACKER_FRAMES_JS.encode())
+    assert body.count(TRACKER_FRAMES_JS.encode()) == 1
+    assert head.index(TRACKER_FRAMES_JS.encode()) < head.index(b'type="module"')
