@@ -136,7 +136,6 @@ TRACKER_FRAMES_JS = """<script>(() => {
     if (later.has(id)) { clearTimeout(later.get(id)); later.delete(id); } else cancel(id);
   };
 })();</script>"""
-TRACKER_FRAMES_MARK = "requestAnimationFrame = (cb)"
 
 
 def tracker_timers_at_ten_frames() -> None:
