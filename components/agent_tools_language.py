@@ -45,6 +45,7 @@ def token_relevance(text: str, methods: list[RelMethod] | None = None, rules: li
         raise ValueError("text must be a string.")
     methods = ["mambalrp", "gi", "ig", "mambaattr"] if methods is None else list(methods)
     rules = list(svc.RULES) if rules is None else list(rules)
+    svc.check_text_request(text, methods, rules)
     m = svc.load_text(_source(), model or None)
     return _json(svc.explain_text(m, text, methods, rules, target or None))
 

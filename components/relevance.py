@@ -217,6 +217,7 @@ def build(ctx) -> None:
         summary = gr.JSON(label="Result (raw)", open=False, elem_id="rel-result")
 
     def run_text(t, ms, rs, tgt, norm, model_id=None, progress=gr.Progress()):
+        _guard(svc.check_text_request, t, ms, rs)  # a refused text waits for no model load
         progress(0.1, desc="loading model")
         m = _guard(svc.load_text, source, model_id, lambda f, d: progress(0.1 + 0.2 * f, desc=d))
         progress(0.3, desc="explaining")

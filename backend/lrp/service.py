@@ -41,6 +41,24 @@ class InputError(ValueError):
     """Bad user input, with a message meant for the user."""
 
 
+def check_text(text) -> str:
+    """The checks any model's text must pass, made before a model loads: a refused text costs no load."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("Type a sentence first.")
+    if len(text) > bounds.REL_TEXT_CHARS:  # before tokenizing: one 100k-character word is one token
+        raise InputError(f"The text is {len(text):,} characters long; at most {bounds.REL_TEXT_CHARS:,} are "
+                         "taken. Nothing was computed.")
+    return text
+
+
+def check_text_request(text, methods, rules) -> None:
+    """An explanation's text, methods and rules, checked before its model loads (explain_text checks
+    them again, for callers that pass a loaded model)."""
+    check_text(text)
+    check_methods(methods)
+    check_rules(rules)
+
+
 def check_methods(methods) -> list[str]:
     methods = [m for m in (methods or []) if m]
     if not methods:
@@ -73,11 +91,7 @@ def _is_zoo_sentiment(m: Loaded) -> bool:
 
 def text_ids(m: Loaded, text: str) -> tuple[torch.Tensor, list[str], list[int]]:
     """Token ids, token strings and the positions that count as input words (for faithfulness)."""
-    if not isinstance(text, str) or not text.strip():
-        raise InputError("Type a sentence first.")
-    if len(text) > bounds.REL_TEXT_CHARS:  # before tokenizing: one 100k-character word is one token
-        raise InputError(f"The text is {len(text):,} characters long; at most {bounds.REL_TEXT_CHARS:,} are "
-                         "taken. Nothing was computed.")
+    check_text(text)
     tok = m.tokenizer
     if _is_zoo_sentiment(m):
         words = text.lower().replace(",", " ").replace(".", " ").split()

@@ -79,6 +79,28 @@ def test_bad_input_is_a_clear_error(client):
         client.predict(None, ["mambalrp"], ALL_RULES, api_name="/explain_image")
 
 
+def test_text_refusals_load_no_model(client, monkeypatch):
+    """An empty or too long text, no method or an unknown rule is refused before the model loads,
+    in the tab and in the MCP tool: a refusal does not wait for a load."""
+    from gradio_client.exceptions import AppError
+
+    from backend.lrp import service as svc
+    from components import agent_tools_language as tools
+
+    def no_load(*a, **k):
+        raise AssertionError("a model was loaded for a refused request")
+
+    monkeypatch.setattr(svc, "load_text", no_load)
+    refused = [("   ", ("gi",), ALL_RULES, "Type a sentence"), ("a" * 5000, ("gi",), ALL_RULES, "characters long"),
+               ("a good film", (), ALL_RULES, "(?i)pick at least one method"),
+               ("a good film", ("gi",), ["warp"], "warp")]
+    for text, methods, rules, message in refused:
+        with pytest.raises(AppError, match=message):
+            explain(client, text, methods=methods, rules=rules)
+        with pytest.raises(ValueError, match=message):
+            tools.token_relevance(text, list(methods), list(rules))
+
+
 def test_numbers_out_of_range_and_unreadable_images_are_refused(client, tmp_path):
     """One rule for numbers: a value the control cannot take is refused with the valid range, and
     nothing is computed (never clamped); a damaged upload is named as unreadable."""
