@@ -22,10 +22,14 @@ os.environ.setdefault("WORKBENCH_PRESET", "zoo")
 def _private_dir(var: str, prefix: str) -> None:
     """Give this test process (each xdist worker is one) a folder of its own for `var`, removed at
     exit: the servers it starts inherit it, so two workers' servers never sweep, quota or overwrite
-    each other's visitor folders or caches, and no run writes into the machine's own."""
-    if not os.environ.get(var):
+    each other's visitor folders or caches, and no run writes into the machine's own. An xdist
+    worker inherits the folder its controller made (the controller loads this file first), so a
+    worker makes its own in place of one a test process made."""
+    made = f"WORKBENCH_TESTS_MADE_{var}"
+    inherited = os.environ.get(var) and os.environ.get(var) == os.environ.get(made)
+    if not os.environ.get(var) or (inherited and os.environ.get("PYTEST_XDIST_WORKER")):
         path = tempfile.mkdtemp(prefix=prefix)
-        os.environ[var] = path
+        os.environ[var] = os.environ[made] = path
         atexit.register(shutil.rmtree, path, ignore_errors=True)
 
 
@@ -41,7 +45,69 @@ from components.gradio_stubs import no_stub_rewrites  # noqa: E402
 
 no_stub_rewrites()
 
+
+
+def _one_tls_context() -> None:
+    """gradio_client opens a new httpx client for every request it makes (a call makes three or
+    four), and httpx builds a TLS context for each, reading the whole CA bundle: 43 ms of CPU each,
+    even for 127.0.0.1, a fifth of the api tests' time. The tests' clients share one default
+    context: a context serves any number of connections, from any thread."""
+    import httpx._config
+    import httpx._transports.default as transports
+
+    build, made = httpx._config.create_ssl_context, {}
+
+    def shared(verify=True, cert=None, trust_env=True):
+        if verify is not True or cert is not None:
+            return build(verify=verify, cert=cert, trust_env=trust_env)
+        key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        if key not in made:
+            made[key] = build(verify=True, cert=None, trust_env=trust_env)
+        return made[key]
+
+    transports.create_ssl_context = shared
+
+
+_one_tls_context()
+
 ARTIFACTS = ROOT / "test-artifacts"
+
+# In two processes (`pytest -n 2`), the tests that share a server or an in-process app (a folder's
+# package fixtures) go to one worker together, and each other test file is a unit of its own: a
+# worker that took a whole folder never starts the other's servers again. The units start in this
+# order, the longest first, so the other worker fills its time with the short ones.
+SHARED_FOLDERS = ("e2e", "api", "hub")
+ORDER = ("e2e", "api", "load", "hub", "precompute", "organisms")
+
+
+def _folder(nodeid: str) -> str:
+    parts = nodeid.split("::")[0].split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+
+
+def _unit(nodeid: str) -> str:
+    folder = _folder(nodeid)
+    return folder if folder in SHARED_FOLDERS else nodeid.split("::")[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":  # the default of `-n N`; an explicit --dist is kept
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByServer(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep ORDER, not the units' test counts
+    return ByServer(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the same order in every worker (stable sort)
+        rank = {f: i for i, f in enumerate(ORDER)}
+        items.sort(key=lambda it: rank.get(_folder(it.nodeid), len(ORDER)))
 
 
 def artifact(name: str) -> Path:
