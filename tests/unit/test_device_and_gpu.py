@@ -79,9 +79,10 @@ from tests.conftest import ROOT  # noqa: E402
 # What the components call in the backend that never touches a model on the accelerator: loaders
 # (models are placed at load, outside any marked function), validators, index/metadata readers.
 NOT_GPU = {
-    # `longrange_example`: the long-range organism's example text, read from its folder
+    # `longrange_example`: the long-range organism's example text, read from its folder;
+    # `check_text_request`: the text, methods and rules checked before a model loads (no model)
     "backend.lrp.service": {"load_text", "pick_text", "load_image", "load_longrange", "example_image",
-                            "longrange_example"},
+                            "longrange_example", "check_text_request"},
     # `listed` / `own_source`: the model pickers' lists and metadata checks; `stats_status` loads a
     # picked pipeline (as `get` does: weights placed at load) and reads which statistics it uses
     "backend.nemo.service": {"get", "describe", "parse_neurons", "listed", "stats_status"},
