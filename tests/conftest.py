@@ -46,7 +46,6 @@ from components.gradio_stubs import no_stub_rewrites  # noqa: E402
 no_stub_rewrites()
 
 
-
 def _one_tls_context() -> None:
     """gradio_client opens a new httpx client for every request it makes (two per call, four when
     a client connects), and httpx builds a TLS context for each, reading the whole CA bundle: 43 ms
