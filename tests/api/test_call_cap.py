@@ -7,6 +7,7 @@ import time
 import pytest
 
 
+@pytest.mark.alone  # the explanation measured well under the 2-s cap
 def test_a_request_measured_over_the_cap_is_refused_with_its_estimate(client, monkeypatch):
     from gradio_client.exceptions import AppError
 

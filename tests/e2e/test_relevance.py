@@ -133,6 +133,12 @@ def test_failed_request_keeps_the_last_view_clean(page, server_url):
     expect(pinned).to_contain_text("all MambaLRP rules", timeout=LONG)
     settle(page, LONG)
     bar = "(sel) => document.querySelector(sel + ' .wb-relevance-heatmap > div').innerText"
+    # the pinned heatmap is redrawn on the shared scale by a follow-up with its progress hidden,
+    # which `settle` cannot see: wait for the state
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_function("() => { const b = s => document.querySelector(s + ' .wb-relevance-heatmap > div')?.innerText;"
+                               " const c = b('#rel-heatmap'), o = b('#rel-pinned');"
+                               " return !!c && c.includes('one scale') && c === o; }", timeout=30_000)
     cur, old = page.evaluate(bar, "#rel-heatmap"), page.evaluate(bar, "#rel-pinned")
     assert "one scale" in cur and cur == old  # the same colour scale for both
     shot(page, "relevance-pinned")
