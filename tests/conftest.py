@@ -2,10 +2,8 @@ import atexit
 import fcntl
 import os
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -129,40 +127,16 @@ def _machine_share(alone: bool):
     before the machine lock, keeps a waiting `alone` test from being passed by the others' next
     tests. The locks live in the machine's temporary folder, so every run on the machine sees them."""
     with open(_lock_path("turnstile"), "a") as turnstile, open(_lock_path("machine"), "a") as machine:
-        with _clock_stopped():
-            fcntl.flock(turnstile, fcntl.LOCK_EX)
-            if not alone:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-            fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:
             yield
         finally:
             fcntl.flock(machine, fcntl.LOCK_UN)
             if alone:
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
-
-
-# A wait for the machine lock that outlasts this, a test of another run holding it, is a fault.
-LOCK_WAIT_LIMIT_S = 1800.0
-
-
-@contextmanager
-def _clock_stopped():
-    """The test's own time limit (pytest-timeout's alarm, signal method) does not run while it waits
-    for the machine: a timing check waiting behind another run's long test is not slow itself. The
-    alarm is pushed LOCK_WAIT_LIMIT_S out during the wait, then set back to what was left."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    left, interval = signal.getitimer(signal.ITIMER_REAL)
-    if left <= 0:
-        yield
-        return
-    signal.setitimer(signal.ITIMER_REAL, left + LOCK_WAIT_LIMIT_S, interval)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, left, interval)
 
 
 # One folder per user of the machine (not per checkout), for the locks of `_machine_share`.
@@ -174,9 +148,14 @@ def _lock_path(name: str) -> Path:
     return LOCKS / f"{name}.lock"
 
 
-@pytest.fixture(autouse=True)
-def _share_the_machine(request):
-    with _machine_share(request.node.get_closest_marker("alone") is not None):
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The machine lock is held over a test's whole protocol: the set-up and tear-down of the
+    fixtures it is the first or last user of (a package's server starting or stopping, stand-ins
+    being written) count as that test's load, so they never run beside another worker's timing
+    check. Outside pytest-timeout's wrapper (tryfirst): a wait for the machine is not counted
+    against the test's own time limit."""
+    with _machine_share(item.get_closest_marker("alone") is not None):
         yield
 
 

@@ -3,6 +3,7 @@ Gradio channel the browser reads (the messages themselves: tests/unit/test_load_
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -22,12 +23,25 @@ def progress_messages(job) -> list[str]:
                 out.append(unit.desc)
 
 
-def test_first_explain_reports_its_model_load(client):
+def test_first_explain_reports_its_model_load(client, monkeypatch):
     from backend.core import store, weights
     from backend.lrp.models import text_preset
+    from components.gradio_fixes import PROGRESS_POLL_S
 
     model_id = weights.key(text_preset("zoo"))  # the shared weights entry every tab uses
     store.evict(model_id)  # the first request after start, whatever ran before in this session
+    # The queue sends a running event's latest progress every PROGRESS_POLL_S: the zoo model loads
+    # faster than that on a quick machine, and its messages are then replaced by the next before one
+    # is sent. A checkpoint's load takes seconds; this one is made to take five polls.
+    load = store._load
+
+    def slow_load(model_id, loader, *rest):
+        def slower():
+            time.sleep(5 * PROGRESS_POLL_S)
+            return loader()
+        return load(model_id, slower, *rest)
+
+    monkeypatch.setattr(store, "_load", slow_load)
     assert model_id not in store.loaded()
     job = client.submit("the plot was dull but the cast was brilliant", ["mambalrp"],
                         ["norm", "silu", "ssm", "gate"], "", True, api_name="/explain_text")

@@ -3,6 +3,8 @@
 import threading
 import time
 
+import pytest
+
 import tests.conftest as suite
 
 
@@ -56,31 +58,36 @@ def test_every_test_holds_the_machine_wide_lock_with_or_without_xdist():
     assert not taken
 
 
-def test_waiting_for_the_machine_does_not_count_against_the_test_time_limit(monkeypatch, tmp_path):
-    """pytest-timeout's alarm (signal method) is held while a test waits for the lock, then set back
-    to what was left: a check queued behind another run's long test is not timed out for it."""
-    import signal
+def _machine_lock_held_by_a_test() -> bool:
+    """Whether this process's running test holds the suite's machine lock: an exclusive try from a
+    new open file fails while any holder, this process's included, has it."""
+    import fcntl
 
-    monkeypatch.setattr(suite, "LOCKS", tmp_path)
-    fired = []
-    old_handler = signal.signal(signal.SIGALRM, lambda *_: fired.append(time.monotonic()))
-    old_timer = signal.setitimer(signal.ITIMER_REAL, 0)  # this test's own limit, put back below
-    try:
-        entered, spans = threading.Event(), {}
-        holder = threading.Thread(target=_hold, args=("other run", True, entered, 1.0, spans))
-        holder.start()
-        assert entered.wait(10)
-        signal.setitimer(signal.ITIMER_REAL, 0.4)  # the test's limit: shorter than the wait
-        t0 = time.monotonic()
-        with suite._machine_share(False):
-            waited = time.monotonic() - t0
-            left = signal.getitimer(signal.ITIMER_REAL)[0]
-        holder.join(10)
-        assert waited >= 0.5 and fired == []  # the alarm did not go off while it waited
-        assert 0.2 < left <= 0.4  # and after it, the time left is what was left before
-        time.sleep(0.6)
-        assert len(fired) == 1  # the limit still applies to the test itself
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_handler)
-        signal.setitimer(signal.ITIMER_REAL, *old_timer)
+    with open(suite._lock_path("machine"), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+@pytest.fixture(scope="module")
+def module_setup_saw_the_lock():
+    """Set up inside the protocol of this module's first test to use it, as a package's server is."""
+    return _machine_lock_held_by_a_test()
+
+
+def test_a_modules_fixtures_are_set_up_under_the_machine_lock(module_setup_saw_the_lock):
+    # a server a package starts is load an `alone` check of another worker must not run beside
+    assert module_setup_saw_the_lock
+
+
+def test_the_lock_is_taken_outside_the_test_time_limit(request):
+    """The machine share wraps pytest-timeout's wrapper: a check queued behind another run's long
+    test does not spend its own time limit waiting."""
+    impls = request.config.pluginmanager.hook.pytest_runtest_protocol.get_hookimpls()
+    names = [impl.plugin_name for impl in impls]
+    ours = next(i for i, impl in enumerate(impls) if impl.plugin is suite)
+    timeout = next(i for i, name in enumerate(names) if name == "timeout")
+    assert ours > timeout  # pluggy calls the later hookimpl first: ours is the outer wrapper
