@@ -3,7 +3,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import open_tab, settle, shot
-from tests.helpers.waits import block_busy, plots_fitted
+from tests.helpers.waits import block_busy, hover_until_shown, plots_fitted
 
 pytestmark = pytest.mark.timeout(420)
 LONG = 150_000
@@ -101,7 +101,8 @@ def test_pin_a_result_and_compare_it_in_presenter_view(page, server_url):
     expect(legend).to_have_text(["unmodified", "now: MathNeuro, K 10 %, pruned",
                                  "pinned: MathNeuro, K 3 %, pruned"], timeout=LONG)
     expect(fig.locator(".trace.bars")).to_have_count(3)
-    fig.locator(".trace.bars .point").first.hover(force=True)  # exact values on hover (plotly reads the pointer)
+    # exact values on hover (plotly reads the pointer)
+    hover_until_shown(page, "#mn-accfig .trace.bars .point", 0, "#mn-accfig .hoverlayer .hovertext")
     expect(fig.locator(".hoverlayer")).to_contain_text("math accuracy: 78.0 %")
 
     page.locator("#wb-presenter-toggle input").check()

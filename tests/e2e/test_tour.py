@@ -9,7 +9,7 @@ from PIL import Image
 
 from tests.e2e.conftest import open_tab, settle, shot
 from tests.helpers.browser import chromium_page
-from tests.helpers.waits import plots_fitted
+from tests.helpers.waits import hover_until_shown, plots_fitted
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -103,8 +103,7 @@ def test_every_tour_start_to_end(page, server_url):
     page.keyboard.press("Enter")
     settle(page, 180_000)
     page.wait_for_function("() => document.querySelector('#tour-header').innerText.includes('Step 2 of')")
-    page.locator("#tour-figure .point path").nth(14).hover(force=True)
-    page.wait_for_selector("#tour-figure .hoverlayer .hovertext")
+    hover_until_shown(page, "#tour-figure .point path", 14, "#tour-figure .hoverlayer .hovertext")
     assert "relevance" in page.locator("#tour-figure .hoverlayer .hovertext").first.text_content()
     # Dark mode: the same figures on a dark background, no redraw needed.
     page.click("#wb-theme-toggle")

@@ -104,3 +104,22 @@ def block_busy(page, block: str, timeout_ms: int = WAIT_MS):
     page.evaluate(_ARM_PENDING, block)
     yield
     page.wait_for_function("(block) => window.wbPending[block]", arg=block, timeout=timeout_ms)
+
+
+def hover_until_shown(page, target: str, nth: int, shown: str, timeout_ms: int = WAIT_MS) -> None:
+    """Hover the `nth` match of `target` until `shown` (plotly's hover text) appears. A figure that
+    plotly draws again after the hover (its step's value arriving, a re-fit) drops the hover with
+    the old points; the hover is repeated on the new ones, and the wait ends at the state, not a time."""
+    import time
+
+    from playwright.sync_api import TimeoutError as NotYet
+
+    end = time.monotonic() + timeout_ms / 1000
+    while True:
+        page.locator(target).nth(nth).hover(force=True, timeout=timeout_ms)
+        try:
+            page.wait_for_selector(shown, timeout=2_000)
+            return
+        except NotYet:
+            if time.monotonic() > end:
+                raise
