@@ -219,9 +219,12 @@ def test_math_neurons_on_your_own_qwen2(page, server_url, local_models, tmp_path
         ("Which season comes after winter?", "spring"), ("What colour is grass?", "green")]))
     page.locator("#mn-nonmath-file input[type=file]").set_input_files(str(nonmath))
     page.locator("#mn-data").get_by_text("my-questions.jsonl (4 items)").wait_for(timeout=120_000)
-    page.locator("#mn-acc").get_by_text("unmodified").first.wait_for(timeout=180_000)
+    # the evaluation on the new set: the accuracy card already read "unmodified" from the view before
+    # the upload, so the wait is for the set's own questions among the samples (a page that settled
+    # before the new evaluation began was read too early under load)
+    page.locator("#mn-samples").get_by_text("Which animal barks?").first.wait_for(timeout=180_000)
     settle(page, 180_000)
-    assert "Which animal barks?" in page.locator("#mn-samples").inner_text()
+    assert "unmodified" in page.locator("#mn-acc").inner_text()
     # and its own math problems in place of GSM8K
     mine = tmp_path / "my-sums.csv"
     mine.write_text("question,answer\n" + "".join(f"Ann has {a} pens and buys {b} more. How many now?,{a + b}\n"
