@@ -1,7 +1,9 @@
 """A timing check marked `alone` waits for the tests of any other run of the suite on the machine
 (tests/conftest._machine_share), and holds their next tests off until it ends."""
+import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,43 +46,36 @@ def test_ordinary_tests_of_two_runs_go_side_by_side(monkeypatch, tmp_path):
     assert second[0] < first[1]  # the second began while the first still ran
 
 
+def _held_here(name: str = "machine") -> str | None:
+    """How this process holds the suite's lock `name` ("READ": shared, "WRITE": alone), or None: read
+    from the kernel's table of locks, so a second run of the suite holding it beside does not count."""
+    inode = str(os.stat(suite._lock_path(name)).st_ino)
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if fields[1] == "FLOCK" and fields[4] == str(os.getpid()) and fields[5].rsplit(":", 1)[1] == inode:
+            return fields[3]
+    return None
+
+
 def test_every_test_holds_the_machine_wide_lock_with_or_without_xdist():
-    import fcntl
-
     assert not suite.LOCKS.is_relative_to(suite.ROOT)  # one per machine, not per checkout
-    with open(suite._lock_path("machine"), "a") as f:  # this test holds it shared: no one may take it
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            taken = True
-            fcntl.flock(f, fcntl.LOCK_UN)
-        except BlockingIOError:
-            taken = False
-    assert not taken
+    assert _held_here() == "READ"  # shared: beside the other tests, never beside an alone one
 
 
-def _machine_lock_held_by_a_test() -> bool:
-    """Whether this process's running test holds the suite's machine lock: an exclusive try from a
-    new open file fails while any holder, this process's included, has it."""
-    import fcntl
-
-    with open(suite._lock_path("machine"), "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return False
+@pytest.mark.alone
+def test_an_alone_test_holds_the_machine_lock_alone():
+    assert _held_here() == "WRITE"
 
 
 @pytest.fixture(scope="module")
 def module_setup_saw_the_lock():
     """Set up inside the protocol of this module's first test to use it, as a package's server is."""
-    return _machine_lock_held_by_a_test()
+    return _held_here()
 
 
 def test_a_modules_fixtures_are_set_up_under_the_machine_lock(module_setup_saw_the_lock):
     # a server a package starts is load an `alone` check of another worker must not run beside
-    assert module_setup_saw_the_lock
+    assert module_setup_saw_the_lock == "READ"
 
 
 def test_the_lock_is_taken_outside_the_test_time_limit(request):
