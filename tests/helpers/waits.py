@@ -7,6 +7,7 @@ event in the page: an upload answered, plotly's figures re-fitted to their boxes
 from __future__ import annotations
 
 import contextlib
+import time
 from urllib.parse import urlparse
 
 WAIT_MS = 60_000
@@ -110,16 +111,15 @@ def hover_until_shown(page, target: str, nth: int, shown: str, timeout_ms: int =
     """Hover the `nth` match of `target` until `shown` (plotly's hover text) appears. A figure that
     plotly draws again after the hover (its step's value arriving, a re-fit) drops the hover with
     the old points; the hover is repeated on the new ones, and the wait ends at the state, not a time."""
-    import time
-
     from playwright.sync_api import TimeoutError as NotYet
 
     end = time.monotonic() + timeout_ms / 1000
     while True:
-        page.locator(target).nth(nth).hover(force=True, timeout=timeout_ms)
+        left_ms = max(1.0, (end - time.monotonic()) * 1000)  # every try within the one limit
+        page.locator(target).nth(nth).hover(force=True, timeout=left_ms)
         try:
-            page.wait_for_selector(shown, timeout=2_000)
+            page.wait_for_selector(shown, timeout=min(2_000, left_ms))
             return
         except NotYet:
-            if time.monotonic() > end:
+            if time.monotonic() >= end:
                 raise

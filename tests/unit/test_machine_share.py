@@ -82,7 +82,6 @@ def test_the_lock_is_taken_outside_the_test_time_limit(request):
     """The machine share wraps pytest-timeout's wrapper: a check queued behind another run's long
     test does not spend its own time limit waiting."""
     impls = request.config.pluginmanager.hook.pytest_runtest_protocol.get_hookimpls()
-    names = [impl.plugin_name for impl in impls]
     ours = next(i for i, impl in enumerate(impls) if impl.plugin is suite)
-    timeout = next(i for i, name in enumerate(names) if name == "timeout")
+    timeout = next(i for i, impl in enumerate(impls) if impl.plugin_name == "timeout")
     assert ours > timeout  # pluggy calls the later hookimpl first: ours is the outer wrapper
