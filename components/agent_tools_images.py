@@ -9,7 +9,7 @@ from typing import Literal
 import gradio as gr
 import numpy as np
 
-from backend.core import bounds
+from backend.core import bounds, image_header
 
 from .agent_answers import _grid, _json, _png, _source, _whole
 
@@ -97,7 +97,7 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
         positions: where to clamp: prompt (every prompt position, the paper's choice), all (prompt and generated tokens), image (the image positions only), default (the setting the tab starts with, calibrated for this model).
         add_error: add the SAE's reconstruction error back (keeps everything the SAE does not explain).
         suppress_rivals: also zero the features labelled with the other concepts of the same family (e.g. the other colours); null = the tab's default for this model.
-        image_base64: your own image as base64 PNG or JPEG (a data: URI is fine), at most 8 MB; when given, it is captioned instead of a held-out scene. Models without a scene set (the papers' LLaVA-NeXT) need it.
+        image_base64: your own image as base64 PNG or JPEG (a data: URI is fine), at most 8 MB and 4096 px a side; when given, it is captioned instead of a held-out scene. Models without a scene set (the papers' LLaVA-NeXT) need it.
 
     Returns:
         JSON: baseline and steered captions, value, positions, well_formed (whether the steered caption parses; null for free text), hookpoint, suppressed feature ids; and a PNG of the scene.
@@ -145,9 +145,15 @@ def _decode_image(data: str) -> np.ndarray:
         raise ValueError(f"image_base64 is larger than {MAX_IMAGE_BYTES // 2**20} MB.")
     try:
         raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("image_base64 is not a base64-encoded PNG or JPEG image.") from None
+    try:  # from its header first, as every image input: a small PNG may decode to gigabytes
+        image_header.check_file(io.BytesIO(raw), "image_base64")
         with Image.open(io.BytesIO(raw)) as im:
             return np.asarray(im.convert("RGB"))
-    except (binascii.Error, ValueError, UnidentifiedImageError, OSError):
+    except image_header.TooLarge:
+        raise
+    except (ValueError, UnidentifiedImageError, OSError):
         raise ValueError("image_base64 is not a base64-encoded PNG or JPEG image.") from None
 
 

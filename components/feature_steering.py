@@ -9,7 +9,7 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
-from backend.core import bounds
+from backend.core import bounds, image_header
 from backend.sae import analysis, organism, pages
 from backend.sae import scenes as S
 from backend.sae import steer as ST
@@ -31,8 +31,11 @@ def _image_input(org, image, example):
             try:
                 from PIL import Image
 
+                image_header.check_file(str(image), Path(str(image)).name)
                 with Image.open(image) as im:
                     return np.asarray(im.convert("RGB"))
+            except image_header.TooLarge as e:
+                fail(str(e))
             except Exception:
                 fail(unreadable(Path(str(image)).name))
         return np.asarray(image)

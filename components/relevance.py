@@ -21,7 +21,7 @@ from components.model_picker import model_picker
 from components.relevance_models import long_note, long_on_pick, model_line
 from components import links
 from components.common import fail, model_event, on_first_open
-from components.inputs import bounded_slider, clear_unreadable, keep_on_failure, unreadable
+from components.inputs import bounded_slider, check_image_header, clear_unreadable, keep_on_failure, unreadable
 from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
                                           heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
                                           position_plot, scatter_plot, sentence_frame, sentence_html,
@@ -86,7 +86,8 @@ def pinned_html(pin: dict, res: dict, normalise: bool, vmax: float | None, templ
 
 
 def refuse_unreadable(image: gr.Image) -> gr.Image:
-    """Refuse an upload Pillow cannot read (a damaged or non-image file) with a clear message.
+    """Refuse an upload past the image bound from its header, and one Pillow cannot read (a damaged
+    or non-image file), with a clear message.
 
     Gradio decodes the upload before the handler runs, and its own failure there reaches the user
     as a generic error. Wrapped on the instance rather than by a subclass: a gr.Image subclass makes
@@ -94,6 +95,7 @@ def refuse_unreadable(image: gr.Image) -> gr.Image:
     decode = image.preprocess
 
     def preprocess(payload):
+        check_image_header(payload)
         try:
             return decode(payload)
         except gr.Error:
@@ -427,7 +429,7 @@ def build(ctx) -> None:
                     "the share of positive relevance inside it.", elem_classes=["wb-advanced"])
         with gr.Row():
             with gr.Column(scale=1):
-                gr.Markdown("**Image** · any size; converted to 16×16 grayscale. <span class='wb-muted'>"
+                gr.Markdown("**Image** · up to " f"{bounds.IMAGE_SIDE.hi:g} px a side; converted to 16×16 grayscale. <span class='wb-muted'>"
                             "A link to this view carries the held-out example number, not an uploaded "
                             "image.</span>")
                 image = clear_unreadable(refuse_unreadable(gr.Image(label="input image (16×16 grayscale)", show_label=False,

@@ -43,6 +43,9 @@ class Range:
         return Range(self.name, self.lo, min(self.hi, hi), self.whole, self.unit)
 
 
+# Every image input (a tab's upload, the API, an MCP tool's image_base64, an index build's files),
+# checked from its header before it is decoded (backend.core.image_header)
+IMAGE_SIDE = Range("An image's side", 2, 4096, unit=" px")
 # Relevance
 REL_EXAMPLE = Range("The held-out example", 0, 199)
 REL_SENTENCES = Range("The number of held-out sentences", 20, 240)

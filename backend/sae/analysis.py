@@ -20,7 +20,7 @@ from .organism import Organism, shown_label
 
 
 _RESULT_CACHE = ByteLRUCache(16 * 2**20, name="features-results")
-MAX_SIDE = 4096  # px, the largest uploaded image side accepted in hub mode
+MAX_SIDE = int(bounds.IMAGE_SIDE.hi)  # px, the largest image side of every image input
 
 
 @torch.no_grad()
