@@ -39,6 +39,7 @@ from backend.core.device import serving_threads  # noqa: E402
 from components import tab_modules  # noqa: E402
 from components import agent_tools  # noqa: E402
 from components import visitor  # noqa: E402
+from components import upload_allowance  # noqa: E402
 from components import report  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
 from components.gradio_fixes import (atomic_image_cache, compressed_front_end_kept,  # noqa: E402
@@ -58,6 +59,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     escaped_error_messages()
     compressed_front_end_kept()
     tracker_timers_at_ten_frames()
+    upload_allowance.install()  # a visitor's uploads count against one allowance per person
     modules = tab_modules()
     # Gradio's own copies of uploads and results go after the session time limit too
     ttl = int(visitor.sessions.ttl_seconds())

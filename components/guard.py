@@ -90,13 +90,25 @@ class _Noted:
     costs: list = field(default_factory=list)  # the times the worker measured (backend.core.costs)
 
 
+# The call's deadline crosses into a ZeroGPU worker as an argument (a context variable stays in the
+# main process); time.monotonic is the machine's clock, the same in every process.
+_DEADLINE_KW = "_wb_deadline"
+
+
+def _with_deadline(k: dict) -> dict:
+    deadline = limits.deadline()
+    return k if deadline is None else {**k, _DEADLINE_KW: (deadline, limits.limit_s())}
+
+
 def _carrying(fn):
-    """Inside the ZeroGPU mark: collect the notes and the worker's loads with each result."""
-    def noted(step):
+    """Inside the ZeroGPU mark: collect the notes and the worker's loads with each result, under the
+    deadline the call brought (its time limit counts from when it was made, wait included)."""
+    def noted(step, deadline=(None, None)):
         carry, count, timed = [], store.load_count(), costs.count()
         token = _CARRY.set(carry)
         try:
-            value = step()
+            with limits.until(*deadline):
+                value = step()
         finally:
             _CARRY.reset(token)
         if in_main():
@@ -107,11 +119,12 @@ def _carrying(fn):
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
+            deadline = k.pop(_DEADLINE_KW, (None, None))
             it = fn(*a, **k)
             try:
                 while True:
                     try:
-                        yield noted(lambda: next(it))
+                        yield noted(lambda: next(it), deadline)
                     except StopIteration:
                         return
             finally:
@@ -120,7 +133,8 @@ def _carrying(fn):
 
     @functools.wraps(fn)
     def plain(*a, **k):
-        return noted(lambda: fn(*a, **k))
+        deadline = k.pop(_DEADLINE_KW, (None, None))
+        return noted(lambda: fn(*a, **k), deadline)
     return plain
 
 
@@ -175,7 +189,7 @@ def _delivering(fn, tab: str, pick: tuple[str, int] | None = None):
         @functools.wraps(fn)
         def gen(*a, **k):
             _ahead(tab, a, k, pick)
-            it = fn(*a, **k)
+            it = fn(*a, **_with_deadline(k))
             try:
                 for noted in it:
                     yield _deliver(noted)
@@ -186,7 +200,7 @@ def _delivering(fn, tab: str, pick: tuple[str, int] | None = None):
     @functools.wraps(fn)
     def plain(*a, **k):
         _ahead(tab, a, k, pick)
-        return _deliver(fn(*a, **k))
+        return _deliver(fn(*a, **_with_deadline(k)))
     return plain
 
 
@@ -299,6 +313,28 @@ def gated(fn):
     return plain
 
 
+def _translating(fn):
+    """A spent time limit raised outside the guard (a wait for the visitor's turn) shown as the
+    guard shows it; everything else passes as it is."""
+    where = getattr(fn, "__qualname__", repr(fn))
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*a, **k):
+            try:
+                yield from fn(*a, **k)
+            except JobTooLong as e:
+                raise _translate(e, where) from e
+        return gen
+
+    @functools.wraps(fn)
+    def plain(*a, **k):
+        try:
+            return fn(*a, **k)
+        except JobTooLong as e:
+            raise _translate(e, where) from e
+    return plain
+
+
 def handler_tab(fn) -> str:
     """The tab a handler belongs to: its module's name, or the tab a panel module names (`PANEL_OF`):
     its ZeroGPU allowance, its visitor's turns and the model pick loaded ahead are the tab's."""
@@ -332,8 +368,9 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
             if sync and not getattr(block_fn.fn, "main_only", False):
                 fn = _delivering(gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(_carrying(fn)),
                                  handler_tab(block_fn.fn), pick_position(block_fn))
-            if sync:  # in the main process, around the worker: one visitor's calls keep their order
-                fn = in_session_order(fn, handler_tab(block_fn.fn))
+            if sync:  # in the main process, around the worker: one visitor's calls keep their order,
+                # and the job limit counts from the call, its wait for its turn included
+                fn = _translating(in_session_order(fn, handler_tab(block_fn.fn), job_seconds))
         # what a handler must do in the server process, around its GPU worker (the race's relay of
         # its live progress to the page, components.race_live)
         if callable(getattr(block_fn.fn, "main_process", None)):

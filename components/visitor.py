@@ -18,7 +18,7 @@ from pathlib import Path
 import gradio as gr
 
 from backend.core import sessions
-from components import session_memory
+from components import people, session_memory
 
 NO_SESSION = ("This call carries no session, so it has no place of its own to keep what it builds, and "
               "visitors never write the server's shared files. Call it from the page or with gradio_client "
@@ -42,7 +42,7 @@ def space(request: gr.Request | None, name: str, *, write: bool = False) -> sess
     sid = session_of(request)
     if sid is None and write:
         raise gr.Error(NO_SESSION)
-    return sessions.Space(sid, name)
+    return sessions.Space(sid, name, people.key(request) if sid else None)
 
 
 def own_folder(request: gr.Request | None, name: str, *sub: str) -> Path | None:

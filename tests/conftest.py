@@ -15,6 +15,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("WORKBENCH_PRESET", "zoo")
+# Each test client is a person of its own, told apart by the address a proxy reports
+# (tests/helpers/people.py); the servers the suite starts trust that one hop.
+os.environ["WORKBENCH_PROXY_HOPS"] = "1"
 
 
 def _private_dir(var: str, prefix: str) -> None:
@@ -67,6 +70,10 @@ def _one_tls_context() -> None:
 
 
 _one_tls_context()
+
+from tests.helpers.people import one_person_per_client  # noqa: E402
+
+one_person_per_client()
 
 ARTIFACTS = ROOT / "test-artifacts"
 

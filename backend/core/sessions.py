@@ -10,7 +10,8 @@ descriptor (a path) in the session's state. A path under a session folder is wha
 
 Settings (read at each call, so tests and a Space's variables take effect without a restart):
   WORKBENCH_SESSION_DIR    where the session folders live (default: <tmp>/workbench-sessions)
-  WORKBENCH_SESSION_QUOTA  bytes one session's folder may hold, e.g. 500MB (default), "none" for no cap
+  WORKBENCH_SESSION_QUOTA  bytes one visitor's folders may hold, all their sessions together, e.g. 500MB
+                           (default), "none" for no cap
   WORKBENCH_SESSION_TTL    seconds a session may stay idle before its folder is removed (default 7200)
   WORKBENCH_SHARED_BUILDS  =1: a private Space's owner shares every visitor's builds (the index a tab
                            builds is written where the owner's settings point, statistics replace the
@@ -43,6 +44,7 @@ DEFAULT_TTL = 7200.0
 DIRECT = "direct"  # calls from Python (a notebook, a test) with no Gradio session behind them
 _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MARK = ".last-used"
+_PERSON = ".person"  # whose session this is: a person's key (components.people), one line
 _LOCK = threading.Lock()
 _ON_END: list[Callable[[str, Path], None]] = []
 _SWEEPER: threading.Thread | None = None
@@ -172,40 +174,88 @@ def content_name(chunks: Iterable[bytes | str], n: int = 16) -> str:
 
 
 def used_bytes(session: str | None) -> int:
+    """The bytes of a session's files (not the server's own marks in its folder)."""
     base = root() / session_id(session)
-    return sum(p.stat().st_size for p in base.rglob("*") if p.is_file()) if base.is_dir() else 0
+    if not base.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in base.rglob("*")
+               if p.is_file() and not (p.parent == base and p.name in (_MARK, _PERSON)))
+
+
+def person_of(session: str | None) -> str | None:
+    """The person a session's folder was made for (`bind`), or None."""
+    try:
+        return (root() / session_id(session) / _PERSON).read_text().strip() or None
+    except (OSError, ValueError):
+        return None
+
+
+def bind(session: str | None, person: str | None) -> None:
+    """Record in the session's folder whose it is: a person's quota counts all their sessions."""
+    if session is None or not person or person_of(session) == person:
+        return
+    path = folder(session)
+    (path / _PERSON).write_text(person)
+
+
+def sessions_of(person: str) -> list[str]:
+    """Every session folder made for `person`."""
+    base = root()
+    if not base.is_dir():
+        return []
+    out = []
+    for d in base.iterdir():
+        try:
+            if d.is_dir() and _ID_RE.fullmatch(d.name) and (d / _PERSON).read_text().strip() == person:
+                out.append(d.name)
+        except OSError:
+            continue
+    return out
+
+
+def person_bytes(session: str | None, person: str | None = None) -> int:
+    """What the quota counts for a session: every file of every session of its person (sessions are
+    free to make, so a quota per session would bound nobody), or the session's alone if unbound."""
+    person = person or person_of(session)
+    if not person:
+        return used_bytes(session)
+    names = set(sessions_of(person)) | {session_id(session)}
+    return sum(used_bytes(n) for n in names)
 
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 10**5 else f"{n / 1e3:.1f} kB"
 
 
-def check_room(session: str | None, extra: int, what: str = "these files") -> None:
-    """Refuse before writing `extra` bytes that would take the session past its quota."""
+def check_room(session: str | None, extra: int, what: str = "these files", person: str | None = None) -> None:
+    """Refuse before writing `extra` bytes that would take the visitor (all the sessions of the
+    session's person) past the quota."""
     cap = quota_bytes()
     if cap is None:
         return
-    have = used_bytes(session)
+    have = person_bytes(session, person)
     if have + int(extra) > cap:
         raise QuotaExceeded(
-            f"Refused: {what} ({_mb(int(extra))}) would take this session's files to {_mb(have + int(extra))}, "
-            f"over its quota of {_mb(cap)} ({QUOTA_ENV}). Nothing was written. Use fewer or smaller files, "
-            f"or reload the page to start a new session (its files are removed).")
+            f"Refused: {what} ({_mb(int(extra))}) would take your files on this server (all your sessions) to "
+            f"{_mb(have + int(extra))}, over a visitor's quota of {_mb(cap)} ({QUOTA_ENV}). Nothing was written. "
+            f"Use fewer or smaller files, or close the other pages of this app (their files are removed).")
 
 
-def keep_within_quota(session: str | None, written: Iterable[Path], what: str = "the result") -> None:
+def keep_within_quota(session: str | None, written: Iterable[Path], what: str = "the result",
+                      person: str | None = None) -> None:
     """After a write whose size was not known before: over the quota, remove it and refuse."""
     cap = quota_bytes()
     if cap is None:
         return
-    have = used_bytes(session)
+    have = person_bytes(session, person)
     if have > cap:
         for p in written:
             p = Path(p)
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
         raise QuotaExceeded(
-            f"Refused: {what} took this session's files to {_mb(have)}, over its quota of {_mb(cap)} "
-            f"({QUOTA_ENV}); it was removed again. Use fewer images, or ask the Space's owner for a larger quota.")
+            f"Refused: {what} took your files on this server (all your sessions) to {_mb(have)}, over a visitor's "
+            f"quota of {_mb(cap)} ({QUOTA_ENV}); it was removed again. Use fewer images, or ask the Space's "
+            "owner for a larger quota.")
 
 
 @dataclass(frozen=True)
@@ -220,6 +270,7 @@ class Space:
     files). What a method keeps in memory for a session it drops in an `on_end` listener."""
     session: str | None
     name: str
+    person: str | None = None  # whose session (components.people): the quota counts all of theirs
 
     def path(self, *sub: str) -> Path | None:
         """Where the space's files are or would be; nothing is made (a read is no use)."""
@@ -229,6 +280,7 @@ class Space:
         """The space's folder (or a folder in it), made now; the session is marked as used."""
         if self.session is None:
             return None
+        bind(self.session, self.person)
         path = folder(self.session).joinpath(self.name, *sub)
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -236,12 +288,12 @@ class Space:
     def room(self, extra: int, what: str = "the result") -> None:
         """Refuse before writing `extra` bytes past the session's quota (check_room)."""
         if self.session is not None:
-            check_room(self.session, extra, what)
+            check_room(self.session, extra, what, self.person)
 
     def keep_within(self, written: Iterable[Path], what: str = "the result") -> None:
         """After a write of unknown size: past the quota, remove it and refuse (keep_within_quota)."""
         if self.session is not None:
-            keep_within_quota(self.session, written, what)
+            keep_within_quota(self.session, written, what, self.person)
 
 
 def on_end(fn: Callable[[str, Path], None]) -> Callable[[str, Path], None]:

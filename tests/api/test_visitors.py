@@ -103,9 +103,10 @@ def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_in
 
     # past the quota: refused with the reason, nothing written anywhere
     monkeypatch.setenv("WORKBENCH_SESSION_QUOTA", "100B")
+    monkeypatch.setenv("WORKBENCH_UPLOAD_ALLOWANCE", "20MB")  # the upload passes; the build is refused
     c = Client(app_url, verbose=False)
     c.predict(vlm, sae, HOOK, api_name="/features_load")
-    with pytest.raises(AppError, match=r"over its quota of 0\.1 kB \(WORKBENCH_SESSION_QUOTA\)"):
+    with pytest.raises(AppError, match=r"over a visitor's quota of 0\.1 kB \(WORKBENCH_SESSION_QUOTA\)"):
         c.predict([handle_file(str(archive))], "", api_name="/build_index")
     assert sha(owner_index) == before
     assert not list((sessions_dir / key_of(c.session_hash)).rglob("*.png"))
@@ -235,3 +236,37 @@ def test_parallel_visitors_count_zero_leaks(app_url, local_models, owner_index, 
     assert all(seen > 0 for seen, _ in results)
     assert sum(leaks for _, leaks in results) == 0
     assert sha(owner_index) == before
+
+
+def test_sessions_of_one_address_share_one_quota(app_url, local_models, owner_index, sessions_dir, tmp_path,
+                                                 monkeypatch):
+    """Sessions are free to make, so a quota per session bounds nobody (four build_index calls from
+    four sessions once wrote 1,050 MB in 12 s): a second session from the same address is refused
+    once the first's files fill the visitor's quota, while a visitor at another address builds."""
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    from backend.core import sessions
+    from tests.helpers.people import as_person
+    from tests.helpers.standins.features import sample_images
+
+    archive = tmp_path / "mine.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for i, p in enumerate(sample_images(tmp_path / "imgs", 3, seed=11)):
+            z.write(p, f"img-{i}.png")
+    vlm, sae = str(local_models / VLM), str(local_models / SAE)
+    here = as_person()
+    first, second = Client(app_url, verbose=False, headers=here), Client(app_url, verbose=False, headers=here)
+    elsewhere = Client(app_url, verbose=False)
+    for c in (first, second, elsewhere):
+        c.predict(vlm, sae, HOOK, api_name="/features_load")
+    assert "Indexed 3 images" in first.predict([handle_file(str(archive))], "", api_name="/build_index")[0]
+    one_build = sessions.used_bytes(key_of(first.session_hash))
+    assert one_build > 0
+    monkeypatch.setenv("WORKBENCH_SESSION_QUOTA", f"{int(one_build * 1.5)}B")
+    with pytest.raises(AppError, match=r"all your sessions.*over a visitor's quota"):
+        second.predict([handle_file(str(archive))], "", api_name="/build_index")
+    assert sessions.used_bytes(key_of(second.session_hash)) == 0
+    assert "Indexed 3 images" in elsewhere.predict([handle_file(str(archive))], "", api_name="/build_index")[0]
+    for c in (first, second, elsewhere):
+        c.close()

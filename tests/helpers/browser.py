@@ -43,9 +43,26 @@ def browser():
 
         _expect_defaults()
         _STARTED["playwright"] = sync_playwright().start()
-        _STARTED["browser"] = _STARTED["playwright"].chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=ARGS)
+        b = _STARTED["playwright"].chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        _STARTED["browser"] = _a_person_per_context(b)
     return _STARTED["browser"]
+
+
+def _a_person_per_context(b):
+    """Each new context (a visitor with nothing stored yet) is a person of its own: its requests say
+    they come from an address of their own (tests/helpers/people.py), unless the test gives one."""
+    from tests.helpers.people import as_person
+
+    make = b.new_context
+
+    def new_context(**kwargs):
+        headers = dict(kwargs.pop("extra_http_headers", None) or {})
+        if not any(k.lower() == "x-forwarded-for" for k in headers):
+            headers.update(as_person())
+        return make(extra_http_headers=headers, **kwargs)
+
+    b.new_context = new_context
+    return b
 
 
 def close() -> None:

@@ -1,11 +1,12 @@
 """Turns across visitors in the model queue (components.fair_queue), on Gradio's own Queue and
-EventQueue: one visitor's five long calls never hold every model slot, and a newcomer starts next."""
+EventQueue: one visitor's five long calls never hold every model slot, and a newcomer starts next.
+A visitor is a person (components.people), however many sessions they make."""
 from types import SimpleNamespace
 
 from gradio.queueing import EventQueue, Queue
 
 from components.common import MODEL_GROUP
-from components.fair_queue import fair_order, install, running_per_session
+from components.fair_queue import fair_order, install, running_per_person
 
 
 def _queue(limit: int) -> Queue:
@@ -16,9 +17,10 @@ def _queue(limit: int) -> Queue:
     return q
 
 
-def _event(session: str, n: int):
-    return SimpleNamespace(session_hash=session, concurrency_id=MODEL_GROUP, name=f"{session}{n}",
-                           fn=SimpleNamespace(batch=False, max_batch_size=1))
+def _event(person: str, n: int, session: str | None = None):
+    """An event of `person` (one session each unless `session` is given)."""
+    return SimpleNamespace(session_hash=session or f"{person}{n}", _wb_person=person, concurrency_id=MODEL_GROUP,
+                           name=f"{person}{n}", fn=SimpleNamespace(batch=False, max_batch_size=1))
 
 
 def _start_all(q: Queue) -> list[str]:
@@ -61,7 +63,7 @@ def test_alone_a_visitor_still_runs_side_by_side_and_other_groups_keep_their_ord
     q = _queue(2)
     other = EventQueue("reads", None)
     q.event_queue_per_concurrency_id["reads"] = other
-    other.queue += [SimpleNamespace(session_hash="a", concurrency_id="reads", name=f"r{i}",
+    other.queue += [SimpleNamespace(session_hash="a", _wb_person="a", concurrency_id="reads", name=f"r{i}",
                                     fn=SimpleNamespace(batch=False)) for i in range(3)]
     q.event_queue_per_concurrency_id[MODEL_GROUP].queue += [_event("a", 0), _event("a", 1)]
     started = _start_all(q)
@@ -71,5 +73,77 @@ def test_alone_a_visitor_still_runs_side_by_side_and_other_groups_keep_their_ord
 
 def test_fair_order_is_round_robin_counting_running_calls():
     ev = [_event("a", 0), _event("a", 1), _event("b", 0), _event("a", 2), _event("c", 0), _event("b", 1)]
-    running = running_per_session([[_event("c", 9)], None], MODEL_GROUP)
+    running = running_per_person([[_event("c", 9)], None], MODEL_GROUP)
     assert [e.name for e in fair_order(ev, running)] == ["a0", "b0", "a1", "c0", "b1", "a2"]
+
+
+def test_a_hundred_sessions_of_one_person_take_turns_as_one():
+    """Each of a's calls comes from a session of its own (sessions are free): they still rank as one
+    visitor's, behind b's first call."""
+    ev = [_event("a", i) for i in range(100)] + [_event("b", 0)]
+    assert len({e.session_hash for e in ev}) == 101
+    order = [e.name for e in fair_order(ev, running_per_person([], MODEL_GROUP))]
+    assert order[:3] == ["a0", "b0", "a1"]
+
+
+def _request(addr: str, forwarded: str | None = None):
+    from starlette.requests import Request
+
+    headers = [(b"x-forwarded-for", forwarded.encode())] if forwarded else []
+    return Request({"type": "http", "headers": headers, "client": (addr, 5000), "method": "POST", "path": "/"})
+
+
+def test_the_queue_refuses_a_persons_calls_past_their_waiting_places(monkeypatch):
+    """One person topping the queue up (67 races in 2.8 s once filled it for everyone: 'Queue is
+    full') gets the refusal from the ninth waiting call on, whatever session each carries; another
+    person still joins."""
+    import asyncio
+
+    from components import fair_queue
+
+    monkeypatch.setenv(fair_queue.WAITING_ENV, "8")
+    monkeypatch.delenv("WORKBENCH_PROXY_HOPS", raising=False)
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    q = _queue(1)
+    joined = []
+
+    async def push(self, body, request, username):  # Gradio's push, as far as the count sees it
+        e = _event(str(len(joined)), 0)
+        del e._wb_person
+        e.request, e.username = request, username
+        self.event_queue_per_concurrency_id[MODEL_GROUP].queue.append(e)
+        joined.append(e)
+        return True, e.name, "success"
+
+    limited = fair_queue._limited_push(push)
+
+    async def run():
+        a = [await limited(q, None, _request("192.0.2.7"), None) for _ in range(12)]
+        b = await limited(q, None, _request("198.51.100.3"), None)
+        return a, b
+
+    a, b = asyncio.run(run())
+    assert [ok for ok, *_ in a] == [True] * 8 + [False] * 4
+    assert a[8][2] == "error" and "8 calls waiting" in a[8][1]
+    assert b[0] is True
+
+
+def test_a_person_is_the_signed_in_user_else_the_address_the_proxy_reports(monkeypatch):
+    from components import people
+
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    monkeypatch.delenv(people.HOPS_ENV, raising=False)
+    # off a proxy: the connecting address; a header the client wrote is not read
+    assert people.key(_request("192.0.2.7")) == people.key(_request("192.0.2.7", "203.0.113.9"))
+    assert people.key(_request("192.0.2.7")) != people.key(_request("192.0.2.8"))
+    # behind one proxy (a Space): the address it appended, never one the client put before it
+    monkeypatch.setenv("SPACE_ID", "owner/space")
+    proxy = "10.0.0.1"
+    assert people.address(_request(proxy, "203.0.113.9").headers, proxy) == "203.0.113.9"
+    assert people.key(_request(proxy, "198.51.100.1, 203.0.113.9")) == people.key(_request(proxy, "203.0.113.9"))
+    assert people.key(_request(proxy, "203.0.113.9")) != people.key(_request(proxy, "203.0.113.10"))
+    # signed in: one person from any address; the key never holds the name or the address
+    a = people.key(_request(proxy, "203.0.113.9"), username="ada")
+    assert a == people.key(_request(proxy, "198.51.100.5"), username="ada") and "ada" not in a
+    monkeypatch.setenv(people.HOPS_ENV, "2")
+    assert people.address(_request(proxy, "203.0.113.9, 10.0.0.2").headers, proxy) == "203.0.113.9"

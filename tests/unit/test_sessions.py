@@ -31,7 +31,7 @@ def test_quota_refuses_before_writing_and_removes_what_passed_it(monkeypatch):
     f = sessions.folder("s1")
     (f / "a.bin").write_bytes(b"x" * 600)
     sessions.check_room("s1", 300)
-    with pytest.raises(sessions.QuotaExceeded, match=r"over its quota of 1\.0 kB \(WORKBENCH_SESSION_QUOTA\)"):
+    with pytest.raises(sessions.QuotaExceeded, match=r"over a visitor's quota of 1\.0 kB \(WORKBENCH_SESSION_QUOTA\)"):
         sessions.check_room("s1", 500, "the uploaded images")
     big = f / "index"
     big.mkdir()
@@ -115,3 +115,19 @@ def test_a_request_resolves_its_space_and_a_write_without_a_session_is_refused(r
     monkeypatch.setenv(sessions.SHARED_ENV, "1")  # the owner shares builds: nobody's, for everyone
     assert visitor.space(request, "nemo", write=True).session is None
     assert visitor.space(None, "nemo", write=True).session is None
+
+
+def test_the_quota_counts_every_session_of_one_person(monkeypatch):
+    """Sessions are free to make: a hundred sessions of one person share one quota, and another
+    person's files do not count against it."""
+    monkeypatch.setenv(sessions.QUOTA_ENV, "1kB")
+    for i in range(100):
+        sessions.Space(f"p{i}", "features", "ada").make()
+    (sessions.Space("p0", "features", "ada").make() / "a.bin").write_bytes(b"x" * 400)
+    (sessions.Space("p1", "features", "ada").make() / "b.bin").write_bytes(b"x" * 400)
+    (sessions.Space("q0", "features", "bob").make() / "c.bin").write_bytes(b"x" * 900)
+    sessions.Space("p99", "features", "ada").room(150)
+    with pytest.raises(sessions.QuotaExceeded, match="all your sessions"):
+        sessions.Space("p99", "features", "ada").room(250)
+    sessions.Space("q1", "features", "bob").room(50)  # bob's own 900 bytes, not ada's
+    assert sessions.person_of("p42") == "ada" and len(sessions.sessions_of("ada")) == 100

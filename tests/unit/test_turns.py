@@ -91,3 +91,41 @@ def test_a_stream_holds_its_turn_until_it_ends_and_a_failure_releases_it():
 
 def test_a_call_outside_any_session_takes_no_turn():
     assert in_session_order(lambda: 7, "adapters")() == 7
+
+
+def test_a_calls_time_limit_covers_its_wait_behind_the_same_pages_calls():
+    """Three 1-s calls sent at once from one page under a 1.5-s limit: the first runs, the second
+    is stopped at its limit counted from when it was sent (not from the end of its wait), the third's
+    limit passes while it waits and it does not run at all. Each ends within its limit (+ a step)."""
+    from backend.core import limits
+    from backend.core.limits import JobTooLong
+
+    def work(name):
+        for _ in range(10):
+            limits.check(name)
+            time.sleep(0.1)
+        return name
+
+    fn = in_session_order(work, "adapters", lambda: 1.5)
+    sent = threading.Barrier(3)
+    ended = {}
+
+    def call(name):
+        sent.wait()
+        t0 = time.monotonic()
+        try:
+            ended[name] = (_as("A", fn, name), time.monotonic() - t0)
+        except JobTooLong as e:
+            ended[name] = (str(e), time.monotonic() - t0)
+
+    threads = [threading.Thread(target=call, args=(f"c{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results = sorted(ended.values(), key=lambda r: r[1])
+    assert sum(r in ("c0", "c1", "c2") for r, _ in results) == 1  # one ran to its end
+    assert sum("was not run" in r for r, _ in results) == 1  # one never got its turn in time
+    assert sum("ran past" in r for r, _ in results) == 1  # one was stopped at its limit
+    assert all(s <= 1.5 + 0.3 for _, s in results), results
+    assert TURNS.waiting() == 0
