@@ -262,18 +262,20 @@ def race(task: Task, cfg: RaceConfig, stop: threading.Event | Callable[[], bool]
 
 
 def summarize(runs: list[Run], planned: int | None = None, **settings) -> dict:
-    """Final losses and whether PiSSA ends below LoRA. A stopped race has runs one step apart (they
-    are interleaved): every comparison uses the steps all runs completed, `steps_run` of `planned`."""
+    """The losses at the last step every run completed and whether PiSSA ends below LoRA. A stopped
+    race has runs one step apart (they are interleaved): every comparison uses the steps all runs
+    completed, `steps_run` of `planned`; `loss_at_steps_run` is each run's loss at step `steps_run`
+    (the final loss only where the race ran to its end, so it is not called that)."""
     done = min((len(r.losses) for r in runs), default=0)
     by = {}
     for r in runs:
         by.setdefault(r.method, {})[r.seed] = r.losses[:done]
     out = {"settings": settings, "steps_run": done, "steps_planned": planned if planned is not None else done,
-           "final_loss": {}, "mean_loss_last10": {}, "trainable_params": {}}
+           "loss_at_steps_run": {}, "mean_loss_last10": {}, "trainable_params": {}}
     for r in runs:
         out["trainable_params"][r.method] = sum(p.numel() for p in r.params)
     for m, seeds in by.items():
-        out["final_loss"][m] = {str(s): (ls[-1] if ls else None) for s, ls in seeds.items()}
+        out["loss_at_steps_run"][m] = {str(s): (ls[-1] if ls else None) for s, ls in seeds.items()}
         out["mean_loss_last10"][m] = float(np.mean([np.mean(ls[-10:]) for ls in seeds.values() if ls])) \
             if any(seeds.values()) else None
     if "lora" in by and "pissa" in by:

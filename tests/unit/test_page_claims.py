@@ -19,7 +19,8 @@ def test_a_stopped_race_compares_the_steps_every_run_completed():
     runs = [_run("lora", 0, [2.0, 1.5]), _run("pissa", 0, [1.8, 1.2, 9.0])]
     s = summarize(runs, planned=300, lr=1e-3, rank=4, alpha=4.0)
     assert s["steps_run"] == 2 and s["steps_planned"] == 300
-    assert s["final_loss"]["pissa"]["0"] == 1.2  # step 2, not the unmatched step 3
+    assert s["loss_at_steps_run"]["pissa"]["0"] == 1.2  # step 2, not the unmatched step 3
+    assert "final_loss" not in s  # a stopped race's last losses are not its final ones
     assert s["pissa_beats_lora"] == {"seeds": 1, "wins": 1}
     text = _status({}, {"stopped": True, "summary": s}, 1.0, 600)
     assert "Race **stopped** at step 2 of 300." in text
