@@ -9,6 +9,9 @@ import uuid
 from pathlib import Path
 
 from gradio import processing_utils
+from starlette.exceptions import HTTPException
+
+from .mcp_server import BODY_BYTES
 
 
 def atomic_image_cache() -> None:
@@ -223,3 +226,168 @@ def compressed_front_end_kept() -> None:
 
     __call__._wb_kept = True
     BrotliMiddleware.__call__ = __call__
+
+
+# Each wrapper of Gradio's Queue.push is applied once per process: components.fair_queue wraps it
+# too, so a marker on the function would be hidden under the other wrapper.
+_PUSH_WRAPPED: set[str] = set()
+
+EMPTY_SESSION_HASH = ("session_hash is empty. Send your session's hash (any string of letters and digits your "
+                      "client keeps for its calls and listens on), or leave session_hash out where a call may "
+                      "have none (/gradio_api/call/<name>). Nothing was queued.")
+
+
+def _without_empty_hash(push):
+    async def join(self, body, request, username):
+        if body.session_hash == "":
+            if not getattr(body, "simple_format", False):  # /queue/join: its caller listens by the hash
+                return False, EMPTY_SESSION_HASH, "error"
+            body.session_hash = None
+        return await push(self, body, request, username)
+    return join
+
+
+def empty_session_hash_as_none() -> None:
+    """Gradio 6.31 keys a queued event's messages by the request's session_hash but sends them by the
+    event's, which is the event's own id when the hash is empty (`session_hash or id`): a raw request
+    with `"session_hash": ""` raised a KeyError, HTTP 500 on /gradio_api/call/<name>, and on
+    /gradio_api/queue/join an event whose messages never came. On /call, where a request may carry
+    no hash (the event's id stands in), an empty one is taken as none; /queue/join refuses it with
+    HTTP 400 and why."""
+    from gradio import queueing
+
+    if "empty_session_hash" not in _PUSH_WRAPPED:
+        _PUSH_WRAPPED.add("empty_session_hash")
+        queueing.Queue.push = _without_empty_hash(queueing.Queue.push)
+
+
+def argument_count_refusal(fn, sent: int) -> str:
+    """What an endpoint takes, in the words of its API page (its components' labels)."""
+    inputs = [b for b in fn.inputs if not getattr(b, "skip_api", False)]
+    names = ", ".join(str(getattr(b, "label", None) or type(b).__name__)[:40] for b in inputs)
+    n = len(inputs)
+    return (f"/{fn.api_name} takes {n} argument{'' if n == 1 else 's'}{f' ({names})' if n else ''}; "
+            f"this request sent {sent}. Nothing was run.")
+
+
+def _counted(push):
+    async def join(self, body, request, username):
+        fn = self.blocks.fns.get(body.fn_index) if body.fn_index is not None else None
+        # (Gradio has already spread a /call's arguments over the endpoint's hidden inputs, if they fit)
+        if fn is not None and getattr(body, "simple_format", False) and len(body.data) != len(fn.inputs):
+            return False, argument_count_refusal(fn, len(body.data)), "error"
+        return await push(self, body, request, username)
+    return join
+
+
+def _validated(validate):
+    from gradio.exceptions import Error
+
+    def validate_inputs(self, block_fn, inputs):
+        if len(inputs) < len(block_fn.inputs):
+            raise Error(argument_count_refusal(block_fn, len(inputs)))
+        return validate(self, block_fn, inputs)
+    return validate_inputs
+
+
+def argument_counts_checked() -> None:
+    """Gradio 6.31 queues a /gradio_api/call/<name> request whatever number of arguments it sends: too
+    few fail in the queue with a message shown only under show_error (off here), so the caller read
+    `{"error": null}`, and too many were dropped without a word. Such a request is now refused with
+    HTTP 400 before it is queued, saying how many arguments the endpoint takes; too few that reach a
+    handler another way (/gradio_api/run/<name>, /queue/join) get the same words as their error."""
+    from gradio import blocks, queueing
+
+    if "argument_count" not in _PUSH_WRAPPED:
+        _PUSH_WRAPPED.add("argument_count")
+        queueing.Queue.push = _counted(queueing.Queue.push)
+        blocks.Blocks.validate_inputs = _validated(blocks.Blocks.validate_inputs)
+
+
+# The largest request body the server reads, Gradio's upload route aside (it streams a file to disk
+# and bounds each by launch's max_file_size): the MCP transports' bound (components.mcp_server), since
+# an MCP call reaches the queue as a request of its own carrying the same arguments (an image the
+# tools take, in base64); a page's or client's call sends file references, a few kilobytes.
+REQUEST_BODY_BYTES = BODY_BYTES
+_UNBOUNDED_PATHS = ("/gradio_api/upload",)
+
+
+def _body_refusal(size: int | None) -> str:
+    """`size`: the declared length; None for a streamed body, stopped where it passed the limit."""
+    said = f"is {size / 1e6:.1f} MB, over" if size is not None else "went past"
+    return (f"This request's body {said} this server's limit of {REQUEST_BODY_BYTES / 1e6:.1f} MB for a "
+            "request; send files through /gradio_api/upload (what gradio_client does) and their "
+            "references in the call. Nothing was run.")
+
+
+class _BodyTooLarge(HTTPException):
+    """Raised from the body's stream: FastAPI lets an HTTPException out of its body parsing (any
+    other error there becomes "There was an error parsing the body")."""
+
+    def __init__(self):
+        super().__init__(status_code=413, detail=_body_refusal(None))
+
+
+class BodyLimit:
+    """Refuses, with HTTP 413 and why, a request whose body is over REQUEST_BODY_BYTES: by its
+    declared length before a byte is read, else as soon as its streamed bytes pass the bound."""
+
+    def __init__(self, app, max_bytes: int | None = None):
+        self.app = app
+        self.max_bytes = REQUEST_BODY_BYTES if max_bytes is None else max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("path", "").rstrip("/").endswith(_UNBOUNDED_PATHS):
+            return await self.app(scope, receive, send)
+        from starlette.datastructures import Headers
+        from starlette.responses import JSONResponse
+
+        def refuse(size: int | None):
+            return JSONResponse({"detail": _body_refusal(size)}, status_code=413)(scope, receive, send)
+
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await refuse(int(declared))
+        seen, started = 0, False
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        async def sending(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, sending)
+        except _BodyTooLarge:
+            if started:
+                raise
+            await refuse(None)
+
+
+def bounded_request_bodies() -> None:
+    """Gradio 6.31 reads and parses a request body of any size: a 60 MB JSON body sent to
+    /gradio_api/call/<name> was taken whole (+133 MB of the server's memory) before anything looked
+    at it. Every app Gradio creates now refuses a body over REQUEST_BODY_BYTES first (BodyLimit,
+    outermost of the app's own middleware, so nothing has read the body yet)."""
+    from gradio import routes
+    from starlette.middleware import Middleware
+
+    create = routes.App.create_app
+    if getattr(create, "_wb_bodies", False):
+        return
+
+    def create_app(*args, **kwargs):
+        app = create(*args, **kwargs)
+        app.user_middleware.insert(0, Middleware(BodyLimit))
+        return app
+
+    create_app._wb_bodies = True
+    routes.App.create_app = staticmethod(create_app)

@@ -32,9 +32,10 @@ class Range:
             return f"{kind or 'a number '}{'at least ' + lo if math.isfinite(self.lo) else 'at most ' + hi}"
         return (kind or "a number ").strip()
 
-    def refusal(self, value) -> str:
+    def refusal(self, value, empty: str = "an empty box") -> str:
+        """`empty`: how a missing value is named where it came from (a tab's box; JSON's null)."""
         shown = f"{value:g}{self.unit}" if isinstance(value, (int, float)) and not isinstance(value, bool) \
-            else repr(str(value)[:20]) if value not in (None, "") else "an empty box"
+            else repr(str(value)[:20]) if value not in (None, "") else empty
         return f"{self.name} must be {self.words()} (got {shown}). Nothing was computed."
 
     def with_hi(self, hi: float) -> "Range":
@@ -86,14 +87,20 @@ def clamp_max(largest_activation: float | None) -> float:
     return max(float(round(math.ceil(round(x / unit, 6)) * unit, 6)), CLAMP_FLOOR)
 
 
-def check(r: Range, value) -> float | int:
-    """`value` as a number within `r` (an int where `r` is whole), or ValueError with the range."""
+# A null in a JSON request: JSON has no infinity or NaN, and encoders (pydantic's, so the `mcp`
+# package's client; JavaScript's JSON.stringify) write them as null, so "an empty box" misled.
+JSON_NULL = "null (JSON has no inf or NaN: a client's encoder sends them as null)"
+
+
+def check(r: Range, value, empty: str = "an empty box") -> float | int:
+    """`value` as a number within `r` (an int where `r` is whole), or ValueError with the range;
+    `empty` names a missing value (JSON_NULL for a JSON request)."""
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise ValueError(r.refusal(value)) from None
+        raise ValueError(r.refusal(value, empty)) from None
     if isinstance(value, bool) or not math.isfinite(x) or not r.lo <= x <= r.hi or (r.whole and x != int(x)):
-        raise ValueError(r.refusal(value if math.isfinite(x) else str(value)))
+        raise ValueError(r.refusal(value if math.isfinite(x) else str(value), empty))
     return int(x) if r.whole else x
 
 
@@ -118,10 +125,13 @@ def call_cap() -> float | None:
 
 
 def check_cost(estimate_s: float, what: str, measured: bool = False) -> None:
-    """Refuse what is estimated over the cap; `measured`: the estimate comes from this server's times
-    of the same computation (backend.core.costs), refused at the cap too (it was stopped there)."""
+    """Refuse what is estimated over the cap, only that: an estimate at the cap fits. `measured`: the
+    estimate comes from this server's times of the same computation (backend.core.costs; a call
+    stopped at the cap counts as needing more than it was given)."""
     cap = call_cap()
-    if cap is not None and (estimate_s >= cap if measured else estimate_s > cap):
+    if cap is not None and estimate_s > cap:
         basis = " from the times measured on this server" if measured else ""
-        raise CostTooHigh(f"{what} is estimated at {estimate_s:.0f} s{basis}, over this server's per-call cap of "
+        # (just over the cap, a rounded estimate would read as the cap itself)
+        shown = f"{estimate_s:.0f} s" if estimate_s >= cap + 0.5 else f"more than {cap:g} s"
+        raise CostTooHigh(f"{what} is estimated at {shown}{basis}, over this server's per-call cap of "
                           f"{cap:g} s (WORKBENCH_CALL_CAP_S); choose smaller settings. Nothing was computed.")

@@ -7,12 +7,15 @@ estimate comes from what calls of the same computation on the same model took:
 
 1. the same setting measured before: the largest of its last few times;
 2. another setting of the same computation and model: the largest measured seconds per unit of the
-   ZeroGPU formula's work (its duration before rounding and bounds) times this call's units;
+   ZeroGPU formula's work (its duration before rounding and bounds) times this call's units, so a
+   formula must count the work a call does (a Memorization generation without neurons runs half
+   the generations of one with them, and counted as the same it was estimated at twice its time);
 3. nothing measured yet: no estimate, the call runs, stopped by the cap's time budget
    (backend.core.limits) if it takes longer, and that time becomes its measure.
 
 Calls that loaded a model are not counted (the load is paid once, not per call); a call stopped at
-its time limit counts with the time it had run, so the same setting is refused at the cap next time.
+its time limit counts as just over the time it was given, so the same setting is refused at the cap
+next time (a refusal needs an estimate over the cap).
 The largest of recent times, not their mean, so that a result served from a cache never makes a
 computation look cheap. Entries are kept per process; under ZeroGPU the main process merges those a
 worker measured (`since`, `merge`: components.guard carries them back with the result).

@@ -36,6 +36,7 @@ import contextvars
 import functools
 import inspect
 import io
+import math
 import os
 import pickle
 import time
@@ -199,7 +200,7 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
         units = _units(duration, args, kwargs)
         cap = call_cap()
         guess = costs.estimate(name, model, setting, units)
-        if cap is not None and guess is not None and guess >= cap:
+        if cap is not None and guess is not None and guess > cap:
             check_cost(guess, what, measured=True)
         limits.check(name.rsplit(".", 1)[-1].replace("_", " "))  # a budget spent before it starts
         left = limits.remaining()
@@ -219,8 +220,9 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
         if load_count() == loads:  # a model load is paid once, not by every call of this kind
             took = time.perf_counter() - t0
             # a call stopped before its limit (its next step would not have fitted) needed more
-            # than the time it was given: that is its measure, so it is refused there next time
-            costs.record(*key[:4], max(took, key[4] or 0) if stopped else took)
+            # than the time it was given: just over it is its measure, so it is refused there next
+            # time (a refusal needs an estimate over the cap)
+            costs.record(*key[:4], math.nextafter(max(took, key[4] or 0), math.inf) if stopped else took)
 
     if inspect.isgeneratorfunction(f):
         @functools.wraps(f)

@@ -412,6 +412,8 @@ def register_data(source: str | None, side: str, path: str | os.PathLike | None 
         b.data[f"{side}_sets"].setdefault(key, entry)
     if owner is not None:  # a visitor's set: dropped when the last session that named it ends
         visitor_sets.hold(owner, b.data, side, key, entry)
+    else:
+        visitor_sets.keep(b.data, side, key, entry)
     return key
 
 

@@ -15,6 +15,14 @@ _HELD: dict[str, list[tuple[dict, str, str]]] = {}  # session → (bench data, s
 _LOCK = threading.Lock()
 
 
+def keep(data: dict, side: str, key: str, entry: dict) -> None:
+    """A set named by nobody in particular (the owner shares builds): kept for good, whoever else
+    holds the same set and lets it go (an agent's call holds its items for the call only)."""
+    with _LOCK:  # (again, if a holder let it go just now)
+        data[f"{side}_sets"].setdefault(key, entry)
+        data.setdefault("kept", set()).add((side, key))
+
+
 def hold(session: str, data: dict, side: str, key: str, entry: dict) -> None:
     with _LOCK:  # (again, if a session that ended just now released it)
         data[f"{side}_sets"].setdefault(key, entry)
@@ -30,4 +38,5 @@ def release(session: str, folder: Path | None = None) -> None:
             owners.discard(session)
             if not owners:
                 data["owners"].pop((side, key), None)
-                data[f"{side}_sets"].pop(key, None)
+                if (side, key) not in data.get("kept", ()):
+                    data[f"{side}_sets"].pop(key, None)

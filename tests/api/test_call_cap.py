@@ -69,3 +69,40 @@ def test_the_smallest_settings_are_not_refused_under_a_cap_they_run_under(app_ur
     # a result the tab caches outside any model call (the tour's step) makes no estimate at all
     assert all(g is not None and g < cap for got in third.values() for _, g in got), third
     assert sum(map(len, third.values())) >= len(SMALLEST) - 1, third
+
+
+def test_a_generation_is_estimated_from_the_work_it_does(client, monkeypatch):
+    """Issue 51 (6): an 8-seed Memorization generation without neurons was estimated at 15 s and
+    refused under a 15-s cap, and ran in 8.5 s. Its estimate scaled what a generation with neurons
+    had taken by a formula that counted two generations per seed (neurons on, then off), while
+    without neurons the second is never run: half the work, estimated as the whole. Here the
+    generations take a fixed time per seed and per condition (the model's own would vary with the
+    machine's load): one seed with neurons is measured, then eight seeds without neurons, which take
+    1.8 s, run under a cap of 2.5 s; with both conditions counted they were estimated at 2.7 s and
+    refused. A refusal needs the estimate over the cap."""
+    import numpy as np
+
+    from backend.core import costs
+    from backend.core.cache import ByteLRUCache
+    from backend.nemo import service
+
+    per_seed = per_condition = 0.2  # seconds
+
+    def generate(pipe, prompt, seeds, **kw):
+        time.sleep(per_seed * len(list(seeds)))
+        return np.zeros((len(list(seeds)), 32, 32, 3), dtype=np.float32)
+
+    def memorization_score(*a, **k):
+        time.sleep(per_condition)
+        return 0.5
+
+    monkeypatch.setattr(service.core, "generate", generate)
+    monkeypatch.setattr(service.core, "memorization_score", memorization_score)
+    monkeypatch.setattr(service, "_RESULTS", ByteLRUCache(2**20, name="test-generations"))
+    costs.clear()
+    monkeypatch.setenv("WORKBENCH_CALL_CAP_S", "2.5")
+    prompt = "a red circle"
+    client.predict(prompt, [], "mid.attn0:0, down0.attn0:1", 1, api_name="/memo_generate")  # measured: ~0.8 s
+    t0 = time.perf_counter()
+    client.predict(prompt, [], "", 8, api_name="/memo_generate")  # refused before: "estimated at 3 s"
+    assert time.perf_counter() - t0 < 2.5

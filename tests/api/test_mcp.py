@@ -344,6 +344,22 @@ def test_math_neurons_equals_the_ui(mcp_url, client):
     assert "is not of type 'object'" in error_of(mcp_url, "math_neurons", math_items=["not an object"])
 
 
+def test_an_agents_own_items_are_not_kept_after_its_call(mcp_url):
+    """Issue 51 (6): an agent's math_items stayed in the shared bench for good (ten calls of 5,000
+    items kept +204 MB of the server's memory, tests/load/test_mcp_memory.py); they are held for the
+    call only, and the same items again are answered from the caches."""
+    from backend.mathneuro import service
+
+    b = service.bench("zoo")
+    before = set(b.data["math_sets"])
+    own = [{"question": it["prompt"], "answer": it["answer"]} for it in b.eval_items("math", 30)[10:30]]
+    first, _, _ = call(mcp_url, "math_neurons", k_percent=3, factor=0.0, n_samples=4, math_items=own)
+    assert first["math_set"] == "yours" and first["n_scored"]["math"] == 10
+    assert set(b.data["math_sets"]) == before
+    again, _, _ = call(mcp_url, "math_neurons", k_percent=3, factor=0.0, n_samples=4, math_items=own)
+    assert again == first and set(b.data["math_sets"]) == before
+
+
 def test_pissa_tools_equal_the_ui(mcp_url, client):
     listed, _, _ = call(mcp_url, "pissa_layers")
     key = listed["model"]
@@ -519,3 +535,36 @@ def test_an_image_under_the_documented_size_is_taken_and_a_larger_one_refused(mc
     assert json.loads(ok.content[0].text)["scene"] is None
     assert big.isError and "image_base64 is larger than 8 MB" in big.content[0].text
     assert not after.isError
+
+
+def _raw_call(url: str, name: str, arguments_json: str) -> str:
+    """A tools/call sent as the given JSON text (the server is stateless: no handshake needed); the
+    answer's text."""
+    import httpx
+
+    body = ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "%s", "arguments": %s}}'
+            % (name, arguments_json))
+    r = httpx.post(url + "gradio_api/mcp/", content=body, timeout=60,
+                   headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+    data = next(json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:"))
+    return " ".join(c.get("text", "") for c in data["result"]["content"])
+
+
+def test_an_infinite_factor_is_named_with_its_range(mcp_url):
+    """Issue 51 (7): `factor=inf` was refused as "got an empty box". JSON has no infinity or NaN: the
+    `mcp` package's client (pydantic) writes inf as null, and the server's `mcp` package turns a raw
+    client's 1e999 or Infinity into null too (it re-validates each request through JSON) before the
+    tool sees it. So the refusal names the null that came, says that an inf or NaN arrives so, and
+    states the range; nothing is computed."""
+    from backend.core import bounds
+
+    expected = bounds.MATH_FACTOR.refusal(None, bounds.JSON_NULL)
+    assert expected.startswith("The scale factor must be between 0 and 2 (got null (JSON has no inf or NaN")
+    said = error_of(mcp_url, "math_neurons", factor=float("inf"))
+    assert "empty box" not in said and said.strip().endswith(expected), said
+    for raw in ("1e999", "Infinity", "-Infinity", "NaN", "null"):
+        said = _raw_call(mcp_url, "math_neurons", '{"factor": %s}' % raw)
+        assert said.strip().endswith(expected), (raw, said)
+    # a value that does arrive is named as it is
+    said = _raw_call(mcp_url, "math_neurons", '{"factor": "inf"}')
+    assert "The scale factor must be between 0 and 2 (got 'inf')" in said, said

@@ -65,9 +65,21 @@ def test_the_cap_refuses_by_measured_time_and_stops_what_it_lets_run(monkeypatch
     assert time.perf_counter() - t0 < 1.5
     with pytest.raises(bounds.CostTooHigh) as e:
         work(200)  # measured: it ran the whole cap
-    assert "estimated at 1 s from the times measured on this server, over this server's per-call cap of 1 s" \
-        in str(e.value)
+    assert ("estimated at more than 1 s from the times measured on this server, over this server's "
+            "per-call cap of 1 s") in str(e.value)  # (stopped there: it needed more than the cap)
     assert ran == [1, 1, 200]  # nothing computed for the refused call
     assert work(3) == 3  # another small setting still runs
     handler = gpu(duration=300, estimate=False)(lambda: "ok")  # a handler's allowance is no estimate
     assert handler() == "ok"
+
+
+def test_only_an_estimate_over_the_cap_is_refused(monkeypatch):
+    """Issue 51 (6): a refusal needs the estimate over the cap; one at the cap fits. Just over it, the
+    estimate is not rounded down to the cap's own number."""
+    monkeypatch.setenv("WORKBENCH_CALL_CAP_S", "15")
+    bounds.check_cost(15.0, "This computation", measured=True)
+    bounds.check_cost(8.5, "This computation")
+    with pytest.raises(bounds.CostTooHigh, match=r"estimated at more than 15 s from the times measured"):
+        bounds.check_cost(15.2, "This computation", measured=True)
+    with pytest.raises(bounds.CostTooHigh, match=r"estimated at 17 s, over this server's per-call cap of 15 s"):
+        bounds.check_cost(17.0, "This computation")

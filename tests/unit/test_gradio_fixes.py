@@ -227,3 +227,100 @@ def test_the_page_carries_the_tracker_frame_script_first_with_its_length():
     assert head.startswith(TRACKER_FRAMES_JS.encode())
     assert body.count(TRACKER_FRAMES_JS.encode()) == 1
     assert head.index(TRACKER_FRAMES_JS.encode()) < head.index(b'type="module"')
+
+
+def _run(coro):
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+def test_an_empty_session_hash_is_none_on_call_and_refused_on_join():
+    """Gradio's queue sent an event with session_hash "" to a session that did not exist (a KeyError,
+    HTTP 500): /call (simple format) now joins as a call without a hash, /queue/join is refused."""
+    from types import SimpleNamespace
+
+    from components.gradio_fixes import EMPTY_SESSION_HASH, _without_empty_hash
+
+    joined = []
+
+    async def push(self, body, request, username):
+        joined.append(body.session_hash)
+        return True, "event", "success"
+
+    push = _without_empty_hash(push)
+    assert _run(push(None, SimpleNamespace(session_hash="", simple_format=True), None, None))[0]
+    assert _run(push(None, SimpleNamespace(session_hash="abc", simple_format=False), None, None))[0]
+    assert joined == [None, "abc"]
+    assert _run(push(None, SimpleNamespace(session_hash="", simple_format=False), None, None)) == \
+        (False, EMPTY_SESSION_HASH, "error")
+    assert joined == [None, "abc"]
+
+
+def test_a_wrong_number_of_arguments_is_refused_with_the_count_the_endpoint_takes():
+    """A /call with too few arguments failed in the queue as `{"error": null}`, too many were dropped:
+    both are refused before queueing, and too few reaching the handler's input check say the same."""
+    from types import SimpleNamespace
+
+    import gradio as gr
+    import pytest
+
+    from components.gradio_fixes import _counted, _validated
+
+    with gr.Blocks() as demo:
+        a, b, s = gr.Textbox(label="A"), gr.Number(label="B"), gr.State()
+        gr.Button().click(lambda *x: None, [a, b, s], None, api_name="f")
+    fn = next(f for f in demo.fns.values() if f.api_name == "f")
+    queue = SimpleNamespace(blocks=demo)
+    joined = []
+
+    async def push(self, body, request, username):
+        joined.append(body.data)
+        return True, "event", "success"
+
+    push = _counted(push)
+    words = "/f takes 2 arguments (A, B); this request sent {}. Nothing was run."
+    for data in ([], ["x"], ["x", 1, None, "extra"]):
+        body = SimpleNamespace(fn_index=fn._id, data=data, simple_format=True)
+        assert _run(push(queue, body, None, None)) == (False, words.format(len(data)), "error")
+    assert joined == []
+    # the whole count (Gradio spreads a /call's two over the three inputs first), and the page's joins
+    assert _run(push(queue, SimpleNamespace(fn_index=fn._id, data=["x", 1, None], simple_format=True), None, None))[0]
+    assert _run(push(queue, SimpleNamespace(fn_index=fn._id, data=["x"], simple_format=False), None, None))[0]
+    validate = _validated(lambda self, block_fn, inputs: "checked")
+    with pytest.raises(gr.Error) as e:
+        validate(demo, fn, ["x"])
+    assert e.value.message == words.format(1)
+    assert validate(demo, fn, ["x", 1, None]) == "checked"
+
+
+def test_a_body_over_the_limit_is_refused_before_the_app_reads_it():
+    """Gradio read a request body of any size (a 60 MB JSON body, +133 MB): one over the bound is
+    refused with HTTP 413 and why, by its declared length before it is read, or when streamed as soon
+    as it passes the bound; Gradio's upload route (bounded per file by max_file_size) is left to it."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from components.gradio_fixes import BodyLimit
+
+    read = []
+
+    async def take(request):
+        body = await request.body()
+        read.append(len(body))
+        return PlainTextResponse(str(len(body)))
+
+    app = Starlette(routes=[Route("/gradio_api/call/f", take, methods=["POST"]),
+                            Route("/gradio_api/upload", take, methods=["POST"])])
+    client = TestClient(BodyLimit(app, max_bytes=1000))
+    r = client.post("/gradio_api/call/f", content=b"x" * 2000)
+    assert r.status_code == 413 and r.json()["detail"].startswith("This request's body is 0.0 MB, over")
+    r = client.post("/gradio_api/call/f", content=(b"x" * 300 for _ in range(10)))  # chunked: no length
+    # (raised as the app reads: its own handler words it, FastAPI's as JSON, plain Starlette's as text)
+    assert r.status_code == 413 and "This request's body went past this server's limit" in r.text
+    assert read == []
+    assert client.post("/gradio_api/call/f", content=b"x" * 1000).text == "1000"
+    assert client.post("/gradio_api/upload", content=b"x" * 5000).text == "5000"
+    assert read == [1000, 5000]

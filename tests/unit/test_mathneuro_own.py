@@ -107,6 +107,25 @@ def test_your_own_math_and_non_math_sets_on_the_zoo_organism(tmp_path):
         service.register_data("zoo", "nonmath", text)
 
 
+def test_a_set_held_for_a_call_goes_with_it_and_one_kept_for_good_stays():
+    """Issue 51 (6): an MCP call's own items are held for the call only (components.agent_tools_language
+    releases them after the answer); a set the owner's shared builds named stays whoever else held
+    the same set and let it go, and a set two holders hold stays until both let it go."""
+    from backend.mathneuro import visitor_sets
+
+    data = {"math_sets": {}}
+    visitor_sets.hold("mcp-call-1", data, "math", "file:a", {"items": [1]})
+    visitor_sets.hold("session-s", data, "math", "file:a", {"items": [1]})
+    visitor_sets.release("mcp-call-1")
+    assert "file:a" in data["math_sets"]
+    visitor_sets.release("session-s")
+    assert data["math_sets"] == {}
+    visitor_sets.keep(data, "math", "file:b", {"items": [2]})
+    visitor_sets.hold("mcp-call-2", data, "math", "file:b", {"items": [2]})
+    visitor_sets.release("mcp-call-2")
+    assert data["math_sets"] == {"file:b": {"items": [2]}}
+
+
 def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
     """A set of 12 identifies with its 6 first items, not the slider's 64; a model without a chat
     template is explained as prompted in plain text, as its data card says; a new model empties
