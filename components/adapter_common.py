@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from backend.core import colors as C
 from backend.pissa import service
+from components import exports
 from components.common import fail
 
 PANEL_OF = "adapters"  # handlers here are the Adapters tab's (components.guard.handler_tab)
@@ -31,8 +31,10 @@ def _call(fn, *args, **kwargs):
         fail(str(e).strip("'\""))
 
 
-def _export_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="wb-adapters-"))
+def _exported(write) -> list[str]:
+    """`write(folder)` writes an export's files and lists them; returned: the paths Gradio serves
+    (components.exports: nothing stays behind in a temp folder)."""
+    return list(exports.hand_out(write))
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from backend.core import colors as C
 from backend.core import gpu
 from backend.pissa import service
-from components.adapter_common import COLORS, _call, _export_dir, _write_json, export_name
+from components.adapter_common import COLORS, _call, _exported, _write_json, export_name
 from components.common import fail, themed
 
 PANEL_OF = "adapters"  # handlers here are the Adapters tab's (components.guard.handler_tab)
@@ -61,9 +61,12 @@ def errors(key, rank, heat, progress=gr.Progress()):
           f"layers, QPiSSA-5 on **{s['qpissa5_beats_loftq1']}/{s['layers']}**. Mean ratios: " +
           ", ".join(f"{k} {v:.3f}" for k, v in s["mean"].items()) +
           ". (Paper, LLaMA-2-7B: QPiSSA reduces the error by ~19 % more than QLoRA.)")
-    folder = _export_dir()
-    csv = folder / export_name("pissa-errors", key, f"r{t['rank']}", ext="csv")
-    csv.write_text("\n".join([",".join(ERROR_COLUMNS)] + [",".join(map(str, r)) for r in table]))
-    files = [_write_json(folder, export_name("pissa-errors", key, f"r{t['rank']}", ext="json"), t), str(csv)]
+
+    def write(folder):
+        csv = folder / export_name("pissa-errors", key, f"r{t['rank']}", ext="csv")
+        csv.write_text("\n".join([",".join(ERROR_COLUMNS)] + [",".join(map(str, r)) for r in table]))
+        return [_write_json(folder, export_name("pissa-errors", key, f"r{t['rank']}", ext="json"), t), str(csv)]
+
+    files = _exported(write)
     return table, bars_figure(t), heatmap_figure(t), md, files
 

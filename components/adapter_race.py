@@ -14,7 +14,7 @@ from backend.core import bounds
 from backend.pissa import service
 from backend.pissa.race import RACE_METHODS, RaceConfig
 from components import race_live
-from components.adapter_common import COLORS, NAMES, _call, _export_dir, _write_json, export_name
+from components.adapter_common import COLORS, NAMES, _call, _exported, _write_json, export_name
 from components.common import fail, themed
 from components.mpl import pyplot
 
@@ -201,12 +201,15 @@ def _race(key, methods, n_seeds, steps, rank, lr, request, live: str):
                 else:
                     updates.wait()
                     yield gr.skip(), status, gr.skip(), gr.skip()
-                folder = _export_dir()
-                png = folder / export_name("pissa-race", key, ext="png")
-                _race_png(curves, png, title)
                 data = {"summary": ev["summary"], "stopped": ev["stopped"],
                         "curves": [{"method": m, "seed": s, **c} for (m, s), c in sorted(curves.items())]}
-                files = [_write_json(folder, export_name("pissa-race", key, ext="json"), data), str(png)]
+
+                def write(folder):
+                    png = folder / export_name("pissa-race", key, ext="png")
+                    _race_png(curves, png, title)
+                    return [_write_json(folder, export_name("pissa-race", key, ext="json"), data), str(png)]
+
+                files = _exported(write)
                 if live:  # drawn by the live view
                     yield None, status, ev["summary"], files
                     return

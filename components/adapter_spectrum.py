@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from backend.core import bounds, gpu
 from backend.pissa import service
 from components import links
-from components.adapter_common import COLORS, _call, _export_dir, _write_json, export_name
+from components.adapter_common import COLORS, _call, _exported, _write_json, export_name
 from components.common import fail, themed
 from components.mpl import pyplot
 
@@ -136,10 +136,13 @@ def analyse(key, layer, rank, init, pinned=None, progress=gr.Progress()):
     _call(bounds.check_choice, "init", init, bounds.PISSA_INITS)
     progress(0.1, desc="SVD of the layer")
     a = _call(service.layer_analysis, key, layer, _call(bounds.check, bounds.PISSA_RANK, rank), init)
-    folder = _export_dir()
-    png = folder / export_name("pissa", key, layer, f"r{a['rank']}", ext="png")
-    _analysis_png(a, png)
-    files = [_write_json(folder, export_name("pissa", key, layer, f"r{a['rank']}", ext="json"), a), str(png)]
+
+    def write(folder):
+        png = folder / export_name("pissa", key, layer, f"r{a['rank']}", ext="png")
+        _analysis_png(a, png)
+        return [_write_json(folder, export_name("pissa", key, layer, f"r{a['rank']}", ext="json"), a), str(png)]
+
+    files = _exported(write)
     return spectrum_figure(a, pinned), histogram_figure(a), layer_stats_md(a), files, describe_analysis(key, a)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import tempfile
-import uuid
 from pathlib import Path
 
 import gradio as gr
@@ -15,9 +13,9 @@ import numpy as np
 from backend.core import bounds
 from backend.core.presets import active_source
 
+from . import exports
+
 _SOURCE: str | None = None  # the app's preset source, set by components.agent_tools.install
-_PNG_DIR: Path | None = None
-MAX_PNGS = 64  # images kept in this process's folder for answers still on their way out
 SIG_DIGITS = 4  # numbers in answers: an agent reads them, and full floats made answers 3× longer
 
 
@@ -61,22 +59,12 @@ def _png(image: np.ndarray, name: str) -> gr.FileData:
     """An RGB uint8 array → a PNG file Gradio serves and MCP hands over as an image."""
     from PIL import Image
 
-    global _PNG_DIR
-    if _PNG_DIR is None:
-        _PNG_DIR = Path(tempfile.mkdtemp(prefix="wb-agent-"))
-    path = _PNG_DIR / f"{name}-{uuid.uuid4().hex[:12]}.png"  # unique: parallel calls never share a file
-    Image.fromarray(np.ascontiguousarray(image)).save(path, format="PNG")
-    # Gradio copies the file into its own cache as the answer leaves, so only the newest few are kept
-    for old in sorted(_PNG_DIR.glob("*.png"), key=_mtime)[:-MAX_PNGS]:
-        old.unlink(missing_ok=True)
+    def write(folder: Path) -> str:
+        Image.fromarray(np.ascontiguousarray(image)).save(folder / f"{name}.png", format="PNG")
+        return str(folder / f"{name}.png")
+
+    path = Path(exports.hand_out(write))
     return gr.FileData(path=str(path), mime_type="image/png", orig_name=path.name)
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:  # removed by a parallel call meanwhile
-        return 0.0
 
 
 def _to_uint8(img: np.ndarray) -> np.ndarray:

@@ -5,10 +5,6 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import os
-import tempfile
-import threading
-from pathlib import Path
 
 import gradio as gr
 import pandas as pd
@@ -17,6 +13,7 @@ from backend.core import bounds
 from backend.sae import analysis, hub_index, loading, pages
 from backend.sae.index import INDEX_FILE
 from backend.sae.label_quality import quality
+from components import exports
 from components.common import fail
 from components.feature_figures import (colorbar_html, concept_plot, dimmed, enlarged, hist_plot, label_shown,
                                         maps_max, overlay, page_png, patch_figure)
@@ -26,22 +23,6 @@ PANEL_OF = "features"  # handlers here are the Features tab's (components.guard.
 
 
 SORTS = ["density", "max activation", "IoU"]
-_EXPORT_DIR: Path | None = None
-
-
-def _export_path(name: str) -> Path:
-    global _EXPORT_DIR
-    if _EXPORT_DIR is None:
-        _EXPORT_DIR = Path(tempfile.mkdtemp(prefix="wb-features-"))
-    return _EXPORT_DIR / name
-
-
-def _atomic_write(path: Path, write) -> Path:
-    """Write beside, then rename: a concurrent request never serves a half-written export."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    write(tmp)
-    os.replace(tmp, path)
-    return path
 
 
 def _org(source: str, progress=None):
@@ -132,10 +113,15 @@ def open_feature(source: str, feature):
                   f"(bilinear upsampling, ≥ 50% of the map's max) over the top-5 images</div>"
                   + colorbar_html(vmax, "overlay colour scale"))
     data = pages.page_json(page)
-    # named for the index too: two visitors' own indexes never share an export file
+    # the name says which index the page came from (a visitor's own, the shared one)
     tag = hashlib.sha256(org.cache_id.encode()).hexdigest()[:10]
-    jpath = _atomic_write(_export_path(f"feature_{f}-{tag}.json"), lambda p: p.write_text(json.dumps(data, indent=1)))
-    ppath = _atomic_write(_export_path(f"feature_{f}-{tag}.png"), lambda p: page_png(page, p))
+
+    def write(d):
+        (d / f"feature_{f}-{tag}.json").write_text(json.dumps(data, indent=1))
+        page_png(page, d / f"feature_{f}-{tag}.png")
+        return d / f"feature_{f}-{tag}.json", d / f"feature_{f}-{tag}.png"
+
+    jpath, ppath = exports.hand_out(write)
     steer_value = analysis.default_clamp_value(org, f)
     hover = patch_figure(page["images"], page["patch_maps"],
                          [f"#{t['image_id']} · {t['score']:.2f}" for t in page["top"]], vmax)

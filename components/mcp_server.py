@@ -6,6 +6,9 @@
   what components.agent_tools adds (the models a `model` parameter takes);
 - an image answer is the image only: Gradio adds an "Image URL" text that names the server's
   temporary folder;
+- a file answer (the session report) is a link of its own, FILE_ROUTE/<token>/<name>: Gradio's
+  `/gradio_api/file=<path>` link names the server's folders; the token is drawn for the answer and
+  the link lasts as long as Gradio keeps the file (its cache, components.exports);
 - a request body up to BODY_BYTES is taken on both transports (the `mcp` package refuses 4 MiB
   with HTTP 413, under the 8 MB image a tool documents): a larger image within it gets the tool's
   own clear error, a larger body still an HTTP 413;
@@ -15,10 +18,22 @@
 from __future__ import annotations
 
 import functools
+import mimetypes
+import re
+import secrets
+import threading
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from backend.core import bounds
 
+FILE_ROUTE = "/gradio_api/agent-file"
+MAX_LINKS = 512  # the newest answers' links; an older one answers 404, as a file Gradio dropped does
+_LINKS: OrderedDict[str, str] = OrderedDict()  # token -> the file's path in Gradio's cache
+_LINKS_LOCK = threading.Lock()
+_GRADIO_FILE = re.compile(r"(?:https?://[^\s/]+)?(?:/[^\s]*)?/gradio_api/file=(\S+)")
 BODY_BYTES = 32 * 2**20  # an 8 MB image in base64 (≈ 10.7 MB) with room for a clear refusal of larger ones
 _STATE: dict[str, dict] = {"annotations": {}, "extras": {}, "ranges": {}}
 
@@ -66,10 +81,23 @@ def adjust(annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, d
 
     def without_image_urls(self, data, root_url):
         out = postprocess(self, data, root_url)
-        return [c for c in out if not (getattr(c, "type", "") == "text" and
-                                       str(getattr(c, "text", "")).startswith(("Image URL: ", "SVG Image URL: ")))]
+        out = [c for c in out if not (getattr(c, "type", "") == "text" and
+                                      str(getattr(c, "text", "")).startswith(("Image URL: ", "SVG Image URL: ")))]
+        for c in out:
+            if getattr(c, "type", "") == "text":
+                c.text = file_link(str(c.text), root_url)
+        return out
 
     cls.postprocess_output_data = without_image_urls
+
+    mount = cls.launch_mcp_on_sse
+
+    def with_file_route(self, app, subpath, root_path):
+        # before Gradio's own routes are added (App.create_app), so none of them shadows it
+        app.add_route(FILE_ROUTE + "/{token}/{name}", _serve_link, methods=["GET", "HEAD"])
+        return mount(self, app, subpath, root_path)
+
+    cls.launch_mcp_on_sse = with_file_route
 
     create = cls.create_mcp_server
 
@@ -96,7 +124,7 @@ def adjust(annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, d
                     continue
                 try:
                     if isinstance(r, bounds.Range):
-                        bounds.check(r, args[name])
+                        bounds.check(r, args[name], empty=bounds.JSON_NULL)
                     else:
                         bounds.check_choice(name, args[name], r)
                 except ValueError as e:
@@ -116,3 +144,33 @@ def adjust(annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, d
         return list(result) if isinstance(result, tuple) else [result]
 
     cls._execute_tool_without_progress = _execute_tool_without_progress
+
+
+def file_link(text: str, root_url: str) -> str:
+    """An answer's text that is Gradio's link to a file (`<address>/gradio_api/file=<path>`; a queued
+    tool's answer comes back through Gradio's loopback client, so the address may be the server's
+    local one) becomes a link on `root_url`, the address the agent called, that names no path; any
+    other text stays as it is."""
+    found = _GRADIO_FILE.fullmatch(text)
+    if not found:
+        return text
+    path = unquote(found.group(1))
+    token = secrets.token_urlsafe(24)
+    with _LINKS_LOCK:
+        _LINKS[token] = path
+        while len(_LINKS) > MAX_LINKS:
+            _LINKS.popitem(last=False)
+    return f"{root_url}{FILE_ROUTE}/{token}/{quote(Path(path).name)}"
+
+
+async def _serve_link(request):
+    from starlette.responses import FileResponse, PlainTextResponse
+
+    with _LINKS_LOCK:
+        path = _LINKS.get(request.path_params.get("token", ""))
+    if path is None or not Path(path).is_file():
+        return PlainTextResponse("No such file: the link has expired or was never given.", status_code=404)
+    # a download, never a page of this origin: a report's HTML carries scripts
+    return FileResponse(path, filename=Path(path).name, content_disposition_type="attachment",
+                        media_type=mimetypes.guess_type(path)[0] or "application/octet-stream",
+                        headers={"X-Content-Type-Options": "nosniff"})

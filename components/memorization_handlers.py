@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import json
-import tempfile
 from pathlib import Path
 
 import gradio as gr
@@ -16,6 +15,7 @@ from backend.nemo import images as nimages
 from backend.nemo import service
 from backend.nemo import visitor as nvisitor
 from backend.nemo.metrics import auroc
+from components import exports
 from components.common import fail
 from components.memorization_figures import (NO_NEURONS_OFF, batch_rows, export_png, gallery_items, hist_plot,
                                              pin_html, relaxed_words, result_html, score_html, stats_html,
@@ -218,12 +218,12 @@ def make_handlers(source: str):
         }
         if not c["n_neurons"]:
             state["note"] = NO_NEURONS_OFF
-        out = Path(tempfile.mkdtemp(prefix="nemo-"))
-        jpath = out / "nemo.json"
-        jpath.write_text(json.dumps(state, indent=1))
-        ppath = out / "nemo.png"
-        export_png(ppath, c, r, None)
-        return [str(jpath), str(ppath)]
+        def write(out: Path) -> list[str]:
+            (out / "nemo.json").write_text(json.dumps(state, indent=1))
+            export_png(out / "nemo.png", c, r, None)
+            return [str(out / "nemo.json"), str(out / "nemo.png")]
+
+        return exports.hand_out(write, request)
 
     def on_model(model, request: gr.Request = None, progress=gr.Progress()):
         """A newly picked pipeline: load it (with progress) and say which neuron statistics it will

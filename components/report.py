@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,10 +33,11 @@ import gradio as gr
 from backend.core import presets as P
 from backend.core import sessions
 
+from . import exports
 from . import report_record as R
 from .links import LINKABLE, _plain, build_query, walk
 from .report_html import build_html, plotly_bundle
-from .visitor import own_folder, session_of
+from .visitor import session_of
 
 log = logging.getLogger("workbench.report")
 TOUR_TAB = "tour"
@@ -362,18 +362,29 @@ def report_html(sid: str | None, progress=None) -> tuple[str, dict]:
 
 
 def write_report(request, progress=None) -> tuple[Path, dict]:
+    """The report page, written and handed to Gradio: the path returned is a copy in Gradio's cache
+    (components.exports), so it is served wherever the session folders lie, and a session keeps one
+    report there at a time (the newest: an earlier one is gone with its link)."""
     t0 = time.perf_counter()
     sid = scope_of(request)
     page, summary = report_html(sid, progress)
-    folder = own_folder(request, SPACE) if sid and not sid.startswith("mcp-") else None
-    if folder is None:
-        folder = Path(tempfile.mkdtemp(prefix="wb-report-"))
-    path = folder / f"workbench-report-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.html"
-    for old in folder.glob("workbench-report-*.html"):  # one report per session on disk at a time
-        old.unlink(missing_ok=True)
-    path.write_text(page, encoding="utf-8")
+    name = f"workbench-report-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.html"
+
+    def write(folder: Path) -> Path:
+        (folder / name).write_text(page, encoding="utf-8")
+        return folder / name
+
+    # every MCP agent reaches the app through one Gradio session: an agent's report is nobody's file
+    # (a link of its own, components.mcp_server), never replacing another agent's
+    owner = request if sid and not sid.startswith("mcp-") else exports.NOBODY
+    path = Path(exports.hand_out(write, owner, SPACE))
+    if owner is request:
+        exports.drop_others(request, "workbench-report-*.html", keep=path)
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     return path, summary
+
+
+REPORT_FAILED = "report failed: press Report to try again"
 
 
 def header_button() -> None:
@@ -389,10 +400,18 @@ def header_button() -> None:
                 if s["tabs"] else "nothing computed yet")
         return gr.update(value=str(path), visible=True, label=f"⤓ {said}"), gr.update(interactive=True)
 
-    btn.click(lambda: (gr.update(visible=True, value=None, label="writing the report…"), gr.update(interactive=False)),
-              None, [dl, btn], queue=False, api_visibility="private", show_progress="hidden").then(
+    made = btn.click(lambda: (gr.update(visible=True, value=None, label="writing the report…"),
+                              gr.update(interactive=False)),
+                     None, [dl, btn], queue=False, api_visibility="private", show_progress="hidden").then(
         make, None, [dl, btn], api_visibility="private", concurrency_limit=4, concurrency_id="wb-report",
         show_progress_on=[dl])
+    # Whatever fails (the page, its file, Gradio handing the file over), the button comes back and
+    # says so: "writing the report…" must never be the last word.
+    made.failure(report_failed, None, [dl, btn], queue=False, api_visibility="private", show_progress="hidden")
+
+
+def report_failed():
+    return gr.update(visible=True, value=None, label=REPORT_FAILED), gr.update(interactive=True)
 
 
 def session_report() -> tuple[str, gr.FileData]:

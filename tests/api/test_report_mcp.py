@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 import urllib.request
 
 import pytest
 
+from tests.api.test_exports import storage  # noqa: F401  (fixture: session folders outside the temp folder)
 from tests.api.test_mcp import zerogpu_boundary  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.timeout(300)
@@ -88,3 +90,41 @@ def test_session_report_holds_this_agents_answers_only(mcp_url):  # noqa: F811
     assert other["results"] == 0 and other["tabs"] == [] and "pissa_layer" not in other_page, other
     anonymous, _ = _report(_session(mcp_url, work))
     assert anonymous["results"] == 0 and "no session id" in anonymous["note"], anonymous
+
+
+def test_the_reports_answer_names_no_server_path(mcp_url, storage):  # noqa: F811
+    """Gradio's own answer for a file is `<address>/gradio_api/file=/tmp/gradio/…`: a server path. The
+    report's link names none, and it still gives the report; so with the session folders anywhere."""
+    import tempfile
+
+    from gradio.utils import get_upload_folder
+
+    from backend.core import sessions
+    from components.mcp_server import FILE_ROUTE
+
+    async def work(s):
+        await s.call_tool("pissa_layer", {"layer": "fc2", "rank": 5})
+        return await s.call_tool("session_report", {})
+
+    res = _session(mcp_url, work, token="agent-c")
+    answer = json.dumps(res.model_dump(mode="json"))
+    for place in (tempfile.gettempdir(), get_upload_folder(), str(sessions.root()), str(storage), "gradio_api/file="):
+        assert place not in answer, place
+    link = next(c.text for c in res.content if c.type == "text" and FILE_ROUTE in c.text)
+    summary, page = _report(res)
+    assert summary["results"] == 1 and "pissa_layer (MCP tool)" in page
+    with pytest.raises(urllib.error.HTTPError) as gone:  # a made-up link gives nothing
+        urllib.request.urlopen(link.replace(link.split("/")[-2], "x" * 32), timeout=30)
+    assert gone.value.code == 404
+
+
+def test_the_report_through_gradio_client_with_session_folders_outside_the_temp_folder(mcp_url, storage):  # noqa: F811
+    from gradio_client import Client
+
+    client = Client(mcp_url, verbose=False, download_files=False)
+    client.predict("fc2", 5, "pissa", "", api_name="/pissa_layer")
+    summary, file = client.predict(api_name="/session_report")
+    assert json.loads(summary)["results"] == 1
+    with urllib.request.urlopen(file["url"], timeout=30) as r:
+        assert "pissa_layer (MCP tool)" in r.read().decode()
+    client.close()
