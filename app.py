@@ -39,11 +39,14 @@ from backend.core.device import serving_threads  # noqa: E402
 from components import tab_modules  # noqa: E402
 from components import agent_tools  # noqa: E402
 from components import visitor  # noqa: E402
+from components import enter  # noqa: E402
+from components import first_views  # noqa: E402
 from components import upload_allowance  # noqa: E402
 from components import report  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
-from components.gradio_fixes import (atomic_image_cache, compressed_front_end_kept,  # noqa: E402
-                                     calmer_queue_polls, escaped_error_messages, light_loading_status,
+from components.gradio_fixes import (argument_counts_checked, atomic_image_cache,  # noqa: E402
+                                     bounded_request_bodies, calmer_queue_polls, compressed_front_end_kept,
+                                     empty_session_hash_as_none, escaped_error_messages, light_loading_status,
                                      no_event_analytics, tracker_timers_at_ten_frames)
 from components.guard import guard_events  # noqa: E402
 from components import range_guard  # noqa: E402
@@ -59,6 +62,9 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     escaped_error_messages()
     compressed_front_end_kept()
     tracker_timers_at_ten_frames()
+    empty_session_hash_as_none()  # an empty session_hash is none on /call, refused on /queue/join
+    argument_counts_checked()  # a wrong number of arguments is refused, saying how many are taken
+    bounded_request_bodies()  # a request body over the limit is refused before it is read
     upload_allowance.install()  # a visitor's uploads count against one allowance per person
     modules = tab_modules()
     # Gradio's own copies of uploads and results go after the session time limit too
@@ -95,6 +101,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         links.install(demo, tabs, default_tab=modules[0].TAB_ID)
         visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
         range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
+        enter.install(demo)  # Enter runs a one-line box's action, Ctrl/⌘+Enter a multi-line box's
     guard_events(demo)
     light_loading_status(demo)  # after every event is wired: no status refresh of unseen progress
     report.install(demo, links, source)  # outermost, after the guard: results kept per session
@@ -152,6 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     mcp = agent_tools.mcp_wanted(args.mcp)
     if mcp:  # components.agent_tools: the tools, and the UI's events kept out of the tool list
         agent_tools.install(demo, args.preset)
+    if args.preset == "zoo":  # each tab's default first view, ahead of its first visitor (components.first_views)
+        first_views.warm()
     demo.launch(server_name=args.host, server_port=args.port, mcp_server=mcp, **launch_kwargs())
 
 

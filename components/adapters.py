@@ -12,6 +12,7 @@ from components.adapter_convert import conversion_md
 from components.adapter_errors import ERROR_COLUMNS, errors
 from components.adapter_race import run_race, race_in_page, stop_race
 from components.adapter_spectrum import analyse, on_model_change, pin_label, spectrum_figure
+from components import enter
 from components.common import fail, model_event, on_first_open
 from components.inputs import CheckedNumber, bounded_slider, checked_radio, keep_on_failure
 from components.model_picker import model_picker
@@ -132,6 +133,7 @@ def build(ctx) -> None:
                            elem_id="pissa-lr", scale=1, elem_classes=["wb-advanced"])
     with gr.Row(elem_classes=["wb-keyfirst"]):
         start = gr.Button("Start race", variant="primary", elem_id="pissa-start")
+        enter.runs(start, lr)
         stop = gr.Button("Stop", variant="stop", elem_id="pissa-stop")
     # the page's race is drawn here, live and finished, with its status (components.race_live)
     live_view = race_live.live_view(elem_id="pissa-race-live", elem_classes=["wb-keyfig", "wb-keyfirst"])

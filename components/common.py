@@ -68,15 +68,21 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
     from components import links
     from components.inputs import keep_on_failure
 
+    from components import first_views
+
     if ctx.tab is None:  # a tab built on its own (a notebook, a test) has no tab to open
         return
     opened = gr.State(False)
     skips = tuple(gr.skip() for _ in outputs)
+    tab_id = ctx.tab_id
+    if ctx.source == "zoo":  # the zoo's default first view is the same every time: kept (first_views)
+        first_views.register(tab_id, fn, [getattr(c, "value", None) for c in inputs])
 
     def first(done, *args):
         if done or links.carries(link_prefix):
             return (True, *skips)
-        out = fn(*args)
+        kept = first_views.served(tab_id, args)
+        out = kept[-1] if kept else fn(*args)
         return (True, *(out if len(outputs) > 1 else (out,)))
 
     if inspect.isgeneratorfunction(fn):  # a first view in steps: each shows as soon as it is computed
@@ -84,7 +90,7 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
             if done or links.carries(link_prefix):
                 yield (True, *skips)
                 return
-            for out in fn(*args):
+            for out in first_views.served(tab_id, args) or fn(*args):
                 yield (True, *(out if len(outputs) > 1 else (out,)))
 
     first.__module__ = fn.__module__  # the tab's own handler: its ZeroGPU duration (guard)
@@ -138,10 +144,18 @@ footer {display:none !important;}
 .wb-card-wrap {display:flex !important; flex-direction:column;}
 .wb-card-wrap > .html-container, .wb-card-wrap *:has(> .wb-card), .wb-card-wrap .wb-card {
   flex-grow:1; display:flex; flex-direction:column;}
+/* The Overview's first step and its five cards, all on a 1000×800 screen: compact cards in one row. */
+.wb-start {align-items:center; gap:12px; margin:2px 0 6px 0;}
+.wb-start-lead {font-size:0.95rem;}
+.wb-instruments .wb-card {padding:10px 12px; min-height:0;}
+.wb-instruments .wb-card p {font-size:0.84rem; line-height:1.32;}
+.wb-instruments .wb-card h3 {font-size:1rem;}
+.wb-instruments .wb-card .wb-paper {margin-bottom:4px;}
 """
 
 # Presenter view (a class on <body> set by the header switch, components.links): hide what only an
-# expert needs (closed accordions, raw JSON, file exports, `wb-advanced`), make text and figures big,
+# expert needs (closed accordions, raw JSON, file exports but a tab's main one, marked `wb-export`, so
+# a presenter can hand a result out; `wb-advanced`), make text and figures big,
 # one result per row (Gradio also prefixes every rule with its container, which outranks a plain
 # `body.x .y`: hence !important). Then the deep-link row, the header switches and the guided tour
 # (whose figure and caption stay side by side in presenter view, so a step is one screen).
@@ -150,7 +164,7 @@ body.wb-presenter {font-size: 18px;}
 body.wb-presenter .wb-advanced,
 body.wb-presenter .gr-accordion:not(:has(> .label-wrap.open)),
 body.wb-presenter .block:not(.gr-accordion):has(.json-holder),
-body.wb-presenter .block:not(.gr-accordion):has(.file-preview-holder) {display: none !important;}
+body.wb-presenter .block:not(.gr-accordion):not(.wb-export):has(.file-preview-holder) {display: none !important;}
 body.wb-presenter .wb-explain {font-size: 1.25rem !important; line-height: 1.5 !important;}
 body.wb-presenter .wb-tour-caption {font-size: 1.45rem !important;}
 body.wb-presenter .gradio-container label span, body.wb-presenter .gradio-container button {font-size: 1.05rem !important;}
@@ -257,6 +271,17 @@ CSS += """
 
 # Presenter view, Relevance: the token heatmap is the key figure; its tokens read from the back row.
 CSS += """
-body.wb-presenter .wb-relevance-heatmap .wb-token {font-size: 1.7rem; padding: 2px 6px !important;}
+body.wb-presenter .wb-relevance-heatmap .wb-token {font-size: min(1.7rem, 2.1vw, 2.7vh); padding: 1px 5px !important;}
 body.wb-presenter .wb-relevance-heatmap {font-size: 1.15rem;}
+body.wb-presenter .wb-relevance-heatmap div[style*="line-height"] {line-height: 1.45 !important;}
+"""
+
+# Presenter view, the whole key figure on the first screen (1000×800 and up): Memorization's grid of
+# seeds is as wide as the screen's height allows (its height grows with its width: two rows of square
+# images), and its table of numbers below it stays compact.
+CSS += """
+body.wb-presenter .memo-grid {max-width: min(100%, calc(3 * (100vh - 610px) + 140px)) !important;}
+body.wb-presenter #memo-compare .wb-card table {font-size: 0.8rem !important;}
+body.wb-presenter #memo-compare .wb-card th, body.wb-presenter #memo-compare .wb-card td {padding: 3px 6px !important;}
+body.wb-presenter #memo-compare .wb-card {padding: 8px 10px;}
 """

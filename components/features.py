@@ -13,6 +13,7 @@ import pandas as pd
 from backend.core import presets as P
 from backend.sae import analysis, loading, organism, pages
 from components import links
+from components import enter
 from components.common import fail, model_event, on_first_open
 from components.feature_build import _build_note, _summary_md, build_index, cancel_index, load_own
 from components.feature_pages import (_empty_page, _explain, _org, ask_model, clamp_limit, firing_columns,
@@ -80,6 +81,7 @@ def build(ctx) -> None:
         with gr.Row():
             own_btn = gr.Button("Load this model and SAE", variant="primary", elem_id="feat-load", scale=0,
                                 min_width=220)
+            enter.runs(own_btn, own_sae, own_hook)
             own_md = gr.Markdown(elem_id="feat-own-status")
     summary = gr.Markdown(_summary_md(org), elem_classes=["wb-muted", "wb-advanced"], elem_id="features-summary")
     with gr.Accordion("Build the feature index from images", open=org.index is None,
@@ -93,6 +95,7 @@ def build(ctx) -> None:
                                       elem_id="features-build-folder", scale=2)
         with gr.Row():
             build_btn = gr.Button("Build index", variant="primary", elem_id="features-build-run")
+            enter.runs(build_btn, build_folder)
             cancel_btn = gr.Button("Cancel", variant="stop", elem_id="features-build-cancel")
         build_status = gr.Markdown(elem_id="features-build-status")
 
@@ -111,6 +114,7 @@ def build(ctx) -> None:
                 feat = CheckedNumber(value=first_id, precision=0, label=f"feature id (0–{n_features - 1})",
                            elem_id="features-id", minimum=0, maximum=n_features - 1)
                 open_btn = gr.Button("Open feature", variant="primary", elem_id="features-open")
+                enter.runs(open_btn, feat)
             ask_btn = gr.Button("Ask the model to name this feature", elem_id="features-ask", visible=org.is_hub)
             gr.Markdown("<span class='wb-muted'>Click a row or type an id. Deep link: "
                         "<code>?tab=features&amp;feature=ID</code>, or “Link to this view” below.</span>")
@@ -183,6 +187,7 @@ def build(ctx) -> None:
                                        label="zero rival features of the same family "
                                        "(e.g. the other colours)", elem_id="features-suppress")
             steer_btn = gr.Button("Generate with and without", variant="primary", elem_id="features-steer")
+            enter.runs(steer_btn, steer_feat, steer_val)
         with gr.Column(scale=3):
             with gr.Row():
                 with gr.Column(scale=1, min_width=140):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import json
-import tempfile
 from pathlib import Path
 
 import gradio as gr
@@ -17,12 +16,13 @@ from backend.core.presets import active
 from backend.mathneuro import service
 from backend.mathneuro.presets import TAB
 from backend.mathneuro.service import Setting
-from components import links
+from components import exports, links
 from backend.mathneuro import visitor_sets
 from components.visitor import space
 from components.model_picker import model_picker
 from backend.core import bounds
 from components import range_guard
+from components import enter
 from components.common import fail, model_event, on_first_open
 from components.guard import main_only
 from components.inputs import keep_on_failure
@@ -251,12 +251,12 @@ def make_handlers(source: str):
             "modules": service.core.per_module(_run(b.masks, s)),
             "samples": _run(b.samples, s),
         }
-        out = Path(tempfile.mkdtemp(prefix="mathneuro-"))
-        jpath = out / "mathneuro.json"
-        jpath.write_text(json.dumps(state, indent=1))
-        ppath = out / "mathneuro.png"
-        export_png(state, ppath)
-        return [str(jpath), str(ppath)]
+        def write(out: Path) -> list[str]:
+            (out / "mathneuro.json").write_text(json.dumps(state, indent=1))
+            export_png(state, out / "mathneuro.png")
+            return [str(out / "mathneuro.json"), str(out / "mathneuro.png")]
+
+        return exports.hand_out(write)
 
     def name_data(side: str, via: str):
         """A user's math or non-math set, from an uploaded file or a dataset id: loaded, checked,
@@ -382,10 +382,11 @@ def build(ctx) -> None:
                                 elem_id="mn-prompt", value=ASK_EXAMPLES[source][0])
             examples = gr.Examples([[q] for q in ASK_EXAMPLES[source][1:]], inputs=[prompt])
             ask_btn = gr.Button("Answer", elem_id="mn-ask-btn")
+            enter.runs(ask_btn, prompt)
             ask_out = gr.HTML(elem_id="mn-ask-out")
-        with gr.Column(scale=2, elem_classes=["wb-advanced"]):
+        with gr.Column(scale=2):  # in presenter view too: a presenter hands a result out
             export_btn = gr.Button("Export results (JSON + PNG)", elem_id="mn-export-btn")
-            files = gr.File(label="Exports", file_count="multiple", elem_id="mn-files")
+            files = gr.File(label="Exports", file_count="multiple", elem_id="mn-files", elem_classes=["wb-export"])
 
     pinned = gr.State(None)  # a pinned result's descriptor (describe_result: numbers only)
     shown = gr.State(None)  # the descriptor of the result on screen

@@ -14,6 +14,7 @@ from backend.core import bounds
 from backend.nemo import data as ndata
 from backend.nemo import service
 from components import links
+from components import enter
 from components.common import fail, model_event, on_first_open
 from components.inputs import bounded_slider, checked_image, clear_unreadable, keep_on_failure
 from components.memorization_figures import NO_TYPE, TABLE_HEADERS, TABLE_WIDTHS, stats_html, type_shown
@@ -111,6 +112,7 @@ def build(ctx) -> None:
             ord_ex = gr.Examples([[p] for p in ord_examples], inputs=[prompt], label=ord_label,
                                  elem_id="memo-ex-ord")
             check_btn = gr.Button("Check memorization", variant="primary", elem_id="memo-check")
+            enter.runs(check_btn, prompt)
             find_btn = gr.Button("Find neurons (NeMo)", elem_id="memo-find")
             note = gr.HTML(model_note(d), elem_classes=["wb-advanced"], elem_id="memo-model-note")
         with gr.Column(scale=2):
@@ -125,6 +127,7 @@ def build(ctx) -> None:
                                             f"(2–{service.OWN_STATS_MAX:,}; the command-line job for more)",
                                        value="", lines=3, elem_id="memo-stats-own")
                 stats_btn = gr.Button("Compute statistics in this process", elem_id="memo-stats-btn")
+                enter.runs(stats_btn, own_stats)
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             found = gr.HTML(elem_id="memo-found")
@@ -162,6 +165,7 @@ def build(ctx) -> None:
             clear_unreadable(reference)
             gen_btn = gr.Button("Generate: neurons on vs off", variant="primary", elem_id="memo-generate",
                                 elem_classes=["wb-keyfirst"])
+            enter.runs(gen_btn, free)
             with gr.Row():
                 pin_btn = gr.Button("Pin this result", size="sm", elem_id="memo-pin")
                 unpin_btn = gr.Button("Clear pin", size="sm", elem_id="memo-unpin")
@@ -188,6 +192,7 @@ def build(ctx) -> None:
                 with gr.Row():
                     sample_btn = gr.Button("5 memorized + 5 unmemorized from the list", elem_id="memo-batch-sample")
                     batch_btn = gr.Button("Check all", variant="primary", elem_id="memo-batch-btn")
+                enter.runs(batch_btn, batch_text)
             with gr.Column(scale=2):
                 batch_note = gr.HTML(elem_id="memo-batch-note-box")
                 batch_tbl = gr.Dataframe(headers=BATCH_HEADERS, interactive=False, wrap=True,

@@ -86,18 +86,24 @@ def runtime_summary(status: dict) -> str:
 def build(ctx) -> None:
     built = {getattr(m, "TAB_ID", None) for m in ctx.registry}
     gr.HTML(
-        "<div class='wb-explain'>Five interpretability papers as live instruments. Every tab runs "
-        "the paper's method on a model in memory and computes what you see now, on your input. "
-        "By default the models are the <b>zoo</b>: tiny models of the real architectures, trained "
-        "by this project with a planted ground truth, so each method's claim can be checked "
-        "against the truth. On a GPU the same code loads the papers' own checkpoints, and each "
-        "tab's model picker takes your own model too (a hub id or a local folder).</div>"
+        "<div class='wb-explain'>Five interpretability papers as live instruments: each tab runs the "
+        "paper's method now, on your input. By default the models are the <b>zoo</b>, tiny models of "
+        "the real architectures trained here with a planted ground truth, so each method's claim can "
+        "be checked against the truth; on a GPU the same code loads the papers' checkpoints, or your "
+        "own model (a hub id or a local folder).</div>"
     )
+    # The one obvious first step, above the five instruments: all of it on the first screen at
+    # 1000×800 (the Adapters card and the tour once lay below the fold).
+    with gr.Row(elem_classes=["wb-start"], equal_height=True):
+        gr.HTML("<div class='wb-start-lead'><b>New here? Start with the guided tour:</b> one step per "
+                "paper, each with its key figure computed live.</div>", elem_classes=["wb-start-text"])
+        gr.Button("Start here: the guided tour ▸", size="md", variant="primary",
+                  elem_id="overview-tour-all", visible=False, scale=0, min_width=260)
     buttons = []
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=True, elem_classes=["wb-instruments"]):
         for tab_id, title, paper, blurb in INSTRUMENTS:
             # A flex column whose card grows: every card ends at one height, so the buttons line up.
-            with gr.Column(min_width=180, elem_classes=["wb-instrument"]):
+            with gr.Column(min_width=150, elem_classes=["wb-instrument"]):
                 ready = tab_id in built
                 badge = "" if ready else "<span class='wb-badge'>coming</span>"
                 gr.HTML(f"<div class='wb-card'><h3>{html.escape(title)}{badge}</h3>"
@@ -108,7 +114,6 @@ def build(ctx) -> None:
                 buttons.append((btn, tab_id))
                 # Shown and wired by the Guided tour tab (components.tour) when it has this tab's tour.
                 gr.Button("Guided tour ▸", size="sm", elem_id=f"overview-tour-{tab_id}", visible=False)
-    gr.Button("Guided tour of every paper ▸", size="sm", elem_id="overview-tour-all", visible=False)
     for btn, tab_id in buttons:
         btn.click(lambda t=tab_id: gr.Tabs(selected=t), inputs=None, outputs=ctx.tabs,
                   api_visibility="private")

@@ -4,8 +4,6 @@ in backend.lrp.service."""
 from __future__ import annotations
 
 import html
-import tempfile
-from pathlib import Path
 
 import gradio as gr
 import numpy as np
@@ -19,7 +17,8 @@ from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text
 from backend.lrp.tokens import visible
 from components.model_picker import model_picker
 from components.relevance_models import long_note, long_on_pick, model_line
-from components import links
+from components import exports, links
+from components import enter
 from components.common import fail, model_event, on_first_open
 from components.inputs import bounded_slider, check_image_header, clear_unreadable, keep_on_failure, unreadable
 from components.relevance_figures import (conservation_md, curves_plot, daf_table, export_text,
@@ -196,9 +195,10 @@ def build(ctx) -> None:
                 target = gr.Textbox(label="Target word or token (blank = the model's prediction)", value="",
                                     elem_id="rel-target", scale=2)
                 normalise = gr.Checkbox(label="Normalise per method", value=True, elem_id="rel-normalise")
-                tpl_scale = gr.Checkbox(label="Template tokens in the colour scale", value=False,
+                tpl_scale = gr.Checkbox(label="Template tokens in the colour scale and bars", value=False,
                                         elem_id="rel-template-scale")
             explain = gr.Button("Explain", variant="primary", elem_id="rel-explain")
+            enter.runs(explain, text, target)
     heat = gr.HTML(elem_id="rel-heatmap", elem_classes=["wb-keyfig", "wb-keyfirst"])
     with gr.Row():
         pin_btn = gr.Button("Pin this result", size="sm", elem_id="rel-pin", scale=0, min_width=160)
@@ -213,8 +213,8 @@ def build(ctx) -> None:
         with gr.Column(scale=2):
             cons = gr.Markdown(elem_id="rel-conservation", elem_classes=["wb-advanced"])
     with gr.Row():
-        jfile = gr.File(label="Export JSON", elem_id="rel-json")
-        pfile = gr.File(label="Export PNG", elem_id="rel-png")
+        jfile = gr.File(label="Export JSON", elem_id="rel-json", elem_classes=["wb-export"])
+        pfile = gr.File(label="Export PNG", elem_id="rel-png", elem_classes=["wb-export"])
     with gr.Accordion("Result as data", open=False):
         summary = gr.JSON(label="Result (raw)", open=False, elem_id="rel-result")
 
@@ -261,6 +261,15 @@ def build(ctx) -> None:
     # the toggle redraws what is shown (both heatmaps when pinned) from the cached explanations
     tpl_scale.change(pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
                      **model_event(api_name=False))
+
+    def redraw_bars(res, norm, tpl):
+        """The bars under the same rule as the heatmap: template tokens in or out with the toggle."""
+        return position_plot(res, norm, template=bool(tpl)) if res else gr.skip()
+
+    tpl_scale.change(redraw_bars, [summary, normalise, tpl_scale], bars, show_progress="hidden", queue=False,
+                     api_name=False)
+    ran.success(redraw_bars, [summary, normalise, tpl_scale], bars, show_progress="hidden", queue=False,
+                api_name=False)
     keep_on_failure(pin_btn.click(do_pin, [last, summary, normalise, tpl_scale], [pin, heat, pinned],
                                   **model_event(api_name=False)), [pin, heat, pinned])
     unpin_btn.click(lambda res, norm, tpl: (None, heatmap_html(res, norm, template=tpl) if res else gr.skip(), ""),
@@ -295,6 +304,7 @@ def build(ctx) -> None:
             n_sent = bounded_slider(bounds.REL_SENTENCES, value=60, step=10, label="Held-out sentences (at most)",
                                     elem_id="rel-n")
             run_held = gr.Button("Run held-out evaluation", elem_id="rel-heldout")
+            enter.runs(run_held, held_words, held_suffix)
         held_note = gr.Markdown(elem_id="rel-held-note")
         table = gr.Dataframe(headers=["method", "ΔA^F", "± s.e.", "A LeRF", "A MoRF", "precision@k",
                                       "paper ΔA^F"], interactive=False, elem_id="rel-daf")
@@ -329,10 +339,9 @@ def build(ctx) -> None:
 
     def sentence_table(res):
         df, kinds = sentence_frame(res)
-        path = Path(tempfile.mkdtemp(prefix="relevance-")) / "sentences.csv"
-        df.to_csv(path, index=False)
+        path = exports.hand_out(lambda d: df.to_csv(d / "sentences.csv", index=False) or d / "sentences.csv")
         return (gr.update(value=df, datatype=kinds, column_widths=sentence_widths(df.columns), visible=True), "",
-                str(path))
+                path)
 
     def open_sentence(res, norm, evt: gr.SelectData):
         """A selected row (after any sort: its '#' cell says which sentence) shows that sentence."""
@@ -388,6 +397,7 @@ def build(ctx) -> None:
                              "Sequence (answer: is appended)", value=lr_example, lines=3,
                              elem_id="rel-long-text", interactive=long_ok)
         lr_btn = gr.Button("Explain the predicted next token", interactive=long_ok, elem_id="rel-long-explain")
+        enter.runs(lr_btn, lr_text)
         lr_heat = gr.HTML(elem_id="rel-long-heatmap")
         lr_plot = gr.Plot(label="Top-10 relevant tokens by distance", elem_id="rel-long-plot")
         with gr.Accordion("Top tokens as data", open=False):

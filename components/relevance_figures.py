@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 import io
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from backend.core import colors as C
 from backend.lrp.methods import LABELS, SIGNED
 from backend.lrp.tokens import SPACE_MARK, visible
+from components import exports
 from components.common import themed
 from components.mpl import pyplot
 
@@ -140,28 +140,35 @@ def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | 
     return f"<div class='wb-relevance-heatmap'>{colorbar_html(vmax, normalise)}{note}{''.join(rows)}</div>"
 
 
-def position_plot(res: dict, normalise: bool = True):
+def position_plot(res: dict, normalise: bool = True, template: bool = False):
     """Bars of what the heatmap shows: each method divided by its max |R| when normalised (hover
-    gives the raw value too), else the raw relevance on one axis."""
+    gives the raw value too), else the raw relevance on one axis. The rule of the heatmap holds
+    here too: the template's positions (the zoo's <bos> and "sentiment:", not the visitor's text)
+    are left out unless `template`; they once drew the tallest bar of all, above the evidence word."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    x = list(range(len(res["tokens"])))
-    shown = [visible(t) for t in res["tokens"]]
-    for i, meth in enumerate(res["methods"]):
-        raw = np.asarray(res["relevance"][meth], float)
+    skip = set() if template else template_of(res)
+    keep = [i for i in range(len(res["tokens"])) if i not in skip] or list(range(len(res["tokens"])))
+    shown = [visible(res["tokens"][i]) for i in keep]
+    for n, meth in enumerate(res["methods"]):
+        raw = np.asarray(res["relevance"][meth], float)[keep]
         if normalise:
             y = raw / max(np.abs(raw).max(), 1e-12)
             hover = "%{text}<br>normalised %{y:.3f}<br>raw relevance %{customdata:.4g}"
         else:
             y = raw
             hover = "%{text}<br>relevance %{y:.4g}"
-        fig.add_bar(x=x, y=y, name=LABELS[meth], marker_color=C.qualitative(i), customdata=raw, text=shown,
+        fig.add_bar(x=keep, y=y, name=LABELS[meth], marker_color=C.qualitative(n), customdata=raw, text=shown,
                     textposition="none", hovertemplate=hover + "<extra>" + LABELS[meth] + "</extra>")
-    fig.update_layout(barmode="group", height=380, margin=dict(l=50, r=10, t=40, b=40),
-                      title="Relevance by position" + (", normalised" if normalise else ""),  # fits 1000 px
+    left_out = len(res["tokens"]) - len(keep)
+    title = "Relevance by position" + (", normalised" if normalise else "")
+    if left_out:
+        title += f"<br><sup>template tokens left out ({left_out})</sup>"
+    fig.update_layout(barmode="group", height=380, margin=dict(l=50, r=10, t=50 if left_out else 40, b=40),
+                      title=title,  # fits 1000 px
                       legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
-                      xaxis=dict(tickmode="array", tickvals=x, ticktext=shown, tickangle=-45),
+                      xaxis=dict(tickmode="array", tickvals=keep, ticktext=shown, tickangle=-45),
                       yaxis_title="relevance ÷ method's max |R|" if normalise else "relevance")
     if normalise:
         fig.update_yaxes(range=[-1.05, 1.05])
@@ -189,13 +196,13 @@ def conservation_md(res: dict) -> str:
     return "\n".join(lines)
 
 
-def _tmpdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="wb-relevance-"))
+def export_text(res: dict, request=None) -> tuple[str, str]:
+    """The explanation as JSON and as a PNG heatmap: paths Gradio serves (components.exports)."""
+    return exports.hand_out(lambda d: _write_text(res, d), request)
 
 
-def export_text(res: dict) -> tuple[str, str]:
+def _write_text(res: dict, d: Path) -> tuple[str, str]:
     with pyplot() as plt:
-        d = _tmpdir()
         jpath = d / "relevance.json"
         data = dict(res)
         data["tokens_shown"] = [visible(t) for t in res["tokens"]]  # leading space → "·"
@@ -417,8 +424,9 @@ def image_plot(res: dict):
     return themed(fig)
 
 
-def image_figure(res: dict) -> tuple[np.ndarray, str]:
-    """Input + one overlay per method on a shared symmetric scale, with a colorbar; returns RGB + PNG path."""
+def image_figure(res: dict, request=None) -> tuple[np.ndarray, str]:
+    """Input + one overlay per method on a shared symmetric scale, with a colorbar; returns RGB + the
+    PNG's path Gradio serves (components.exports)."""
     with pyplot() as plt:
         maps = {k: np.asarray(v) / max(np.abs(v).max(), 1e-12) for k, v in res["maps"].items()}
         n = len(res["methods"]) + 1
@@ -442,11 +450,13 @@ def image_figure(res: dict) -> tuple[np.ndarray, str]:
             ax.set_yticks([])
         if im is not None:
             fig.colorbar(im, ax=list(axes), fraction=0.02, label="relevance / max|R|")
-        path = _tmpdir() / "relevance-image.png"
-        fig.savefig(path, bbox_inches="tight")
         buf = io.BytesIO()
         fig.savefig(buf, format="png", bbox_inches="tight")
         plt.close(fig)
     from PIL import Image
 
-    return np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")), str(path)
+    def write(d: Path) -> str:
+        (d / "relevance-image.png").write_bytes(buf.getvalue())  # the same picture, drawn once
+        return str(d / "relevance-image.png")
+
+    return np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")), exports.hand_out(write, request)

@@ -258,13 +258,22 @@ def test_views_say_what_they_plot():
     assert "Not in this model's vocabulary" in R.heatmap_html(res) and "😀, 猫" in R.heatmap_html(res)
     assert svc.explain_text(m, "the cast was brilliant", ["gi"])["unknown_words"] == []
     raw = {k: np.asarray(v) for k, v in res["relevance"].items()}
+    from components.relevance_figures import template_of
+
+    tpl = template_of(res)
+    typed = [i for i in range(len(res["tokens"])) if i not in tpl]
+    assert tpl and typed  # the zoo's prompt format around the typed text
+    raw = {k: v[typed] for k, v in raw.items()}  # the bars leave the template out, as the heatmap's scale does
     vmax = max(np.abs(v).max() for v in raw.values())
     off = R.position_plot(res, False)
+    assert list(off.data[0].x) == typed and "template tokens left out" in off.layout.title.text
     assert np.allclose(off.data[0].y, raw["mambalrp"]) and "raw" not in off.data[0].hovertemplate
     assert f"{vmax:.3g}" in R.heatmap_html(res, False)  # the heatmap's scale is the bars' axis
     on = R.position_plot(res, True)
     assert np.allclose(on.data[1].y, raw["gi"] / np.abs(raw["gi"]).max())
     assert np.allclose(on.data[1].customdata, raw["gi"]) and "raw relevance %{customdata" in on.data[1].hovertemplate
+    everything = R.position_plot(res, True, template=True)  # the toggle puts them back
+    assert len(everything.data[0].x) == len(res["tokens"])
 
     said = []
     svc.heldout_sentiment(m, ["mambalrp", "gi"], n=10, progress=lambda f, d: said.append(d))

@@ -1,0 +1,233 @@
+"""Each tab's default first view, computed once and kept, so that a tab opens with its result at once.
+
+On the zoo every default first view is the same every time (the models are committed, the inputs
+are the tab's defaults), yet a cold one took 8-13 s on a 2-core Space: the model's load and the
+method's computation, for every new server. Gradio's own answer is cached examples; here the first
+view of each tab (components.common.on_first_open) is kept the same way:
+
+- computed at start-up, in the background, one tab after another in the tabs' order (`warm`), by the
+  tab's own first-view function with its defaults, each step under the model's lock as any call;
+- kept on disk (`WORKBENCH_FIRST_VIEWS`, default `~/.cache/workbench/first-views`), under a key of the
+  app's code and the zoo's manifests, so a restart serves them at once and a changed app or organism
+  never serves an old one; files a view hands out (its exports) are kept beside it and handed to each
+  visitor as their own copy (components.exports);
+- served only when the inputs are the defaults: any changed input computes live, as before. A tab
+  opened while its view is being computed waits for that computation instead of starting a second.
+
+Only for the zoo (`source == "zoo"`): the papers' checkpoints are not the same on every Space, and
+under ZeroGPU a computation belongs in a visitor's call. The views are a cache of deterministic
+results: a cached view is the view a live computation draws, so nothing on the page marks it.
+Off with WORKBENCH_FIRST_VIEWS=off.
+
+The store is written only by this server, in the owner's cache folder, and read back with pickle
+(figures, tables and images as the tab returned them): nothing a visitor sends reaches it.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pickle
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger("workbench.first_views")
+ENV = "WORKBENCH_FIRST_VIEWS"
+WAIT_S = 60.0  # a first view being computed is waited for at most this long, then computed live
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "").strip().lower() not in ("0", "off", "no", "false")
+
+
+def store_dir() -> Path:
+    raw = os.environ.get(ENV, "").strip()
+    if raw and raw.lower() not in ("1", "on", "yes", "true"):
+        return Path(raw).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "workbench" / "first-views"
+
+
+def code_key() -> str:
+    """The app's code and the zoo's manifests: a view computed by other code or other weights is
+    another view."""
+    h = hashlib.sha256()
+    for folder, pattern in (("components", "*.py"), ("backend", "*.py"), ("assets/zoo", "manifest.json")):
+        for p in sorted((ROOT / folder).rglob(pattern)):
+            h.update(str(p.relative_to(ROOT)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _norm(x):
+    """Inputs as Gradio hands them to a handler and as the components hold them at build compare
+    equal (5 and 5.0, a tuple and a list, numpy scalars)."""
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):
+        x = x.tolist()
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if isinstance(x, (list, tuple)):
+        return [_norm(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _norm(v) for k, v in x.items()}
+    return x
+
+
+@dataclass
+class _View:
+    tab: str
+    fn: Callable
+    defaults: list
+    steps: list | None = None  # the outputs the function gave, step by step (one step if plain)
+    computing: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+_VIEWS: dict[str, _View] = {}
+_KEY: list[str] = []  # the code key, once
+
+
+def register(tab: str, fn: Callable, defaults: list) -> None:
+    """A tab's first-view function and its inputs' default values (at build time)."""
+    _VIEWS[tab] = _View(tab, fn, [_norm(v) for v in defaults])
+
+
+def _path(tab: str) -> Path:
+    if not _KEY:
+        _KEY.append(code_key())
+    return store_dir() / _KEY[0] / tab
+
+
+def _is_file(x) -> bool:
+    return isinstance(x, str) and len(x) < 4096 and os.path.isabs(x) and os.path.isfile(x)
+
+
+def _keep_files(steps: list, folder: Path) -> list:
+    """The steps with every file path among their outputs replaced by a copy kept in `folder`."""
+    kept = folder / "files"
+
+    def keep(x):
+        if _is_file(x):
+            target = kept / hashlib.sha256(x.encode()).hexdigest()[:16] / Path(x).name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(x, target)
+            return str(target)
+        if isinstance(x, tuple):
+            return tuple(keep(v) for v in x)
+        if isinstance(x, list):
+            return [keep(v) for v in x]
+        if isinstance(x, dict):
+            return {k: keep(v) for k, v in x.items()}
+        return x
+    return [keep(step) for step in steps]
+
+
+def _save(view: _View) -> None:
+    folder = _path(view.tab)
+    staging = folder.with_name(f".{view.tab}.{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    steps = _keep_files(view.steps, staging)
+    # the kept files' paths name the staging folder until it becomes the view's
+    steps = _rename(steps, str(staging), str(folder))
+    (staging / "view.pkl").write_bytes(pickle.dumps({"defaults": view.defaults, "steps": steps}))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(staging, folder)
+
+
+def _rename(steps, old: str, new: str):
+    def ren(x):
+        if isinstance(x, str) and x.startswith(old + os.sep):
+            return new + x[len(old):]
+        if isinstance(x, tuple):
+            return tuple(ren(v) for v in x)
+        if isinstance(x, list):
+            return [ren(v) for v in x]
+        if isinstance(x, dict):
+            return {k: ren(v) for k, v in x.items()}
+        return x
+    return [ren(s) for s in steps]
+
+
+def _load(view: _View) -> bool:
+    try:
+        data = pickle.loads((_path(view.tab) / "view.pkl").read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return False
+    if data.get("defaults") != view.defaults:
+        return False
+    view.steps = data["steps"]
+    return True
+
+
+def _compute(view: _View) -> None:
+    """The tab's own first view with its defaults: never beside a model load, no model it uses
+    evicted meanwhile (as in a visitor's call)."""
+    from backend.core import loadgate
+    from backend.core.store import request_scope
+
+    with loadgate.computing(), request_scope():
+        out = view.fn(*view.defaults)
+        view.steps = list(out) if hasattr(out, "__next__") else [out]
+
+
+def warm(tabs: list[str] | None = None) -> threading.Thread | None:
+    """Compute (or read back) every registered first view in the background, in the tabs' order."""
+    if not enabled() or not _VIEWS:
+        return None
+
+    def run():
+        for tab in tabs or list(_VIEWS):
+            view = _VIEWS.get(tab)
+            if view is None or view.done.is_set():
+                continue
+            view.computing.set()
+            try:
+                if not _load(view):
+                    _compute(view)
+                    try:
+                        _save(view)
+                    except Exception:  # noqa: BLE001 - kept in memory all the same
+                        log.warning("first view of %s not written to %s", tab, store_dir(), exc_info=True)
+                log.info("first view of %s ready", tab)
+            except Exception:  # noqa: BLE001 - a view that cannot be computed is computed live
+                log.warning("first view of %s not computed ahead", tab, exc_info=True)
+                view.steps = None
+            finally:
+                view.done.set()
+
+    t = threading.Thread(target=run, name="workbench-first-views", daemon=True)
+    t.start()
+    return t
+
+
+def served(tab: str, args: tuple) -> list | None:
+    """The kept steps of `tab`'s first view for these inputs, each file handed to this visitor as
+    their own copy; None where the inputs are not the defaults or no view is kept (compute live)."""
+    view = _VIEWS.get(tab)
+    if view is None or not enabled() or [_norm(a) for a in args] != view.defaults:
+        return None
+    if view.computing.is_set() and not view.done.is_set():
+        view.done.wait(WAIT_S)
+    if not view.done.is_set() or view.steps is None:
+        return None
+    from components import exports
+
+    def hand(x: Any):
+        if _is_file(x):
+            return exports.served(x)
+        if isinstance(x, tuple):
+            return tuple(hand(v) for v in x)
+        if isinstance(x, list):
+            return [hand(v) for v in x]
+        if isinstance(x, dict):
+            return {k: hand(v) for k, v in x.items()}
+        return x
+    try:
+        return [hand(step) for step in view.steps]
+    except OSError:  # a kept file went missing: compute live
+        return None
