@@ -137,6 +137,7 @@ def _save(view: _View) -> None:
     (staging / "view.pkl").write_bytes(pickle.dumps({"defaults": view.defaults, "steps": steps}))
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(staging, folder)
+    view.steps = steps  # the kept files from now on: the computation's own may be removed
 
 
 def _rename(steps, old: str, new: str):

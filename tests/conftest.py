@@ -18,6 +18,9 @@ os.environ.setdefault("WORKBENCH_PRESET", "zoo")
 # Each test client is a person of its own, told apart by the address a proxy reports
 # (tests/helpers/people.py); the servers the suite starts trust that one hop.
 os.environ["WORKBENCH_PROXY_HOPS"] = "1"
+# The servers the suite starts compute each tab's first view live, as the tests of each tab expect
+# to see it computed; tests/e2e/test_first_views.py starts servers that keep them.
+os.environ.setdefault("WORKBENCH_FIRST_VIEWS", "off")
 
 
 def _private_dir(var: str, prefix: str) -> None:

@@ -1,0 +1,92 @@
+"""Each tab's default first view, kept (components.first_views): computed once in the background,
+served when the inputs are the defaults, read back after a restart, never served for other inputs,
+other code, or after its files went missing; a view being computed is waited for, not computed twice."""
+import threading
+
+import pytest
+
+from components import first_views as FV
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv(FV.ENV, str(tmp_path / "views"))
+    monkeypatch.setattr(FV, "_VIEWS", {})
+    monkeypatch.setattr(FV, "_KEY", ["code-a"])
+    return tmp_path / "views"
+
+
+def _fn(calls, export):
+    def first_view(text, n):
+        calls.append((text, n))
+        export.write_text(f"{text} × {n}")
+        return f"<b>{text}</b>", {"n": n, "file": str(export)}, [str(export), None]
+    return first_view
+
+
+def test_a_kept_view_is_served_for_the_defaults_only_and_after_a_restart(store, tmp_path, monkeypatch):
+    calls, export = [], tmp_path / "export.json"
+    FV.register("relevance", _fn(calls, export), ["good film", 5.0])
+    FV.warm().join(30)
+    assert calls == [("good film", 5)]  # the defaults, as Gradio hands them (5.0 → 5)
+    handed = []
+    monkeypatch.setattr("components.exports.served", lambda p: handed.append(p) or f"/served/{len(handed)}")
+    (step,) = FV.served("relevance", ("good film", 5))
+    assert step[0] == "<b>good film</b>" and step[1]["n"] == 5
+    assert step[1]["file"].startswith("/served/") and step[2][0].startswith("/served/") and step[2][1] is None
+    assert all(str(store) in p for p in handed)  # the visitor gets a copy of the kept file, not the original
+    assert FV.served("relevance", ("another film", 5)) is None  # a changed input computes live
+    export.unlink()
+    # a restart: read back from the store, not computed again
+    monkeypatch.setattr(FV, "_VIEWS", {})
+    FV.register("relevance", _fn(calls, export), ["good film", 5])
+    FV.warm().join(30)
+    assert len(calls) == 1 and FV.served("relevance", ("good film", 5))[0][0] == "<b>good film</b>"
+    # other code: another view
+    monkeypatch.setattr(FV, "_VIEWS", {})
+    monkeypatch.setattr(FV, "_KEY", ["code-b"])
+    FV.register("relevance", _fn(calls, export), ["good film", 5])
+    FV.warm().join(30)
+    assert len(calls) == 2
+
+
+def test_a_view_in_steps_is_kept_step_by_step(store):
+    def first_view(x):
+        yield "checking", None
+        yield "checked", x * 2
+
+    FV.register("memorization", first_view, [3])
+    FV.warm().join(30)
+    assert FV.served("memorization", (3,)) == [("checking", None), ("checked", 6)]
+
+
+def test_a_tab_opened_while_its_view_is_computed_waits_for_it(store):
+    go, calls = threading.Event(), []
+
+    def slow(x):
+        calls.append(x)
+        go.wait(10)
+        return x + 1
+
+    FV.register("math_neurons", slow, [1])
+    t = FV.warm()
+    while not calls:
+        pass
+    got = []
+    reader = threading.Thread(target=lambda: got.append(FV.served("math_neurons", (1,))))
+    reader.start()
+    go.set()
+    reader.join(10)
+    t.join(10)
+    assert got == [[2]] and calls == [1]  # served the one computation
+
+
+def test_a_view_that_fails_is_computed_live_and_off_means_off(store, monkeypatch):
+    def broken(x):
+        raise RuntimeError("no model")
+
+    FV.register("adapters", broken, [1])
+    FV.warm().join(30)
+    assert FV.served("adapters", (1,)) is None
+    monkeypatch.setenv(FV.ENV, "off")
+    assert FV.warm() is None and FV.served("adapters", (1,)) is None
