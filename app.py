@@ -45,7 +45,7 @@ from components import upload_allowance  # noqa: E402
 from components import report  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
 from components.gradio_fixes import (argument_counts_checked, atomic_image_cache,  # noqa: E402
-                                     bounded_request_bodies, calmer_queue_polls, compressed_front_end_kept,
+                                     bounded_request_bodies, calmer_queue_polls, compressed_front_end_kept, plotly_ahead,
                                      empty_session_hash_as_none, escaped_error_messages, light_loading_status,
                                      no_event_analytics, tracker_timers_at_ten_frames)
 from components.guard import guard_events  # noqa: E402
@@ -102,6 +102,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
         range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
         enter.install(demo)  # Enter runs a one-line box's action, Ctrl/⌘+Enter a multi-line box's
+        plotly_ahead(demo)  # the figures' plotly is imported while the page is idle, not at the first figure
     guard_events(demo)
     light_loading_status(demo)  # after every event is wired: no status refresh of unseen progress
     report.install(demo, links, source)  # outermost, after the guard: results kept per session

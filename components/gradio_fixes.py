@@ -391,3 +391,28 @@ def bounded_request_bodies() -> None:
 
     create_app._wb_bodies = True
     routes.App.create_app = staticmethod(create_app)
+
+
+# Gradio's plotly component, the largest file of its front end (4.6 MB), is imported the first time a
+# figure is drawn: a tab's first view waited for its download and compilation after its result had
+# arrived. The page imports it while the browser is idle, as the visitor reads the Overview, by the
+# URL Gradio's own import resolves to (one module, evaluated once).
+PLOTLY_AHEAD_JS = """() => {
+  const go = () => import(new URL('assets/%s', document.baseURI.split(/[?#]/)[0].replace(/[^/]*$/, ''))).catch(() => {});
+  if (window.requestIdleCallback) { requestIdleCallback(go, {timeout: 4000}); } else { setTimeout(go, 1500); }
+}"""
+
+
+def plotly_module() -> str | None:
+    """The file name of Gradio's plotly component in its built front end, if there is one."""
+    import gradio
+
+    found = sorted((Path(gradio.__file__).parent / "templates" / "frontend" / "assets").glob("PlotlyPlot-*.js"))
+    return found[0].name if len(found) == 1 else None
+
+
+def plotly_ahead(demo) -> None:
+    """Import Gradio's plotly component in the page's idle time after it loads. Call inside `with demo:`."""
+    name = plotly_module()
+    if name:
+        demo.load(None, js=PLOTLY_AHEAD_JS % name, api_visibility="private")

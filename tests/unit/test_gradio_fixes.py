@@ -324,3 +324,20 @@ def test_a_body_over_the_limit_is_refused_before_the_app_reads_it():
     assert client.post("/gradio_api/call/f", content=b"x" * 1000).text == "1000"
     assert client.post("/gradio_api/upload", content=b"x" * 5000).text == "5000"
     assert read == [1000, 5000]
+
+
+def test_the_page_imports_gradios_plotly_component_by_the_url_gradio_resolves():
+    """The module the page imports ahead is the one Gradio's own lazy import loads: the one built
+    PlotlyPlot file, whose own import of it names it the same way."""
+    from pathlib import Path
+
+    import gradio
+
+    from components.gradio_fixes import PLOTLY_AHEAD_JS, plotly_module
+
+    name = plotly_module()
+    assert name and name.startswith("PlotlyPlot-") and name.endswith(".js")
+    assets = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
+    assert any(f'"./{name}"' in p.read_text(errors="ignore") or f"'./{name}'" in p.read_text(errors="ignore")
+               or f"`./{name}`" in p.read_text(errors="ignore") for p in assets.glob("Plot-*.js"))
+    assert "assets/" + name in PLOTLY_AHEAD_JS % name
