@@ -38,7 +38,7 @@ def one(tab: str, kept: bool, early: bool) -> float:
             settle(page)
             if kept and not early:  # the start-up has kept the view (its folder holds it)
                 deadline = time.monotonic() + 300
-                while not list(Path(store).glob(f"*/{tab}/view.pkl")) and time.monotonic() < deadline:
+                while not list(Path(store).glob(f"*/{tab}/view.json")) and time.monotonic() < deadline:
                     time.sleep(0.5)
             t0 = time.perf_counter()
             page.get_by_role("tab", name={"math_neurons": "Math neurons", "tour": "Guided tour"}.get(

@@ -19,15 +19,17 @@ under ZeroGPU a computation belongs in a visitor's call. The views are a cache o
 results: a cached view is the view a live computation draws, so nothing on the page marks it.
 Off with WORKBENCH_FIRST_VIEWS=off.
 
-The store is written only by this server, in the owner's cache folder, and read back with pickle
-(figures, tables and images as the tab returned them): nothing a visitor sends reaches it.
+The store holds JSON and .npy files (`_encode`): text, numbers, plotly figures, tables, arrays and
+pictures as the tab returned them, read back without pickle (the app never unpickles). A view
+holding anything else (a component update object) is kept in memory only.
 """
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import logging
 import os
-import pickle
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -131,10 +133,16 @@ def _save(view: _View) -> None:
     staging = folder.with_name(f".{view.tab}.{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    steps = _keep_files(view.steps, staging)
-    # the kept files' paths name the staging folder until it becomes the view's
-    steps = _rename(steps, str(staging), str(folder))
-    (staging / "view.pkl").write_bytes(pickle.dumps({"defaults": view.defaults, "steps": steps}))
+    try:
+        steps = _keep_files(view.steps, staging)
+        # the kept files' paths name the staging folder until it becomes the view's
+        steps = _rename(steps, str(staging), str(folder))
+        arrays = staging / "arrays"
+        (staging / "view.json").write_text(json.dumps({"defaults": _encode(view.defaults, arrays),
+                                                       "steps": _encode(steps, arrays)}))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(staging, folder)
     view.steps = steps  # the kept files from now on: the computation's own may be removed
@@ -154,14 +162,105 @@ def _rename(steps, old: str, new: str):
     return [ren(s) for s in steps]
 
 
+class Unkeepable(TypeError):
+    """An output the store has no safe format for: the view stays in memory only."""
+
+
+def _encode(x, arrays: Path):
+    """`x` as JSON, its arrays and pictures as files in `arrays`; tagged so that `_decode` gives back
+    the same types (a tuple stays a tuple: Gradio reads a handler's outputs by it)."""
+    import numpy as np
+
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, (list, tuple)):
+        return {"__t": "tuple" if isinstance(x, tuple) else "list", "v": [_encode(v, arrays) for v in x]}
+    if isinstance(x, dict):
+        return {"__t": "dict", "v": [[_encode(k, arrays), _encode(v, arrays)] for k, v in x.items()]}
+    arrays.mkdir(parents=True, exist_ok=True)
+    name = f"{len(list(arrays.iterdir()))}"
+    if isinstance(x, np.ndarray):
+        if x.dtype == object:
+            raise Unkeepable("an array of objects")
+        np.save(arrays / f"{name}.npy", x, allow_pickle=False)
+        return {"__t": "npy", "f": f"{name}.npy"}
+    kind = type(x).__module__.split(".")[0]
+    if kind == "gradio" and _component_args(x) is not None:  # an update: gr.Number(maximum=…)
+        return {"__t": "component", "cls": f"{type(x).__module__}:{type(x).__qualname__}",
+                "v": _encode(_component_args(x), arrays)}
+    if kind == "plotly":
+        return {"__t": "plotly", "v": x.to_json()}
+    if kind == "pandas" and hasattr(x, "to_json"):
+        return {"__t": "frame", "v": x.to_json(orient="table", index=False)}
+    if kind == "PIL":
+        x.save(arrays / f"{name}.png")
+        return {"__t": "png", "f": f"{name}.png"}
+    raise Unkeepable(type(x).__name__)
+
+
+def _component_args(x) -> dict | None:
+    """The arguments a handler built a Gradio component update with (Gradio keeps them)."""
+    args = getattr(x, "_constructor_args", None)
+    return dict(args[0]) if isinstance(args, list) and args and isinstance(args[0], dict) else None
+
+
+def _component(name: str, kwargs: dict):
+    """A Gradio component update rebuilt from its class's name (Gradio's own classes only)."""
+    import importlib
+
+    import gradio as gr
+
+    module, _, qualname = name.partition(":")
+    cls = getattr(importlib.import_module(module), qualname, None) if module.startswith("gradio.") else None
+    if not (isinstance(cls, type) and issubclass(cls, gr.components.Component)):
+        raise ValueError(f"not a Gradio component: {name!r}")
+    return cls(**kwargs)
+
+
+def _decode(x, arrays: Path):
+    if not isinstance(x, dict):
+        return x
+    t, v = x["__t"], x.get("v")
+    if t in ("list", "tuple"):
+        out = [_decode(i, arrays) for i in v]
+        return tuple(out) if t == "tuple" else out
+    if t == "dict":
+        return {_decode(k, arrays): _decode(val, arrays) for k, val in v}
+    if t == "npy":
+        import numpy as np
+
+        return np.load(arrays / x["f"], allow_pickle=False)
+    if t == "plotly":
+        import plotly.io
+
+        return plotly.io.from_json(v)
+    if t == "frame":
+        import pandas as pd
+
+        return pd.read_json(io.StringIO(v), orient="table")
+    if t == "component":
+        return _component(x["cls"], _decode(v, arrays))
+    if t == "png":
+        from PIL import Image
+
+        with Image.open(arrays / x["f"]) as im:
+            return im.copy()
+    raise ValueError(f"unknown kept type {t!r}")
+
+
 def _load(view: _View) -> bool:
+    folder = _path(view.tab)
     try:
-        data = pickle.loads((_path(view.tab) / "view.pkl").read_bytes())
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        data = json.loads((folder / "view.json").read_text())
+        if _decode(data["defaults"], folder / "arrays") != view.defaults:
+            return False
+        view.steps = _decode(data["steps"], folder / "arrays")
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    if data.get("defaults") != view.defaults:
-        return False
-    view.steps = data["steps"]
     return True
 
 
@@ -192,7 +291,9 @@ def warm(tabs: list[str] | None = None) -> threading.Thread | None:
                     _compute(view)
                     try:
                         _save(view)
-                    except Exception:  # noqa: BLE001 - kept in memory all the same
+                    except Unkeepable as e:  # kept in memory all the same
+                        log.info("first view of %s kept in memory only (%s)", tab, e)
+                    except OSError:
                         log.warning("first view of %s not written to %s", tab, store_dir(), exc_info=True)
                 log.info("first view of %s ready", tab)
             except Exception:  # noqa: BLE001 - a view that cannot be computed is computed live
@@ -221,6 +322,8 @@ def served(tab: str, args: tuple) -> list | None:
     def hand(x: Any):
         if _is_file(x):
             return exports.served(x)
+        if type(x).__module__.startswith("gradio.") and (args := _component_args(x)) is not None:
+            return type(x)(**args)  # each visitor's answer its own update object
         if isinstance(x, tuple):
             return tuple(hand(v) for v in x)
         if isinstance(x, list):

@@ -16,7 +16,7 @@ TABS = ["relevance", "features", "memorization", "math_neurons", "adapters", "to
 
 
 def _kept(store) -> dict:
-    return {tab: p.stat().st_mtime_ns for tab in TABS for p in store.glob(f"*/{tab}/view.pkl")}
+    return {tab: p.stat().st_mtime_ns for tab in TABS for p in store.glob(f"*/{tab}/view.json")}
 
 
 def _wait_kept(store, timeout_s: float = 400) -> dict:

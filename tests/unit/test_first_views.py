@@ -90,3 +90,37 @@ def test_a_view_that_fails_is_computed_live_and_off_means_off(store, monkeypatch
     assert FV.served("adapters", (1,)) is None
     monkeypatch.setenv(FV.ENV, "off")
     assert FV.warm() is None and FV.served("adapters", (1,)) is None
+
+
+def test_the_store_reads_back_figures_tables_arrays_and_pictures_without_pickle(store, tmp_path):
+    """JSON and .npy files only: what a tab returns comes back with its type (a tuple stays a tuple,
+    Gradio reads a handler's outputs by it); an output with no safe format keeps the view in memory."""
+    import numpy as np
+    import pandas as pd
+    import plotly.graph_objects as go
+    from PIL import Image
+
+    fig = go.Figure(go.Bar(x=[1, 2], y=[3.5, -1]))
+    frame = pd.DataFrame({"layer": ["fc1", "fc2"], "ratio": [0.5, 1.25]})
+    img = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
+    out = ("<b>x</b>", fig, frame, [(img, "caption")], {"__type__": "update", "visible": True}, None, 3,
+           Image.fromarray(img))
+    FV.register("adapters", lambda: out, [])
+    FV.warm().join(30)
+    FV._VIEWS["adapters"].steps = None
+    assert FV._load(FV._VIEWS["adapters"])
+    (got,) = FV._VIEWS["adapters"].steps
+    assert isinstance(got, tuple) and got[0] == "<b>x</b>" and got[5] is None and got[6] == 3
+    assert got[1].to_dict()["data"] == fig.to_dict()["data"]
+    assert got[2].equals(frame)
+    assert np.array_equal(got[3][0][0], img) and got[3][0][1] == "caption" and isinstance(got[3][0], tuple)
+    assert got[4] == {"__type__": "update", "visible": True}
+    assert np.array_equal(np.asarray(got[7]), img)
+    assert not list(store.rglob("*.pkl"))
+
+    class Component:  # e.g. a gr.Button(...) update object
+        pass
+
+    FV.register("tour", lambda: (Component(),), [])
+    FV.warm(["tour"]).join(30)
+    assert FV.served("tour", ()) is not None and not list(store.glob("*/tour/view.json"))
