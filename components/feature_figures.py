@@ -80,7 +80,10 @@ def patch_figure(images, patch_maps, titles, vmax: float | None = None, height: 
 
     n = max(len(images), 1)
     vmax = vmax or maps_max(patch_maps)
-    fig = make_subplots(1, n, subplot_titles=[str(t) for t in titles] or None, horizontal_spacing=0.02)
+    heads = [wrapped_title(t) for t in titles]
+    lines = max([h.count("<br>") + 1 for h in heads] or [1])
+    fig = make_subplots(1, n, subplot_titles=heads or None, horizontal_spacing=0.04)
+    fig.update_annotations(font_size=TITLE_FONT)  # the wrap's width is counted at this size
     for j, (im, m) in enumerate(zip(images, patch_maps)):
         m = np.asarray(m, np.float32)
         h, w = im.shape[:2]
@@ -98,8 +101,31 @@ def patch_figure(images, patch_maps, titles, vmax: float | None = None, height: 
                      scaleanchor="x")
     for j in range(1, n):
         fig.update_yaxes(scaleanchor=f"x{j + 1}", row=1, col=j + 1)
-    fig.update_layout(height=height, margin=dict(l=4, r=4, t=52, b=4))  # titles below the block label
+    # titles below the block label (about 36 px), their lines above the pictures; the pictures keep
+    # their size whatever the titles' length
+    top = 36 + TITLE_LINE * lines
+    fig.update_layout(height=height - 52 + top, margin=dict(l=4, r=4, t=top, b=4))
     return themed(fig)
+
+
+TITLE_FONT = 11  # px
+TITLE_LINE = 14  # px a line of it
+TITLE_CHARS = 24  # ≈ 140 px at 11 px: four panels side by side in a 1000 px page give each about 150
+
+
+def wrapped_title(text, width: int = TITLE_CHARS, max_lines: int = 4) -> str:
+    """A panel's title in lines of at most `width` characters (plotly never wraps one: a long title
+    runs over its neighbours and off the figure's edge), the last ended by "…" when more is left;
+    the table beside the figure keeps the full label."""
+    import textwrap
+
+    name, paren, rest = str(text).partition(" (")  # a label's quality starts a line of its own
+    lines = [line for part in (name, paren.strip() + rest) if part
+             for line in textwrap.wrap(part, width, break_long_words=True)] or [""]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][:width - 1].rstrip() + "…"
+    return "<br>".join(html.escape(line, quote=False) for line in lines)
 
 
 def concept_plot(page: dict):

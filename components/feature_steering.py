@@ -1,5 +1,6 @@
-"""The Features tab's image panels: which features fire where on one image, and steering (a feature
-clamped, the caption with and without it, a pinned result to compare)."""
+"""The Features tab's image panels: which features fire where on one image (and whether the picture is
+one the model knows, backend.sae.ood), and steering (a feature clamped, the caption with and without
+it, a pinned result to compare). A caption that loops is shown collapsed ("square ×16"), and says so."""
 from __future__ import annotations
 
 import html
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from backend.core import bounds, image_header
-from backend.sae import analysis, organism, pages
+from backend.sae import analysis, ood, organism, pages
 from backend.sae import scenes as S
 from backend.sae import steer as ST
 from components.common import fail
@@ -127,8 +128,59 @@ def analyse(source: str, image, example, progress=gr.Progress()):
     hover = patch_figure([shown] * len(top), [out["maps"][r["feature"]] for r in top],
                          [f"feature {r['feature']} · {label_shown(org, r['feature'], 'no label')}" for r in top],
                          vmax) if top else None
-    return (enlarged(shown), f"**Model {'answer' if org.is_hub else 'caption'}:** {out['caption'] or '—'}{note}", gallery,
+    said = caption_html(out["caption"], "answer" if org.is_hub else "caption")
+    return (enlarged(shown), f"{said}{ood_html(out.get('ood'), org.hookpoint)}{note}", gallery,
             table, colorbar_html(vmax, "activation per patch") + where, hover)
+
+
+def collapse_repeats(text: str, min_run: int = 3, max_unit: int = 4) -> tuple[str, list[tuple[str, int]]]:
+    """`text` with every run of `min_run` or more immediate repeats of one word, or of a phrase of up
+    to `max_unit` words, written once with its count ("square ×16"), and the runs collapsed. Two in a
+    row are left alone: language has them ("very very"); three and more are a model looping."""
+    words = text.split()
+    out, runs, i = [], [], 0
+    while i < len(words):
+        best = (1, 1)  # (repeats, words per unit)
+        for n in range(1, max_unit + 1):
+            unit, k = words[i:i + n], 1
+            while len(unit) == n and words[i + k * n:i + (k + 1) * n] == unit:
+                k += 1
+            if k >= min_run and k * n > best[0] * best[1]:
+                best = (k, n)
+        k, n = best
+        phrase = " ".join(words[i:i + n])
+        if k > 1:
+            runs.append((phrase, k))
+            phrase += f" ×{k}"
+        out.append(phrase)
+        i += k * n
+    return (" ".join(out) if runs else text), runs
+
+
+def caption_html(caption: str, what: str = "caption") -> str:
+    """The model's caption as it said it, a looping one collapsed (and said so): sixteen "square"s in a
+    row read as one word with its count, not as a wall."""
+    shown, runs = collapse_repeats(caption or "")
+    head = f"**Model {what}:** <span id='features-caption'>{html.escape(shown) or '—'}"
+    if not runs:
+        return head + "</span>"
+    reps = "; ".join(f"“{html.escape(p)}” {k} times" for p, k in runs)
+    return (f"{head} <span class='wb-muted'>(the model repeated itself: {reps} in a row, a degenerate "
+            f"{what}; each run is shown once with its count, ×N)</span></span>")
+
+
+def ood_html(shift: dict | None, hookpoint: str) -> str:
+    """Whether the picture is one the model knows (backend.sae.ood): a warning when it is not, since
+    features and caption on such a picture say little about the model on its own scenes."""
+    if not shift:
+        return ""
+    head, details = ood.words(shift, hookpoint)
+    if shift["out"]:
+        return (f"\n\n<div id='features-ood' data-ood='out' style='border-left:3px solid var(--error-border-color,"
+                f" #dc2626);padding:4px 10px'>⚠ <b>{html.escape(head)}</b>: {html.escape(details)} Its features "
+                f"and caption say little about what the model does on the scenes it knows.</div>")
+    return (f"\n\n<div id='features-ood' data-ood='within' class='wb-muted'>{html.escape(head)}: "
+            f"{html.escape(details)}</div>")
 
 
 def concept_words(out: dict) -> str:
@@ -164,17 +216,20 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
           None: ""}[out["well_formed"]]
     verdict = concept_words(out)
     zeroed = f" · {len(out['suppressed'])} rival features zeroed" if out["suppressed"] else ""
-    def cell(text: str) -> str:  # free text from a model: escaped, wrapped even inside long words
-        return f"<td style='word-break:break-word;font-family:var(--font-mono)'>{html.escape(text) or '—'}</td>"
+    def cell(text: str) -> str:  # a model's free text: escaped, wrapped even inside long words, loops collapsed
+        return (f"<td style='word-break:break-word;font-family:var(--font-mono)'>"
+                f"{html.escape(collapse_repeats(text)[0]) or '—'}</td>")
 
     row = "<td style='width:32%'>{}</td>"
+    looped = (" · a word or phrase repeated three or more times in a row is shown once with its count (×N)"
+              if any(collapse_repeats(t)[1] for t in (out["baseline"], out["steered"])) else "")
     name = label_shown(org, f, "unlabelled" if org.is_hub else "no concept")
     md = (f"<table style='table-layout:fixed;width:100%'><tr><th style='width:32%'></th><th>"
           f"{'answer' if org.is_hub else 'caption'}</th></tr>"
           f"<tr>{row.format('without')}{cell(out['baseline'])}</tr>"
           f"<tr>{row.format(f'feature {f} ({html.escape(name)}) = {v:g}')}{cell(out['steered'])}</tr>"
           f"</table>\n\n{verdict}\n\n<span class='wb-muted'>clamped at `{out['hookpoint']}`, positions: {positions}, "
-          f"error term {'added back' if add_error else 'dropped'}{zeroed}{ok}</span>")
+          f"error term {'added back' if add_error else 'dropped'}{zeroed}{ok}{looped}</span>")
     return enlarged(pages.thumbnail(analysis.model_image(org, img), 320) if org.is_hub else img), md, out
 
 
@@ -194,10 +249,14 @@ def pinned_html(p: dict | None) -> str:
              f"error term {'added back' if p.get('add_error') else 'dropped'}"
              + (f" · {len(p['suppressed'])} rivals zeroed" if p.get("suppressed") else ""))
     cell = "<div style='word-break:break-word;font-family:var(--font-mono);margin:4px 0'>{}</div>"
+
+    def said(text):  # a looping caption collapsed, as in the result it was pinned from
+        return html.escape(collapse_repeats(text or "—")[0])
+
     return (f"<div class='wb-pinned' style='border-left:3px solid var(--color-accent);padding-left:8px'>"
             f"<b>Pinned</b> <span class='wb-muted'>({words})</span>"
-            f"<div class='wb-muted'>without</div>{cell.format(html.escape(p['baseline'] or '—'))}"
-            f"<div class='wb-muted'>with the clamp</div>{cell.format(html.escape(p['steered'] or '—'))}</div>")
+            f"<div class='wb-muted'>without</div>{cell.format(said(p['baseline']))}"
+            f"<div class='wb-muted'>with the clamp</div>{cell.format(said(p['steered']))}</div>")
 
 
 def _site_words(cfg: dict) -> str:

@@ -12,6 +12,7 @@ from ..core import bounds
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
 from ..core.zerogpu import gpu
+from . import ood
 from . import scenes as S
 from . import steer as ST
 from . import vlm
@@ -99,13 +100,16 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
     hit = _RESULT_CACHE.get(key)
     if hit is not None:
         return hit
-    tile_codes, tile_shape, layout = None, (0, 0), None
+    tile_codes, tile_shape, layout, shift = None, (0, 0), None, None
     need_model(org)  # the tab loads it first, with a progress bar; a notebook or agent call lands here
     with locked(org.model):
         if not org.is_hub:
             h = next(vlm.residuals(org.model, org.tokenizer, image[None], org.hookpoint))[1]
             codes = org.sae.encode(h[0, vlm.image_slice(org.model)])  # [P, F]
             caption = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
+            if ood.has_reference(org):  # the same residual, one more number: how far from the scenes
+                shift = ood.assess(float(ood.unexplained(org.sae, h[0, vlm.image_slice(org.model)])),
+                                   ood.reference(org))
         else:
             all_codes, layout = processor_codes(org, image)
             codes = all_codes[layout.base.to(all_codes.device)]
@@ -123,7 +127,8 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
            "maps": {f: codes[:, f].reshape(g, g).numpy() for f in order},
            "tile_maps": ({f: tile_codes[:, f].reshape(tile_shape).numpy() for f in order}
                          if tile_codes is not None else {}),
-           "positions": positions_text(org, layout)}
+           "positions": positions_text(org, layout),
+           "ood": shift}  # backend.sae.ood.assess, or None for a model without a scene set
     _RESULT_CACHE.put(key, out)
     return out
 
