@@ -5,7 +5,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import first_view, settle, shot
-from tests.helpers.waits import main_thread_idle, plots_fitted
+from tests.helpers.waits import main_thread_idle, plots_fitted, result_of
 
 
 def open_adapters(page, url):
@@ -15,16 +15,6 @@ def open_adapters(page, url):
     page.wait_for_selector("#pissa-analyse", state="visible", timeout=120_000)
     # the tab's first view drawn, whose first figure also imports plotly (seconds of main thread)
     first_view(page, "adapters")
-
-
-def _settled(page, elem_id: str) -> None:
-    """Wait until the component's status tracker is hidden again (no run in progress over it)."""
-    import re
-
-    from playwright.sync_api import expect
-
-    expect(page.locator(f"#{elem_id} [data-testid='status-tracker']").first).to_have_class(
-        re.compile(r"\bhide\b"), timeout=30_000)
 
 
 STEPS_SHOWN = """(total) => +((new RegExp('(\\\\d+)/' + total + ' steps')).exec(
@@ -57,7 +47,9 @@ def test_adapters_tab_controls(page, server_url):
     page.locator("#pissa-list-layers").click()
     _set_number(page, "pissa-rank", 8)
     page.locator("#pissa-init").get_by_text("fast SVD (pissa_niter_4)").click()
-    page.locator("#pissa-analyse").click()
+    # the first view drew a spectrum, its stats and exports already: wait for this click's own run
+    with result_of(page, done="#pissa-stats", timeout_ms=90_000):
+        page.locator("#pissa-analyse").click()
     page.wait_for_selector("#pissa-spectrum .js-plotly-plot", timeout=90_000)
     page.wait_for_selector("#pissa-hist .js-plotly-plot")
     page.get_by_text("reproduces W to a relative error").wait_for()
@@ -263,10 +255,12 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     from playwright.sync_api import expect
 
     open_adapters(page, server_url)
-    page.locator("#pissa-analyse").click()
+    # the first view also reads "rank 8": wait for the Analyse click's own run to end
+    with result_of(page, done="#pissa-stats", timeout_ms=90_000):
+        page.locator("#pissa-analyse").click()
     spec = page.locator("#pissa-spectrum")
     page.locator("#pissa-stats").get_by_text("rank 8").wait_for(timeout=90_000)
-    settle(page, 90_000)  # the first view also reads "rank 8": the Analyse click's run has ended
+    settle(page, 90_000)
     legend = spec.locator(".legendtext")
     expect(legend).to_have_count(3, timeout=30_000)
     page.click("#pissa-pin")
@@ -277,11 +271,12 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     before = page.locator("#pissa-stats").inner_text()
     box = page.locator("#pissa-rank input[type='number']")
     box.fill("500")
-    box.press("Tab")
-    page.locator("#pissa-analyse").click()
-    expect(page.locator(".toast-body")).to_contain_text("The rank r must be a whole number between 1 and 128 (got 500)", timeout=30_000)
-    _settled(page, "pissa-stats")
-    settle(page)  # the Analyse click's run (marked pending as it was clicked) has ended too
+    # Tab refuses it; the next click is the user's and computes with the rank in use: its own run
+    with result_of(page, toast="The rank r must be a whole number between 1 and 128 (got 500)",
+                   done="#pissa-stats", timeout_ms=30_000):
+        box.press("Tab")
+        page.locator("#pissa-analyse").click()
+    settle(page)
     badges = page.locator("#tab-adapters .wrap span.error")
     expect(badges).to_have_count(0)
     assert page.locator("#pissa-stats").inner_text() == before
@@ -290,10 +285,11 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     page.locator("#pissa-layer input").first.click()
     page.get_by_role("option", name="head", exact=True).click()
     _set_number(page, "pissa-rank", 64)
-    page.locator("#pissa-analyse").click()
-    expect(page.locator(".toast-body").filter(has_text="between 1 and 10")).to_have_count(1, timeout=30_000)
-    _settled(page, "pissa-stats")  # the failed run's progress gives way to the kept result
+    # the failed run's progress gives way to the kept result (its own run: pending, then hidden)
+    with result_of(page, toast="between 1 and 10", done="#pissa-stats", timeout_ms=30_000) as failed:
+        page.locator("#pissa-analyse").click()
     settle(page)
+    assert len([t for _, t in failed.toasts() if "between 1 and 10" in t]) == 1, failed.toasts()
     expect(badges).to_have_count(0)
     assert page.locator("#pissa-stats").inner_text() == before
     page.locator("#pissa-layer input").first.click()

@@ -1,8 +1,8 @@
 """The Features tab in Chromium: deep link to a feature, search, sort, open, analyse, steer, exports."""
 import pytest
 
-from tests.e2e.conftest import settle, shot
-from tests.helpers.waits import uploaded
+from tests.e2e.conftest import first_view, settle, shot
+from tests.helpers.waits import result_of, uploaded
 
 from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
 
@@ -39,7 +39,9 @@ def test_features_tab(page, server_url, tmp_path):
     first_id = str(summary["steering"]["colour_features"]["red"])
     box = page.locator("#features-id input")
     box.fill(first_id)
-    page.locator("#features-open").click()
+    # red is feature 3, the one the link opened: the header says so already; wait for this page's run
+    with result_of(page, done="#features-header"):
+        page.locator("#features-open").click()
     header.get_by_text(f"Feature {first_id}").wait_for()
     assert "red" in header.inner_text()
     assert page.locator("#features-overlay img").count() >= 5
@@ -97,10 +99,12 @@ def test_features_tab_in_hub_mode(tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     with serve(env=env, log_path=ARTIFACTS / "e2e-features-hub.log") as (url, _), chromium_page(1440, 1000) as page:
         page.set_default_timeout(90_000)
-        open_tab(page, url, "features")
+        # every toast from the page's first events on (one closed after its 10 s included)
+        with result_of(page, load=True) as shown:
+            open_tab(page, url, "features")
         page.locator("#features-noindex").get_by_text("backend.precompute.sae_index --source hub").wait_for()
         assert not page.locator("#features-example").is_visible()  # no scene set in hub mode
-        assert not [t for t in page.locator(".toast-body").all_inner_texts() if "feature" in t.lower()]
+        assert not [t for _, t in shown.toasts() if "feature" in t.lower()]
 
         with uploaded(page):
             page.locator("#features-build-files input[type=file]").set_input_files(files)
@@ -123,7 +127,7 @@ def test_features_tab_in_hub_mode(tmp_path):
         page.locator("#features-ask").click()
         header.get_by_text("asked on request").wait_for()
         settle(page)
-        errors = [t for t in page.locator(".toast-body").all_inner_texts() if "feature" in t.lower()]
+        errors = [t for _, t in shown.toasts() if "feature" in t.lower()]
         assert errors == [], errors
         page.locator("#features-header").scroll_into_view_if_needed()
         shot(page, "features-hub")
@@ -136,49 +140,56 @@ VISIBLE_TRACKERS = """(sel) => [...document.querySelectorAll(sel + ' .wrap')]
 PAGE_OUTPUTS = ["#features-header", "#features-overlay", "#features-dimmed", "#features-hist"]
 
 
-def _refused(page, text: str, outputs: list[str]):
-    """The toast says `text`; the outputs carry no 'Error' badge."""
+def _refused(page, result, text: str, outputs: list[str]):
+    """The action `result` watched (result_of, armed with toast=`text`) showed its refusal: every
+    toast since it is an error saying `text`; the outputs carry no 'Error' badge."""
     import contextlib
 
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    from playwright.sync_api import expect
 
-    expect(page.locator(".toast-body.error").last).to_contain_text(text, timeout=30_000)
+    toasts = result.toasts()
+    assert toasts and all(kind == "error" and text in said for kind, said in toasts), toasts
     with contextlib.suppress(PlaywrightTimeout):  # the asserts below say which badge stayed
         page.wait_for_function(f"(sels) => sels.every(s => ({VISIBLE_TRACKERS})(s).length === 0)",
                                arg=outputs, timeout=10_000)
     for sel in outputs:
         assert page.evaluate(VISIBLE_TRACKERS, sel) == [], sel
-    for close in page.locator(".toast-close").all():  # the next refusal is read on its own
-        close.click()
 
 
 def test_refused_input_keeps_the_last_view_clean(page, server_url):
     from tests.e2e.conftest import open_tab, settle
 
     open_tab(page, server_url, "features")
+    first_view(page, "features")  # its page (top feature, ids, clamp) lands before this test's own
     header = page.locator("#features-header")
     page.locator("#features-id input").fill("5")
     page.locator("#features-open").click()
     header.get_by_text("Feature 5").wait_for()
     settle(page)
     page.locator("#features-id input").fill("99999")
-    page.locator("#features-open").click()
-    _refused(page, "feature id must be a whole number between 0 and", PAGE_OUTPUTS)
+    message = "feature id must be a whole number between 0 and"
+    with result_of(page, toast=message, timeout_ms=30_000) as refused:
+        page.locator("#features-open").click()
+    _refused(page, refused, message, PAGE_OUTPUTS)
     assert "Feature 5" in header.inner_text() and page.locator("#features-overlay img").count() >= 5
 
     page.locator("#features-steer").click()  # a good steering result first, then a clamp out of range
     page.locator("#features-steer-out").get_by_text("positions:").wait_for()
+    settle(page)
     good = page.locator("#features-steer-out").inner_text()
     page.locator("#features-clamp input").fill("5000")
-    page.locator("#features-steer").click()
-    _refused(page, "clamp value must be between 0 and", ["#features-steer-out", "#features-steer-img"])
+    message = "clamp value must be between 0 and"
+    with result_of(page, toast=message, timeout_ms=30_000) as refused:
+        page.locator("#features-steer").click()
+    _refused(page, refused, message, ["#features-steer-out", "#features-steer-img"])
     assert page.locator("#features-steer-out").inner_text() == good
     page.locator("#features-clamp input").fill("1")
-    page.locator("#features-example input").fill("-1")
-    page.locator("#features-example input").press("Enter")
-    page.locator("#features-analyse").click()
-    _refused(page, "held-out scene between 0 and", ["#features-shown", "#features-firing"])
+    message = "held-out scene between 0 and"
+    with result_of(page, toast=message, timeout_ms=30_000) as refused:  # Enter refuses it, the click computes nothing
+        page.locator("#features-example input").fill("-1")
+        page.locator("#features-example input").press("Enter")
+        page.locator("#features-analyse").click()
+    _refused(page, refused, message, ["#features-shown", "#features-firing"])
 
 
 def test_presenter_view_and_a_pinned_result(page, server_url):
@@ -187,7 +198,7 @@ def test_presenter_view_and_a_pinned_result(page, server_url):
     from tests.e2e.conftest import open_tab, settle
 
     open_tab(page, server_url, "features")
-    page.locator("#features-header").get_by_text("Feature").first.wait_for()
+    first_view(page, "features")  # its page sets the clamp value: before this test's own
     page.locator("#features-steer").click()
     page.locator("#features-steer-out").get_by_text("positions:").wait_for()
     first = page.locator("#features-steer-out").inner_text()

@@ -3,7 +3,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import open_tab, settle, shot
-from tests.helpers.waits import block_busy, hover_until_shown, plots_fitted
+from tests.helpers.waits import block_busy, hover_until_shown, plots_fitted, result_of, toasts_from_now
 
 pytestmark = pytest.mark.timeout(420)
 LONG = 150_000
@@ -17,6 +17,7 @@ def set_slider(page, elem_id: str, value: str):
 
 def test_math_neurons_controls_and_screenshot(page, server_url):
     open_tab(page, server_url, "math_neurons")
+    seen = toasts_from_now(page)  # every toast of the test, one closed again after its 10 s included
     acc = page.locator("#mn-acc")
     # The default setting (MathNeuro, K 15 %, pruned) is evaluated when the page opens on the tab.
     expect(acc).to_contain_text("MathNeuro set pruned", timeout=LONG)
@@ -50,7 +51,7 @@ def test_math_neurons_controls_and_screenshot(page, server_url):
     page.click("#mn-export-btn")
     expect(page.locator("#mn-files a[href$='mathneuro.json']")).to_have_count(1, timeout=LONG)
     expect(page.locator("#mn-files a[href$='mathneuro.png']")).to_have_count(1, timeout=LONG)
-    assert not page.locator(".toast-body.error").count()
+    assert not [t for t in seen.toasts() if t[0] == "error"], seen.toasts()
     shot(page, "math_neurons")
 
 
@@ -65,16 +66,17 @@ def test_a_refused_number_leaves_the_last_view_clean(page, server_url):
     before = acc.inner_text()
     box = page.locator("#mn-k input[type=number]")
     box.fill("500")
-    box.press("Tab")  # the slider sends its value when the box loses focus
-    expect(page.locator(".toast-body")).to_contain_text("K must be between 1 % and 30 % (got 500 %)", timeout=30_000)
+    with result_of(page, toast="K must be between 1 % and 30 % (got 500 %)", timeout_ms=30_000):
+        box.press("Tab")  # the slider sends its value when the box loses focus
     expect(box).to_have_value("3")
     assert acc.inner_text() == before
     badges = page.locator("#tab-math_neurons .wrap span.error")
     expect(badges).to_have_count(0)
 
     page.locator("#mn-prompt textarea").fill("   ")
-    page.click("#mn-ask-btn")
-    expect(page.locator(".toast-body")).to_contain_text("Type a question first", timeout=30_000)
+    # (the K toast may still be up, and a toast joining its group closes with it, before its 10 s)
+    with result_of(page, toast="Type a question first", timeout_ms=30_000):
+        page.click("#mn-ask-btn")
     settle(page)  # the refused event has ended: a badge it left would show now
     expect(badges).to_have_count(0)
     with block_busy(page, "#mn-acc"):  # the same setting again: computed, not a quiet page before it
@@ -127,6 +129,7 @@ def test_math_neurons_on_your_own_llama_folder(page, server_url, local_models):
 
     line, errors = open_and_pick(page, server_url, "math_neurons", "#mn-run", "mn-model",
                                  local_models / "own-llama")
+    seen = toasts_from_now(page)  # every toast from here on, one closed again after its 10 s included
     assert "LlamaForCausalLM" in line and "parameters" in line and not line.startswith("✗"), line
     # the data card names the chat template the questions go through and the answer rule
     expect(page.locator("#mn-data")).to_contain_text("chat template", timeout=LONG)
@@ -143,6 +146,6 @@ def test_math_neurons_on_your_own_llama_folder(page, server_url, local_models):
     expect(page.locator("#mn-accfig .js-plotly-plot")).to_be_visible(timeout=LONG)
     expect(page.locator("#mn-data")).to_contain_text("own-llama")
     settle(page)
-    assert not page.locator(".toast-body.error").count()
+    assert not [t for t in seen.toasts() if t[0] == "error"], seen.toasts()
     shot(page, "math-own-model")
     assert not errors, errors

@@ -2,8 +2,8 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import open_tab, settle, shot
-from tests.helpers.waits import uploaded
+from tests.e2e.conftest import first_view, open_tab, settle, shot
+from tests.helpers.waits import result_of, toasts_from_now, uploaded
 
 pytestmark = pytest.mark.timeout(600)
 LONG = 240_000
@@ -40,6 +40,9 @@ def test_memorization_controls_and_screenshot(page, server_url, tmp_path):
     open_tab(page, server_url, "memorization")
     prompt = page.locator("#memo-prompt textarea")
     expect(prompt).not_to_have_value("", timeout=LONG)
+    # the first view's steps (score, then neurons and generations) land before this test's own: a
+    # late one would put its card and ticks back over an example picked below
+    first_view(page, "memorization", LONG)
 
     from backend.nemo import service
 
@@ -60,7 +63,8 @@ def test_memorization_controls_and_screenshot(page, server_url, tmp_path):
     expect(page.locator("#memo-score")).to_contain_text("training set", timeout=LONG)
     expect(page.locator("#memo-z .js-plotly-plot")).to_be_visible(timeout=LONG)
 
-    page.click("#memo-find")
+    with result_of(page, done="#memo-found", timeout_ms=LONG):  # (the first view's card said "found in" too)
+        page.click("#memo-find")
     expect(page.locator("#memo-found")).to_contain_text("found in", timeout=LONG)
     boxes = page.locator("#memo-neurons input[type=checkbox]")
     expect(boxes.first).to_be_visible(timeout=LONG)
@@ -68,7 +72,8 @@ def test_memorization_controls_and_screenshot(page, server_url, tmp_path):
 
     page.locator("#memo-seeds input[type=number]").fill("3")
     page.locator("#memo-seeds input[type=number]").press("Enter")
-    page.click("#memo-generate")
+    with result_of(page, done="#memo-compare", timeout_ms=LONG):  # (the first view's grid said so too)
+        page.click("#memo-generate")
     expect(page.locator("#memo-compare")).to_contain_text("neuron(s) off", timeout=LONG)
     expect(page.locator("#memo-grid figure")).to_have_count(7, timeout=LONG)
     assert_grid_layout(page, "#memo-grid", n_seeds=3)
@@ -77,12 +82,14 @@ def test_memorization_controls_and_screenshot(page, server_url, tmp_path):
     shown = page.locator("#memo-grid img").first.get_attribute("src")
     free = page.locator("#memo-free textarea, #memo-free input").first
     free.fill("up9.attn0:1")
-    page.click("#memo-generate")
-    expect(page.locator(".toast-body.error")).to_contain_text("unknown layer", timeout=LONG)
+    with result_of(page, toast="unknown layer", timeout_ms=LONG) as refused:
+        page.click("#memo-generate")
     settle(page)
+    assert [kind for kind, _ in refused.toasts()] == ["error"], refused.toasts()
     assert page.locator("#memo-grid img").first.get_attribute("src") == shown
     assert not page.locator("#memo-compare .error, #memo-gallery .error, #memo-pin-box .error").count()
     page.locator(".toast-body.error .toast-close").first.click()
+    seen = toasts_from_now(page)  # every toast from here on, one closed again after its 10 s included
 
     # pin this result, untick the first neuron and add one by hand: the pinned set stays below
     page.click("#memo-pin")
@@ -136,7 +143,7 @@ def test_memorization_controls_and_screenshot(page, server_url, tmp_path):
     page.click("#memo-export")
     expect(page.locator("#memo-files a[href$='nemo.json']")).to_have_count(1, timeout=LONG)
     expect(page.locator("#memo-files a[href$='nemo.png']")).to_have_count(1, timeout=LONG)
-    assert not page.locator(".toast-body.error").count()
+    assert not [t for t in seen.toasts() if t[0] == "error"], seen.toasts()
     shot(page, "memorization")
 
     # a damaged reference upload: a clear message, the grid kept as it was
@@ -145,8 +152,8 @@ def test_memorization_controls_and_screenshot(page, server_url, tmp_path):
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not an image" * 20)
     with uploaded(page):  # the server holds the file before Generate sends it
         page.locator("#memo-ref input[type=file]").set_input_files(str(bad))
-    page.click("#memo-generate")
-    expect(page.locator(".toast-body.error")).to_contain_text("could not be read", timeout=LONG)
+    with result_of(page, toast="could not be read", timeout_ms=LONG):
+        page.click("#memo-generate")
     settle(page)
     assert page.locator("#memo-grid img").first.get_attribute("src") == shown
     assert not page.locator("#memo-compare .error, #memo-gallery .error").count()

@@ -4,39 +4,41 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import settle, shot
-from tests.helpers.waits import uploaded
+from tests.helpers.waits import result_of, uploaded
 
 
 def pick(page, elem_id: str, value: str) -> str:
-    """Type a model into a picker, confirm it, and return the check line under it."""
+    """Type a model into a picker, confirm it, and return the check line under it (the line this
+    pick's check wrote, not the one before it)."""
     line = page.locator(f"#{elem_id}-check .wb-picker-line")
-    before = line.inner_text()
     box = page.locator(f"#{elem_id} input").first
-    box.click()
-    box.fill(value)
-    box.press("Enter")
-    page.wait_for_function(
-        "([id, old]) => { const l = document.querySelector('#' + id + ' .wb-picker-line');"
-        " return l && l.innerText !== old; }", arg=[f"{elem_id}-check", before], timeout=30_000)
+    with result_of(page, changed=f"#{elem_id}-check .wb-picker-line", timeout_ms=30_000):
+        box.click()
+        box.fill(value)
+        box.press("Enter")
     return line.inner_text()
 
 
-def open_and_pick(page, url: str, tab: str, ready: str, picker_id: str, folder) -> tuple[str, list]:
-    """Open a tab, wait for its main button, pick a model folder; (check line, page errors so far)."""
+def open_and_pick(page, url: str, tab: str, ready: str, picker_id: str, folder,
+                  toast: str | None = None) -> tuple[str, list]:
+    """Open a tab, wait for its main button, pick a model folder; (check line, page errors so far).
+    With `toast`, the pick must also show a toast saying it (seen even if it closed again)."""
     errors: list = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{url}?tab={tab}", timeout=120_000)
     page.wait_for_selector(ready, state="visible", timeout=120_000)
     settle(page)
-    return pick(page, picker_id, str(folder)), errors
+    if toast is None:
+        return pick(page, picker_id, str(folder)), errors
+    with result_of(page, toast=toast, timeout_ms=30_000):
+        return pick(page, picker_id, str(folder)), errors
 
 
 @pytest.mark.timeout(300)
 def test_adapters_on_your_own_qwen2_and_a_refused_gpt2(page, server_url, local_models):
     line, errors = open_and_pick(page, server_url, "adapters", "#pissa-analyse", "pissa-model",
-                                 local_models / "own-gpt2")
+                                 local_models / "own-gpt2", toast="Conv1D")  # the layer list refused too
     assert line.startswith("✗") and "Conv1D" in line
-    page.locator(".toast-body").get_by_text("Conv1D").first.wait_for(timeout=30_000)  # the layer list refused too
 
     line = pick(page, "pissa-model", str(local_models / "own-qwen2"))
     assert "Qwen2ForCausalLM" in line and "parameters" in line and not line.startswith("✗")
@@ -78,7 +80,8 @@ def test_relevance_per_sentence_table_of_your_own_file(page, server_url, local_m
              "nothing happened for two hours", "a bright, funny and warm story"]
     path = tmp_path / "reviews.txt"
     path.write_text("\n".join(texts) + "\n")
-    page.locator("#rel-heldout-acc").get_by_text("Held-out evaluation").first.click()
+    with result_of(page, rendered="#rel-n"):  # its controls rendered and written by Gradio: a pick stays
+        page.locator("#rel-heldout-acc").get_by_text("Held-out evaluation").first.click()
     # the organism's planted-evidence set is for the organism: this model gets captions, a file, SST-2
     expect(page.locator("#rel-held-data")).not_to_contain_text("zoo held-out set")
     expect(page.locator("#rel-held-data")).to_contain_text("COCO captions")
@@ -124,7 +127,9 @@ def test_memorization_on_your_own_sd_pipeline(page, server_url, local_models, na
     assert "StableDiffusionPipeline" in line and not line.startswith("✗")
     settle(page)
     page.locator("#memo-prompt textarea").fill("a photo of a dog on the beach")
-    page.locator("#memo-check").click()
+    # the first view's card (the zoo's example) already shows a θ: wait for this check's own run
+    with result_of(page, done="#memo-score", timeout_ms=90_000):
+        page.locator("#memo-check").click()
     page.locator("#memo-score").get_by_text("θ", exact=False).first.wait_for(timeout=90_000)
     page.wait_for_selector("#memo-z .js-plotly-plot")
     settle(page)
@@ -153,12 +158,15 @@ def test_features_on_your_own_vlm_and_sae(page, server_url, local_models, vlm, s
     settle(page)
     assert not page.locator("#features-build").is_visible()  # the zoo's index comes with it
     assert page.locator("#features-suppress").is_visible()  # the zoo's families of planted concepts
-    page.locator("#features-own").get_by_text("Model and SAE").click()
+    # the accordion's boxes are rendered as it opens and written again by Gradio a frame or two
+    # later (tests/helpers/waits.py): what is typed before that is wiped
+    with result_of(page, rendered="#feat-sae"):
+        page.locator("#features-own").get_by_text("Model and SAE").click()
     line = pick(page, "feat-model", str(local_models / vlm))
     assert cls in line and not line.startswith("✗")
-    page.locator("#feat-sae textarea, #feat-sae input").first.fill(str(local_models / sae))
-    page.locator("#feat-hookpoint textarea, #feat-hookpoint input").first.fill(hook)
-    page.locator("#feat-load").click()
+    page.locator("#feat-sae textarea").fill(str(local_models / sae))
+    page.locator("#feat-hookpoint textarea").fill(hook)
+    page.locator("#feat-load").click()  # it opens the index builder (rendered whole: no later write)
     page.locator("#feat-own-status").get_by_text("No feature index yet").wait_for(timeout=90_000)
     settle(page)
     if sae.endswith("saelens"):  # read as SAELens wrote it: a JumpReLU SAE
@@ -169,7 +177,7 @@ def test_features_on_your_own_vlm_and_sae(page, server_url, local_models, vlm, s
     assert not page.locator("#features-concepts").is_visible()
     assert not page.locator("#features-suppress").is_visible()
     assert "planted concept" not in page.locator("#features-explain").inner_text()
-    page.locator("#features-build-folder textarea, #features-build-folder input").first.fill(str(images[0].parent))
+    page.locator("#features-build-folder textarea").fill(str(images[0].parent))
     page.locator("#features-build-run").click()
     page.locator("#features-build-status").get_by_text("Indexed 3 images").wait_for(timeout=90_000)
     settle(page)

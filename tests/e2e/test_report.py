@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import first_view, settle, shot
+from tests.helpers.waits import result_of
 
 pytestmark = pytest.mark.timeout(900)
 LONG = 180_000
@@ -100,7 +101,8 @@ def test_report_of_five_tabs_offline_with_hover_numbers_and_links(page, server_u
     math_acc = plot_data(page, "#mn-accfig")
 
     open_tab(page, "adapters")
-    page.click("#pissa-analyse")
+    with result_of(page, done="#pissa-stats", timeout_ms=LONG):  # (the first view's spectrum stands already)
+        page.click("#pissa-analyse")
     expect(page.locator("#pissa-spectrum .js-plotly-plot")).to_be_visible(timeout=LONG)
     settle(page, LONG)
 

@@ -1,6 +1,7 @@
 """The Overview's controls work (every tab's opening through its link: tests/e2e/test_layout.py)."""
 from components import tab_modules
 from tests.e2e.conftest import open_tab, settle, shot
+from tests.helpers.waits import result_of
 
 
 def _status(url: str) -> dict:
@@ -16,7 +17,9 @@ def test_overview_refresh_and_open_buttons(page, server_url):
     # runtime details are closed for an audience, one click away for the operator
     assert not page.get_by_role("button", name="Refresh").is_visible()
     page.get_by_text("Runtime details (for the server's operator)").click()
-    page.get_by_role("button", name="Refresh").click()
+    # the summary built with the page says "no problems" already: wait for the refreshed one
+    with result_of(page, done="#overview-runtime"):
+        page.get_by_role("button", name="Refresh").click()
     settle(page)
     summary = page.locator("#overview-runtime").inner_text()
     assert "integrity checks: no problems found" in summary, (summary, _status(server_url))

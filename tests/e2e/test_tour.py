@@ -7,9 +7,9 @@ import re
 import pytest
 from PIL import Image
 
-from tests.e2e.conftest import open_tab, settle, shot
+from tests.e2e.conftest import first_view, open_tab, settle, shot
 from tests.helpers.browser import chromium_page
-from tests.helpers.waits import hover_until_shown, plots_fitted
+from tests.helpers.waits import hover_until_shown, plots_fitted, result_of
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -26,8 +26,18 @@ def page(server_url):
 
 
 def choose(page, tour_id):
-    page.locator("#tour-name input").click()
-    page.get_by_role("option", name=re.compile("^" + PREFIX[tour_id])).click()
+    """Pick a tour and wait for its first step: another tour's own run to end, or, for the tour the
+    tab holds already (no value changes, nothing runs), the tab's first view."""
+    box = page.locator("#tour-name input")
+    shown = box.input_value().startswith(PREFIX[tour_id])
+    box.click()
+    option = page.get_by_role("option", name=re.compile("^" + PREFIX[tour_id]))
+    if shown:
+        option.click()
+        first_view(page, "tour", 180_000)
+    else:
+        with result_of(page, done="#tour-caption", timeout_ms=180_000):
+            option.click()
     settle(page, 180_000)
 
 
@@ -60,8 +70,10 @@ def _walk(page, tour_id, theme):
     n = int(page.locator("#tour-header").inner_text().split(" of ")[1].split()[0])
     seen, nexts = [], set()
     for k in range(1, n + 1):
-        if k > 1:
-            page.click("#tour-next")
+        if k > 1:  # the step's own run (its figure replaced, not the last step's still standing)
+            with result_of(page, done="#tour-caption", changed={"#tour-header": f"Step {k} of {n}"},
+                           timeout_ms=180_000):
+                page.click("#tour-next")
             settle(page, 180_000)
         page.wait_for_function(f"() => document.querySelector('#tour-header').innerText.includes('Step {k} of {n}')",
                                timeout=180_000)
@@ -80,7 +92,8 @@ def _walk(page, tour_id, theme):
         shot(page, f"tour-{tour_id}-{k}-{theme}")
     assert len(nexts) == 1, nexts                                          # Next never moved
     # Back goes back one and Next comes back on.
-    page.click("#tour-back")
+    with result_of(page, done="#tour-caption", changed={"#tour-header": f"Step {n - 1} of"}, timeout_ms=180_000):
+        page.click("#tour-back")
     settle(page, 180_000)
     page.wait_for_function(f"() => document.querySelector('#tour-header').innerText.includes('Step {n - 1} of')")
     assert not page.locator("#tour-next").is_disabled()

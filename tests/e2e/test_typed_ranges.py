@@ -24,10 +24,6 @@ def api_refusal(server_url, *args, api_name) -> str:
     return str(e.value)
 
 
-def toasts(page) -> list[str]:
-    return [t.strip() for t in page.locator(".toast-body").all_inner_texts()]
-
-
 def test_held_out_example_past_the_range_is_refused_and_nothing_loads(page, server_url):
     open_tab(page, server_url, "relevance")
     box = page.locator("#rel-ex-idx input[type=number]")
@@ -40,9 +36,9 @@ def test_held_out_example_past_the_range_is_refused_and_nothing_loads(page, serv
     shown = page.locator("#rel-image img").get_attribute("src")
 
     box.fill("500")
-    page.click("#rel-ex-load")  # the click that leaves the box: refused, and it loads nothing
     message = "The held-out example must be a whole number between 0 and 199 (got 500). Nothing was computed."
-    expect(page.locator(".toast-body").first).to_contain_text(message, timeout=30_000)
+    with waits.result_of(page, toast=message, timeout_ms=30_000):
+        page.click("#rel-ex-load")  # the click that leaves the box: refused, and it loads nothing
     expect(box).to_have_value("7")
     settle(page, LONG)  # whatever the click started has ended: a clamped load would have shown
     assert page.locator("#rel-image img").get_attribute("src") == shown  # example 199 never loaded
@@ -57,10 +53,10 @@ def test_memorization_seeds_past_the_range_are_refused_not_clamped(page, server_
     box.scroll_into_view_if_needed()
     before = box.input_value()
     box.fill(typed)
-    box.press("Tab")
     message = (f"The number of seeds must be a whole number between 1 and 8 (got {typed}). "
                "Nothing was computed.")
-    expect(page.locator(".toast-body").first).to_contain_text(message, timeout=30_000)
+    with waits.result_of(page, toast=message, timeout_ms=30_000):
+        box.press("Tab")
     expect(box).to_have_value(before)  # neither 8 nor 1: the value in use
     settle(page)  # and it stays so once every event the typing started has ended
     expect(box).to_have_value(before)
@@ -79,13 +75,14 @@ def test_math_card_agrees_with_the_box_after_a_refusal(page, server_url):
     expect(acc).to_contain_text("scaled × 0.5", timeout=LONG)
     settle(page, LONG)
     box.fill("5")
-    page.click("#mn-run")
-    expect(page.locator(".toast-body").first).to_contain_text(
-        "The scale factor must be between 0 and 2 (got 5). Nothing was computed.", timeout=30_000)
+    with waits.result_of(page, toast="The scale factor must be between 0 and 2 (got 5). Nothing was computed.",
+                         timeout_ms=30_000) as refused:
+        page.click("#mn-run")
     settle(page, LONG)
     expect(box).to_have_value("0.5")
     assert "scaled × 0.5" in acc.inner_text() and "× 2" not in acc.inner_text()
-    assert len([t for t in toasts(page) if "got 5" in t]) == 1  # one refusal, one toast
+    # one refusal, one toast: counted one by one (Gradio shows a kind's toasts in one `.toast-body`)
+    assert len([t for _, t in refused.toasts() if "got 5" in t]) == 1, refused.toasts()
     shot(page, "typed-range-math")
 
 
@@ -101,8 +98,8 @@ def test_enter_in_a_number_box_computes_as_tab_does(page, server_url):
     expect(acc).to_contain_text("scaled × 0.5", timeout=LONG)
     settle(page, LONG)
     box.fill("5")
-    box.press("Enter")
-    expect(page.locator(".toast-body").first).to_contain_text("(got 5). Nothing was computed.", timeout=30_000)
+    with waits.result_of(page, toast="(got 5). Nothing was computed.", timeout_ms=30_000):
+        box.press("Enter")
     with waits.block_busy(page, "#mn-acc"):  # Enter refused it: this click is the user's next action and computes
         page.click("#mn-run")
     settle(page, LONG)  # its end

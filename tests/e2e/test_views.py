@@ -4,8 +4,9 @@ bar and its images as files; Features' clamp value per feature; Adapters after a
 browser session per tab."""
 import pytest
 
-from tests.e2e.conftest import open_tab, settle, shot
+from tests.e2e.conftest import first_view, open_tab, settle, shot
 from tests.helpers.browser import chromium_page
+from tests.helpers.waits import result_of
 
 LONG = 180_000
 KEYFIRST = {"features": "#features-overlay", "memorization": "#memo-generate", "math_neurons": "#mn-accfig",
@@ -117,12 +118,12 @@ def test_memorization_one_progress_bar_and_no_off_row_when_nothing_is_off(page, 
 @pytest.mark.timeout(600)
 def test_features_clamp_value_follows_the_feature(page, server_url):
     open_tab(page, server_url, "features")
+    # the first view sets the feature to clamp and its value too: it lands before this test's own
+    first_view(page, "features")
     box = page.locator("#features-clamp input")
-    before = box.input_value()
     feat = page.locator("#features-steer-id input")
-    feat.fill("31")
-    page.wait_for_function(f"() => document.querySelector('#features-clamp input').value !== '{before}'",
-                           timeout=30_000)
+    with result_of(page, changed="#features-clamp input", timeout_ms=30_000):
+        feat.fill("31")
     from backend.sae import analysis, loading
 
     org = loading.get_organism("zoo")
@@ -134,9 +135,10 @@ def test_adapters_refused_pick_leaves_no_error_badges(page, server_url):
     open_tab(page, server_url, "adapters")
     model = page.locator("#pissa-model input")
     model.fill("/nonexistent/model")
-    model.press("Enter")
-    page.wait_for_selector(".toast-body", timeout=60_000)
+    with result_of(page, toast="", timeout_ms=60_000) as refused:  # a toast this pick brought
+        model.press("Enter")
     settle(page, LONG)
+    assert all(kind == "error" for kind, _ in refused.toasts()), refused.toasts()
     for sel in ("#pissa-layer", "#pissa-rank"):
         assert page.locator(f"{sel} .error").count() == 0, sel
     shot(page, "adapters-refused-pick")

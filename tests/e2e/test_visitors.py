@@ -14,7 +14,7 @@ from tests.e2e.conftest import settle
 from tests.e2e.test_own_models import pick
 from tests.helpers.browser import browser
 from tests.helpers.server import serve
-from tests.helpers.waits import uploaded
+from tests.helpers.waits import result_of, uploaded
 
 VLM, SAE, HOOK = "own-llava15", "own-llava15-sae", "model.layers.2"
 
@@ -23,10 +23,13 @@ def load_own(page, url, local_models):
     page.goto(f"{url}?tab=features", timeout=120_000)
     page.wait_for_selector("#features-open", state="visible", timeout=120_000)
     settle(page)
-    page.locator("#features-own").get_by_text("Model and SAE").click()
+    # its boxes are rendered as the accordion opens and written again by Gradio a frame or two later
+    # (tests/helpers/waits.py): what is typed before that is wiped
+    with result_of(page, rendered="#feat-sae"):
+        page.locator("#features-own").get_by_text("Model and SAE").click()
     pick(page, "feat-model", str(local_models / VLM))
-    page.locator("#feat-sae textarea, #feat-sae input").first.fill(str(local_models / SAE))
-    page.locator("#feat-hookpoint textarea, #feat-hookpoint input").first.fill(HOOK)
+    page.locator("#feat-sae textarea").fill(str(local_models / SAE))
+    page.locator("#feat-hookpoint textarea").fill(HOOK)
     page.locator("#feat-load").click()
     page.locator("#feat-own-status p").get_by_text("Loaded").wait_for(timeout=90_000)
     settle(page)
@@ -70,6 +73,7 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
             b_header = b.locator("#features-header").inner_text()
             b_rows = b.locator("#features-table").inner_text()
 
+            # shown by the load's event, this accordion is rendered whole as it opens (no later write)
             a.locator("#features-build").get_by_text("Build the feature index from images").click()
             with uploaded(a):  # the server holds A's images before Build sends them
                 a.locator("#features-build-files input[type=file]").set_input_files([str(p) for p in mine])
@@ -83,7 +87,8 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
 
             # B, open beside A all along: the owner's index, none of A's images, also after reopening
             assert hashlib.sha256(owner.read_bytes()).hexdigest() == before
-            b.locator("#features-open").click()
+            with result_of(b, done="#features-header"):  # reopened: the same page read again, not kept
+                b.locator("#features-open").click()
             settle(b)
             assert b.locator("#features-header").inner_text() == b_header
             assert b.locator("#features-table").inner_text() == b_rows
