@@ -96,13 +96,18 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
             assert "visitor-a" not in b.locator("#tab-features").inner_text()
             b.screenshot(path=str(ARTIFACTS / "visitors-b-owners-index.png"), full_page=True)
 
+            # A's folder holds A's index; B's (made for B's exports, handed out and gone from it)
+            # holds no file of B's
             folders = [d for d in sessions_dir.iterdir() if d.is_dir()]
-            assert len(folders) == 1 and list(folders[0].rglob(INDEX_FILE))
+            holding = [d for d in folders if list(d.rglob(INDEX_FILE))]
+            assert len(holding) == 1
+            assert not [p for d in folders if d not in holding for p in d.rglob("*")
+                        if p.is_file() and not p.name.startswith(".")]
             ctx_a.close()  # A leaves: Gradio's unload removes A's folder
             deadline = time.monotonic() + 60  # polled: a file-system state, not a page's
-            while folders[0].exists() and time.monotonic() < deadline:
+            while holding[0].exists() and time.monotonic() < deadline:
                 time.sleep(0.5)
-            assert not folders[0].exists()
+            assert not holding[0].exists()
         finally:
             ctx_a.close()
             ctx_b.close()
