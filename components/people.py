@@ -52,7 +52,8 @@ def address(headers, client_host: str | None, hops: int | None = None) -> str:
     trusted proxies appended), else the connecting one."""
     hops = proxy_hops() if hops is None else hops
     if hops:
-        forwarded = ",".join(headers.get_list("x-forwarded-for") if hasattr(headers, "get_list")
+        # every X-Forwarded-For line, in order (a proxy may add a line of its own)
+        forwarded = ",".join(headers.getlist("x-forwarded-for") if hasattr(headers, "getlist")
                              else [headers.get("x-forwarded-for") or ""])
         chain = [a.strip() for a in forwarded.split(",") if a.strip()]
         if len(chain) >= hops:

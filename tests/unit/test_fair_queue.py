@@ -145,5 +145,10 @@ def test_a_person_is_the_signed_in_user_else_the_address_the_proxy_reports(monke
     # signed in: one person from any address; the key never holds the name or the address
     a = people.key(_request(proxy, "203.0.113.9"), username="ada")
     assert a == people.key(_request(proxy, "198.51.100.5"), username="ada") and "ada" not in a
+    from starlette.requests import Request
+
+    two_lines = Request({"type": "http", "client": (proxy, 5000), "method": "GET", "path": "/",
+                         "headers": [(b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-for", b"203.0.113.9")]})
+    assert people.address(two_lines.headers, proxy) == "203.0.113.9"  # the proxy's own line, the last
     monkeypatch.setenv(people.HOPS_ENV, "2")
     assert people.address(_request(proxy, "203.0.113.9, 10.0.0.2").headers, proxy) == "203.0.113.9"
