@@ -11,6 +11,7 @@ import zlib
 import pytest
 
 from backend.core import bounds
+from tests.api.test_mcp import mcp_url  # noqa: F401 - the app with its MCP tools, as test_mcp serves it
 
 pytestmark = pytest.mark.timeout(300)
 SIDE = 13_000
@@ -90,14 +91,14 @@ def test_a_large_picture_over_mcp_is_refused_before_it_is_decoded(big):
     assert growth <= GROWTH_MB, f"image_base64: peak RSS +{growth:.0f} MB before the refusal"
 
 
-def test_the_mcp_tool_answers_the_refusal(mcp_app_url, big):
+def test_the_mcp_tool_answers_the_refusal(mcp_url, big):
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
 
     data = base64.b64encode(big.read_bytes()).decode()
 
     async def run():
-        async with streamablehttp_client(mcp_app_url + "gradio_api/mcp/") as (read, write, _):
+        async with streamablehttp_client(mcp_url + "gradio_api/mcp/") as (read, write, _):
             async with ClientSession(read, write) as s:
                 await s.initialize()
                 return await s.call_tool("steer_feature", {"feature": 0, "positions": "prompt",
@@ -108,21 +109,3 @@ def test_the_mcp_tool_answers_the_refusal(mcp_app_url, big):
     assert answer.isError
     _refused(" ".join(c.text for c in answer.content if c.type == "text"), "image_base64")
     assert growth <= GROWTH_MB, f"steer_feature: peak RSS +{growth:.0f} MB before the refusal"
-
-
-@pytest.fixture(scope="module")
-def mcp_app_url():
-    pytest.importorskip("mcp")
-    import app
-    from components import agent_tools
-    from tests.helpers.server import free_port
-
-    demo = app.build_app("zoo")
-    agent_tools.install(demo, "zoo")
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                mcp_server=True, **app.launch_kwargs())
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
