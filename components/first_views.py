@@ -108,24 +108,30 @@ def _is_file(x) -> bool:
     return isinstance(x, str) and len(x) < 4096 and os.path.isabs(x) and os.path.isfile(x)
 
 
+def _map(x, leaf: Callable[[Any], Any]):
+    """`x` with `leaf` applied to everything inside its tuples, lists and dicts (their shape kept:
+    Gradio reads a handler's outputs by it)."""
+    if isinstance(x, tuple):
+        return tuple(_map(v, leaf) for v in x)
+    if isinstance(x, list):
+        return [_map(v, leaf) for v in x]
+    if isinstance(x, dict):
+        return {k: _map(v, leaf) for k, v in x.items()}
+    return leaf(x)
+
+
 def _keep_files(steps: list, folder: Path) -> list:
     """The steps with every file path among their outputs replaced by a copy kept in `folder`."""
     kept = folder / "files"
 
     def keep(x):
-        if _is_file(x):
-            target = kept / hashlib.sha256(x.encode()).hexdigest()[:16] / Path(x).name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(x, target)
-            return str(target)
-        if isinstance(x, tuple):
-            return tuple(keep(v) for v in x)
-        if isinstance(x, list):
-            return [keep(v) for v in x]
-        if isinstance(x, dict):
-            return {k: keep(v) for k, v in x.items()}
-        return x
-    return [keep(step) for step in steps]
+        if not _is_file(x):
+            return x
+        target = kept / hashlib.sha256(x.encode()).hexdigest()[:16] / Path(x).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(x, target)
+        return str(target)
+    return _map(steps, keep)
 
 
 def _save(view: _View) -> None:
@@ -149,17 +155,7 @@ def _save(view: _View) -> None:
 
 
 def _rename(steps, old: str, new: str):
-    def ren(x):
-        if isinstance(x, str) and x.startswith(old + os.sep):
-            return new + x[len(old):]
-        if isinstance(x, tuple):
-            return tuple(ren(v) for v in x)
-        if isinstance(x, list):
-            return [ren(v) for v in x]
-        if isinstance(x, dict):
-            return {k: ren(v) for k, v in x.items()}
-        return x
-    return [ren(s) for s in steps]
+    return _map(steps, lambda x: new + x[len(old):] if isinstance(x, str) and x.startswith(old + os.sep) else x)
 
 
 class Unkeepable(TypeError):
@@ -324,14 +320,8 @@ def served(tab: str, args: tuple) -> list | None:
             return exports.served(x)
         if type(x).__module__.startswith("gradio.") and (args := _component_args(x)) is not None:
             return type(x)(**args)  # each visitor's answer its own update object
-        if isinstance(x, tuple):
-            return tuple(hand(v) for v in x)
-        if isinstance(x, list):
-            return [hand(v) for v in x]
-        if isinstance(x, dict):
-            return {k: hand(v) for k, v in x.items()}
         return x
     try:
-        return [hand(step) for step in view.steps]
+        return _map(list(view.steps), hand)
     except OSError:  # a kept file went missing: compute live
         return None
