@@ -31,7 +31,9 @@ TITLE = "Relevance"
 ORDER = 1
 SUMMARY = "MambaLRP: which tokens and pixels a Mamba model relies on, with baselines and faithfulness."
 # A deep link reruns these (components.links): the text explanation, then the linked held-out image.
-LINK_RUNS = ("explain_text", "image_example", "explain_image")
+# the two redraws follow a link's explanation as they follow a click's (ran.success below): a link that
+# carries the template toggle draws its bars and heatmap under that toggle, whatever the page's order
+LINK_RUNS = ("explain_text", "rel_redraw_heatmap", "rel_redraw_bars", "image_example", "explain_image")
 # The session report keeps these results and pins (components.report).
 REPORT_RESULTS = {"rel-bars": "Token relevance", "rel-image-out": "Pixel relevance", "rel-curves": "Faithfulness on held-out sentences", "rel-long-plot": "Long-range relevance"}
 REPORT_PINS = {"rel-pin": "rel-bars"}
@@ -257,7 +259,7 @@ def build(ctx) -> None:
 
     ran.success(describe, text_in, [last], queue=False, api_name=False).then(
         pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
-        **model_event(api_name=False))
+        **model_event(api_name="rel_redraw_heatmap", api_visibility="private"))
     # the toggle redraws what is shown (both heatmaps when pinned) from the cached explanations
     tpl_scale.change(pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
                      **model_event(api_name=False))
@@ -269,7 +271,7 @@ def build(ctx) -> None:
     tpl_scale.change(redraw_bars, [summary, normalise, tpl_scale], bars, show_progress="hidden", queue=False,
                      api_name=False)
     ran.success(redraw_bars, [summary, normalise, tpl_scale], bars, show_progress="hidden", queue=False,
-                api_name=False)
+                api_name="rel_redraw_bars", api_visibility="private")
     keep_on_failure(pin_btn.click(do_pin, [last, summary, normalise, tpl_scale], [pin, heat, pinned],
                                   **model_event(api_name=False)), [pin, heat, pinned])
     unpin_btn.click(lambda res, norm, tpl: (None, heatmap_html(res, norm, template=tpl) if res else gr.skip(), ""),
