@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mcp", action="store_true",
                     help="also serve the methods as MCP tools for agents at /gradio_api/mcp/ (or WORKBENCH_MCP=1)")
     args = ap.parse_args(argv)
+    # The server's log (a Space's "Logs" pane) says what the app did: models loaded and evicted,
+    # inputs refused, ended sessions released; Python's default shows warnings only.
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
     demo = build_app(args.preset)
     if not gc.isenabled():  # off since the start (above): the ~25,000 objects of garbage it left stay
         gc.freeze()

@@ -100,6 +100,7 @@ class Releaser:
             self.collections += 1
             gc.collect()
             trim_heap()
+            log.info("collected the heap after releasing sessions (collection %d)", self.collections)
         return gone
 
 

@@ -50,7 +50,8 @@ def test_large_mcp_calls_leave_no_memory_behind_after_a_collection():
     from gradio_client import Client
 
     ARTIFACTS.mkdir(exist_ok=True)
-    with serve(["--mcp"], log_path=ARTIFACTS / "mcp-memory-server.log") as (url, proc):
+    log = ARTIFACTS / "mcp-memory-server.log"
+    with serve(["--mcp"], log_path=log) as (url, proc):
         warm = _call(url, k_percent=3, n_samples=8, math_items=_items(10_000, 20))
         assert not warm.isError, warm.content
         time.sleep(2)
@@ -60,12 +61,22 @@ def test_large_mcp_calls_leave_no_memory_behind_after_a_collection():
             res = _call(url, k_percent=3, n_samples=8, math_items=_items(i, ITEMS))
             assert not res.isError, res.content
             peak = max(peak, _rss_mb(proc.pid))
+        before = _collections(log)
         visitor = Client(url, verbose=False)  # a session that ends: the app's collection follows
         visitor.predict(api_name="/status")
         visitor.close()
         t0 = time.monotonic()
+        # the figure is read after a collection that followed the calls (the server logs each one)
+        while _collections(log) == before and time.monotonic() - t0 < SETTLE_S:
+            time.sleep(1)
+        collected = _collections(log) > before
         while (now := _rss_mb(proc.pid)) - start > KEPT_MB and time.monotonic() - t0 < SETTLE_S:
             time.sleep(1)
     print(f"VmRSS {start:.0f} MB before, {peak:.0f} MB at most during {CALLS} calls of {ITEMS} items, "
           f"{now:.0f} MB after the collection")
+    assert collected, f"no collection within {SETTLE_S:.0f} s of the session's end (see {log})"
     assert now - start <= KEPT_MB, f"{now - start:+.0f} MB kept after {CALLS} calls of {ITEMS} items"
+
+
+def _collections(log) -> int:
+    return log.read_text(errors="replace").count("collected the heap after releasing sessions")
