@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 SCALES = ("tiny", "width", "full")
 
 from benchmarks.fullsize_parts import (  # noqa: E402  (shared with the account and NeMo rows)
-    cfg_latents, default_dtype, index_step, llama_1b, measure, row, sd_pipeline, sync)
+    default_dtype, index_step, llama_1b, measure, row)
 
 
 # ------------------------------------------------------------------------------------ relevance
@@ -85,7 +85,7 @@ def bench_lrp(scale: str, dev: torch.device, repeats: int) -> list[dict]:
             rows.append(row("Relevance", f"MambaLRP, {name}, {tokens} tokens", lrp, base, "forward+backward",
                             target_ratio=1.3, gi_same_forward_s=gi_fast["s"],
                             ratio_to_gi_same_forward=lrp["s"] / gi_fast["s"]))
-        del model
+        model = None  # this size's weights go before the next size is built
     return rows
 
 

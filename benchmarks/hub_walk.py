@@ -38,6 +38,10 @@ import sys
 import tempfile
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,7 +302,7 @@ def sample_images(folder: Path, n: int, side: int) -> list[str]:
 
     folder.mkdir(parents=True, exist_ok=True)
     out = []
-    for i, name in enumerate(("astronaut", "coffee", "chelsea", "rocket")[:n]):
+    for _i, name in enumerate(("astronaut", "coffee", "chelsea", "rocket")[:n]):
         img = Image.fromarray(getattr(data, name)())
         w, h = img.size
         s = side / max(w, h)

@@ -45,7 +45,7 @@ def zoo_benchmark(n_prompts: int | None) -> dict:
     skipped, relaxed, batches, seq_times, seq_batches, same = [], [], [], [], [], []
     times, evals, counts, below, below_rnd, s_on, s_off, s_rnd = [], [], [], [], [], [], [], []
     seeds = [0, 1, 2, 3]
-    for i, (p, item) in enumerate(zip(prompts, items)):
+    for i, (p, _item) in enumerate(zip(prompts, items)):
         t0 = time.perf_counter()
         loc = nemo.localize(m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds,
                             guidance_scale=m.search_guidance)

@@ -20,6 +20,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 
+def _seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n-images", type=int, default=512)
@@ -49,8 +55,8 @@ def main(argv=None) -> int:
     bare(), index()  # warm-up
     t_bare, t_index = [], []
     for _ in range(args.repeats):  # interleaved, so load changes hit both
-        t0 = time.perf_counter(); bare(); t_bare.append(time.perf_counter() - t0)
-        t0 = time.perf_counter(); index(); t_index.append(time.perf_counter() - t0)
+        t_bare.append(_seconds(bare))
+        t_index.append(_seconds(index))
     b, x = min(t_bare), min(t_index)
     # The index's own work, isolated: SAE encode + streaming top-k update on the captured activations.
     from backend.sae.index import IndexBuilder
@@ -76,9 +82,9 @@ def main(argv=None) -> int:
 
     for f in feats:
         pages.PAGE_CACHE._data.clear()
-        t0 = time.perf_counter(); pages.feature_page(org, f); page_ms.append(1e3 * (time.perf_counter() - t0))
+        page_ms.append(1e3 * _seconds(lambda: pages.feature_page(org, f)))
         pages.PAGE_CACHE._data.clear()
-        t0 = time.perf_counter(); feature_pages.open_feature("zoo", f); handler_ms.append(1e3 * (time.perf_counter() - t0))
+        handler_ms.append(1e3 * _seconds(lambda: feature_pages.open_feature("zoo", f)))
     res = {
         "n_images": len(specs),
         "bare_forward_s": round(b, 3), "index_build_s": round(x, 3),

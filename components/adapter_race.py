@@ -87,7 +87,7 @@ def _status(curves: dict, done: dict | None, elapsed: float, total: int) -> str:
     n = sum(len(c["step"]) for c in curves.values())
     lines = [f"{n}/{total} steps in {elapsed:.1f} s"]
     latest = {}
-    for (m, s), c in curves.items():
+    for (m, _seed), c in curves.items():
         if c["loss"]:
             latest.setdefault(m, []).append(float(np.mean(c["loss"][-5:])))
     if latest:

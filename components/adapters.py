@@ -134,7 +134,7 @@ def build(ctx) -> None:
     with gr.Row(elem_classes=["wb-keyfirst"]):
         start = gr.Button("Start race", variant="primary", elem_id="pissa-start")
         enter.runs(start, lr)
-        stop = gr.Button("Stop", variant="stop", elem_id="pissa-stop")
+        gr.Button("Stop", variant="stop", elem_id="pissa-stop")  # race_live wires it by its id
     # the page's race is drawn here, live and finished, with its status (components.race_live)
     live_view = race_live.live_view(elem_id="pissa-race-live", elem_classes=["wb-keyfig", "wb-keyfirst"])
     # the API's race streams its figure and status into these; the page never shows them

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from backend.core import bounds, image_header
-from backend.sae import analysis, ood, organism, pages
+from backend.sae import analysis, ood, pages
 from backend.sae import scenes as S
 from backend.sae import steer as ST
 from components.common import fail
@@ -211,7 +211,6 @@ def steer(source: str, image, example, feature, value, positions, add_error, sup
                                suppress_family=bool(suppress))
     except ValueError as e:
         fail(str(e))
-    lab = organism.shown_label(org.labels.get(str(f), {}))
     ok = {True: " · steered output is well-formed", False: " · steered output is not a well-formed caption",
           None: ""}[out["well_formed"]]
     verdict = concept_words(out)

@@ -120,7 +120,7 @@ class CheckedImage(gr.Image):
             return super().preprocess(payload)
         except gr.Error:
             raise
-        except Exception as e:  # PIL's UnidentifiedImageError, a truncated file, a decompression bomb
+        except Exception:  # PIL's UnidentifiedImageError, a truncated file, a decompression bomb
             raise gr.Error(unreadable(getattr(payload, "orig_name", None), self.what),
                            print_exception=False) from None
 

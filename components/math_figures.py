@@ -120,7 +120,7 @@ def figure2_plot(base: dict, results: dict, k: float) -> go.Figure:
                              name="unmodified", text=["unmodified"], textposition=where[0],
                              hovertemplate=hover("unmodified"),
                              marker=dict(size=14, color=COLORS["none"], symbol="star")))
-    for (m, r), (x, y), pos in zip(results.items(), points[1:], where[1:]):
+    for (m, _r), (x, y), pos in zip(results.items(), points[1:], where[1:]):
         fig.add_trace(go.Scatter(x=[x], y=[y], mode="markers+text", hovertemplate=hover(f"{LABEL_OF[m]} set pruned"),
                                  name=LABEL_OF[m], text=[LABEL_OF[m].split(" ")[0]], cliponaxis=False,
                                  textposition=pos, marker=dict(size=13, color=COLORS[m])))

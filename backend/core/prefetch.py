@@ -49,7 +49,7 @@ def read_shards(location: str, *, revision: str | None = None, skip: Iterable[st
     sizes = [f.stat().st_size for f in files]
     total, done = max(1, sum(sizes)), 0
     buf = bytearray(CHUNK)
-    for i, (path, size) in enumerate(zip(files, sizes), 1):
+    for i, (path, _size) in enumerate(zip(files, sizes), 1):
         store.report_shards(i, len(files), 0.9 * done / total)
         next_report = done + REPORT_EVERY
         with open(path, "rb", buffering=0) as fh:

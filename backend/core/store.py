@@ -41,7 +41,6 @@ import contextvars
 import gc
 import logging
 import os
-import re
 import threading
 import time
 import weakref
@@ -50,7 +49,6 @@ from contextlib import contextmanager
 from typing import Any, AsyncIterator, Callable, Iterable, Iterator
 
 import torch
-from torch import nn
 
 from . import loadgate
 from .budget import budget_bytes, default_budget, fmt_bytes, gpu_budget, parse_bytes  # noqa: F401 (the store's API)

@@ -77,7 +77,7 @@ def longrange_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
     items = held[:n] if n else held
     out = {m: {"top1": [], "top10": [], "distance": []} for m in methods}
     steps = limits.Steps("the long-range evaluation")
-    for L, group in by_length(items, "tokens").items():
+    for _L, group in by_length(items, "tokens").items():
         ids = torch.tensor([tok.convert_tokens_to_ids(["<bos>"] + h["tokens"]) for h in group])
         with torch.no_grad():
             pred = lm_forward(model, ids)[:, -1].argmax(-1).cpu()

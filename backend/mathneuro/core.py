@@ -26,7 +26,7 @@ from ..core.device import device_of
 from ..core.interventions import indexable, model_lock, scale_weights
 from .select import check_k as _check_k
 from .select import importance as _importance
-from .select import select_masks, top_fraction
+from .select import select_masks, top_fraction  # noqa: F401  (top_fraction: the package re-exports it)
 
 METHODS = ("mathneuro", "wanda", "random", "lape")
 Masks = dict[str, torch.Tensor]

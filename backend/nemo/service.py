@@ -7,7 +7,6 @@ prompt sets and statistics are backend.nemo.model's; this module holds the tab's
 """
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from backend.core import weights
 from backend.core.cache import ByteLRUCache, make_key
 from backend.core.zerogpu import capped, gpu
 
@@ -92,7 +90,7 @@ def check(prompt: str, source: str | None = None, model: str | None = None, own_
                                         guidance_scale=m.guidance_scale)
         acts = {k: v[0] for k, v in core.activations(m.pipe, [prompt]).items()}
         z = core.zscores(acts, stats)
-        listed = m.listed(prompt)
+        in_list = m.listed(prompt)
         return {"prompt": prompt, "score": score, "theta_mem": m.theta_mem,
                 "memorized": bool(score > m.theta_mem),
                 "layers": [core.short_name(n) for n in m.layers],
@@ -100,7 +98,7 @@ def check(prompt: str, source: str | None = None, model: str | None = None, own_
                 "activation": {core.short_name(n): acts[n].tolist() for n in m.layers},
                 "max_z": float(max(z[n].max() for n in m.layers)),
                 "is_training_prompt": m.train_image(prompt) is not None,
-                "listed_type": listed.get("type", "VM") if listed else None,
+                "listed_type": in_list.get("type", "VM") if in_list else None,
                 "detection": m.detection(), "stats": status}
     return _RESULTS.get_or_compute(key, compute)
 
@@ -110,7 +108,7 @@ def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] |
                 source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> list[dict]:
     """`check` for a list of prompts (at most data.MAX_PROMPTS) → one row per prompt: score,
     verdict, largest z-score and, where the model's list holds it, its memorization type."""
-    m = get(source, model)
+    get(source, model)  # a model that cannot load is refused before the prompts are read
     if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
         raise ValueError("The batch must be a list of prompts.")
     prompts = [clean_prompt(p) for p in prompts]

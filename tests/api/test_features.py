@@ -91,7 +91,7 @@ def test_steering_and_parallel_clients(app_url, org):
     best = st["sweep"][st["best"]]
     mult = best["multiple"]
     jobs = []
-    for i, colour in enumerate(["red", "blue", "green", "yellow"]):
+    for _i, colour in enumerate(["red", "blue", "green", "yellow"]):
         # a held-out scene without that colour
         ex = next(j for j, s in enumerate(org.heldout_specs[:40]) if all(o["colour"] != colour for o in s["objects"]))
         f = colour_feature(org, colour)
@@ -101,7 +101,7 @@ def test_steering_and_parallel_clients(app_url, org):
     with ThreadPoolExecutor(4) as pool:
         par = list(pool.map(lambda j: _steer(clients[jobs.index(j) % 2], *j[1:]), jobs))
     seq = [_steer(clients[0], *j[1:]) for j in jobs]
-    for (colour, *_), a, b in zip(jobs, par, seq):
+    for _job, a, b in zip(jobs, par, seq):
         assert a["steered"] == b["steered"] and a["baseline"] == b["baseline"]
         assert a["hookpoint"] == org.hookpoint
     named = sum(any(o["colour"] == c for o in (S.parse_caption(r["steered"]) or [])) for (c, *_), r in zip(jobs, par))

@@ -91,7 +91,7 @@ def test_a_large_picture_over_mcp_is_refused_before_it_is_decoded(big):
     assert growth <= GROWTH_MB, f"image_base64: peak RSS +{growth:.0f} MB before the refusal"
 
 
-def test_the_mcp_tool_answers_the_refusal(mcp_url, big):
+def test_the_mcp_tool_answers_the_refusal(mcp_url, big):  # noqa: F811 - the fixture imported above
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
 from backend.sae import explain as E
 from backend.sae import analysis, loading
 from backend.sae import scenes as S
@@ -20,7 +21,6 @@ from backend.zoo import zoo_path
 from backend.zoo.manifest import verify
 
 torch.set_num_threads(1)
-from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
 
 if not (_ZOO_ROOT / "llava-scenes-sae" / "manifest.json").exists():  # weights not committed yet
     pytest.skip("the Features organism is not built", allow_module_level=True)

@@ -47,3 +47,17 @@ def test_zoo_is_safetensors_and_small():
     assert not [p.name for p in files if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
     total = sum(p.stat().st_size for p in files)
     assert total <= 60 * 2**20, f"assets/zoo holds {total / 2**20:.1f} MB"
+
+
+def test_ruff_finds_nothing():
+    """The lint rules of pyproject.toml ([tool.ruff]) hold over the whole tree: an unused import, an
+    undefined name, a dead assignment or a blind `pytest.raises(Exception)` fails the suite."""
+    import shutil
+    import subprocess
+    import sys
+
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    assert ruff, "ruff is in requirements-dev.txt: run `bash scripts/install.sh --dev`"
+    done = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", str(ROOT)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

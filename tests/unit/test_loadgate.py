@@ -154,7 +154,7 @@ def test_a_long_loop_lets_a_waiting_load_through_between_its_steps():
     def long_loop():
         with loadgate.computing():
             steps = limits.Steps("the loop")
-            for i in steps.each(range(20)):
+            for _i in steps.each(range(20)):
                 started.set()
                 time.sleep(0.05)
             log.append(("loop end", time.monotonic()))

@@ -183,7 +183,7 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
     img_dir = out_dir / "train_images"
     img_dir.mkdir(exist_ok=True)
-    for (cap, name), im in zip(mem, photos):
+    for (_caption, name), im in zip(mem, photos):
         Image.fromarray((im * 255).round().astype(np.uint8)).save(img_dir / f"{name}.png")
 
     info, metrics = evaluate(out_dir, mem, photos, stats_prompts, heldout_prompts, log)
