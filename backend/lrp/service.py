@@ -15,8 +15,10 @@ from backend.core.zerogpu import capped, gpu
 
 from . import evaluate as ev
 from . import faithfulness as fa
+from .checks import (InputError, check_methods, check_rules, check_text, check_text_request,  # noqa: F401
+                     n_methods, whole_in_range)  # (check_text_request: the tab checks before a load)
 from .forward import RULES, lm_forward
-from .methods import LABELS, METHODS, attribute_image, attribute_text, mambalrp_choosing_target
+from .methods import LABELS, attribute_image, attribute_text, mambalrp_choosing_target
 from .models import IMAGE_ZOO, LONG_ZOO, TAB, TEXT_ZOO, Loaded, _read_task, load, text_preset, text_presets
 from .sentences import DataError
 from .tokens import WordError, resolve_word, token_text, token_texts
@@ -25,64 +27,12 @@ MAX_TOKENS = 256
 HELD_MAX_TOKENS = 64  # held-out sentences longer than this are skipped (each costs 2·L forwards)
 
 
-def _n_methods(methods) -> int:
-    return len(methods) if isinstance(methods, (list, tuple)) else 1
-
-
 def _gpu_s(m, text="", methods=(), *a, **k) -> int:
     """ZeroGPU estimate: a few seconds per method (IG/SmoothGrad take tens of passes), more for
     long text (up to MAX_TOKENS). A text over the bound is refused before any work, so the formula
     counts at most the bound's characters: a 100,000-character text is not estimated as 50 texts."""
-    return capped(10 + _n_methods(methods) * (4 + min(len(str(text)), bounds.REL_TEXT_CHARS) / 200))
+    return capped(10 + n_methods(methods) * (4 + min(len(str(text)), bounds.REL_TEXT_CHARS) / 200))
 CACHE = ByteLRUCache(64 * 2**20, name="relevance")
-
-
-class InputError(ValueError):
-    """Bad user input, with a message meant for the user."""
-
-
-def check_text(text) -> str:
-    """The checks any model's text must pass, made before a model loads: a refused text costs no load."""
-    if not isinstance(text, str) or not text.strip():
-        raise InputError("Type a sentence first.")
-    if len(text) > bounds.REL_TEXT_CHARS:  # before tokenizing: one 100k-character word is one token
-        raise InputError(f"The text is {len(text):,} characters long; at most {bounds.REL_TEXT_CHARS:,} are "
-                         "taken. Nothing was computed.")
-    return text
-
-
-def check_text_request(text, methods, rules) -> None:
-    """An explanation's text, methods and rules, checked before its model loads (explain_text checks
-    them again, for callers that pass a loaded model)."""
-    check_text(text)
-    check_methods(methods)
-    check_rules(rules)
-
-
-def check_methods(methods) -> list[str]:
-    methods = [m for m in (methods or []) if m]
-    if not methods:
-        raise InputError("Pick at least one method.")
-    bad = [m for m in methods if m not in METHODS]
-    if bad:
-        raise InputError(f"Unknown method(s) {bad}; choose from {list(METHODS)}.")
-    return methods
-
-
-def check_rules(rules) -> list[str]:
-    rules = sorted(set(rules or []))
-    bad = [r for r in rules if r not in RULES]
-    if bad:
-        raise InputError(f"Unknown rule(s) {bad}; choose from {list(RULES)}.")
-    return rules
-
-
-def whole_in_range(value, lo: int, hi: int, what: str) -> int:
-    """A whole number in [lo, hi], or a refusal that names the range: never clamped into it."""
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not (ok and np.isfinite(value) and float(value).is_integer() and lo <= value <= hi):
-        raise InputError(f"{what} must be a whole number from {lo} to {hi} (got {str(value)[:20]}).")
-    return int(value)
 
 
 def _is_zoo_sentiment(m: Loaded) -> bool:
@@ -225,7 +175,7 @@ def longrange(m: Loaded, text: str, methods, top: int = 10) -> dict:
     return res
 
 
-@gpu(duration=lambda m, methods=(), n=60, *a, **k: capped(10 + 0.5 * int(n) * _n_methods(methods)))
+@gpu(duration=lambda m, methods=(), n=60, *a, **k: capped(10 + 0.5 * int(n) * n_methods(methods)))
 def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> dict:
     """ΔA^F table, mean MoRF/LeRF curves, precision@k and the conservation scatter on the held-out set."""
     methods = check_methods(methods)
@@ -314,7 +264,7 @@ def _sentence_ids(m: Loaded, text: str, suffix: str) -> tuple[torch.Tensor, list
 
 
 def _held_gpu_s(m, items=(), methods=(), *a, n=60, **k) -> int:
-    return capped(10 + 0.5 * min(int(n), len(items) or 1) * _n_methods(methods))
+    return capped(10 + 0.5 * min(int(n), len(items) or 1) * n_methods(methods))
 
 
 @gpu(duration=_held_gpu_s)
@@ -433,7 +383,7 @@ def match_example(m: Loaded, img: np.ndarray) -> int | None:
     return i if d[i] < 2.5 / 255 else None
 
 
-@gpu(duration=lambda m, image=None, methods=(), *a, **k: capped(10 + 5 * _n_methods(methods)))
+@gpu(duration=lambda m, image=None, methods=(), *a, **k: capped(10 + 5 * n_methods(methods)))
 def explain_image(m: Loaded, image, methods, rules=RULES) -> dict:
     methods = check_methods(methods)
     rules = check_rules(rules)
