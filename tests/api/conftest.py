@@ -72,3 +72,23 @@ def models_untouched():
     from backend.core import store
 
     assert store.integrity_problems() == []
+
+
+@pytest.fixture(scope="package")
+def mcp_url():
+    """The app with its MCP tools in this process, as `app.py --mcp` serves it (one for the package's
+    MCP tests: tests/api/test_mcp*.py, test_large_images.py); yields its URL."""
+    pytest.importorskip("mcp")
+    import app
+    from components import agent_tools
+    from tests.helpers.server import free_port
+
+    demo = app.build_app("zoo")
+    agent_tools.install(demo, "zoo")
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                mcp_server=True, **app.launch_kwargs())
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()

@@ -11,7 +11,6 @@ import zlib
 import pytest
 
 from backend.core import bounds
-from tests.api.test_mcp import mcp_url  # noqa: F401 - the app with its MCP tools, as test_mcp serves it
 
 pytestmark = pytest.mark.timeout(300)
 SIDE = 13_000
@@ -91,7 +90,7 @@ def test_a_large_picture_over_mcp_is_refused_before_it_is_decoded(big):
     assert growth <= GROWTH_MB, f"image_base64: peak RSS +{growth:.0f} MB before the refusal"
 
 
-def test_the_mcp_tool_answers_the_refusal(mcp_url, big):  # noqa: F811 - the fixture imported above
+def test_the_mcp_tool_answers_the_refusal(mcp_url, big):
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
 
