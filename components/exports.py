@@ -112,10 +112,20 @@ def hand_out(write: Callable[[Path], Any], request=None, name: str = SPACE) -> A
     folder."""
     request = request if request is not None else current_request()
     with folder(request, name) as d:
-        out = write(d)
-        if isinstance(out, (list, tuple)):
-            return type(out)(None if p is None else served(p, request) for p in out)
-        return None if out is None else served(out, request)
+        try:
+            out = write(d)
+            if isinstance(out, (list, tuple)):
+                return type(out)(None if p is None else served(p, request) for p in out)
+            return None if out is None else served(out, request)
+        except FileNotFoundError:
+            if d.is_dir():
+                raise
+            # The session ended while its call still wrote (a page closed as a race finished): its
+            # folder went with it, and nobody is left to take the files. Said, not an internal error.
+            import gradio as gr
+
+            raise gr.Error("This session ended before its files were written; nothing was kept.",
+                           print_exception=False) from None
 
 
 def drop_others(request, pattern: str, keep: str | os.PathLike) -> None:

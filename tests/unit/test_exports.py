@@ -122,3 +122,29 @@ def test_an_agents_file_link_names_no_server_path():
     assert link.startswith("https://owner-workbench.hf.space" + mcp_server.FILE_ROUTE + "/")
     assert link.endswith("/workbench-report-1.html") and "/tmp" not in link and "gradio_api/file=" not in link
     assert mcp_server.file_link('{"tabs": []}', "http://x") == '{"tabs": []}'
+
+
+def test_a_session_that_ends_while_its_files_are_written_is_told_not_an_internal_error(places):
+    """A page closed as its race finished: the session's end removes its folder while the call
+    still writes the exports. The call ends with a message (gr.Error, which the guard does not count
+    as an internal error), not a FileNotFoundError, and leaves nothing behind."""
+    import gradio as gr
+
+    request = SimpleNamespace(session_hash="leaves-early")
+    sid = sessions.key_of("leaves-early")
+
+    def write(folder: Path):
+        (folder / "first.json").write_text("{}")
+        assert sessions.end(sid)  # the visitor leaves here
+        (folder / "second.png").write_bytes(b"\x89PNG")
+        return [str(folder / "first.json"), str(folder / "second.png")]
+
+    with pytest.raises(gr.Error, match="session ended"):
+        exports.hand_out(write, request)
+    assert exports.copies_of(sid) == [] and not (places.root / sid).exists()
+
+    def broken(folder: Path):  # a missing file of the call's own, with the session alive, is a defect
+        return [str(folder / "never-written.png")]
+
+    with pytest.raises(FileNotFoundError):
+        exports.hand_out(broken, SimpleNamespace(session_hash="stays"))
