@@ -141,6 +141,19 @@ def install(demo: gr.Blocks, links, source: str) -> int:
     return n
 
 
+def _filled(value) -> bool:
+    """Whether an output shows something. A table's DataFrame or an image's array has no truth value
+    of its own (pandas raises), so a Features result with its table was once not kept."""
+    v = R.unwrap(value)
+    if v is None:
+        return False
+    if hasattr(v, "empty"):  # a pandas DataFrame or Series
+        return not v.empty
+    if hasattr(v, "size") and hasattr(v, "shape"):  # a numpy array
+        return v.size > 0
+    return bool(v)
+
+
 def _wrap(fn, after):
     """`fn` unchanged for Gradio (signature, streaming), then `after(args, kwargs, output, seconds)`
     in the server process; a failure of `after` is logged, never the visitor's."""
@@ -221,7 +234,7 @@ def _on_result(bf, tab, section, heading, mod, on_load, args, kwargs, out, secon
     query = getattr(request, "query_params", None) or {}
     parts = [p for c, v in zip(bf.outputs or [], _outputs(bf, out)) if (p := R.part_of(c, v))]
     if not any(p["kind"] in ("figure", "table", "images") for p in parts) and not any(
-            getattr(c, "elem_id", None) == section for c, v in zip(bf.outputs or [], _outputs(bf, out)) if R.unwrap(v)):
+            getattr(c, "elem_id", None) == section for c, v in zip(bf.outputs or [], _outputs(bf, out)) if _filled(v)):
         return  # an event that blanks the outputs: the last result stays the current one
     settings, images = [], []
     for comp, v in zip(bf.inputs or [], values):

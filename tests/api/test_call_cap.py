@@ -103,6 +103,7 @@ def test_a_generation_is_estimated_from_the_work_it_does(client, monkeypatch):
     monkeypatch.setenv("WORKBENCH_CALL_CAP_S", "2.5")
     prompt = "a red circle"
     client.predict(prompt, [], "mid.attn0:0, down0.attn0:1", 1, api_name="/memo_generate")  # measured: ~0.8 s
-    t0 = time.perf_counter()
-    client.predict(prompt, [], "", 8, api_name="/memo_generate")  # refused before: "estimated at 3 s"
-    assert time.perf_counter() - t0 < 2.5
+    # refused before ("estimated at 3 s"); now it runs, under the job limit the cap sets (2.5 s: a
+    # generation past it is stopped with an error), and hands back its eight images
+    gallery, _ = client.predict(prompt, [], "", 8, api_name="/memo_generate")
+    assert len(gallery) == 8, gallery

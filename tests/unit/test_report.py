@@ -89,3 +89,15 @@ def test_five_tabs_embed_plotly_once_within_size_and_time():
                                             (True, "True"), (None, ""), ([1, 2.5], "1, 2.5")])
 def test_cells_read_as_the_tab_shows_them(value, expected):
     assert R.fmt(value) == expected
+
+
+def test_an_output_that_is_a_table_or_an_array_counts_as_shown():
+    """A Features result's table (a DataFrame, whose truth value pandas refuses) once made the
+    report drop the result with a logged ValueError; empty ones are still nothing shown."""
+    import numpy as np
+    import pandas as pd
+
+    from components.report import _filled
+
+    assert _filled(pd.DataFrame({"feature": [3]})) and _filled(np.zeros((2, 2))) and _filled("text")
+    assert not any(_filled(v) for v in (pd.DataFrame(), np.zeros(0), "", None, []))
