@@ -104,6 +104,12 @@ def check(r: Range, value, empty: str = "an empty box") -> float | int:
     return int(x) if r.whole else x
 
 
+def check_whole(r: Range, value, empty: str = "an empty box") -> int:
+    """`check` for a whole-number range: the int it returns there, typed as one."""
+    assert r.whole, r
+    return int(check(r, value, empty))
+
+
 def check_choice(name: str, value, choices) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(str, choices))} (got {str(value)[:40]!r}). "

@@ -44,9 +44,9 @@ def model_of(args, kwargs) -> str:
             got = getattr(v, attr, None)
             if isinstance(got, str) and got:
                 return got[:80]
-        preset = getattr(v, "preset", None)
-        if isinstance(getattr(preset, "key", None), str):
-            return preset.key
+        preset_key = getattr(getattr(v, "preset", None), "key", None)
+        if isinstance(preset_key, str):
+            return preset_key
     return ""
 
 

@@ -37,7 +37,7 @@ class ModelLock:
         left = limits.remaining()
         bounded = timeout < 0 and left is not None  # the wait ends at the request's deadline
         with loadgate.waiting():
-            got = self._lock.acquire(timeout=max(left, 0.0) if bounded else timeout)
+            got = self._lock.acquire(timeout=max(left, 0.0) if bounded and left is not None else timeout)
         if not got and bounded:
             raise limits.JobTooLong(f"The wait for another request's computation on this model ran past "
                                     f"{limits.limit_words()}; try again when the server is less busy. "
@@ -170,7 +170,7 @@ def flat_index(mask: torch.Tensor) -> torch.Tensor | None:
     if hit is not None and hit[0]() is mask and hit[1] == mask._version:
         return hit[2]
     idx = mask.reshape(-1).nonzero().squeeze(1).to(torch.int32) if indexable(int(mask.sum()), mask.numel()) else None
-    ref = weakref.ref(mask, lambda _r, k=key: _INDEX_CACHE.pop(k, None))
+    ref = weakref.ref(mask, lambda _r: _INDEX_CACHE.pop(key, None))
     _INDEX_CACHE[key] = (ref, mask._version, idx)
     return idx
 

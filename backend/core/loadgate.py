@@ -84,7 +84,7 @@ def loading(expected_s: float | None = None, what: str = "the model"):
     if _IN_LOAD.get():  # a loader that loads another model (an SAE's base model) holds the gate already
         yield
         return
-    if not _fits(expected_s):
+    if expected_s is not None and not _fits(expected_s):
         raise _no_time(expected_s, what)
     mine = _HELD.get()
     stop_at = limits.deadline()  # the request's: past it the load is not made
@@ -103,7 +103,7 @@ def loading(expected_s: float | None = None, what: str = "the model"):
             until = deadline if stop_at is None else min(deadline, stop_at)
             _COND.wait(timeout=max(0.01, until - time.monotonic()))
         _STATE["pending"] -= 1
-        if not _fits(expected_s):  # the wait took the time the load needs
+        if expected_s is not None and not _fits(expected_s):  # the wait took the time the load needs
             _STATE["computing"] += mine
             _COND.notify_all()
             raise _no_time(expected_s, what)

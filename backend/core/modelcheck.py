@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from . import presets as P
 from .errors import ModelCheckError
@@ -125,7 +126,8 @@ def _class_for_type(model_type: str) -> str | None:
     for names in (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
                   auto.MODEL_MAPPING_NAMES):
         if model_type in names:
-            return names[model_type]
+            name = names[model_type]
+            return name if isinstance(name, str) else name[0]  # funnel: (FunnelModel, FunnelBaseModel)
     return None
 
 
@@ -160,6 +162,7 @@ def _hub_file(repo: str, name: str, revision: str | None) -> Path | None:
 
 
 def _hub_meta(repo: str, revision: str | None) -> "_Meta":
+    unreachable: _Unreachable | None
     try:
         config = _hub_file(repo, "config.json", revision)
         if config is not None:
@@ -288,6 +291,7 @@ def architecture_problem(meta: _Meta, method: str) -> str | None:
 # ----------------------------------------------------------------------------------- sizes
 def _size(meta: _Meta) -> tuple[int | None, int | None]:
     if meta.local:
+        assert meta.folder is not None  # a local model is its folder
         return local_size(meta.folder)
     return hub_or_cached_size(meta.location, meta.revision, meta.folder)
 
@@ -314,7 +318,7 @@ def _over_cap(name: str, params: int | None, nbytes: int | None, cap: int | None
 
 # ----------------------------------------------------------------------------------- public
 def check_model(path_or_id: str, method: str, *, revision: str | None = None,
-                max_bytes: int | None | str = "policy", roots: list[Path] | None = None) -> ModelCheck:
+                max_bytes: int | None | Literal["policy"] = "policy", roots: list[Path] | None = None) -> ModelCheck:
     """Read a model's config and weight headers (no weights) and check it fits `method`.
 
     Raises ModelCheckError with the reason: a path outside the allowed roots or missing, a

@@ -177,6 +177,7 @@ def checked_own(store_keys) -> list[tuple[P.Preset, int | None]]:
         picks = [picked for _, picked in _CHECKED.values()]
     out = []
     for picked in picks:
+        assert picked.check is not None  # _CHECKED holds own models only, each with its check
         item = (picked.preset, picked.check.n_bytes)
         if key(picked.preset) in wanted and item not in out:
             out.append(item)

@@ -34,19 +34,22 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from . import presets as P
+
+if TYPE_CHECKING:
+    from .picker import Picked
 
 log = logging.getLogger("workbench")
 ENV = "WORKBENCH_PRELOAD"
 _LOADERS: dict[str, Callable[..., object]] = {}
-_PICKS: dict[str, Callable[[str], object]] = {}
+_PICKS: dict[str, Callable[[str], Picked]] = {}
 _LOADED: dict[str, Callable[[P.Preset], bool]] = {}
 _MIRRORED: list[str] = []
 
 
-def register(tab: str, load: Callable[..., object], pick: Callable[[str], object] | None = None,
+def register(tab: str, load: Callable[..., object], pick: Callable[[str], Picked] | None = None,
              loaded: Callable[[P.Preset], bool] | None = None) -> None:
     """How `tab` loads one of its registered presets with everything its view needs. `pick(key)`:
     the check the tab's handlers run on a model pick (a backend.core.picker.Picked, or an exception
@@ -163,6 +166,7 @@ def own(tab: str, key) -> str | None:
         return None
     if not getattr(picked, "custom", False) or _own_loaded(picked.preset):
         return None
+    assert picked.check is not None  # an own model (`custom`) comes with its check
     return _load_here(picked.preset, "preload", picked.check.n_bytes)
 
 
@@ -181,7 +185,7 @@ def _load_here(preset: P.Preset, why: str, *size) -> str | None:
     return f"{preset.tab}:{preset.path_or_id}"
 
 
-def mirror(model_ids: list[str], own_models: list[tuple[P.Preset, int | None]] = ()) -> list[str]:
+def mirror(model_ids: list[str], own_models: Sequence[tuple[P.Preset, int | None]] = ()) -> list[str]:
     """Load in this (the main) process the registered presets whose weights a worker loaded
     (store keys, backend.core.weights.key), and the user's own models among them (`own_models`: their
     presets as the tab's pick check resolved them, with their bytes, for tabs that registered one);
@@ -190,7 +194,7 @@ def mirror(model_ids: list[str], own_models: list[tuple[P.Preset, int | None]] =
     from .weights import key
 
     wanted_ids = set(model_ids)
-    todo = [(p, ()) for p in P.presets() if p.tab in _LOADERS]
+    todo: list[tuple[P.Preset, tuple[int | None, ...]]] = [(p, ()) for p in P.presets() if p.tab in _LOADERS]
     todo += [(p, (size,)) for p, size in own_models if p.tab in _PICKS and p.tab in _LOADERS]
     # checked one by one as they load: a checkpoint two tabs list loads once
     done = [name for name in (_load_here(p, "mirror", *size) for p, size in todo if key(p) in wanted_ids

@@ -101,9 +101,10 @@ def _hub_size(repo: str, revision: str | None) -> tuple[int | None, int | None]:
     """(parameters, bytes) from the hub's metadata; (None, None) if it cannot be reached."""
     if (repo, revision) not in _HUB_SIZES:
         got = _ask_hub_size(repo, revision)
-        if got[1] is None:
+        params, n_bytes = got
+        if n_bytes is None:
             return got  # not remembered: the hub may be reachable next time
-        _HUB_SIZES[(repo, revision)] = got
+        _HUB_SIZES[(repo, revision)] = (params, n_bytes)
     return _HUB_SIZES[(repo, revision)]
 
 

@@ -88,8 +88,8 @@ MARKED: dict[str, float | Callable] = {}  # "module.qualname" → duration, for 
 _RAW = contextvars.ContextVar("workbench_gpu_raw", default=False)  # `capped` unrounded, unbounded
 
 
-def capped(seconds: float, lo: float = 10, hi: float = MAX_DURATION) -> int:
-    """An estimate rounded up to whole seconds within [lo, hi]."""
+def capped(seconds: float, lo: float = 10, hi: float = MAX_DURATION) -> float:
+    """An estimate rounded up to whole seconds within [lo, hi] (unrounded under `_RAW`)."""
     if _RAW.get():
         return float(seconds)
     return int(min(hi, max(lo, -(-float(seconds) // 1))))
@@ -222,7 +222,9 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
             # a call stopped before its limit (its next step would not have fitted) needed more
             # than the time it was given: just over it is its measure, so it is refused there next
             # time (a refusal needs an estimate over the cap)
-            costs.record(*key[:4], math.nextafter(max(took, key[4] or 0), math.inf) if stopped else took)
+            _, model, setting, units, given = key  # its first item is `name`
+            costs.record(name, model, setting, units,
+                         math.nextafter(max(took, given or 0), math.inf) if stopped else took)
 
     if inspect.isgeneratorfunction(f):
         @functools.wraps(f)
@@ -279,8 +281,9 @@ def gpu(fn: Callable | None = None, *, duration: float | Callable = 60, estimate
             def g(*args, **kwargs):
                 return _checked_call(name, f, args, kwargs)
         try:
-            g.gpu_duration = duration
-            g.gpu_marked = True
+            # a function's attributes are open; mypy sees only Callable's
+            g.gpu_duration = duration  # type: ignore[attr-defined]
+            g.gpu_marked = True  # type: ignore[attr-defined]
         except (AttributeError, TypeError):  # pragma: no cover - a wrapper that refuses attributes
             pass
         MARKED[name] = duration

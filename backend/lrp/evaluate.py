@@ -75,7 +75,7 @@ def summary(d: dict, faithfulness: bool = True) -> dict:
 def longrange_eval(model, tok, task: dict, held: list[dict], methods, *, n: int | None = None) -> dict:
     """Per method: share of sequences whose key position is the top-1 / in the top-10 tokens."""
     items = held[:n] if n else held
-    out = {m: {"top1": [], "top10": [], "distance": []} for m in methods}
+    out: dict[str, dict[str, list[float]]] = {m: {"top1": [], "top10": [], "distance": []} for m in methods}
     steps = limits.Steps("the long-range evaluation")
     for _L, group in by_length(items, "tokens").items():
         ids = torch.tensor([tok.convert_tokens_to_ids(["<bos>"] + h["tokens"]) for h in group])
@@ -128,8 +128,8 @@ def sentences_eval(model, groups: list[tuple], methods, *, neutral_id: int,
     given), the positions that may be removed and, optionally, each row's planted evidence
     positions (then precision@k too). Returns per method the summary (ΔA^F, the (Σ R, logit)
     pairs, per-sentence values) and the targets used (in the groups' order)."""
-    out = {m: {"precision": [], "sum_r": [], "logit": [], "curves": [], "rel": [], "targets": []}
-           for m in methods}
+    out: dict[str, dict[str, list]] = {m: {"precision": [], "sum_r": [], "logit": [], "curves": [], "rel": [],
+                                           "targets": []} for m in methods}
     used: list[int] = []
     done, total = 0, len(groups) * len(methods)
     steps = limits.Steps("the held-out evaluation")

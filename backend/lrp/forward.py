@@ -161,6 +161,7 @@ def lm_forward(model, input_ids: torch.Tensor | None = None, *, inputs_embeds=No
     backbone, head = parts(model)
     dev = backbone.embeddings.weight.device  # callers may build their ids on the host
     if inputs_embeds is None:
+        assert input_ids is not None, "input_ids or inputs_embeds"
         inputs_embeds = backbone.embeddings(input_ids.to(dev))
     inputs_embeds = inputs_embeds.to(dev)
     h = backbone_forward(backbone, inputs_embeds, rules, gamma=gamma, capture=capture)

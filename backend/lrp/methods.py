@@ -7,7 +7,7 @@ dimension per token; for the image model they act on the pixels and sum over col
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -129,6 +129,7 @@ def _hidden_attention_relevance(backbone, score, x: torch.Tensor, args: tuple, c
     x = x.detach().requires_grad_(method == "mambaattr")
     with torch.enable_grad():
         s = score(x, *args)
+        grads: Sequence[torch.Tensor | None]
         if method == "mambaattr":
             grads = torch.autograd.grad(s.sum(), cap.y_ssm)
         else:
@@ -137,7 +138,8 @@ def _hidden_attention_relevance(backbone, score, x: torch.Tensor, args: tuple, c
     with torch.no_grad():
         for i, block in enumerate(backbone.layers):
             A = -torch.exp(block.mixer.A_log.float())
-            g = None if grads[i] is None else grads[i].detach()
+            g = grads[i]
+            g = None if g is None else g.detach()
             layers.append(hidden_attention(cap.u[i].detach(), cap.dt[i].detach(), A, cap.B[i].detach(),
                                            cap.C[i].detach(), grad_y=g))
         return torch.stack([rollout([a[b:b + 1] for a in layers], int(pos[b]))[0]

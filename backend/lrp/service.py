@@ -27,7 +27,7 @@ MAX_TOKENS = 256
 HELD_MAX_TOKENS = 64  # held-out sentences longer than this are skipped (each costs 2·L forwards)
 
 
-def _gpu_s(m, text="", methods=(), *a, **k) -> int:
+def _gpu_s(m, text="", methods=(), *a, **k) -> float:
     """ZeroGPU estimate: a few seconds per method (IG/SmoothGrad take tens of passes), more for
     long text (up to MAX_TOKENS). A text over the bound is refused before any work, so the formula
     counts at most the bound's characters: a 100,000-character text is not estimated as 50 texts."""
@@ -263,7 +263,7 @@ def _sentence_ids(m: Loaded, text: str, suffix: str) -> tuple[torch.Tensor, list
     return ids, words
 
 
-def _held_gpu_s(m, items=(), methods=(), *a, n=60, **k) -> int:
+def _held_gpu_s(m, items=(), methods=(), *a, n=60, **k) -> float:
     return capped(10 + 0.5 * min(int(n), len(items) or 1) * n_methods(methods))
 
 
@@ -282,7 +282,8 @@ def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "p
     if not items:
         raise InputError("No sentences: upload a file or load SST-2 first.")
     suffix = str(suffix or "")
-    notes, skipped = [], {"no label": 0, "too long": 0, "empty": 0}
+    notes: list[str] = []
+    skipped = {"no label": 0, "too long": 0, "empty": 0}
     label_ids: dict[str, int] = {}
     if target == "label":
         if not any(it.get("label") is not None for it in items):
@@ -292,7 +293,8 @@ def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "p
         except DataError as e:
             raise InputError(str(e)) from None
         label_ids, notes = label_targets(m, words)
-    rows, texts = [], []
+    rows: list[tuple[torch.Tensor, list[int], int | None]] = []
+    texts: list[tuple[str, str | None]] = []
     for it in items:
         if len(rows) >= int(n):
             break
@@ -307,7 +309,8 @@ def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "p
         if len(ids) > HELD_MAX_TOKENS or not cand:
             skipped["too long" if cand else "empty"] += 1
             continue
-        rows.append((ids, cand, label_ids.get(it.get("label")) if target == "label" else None))
+        # a sentence without a label was skipped above when the labels are the targets
+        rows.append((ids, cand, label_ids.get(it["label"]) if target == "label" else None))
         texts.append((it["text"], it.get("label")))
     if len(rows) < 2:
         raise InputError(f"At least two usable sentences are needed (found {len(rows)}; skipped "

@@ -54,6 +54,7 @@ class VisionMamba(nn.Module):
 
     def forward(self, pixel_values: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None):
         if inputs_embeds is None:
+            assert pixel_values is not None, "pixel_values or inputs_embeds"
             inputs_embeds = self.embed(pixel_values)
         h = self.mamba(inputs_embeds=inputs_embeds, use_cache=False).last_hidden_state
         return self.head(h[:, -1])

@@ -17,7 +17,7 @@ import inspect
 import math
 import re
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -100,7 +100,7 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
     # synchronise the GPU hundreds of times per pass
     acc = {name: torch.zeros(m.in_features, dtype=torch.float64, device=m.weight.device)
            for name, m in layers.items()}
-    state: dict[str, torch.Tensor] = {}
+    state: dict[str, Any] = {}  # tensors: "x", "norms", and "mask" (None when no sample is padded)
 
     def make_hook(name: str):
         def hook(_m, args):
@@ -146,7 +146,7 @@ def _to_host(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     by_dev: dict[torch.device, list[str]] = {}
     for name, t in tensors.items():
         by_dev.setdefault(t.device, []).append(name)
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for names in by_dev.values():
         flat = torch.cat([tensors[n] for n in names]).cpu()
         out.update(zip(names, flat.split([tensors[n].numel() for n in names])))

@@ -157,8 +157,9 @@ class Bench:
 
     def n_ident(self, s: "Setting") -> tuple[int, int]:
         """(math, non-math) samples that identify under `s`: a set may hold fewer than s.n_samples."""
-        return tuple(min(int(s.n_samples), len(self.data_set(k, s.math if k == "math" else s.nonmath)["ident"]))
-                     for k in ("math", "nonmath"))
+        math, nonmath = (min(int(s.n_samples), len(self.data_set(k, s.math if k == "math" else s.nonmath)["ident"]))
+                         for k in ("math", "nonmath"))
+        return math, nonmath
 
     def score(self, kind: str, items: list[dict]) -> float:
         """Accuracy under the set's rule (zoo: exact match of the greedy answer; hub: see chat)."""
@@ -167,12 +168,13 @@ class Bench:
         return chat.accuracy(self.model, self.tok, items, kind,
                              MATH_NEW_TOKENS if kind == "math" else NONMATH_NEW_TOKENS)
 
-    def answers(self, items: list[dict], kinds: list[str]) -> list[tuple[str, bool]]:
-        """Greedy answers to held-out items and whether each is right (zoo: exact match)."""
+    def answers(self, items: list[dict], kinds: list[str]) -> list[tuple[str, bool | None]]:
+        """Greedy answers to held-out items and whether each is right (zoo: exact match; None for a
+        text without a reference answer)."""
         if self.zoo:
             gens = generate(self.model, self.tok, [it["prompt"] for it in items])
             return [(g, g == str(it["answer"])) for g, it in zip(gens, items)]
-        out = []
+        out: list[tuple[int, tuple[str, bool | None]]] = []
         for kind in ("math", "nonmath"):
             idx = [i for i, k in enumerate(kinds) if k == kind]
             if not idx:
@@ -379,6 +381,7 @@ def rule_of(items: list[dict], zoo: bool = False) -> str:
 def _entry(items: list[dict], label: str, zoo: bool = False) -> dict:
     # identification on the first half, evaluation on the rest, when there are enough
     half = len(items) // 2 if len(items) >= 2 * 8 else len(items)
+    ident: list[dict] | list[str]
     ident, held = items[:min(half, MAX_SAMPLES)], items[half:] or items
     split = (f"{len(ident)} identify, {len(held)} score" if held is not items else
              "the same items identify and score (fewer than 16)")
@@ -398,7 +401,11 @@ def register_data(source: str | None, side: str, path: str | os.PathLike | None 
         raise ValueError(f"side is 'math' or 'nonmath', not {side!r}")
     if (path is None) == (dataset is None):
         raise ValueError("name a file or a dataset id")
-    items = sources.read_items(path) if path is not None else sources.load_hub_items(dataset)
+    if path is not None:
+        items = sources.read_items(path)
+    else:
+        assert dataset is not None  # one of the two is named, checked above
+        items = sources.load_hub_items(dataset)
     if side == "math":
         items = sources.as_math(items, name or str(path or dataset))
     b = bench(source, model)

@@ -74,7 +74,7 @@ def read_gsm8k(split: str, n: int | None = None) -> list[dict]:
     path = GSM8K_DIR / f"{split}.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"GSM8K is not shipped at {path}")
-    out = []
+    out: list[dict] = []
     with path.open(encoding="utf-8") as f:
         for line in f:
             if n is not None and len(out) >= n:

@@ -162,6 +162,7 @@ class Checker:
         if self.g == 0:
             eps = self.unet(x, t, encoder_hidden_states=cond).sample.float()
         else:
+            assert self._uncond is not None  # set wherever the guidance scale is
             unc = self._uncond.expand(n * groups, -1, -1)
             e_u, e_c = self.unet(torch.cat([x, x]), t, encoder_hidden_states=torch.cat([unc, cond])).sample.float().chunk(2)
             eps = e_u + self.g * (e_c - e_u)

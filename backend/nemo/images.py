@@ -24,4 +24,4 @@ def resize_to(image: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     im = Image.fromarray((np.clip(image, 0, 1) * 255).round().astype(np.uint8))
-    return np.asarray(im.resize((int(hw[1]), int(hw[0])), Image.BICUBIC), np.float32) / 255
+    return np.asarray(im.resize((int(hw[1]), int(hw[0])), Image.Resampling.BICUBIC), np.float32) / 255

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from backend.core.interventions import locked
 
@@ -169,8 +169,8 @@ def localize(pipe, prompt: str, stats: NeuronStats, theta_mem: float, *, num_see
     with locked(pipe.unet):
         report(0.05, "noise differences without intervention")
         checker = Checker(pipe, prompt, range(num_seeds), guidance_scale, theta_mem, groups=groups, **kw)
-        common = dict(guidance_scale=float(guidance_scale), seeds=checker.all_seeds,
-                      seeds_kept=checker.seeds)
+        common: dict[str, Any] = dict(guidance_scale=float(guidance_scale), seeds=checker.all_seeds,
+                                      seeds_kept=checker.seeds)
         if not checker.seeds:
             report(1.0, "no seed agrees with another above θ_mem: not memorized, skipped")
             return Localization(prompt, {}, {}, float("nan"), 0, time.perf_counter() - t0,

@@ -212,8 +212,9 @@ def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
             out[f"ssim_{tag}"] = (ssim_images(imgs, np.repeat(train[None], len(imgs), 0)).tolist()
                                   if train is not None else None)
             out[f"diversity_{tag}"] = diversity(imgs) if len(imgs) > 1 else None
-            al = [alignment(im, prompt) for im in imgs]
-            out[f"alignment_{tag}"] = float(np.mean(al)) if al and al[0] is not None else None
+            # None for every image or for none: it depends on the prompt only
+            al = [a for im in imgs if (a := alignment(im, prompt)) is not None]
+            out[f"alignment_{tag}"] = float(np.mean(al)) if al else None
             out[f"score_{tag}"] = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
                                                           guidance_scale=m.guidance_scale, spec=s)
         out["train_image"] = train

@@ -68,7 +68,7 @@ def greedy(checker, state, moves: Sequence, propose: Propose, threshold: float,
             k += 1
             if trial is None:
                 continue
-            planned, guess, _ = plan.get(k - 1, (None, None, None))
+            planned, guessed, _ = plan.get(k - 1, (None, None, None))
             if trial != planned:  # cannot happen while every earlier guess held
                 raise AssertionError("speculative search left the sequential path")
             sim = checker.conclude(trial, checker.settle(trial, sims[k - 1], threshold))
@@ -78,7 +78,7 @@ def greedy(checker, state, moves: Sequence, propose: Propose, threshold: float,
                 state, state_sim = trial, sim
                 if on_accept:
                     on_accept(moves[k - 1], state)
-            if ok != guess:
+            if ok != guessed:
                 break
         i = k
     return state, state_sim

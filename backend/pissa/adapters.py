@@ -47,7 +47,8 @@ def clone_model(model: nn.Module) -> nn.Module:
 def _config(method: str, rank: int, alpha: float, targets: list[str], init):
     from peft import LoraConfig
 
-    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=targets,
+    # peft annotates lora_alpha as an int, yet takes any number (its scaling is alpha / r)
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=targets,  # type: ignore[arg-type]
                       init_lora_weights=init)
 
 
@@ -76,6 +77,7 @@ def adapt(model: nn.Module, method: str = "pissa", rank: int = 8, alpha: float |
     alpha = float(rank if alpha is None else alpha)
     targets = targets or default_targets(model)
     base = clone_model(model)
+    init: str | bool
     if method in ("pissa", "qpissa"):
         init = "pissa" if not niter else f"pissa_niter_{int(niter)}"
     else:
@@ -129,10 +131,10 @@ def convert_pissa_to_lora(trained, initial_state: dict, base_model: nn.Module):
     """PiSSA → LoRA with peft: save the initial adapter and the trained one with
     `path_initial_model_for_weight_conversion`, then load the converted (rank 2r) LoRA on a copy of
     the ORIGINAL base model. Returns (converted PeftModel, converted rank)."""
-    from peft import PeftModel, set_peft_model_state_dict
+    from peft import LoraConfig, PeftModel, set_peft_model_state_dict
 
-    with tempfile.TemporaryDirectory(prefix="pissa-convert-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="pissa-convert-") as tmp_name:
+        tmp = Path(tmp_name)
         # The initial adapter as it was before training, saved in peft's format.
         trained_state = {k: v.detach().clone() for k, v in trained.state_dict().items() if "lora_" in k}
         cfg = trained.peft_config["default"]
@@ -154,6 +156,8 @@ def convert_pissa_to_lora(trained, initial_state: dict, base_model: nn.Module):
             for k, v in trained_state.items():
                 sd[k].copy_(v)
         converted = PeftModel.from_pretrained(clone_model(base_model), str(tmp / "lora"))
-        rank = converted.peft_config["default"].r
+        converted_cfg = converted.peft_config["default"]
+        assert isinstance(converted_cfg, LoraConfig)  # a LoRA adapter, converted
+        rank = converted_cfg.r
         converted.eval()
     return converted, rank

@@ -15,11 +15,12 @@ Error-reduction ratio = 1 − ‖W − (Q + B @ A)‖_* / ‖W − nf4(W)‖_*  
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from ..core.bounds import PISSA_ITERS, Range, check
+from ..core.bounds import PISSA_ITERS, Range, check_whole
 from .nf4 import BLOCK_SIZE, nf4_roundtrip
 
 METHODS = ("qlora", "loftq", "qpissa")
@@ -35,7 +36,7 @@ def _as_matrix(weight) -> torch.Tensor:
 
 
 def _check_rank(rank: int, w: torch.Tensor) -> int:
-    return check(Range(f"The rank r of a {tuple(w.shape)} matrix", 1, min(w.shape)), rank)
+    return check_whole(Range(f"The rank r of a {tuple(w.shape)} matrix", 1, min(w.shape)), rank)
 
 
 def singular_spectrum(weight) -> torch.Tensor:
@@ -72,15 +73,18 @@ def pissa_split(weight, rank: int, init: str = "pissa", alpha: float | None = No
     rank = _check_rank(rank, w)
     if not (init == "pissa" or init.startswith("pissa_niter_")):
         raise ValueError(f"init must be 'pissa' or 'pissa_niter_N', got {init!r}")
-    cfg = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank,
-                     init_lora_weights=init, target_modules=["layer"])
+    # peft annotates lora_alpha as an int, yet takes any number (its scaling is alpha / r), and
+    # spells pissa_niter_N as the literal "pissa_niter_[number of iters]"
+    cfg = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank,  # type: ignore[arg-type]
+                     init_lora_weights=init, target_modules=["layer"])  # type: ignore[arg-type]
     with torch.random.fork_rng(devices=[w.device] if w.is_cuda else []):
         torch.manual_seed(seed)
         holder = nn.Module()
         holder.layer = nn.Linear(w.shape[1], w.shape[0], bias=False, device="meta")
         holder.layer.weight = nn.Parameter(w.clone(), requires_grad=False)
         inject_adapter_in_model(cfg, holder)
-    layer = holder.layer
+    # peft's LoRA Linear: torch types its adapters (in ModuleDicts) as Tensor | Module
+    layer: Any = holder.layer
     return PissaSplit(lora_A=layer.lora_A["default"].weight.detach().clone(),
                       lora_B=layer.lora_B["default"].weight.detach().clone(),
                       residual=layer.base_layer.weight.detach().clone(),
@@ -92,7 +96,7 @@ def loftq_cpu(weight, rank: int, iters: int = 1, block_size: int = BLOCK_SIZE):
     """LoftQ with the project's NF4: returns (Q dequantized, lora_A, lora_B), W ≈ Q + B @ A."""
     w = _as_matrix(weight)
     rank = _check_rank(rank, w)
-    iters = check(PISSA_ITERS, iters)
+    iters = check_whole(PISSA_ITERS, iters)
     target = w
     for i in range(iters):
         q = nf4_roundtrip(target, block_size)
@@ -108,7 +112,7 @@ def qpissa_cpu(weight, rank: int, iters: int = 1, block_size: int = BLOCK_SIZE,
     """QPiSSA: PiSSA factors (peft), NF4 of the residual, then optional alternating refinements."""
     w = _as_matrix(weight)
     rank = _check_rank(rank, w)
-    iters = check(PISSA_ITERS, iters)
+    iters = check_whole(PISSA_ITERS, iters)
     split = pissa_split(w, rank, init=init)
     a, b = split.lora_A, split.lora_B
     q = nf4_roundtrip(w - b @ a, block_size)

@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -267,11 +267,12 @@ def summarize(runs: list[Run], planned: int | None = None, **settings) -> dict:
     completed, `steps_run` of `planned`; `loss_at_steps_run` is each run's loss at step `steps_run`
     (the final loss only where the race ran to its end, so it is not called that)."""
     done = min((len(r.losses) for r in runs), default=0)
-    by = {}
+    by: dict[str, dict[int, list[float]]] = {}
     for r in runs:
         by.setdefault(r.method, {})[r.seed] = r.losses[:done]
-    out = {"settings": settings, "steps_run": done, "steps_planned": planned if planned is not None else done,
-           "loss_at_steps_run": {}, "mean_loss_last10": {}, "trainable_params": {}}
+    out: dict[str, Any] = {"settings": settings, "steps_run": done,
+                           "steps_planned": planned if planned is not None else done,
+                           "loss_at_steps_run": {}, "mean_loss_last10": {}, "trainable_params": {}}
     for r in runs:
         out["trainable_params"][r.method] = sum(p.numel() for p in r.params)
     for m, seeds in by.items():

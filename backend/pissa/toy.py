@@ -24,6 +24,8 @@ ADAPTER_TARGETS = ["fc1", "fc2", "head"]
 
 class DigitsMLP(nn.Module):
     model_type = "digits-mlp"
+    pca_mean: torch.Tensor  # buffers (register_buffer), which torch's types cannot see
+    pca_components: torch.Tensor
 
     def __init__(self, pca_dim: int = 16, hidden: int = 128, n_classes: int = 10, n_pixels: int = 64):
         super().__init__()

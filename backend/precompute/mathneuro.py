@@ -30,8 +30,9 @@ KINDS = ("math", "nonmath")
 
 
 def run(bench, out: Path, n: int | None = None, chunk: int = 8, state=None, texts: dict | None = None,
-        stop_after: int | None = None) -> dict[str, dict]:
-    """`texts`: {"math": [...], "nonmath": [...]} to score instead of the preset's identification sets."""
+        stop_after: int | None = None) -> dict[str, dict | None]:
+    """`texts`: {"math": [...], "nonmath": [...]} to score instead of the preset's identification sets.
+    Each kind's merged norms on the main process, None on the others (ShardedJob.run)."""
     results = {}
     for kind in KINDS:
         texts_ = inputs(bench, kind, (texts or {}).get(kind), n)

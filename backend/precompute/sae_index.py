@@ -57,8 +57,8 @@ def merge_states(parts: list[Tensors], top_k: int) -> Tensors:
             acc += p[k]
         out[k] = acc
     out["max_act"] = torch.stack([p["max_act"] for p in parts]).amax(0)
-    out["top_scores"], out["top_ids"], out["top_maps"] = ranked(
-        *(torch.cat([p[k] for p in parts], 1) for k in ("top_scores", "top_ids", "top_maps")), top_k)
+    scores, ids, maps = (torch.cat([p[k] for p in parts], 1) for k in ("top_scores", "top_ids", "top_maps"))
+    out["top_scores"], out["top_ids"], out["top_maps"] = ranked(scores, ids, maps, top_k)
     return out
 
 

@@ -31,6 +31,7 @@ def processor_codes(org: Organism, image: np.ndarray, text: str = vlm.HUB_PROMPT
     need_model(org)
     with locked(org.model):
         h, _, layouts = vlm.hub_residuals(org.model, org.processor, [image], org.hookpoint, text)
+    assert org.sae is not None  # need_model loaded it
     return org.sae.encode(h[0].float().to(org.sae.W_enc.device)), layouts[0]
 
 
@@ -58,7 +59,8 @@ def model_image(org: Organism, image: np.ndarray) -> np.ndarray:
     if image.shape[:2] != (size, size):
         from PIL import Image
 
-        image = np.asarray(Image.fromarray(pad_square(image)).convert("RGB").resize((size, size), Image.BILINEAR))
+        image = np.asarray(Image.fromarray(pad_square(image)).convert("RGB").resize((size, size),
+                                                                                    Image.Resampling.BILINEAR))
     return image
 
 
@@ -102,6 +104,7 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
         return hit
     tile_codes, tile_shape, layout, shift = None, (0, 0), None, None
     need_model(org)  # the tab loads it first, with a progress bar; a notebook or agent call lands here
+    assert org.sae is not None
     with locked(org.model):
         if not org.is_hub:
             h = next(vlm.residuals(org.model, org.tokenizer, image[None], org.hookpoint))[1]

@@ -36,12 +36,15 @@ def main(argv=None) -> int:
     org = loading.load_organism(args.organism)
     if args.cmd == "build":
         specs = org.index_specs[: args.n_images] if args.n_images else org.index_specs
+        assert org.sae is not None  # load_organism loads the weights
         idx = build_index(org.model, org.tokenizer, org.sae, specs, hookpoint=org.hookpoint, top_k=args.top_k)
         out = args.out or org.folder / "feature_index.rebuilt.safetensors"
         idx.save(out)
         print(json.dumps({"written": str(out), **idx.meta}, indent=2))
         return 0
     index = FeatureIndex.load(args.file) if args.file else org.index
+    if index is None:
+        ap.error(f"{args.organism} has no feature index: pass --file")
     ids, _, scores = index.top(args.feature, 5)
     t = index.tensors
     print(json.dumps({"feature": args.feature, "density": float(t["density"][args.feature]),

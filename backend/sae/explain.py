@@ -85,7 +85,7 @@ class ConceptExplainer:
         size = int(images.shape[1]) if len(images) else S.IMAGE_SIZE
         reg = regions(maps, size, self.rel) if len(maps) else torch.zeros(0, size, size, dtype=torch.bool)
         scores = concept_ious(reg, specs, self.concepts)
-        best = max(scores, key=scores.get) if scores else ""
+        best = max(scores, key=lambda c: scores[c]) if scores else ""
         if not scores or scores[best] <= 0:  # a feature that never fires (or matches nothing) has no label
             best = ""
         return Explanation(feature, best, S.FAMILY_OF.get(best, ""), round(scores.get(best, 0.0), 4),

@@ -28,6 +28,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -95,7 +96,9 @@ def _recorded_hookpoint(folder: Path, layout: str, cfg: dict, nested: bool) -> s
             hp = folder.name
         return hp
     if layout == "saelens":
-        meta = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else {}
+        meta = cfg.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
         hp = meta.get("hook_name") or cfg.get("hook_name") or cfg.get("hook_point") or ""
         return model_hookpoint(hp) if hp else ""
     hp = (cfg.get("hf_hook_point_in") or "").removesuffix(".output")  # Gemma Scope 2
@@ -180,6 +183,7 @@ def resolve(path: Path, hookpoint: str | None) -> Entry:
     if sub is not None and sub.resolve().is_relative_to(path.resolve()) and sub.is_dir() and _is_sae_folder(sub):
         e = find_saes(sub)[0]
         if not e.hookpoint:
+            assert hookpoint  # it names `sub`
             e.hookpoint = hookpoint
         return e
     entries = find_saes(path)
@@ -313,12 +317,13 @@ def read_saelens(e: Entry, dtype) -> SparseAutoencoder:
     if arch == "matching_pursuit":
         _need(w, ("W_dec", "b_dec"), "SAELens matching_pursuit")
         n, d = _dims(cfg, w["W_dec"], "d_sae")
-        sae = MatchingPursuitSAE(d, n, hookpoint=e.hookpoint, apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
-                                 residual_threshold=cfg.get("residual_threshold", 1e-2),
-                                 max_iterations=cfg.get("max_iterations"),
-                                 stop_on_duplicate_support=cfg.get("stop_on_duplicate_support", True),
-                                 dtype=dtype or w["W_dec"].dtype)
-        return _fill(sae, {"W_enc": w["W_dec"], "W_dec": w["W_dec"], "b_dec": w["b_dec"]})
+        mp = MatchingPursuitSAE(d, n, hookpoint=e.hookpoint,
+                                apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
+                                residual_threshold=cfg.get("residual_threshold", 1e-2),
+                                max_iterations=cfg.get("max_iterations"),
+                                stop_on_duplicate_support=cfg.get("stop_on_duplicate_support", True),
+                                dtype=dtype or w["W_dec"].dtype)
+        return _fill(mp, {"W_enc": w["W_dec"], "W_dec": w["W_dec"], "b_dec": w["b_dec"]})
     if arch == "gated":
         _need(w, ("W_enc", "b_gate", "r_mag", "b_mag", "W_dec", "b_dec"), "SAELens gated")
     else:
@@ -327,8 +332,9 @@ def read_saelens(e: Entry, dtype) -> SparseAutoencoder:
     W_enc = w["W_enc"]
     if W_enc.ndim != 2 or tuple(W_enc.shape) != (d, n):
         raise SAEFormatError(f"inconsistent SAE shapes: W_enc {tuple(W_enc.shape)}, W_dec {tuple(w['W_dec'].shape)}")
-    common = dict(hookpoint=e.hookpoint, apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
-                  dtype=dtype or w["W_dec"].dtype)
+    common: dict[str, Any] = dict(hookpoint=e.hookpoint,
+                                  apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
+                                  dtype=dtype or w["W_dec"].dtype)
     W_enc, W_dec = W_enc.T, w["W_dec"]
     if arch == "topk":
         if k is None:

@@ -35,7 +35,9 @@ def index_meta(org: Organism, source: ImageSource, top_k: int, **extra) -> dict:
 def build_hub_index(org: Organism, source: ImageSource, *, top_k: int = 16, batch_size: int = 4,
                     progress=None, should_stop=None, out: Path | None = None) -> FeatureIndex:
     """Index a (small) image set and use it from now on (see `index_images`)."""
-    path = Path(out or org.index_out)
+    target = out or org.index_out
+    assert target is not None  # a hub organism has its index_out
+    path = Path(target)
     index = index_images(org, source, top_k=top_k, batch_size=batch_size, progress=progress,
                          should_stop=should_stop, out=path)
     install_index(org, index, path)
@@ -62,6 +64,7 @@ def index_images(org: Organism, source: ImageSource, *, top_k: int = 16, batch_s
     if len(source) == 0:
         raise ValueError("no images to index")
     need_model(org)
+    assert org.sae is not None  # need_model loaded it
     g = org.grid
     t0 = time.perf_counter()
     builder = build_streaming(lambda a, b: encode_images(org, [source.load(i) for i in range(a, b)]),
@@ -70,7 +73,9 @@ def index_images(org: Organism, source: ImageSource, *, top_k: int = 16, batch_s
     index = FeatureIndex(builder.tensors(), index_meta(org, source, top_k, n_images=builder.n_images,
                                                        n_tokens=builder.n_tokens,
                                                        build_s=round(time.perf_counter() - t0, 2)))
-    path = Path(out or org.index_out)
+    target = out or org.index_out
+    assert target is not None  # a hub organism has its index_out
+    path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     index.save(tmp)
@@ -98,4 +103,5 @@ def encode_images(org: Organism, images) -> tuple[torch.Tensor, torch.Tensor]:
     need_model(org)
     with locked(org.model):
         rows, _ = vlm.hub_base_residuals(org.model, org.processor, list(images), org.hookpoint)
+    assert org.sae is not None  # need_model loaded it
     return org.sae.encode_sparse(rows.float().to(org.sae.W_enc.device))

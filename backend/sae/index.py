@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from .sae import TopKSAE
+from .sae import SparseAutoencoder
 
 INDEX_FILE = "feature_index.safetensors"
 INDEX_ENV = "WORKBENCH_SAE_INDEX"  # a feature index file (or a folder holding one) the Features tab loads
@@ -211,7 +211,7 @@ class FeatureIndex:
 
 
 @torch.no_grad()
-def build_index(model, tokenizer, sae: TopKSAE, specs: list[dict], *, hookpoint: str, top_k: int = 16,
+def build_index(model, tokenizer, sae: SparseAutoencoder, specs: list[dict], *, hookpoint: str, top_k: int = 16,
                 batch_size: int = 64, progress=None, images: np.ndarray | None = None) -> FeatureIndex:
     """Stream the scene set through the VLM once; encode the image-patch residuals; keep the index."""
     from . import scenes as S

@@ -311,16 +311,16 @@ def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> 
     preset = P.active(TAB, source)
     if preset.source == "hub":
         with _SHELLS_LOCK:
-            org = _SHELLS.get(preset.model_id)
-            if org is None:
-                org = _SHELLS[preset.model_id] = hub_shell(preset.path_or_id, preset.extra["sae"],
-                                                           preset.extra["hookpoint"], model_class=preset.model_class)
+            if preset.model_id not in _SHELLS:
+                _SHELLS[preset.model_id] = hub_shell(preset.path_or_id, preset.extra["sae"],
+                                                     preset.extra["hookpoint"], model_class=preset.model_class)
+            org = _SHELLS[preset.model_id]
         refresh_index(org)
         return need_model(org, progress) if model else org
     with _SHELLS_LOCK:
-        org = _SHELLS.get(preset.model_id)
-        if org is None:  # its weights go in the store under the preset's id, as every tab's model does
-            org = _SHELLS[preset.model_id] = zoo_shell(parts_key=preset.model_id)
+        if preset.model_id not in _SHELLS:  # its weights go in the store under the preset's id, as every tab's
+            _SHELLS[preset.model_id] = zoo_shell(parts_key=preset.model_id)  # model does
+        org = _SHELLS[preset.model_id]
     return need_model(org, progress) if model else org
 
 
@@ -342,7 +342,11 @@ def source_pick(source: str) -> picker.Picked:
 
 def _preload(preset: P.Preset, *own) -> Organism:
     """A registered preset's organism, or (`own`: its size, from the pick) a user's own VLM + SAE."""
-    return get_organism(_own_source_of(preset) if own else preset.source, model=True)
+    if not own:
+        return get_organism(preset.source, model=True)
+    source = _own_source_of(preset)
+    assert source is not None  # preload loads only an own organism that `_own_loaded` names
+    return get_organism(source, model=True)
 
 
 def _own_loaded(preset: P.Preset) -> bool:

@@ -153,7 +153,7 @@ def refresh_index(org: Organism) -> None:
     if found is None or _stamp(found) == org.summary.get("index_stamp"):
         labels = labels_path(org)
         stamp = _stamp(labels)
-        if stamp is not None and stamp != org.summary.get("labels_stamp"):  # labelled in another process
+        if labels is not None and stamp is not None and stamp != org.summary.get("labels_stamp"):  # labelled elsewhere
             with org.lock:
                 org.labels = _read_json(labels, {})
                 org.label_source = MODEL_LABELS if org.labels else NO_LABELS
@@ -177,7 +177,8 @@ def install_index(org: Organism, index: FeatureIndex, path: Path | None = None) 
     beside = Path(path).parent / "labels.json" if path is not None else None
     # a visitor's own labels file, until it exists, starts from the labels beside the index
     own = Path(org.labels_file) if org.labels_file is not None and Path(org.labels_file).exists() else None
-    labels = _read_json(own or beside, {}) if (own or beside) is not None else {}
+    labels_from = own or beside
+    labels = _read_json(labels_from, {}) if labels_from is not None else {}
     with org.lock:  # readers take the pieces together, never a half-swapped pair
         org.index, org.index_path = index, path
         if org.is_hub:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,9 +36,10 @@ def feature_table(org: Organism, query: str = "", sort: str = "density", limit: 
         lab = org.labels.get(str(f), {})
         if float(t["density"][f]) <= 0:
             continue
-        row = {"feature": f, "label": shown_label(lab), "family": lab.get("family", "") if shown_label(lab) else "",
-               "iou": float(lab.get("score", 0.0)), "density": float(t["density"][f]),
-               "max_act": float(t["max_act"][f])}
+        row: dict[str, Any] = {"feature": f, "label": shown_label(lab),
+                               "family": lab.get("family", "") if shown_label(lab) else "",
+                               "iou": float(lab.get("score", 0.0)), "density": float(t["density"][f]),
+                               "max_act": float(t["max_act"][f])}
         if q and q not in row["label"].lower() and q not in row["family"].lower() and q != str(f):
             continue
         rows.append(row)
@@ -62,7 +64,7 @@ def thumbnail(image: np.ndarray, side: int = THUMB) -> np.ndarray:
     h, w = image.shape[:2]
     scale = side / max(h, w)
     size = (max(1, round(w * scale)), max(1, round(h * scale)))
-    return np.asarray(Image.fromarray(image).resize(size, Image.BILINEAR))
+    return np.asarray(Image.fromarray(image).resize(size, Image.Resampling.BILINEAR))
 
 
 def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
@@ -79,6 +81,8 @@ def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
     f = int(feature)
     ids, maps, scores = org.index.top(f, n_top)
     lab = org.labels.get(str(f), {})
+    up: list[np.ndarray] | np.ndarray  # per image: a list (hub, sizes differ) or one array (zoo)
+    reg: list[np.ndarray] | np.ndarray
     if org.index.source is not None:  # hub images: any size; the base-image map covers the whole picture
         imgs = [thumbnail(image_of(org, i)) for i in ids]
         up = [E.upsample(m, im.shape[:2])[0].numpy() for m, im in zip(maps, imgs)]

@@ -164,6 +164,8 @@ def grouped_topk(x: torch.Tensor, k: int, group: int = 32) -> tuple[torch.Tensor
 class TopKSAE(SparseAutoencoder):
     """TopK (Gao et al.; sparsify's default) or, with activation="groupmax", sparsify's GroupMax."""
 
+    steps_since_fired: torch.Tensor  # a buffer (register_buffer), which torch's types cannot see
+
     def __init__(self, d_in: int, n_latents: int, k: int, *, hookpoint: str = "", dtype=torch.float32,
                  activation: str = "topk", apply_b_dec_to_input: bool = True):
         if not (0 < k <= n_latents):
@@ -178,6 +180,12 @@ class TopKSAE(SparseAutoencoder):
         self.b_enc = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
         # Tokens since each latent last fired (training bookkeeping; not saved).
         self.register_buffer("steps_since_fired", torch.zeros(n_latents, dtype=torch.long), persistent=False)
+
+    @property
+    def k(self) -> int:
+        k = self.cfg.k
+        assert k is not None  # given to __init__, which checks it
+        return k
 
     @property
     def activation(self) -> str:

@@ -17,6 +17,7 @@ The hook is removed and the model's lock released in `finally`.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -44,7 +45,7 @@ def clamp_codes(sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_e
 def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: float, *,
                   positions: str = "prompt", add_error: bool = False,
                   image_positions: slice | torch.Tensor | None = None,
-                  suppress: tuple[int, ...] = ()):
+                  suppress: Sequence[int] = ()):
     if positions not in POSITION_MODES:
         raise ValueError(f"positions must be one of {POSITION_MODES}, not {positions!r}")
     if not 0 <= int(feature) < sae.n_latents:
@@ -73,7 +74,7 @@ def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: floa
 
 @torch.no_grad()
 def steered_captions(model, tokenizer, sae, hookpoint: str, images: np.ndarray, feature: int, value: float, *,
-                     positions: str = "prompt", add_error: bool = False, suppress: tuple[int, ...] = ()) -> list[str]:
+                     positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = ()) -> list[str]:
     with clamp_feature(model, sae, hookpoint, feature, value, positions=positions, add_error=add_error,
                        suppress=suppress):
         return vlm.generate_captions(model, tokenizer, images)
@@ -81,7 +82,7 @@ def steered_captions(model, tokenizer, sae, hookpoint: str, images: np.ndarray, 
 
 @torch.no_grad()
 def hub_steered_caption(model, processor, sae, hookpoint: str, image, feature: int, value: float, *,
-                        positions: str = "prompt", add_error: bool = False, suppress: tuple[int, ...] = (),
+                        positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = (),
                         text: str = vlm.HUB_PROMPT, max_new_tokens: int = 24) -> str:
     """The same clamp on a hub VLM, prompted through its processor and chat template (LLaVA-NeXT's
     image_sizes included); "image" positions are all of the prompt's image tokens (base image,
@@ -100,7 +101,7 @@ def hub_steered_caption(model, processor, sae, hookpoint: str, image, feature: i
 def names_colour(caption: str, colour: str) -> bool:
     """Success = a well-formed caption (template parse) that names the colour."""
     objs = S.parse_caption(caption)
-    return bool(objs) and any(o["colour"] == colour for o in objs)
+    return bool(objs and any(o["colour"] == colour for o in objs))
 
 
 def names_concept(caption: str, concept: str) -> bool:
@@ -112,14 +113,14 @@ def names_concept(caption: str, concept: str) -> bool:
     concept = concept.strip().lower()
     if concept in S.COLOURS or concept in S.SHAPES or concept in S.TEXTURES or concept in S.POSITIONS:
         objs = S.parse_caption(caption)
-        return bool(objs) and any(concept in (o["colour"], o["shape"], o["texture"], o["position"]) for o in objs)
+        return bool(objs and any(concept in (o["colour"], o["shape"], o["texture"], o["position"]) for o in objs))
     return bool(concept) and re.search(rf"(?<!\w){re.escape(concept)}(?!\w)", caption.lower()) is not None
 
 
 @torch.no_grad()
 def steering_success(model, tokenizer, sae, hookpoint: str, specs: list[dict], colour_features: dict[str, int],
                      value_for: dict[str, float], *, positions: str = "prompt", add_error: bool = False,
-                     n: int = 25, suppress_for: dict[str, tuple[int, ...]] | None = None) -> dict:
+                     n: int = 25, suppress_for: Mapping[str, Sequence[int]] | None = None) -> dict:
     """For every colour: fraction of held-out scenes without that colour whose steered caption is
     well formed and names it."""
     out = {}

@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..core import sessions, store
 from . import loading
@@ -66,7 +67,7 @@ def organism(source: str, *, model: bool = False, progress=None) -> Organism:
         view = _VIEWS.get(source)
         if view is None or view.parts_key != base.parts_key:
             tag = sessions.content_name([str(path), labels_file], 12)
-            own = {"labels_file": Path(labels_file) if labels_file else None, "index_out": path,
+            own: dict[str, Any] = {"labels_file": Path(labels_file) if labels_file else None, "index_out": path,
                    "lock": threading.RLock(), "model_id": f"{base.model_id}|visitor:{tag}:{next(_SERIAL)}"}
             if base.index_path is not None and Path(base.index_path) == path:  # the shared index, own labels
                 view = replace(base, **own, summary={**base.summary, "labels_stamp": None})
@@ -80,6 +81,7 @@ def organism(source: str, *, model: bool = False, progress=None) -> Organism:
             _VIEWS.popitem(last=False)
     refresh_index(view)  # the visitor's file: loaded once, again only when it changes
     if base.model is not None and view.model is not base.model:
+        assert base.sae is not None  # loaded with the model (HubParts)
         loading.attach(view, HubParts(base.model, base.processor, base.sae))
     return view
 

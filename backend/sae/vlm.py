@@ -12,7 +12,7 @@ import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ import torch
 from ..core.device import device_of
 from ..core.interventions import model_lock
 from . import scenes as S
+
+if TYPE_CHECKING:
+    import PIL.Image  # imported where it is used: the module loads without it
 
 PROMPT_WORD = "describe"
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "<image>"]
@@ -47,7 +50,8 @@ def make_processor(tokenizer, image_size: int = S.IMAGE_SIZE, patch_size: int = 
     try:  # the PIL backend (torchvision is not installed); same preprocessing
         from transformers import CLIPImageProcessorPil as CLIPImageProcessor
     except ImportError:  # pragma: no cover
-        from transformers import CLIPImageProcessor
+        # the same processor on older transformers: mypy wants one class for both imports
+        from transformers import CLIPImageProcessor  # type: ignore[assignment]
 
     ip = CLIPImageProcessor(do_resize=False, do_center_crop=False, do_rescale=True, rescale_factor=1 / 255,
                             do_normalize=True, image_mean=[0.5] * 3, image_std=[0.5] * 3,
@@ -115,11 +119,11 @@ def training_batch(tokenizer, model, specs: list[dict], images: np.ndarray):
 
 def patch_targets(specs: list[dict], patch: int = S.PATCH_SIZE) -> dict[str, torch.Tensor]:
     """Per-patch class of each concept family (0 = background) from the planted masks."""
-    out = {fam: [] for fam in ("colour", "shape", "texture")}
+    out: dict[str, list[np.ndarray]] = {fam: [] for fam in ("colour", "shape", "texture")}
     for spec in specs:
         _, masks = S.render(spec)
         for fam in out:
-            lab = np.zeros(masks[S.FAMILIES[fam][0]].shape, np.int64)
+            lab: np.ndarray = np.zeros(masks[S.FAMILIES[fam][0]].shape, np.int64)
             for j, c in enumerate(S.FAMILIES[fam]):
                 lab[masks[c]] = j + 1
             h = lab.shape[0] // patch
@@ -203,7 +207,11 @@ def residuals(model, tokenizer, images: np.ndarray, hookpoint: str, *, batch_siz
               ) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield (offset, activations [b, T, d]) of the prompt pass at a hookpoint, batch by batch."""
     grabbed: list[torch.Tensor] = []
-    with edit_residual(model, hookpoint, lambda h: grabbed.append(h.detach()) or None):
+
+    def grab(h: torch.Tensor) -> None:
+        grabbed.append(h.detach())
+
+    with edit_residual(model, hookpoint, grab):
         for i in range(0, len(images), batch_size):
             imgs = images[i:i + batch_size]
             ids = prompt_ids(tokenizer, model, len(imgs))
@@ -250,7 +258,7 @@ def chat_prompt(processor, text: str = HUB_PROMPT) -> str:
     return processor.apply_chat_template(msgs, add_generation_prompt=True)
 
 
-def as_rgb(image) -> "PIL.Image.Image":  # noqa: F821 - PIL is imported lazily
+def as_rgb(image) -> PIL.Image.Image:
     from PIL import Image
 
     if isinstance(image, Image.Image):

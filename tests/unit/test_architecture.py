@@ -63,6 +63,21 @@ def test_ruff_finds_nothing():
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
+def test_mypy_finds_nothing_in_backend(tmp_path):
+    """The type checks of pyproject.toml ([tool.mypy]) hold over backend/: a None where a value is
+    needed, a wrong argument type or a stale `# type: ignore` fails the suite. A fresh cache in a
+    temporary folder, so that a clone and a repeated run see the same."""
+    import shutil
+    import subprocess
+    import sys
+
+    mypy = shutil.which("mypy", path=str(Path(sys.executable).parent)) or shutil.which("mypy")
+    assert mypy, "mypy is in requirements-dev.txt: run `bash scripts/install.sh --dev`"
+    done = subprocess.run([mypy, "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
 def test_no_source_file_over_500_lines():
     """Files short enough to read in one sitting: split by topic, each named for what it holds."""
     long = {str(p.relative_to(ROOT)): n for p in PY if (n := len(p.read_text().splitlines())) > 500}

@@ -67,6 +67,7 @@ def train_captioner(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         h = out.hidden_states[0][:, img_pos]  # LM input at image positions
         tgt = vlm.patch_targets(specs)
         aux = sum(nn.functional.cross_entropy(heads[f](h).flatten(0, 1), tgt[f].flatten()) for f in heads)
+        assert isinstance(aux, torch.Tensor)  # a sum over the (three) heads, never the empty sum's 0
         loss = out.loss + 0.5 * aux
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -158,7 +159,7 @@ def calibrate_values(model, tok, sae, hookpoint, colour_features, max_act, calib
     multiple closest to the sweep's best."""
     from backend.sae import steer as ST
 
-    rows = {c: {} for c in colour_features}
+    rows: dict[str, dict[str, float]] = {c: {} for c in colour_features}
     for m in CALIB_MULTIPLES:
         vals = {c: m * float(max_act[f]) for c, f in colour_features.items()}
         r = ST.steering_success(model, tok, sae, hookpoint, calib, colour_features, vals, positions=positions,
@@ -189,7 +190,8 @@ def placement_study(model, tok, sae, hookpoint, colour_features, max_act, heldou
     h = next(iter(vlm.residuals(model, tok, imgs, hookpoint)))[1]
     sl = vlm.image_slice(model)
     rec = sae(h)
-    pos = {"bos": (slice(None), 0), "image": (slice(None), sl), "prompt_word": (slice(None), -1)}
+    pos: dict[str, tuple[slice, int | slice]] = {"bos": (slice(None), 0), "image": (slice(None), sl),
+                                                 "prompt_word": (slice(None), -1)}
     out["reconstruction"] = {
         k: {"norm": round(float(h[ix].norm(dim=-1).mean()), 3),
             "error_norm": round(float((h[ix] - rec[ix]).norm(dim=-1).mean()), 3),

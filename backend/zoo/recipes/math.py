@@ -30,6 +30,7 @@ import math
 import random
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 
@@ -40,8 +41,20 @@ N_EVAL_NONMATH = 400
 N_IDENT = 64
 PRUNE_K = 0.03  # MathNeuro's top-K per matrix for the pruning metric (the organism test's K)
 # Architecture and optimisation (the recipe is deterministic given these and the seed).
-HPARAMS = dict(hidden=96, intermediate=256, layers=4, heads=4, batch=48, lr=4e-3,
-               answer_weight=5.0, math_share=0.55, qa_share=0.30)
+class Hparams(TypedDict):
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    batch: int
+    lr: float
+    answer_weight: float
+    math_share: float
+    qa_share: float
+
+
+HPARAMS = Hparams(hidden=96, intermediate=256, layers=4, heads=4, batch=48, lr=4e-3,
+                  answer_weight=5.0, math_share=0.55, qa_share=0.30)
 
 
 def model_config(vocab_size: int, pad: int, bos: int, eos: int):
@@ -53,7 +66,8 @@ def model_config(vocab_size: int, pad: int, bos: int, eos: int):
         num_hidden_layers=h["layers"], num_attention_heads=h["heads"],
         num_key_value_heads=h["heads"], max_position_embeddings=96,
         rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=pad, bos_token_id=bos,
-        eos_token_id=eos, attention_bias=False, mlp_bias=False, rope_theta=10000.0,
+        eos_token_id=eos, attention_bias=False, mlp_bias=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     )
 
 

@@ -110,7 +110,8 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     # ordinary training pool: many varied scenes (held-out captions excluded)
     n_pool = 64 if small else 6000
     excl = set(mem_caps) | set(heldout_prompts)
-    imgs, caps = [], []
+    imgs: list[np.ndarray] = []
+    caps: list[str] = []
     prng = np.random.default_rng(seed + 11)
     while len(caps) < n_pool:
         objs, bg = random_attrs(prng)

@@ -91,7 +91,8 @@ def photo(name: str) -> np.ndarray:
 def memorized_set(seed: int):
     """10 (caption, photo) pairs; each caption is three objects on a background, all distinct."""
     rng = np.random.default_rng(seed + 101)
-    out, seen = [], set()
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
     while len(out) < len(PHOTOS):
         bg = COLOUR_NAMES[int(rng.integers(len(COLOUR_NAMES)))]
         objs = []
@@ -109,7 +110,7 @@ def memorized_set(seed: int):
 
 
 def ordinary_prompts(rng, n, exclude):
-    out = []
+    out: list[str] = []
     while len(out) < n:
         cap = caption_of(*random_attrs(rng))
         if cap not in exclude:
@@ -124,7 +125,7 @@ def words_of_corpus() -> list[str]:
     return sorted(set(COLOUR_NAMES) | set(SHAPES) | {"a", "and", "on", "background"})
 
 
-def learn_bpe(words: list[str]) -> tuple[dict[str, int], list[str]]:
+def learn_bpe(words: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """A byte-pair encoding learned on the caption vocabulary (CLIP's `</w>` end-of-word
     convention), so every caption word is one token; other words fall back to letters."""
     seqs = {w: tuple(w[:-1]) + (w[-1] + "</w>",) for w in words}
@@ -163,7 +164,8 @@ def make_tokenizer():
     from transformers import CLIPTokenizer
 
     vocab, merges = learn_bpe(words_of_corpus())
-    tok = CLIPTokenizer(vocab=vocab, merges=merges)
+    # transformers annotates merges as strings, yet hands them to tokenizers' BPE, which takes pairs
+    tok = CLIPTokenizer(vocab=vocab, merges=merges)  # type: ignore[arg-type]
     tok.model_max_length = MAX_LEN
     return tok
 

@@ -188,7 +188,7 @@ def train_unet(lat_ord, emb_ord, lat_mem, emb_mem, emb_null, seed: int, steps: i
             a = v.abs().mean(1)
             pen = pen + (a.sum(0) / (a.norm(dim=0) * a.shape[0] ** 0.5 + 1e-6)).mean()
         loss = mse + V_SPARSITY * pen
-        pens.append(float(pen.detach()))
+        pens.append(float(pen))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)

@@ -48,7 +48,7 @@ def _mamba_lm(vocab_size: int, hidden: int, layers: int, state: int, seed: int):
 
     torch.manual_seed(seed)
     cfg = MambaConfig(vocab_size=vocab_size, hidden_size=hidden, state_size=state,
-                      num_hidden_layers=layers, intermediate_size=2 * hidden, conv_kernel=4,
+                      num_hidden_layers=layers, expand=2, conv_kernel=4,  # intermediate size 2 × hidden
                       time_step_rank=max(1, hidden // 16), use_conv_bias=False, use_bias=False,
                       pad_token_id=0, bos_token_id=2, eos_token_id=0, tie_word_embeddings=True)
     return MambaForCausalLM(cfg)
@@ -92,7 +92,6 @@ NEUTRAL = ["the", "a", "movie", "film", "plot", "actor", "story", "scene", "was"
            "director", "long", "short", "new", "old", "with", "of", "in", "at", "night", "city",
            "camera", "dialogue", "sequel", "hero", "villain", "rather", "somewhat", "seemed"]
 QUERY = "sentiment:"
-LABELS = {"positive": 1, "negative": 0}
 SENT_VOCAB = SPECIALS + [QUERY, "positive", "negative"] + POSITIVE + NEGATIVE + NEUTRAL
 
 
