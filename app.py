@@ -1,4 +1,4 @@
-"""The interpretability workbench: one Gradio app, five papers as live instruments.
+"""The interpretability workbench: one Gradio app, the papers as live instruments.
 
     python app.py                    # the zoo (tiny offline models), http://127.0.0.1:7860
     python app.py --preset hub       # the papers' checkpoints (GPU machine with hub access)
@@ -28,29 +28,29 @@ from backend.core.presets import active_source  # noqa: E402
 SOURCE = active_source(sys.argv[1:])
 netenv.apply(offline=SOURCE == "zoo")
 
-# Before gradio is imported: no type-stub files rewritten at each start (components.gradio_stubs).
-from components.gradio_stubs import no_stub_rewrites  # noqa: E402
+# Before gradio is imported: no type-stub files rewritten at each start (components.gradio_fixes.stubs).
+from components.gradio_fixes.stubs import no_stub_rewrites  # noqa: E402
 
 no_stub_rewrites()
 
 import gradio as gr  # noqa: E402
 
 from backend.core.device import serving_threads  # noqa: E402
-from components import tab_modules  # noqa: E402
-from components import agent_tools  # noqa: E402
-from components import visitor  # noqa: E402
-from components import enter  # noqa: E402
-from components import first_views  # noqa: E402
-from components import upload_allowance  # noqa: E402
-from components import report  # noqa: E402
+from components import tabs as declared_tabs  # noqa: E402
+from components.agents import tools as agent_tools  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
-from components.gradio_fixes import (argument_counts_checked, atomic_image_cache,  # noqa: E402
-                                     bounded_request_bodies, calmer_queue_polls, compressed_front_end_kept, plotly_ahead,
-                                     empty_session_hash_as_none, escaped_error_messages, light_loading_status,
-                                     no_event_analytics, tracker_timers_at_ten_frames)
-from components.guard import guard_events  # noqa: E402
-from components import range_guard  # noqa: E402
-from components.links import DeepLinks, header_controls  # noqa: E402
+from components.gradio_fixes.patches import (argument_counts_checked, atomic_image_cache,  # noqa: E402
+                                             bounded_request_bodies, calmer_queue_polls, compressed_front_end_kept,
+                                             empty_session_hash_as_none, escaped_error_messages,
+                                             light_loading_status, no_event_analytics, plotly_ahead,
+                                             tracker_timers_at_ten_frames)
+from components.inputs import enter  # noqa: E402
+from components.links.deep_links import DeepLinks, header_controls  # noqa: E402
+from components.overview.layout import papers_in_words  # noqa: E402
+from components.report import session as report  # noqa: E402
+from components.serving import first_views, range_guard, upload_allowance, visitor  # noqa: E402
+from components.serving.guard import guard_events  # noqa: E402
+from components.tab import Tab  # noqa: E402
 
 log = logging.getLogger("workbench")
 QUEUE_MAX = int(os.environ.get("WORKBENCH_QUEUE_MAX", "64"))
@@ -66,7 +66,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     argument_counts_checked()  # a wrong number of arguments is refused, saying how many are taken
     bounded_request_bodies()  # a request body over the limit is refused before it is read
     upload_allowance.install()  # a visitor's uploads count against one allowance per person
-    modules = tab_modules()
+    declared = declared_tabs()
     # Gradio's own copies of uploads and results go after the session time limit too
     ttl = int(visitor.sessions.ttl_seconds())
     with gr.Blocks(title="Interpretability workbench", analytics_enabled=False,
@@ -80,26 +80,26 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         calmer_queue_polls(demo)  # no millisecond polling while idle
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
             gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
-                    "<span class='wb-sub'>five papers, five live instruments</span>"
+                    f"<span class='wb-sub'>{(n := papers_in_words(declared))} papers, {n} live instruments</span>"
                     f"<span class='wb-badge'>{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></div>")
-            # Presenter view and light/dark: browser-only switches (components.links).
+            # Presenter view and light/dark: browser-only switches (components.links.deep_links).
             header_controls(demo)
-            report.header_button()  # one HTML file of this visitor's results (components.report)
+            report.header_button()  # one HTML file of this visitor's results (components.report.session)
         links = DeepLinks()
         with gr.Tabs(overflow_behavior="wrap") as tabs:  # every tab's label stays in view
-            ctx = TabContext(tabs=tabs, source=source, registry=modules)
-            for mod in modules:
-                with gr.Tab(mod.TITLE, id=mod.TAB_ID, elem_id=f"tab-{mod.TAB_ID}") as tab:
-                    ctx.tab, ctx.tab_id = tab, mod.TAB_ID
+            ctx = TabContext(tabs=tabs, source=source, registry=declared)
+            for t in declared:
+                with gr.Tab(t.title, id=t.id, elem_id=f"tab-{t.id}") as tab:
+                    ctx.tab, ctx.tab_id = tab, t.id
                     # The "Link to this view" row first, at the top of the tab; its inputs are
                     # collected once every tab is built (links.install).
-                    entry = links.add_tab(mod.TAB_ID, tab)
-                    entry.runs = build_tab(mod, ctx)
+                    entry = links.add_tab(t.id, tab)
+                    entry.runs = build_tab(t, ctx)
 
         # Deep links: ?tab=ID opens that tab; ?<elem_id>=<json> restores every linked input of every
-        # tab (components.links); invalid values are skipped with a notice.
-        links.install(demo, tabs, default_tab=modules[0].TAB_ID)
-        visitor.install(demo)  # a visitor's own files go when the session ends (components.visitor)
+        # tab (components.links.deep_links); invalid values are skipped with a notice.
+        links.install(demo, tabs, default_tab=declared[0].id)
+        visitor.install(demo)  # a visitor's own files go when the session ends (components.serving.visitor)
         range_guard.install(demo)  # a number typed past a slider's range is refused, not clamped
         enter.install(demo)  # Enter runs a one-line box's action, Ctrl/⌘+Enter a multi-line box's
         plotly_ahead(demo)  # the figures' plotly is imported while the page is idle, not at the first figure
@@ -109,21 +109,21 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     return demo
 
 
-def build_tab(mod, ctx: TabContext) -> bool:
+def build_tab(t: Tab, ctx: TabContext) -> bool:
     """Build one tab; a tab that cannot start (a missing checkpoint, data or package) shows why in its
     place, and the other tabs still serve. Returns whether the tab built."""
     with gr.Column() as body:
         try:
-            mod.build(ctx)
+            t.build(ctx)
             return True
         except Exception as exc:  # noqa: BLE001 - any failure of one tab must not take the app down
-            log.error("tab %s could not start: %s", mod.TAB_ID, "".join(
+            log.error("tab %s could not start: %s", t.id, "".join(
                 traceback.format_exception_only(type(exc), exc)).strip())
             failure = exc
     # What the tab managed to build before failing stays hidden: half a tab would only mislead.
     body.visible = False
-    gr.Markdown(tab_failure_text(mod.TITLE, ctx.source, failure), elem_classes=["wb-explain"],
-                elem_id=f"wb-tab-failed-{mod.TAB_ID}")
+    gr.Markdown(tab_failure_text(t.title, ctx.source, failure), elem_classes=["wb-explain"],
+                elem_id=f"wb-tab-failed-{t.id}")
     return False
 
 
@@ -139,7 +139,7 @@ def launch_kwargs() -> dict:
     return {"theme": THEME, "css": CSS, "footer_links": [], "max_file_size": "20mb", "run_history": False,
             "show_error": False,
             # Gradio's /monitoring pages are on unless turned off: they would show any visitor every
-            # other visitor's calls and their times (components.gradio_fixes.no_event_analytics)
+            # other visitor's calls and their times (components.gradio_fixes.patches.no_event_analytics)
             "enable_monitoring": False}
 
 
@@ -162,9 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     # ZeroGPU: the checkpoints load here, in the main process, so every GPU worker inherits them
     preload.run(args.preset)
     mcp = agent_tools.mcp_wanted(args.mcp)
-    if mcp:  # components.agent_tools: the tools, and the UI's events kept out of the tool list
+    if mcp:  # components.agents.tools: the tools, and the UI's events kept out of the tool list
         agent_tools.install(demo, args.preset)
-    if args.preset == "zoo":  # each tab's default first view, ahead of its first visitor (components.first_views)
+    if args.preset == "zoo":  # each tab's default first view, ahead of its first visitor (components.serving.first_views)
         first_views.warm()
     demo.launch(server_name=args.host, server_port=args.port, mcp_server=mcp, **launch_kwargs())
 

@@ -1,5 +1,5 @@
 """Every tab's first view on a cold start of the zoo app, from the tab click to a drawn result, with
-the kept first views (components.first_views) against the same app computing them live
+the kept first views (components.serving.first_views) against the same app computing them live
 (WORKBENCH_FIRST_VIEWS=off), in the same run.
 
     python -m benchmarks.first_views [--early]

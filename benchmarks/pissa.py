@@ -81,7 +81,7 @@ def bench_init(size: int, rank: int, repeats: int = 3, gap: float = 2.0) -> dict
 
 
 def bench_race_cadence(key: str, methods, seeds: int, steps: int) -> dict:
-    from components import adapters as ui
+    from components.adapters import layout as ui
 
     stamps = []
     statuses = []

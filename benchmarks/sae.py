@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     alive = [r["feature"] for r in pages.feature_table(org, "", "density")]
     feats = [int(f) for f in rng.choice(alive, size=min(args.pages, len(alive)), replace=False)]
     page_ms, handler_ms = [], []
-    from components import feature_pages
+    from components.features import pages as feature_pages
 
     for f in feats:
         pages.PAGE_CACHE._data.clear()

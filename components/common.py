@@ -46,7 +46,7 @@ class TabContext:
     """What app.py hands each tab's build(): the Tabs container and the preset source."""
     tabs: Any
     source: str
-    registry: list[Any] = field(default_factory=list)
+    registry: list[Any] = field(default_factory=list)  # every tab (components.tab.Tab), in order
     tab: Any = None  # the gr.Tab being built, and its id (app.build_app sets both per tab)
     tab_id: str = ""
 
@@ -56,19 +56,19 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
     """Compute a tab's first view when a session first opens the tab, or when the page opens on it
     (a link's ?tab=), never at every page load: a visitor who does not open the tab costs nothing,
     every tab behaves alike, and the tab's model loads with its progress on the outputs' bar
-    (components.guard). `fn(*inputs)` returns the outputs' values (gr.skip() to leave one), or, as a
+    (components.serving.guard). `fn(*inputs)` returns the outputs' values (gr.skip() to leave one), or, as a
     generator, yields them step by step. With `link_prefix`, a page whose link carries a setting of
-    the tab (a query key starting with it) computes nothing here: the link's own runs do (LINK_RUNS).
+    the tab (a query key starting with it) computes nothing here: the link's own runs do (its Tab.link_runs).
 
     Both ways in are the tab's select event: a page opened on a tab is put there by the link
-    restore's `gr.Tabs(selected=...)` (components.links), and Gradio's front end fires the tab's
+    restore's `gr.Tabs(selected=...)` (components.links.deep_links), and Gradio's front end fires the tab's
     select for that as for a click. A load event per tab that checked the link's tab on the server
     cost every page open six calls and the front end a status for every tab's first-view outputs,
     which it then refreshed at every later status message of the session."""
-    from components import links
-    from components.inputs import keep_on_failure
+    from components.links import deep_links as links
+    from components.inputs.fields import keep_on_failure
 
-    from components import first_views
+    from components.serving import first_views
 
     if ctx.tab is None:  # a tab built on its own (a notebook, a test) has no tab to open
         return
@@ -82,7 +82,12 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
         if done or links.carries(link_prefix):
             return (True, *skips)
         kept = first_views.served(tab_id, args)
-        out = kept[-1] if kept else fn(*args)
+        if kept:
+            out = kept[-1]
+        else:
+            with first_views.live(tab_id, args) as keep:
+                out = fn(*args)
+                keep([out])
         return (True, *(out if len(outputs) > 1 else (out,)))
 
     if inspect.isgeneratorfunction(fn):  # a first view in steps: each shows as soon as it is computed
@@ -90,9 +95,22 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
             if done or links.carries(link_prefix):
                 yield (True, *skips)
                 return
-            for out in first_views.served(tab_id, args) or fn(*args):
-                yield (True, *(out if len(outputs) > 1 else (out,)))
+            kept = first_views.served(tab_id, args)
+            if kept:
+                for out in kept:
+                    yield (True, *(out if len(outputs) > 1 else (out,)))
+                return
+            with first_views.live(tab_id, args) as keep:
+                steps = []
+                for out in fn(*args):
+                    steps.append(out)
+                    yield (True, *(out if len(outputs) > 1 else (out,)))
+                keep(steps)
 
+    def model_unneeded(done, *args) -> bool:  # answered without the model (components.serving.guard.gated)
+        return bool(done) or links.carries(link_prefix) or first_views.ready(tab_id, args)
+
+    first.model_unneeded = model_unneeded
     first.__module__ = fn.__module__  # the tab's own handler: its ZeroGPU duration (guard)
     kw = model_event(api_visibility="private", **events)
     keep_on_failure(ctx.tab.select(first, [opened, *inputs], [opened, *outputs], **kw), outputs)
@@ -153,7 +171,7 @@ footer {display:none !important;}
 .wb-instruments .wb-card .wb-paper {margin-bottom:4px;}
 """
 
-# Presenter view (a class on <body> set by the header switch, components.links): hide what only an
+# Presenter view (a class on <body> set by the header switch, components.links.deep_links): hide what only an
 # expert needs (closed accordions, raw JSON, file exports but a tab's main one, marked `wb-export`, so
 # a presenter can hand a result out; `wb-advanced`), make text and figures big,
 # one result per row (Gradio also prefixes every rule with its container, which outranks a plain

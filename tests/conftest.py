@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # This process imports gradio too (the api tests build the app in it): the same start as app.py's.
-from components.gradio_stubs import no_stub_rewrites  # noqa: E402
+from components.gradio_fixes.stubs import no_stub_rewrites  # noqa: E402
 
 no_stub_rewrites()
 

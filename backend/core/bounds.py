@@ -54,6 +54,18 @@ REL_TEXT_CHARS = 2000  # characters of one explained text (the model takes 256 t
 # Features
 FEAT_LIMIT = Range("limit", 1, 500)
 CLAMP_FLOOR, CLAMP_TIMES = 10.0, 10.0  # the clamp reaches 10× the index's largest activation, at least 10
+# Contrasting two image sets (backend.sae.contrast): one prompt pass per image. 64 a set is 128 passes,
+# about a second for the zoo and about a minute for the 8B hub model (0.5 s an image on a GPU), inside
+# one ZeroGPU call; it is also where the rank test has power to spare: a feature that separates the sets
+# completely reaches p ≈ 1e-22, far below what Benjamini-Hochberg asks over 131k features (3.8e-7),
+# which 15 images a set already reach. At least 2 a set: a mean and a rank need two values (with fewer
+# than 4 nothing can be significant, which the result says).
+CONTRAST_IMAGES = Range("The number of images in a set", 2, 64)
+CONTRAST_ROWS = Range("The number of features listed", 1, 500)
+CONTRAST_TOP_IMAGES = Range("The number of top images per feature", 0, 16)  # the index keeps 16
+# Steering with several features at once: one caption per clamp alone, plus the baseline and all together
+STEER_CLAMPS = Range("The number of clamped features", 1, 8)
+STEER_SUPPRESS = Range("The number of suppressed features", 0, 256)
 # Memorization
 MEMO_SEEDS = Range("The number of seeds", 1, 8)
 MEMO_STATS = Range("The number of ordinary prompts for the statistics", 2, 20000)

@@ -18,7 +18,7 @@ its time limit counts as just over the time it was given, so the same setting is
 next time (a refusal needs an estimate over the cap).
 The largest of recent times, not their mean, so that a result served from a cache never makes a
 computation look cheap. Entries are kept per process; under ZeroGPU the main process merges those a
-worker measured (`since`, `merge`: components.guard carries them back with the result).
+worker measured (`since`, `merge`: components.serving.guard carries them back with the result).
 """
 from __future__ import annotations
 

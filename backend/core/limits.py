@@ -1,6 +1,6 @@
 """Time budgets for long jobs, so one request cannot hold the (shared) device forever.
 
-The app gives every request a budget (`budget(seconds)`, set by components.guard from
+The app gives every request a budget (`budget(seconds)`, set by components.serving.guard from
 WORKBENCH_JOB_SECONDS and the per-call cap); long loops in the backend call `check()` between steps,
 which raises JobTooLong once the budget is spent, or better `Steps(what).check()`, which also stops
 before a step that would not end within it (the longest step so far is the guess). A stream keeps one deadline over all its steps

@@ -1,4 +1,4 @@
-"""Load progress: inside `load_progress(report)` (components.guard opens one per request) every
+"""Load progress: inside `load_progress(report)` (components.serving.guard opens one per request) every
 model load tells `report(fraction, message)` as its weight files are read, named as a person reads
 the model (backend.core.store sets the model being loaded; prefetch reports its shards)."""
 from __future__ import annotations

@@ -6,6 +6,10 @@ Only metadata is read: `config.json` (or a diffusers pipeline's `model_index.jso
 the safetensors files (the hub's safetensors metadata, or the first bytes of local files) for the
 parameter count and size. Pickle-only checkpoints and remote code are refused, as everywhere.
 
+Which architectures a method takes is its own package's knowledge: each backend package with a
+`rules.py` registers a MethodRule there (`register_rule`), found on first use (`rules()`), so a new
+method adds its rule without editing this file.
+
 Policy for custom models (`allowed_custom`): local runs allow them; on a public Space (SPACE_ID set)
 they are off unless WORKBENCH_CUSTOM_MODELS=1, or the hub id's owner is listed in
 WORKBENCH_CUSTOM_OWNERS (comma-separated). WORKBENCH_CUSTOM_MODELS=0 turns them off anywhere. A size
@@ -14,12 +18,15 @@ before download.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pkgutil
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from . import presets as P
 from .errors import ModelCheckError
@@ -27,14 +34,6 @@ from .budget import parse_bytes
 from .weightfiles import (_HUB_SIZES, _ask_hub_size, _header, _hub_size, _without_variants,  # noqa: F401
                           bytes_words, hub_or_cached_size, local_size, weight_files)
 
-METHODS = ("relevance", "features", "memorization", "math_neurons", "adapters")
-_ALIASES = {"mambalrp": "relevance", "lrp": "relevance", "sae": "features", "nemo": "memorization",
-            "math": "math_neurons", "mathneuro": "math_neurons", "pissa": "adapters"}
-MAMBA = ("MambaForCausalLM", "FalconMambaForCausalLM")
-# LLaVA and its successors that keep LLaVA's vision tower → projector → language model layout.
-LLAVA = ("LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
-         "LlavaNextVideoForConditionalGeneration", "LlavaOnevisionForConditionalGeneration")
-SD_PIPELINES = ("StableDiffusionPipeline",)
 # Model types whose attention and MLP use transformers' Conv1D (a transposed weight), not nn.Linear:
 # found by searching the installed transformers' modeling files for `Conv1D(`.
 CONV1D_TYPES = ("gpt2", "openai-gpt", "imagegpt", "decision_transformer")
@@ -82,17 +81,92 @@ def _count(n: int) -> str:
     return str(n)
 
 
+# ----------------------------------------------------------------------------------- method rules
+@dataclass(frozen=True, kw_only=True)
+class MethodRule:
+    """Which models one method's tab takes, declared by the method's own package in its `rules.py`
+    (`register_rule(MethodRule(...))`): the package that knows the method knows its architectures."""
+    method: str  # the tab's id, as check_model's callers name it ("relevance")
+    problem: Callable[[ModelMeta], str | None]  # why a model does not fit, or None
+    order: int  # its place in fitting_methods: the tab's place in the app
+    aliases: tuple[str, ...] = ()  # other spellings method_key accepts ("lrp")
+    architectures: tuple[str, ...] = ()  # the classes it takes, where it names them (weights.dtype_for)
+    # A method that takes a diffusers pipeline judges a single diffusers model itself; any other
+    # refuses one here with the same words for every tab.
+    pipeline: bool = False
+
+
+_RULES: dict[str, MethodRule] = {}
+_RULES_LOCK = threading.Lock()
+_discovered = False
+
+
+def _spelling(name: str) -> str:
+    return str(name).strip().lower().replace("-", "_").replace(" ", "_")
+
+
+def _names(rule: MethodRule) -> set[str]:
+    return {_spelling(rule.method), *map(_spelling, rule.aliases)}
+
+
+def register_rule(rule: MethodRule) -> MethodRule:
+    """Add (or, when its module is imported again, replace) a method's rule. A name another method
+    already answers to is refused: method_key could not tell which one a user meant."""
+    with _RULES_LOCK:
+        for other in _RULES.values():
+            clash = _names(rule) & _names(other) if other.method != rule.method else set()
+            if clash:
+                raise ValueError(f"method rule {rule.method!r}: {', '.join(sorted(clash))} already names "
+                                 f"{other.method!r}")
+        _RULES[rule.method] = rule
+    return rule
+
+
+def _discover() -> None:
+    """Import every backend package's `rules` module (found by its file, so that packages without
+    one, such as the zoo, are never imported). On first use, not at import: the method packages
+    build on this module. Two threads that race here both import, and Python's import lock makes
+    the second wait for the first's modules, so neither sees a rule missing."""
+    global _discovered
+    if _discovered:
+        return
+    backend = Path(__file__).resolve().parents[1]
+    for info in sorted(pkgutil.iter_modules([str(backend)]), key=lambda i: i.name):
+        if info.ispkg and (backend / info.name / "rules.py").is_file():
+            importlib.import_module(f"{backend.name}.{info.name}.rules")
+    _discovered = True
+
+
+def rules() -> tuple[MethodRule, ...]:
+    """Every registered rule, in the tabs' order."""
+    _discover()
+    with _RULES_LOCK:
+        return tuple(sorted(_RULES.values(), key=lambda r: (r.order, r.method)))
+
+
+def methods() -> tuple[str, ...]:
+    """The methods a model can be checked for, in the tabs' order."""
+    return tuple(r.method for r in rules())
+
+
+def method_rule(method: str) -> MethodRule:
+    """The rule of `method` (a tab id or an alias); ModelCheckError naming the known methods."""
+    m = _spelling(method)
+    known = rules()
+    for rule in known:
+        if m in _names(rule):
+            return rule
+    raise ModelCheckError(f"unknown method {method!r}; expected one of {', '.join(r.method for r in known)}")
+
+
 def method_key(method: str) -> str:
-    m = str(method).strip().lower().replace("-", "_").replace(" ", "_")
-    m = _ALIASES.get(m, m)
-    if m not in METHODS:
-        raise ModelCheckError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
-    return m
+    return method_rule(method).method
 
 
 # ----------------------------------------------------------------------------------- reading
 @dataclass
-class _Meta:
+class ModelMeta:
+    """What is read of a model before its weights: what each method's rule judges."""
     location: str
     local: bool
     folder: Path | None  # the local folder, or the hub snapshot folder the config was cached in
@@ -161,12 +235,12 @@ def _hub_file(repo: str, name: str, revision: str | None) -> Path | None:
         raise _Unreachable(type(e).__name__) from e
 
 
-def _hub_meta(repo: str, revision: str | None) -> "_Meta":
+def _hub_meta(repo: str, revision: str | None) -> ModelMeta:
     unreachable: _Unreachable | None
     try:
         config = _hub_file(repo, "config.json", revision)
         if config is not None:
-            return _Meta(repo, False, config.parent, _read_json(config, "config.json"), None, revision)
+            return ModelMeta(repo, False, config.parent, _read_json(config, "config.json"), None, revision)
     except _Unreachable as e:  # perhaps a pipeline whose model_index.json is cached
         unreachable = e
     else:
@@ -178,7 +252,7 @@ def _hub_meta(repo: str, revision: str | None) -> "_Meta":
                               f"not in the local cache ({unreachable or e})") from e
     if index is None:
         raise ModelCheckError(f"{repo!r} has neither config.json nor model_index.json")
-    meta = _Meta(repo, False, index.parent, _read_json(index, "model_index.json"), None, revision, index=True)
+    meta = ModelMeta(repo, False, index.parent, _read_json(index, "model_index.json"), None, revision, index=True)
     try:
         unet = _hub_file(repo, "unet/config.json", revision)
     except _Unreachable:
@@ -187,7 +261,7 @@ def _hub_meta(repo: str, revision: str | None) -> "_Meta":
     return meta
 
 
-def _read(path_or_id: str, revision: str | None, roots: list[Path] | None) -> _Meta:
+def _read(path_or_id: str, revision: str | None, roots: list[Path] | None) -> ModelMeta:
     location = P.resolve(path_or_id, roots)  # validated: under the allowed roots, or owner/name
     if Path(location).exists():
         folder = Path(location)
@@ -198,18 +272,18 @@ def _read(path_or_id: str, revision: str | None, roots: list[Path] | None) -> _M
             raise ModelCheckError(f"no safetensors weights in {path_or_id!r}")
         index, config = folder / "model_index.json", folder / "config.json"
         if index.is_file():
-            meta = _Meta(location, True, folder, _read_json(index, "model_index.json"), None, revision, index=True)
+            meta = ModelMeta(location, True, folder, _read_json(index, "model_index.json"), None, revision, index=True)
             unet = folder / "unet" / "config.json"
             meta.unet = _read_json(unet, "unet/config.json") if unet.is_file() else None
             return meta
         if not config.is_file():
             raise ModelCheckError(f"no config.json in {path_or_id!r}: not a transformers or diffusers model folder")
-        return _Meta(location, True, folder, _read_json(config, "config.json"), None, revision)
+        return ModelMeta(location, True, folder, _read_json(config, "config.json"), None, revision)
     return _hub_meta(location, revision)
 
 
 # ----------------------------------------------------------------------------------- rules
-def _remote_code(meta: _Meta) -> str | None:
+def _remote_code(meta: ModelMeta) -> str | None:
     if "auto_map" in meta.config or (meta.unet or {}).get("auto_map"):
         return "its config asks for remote code (auto_map), which the workbench never runs"
     if meta.pipeline:
@@ -246,50 +320,35 @@ def _transformers_names(_version: str) -> frozenset:
     return frozenset(dir(transformers))  # the lazy module lists its names without importing them
 
 
-def architecture_problem(meta: _Meta, method: str) -> str | None:
-    """Why this architecture does not fit the method, or None."""
+def architecture_problem(meta: ModelMeta, method: str) -> str | None:
+    """Why this architecture does not fit the method (a tab id or an alias), or None; the method's
+    own package says which architectures it takes (its registered MethodRule)."""
+    rule = method_rule(method)
+    if meta.diffusers_component and not rule.pipeline:
+        return (f"{meta.architecture} is a diffusers model: the {rule.method.replace('_', ' ')} tab takes a "
+                "transformers model")
+    return rule.problem(meta)
+
+
+def linear_layers_problem(meta: ModelMeta, method: str, what: str) -> str | None:
+    """Why a method that works on nn.Linear weights (`what`: "PiSSA adapts") cannot take this model:
+    a diffusers pipeline, a Conv1D model, or a class the installed transformers lacks. Shared by the
+    methods' rules because it is a fact about transformers, not about one method."""
     arch, mtype = meta.architecture, str(meta.config.get("model_type", ""))
-    if meta.diffusers_component:
-        if method == "memorization":
-            return (f"{arch} is one diffusers model, not a pipeline: pick the Stable Diffusion pipeline's "
-                    "folder (the one with model_index.json and unet/, text_encoder/, vae/ inside)")
-        return f"{arch} is a diffusers model: the {method.replace('_', ' ')} tab takes a transformers model"
-    if method == "relevance":
-        if arch not in MAMBA:
-            return f"{arch}: MambaLRP needs a Mamba model (MambaForCausalLM or FalconMambaForCausalLM)"
-        return None
-    if method == "features":
-        if arch not in LLAVA:
-            return f"{arch}: the Features tab needs a LLaVA-family vision-language model ({', '.join(LLAVA)})"
-        return None
-    if method == "memorization":
-        if arch not in SD_PIPELINES:
-            return f"{arch}: NeMo needs a Stable Diffusion 1.x/2.x pipeline (StableDiffusionPipeline)"
-        spec = meta.config.get("unet")
-        unet_cls = spec[1] if isinstance(spec, list) and len(spec) == 2 else None
-        if unet_cls != "UNet2DConditionModel" or meta.unet is None:
-            return f"{arch}: NeMo needs a UNet2DConditionModel under unet/ (found {unet_cls})"
-        blocks = list(meta.unet.get("down_block_types", []))
-        if not meta.unet.get("cross_attention_dim") or not any("CrossAttn" in b for b in blocks):
-            return f"{arch}: its UNet has no text cross-attention (attn2.to_v), where NeMo's neurons live"
-        return None
     if meta.pipeline:
         return f"{arch} is a diffusers pipeline: the {method.replace('_', ' ')} tab takes a transformers model"
     if mtype in CONV1D_TYPES:
-        what = "MathNeuro scores" if method == "math_neurons" else "PiSSA adapts"
         return (f"{arch}: {what} nn.Linear weights, and {mtype} models use transformers' Conv1D layers "
                 "instead; pick a model with nn.Linear layers (Llama, Qwen2, Gemma, Mistral, …)")
     if not _transformers_class(arch):
         import transformers
 
         return f"{arch} is not a model class of the installed transformers {transformers.__version__}"
-    if method == "math_neurons" and not arch.endswith("ForCausalLM"):
-        return f"{arch}: MathNeuro needs a causal language model (a …ForCausalLM class)"
     return None
 
 
 # ----------------------------------------------------------------------------------- sizes
-def _size(meta: _Meta) -> tuple[int | None, int | None]:
+def _size(meta: ModelMeta) -> tuple[int | None, int | None]:
     if meta.local:
         assert meta.folder is not None  # a local model is its folder
         return local_size(meta.folder)
@@ -340,7 +399,7 @@ def fitting_methods(path_or_id: str, *, revision: str | None = None,
     """method → None where the model fits, else the reason (from one reading of its config)."""
     meta = _read(str(path_or_id), revision, roots)
     remote = _remote_code(meta)
-    return {m: remote or architecture_problem(meta, m) for m in METHODS}
+    return {r.method: remote or architecture_problem(meta, r.method) for r in rules()}
 
 
 def on_public_space() -> bool:

@@ -16,7 +16,7 @@ Settings (read at each call, so tests and a Space's variables take effect withou
   WORKBENCH_SHARED_BUILDS  =1: a private Space's owner shares every visitor's builds (the index a tab
                            builds is written where the owner's settings point, statistics replace the
                            shared ones), as before per-session folders existed
-No gradio here: components.visitor ties these to Gradio's sessions (a folder is named by `key_of`
+No gradio here: components.serving.visitor ties these to Gradio's sessions (a folder is named by `key_of`
 the session hash, never by the hash itself) and unload event, and resolves a request's `Space`: the
 place of one method in one session, the way every method reaches its visitor's files.
 """
@@ -44,7 +44,7 @@ DEFAULT_TTL = 7200.0
 DIRECT = "direct"  # calls from Python (a notebook, a test) with no Gradio session behind them
 _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MARK = ".last-used"
-_PERSON = ".person"  # whose session this is: a person's key (components.people), one line
+_PERSON = ".person"  # whose session this is: a person's key (components.serving.people), one line
 _LOCK = threading.Lock()
 _ON_END: list[Callable[[str, Path], None]] = []
 _SWEEPER: threading.Thread | None = None
@@ -261,7 +261,7 @@ def keep_within_quota(session: str | None, written: Iterable[Path], what: str = 
 @dataclass(frozen=True)
 class Space:
     """One method's place in one visitor's session: the one way a method reaches what its visitor
-    brought. A handler resolves it from its request (components.visitor.space) and hands the method
+    brought. A handler resolves it from its request (components.serving.visitor.space) and hands the method
     its folder, its session key or the Space itself; the method never names a session or a path.
 
     Files: <root>/<session key>/<name>/…, `name` declared once by the method (its visitor module's
@@ -270,7 +270,7 @@ class Space:
     files). What a method keeps in memory for a session it drops in an `on_end` listener."""
     session: str | None
     name: str
-    person: str | None = None  # whose session (components.people): the quota counts all of theirs
+    person: str | None = None  # whose session (components.serving.people): the quota counts all of theirs
 
     def path(self, *sub: str) -> Path | None:
         """Where the space's files are or would be; nothing is made (a read is no use)."""

@@ -23,14 +23,14 @@ under the view's name: no tab can receive another tab's type under a shared id, 
 counted once, a view's own tensors (beyond the model's) are added to its entry's bytes, and the
 views leave with their entry.
 
-Request scopes. components.guard opens `request_scope()` around every event handler (and
+Request scopes. components.serving.guard opens `request_scope()` around every event handler (and
 `scoped_iter` / `scoped_aiter` around streams, whose steps may run in different threads). Every
 `get_or_load` inside a scope marks its model as in use until the scope ends; the scope is a
 context variable, so a thread started with a copy of the context shares it. Outside any scope (a
 notebook, the CLI) a model is in use only during the call that returns it.
 
 Load progress. A first load of a paper's checkpoint takes long enough that whoever waits must see
-it: inside `load_progress(report)` (components.guard opens one per request, on the handler's
+it: inside `load_progress(report)` (components.serving.guard opens one per request, on the handler's
 progress bar) every load calls `report(fraction, "loading <model> (n of N shards)")` as its weight
 files are read (presets.load_pretrained → prefetch.read_shards), and "loaded <model> in s" at the end
 (backend.core.loadprogress). The budget is read in backend.core.budget, sizes in backend.core.sizes.

@@ -19,7 +19,7 @@ import torch
 from . import store
 from . import presets as P
 from .device import pick_device, pick_dtype, place
-from .modelcheck import LLAVA
+from .modelcheck import method_rule
 
 # Classes whose weights load through a function of their own (a diffusion pipeline: no safety
 # checker, the sampler the methods use), registered by the module that knows them.
@@ -45,7 +45,7 @@ def dtype_for(preset: P.Preset) -> torch.dtype | None:
     name, cuda = preset.model_class.rpartition(".")[2], pick_device().type == "cuda"
     if preset.model_class.startswith(PIPELINE_PREFIX):
         return torch.float16 if cuda else None
-    if name in LLAVA:
+    if name in method_rule("features").architectures:  # the LLaVA family, as backend.sae names it
         return pick_dtype() if cuda else torch.float32
     return None
 

@@ -15,7 +15,7 @@ process: its arguments and results are pickled (so no lambdas, locks or models a
 outermost marked call) and what it caches stays in that worker; a marked function called from inside
 another marked function runs directly. The outermost mark therefore belongs on the Gradio handler,
 and the service-level marks give each computation's estimate (and cover callers outside Gradio).
-components.guard.guard_events puts that outermost mark on every model-touching handler.
+components.serving.guard.guard_events puts that outermost mark on every model-touching handler.
 
 What a worker loads or computes dies with it. So the checkpoints load in the main process at start
 (backend.core.preload, WORKBENCH_PRELOAD), where every worker inherits them, and what a worker
@@ -26,7 +26,7 @@ names, are loaded in the main process before it forks (preload.ahead, preload.ow
 had to load all the same is then loaded in the main process for the next worker (preload.mirror).
 `in_main()` tells the two processes apart: the notes a handler raises in a worker travel back with
 its result and the main process shows them, and a handler that keeps state for later calls (a
-visitor's own data set) runs in the main process (components.guard: `_carrying`, `_delivering`,
+visitor's own data set) runs in the main process (components.serving.guard: `_carrying`, `_delivering`,
 `main_only`). tests/helpers/zerogpu holds a stand-in `spaces` whose GPU forks a child per call,
 with pickled arguments and results, to test this on any machine (tests/hub/test_zerogpu_process.py).
 """

@@ -3,7 +3,7 @@ over prompts the visitor gives), kept as a statistics file in the visitor's sess
 (backend.core.sessions) and used for that visitor's z-scores and searches only. The shared μ, σ
 (the owner's WORKBENCH_NEMO_STATS file, or those computed at first use) never change.
 
-`own_dir` is the visitor's space's folder (`Space(session, SPACE).path()`: components.visitor.space),
+`own_dir` is the visitor's space's folder (`Space(session, SPACE).path()`: components.serving.visitor.space),
 or None (nobody's space: the shared statistics).
 """
 from __future__ import annotations

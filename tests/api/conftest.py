@@ -80,7 +80,7 @@ def mcp_url():
     MCP tests: tests/api/test_mcp*.py, test_large_images.py); yields its URL."""
     pytest.importorskip("mcp")
     import app
-    from components import agent_tools
+    from components.agents import tools as agent_tools
     from tests.helpers.server import free_port
 
     demo = app.build_app("zoo")

@@ -72,10 +72,10 @@ def lab(local_models, tmp_path_factory):
 
     from backend.sae import hub_index, loading, organism
     from backend.sae.index import INDEX_FILE, ImageSource
-    from components import features as tab
-    from components import visitor
+    from components.features import layout as tab
+    from components.serving import visitor
     from components.common import TabContext
-    from components.guard import guard_events
+    from components.serving.guard import guard_events
     from tests.helpers.standins.features import sample_images
 
     base = tmp_path_factory.mktemp("lab")

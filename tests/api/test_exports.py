@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from backend.core import sessions
-from components import exports
+from components.serving import exports
 
 pytestmark = pytest.mark.timeout(300)
 RULES = ["norm", "silu", "ssm", "gate"]

@@ -122,8 +122,8 @@ def test_steering_takes_any_picture_the_upload_can_give(org, shape):
 
 
 def test_tab_header_reports_the_calibrated_steering_per_colour(org):
-    from components.feature_build import _summary_md
-    from components.feature_steering import _steering_explain
+    from components.features.index_build import _summary_md
+    from components.features.steering import _steering_explain
 
     md = _summary_md(org)
     for colour, r in org.summary["steering"]["calibrated"]["per_colour"].items():
@@ -137,7 +137,7 @@ def test_bad_numbers_are_refused_by_name_and_range_computing_nothing(client, org
     from gradio_client.exceptions import AppError
 
     from backend.sae import analysis
-    from components.feature_pages import clamp_limit
+    from components.features.pages import clamp_limit
 
     calls = []
     monkeypatch.setattr(analysis, "steer_caption", lambda *a, **k: calls.append(a) or {})

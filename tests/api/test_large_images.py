@@ -82,7 +82,7 @@ def test_a_large_picture_is_refused_before_it_is_decoded(client, big, api, args)
 def test_a_large_picture_over_mcp_is_refused_before_it_is_decoded(big):
     """`image_base64` of steer_feature: the header is read from the decoded base64, before Pillow
     converts a pixel (the answer was once 'Internal error (DecompressionBombError)')."""
-    from components.agent_tools_images import _decode_image
+    from components.features.tools import _decode_image
 
     data = base64.b64encode(big.read_bytes()).decode()
     growth, raised = peak_growth_mb(lambda: _decode_image(data))

@@ -26,7 +26,7 @@ def progress_messages(job) -> list[str]:
 def test_first_explain_reports_its_model_load(client, monkeypatch):
     from backend.core import store, weights
     from backend.lrp.models import text_preset
-    from components.gradio_fixes import PROGRESS_POLL_S
+    from components.gradio_fixes.patches import PROGRESS_POLL_S
 
     model_id = weights.key(text_preset("zoo"))  # the shared weights entry every tab uses
     store.evict(model_id)  # the first request after start, whatever ran before in this session

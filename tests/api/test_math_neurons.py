@@ -95,7 +95,7 @@ def test_parallel_clients_see_only_their_own_setting(app_url):
 
 def test_figure2_labels_of_coinciding_points_do_not_overlap():
     """Random pruning often lands on the unmodified point: their labels take different sides."""
-    from components.math_figures import figure2_plot
+    from components.math_neurons.figures import figure2_plot
 
     base = {"math": 0.76, "nonmath": 1.0}
     res = {"mathneuro": {"math": 0.1, "nonmath": 0.99}, "random": {"math": 0.75, "nonmath": 1.0},

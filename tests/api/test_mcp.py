@@ -1,4 +1,4 @@
-"""The workbench as MCP tools (components.agent_tools), driven by the `mcp` package's client.
+"""The workbench as MCP tools (components.agents.tools), driven by the `mcp` package's client.
 
 The app runs in this process with the MCP server on, as `app.py --mcp` starts it, so that after
 every tool call the models' hooks and weights can be checked (tests/api/conftest.py) and the
@@ -62,7 +62,7 @@ def error_of(url, name, **args) -> str:
 
 def sig(obj):
     """The UI's numbers as a tool answers them (4 significant digits)."""
-    from components.agent_tools import _json
+    from components.agents.tools import _json
 
     return json.loads(_json(obj))
 
@@ -75,10 +75,10 @@ def png_size(image) -> tuple[int, int]:
 
 
 def test_lists_exactly_the_tools_with_their_schemas(mcp_url):
-    from components.agent_tools import TOOL_NAMES
+    from components.agents.tools import tool_names
 
     tools = _session(mcp_url, lambda s: s.list_tools()).tools
-    assert sorted(t.name for t in tools) == sorted(TOOL_NAMES)  # no UI event among them
+    assert sorted(t.name for t in tools) == sorted(tool_names())  # no UI event among them
     for t in tools:
         assert len(t.description) > 150, t.name
         props = t.inputSchema["properties"]
@@ -126,7 +126,7 @@ def test_cost_arguments_past_their_range_are_refused_identically(mcp_url, client
     from gradio_client.exceptions import AppError
 
     from backend.core import bounds
-    from components.agent_tools import TOOL_NAMES  # noqa: F401  (the tools are installed)
+    from components.agents.tools import tool_names  # noqa: F401  (the tools are installed)
 
     cases = [  # (range, bad value, tool, its arguments, API endpoint, its arguments)
         (bounds.MATH_K, 40, "math_neurons", {"k_percent": 40}, "/mn_evaluate", ("MathNeuro", 40, 0.0, 64)),
@@ -183,10 +183,10 @@ def test_ui_events_stay_callable_but_are_not_tools(mcp_url, client):
     callable by name with all their inputs in order (gradio_client needs no keywords for that)."""
     from gradio_client import Client
 
-    from components.agent_tools import TOOL_NAMES
+    from components.agents.tools import tool_names
 
     ui = Client(mcp_url, verbose=False)
-    assert set(ui.view_api(return_format="dict", print_info=False)["named_endpoints"]) == {"/" + n for n in TOOL_NAMES}
+    assert set(ui.view_api(return_format="dict", print_info=False)["named_endpoints"]) == {"/" + n for n in tool_names()}
     listed, _, _ = call(mcp_url, "pissa_layers")
     assert ui.predict(listed["model"], api_name="/layers") == client.predict(listed["model"], api_name="/layers")
 
@@ -205,8 +205,8 @@ def test_app_serves_the_tools_only_when_asked(monkeypatch, argv, env, on):
 
     import app
     from backend.core.zerogpu import is_marked
-    from components.agent_tools import TOOL_NAMES
-    from components.agent_tools import READS_GROUP, TOOLS
+    from components.agents.tools import tool_names
+    from components.agents.tools import READS_GROUP, registered
     from components.common import is_model_group, model_concurrency
 
     for k in ("WORKBENCH_MCP", "SPACE_ID"):
@@ -222,10 +222,10 @@ def test_app_serves_the_tools_only_when_asked(monkeypatch, argv, env, on):
     assert seen["mcp_server"] is on and seen["server_name"] == "127.0.0.1"
     visibility = {fn.api_name: fn.api_visibility for fn in tiny.fns.values()}
     if on:
-        assert visibility == {"ui_event": "undocumented", **{n: "public" for n in TOOL_NAMES}}
-        reads_model = {t[0].__name__: t[2] for t in TOOLS}
+        assert visibility == {"ui_event": "undocumented", **{n: "public" for n in tool_names()}}
+        reads_model = {tool.name: tool.reads_model for tool, _tab in registered()}
         for fn in tiny.fns.values():  # a model tool queues with the app's model calls, marked for ZeroGPU;
-            if fn.api_name in TOOL_NAMES:  # a tool that reads no model waits behind none
+            if fn.api_name in tool_names():  # a tool that reads no model waits behind none
                 if reads_model[fn.api_name]:
                     assert is_model_group(fn.concurrency_id) and fn.concurrency_limit == model_concurrency()
                     assert is_marked(fn.fn)
@@ -236,7 +236,7 @@ def test_app_serves_the_tools_only_when_asked(monkeypatch, argv, env, on):
 
 
 def test_a_bad_setting_is_refused():
-    from components.agent_tools import mcp_wanted
+    from components.agents.tools import mcp_wanted
 
     with pytest.raises(ValueError, match="WORKBENCH_MCP must be 1 or 0"):
         mcp_wanted(False, {"WORKBENCH_MCP": "maybe"})

@@ -225,7 +225,7 @@ def _hub_probe(out_path: str) -> None:  # runs in the child process
 
     from backend.nemo import service
     from backend.precompute import nemo_stats
-    from components import memorization as tab
+    from components.memorization import layout as tab
     from components.common import TabContext
 
     res: dict = {}

@@ -1,6 +1,6 @@
 """Raw HTTP requests to the API that Gradio 6.31 answered badly (issue 51, item 7): an empty
 session_hash (HTTP 500), a wrong number of arguments (`{"error": null}`), a body of any size (a
-60 MB JSON body read and parsed whole, +133 MB). components.gradio_fixes has the fixes; each is
+60 MB JSON body read and parsed whole, +133 MB). components.gradio_fixes.patches has the fixes; each is
 checked here against the served app, over plain HTTP as any client would send it."""
 import json
 import select
@@ -103,7 +103,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(app_url):
     declares its length is refused with HTTP 413 and why after its first megabyte (the server does
     not wait for the rest), and a chunked one as soon as its bytes pass the limit; the serving
     process (this one) grows by little more than the limit's worth of bytes at most."""
-    from components.gradio_fixes import REQUEST_BODY_BYTES
+    from components.gradio_fixes.patches import REQUEST_BODY_BYTES
 
     size, mb = 60 * 2**20, b"a" * 2**20
     head = b'{"data": ["'

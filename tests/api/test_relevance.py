@@ -85,7 +85,7 @@ def test_text_refusals_load_no_model(client, monkeypatch):
     from gradio_client.exceptions import AppError
 
     from backend.lrp import service as svc
-    from components import agent_tools_language as tools
+    from components.relevance import tools
 
     def no_load(*a, **k):
         raise AssertionError("a model was loaded for a refused request")
@@ -110,7 +110,7 @@ def test_numbers_out_of_range_and_unreadable_images_are_refused(client, tmp_path
     import gradio as gr
 
     from backend.core import bounds
-    from components.inputs import bounded_slider
+    from components.inputs.fields import bounded_slider
 
     for bad in (500, 5, 25.5, None):  # a browser sends a NaN typed in a number box as null
         with pytest.raises(AppError, match="whole number between 20 and 240"):
@@ -238,7 +238,7 @@ def test_views_say_what_they_plot():
     scale; words the zoo vocabulary lacks are named; held-out progress names methods."""
     from backend.lrp import models
     from backend.lrp import service as svc
-    from components import relevance as R
+    from components.relevance import layout as R
 
     lm = models.load(models.LONG_ZOO)
     res = svc.longrange(lm, " ".join(lm.heldout[3]["tokens"][:-1]), ["mambalrp", "gi"])
@@ -258,7 +258,7 @@ def test_views_say_what_they_plot():
     assert "Not in this model's vocabulary" in R.heatmap_html(res) and "😀, 猫" in R.heatmap_html(res)
     assert svc.explain_text(m, "the cast was brilliant", ["gi"])["unknown_words"] == []
     raw = {k: np.asarray(v) for k, v in res["relevance"].items()}
-    from components.relevance_figures import template_of
+    from components.relevance.figures import template_of
 
     tpl = template_of(res)
     typed = [i for i in range(len(res["tokens"])) if i not in tpl]
@@ -284,7 +284,7 @@ def test_views_say_what_they_plot():
 def test_image_heatmaps_give_exact_values_on_hover():
     from backend.lrp import service as svc
     from backend.core.colors import is_themed
-    from components import relevance as R
+    from components.relevance import layout as R
 
     m = svc.load_image()
     res = svc.explain_image(m, svc.example_image(m, 3), ["mambalrp", "gi"])

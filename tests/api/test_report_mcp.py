@@ -19,7 +19,7 @@ def mcp_url():
     """The app with its MCP tools in this process (as tests/api/test_mcp.py serves it); Gradio's check
     that localhost answers can time out on a busy machine, so the launch is tried three times."""
     import app
-    from components import agent_tools
+    from components.agents import tools as agent_tools
     from tests.helpers.server import free_port
 
     demo = app.build_app("zoo")
@@ -100,7 +100,7 @@ def test_the_reports_answer_names_no_server_path(mcp_url, storage):  # noqa: F81
     from gradio.utils import get_upload_folder
 
     from backend.core import sessions
-    from components.mcp_server import FILE_ROUTE
+    from components.agents.mcp_server import FILE_ROUTE
 
     async def work(s):
         await s.call_tool("pissa_layer", {"layer": "fc2", "rank": 5})

@@ -99,15 +99,15 @@ def test_memorization_tour_every_step_reports_what_nemo_computes(client):
     assert off["score_off"] < off["theta_mem"] < off["score_on"]
 
 
-def test_tour_modules_are_not_taken_for_tabs():
-    from components import tab_modules
-    from components.tours import PAPERS, all_tours
+def test_each_papers_tour_is_named_by_its_tab_in_the_tabs_order():
+    from components import tabs
+    from components.tour.layout import all_tours, overview_tours
 
-    tabs = tab_modules()
-    assert "tour" in [m.TAB_ID for m in tabs]
-    assert not [m.__name__ for m in tabs if m.__name__.startswith("components.tours")]
-    assert len(PAPERS) == 5
+    assert "tour" in [t.id for t in tabs()]
     assert [t.tour_id for t in all_tours()] == ["relevance", "features", "memorization", "math", "adapters"]
+    # the Overview's tour buttons: one per tab with a tour (elem_id overview-tour-<tab id>), and all
+    assert overview_tours() == {"relevance": "relevance", "features": "features", "memorization": "memorization",
+                                "math_neurons": "math", "adapters": "adapters", "all": "all"}
 
 
 @pytest.mark.parametrize("tour,step,msg", [("nope", 1, "not in the list of choices"),

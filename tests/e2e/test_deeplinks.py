@@ -152,7 +152,7 @@ def links_of_all_tabs(page, url, query, tabs) -> tuple[dict, dict]:
     return out, views
 
 
-# No link run is left waiting for a tab that has mounted (components.links.RUN_JS looks for its
+# No link run is left waiting for a tab that has mounted (components.links.deep_links.RUN_JS looks for its
 # button every 200 ms): what the shown tabs will run has started.
 RUNS_STARTED = """() => Array.isArray(window.wbLinkRuns)
   && [...window.wbLinkWaiting].every((id) => !document.getElementById(id))"""

@@ -1,11 +1,11 @@
-"""One rule for Enter in every box (components.enter): Enter in a one-line box runs that box's
+"""One rule for Enter in every box (components.inputs.enter): Enter in a one-line box runs that box's
 action, Ctrl+Enter (⌘+Enter) in a multi-line box runs it and the box says so, plain Enter there
 starts a new line. Once, Enter computed in two boxes, did nothing in three and only broke the line
 in two."""
 import pytest
 from playwright.sync_api import expect
 
-from components.enter import MULTI_HINT
+from components.inputs.enter import MULTI_HINT
 from tests.e2e.conftest import first_view, open_tab, settle, shot
 
 pytestmark = pytest.mark.timeout(420)

@@ -1,4 +1,4 @@
-"""Each tab's default first view on the zoo, kept (components.first_views): a server computes them in
+"""Each tab's default first view on the zoo, kept (components.serving.first_views): a server computes them in
 the background at its start and keeps them on disk; every tab then opens on its kept view, drawn as
 a live one is, and a restarted server reads them back instead of computing them again. (How fast:
 benchmarks/first_views.py, against the same app computing them live.)"""

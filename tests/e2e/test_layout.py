@@ -16,7 +16,7 @@ import time
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from components import tab_modules
+from components import tabs
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import FIRST_VIEW, first_view, settle
 from tests.helpers import layout, waits
@@ -25,7 +25,7 @@ from tests.helpers.browser import chromium_page
 FIRST_VIEW_S = 10.0  # README: a tab computes its first view when first opened (issue 34: ≤ 10 s cold)
 LONG = 120_000
 SHOTS = ARTIFACTS / "layout"
-TABS = [(m.TAB_ID, m.TITLE) for m in tab_modules()]
+TABS = [(t.id, t.title) for t in tabs()]
 
 # What a presenter shows first: its top must be in the first screen.
 KEY_FIGURE = {"overview": "#tab-overview .wb-card", "relevance": "#rel-heatmap", "features": "#features-overlay",
@@ -34,7 +34,7 @@ KEY_FIGURE = {"overview": "#tab-overview .wb-card", "relevance": "#rel-heatmap",
 
 
 def _set_view(page, presenter: bool, dark: bool) -> list[str]:
-    """The header's own switches (components.links): presenter view and light/dark. Once the figures
+    """The header's own switches (components.links.deep_links): presenter view and light/dark. Once the figures
     are drawn for it, no problem; else one."""
     state = page.evaluate("() => [document.body.classList.contains('wb-presenter'), document.body.classList.contains('dark')]")
     if state[0] != presenter:

@@ -1,5 +1,5 @@
 """The Overview's controls work (every tab's opening through its link: tests/e2e/test_layout.py)."""
-from components import tab_modules
+from components import tabs
 from tests.e2e.conftest import open_tab, settle, shot
 from tests.helpers.waits import result_of
 
@@ -27,10 +27,9 @@ def test_overview_refresh_and_open_buttons(page, server_url):
     tops = page.evaluate("() => Array.from(document.querySelectorAll('.wb-instrument button'))"
                          ".filter(b => b.textContent.trim().startsWith('Open')).map(b => b.getBoundingClientRect().top)")
     assert len(tops) == 5 and max(tops) - min(tops) < 1, tops
-    ready = [m for m in tab_modules() if m.TAB_ID != "overview"]
-    if ready:  # the first built instrument opens from its card
-        page.get_by_role("button", name=f"Open {ready[0].TITLE} →").click()
-        page.wait_for_selector(f"#tab-{ready[0].TAB_ID}", state="visible")
+    first = next(t for t in tabs() if t.card)  # the first instrument opens from its card
+    page.get_by_role("button", name=f"Open {first.title} →").click()
+    page.wait_for_selector(f"#tab-{first.id}", state="visible")
     shot(page, "overview-after-refresh")
 
 
@@ -38,7 +37,7 @@ def test_the_status_timer_loop_runs_ten_frames_a_second(page, server_url):
     """Gradio's page-loading status tracker kept its timer's requestAnimationFrame loop running after
     the page had loaded: an idle page drew 60 frames a second for it (8-10 % of a core of the
     browser, as long as the tab stayed open). With the trackers' timer loops at ten frames a second
-    (components.gradio_fixes), that loop's calls over 3 s of an idle page are about 30, not 180."""
+    (components.gradio_fixes.patches), that loop's calls over 3 s of an idle page are about 30, not 180."""
     import json
 
     from tests.helpers.browser import browser

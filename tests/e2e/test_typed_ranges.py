@@ -1,5 +1,5 @@
 """A number typed into a slider's box past its range, in Chromium: refused with the range (the API's
-own message), nothing computed, and the box shows the value in use (components.range_guard).
+own message), nothing computed, and the box shows the value in use (components.serving.range_guard).
 
 Gradio's slider used to clamp it silently and compute: held-out example 500 loaded example 199,
 Memorization seeds 99 became 8 and 0 became 1, and Math's card said "scaled × 2" after "5" was

@@ -1,6 +1,6 @@
 """Each test client stands for a person of its own, as each did when a session was a visitor.
 
-The app counts a visitor's queue places, turns, disk and uploads per person (components.people):
+The app counts a visitor's queue places, turns, disk and uploads per person (components.serving.people):
 the address its proxy reports. The suite's servers trust one proxy hop (WORKBENCH_PROXY_HOPS=1,
 set in tests/conftest.py), and each gradio_client Client and each browser context says it comes
 from an address of its own (IPv6's documentation prefix, so no address is anybody's), so tests of

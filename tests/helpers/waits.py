@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 WAIT_MS = 60_000
 
 # The shown plotly figures (under `scope`) not drawn at their box's width, by the id of the block
-# around them. Plotly re-fits a figure only on a window resize, debounced (components.links sends one
+# around them. Plotly re-fits a figure only on a window resize, debounced (components.links.deep_links sends one
 # after the presenter switch), so a figure whose column grew or shrank keeps its old width a moment;
 # one given a fixed size is never re-fitted.
 _UNFITTED = """(scope) => [...document.querySelectorAll(scope + ' .js-plotly-plot')]

@@ -178,11 +178,8 @@ def test_every_tabs_model_calls_ran_where_this_server_runs_them(any_server, requ
     """On the forked server the endpoints above ran in GPU workers (every tab's), not in its process."""
     if "zerogpu" not in any_server[1].name:
         return
-    import importlib
-
-    def tab_of(name: str) -> str:  # a handler's tab: its module's, or the one a panel module names
-        module = name.split(".<locals>")[0].rsplit(".", 1)[0]
-        return getattr(importlib.import_module(module), "PANEL_OF", None) or module.rpartition(".")[2]
+    def tab_of(name: str) -> str:  # a handler's tab: its package's (components/<tab id>/…)
+        return name.split(".<locals>")[0].split(".")[1]
 
     workers = request.getfixturevalue("hub_forked_server")[2]
     names = {line.split()[1] for line in workers.read_text().splitlines()}

@@ -5,7 +5,7 @@ choices outside the enum, numbers out of range / NaN / ±inf / negative, empty, 
 character, emoji and lone-surrogate text, lists with unknown items, and images that are tiny, huge,
 grayscale, RGBA, CMYK, animated, truncated, or not images at all. A call may succeed or answer an
 error; what must never happen is a crash: the server stops answering, a handler defect is counted
-(components.guard.INTERNAL_ERRORS), a hook stays on a model, or a weight changes.
+(components.serving.guard.INTERNAL_ERRORS), a hook stays on a model, or a weight changes.
 
     python -m tests.load.fuzz --per-family 1000       # the full run (printed)
 

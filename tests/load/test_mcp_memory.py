@@ -4,7 +4,7 @@ Ten `math_neurons` calls with 5,000 `math_items` each took the server from 779 t
 204 MB stayed after the app's own collection: every agent's set stayed in the shared bench for
 good. Here a served app (`app.py --mcp`, its own process, so its RSS is its own) answers six such
 calls, a gradio_client session comes and goes (the app collects and trims its heap when it releases
-a session, components.session_memory) and the server's VmRSS must come back within 20 MB of where
+a session, components.serving.session_memory) and the server's VmRSS must come back within 20 MB of where
 it was before the calls (it stayed ~+36 MB above before the fix).
 """
 import asyncio

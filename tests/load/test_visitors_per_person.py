@@ -1,4 +1,4 @@
-"""A visitor is a person, not a session (components.people, fair_queue, turns, upload_allowance),
+"""A visitor is a person, not a session (components.serving.people, fair_queue, turns, upload_allowance),
 on a served app: sessions are free to make, so one address with a hundred sessions gets one
 person's queue places, turns and uploads, and a call's time limit covers its wait behind the same
 visitor's calls. Every client here stands for a person by the address a proxy would report

@@ -1,7 +1,7 @@
 """The Adapters tab's figures as the page receives them."""
 import numpy as np
 
-from components import adapter_spectrum as ui
+from components.adapters import spectrum as ui
 
 
 def test_histograms_are_counted_on_the_server_in_shared_bins():

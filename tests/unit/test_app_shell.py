@@ -2,21 +2,23 @@ import gradio as gr
 import pytest
 
 import app
-from components import tab_modules
+from components import tabs as declared
 
 
-def test_every_tab_module_declares_what_the_shell_needs():
-    mods = tab_modules()
-    ids = [m.TAB_ID for m in mods]
+def test_every_tab_declares_what_the_shell_needs():
+    found = declared()
+    ids = [t.id for t in found]
     assert ids[0] == "overview" and len(ids) == len(set(ids))
-    for m in mods:
-        assert m.TITLE and m.SUMMARY and callable(m.build)
+    for t in found:
+        assert t.title and t.summary and callable(t.build)
+    papers = [t for t in found if t.paper]
+    assert len(papers) == 5 and all(t.card and t.tour and t.tools for t in papers)
 
 
-def test_build_app_has_a_tab_per_module_and_a_bounded_queue():
+def test_build_app_has_a_tab_per_declaration_and_a_bounded_queue():
     demo = app.build_app("zoo")
     tabs = [b for b in demo.blocks.values() if isinstance(b, gr.Tab)]
-    assert {t.id for t in tabs} == {m.TAB_ID for m in tab_modules()}
+    assert [t.id for t in tabs] == [t.id for t in declared()]
     assert demo._queue.max_size == app.QUEUE_MAX and app.QUEUE_MAX > 0
 
 
@@ -35,7 +37,7 @@ def test_model_events_share_one_queue_at_the_setting_and_other_events_never_join
     demo = app.build_app("zoo")
     model = [d for d in demo.fns.values() if is_model_group(d.concurrency_id)]
     assert {d.concurrency_id for d in model} == {MODEL_GROUP} and {d.concurrency_limit for d in model} == {3}
-    from components.guard import handler_tab
+    from components.serving.guard import handler_tab
 
     tabs = {handler_tab(d.fn) for d in model}
     assert {"relevance", "features", "memorization", "math_neurons", "adapters"} <= tabs, tabs
@@ -73,17 +75,17 @@ def test_importing_app_switches_analytics_and_telemetry_off():
 def test_a_tab_that_cannot_start_shows_why_and_the_app_still_builds(monkeypatch):
     """A tab whose build raises (e.g. a hub checkpoint missing from the cache) must not kill the app:
     its place shows the reason, what it half-built is hidden, and every other tab builds."""
-    mods = tab_modules()
-    broken = next(m for m in mods if m.TAB_ID == "memorization")
+    import dataclasses
 
     def explode(ctx):
         gr.Markdown("half built")
         raise RuntimeError("CompVis/stable-diffusion-v1-4 is not in the cache")
 
-    monkeypatch.setattr(broken, "build", explode)
+    found = [dataclasses.replace(t, build=explode) if t.id == "memorization" else t for t in declared()]
+    monkeypatch.setattr(app, "declared_tabs", lambda: found)
     demo = app.build_app("zoo")
     tabs = {b.id for b in demo.blocks.values() if isinstance(b, gr.Tab)}
-    assert tabs == {m.TAB_ID for m in mods}
+    assert tabs == {t.id for t in found}
     notes = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "wb-tab-failed-memorization"]
     assert len(notes) == 1
     assert "could not start" in notes[0].value and "not in the cache" in notes[0].value

@@ -74,7 +74,13 @@ def test_cmap_helpers_follow_the_shared_maps():
 def _figures():
     """Every plotly figure builder of the tabs, on small inputs of the shape the backends return."""
     from backend.mathneuro.service import Setting
-    from components import adapter_errors, adapter_race, adapter_spectrum, feature_figures, math_figures, memorization_figures, relevance_figures
+    from components.adapters import errors as adapter_errors
+    from components.adapters import race as adapter_race
+    from components.adapters import spectrum as adapter_spectrum
+    from components.features import figures as feature_figures
+    from components.math_neurons import figures as math_figures
+    from components.memorization import figures as memorization_figures
+    from components.relevance import figures as relevance_figures
 
     toks = ["<bos>", "good", "film", "label:"]
     res = {"tokens": toks, "methods": ["mambalrp", "gi"],
@@ -99,40 +105,48 @@ def _figures():
     race = {("lora", 0): {"step": [1, 2], "loss": [1.0, 0.5], "grad_norm": [1.0, 0.7]},
             ("pissa", 0): {"step": [1, 2], "loss": [0.9, 0.3], "grad_norm": [1.1, 0.6]}}
     return {
-        "relevance_figures.position_plot": lambda: relevance_figures.position_plot(res, True),
-        "relevance_figures.curves_plot": lambda: relevance_figures.curves_plot(hres),
-        "relevance_figures.scatter_plot": lambda: relevance_figures.scatter_plot(hres),
-        "relevance_figures.longrange_plot": lambda: relevance_figures.longrange_plot(long_res),
-        "relevance_figures.image_plot": lambda: relevance_figures.image_plot(
+        "relevance.figures.position_plot": lambda: relevance_figures.position_plot(res, True),
+        "relevance.figures.curves_plot": lambda: relevance_figures.curves_plot(hres),
+        "relevance.figures.scatter_plot": lambda: relevance_figures.scatter_plot(hres),
+        "relevance.figures.longrange_plot": lambda: relevance_figures.longrange_plot(long_res),
+        "relevance.figures.image_plot": lambda: relevance_figures.image_plot(
             {"methods": ["mambalrp"], "maps": {"mambalrp": [[0.5, -1.0], [0.0, 2.0]]}, "image": [[0, 1], [1, 0]],
              "pred": "ring", "mask": [[True, False], [False, False]], "share_in_region": {"mambalrp": 0.2}}),
-        "feature_figures.hist_plot": lambda: feature_figures.hist_plot(page),
-        "feature_figures.patch_figure": lambda: feature_figures.patch_figure(
+        "features.figures.hist_plot": lambda: feature_figures.hist_plot(page),
+        "features.figures.patch_figure": lambda: feature_figures.patch_figure(
             [np.zeros((8, 8, 3), np.uint8)], [np.array([[0.0, 1.0], [2.0, 0.5]])], ["feature 3"]),
-        "feature_figures.concept_plot": lambda: feature_figures.concept_plot(page),
-        "memorization_figures.z_plot": lambda: memorization_figures.z_plot(z, ["down0.attn0:1"]),
-        "memorization_figures.hist_plot": lambda: memorization_figures.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
-        "math_figures.figure2_plot": lambda: math_figures.figure2_plot(base, {"mathneuro": base}, 0.05),
-        "math_figures.curve_plot": lambda: math_figures.curve_plot([{"factor": 0.0, **base},
+        "features.figures.concept_plot": lambda: feature_figures.concept_plot(page),
+        "memorization.figures.z_plot": lambda: memorization_figures.z_plot(z, ["down0.attn0:1"]),
+        "memorization.figures.hist_plot": lambda: memorization_figures.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
+        "math_neurons.figures.figure2_plot": lambda: math_figures.figure2_plot(base, {"mathneuro": base}, 0.05),
+        "math_neurons.figures.curve_plot": lambda: math_figures.curve_plot([{"factor": 0.0, **base},
                                                                      {"factor": 1.0, **base}], base, s),
-        "math_figures.accuracy_plot": lambda: math_figures.accuracy_plot(
+        "math_neurons.figures.accuracy_plot": lambda: math_figures.accuracy_plot(
             {"method": "mathneuro", "k": 3, "factor": 0.0, "n": 64, "math": 0.1, "nonmath": 0.9,
              "base_math": 0.7, "base_nonmath": 1.0},
             {"method": "random", "k": 3, "factor": 0.0, "n": 64, "math": 0.7, "nonmath": 1.0,
              "base_math": 0.7, "base_nonmath": 1.0}),
-        "math_figures.layers_plot": lambda: math_figures.layers_plot({"0": {"fraction": 0.03, "count": 5}}, s),
-        "math_figures.consistency_plot": lambda: math_figures.consistency_plot(
+        "math_neurons.figures.layers_plot": lambda: math_figures.layers_plot({"0": {"fraction": 0.03, "count": 5}}, s),
+        "math_neurons.figures.consistency_plot": lambda: math_figures.consistency_plot(
             {"1": {"mean": 0.5, "min": 0.4}, "4": {"mean": 0.9, "min": 0.8}}, s),
-        "adapter_spectrum.spectrum_figure": lambda: adapter_spectrum.spectrum_figure(a),
-        "adapter_spectrum.histogram_figure": lambda: adapter_spectrum.histogram_figure(a),
-        "adapter_errors.heatmap_figure": lambda: adapter_errors.heatmap_figure(err),
-        "adapter_errors.bars_figure": lambda: adapter_errors.bars_figure(err),
-        "adapter_race.race_figure": lambda: adapter_race.race_figure(race),
+        "adapters.spectrum.spectrum_figure": lambda: adapter_spectrum.spectrum_figure(a),
+        "adapters.spectrum.histogram_figure": lambda: adapter_spectrum.histogram_figure(a),
+        "adapters.errors.heatmap_figure": lambda: adapter_errors.heatmap_figure(err),
+        "adapters.errors.bars_figure": lambda: adapter_errors.bars_figure(err),
+        "adapters.race.race_figure": lambda: adapter_race.race_figure(race),
     }
 
 
-TAB_FILES = ["relevance", "relevance_figures", "features", "feature_figures", "memorization", "memorization_figures", "math_neurons", "math_figures", "adapters",
-             "adapter_spectrum", "adapter_errors", "adapter_race"]
+def _tab_modules() -> list[str]:
+    """Every module of every paper's tab but its guided tour (tested in tests/api/test_tour.py), as
+    "<tab>.<module>"."""
+    import pkgutil
+
+    from components import tabs
+    from tests.conftest import ROOT
+
+    return [f"{t.id}.{m.name}" for t in tabs() if t.paper
+            for m in pkgutil.iter_modules([str(ROOT / "components" / t.id)]) if m.name != "tour"]
 
 
 def _figure_builders() -> set[str]:
@@ -141,7 +155,7 @@ def _figure_builders() -> set[str]:
     import importlib
 
     found = set()
-    for name in TAB_FILES:
+    for name in _tab_modules():
         tree = ast.parse(inspect.getsource(importlib.import_module(f"components.{name}")))
         for top in tree.body:
             for node in ast.walk(top):

@@ -112,7 +112,7 @@ def _backend_calls() -> dict[str, set[str]]:
 
     bench_methods = {n for n, v in vars(Bench).items() if callable(v) and not n.startswith("_")}
     found: dict[str, set[str]] = {}
-    for path in sorted((ROOT / "components").glob("*.py")):
+    for path in sorted((ROOT / "components").rglob("*.py")):
         tree = ast.parse(path.read_text())
         aliases: dict[str, str] = {}
         for node in ast.walk(tree):

@@ -1,4 +1,4 @@
-"""components.exports: what a call hands to the browser is written in the visitor's space, handed to
+"""components.serving.exports: what a call hands to the browser is written in the visitor's space, handed to
 Gradio as a copy in Gradio's cache named for the session, and nothing of it stays behind: not in the
 temp folder (every export made a folder there that nobody removed: 102 after 100 explanations), not
 in the session folder, and the copies go when the session ends."""
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from backend.core import sessions
-from components import exports
+from components.serving import exports
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def _files(folder: Path) -> list[Path]:
 
 
 def test_explanations_leave_nothing_in_the_temp_or_session_folder_and_go_with_the_session(places, explanations):
-    from components.relevance_figures import export_text
+    from components.relevance.figures import export_text
 
     request = SimpleNamespace(session_hash="visitor-a")
     sid = sessions.key_of("visitor-a")
@@ -67,7 +67,7 @@ def test_explanations_leave_nothing_in_the_temp_or_session_folder_and_go_with_th
 
 
 def test_the_same_file_twice_is_one_copy_and_another_session_never_shares_it(places, explanations):
-    from components.relevance_figures import export_text
+    from components.relevance.figures import export_text
 
     a, b = SimpleNamespace(session_hash="visitor-a"), SimpleNamespace(session_hash="visitor-b")
     first = export_text(explanations[0], a)
@@ -78,7 +78,7 @@ def test_the_same_file_twice_is_one_copy_and_another_session_never_shares_it(pla
 
 
 def test_a_call_with_no_session_gets_its_file_and_leaves_no_folder(places, explanations):
-    from components.relevance_figures import export_text
+    from components.relevance.figures import export_text
 
     for request in (None, SimpleNamespace(session_hash=None)):  # Python calling it; a raw POST
         jpath, ppath = export_text(explanations[1], request)
@@ -101,7 +101,7 @@ def test_the_report_button_always_comes_back():
     """A report that cannot be written (or handed over) ends in a message and a usable button."""
     import gradio as gr
 
-    from components import report
+    from components.report import session as report
 
     with gr.Blocks() as demo:
         report.header_button()
@@ -114,7 +114,7 @@ def test_the_report_button_always_comes_back():
 
 
 def test_an_agents_file_link_names_no_server_path():
-    from components import mcp_server
+    from components.agents import mcp_server
 
     cache = Path(tempfile.gettempdir()) / "gradio" / "wb-none-abc" / "workbench-report-1.html"
     text = f"http://127.0.0.1:7860/gradio_api/file={cache}"

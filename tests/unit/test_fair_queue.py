@@ -1,12 +1,12 @@
-"""Turns across visitors in the model queue (components.fair_queue), on Gradio's own Queue and
+"""Turns across visitors in the model queue (components.serving.fair_queue), on Gradio's own Queue and
 EventQueue: one visitor's five long calls never hold every model slot, and a newcomer starts next.
-A visitor is a person (components.people), however many sessions they make."""
+A visitor is a person (components.serving.people), however many sessions they make."""
 from types import SimpleNamespace
 
 from gradio.queueing import EventQueue, Queue
 
 from components.common import MODEL_GROUP
-from components.fair_queue import fair_order, install, running_per_person
+from components.serving.fair_queue import fair_order, install, running_per_person
 
 
 def _queue(limit: int) -> Queue:
@@ -99,7 +99,7 @@ def test_the_queue_refuses_a_persons_calls_past_their_waiting_places(monkeypatch
     person still joins."""
     import asyncio
 
-    from components import fair_queue
+    from components.serving import fair_queue
 
     monkeypatch.setenv(fair_queue.WAITING_ENV, "8")
     monkeypatch.delenv("WORKBENCH_PROXY_HOPS", raising=False)
@@ -129,7 +129,7 @@ def test_the_queue_refuses_a_persons_calls_past_their_waiting_places(monkeypatch
 
 
 def test_a_person_is_the_signed_in_user_else_the_address_the_proxy_reports(monkeypatch):
-    from components import people
+    from components.serving import people
 
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv(people.HOPS_ENV, raising=False)

@@ -3,8 +3,8 @@ distance from the model's scenes (backend.sae.ood's verdict and its words), with
 import numpy as np
 
 from backend.sae import ood
-from components.feature_figures import wrapped_title
-from components.feature_steering import caption_html, collapse_repeats, ood_html
+from components.features.figures import wrapped_title
+from components.features.steering import caption_html, collapse_repeats, ood_html
 
 
 def test_a_looping_caption_is_collapsed_and_said_so():

@@ -17,7 +17,7 @@ def test_start_loads_no_relevance_model_and_first_views_wait_for_their_tab():
     selected = {(t[0], f.fn.__module__) for f in demo.fns.values() if f.fn is not None
                 for t in f.targets if t[1] == "select"}
     for tab in ("relevance", "math_neurons", "features", "tour"):
-        assert (tabs[f"tab-{tab}"], f"components.{tab}") in selected, tab
+        assert (tabs[f"tab-{tab}"], f"components.{tab}.layout") in selected, tab
 
 
 def test_a_page_load_runs_no_tab_computation_but_the_first_view_of_the_tab_it_opens_on():

@@ -1,11 +1,11 @@
-"""Each tab's default first view, kept (components.first_views): computed once in the background,
+"""Each tab's default first view, kept (components.serving.first_views): computed once in the background,
 served when the inputs are the defaults, read back after a restart, never served for other inputs,
 other code, or after its files went missing; a view being computed is waited for, not computed twice."""
 import threading
 
 import pytest
 
-from components import first_views as FV
+from components.serving import first_views as FV
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def test_a_kept_view_is_served_for_the_defaults_only_and_after_a_restart(store, 
     FV.warm().join(30)
     assert calls == [("good film", 5)]  # the defaults, as Gradio hands them (5.0 → 5)
     handed = []
-    monkeypatch.setattr("components.exports.served", lambda p: handed.append(p) or f"/served/{len(handed)}")
+    monkeypatch.setattr("components.serving.exports.served", lambda p: handed.append(p) or f"/served/{len(handed)}")
     (step,) = FV.served("relevance", ("good film", 5))
     assert step[0] == "<b>good film</b>" and step[1]["n"] == 5
     assert step[1]["file"].startswith("/served/") and step[2][0].startswith("/served/") and step[2][1] is None
@@ -124,3 +124,31 @@ def test_the_store_reads_back_figures_tables_arrays_and_pictures_without_pickle(
     FV.register("tour", lambda: (Component(),), [])
     FV.warm(["tour"]).join(30)
     assert FV.served("tour", ()) is not None and not list(store.glob("*/tour/view.json"))
+
+
+def test_a_view_its_first_visitor_computes_is_kept_and_the_start_waits_for_visitors(store, tmp_path, monkeypatch):
+    """Opened in the first seconds after a start, before the start-up reached it, a tab's view is the
+    visitor's own computation, kept for the next visitor; meanwhile the start-up computes no other
+    view, and a failed computation leaves the view to be computed again."""
+    calls, export = [], tmp_path / "export.json"
+    FV.register("relevance", _fn(calls, export), ["good film", 5])
+    FV.register("math_neurons", lambda k: calls.append(("math", k)) or f"k={k}", [3])
+    monkeypatch.setattr("components.serving.exports.served", lambda p: p)
+    with pytest.raises(RuntimeError):
+        with FV.live("math_neurons", (3,)):
+            raise RuntimeError("the visitor's computation failed")
+    assert not FV._VIEWS["math_neurons"].computing.is_set()  # unclaimed: computed again later
+    started = threading.Event()
+    with FV.live("relevance", ("good film", 5)) as keep:
+        thread = FV.warm()
+        started.wait(0.5)
+        assert calls == []  # the start-up waits while a visitor's first view is computed
+        keep([_fn(calls, export)("good film", 5)])
+    thread.join(30)
+    # relevance's view is the visitor's (computed once), math's is the start-up's
+    assert calls == [("good film", 5), ("math", 3)]
+    assert FV.served("relevance", ("good film", 5))[0][0] == "<b>good film</b>"
+    assert FV.served("math_neurons", (3,)) == ["k=3"]
+    with FV.live("relevance", ("another film", 5)) as keep:  # other inputs: computed, never kept
+        keep(["other"])
+    assert FV.served("relevance", ("good film", 5))[0][0] == "<b>good film</b>"

@@ -5,7 +5,7 @@ import numpy as np
 from gradio import processing_utils
 from PIL import Image
 
-from components.gradio_fixes import atomic_image_cache
+from components.gradio_fixes.patches import atomic_image_cache
 
 
 def test_cached_images_are_written_atomically_and_never_rewritten(tmp_path):
@@ -44,7 +44,7 @@ def test_error_messages_leave_the_server_escaped_for_the_toast():
     import gradio as gr
     from gradio import queueing, utils
 
-    from components.gradio_fixes import escaped_error_messages
+    from components.gradio_fixes.patches import escaped_error_messages
 
     escaped_error_messages()
     escaped_error_messages()  # idempotent
@@ -62,7 +62,7 @@ def test_unseen_progress_stays_out_of_the_front_ends_status_refresh():
     on (to clear that status), and no event keeps a layout (the deep link's gr.Tabs) as a target."""
     import gradio as gr
 
-    from components.gradio_fixes import light_loading_status
+    from components.gradio_fixes.patches import light_loading_status
 
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
@@ -96,7 +96,7 @@ def test_the_queue_keeps_no_analytics_nobody_reads():
     monitoring pages the app does not serve: it keeps one record and never summarises."""
     import gradio as gr
 
-    from components.gradio_fixes import no_event_analytics
+    from components.gradio_fixes.patches import no_event_analytics
 
     with gr.Blocks() as demo:
         demo.queue()
@@ -120,7 +120,7 @@ def test_a_front_end_file_is_compressed_once_and_sent_again_the_same():
     from starlette.routing import Route
     from starlette.testclient import TestClient
 
-    from components.gradio_fixes import compressed_front_end_kept
+    from components.gradio_fixes.patches import compressed_front_end_kept
 
     script = ("function f(){return 1}\n" * 4000).encode()
     served = []
@@ -154,11 +154,11 @@ def test_a_front_end_file_is_compressed_once_and_sent_again_the_same():
 
 def test_gradio_writes_no_type_stubs_beside_a_component_class(tmp_path, monkeypatch):
     """Gradio rewrote a `.pyi` beside every component class at import (3 s of each start, and
-    files in the app's own folder); components.gradio_stubs, used before gradio is imported
+    files in the app's own folder); components.gradio_fixes.stubs, used before gradio is imported
     (app.py, tests/conftest.py), turns that off."""
     import gradio.component_meta as meta
 
-    from components import gradio_stubs
+    from components.gradio_fixes import stubs as gradio_stubs
 
     assert meta.create_or_modify_pyi is gradio_stubs._no_rewrite
     (tmp_path / "my_boxes.py").write_text("import gradio as gr\n\n\nclass MyBox(gr.Textbox):\n    pass\n")
@@ -176,7 +176,7 @@ def test_an_idle_queue_looks_for_work_every_ten_milliseconds_not_every_one():
 
     import gradio as gr
 
-    from components.gradio_fixes import calmer_queue_polls
+    from components.gradio_fixes.patches import calmer_queue_polls
     from tests.helpers.server import free_port
 
     with gr.Blocks() as demo:
@@ -208,7 +208,7 @@ def test_the_page_carries_the_tracker_frame_script_first_with_its_length():
 
     import gradio as gr
 
-    from components.gradio_fixes import TRACKER_FRAMES_JS, tracker_timers_at_ten_frames
+    from components.gradio_fixes.patches import TRACKER_FRAMES_JS, tracker_timers_at_ten_frames
     from tests.helpers.server import free_port
 
     tracker_timers_at_ten_frames()
@@ -240,7 +240,7 @@ def test_an_empty_session_hash_is_none_on_call_and_refused_on_join():
     HTTP 500): /call (simple format) now joins as a call without a hash, /queue/join is refused."""
     from types import SimpleNamespace
 
-    from components.gradio_fixes import EMPTY_SESSION_HASH, _without_empty_hash
+    from components.gradio_fixes.patches import EMPTY_SESSION_HASH, _without_empty_hash
 
     joined = []
 
@@ -265,7 +265,7 @@ def test_a_wrong_number_of_arguments_is_refused_with_the_count_the_endpoint_take
     import gradio as gr
     import pytest
 
-    from components.gradio_fixes import _counted, _validated
+    from components.gradio_fixes.patches import _counted, _validated
 
     with gr.Blocks() as demo:
         a, b, s = gr.Textbox(label="A"), gr.Number(label="B"), gr.State()
@@ -303,7 +303,7 @@ def test_a_body_over_the_limit_is_refused_before_the_app_reads_it():
     from starlette.routing import Route
     from starlette.testclient import TestClient
 
-    from components.gradio_fixes import BodyLimit
+    from components.gradio_fixes.patches import BodyLimit
 
     read = []
 
@@ -333,7 +333,7 @@ def test_the_page_imports_gradios_plotly_component_by_the_url_gradio_resolves():
 
     import gradio
 
-    from components.gradio_fixes import PLOTLY_AHEAD_JS, plotly_module
+    from components.gradio_fixes.patches import PLOTLY_AHEAD_JS, plotly_module
 
     name = plotly_module()
     assert name and name.startswith("PlotlyPlot-") and name.endswith(".js")

@@ -5,7 +5,7 @@ import pytest
 
 import app
 from backend.core.presets import PresetError
-from components import guard
+from components.serving import guard
 
 
 def _run_all(fn, *args):
@@ -117,11 +117,14 @@ def test_model_handlers_carry_the_outermost_zerogpu_mark():
         assert guard.inspect.signature(f.fn) == guard.inspect.signature(inner), f.api_name
         assert 10 <= estimate(f.fn) <= MAX_DURATION
     assert not any(getattr(f.fn, "gpu_marked", False) for f in other)
-    # a tab split into panel modules (components/feature_*.py) keeps its handlers: its ZeroGPU
+    # a tab split into panel modules (components/features/*.py) keeps its handlers: its ZeroGPU
     # seconds, its visitor's turns and its model pick loaded ahead
+    from components import tab_by_id
+
     tabs = {guard.handler_tab(f.fn) for f in model}
     assert {"relevance", "features", "memorization", "math_neurons", "adapters"} <= tabs, tabs
-    assert all(t in guard.HANDLER_GPU_SECONDS for t in tabs), tabs
+    assert all(tab_by_id(t) is not None for t in tabs), tabs
+    assert guard.handler_gpu_seconds(next(f.fn for f in model if guard.handler_tab(f.fn) == "memorization")) == MAX_DURATION
 
 
 def test_a_model_events_pick_is_found_among_its_arguments_as_gradio_passes_them():
@@ -129,7 +132,7 @@ def test_a_model_events_pick_is_found_among_its_arguments_as_gradio_passes_them(
     worker forks (backend.core.preload.own): it takes the argument the picker's box fills, counting
     the ones Gradio inserts by parameter (gr.Request, gr.Progress, event data), and nothing else."""
     from components.common import is_model_group
-    from components.model_picker import model_picker
+    from components.inputs.model_picker import model_picker
 
     def after_request(request: gr.Request, text, model):
         return text

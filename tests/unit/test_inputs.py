@@ -5,7 +5,7 @@ import pytest
 from gradio.data_classes import FileData
 
 from backend.core import bounds
-from components.inputs import CheckedNumber, bounded_slider, checked_image, checked_radio, keep_on_failure
+from components.inputs.fields import CheckedNumber, bounded_slider, checked_image, checked_radio, keep_on_failure
 
 
 def test_slider_refuses_with_the_valid_range():
@@ -72,11 +72,11 @@ def test_a_failed_event_gets_a_silent_follow_up_on_its_outputs(n_outputs):
 
 
 def test_the_pages_refusal_of_a_typed_number_is_the_apis():
-    """components.range_guard: what the page reports about a number typed past a slider's range is
+    """components.serving.range_guard: what the page reports about a number typed past a slider's range is
     refused in the words the slider's own check (the API's) uses."""
     import json
 
-    from components import range_guard
+    from components.serving import range_guard
 
     s = bounded_slider(bounds.MEMO_SEEDS, value=4, step=1, label="Seeds", elem_id="t-seeds")
     with pytest.raises(gr.Error) as api:
@@ -93,9 +93,9 @@ def test_one_wording_for_an_unreadable_image_in_every_tab(tmp_path):
     import gradio as gr
     from gradio.data_classes import FileData
 
-    from components.feature_steering import _image_input
-    from components.inputs import CheckedImage, unreadable
-    from components.relevance import refuse_unreadable
+    from components.features.steering import _image_input
+    from components.inputs.fields import CheckedImage, unreadable
+    from components.relevance.layout import refuse_unreadable
 
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")

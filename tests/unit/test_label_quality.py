@@ -25,8 +25,8 @@ def org():
 
 
 def test_the_zoo_tab_shows_weak_and_broad_labels_as_such(org):
-    from components import feature_pages
-    from components.feature_figures import label_shown
+    from components.features import pages as feature_pages
+    from components.features.figures import label_shown
 
     assert label_shown(org, 5) == "green (weak: IoU 0.11)"
     assert label_shown(org, 59).startswith("square (IoU 0.79; broad: fires on ")

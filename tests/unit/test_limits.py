@@ -5,7 +5,7 @@ import gradio as gr
 import pytest
 
 from backend.core import limits
-from components import guard
+from components.serving import guard
 
 
 def test_check_is_a_no_op_without_budget():

@@ -5,7 +5,7 @@ from urllib.parse import parse_qsl, urlparse
 import gradio as gr
 import pytest
 
-from components import links
+from components.links import deep_links as links
 
 
 def _components():
@@ -120,9 +120,9 @@ def test_link_runs_chain_a_tabs_events_behind_its_hidden_button(monkeypatch):
 
     import components
 
-    mods = [types.SimpleNamespace(TAB_ID="a", LINK_RUNS=("first", "second")),
-            types.SimpleNamespace(TAB_ID="b")]
-    monkeypatch.setattr(components, "tab_modules", lambda: mods)
+    declared = [types.SimpleNamespace(id="a", link_runs=("first", "second"), link_params=()),
+                types.SimpleNamespace(id="b", link_runs=(), link_params=())]
+    monkeypatch.setattr(components, "tabs", lambda: declared)
     dl = links.DeepLinks()
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
@@ -151,12 +151,12 @@ def test_link_runs_chain_a_tabs_events_behind_its_hidden_button(monkeypatch):
 
 
 def test_link_runs_naming_an_unknown_event_are_logged_and_skipped(monkeypatch, caplog):
-    """A tab built without some of its LINK_RUNS events keeps the app up: logged, runs skipped."""
+    """A tab built without some of its link_runs events keeps the app up: logged, runs skipped."""
     import types
 
     import components
 
-    monkeypatch.setattr(components, "tab_modules", lambda: [types.SimpleNamespace(TAB_ID="a", LINK_RUNS=("nope",))])
+    monkeypatch.setattr(components, "tabs", lambda: [types.SimpleNamespace(id="a", link_runs=("nope",), link_params=())])
     dl = links.DeepLinks()
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
@@ -171,13 +171,13 @@ def test_link_runs_naming_an_unknown_event_are_logged_and_skipped(monkeypatch, c
 
 def test_every_zoo_tab_declares_link_runs_that_exist():
     import app
-    from components import tab_modules
+    from components import tabs
 
     demo = app.build_app("zoo")
     names = {fn.api_name for fn in demo.fns.values() if getattr(fn, "api_name", None)}
-    for mod in tab_modules():
-        missing = [n for n in getattr(mod, "LINK_RUNS", ()) or () if n not in names]
-        assert missing == [], (mod.TAB_ID, missing)
+    for t in tabs():
+        missing = [n for n in t.link_runs if n not in names]
+        assert missing == [], (t.id, missing)
 
 
 def _one_tab(make_inputs):
@@ -257,7 +257,7 @@ def test_a_refused_model_pick_is_never_written_into_a_link(tmp_path):
     """The picker remembers the session's last accepted pick; the link carries that one (or none)
     instead of a pick the tab refused (a Llama folder in a tab that takes Mamba)."""
     from backend.core import presets as P
-    from components.model_picker import model_picker
+    from components.inputs.model_picker import model_picker
 
     listed = [P.Preset("relevance", "zoo", "zoo/a", "x.A", "zoo A"), P.Preset("relevance", "zoo", "zoo/b", "x.B", "zoo B")]
     dl = links.DeepLinks()

@@ -1,5 +1,5 @@
 """A model load reports "loading <model> (n of N shards)" to whoever waits for it (the UI's progress
-bar through components.guard), and loads exactly what it loaded before."""
+bar through components.serving.guard), and loads exactly what it loaded before."""
 import json
 
 import pytest

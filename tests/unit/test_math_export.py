@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from backend.mathneuro import service
-from components import math_neurons as mn
+from components.math_neurons import layout as mn
 
 
 def test_the_first_export_runs_no_model_and_says_what_it_leaves_out(monkeypatch):

@@ -257,7 +257,7 @@ def test_identify_prune_scale_on_gsm8k_and_a_user_file(svc, b, mc_file):
 def test_tab_handlers_in_hub_mode(svc, b, mc_file):
     import gradio as gr
 
-    from components.math_neurons import make_handlers
+    from components.math_neurons.layout import make_handlers
 
     live, figure2, curve, consistency, ask, export, name_data, _on_model = make_handlers("hub")
     visitor = SimpleNamespace(session_hash="test-math-session")  # a set is kept for a session only
@@ -274,7 +274,7 @@ def test_tab_handlers_in_hub_mode(svc, b, mc_file):
     assert "MathNeuro set pruned" in html and "K = 5 %" in html and len(rows) == 6
     assert rows[0][0] == "math" and rows[0][2] == "18" and rows[0][3].endswith(("✓", "✗"))
     assert "unmodified:" in ask("What is 2 + 2?", "MathNeuro", 5, 1.1, 8, key)
-    from components.math_figures import brief
+    from components.math_neurons.figures import brief
 
     long = "She sells 16 - 3 - 4 = 9 eggs a day and makes 9 * 2 = $18 every day, so the answer is 18 dollars."
     assert brief(long, "math").startswith("18 ← …") and brief(long, "math").endswith("18 dollars.")
@@ -335,7 +335,7 @@ def test_a_dataset_id_is_refused_offline_and_read_through_datasets(svc, b, monke
     import datasets
     import gradio as gr
 
-    from components.math_neurons import make_handlers
+    from components.math_neurons.layout import make_handlers
 
     with pytest.raises(RuntimeError, match="the hub is off here"):
         svc.register_data("hub", "math", dataset="openai/gsm8k:main@test")

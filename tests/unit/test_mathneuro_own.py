@@ -108,7 +108,7 @@ def test_your_own_math_and_non_math_sets_on_the_zoo_organism(tmp_path):
 
 
 def test_a_set_held_for_a_call_goes_with_it_and_one_kept_for_good_stays():
-    """Issue 51 (6): an MCP call's own items are held for the call only (components.agent_tools_language
+    """Issue 51 (6): an MCP call's own items are held for the call only (components.agents.language
     releases them after the answer); a set the owner's shared builds named stays whoever else held
     the same set and let it go, and a set two holders hold stays until both let it go."""
     from backend.mathneuro import visitor_sets
@@ -133,8 +133,8 @@ def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
     import json
 
     from backend.mathneuro import service
-    from components import math_figures as figures
-    from components import math_neurons as mn
+    from components.math_neurons import figures as figures
+    from components.math_neurons import layout as mn
 
     b = service.bench("zoo")
     path = tmp_path / "twelve.jsonl"

@@ -6,8 +6,8 @@ import gradio as gr
 import pytest
 
 from backend.mathneuro import service
-from components import math_figures as figures
-from components import math_neurons as mn
+from components.math_neurons import figures as figures
+from components.math_neurons import layout as mn
 
 
 @pytest.fixture

@@ -261,3 +261,34 @@ def test_a_pipeline_component_from_a_diffusers_pipeline_module_is_not_remote_cod
     bad = write_pipeline(root / "remote", safety_checker=["my_package", "Checker"])
     with pytest.raises(ModelCheckError, match="comes from 'my_package', remote code"):
         check_model(str(bad), "memorization")
+
+
+def test_each_method_package_declares_its_rule_and_a_new_rule_is_used(root, monkeypatch):
+    """The five tabs' rules come from their own packages, in the tabs' order; a method that registers
+    a rule is checked by it, listed by fitting_methods and named when a method is unknown."""
+    assert mc.methods() == ("relevance", "features", "memorization", "math_neurons", "adapters")
+    assert [r.problem.__module__ for r in mc.rules()] == [
+        f"backend.{pkg}.rules" for pkg in ("lrp", "sae", "nemo", "mathneuro", "pissa")]
+    assert mc.method_rule("features").architectures[0] == "LlavaForConditionalGeneration"
+
+    monkeypatch.setattr(mc, "_RULES", dict(mc._RULES))  # the test's rule leaves with the test
+
+    def stars_only(meta: mc.ModelMeta) -> str | None:
+        return None if meta.config.get("model_type") == "stars" else f"{meta.architecture}: astrology reads the stars"
+
+    mc.register_rule(mc.MethodRule(method="astrology", problem=stars_only, order=9, aliases=("horoscope",)))
+    stars = write_model(root / "stars", lm("StarForCausalLM", "stars"))
+    assert check_model(str(stars), "Horoscope").method == "astrology"
+    llama = write_model(root / "llama", lm("LlamaForCausalLM", "llama"))
+    with pytest.raises(ModelCheckError, match="^LlamaForCausalLM: astrology reads the stars$"):
+        check_model(str(llama), "astrology")
+    reasons = mc.fitting_methods(str(llama))
+    assert list(reasons)[-1] == "astrology" and reasons["math_neurons"] is None
+    unet = mc.ModelMeta("unet", True, None, {"_class_name": "UNet2DModel", "_diffusers_version": "0.1"}, None, None)
+    assert mc.architecture_problem(unet, "astrology") == \
+        "UNet2DModel is a diffusers model: the astrology tab takes a transformers model"
+    with pytest.raises(ModelCheckError, match="expected one of relevance, features, memorization, math_neurons, "
+                                              "adapters, astrology$"):
+        mc.method_key("alchemy")
+    with pytest.raises(ValueError, match="lrp already names 'relevance'"):
+        mc.register_rule(mc.MethodRule(method="alchemy", problem=stars_only, order=10, aliases=("lrp",)))

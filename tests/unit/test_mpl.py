@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from PIL import Image
 
-from components import adapter_spectrum
+from components.adapters import spectrum as adapter_spectrum
 
 
 def _analysis(seed: int) -> dict:

@@ -1,4 +1,4 @@
-"""NeMo's tab rendering (components.memorization_figures): the export figure, the image grid, hover values."""
+"""NeMo's tab rendering (components.memorization.figures): the export figure, the image grid, hover values."""
 import numpy as np
 
 from tests.unit.test_nemo import PROMPT
@@ -21,7 +21,7 @@ def fake_compare(n_seeds=3, neurons=("mid.attn0:1", "down0.attn0:2"), size=16, s
 def test_export_draws_an_off_row_only_when_neurons_are_off():
     import matplotlib.pyplot as plt
 
-    from components import memorization_figures as tab
+    from components.memorization import figures as tab
 
     def titles(c):
         fig = tab.export_figure(c, None, None)
@@ -38,7 +38,7 @@ def test_export_draws_an_off_row_only_when_neurons_are_off():
 
 
 def test_grid_rows_are_on_and_off_columns_are_seeds():
-    from components import memorization_figures as tab
+    from components.memorization import figures as tab
 
     c = fake_compare(n_seeds=3, neurons=("mid.attn0:1",))
     h = tab.grid_html(c)
@@ -62,7 +62,7 @@ def test_grid_rows_are_on_and_off_columns_are_seeds():
 
 
 def test_figures_give_exact_values_on_hover():
-    from components import memorization_figures as tab
+    from components.memorization import figures as tab
 
     r = {"layers": ["down0.attn0", "mid.attn0"], "z": {"down0.attn0": [0.5, 4.25], "mid.attn0": [1.125]},
          "activation": {"down0.attn0": [0.01, 0.2], "mid.attn0": [0.03]}, "score": 0.61234,

@@ -25,8 +25,8 @@ def _tab(module):
 
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
-            with gr.Tab(module.TITLE) as tab:
-                module.build(TabContext(tabs, "zoo", tab=tab, tab_id=module.TAB_ID))
+            with gr.Tab(module.TAB.title) as tab:
+                module.TAB.build(TabContext(tabs, "zoo", tab=tab, tab_id=module.TAB.id))
     fns = {getattr(f.fn, "__name__", ""): f for f in demo.fns.values() if f.fn is not None}
     fns.update({f.api_name: f for f in demo.fns.values() if f.api_name})
     comps = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
@@ -34,7 +34,7 @@ def _tab(module):
 
 
 def test_memorization_prompt_follows_the_picked_pipeline(own):
-    from components import memorization as M
+    import components.memorization as M
 
     fns, comps = _tab(M)
     zoo_prompt = comps["memo-prompt"].value
@@ -53,8 +53,8 @@ def test_memorization_prompt_follows_the_picked_pipeline(own):
 
 
 def test_relevance_names_and_explains_the_picked_model(own):
-    from components import relevance as R
-    from components.relevance_models import long_note, model_line
+    import components.relevance as R
+    from components.relevance.models import long_note, model_line
 
     key = str(own / "own-mamba")
     line = model_line("zoo", key, False)

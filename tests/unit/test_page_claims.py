@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from backend.pissa.race import summarize
-from components.adapter_race import _status
+from components.adapters.race import _status
 
 
 def _run(method, seed, losses):
@@ -50,7 +50,7 @@ def _conversion(rel, change_rel, dtype="bfloat16"):
 
 
 def test_convert_says_the_same_outputs_only_within_the_dtypes_bound():
-    from components.adapter_convert import conversion_md
+    from components.adapters.convert import conversion_md
 
     # an own bf16 Qwen2: outputs 0.36 apart (4.4e-2 relative) are not "the same outputs"
     md = conversion_md(_conversion(4.4e-2, 0.5))
@@ -69,7 +69,7 @@ def _check_result(memorized, listed_type):
 
 
 def test_the_memorization_type_is_a_dash_beside_not_memorized():
-    from components.memorization_figures import score_html, type_shown
+    from components.memorization.figures import score_html, type_shown
 
     # the paper lists the caption as VM, but this model does not memorize it: no type beside the verdict
     card = score_html(_check_result(False, "VM"))
@@ -83,7 +83,7 @@ def test_the_overview_says_not_downloaded_for_hub_checkpoints_it_cannot_load(mon
     import huggingface_hub.constants as C
 
     from backend.core import picker, presets
-    from components import overview
+    from components.overview import layout as overview
 
     monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(C, "HF_HUB_CACHE", str(tmp_path))  # an empty cache
@@ -104,7 +104,7 @@ def test_the_overview_says_not_downloaded_for_hub_checkpoints_it_cannot_load(mon
 
 
 def test_nemos_fallback_is_said_plainly():
-    from components.memorization_figures import relaxed_words
+    from components.memorization.figures import relaxed_words
 
     words = relaxed_words(0.428, 0.512)
     assert "0.512" in words and "0.428" in words and "do not remove it" in words

@@ -48,7 +48,7 @@ def test_a_truncated_weights_file_is_refused_by_the_check_and_by_the_load(root):
 
 
 def test_a_small_size_cap_is_written_with_its_digits(root, monkeypatch):
-    from components.model_picker import custom_hint
+    from components.inputs.model_picker import custom_hint
 
     folder = llama_folder(root / "big")  # 4,000 bytes of weights
     monkeypatch.setenv("WORKBENCH_CUSTOM_MAX_GB", "0.000002")
@@ -75,7 +75,7 @@ def test_a_diffusers_model_folder_is_not_taken_for_a_pipeline(root):
 
 
 def test_on_a_space_the_hint_says_what_loads(root, monkeypatch):
-    from components.model_picker import custom_hint
+    from components.inputs.model_picker import custom_hint
 
     folder = llama_folder(root / "mine")
     monkeypatch.setenv("SPACE_ID", "someone/workbench")
@@ -112,7 +112,7 @@ def test_a_listed_checkpoint_not_downloaded_is_marked_and_refused_at_once_offlin
 def test_every_tab_names_its_picker_model_the_same():
     import gradio as gr
 
-    from components import model_picker as MP
+    from components.inputs import model_picker as MP
 
     with gr.Blocks():
         box, _ = MP.model_picker([], "memorization", elem_id="x", takes="Stable Diffusion pipeline")

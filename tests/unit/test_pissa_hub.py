@@ -35,7 +35,7 @@ def hub(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ui(hub):
-    from components import adapters
+    from components.adapters import layout as adapters
 
     return adapters
 

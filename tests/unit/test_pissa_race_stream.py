@@ -14,7 +14,7 @@ import torch
 
 from backend.core.stopflag import StopFlag
 from backend.pissa import service
-from components import adapter_race as ui
+from components.adapters import race as ui
 
 torch.set_num_threads(1)
 MODEL = "pissa-toy"
@@ -230,7 +230,7 @@ def test_the_page_gets_its_race_through_the_live_view_not_through_gradio():
     """The page's race (race_in_page, relayed in the server process): Gradio gets two updates of two
     outputs (the summary and exports: cleared, filled), the live view every step, the final figure
     and status through its server functions, drawn as SVG with the hover readout's values."""
-    from components import race_live
+    from components.adapters import race_live
 
     req, page = Request(), uuid.uuid4().hex
     handler = race_live.relayed(ui.race_in_page)
@@ -263,7 +263,7 @@ def test_the_page_gets_its_race_through_the_live_view_not_through_gradio():
 
 @pytest.mark.timeout(120)
 def test_the_pages_stop_ends_its_race_within_a_second():
-    from components import race_live
+    from components.adapters import race_live
 
     req, page = Request(), uuid.uuid4().hex
     outs, errors = [], []
@@ -296,7 +296,7 @@ def test_the_pages_stop_ends_its_race_within_a_second():
 
 
 def test_a_failed_race_ends_its_live_view():
-    from components import race_live
+    from components.adapters import race_live
 
     page = uuid.uuid4().hex
 
@@ -311,7 +311,7 @@ def test_a_failed_race_ends_its_live_view():
 
 
 def test_svg_of_no_points_and_of_one_step():
-    from components import race_live
+    from components.adapters import race_live
 
     empty = race_live.svg({}, "t")
     assert empty.startswith("<svg") and "<polyline" not in empty

@@ -59,7 +59,7 @@ def test_standins_are_the_real_classes_and_deterministic(hub, m130):
 
 
 def test_tokens_are_readable_text_with_visible_leading_spaces(svc, m130):
-    from components import relevance as R
+    from components.relevance import layout as R
 
     res = svc.explain_text(m130, TEXT, ["mambalrp", "gi"])
     toks = res["tokens"]
@@ -141,7 +141,7 @@ def test_conservation_is_reported_honestly_with_the_conv_bias_on(svc, m130):
     import copy
 
     from backend.lrp import attribute_text
-    from components import relevance as R
+    from components.relevance import layout as R
 
     res = svc.explain_text(m130, TEXT, ["mambalrp"], target="was")
     ids = torch.tensor([res["ids"]])
@@ -221,13 +221,13 @@ def test_sentence_files_parse_and_refuse_clearly():
 def _handlers(source: str) -> tuple[dict, dict]:
     import gradio as gr
 
-    from components import relevance as R
+    from components.relevance import layout as R
     from components.common import TabContext
 
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
             with gr.Tab("Relevance") as tab:  # as app.build_app hands it over
-                R.build(TabContext(tabs, source, tab=tab, tab_id=R.TAB_ID))
+                R.build(TabContext(tabs, source, tab=tab, tab_id="relevance"))
     fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
     comps = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
     comps["texts"] = " ".join(str(b.value) for b in demo.blocks.values() if isinstance(b, (gr.Markdown, gr.HTML)))
@@ -240,9 +240,9 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
     fns, comps = _handlers("hub")
     model = comps["rel-model"]
     assert [c[1] for c in model.choices] == [M130, M14, "mamba-sentiment"] and model.allow_custom_value
-    # a deep link carries the checkpoint, or a user's own model (components.links takes any Dropdown
+    # a deep link carries the checkpoint, or a user's own model (components.links.deep_links takes any Dropdown
     # with an elem_id; the picker takes typed values, checked when the tab resolves them)
-    from components.links import coerce
+    from components.links.deep_links import coerce
 
     assert coerce(model, M14) == M14
     assert coerce(model, "someone/other-model") == "someone/other-model"
@@ -280,7 +280,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
         gi = attribute_text(m.model, ids, target=pred, method="gi")[0].numpy()
         assert np.allclose(r["relevance"]["gi"], gi, atol=1e-5) and len(r["tokens"]) == ids.shape[1]
         assert sum(r["relevance"]["mambalrp"]) == pytest.approx(r["sum_r"]["mambalrp"], rel=1e-5)
-    from components.relevance import sentence_frame, sentence_html
+    from components.relevance.layout import sentence_frame, sentence_html
 
     df, kinds = sentence_frame(res)
     assert list(df["#"]) == [1, 2, 3, 4, 5] and kinds[0] == "number" and kinds[-1] == "number"

@@ -9,8 +9,9 @@ import plotly.graph_objects as go
 import pytest
 
 from backend.core import sessions
-from components import report, report_html
-from components import report_record as R
+from components.report import session as report
+from components.report import html as report_html
+from components.report import record as R
 
 
 def test_clean_html_keeps_no_script_no_request_and_no_server_path():
@@ -97,7 +98,7 @@ def test_an_output_that_is_a_table_or_an_array_counts_as_shown():
     import numpy as np
     import pandas as pd
 
-    from components.report import _filled
+    from components.report.session import _filled
 
     assert _filled(pd.DataFrame({"feature": [3]})) and _filled(np.zeros((2, 2))) and _filled("text")
     assert not any(_filled(v) for v in (pd.DataFrame(), np.zeros(0), "", None, []))

@@ -113,7 +113,7 @@ def test_no_index_says_what_to_run(hub, tmp_path, monkeypatch):
     monkeypatch.setenv(INDEX_ENV, str(bad))
     torn = loading.load_hub()
     assert torn.index is None and bad.name in torn.index_note and str(bad.parent) not in torn.index_note
-    from components.feature_pages import no_index_html
+    from components.features.pages import no_index_html
 
     assert "found but not used" in no_index_html(torn)
     # without the setting a build goes beside the Hugging Face cache (HF_HOME), never into a snapshot
@@ -209,8 +209,10 @@ class _Request:  # what the tab's build and cancel handlers read from gr.Request
 def test_tab_handlers_in_hub_mode(hub, tmp_path, monkeypatch):
     import gradio as gr
 
-    from components import features as tab
-    from components import feature_build, feature_pages, feature_steering
+    from components.features import layout as tab
+    from components.features import index_build as feature_build
+    from components.features import pages as feature_pages
+    from components.features import steering as feature_steering
     from components.common import TabContext
 
     monkeypatch.setenv(INDEX_ENV, str(tmp_path / "tab-index" / INDEX_FILE))

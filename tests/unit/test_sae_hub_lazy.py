@@ -56,8 +56,8 @@ def fresh():
 def test_building_the_tab_in_hub_mode_loads_no_weights(cache, fresh, monkeypatch):
     from transformers import LlavaNextForConditionalGeneration
 
-    from components import features as tab
-    from components import feature_steering
+    from components.features import layout as tab
+    from components.features import steering as feature_steering
     from components.common import TabContext
 
     loads = []

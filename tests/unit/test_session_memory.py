@@ -1,4 +1,4 @@
-"""Gradio's per-session state released when the session is over (components.session_memory), on
+"""Gradio's per-session state released when the session is over (components.serving.session_memory), on
 Gradio's own StateHolder and SessionState: a closed session's after a grace, an idle one after the
 TTL, never one with an event waiting or running."""
 import datetime
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import gradio as gr
 from gradio.state_holder import StateHolder
 
-from components.session_memory import Releaser
+from components.serving.session_memory import Releaser
 
 
 def _app():

@@ -103,7 +103,7 @@ def test_a_request_resolves_its_space_and_a_write_without_a_session_is_refused(r
     import gradio as gr
     from types import SimpleNamespace
 
-    from components import visitor
+    from components.serving import visitor
 
     request = SimpleNamespace(session_hash="abc123hash")
     own = visitor.space(request, "nemo", write=True)

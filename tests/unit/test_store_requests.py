@@ -29,7 +29,7 @@ def test_model_calls_that_wait_for_the_same_first_load_do_not_hold_it_up(monkeyp
             time.sleep(0.5)  # the others are computing and waiting for this load by now
 
     def call(progress=None):
-        with loadgate.computing():  # as components.guard runs every model call
+        with loadgate.computing():  # as components.serving.guard runs every model call
             if view:
                 got.append(store.get_view("unit:shared", "tab", lambda: TinyMLP(seed=4), lambda m: ("view", m),
                                           progress=progress))
@@ -146,7 +146,7 @@ def test_concurrent_requests_never_lose_a_model_they_hold(monkeypatch):
 
 
 def test_guarded_handlers_hold_their_models_for_the_whole_request(monkeypatch):
-    from components import guard
+    from components.serving import guard
 
     monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
 
@@ -201,7 +201,7 @@ def test_guarded_handlers_hold_their_models_for_the_whole_request(monkeypatch):
 def test_a_failed_or_abandoned_request_releases_its_models(monkeypatch):
     import gradio as gr
 
-    from components import guard
+    from components.serving import guard
 
     monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
 
@@ -225,7 +225,7 @@ def test_a_failed_or_abandoned_request_releases_its_models(monkeypatch):
 
 
 def test_every_kind_of_handler_shows_the_over_budget_notice_once_per_load(monkeypatch):
-    from components import guard
+    from components.serving import guard
 
     monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1.5MB")
     shown = []

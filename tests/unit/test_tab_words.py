@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from components import feature_steering
-from components import memorization as M
-from components import memorization_figures as MF
+from components.features import steering as feature_steering
+from components.memorization import layout as M
+from components.memorization import figures as MF
 
 
 def org(hub: bool, anyres: bool, scenes: int = 0):
@@ -94,7 +94,7 @@ def test_steering_says_whether_the_caption_now_names_the_concept():
 
 
 def test_long_range_plot_keeps_every_methods_points_and_labels_apart():
-    from components import relevance_figures as RF
+    from components.relevance import figures as RF
 
     def tops(*pairs):
         return [{"token": t, "distance": d, "relevance": r, "position": 60 - d} for t, d, r in pairs]

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from components.relevance_figures import heatmap_html, max_abs
+from components.relevance.figures import heatmap_html, max_abs
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_template_tokens_are_marked_and_left_out_of_the_scale(res):
     words = rel[1:-1]
     assert max_abs(res) == pytest.approx(max(float(np.abs(np.asarray(v)[1:-1]).max())
                                              for v in res["relevance"].values()))
-    from components.relevance_figures import _rgb
+    from components.relevance.figures import _rgb
 
     assert bgs[1 + int(words.argmax())] in (_rgb(1.0), _rgb(-1.0))
 

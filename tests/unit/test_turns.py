@@ -1,4 +1,4 @@
-"""One visitor's model calls in one tab keep their order (components.turns): with several model
+"""One visitor's model calls in one tab keep their order (components.serving.turns): with several model
 calls at once, a quick later call must not overtake a slow earlier one of the same page, and other
 visitors are not held up."""
 import threading
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from gradio.context import LocalContext
 
-from components.turns import TURNS, in_session_order
+from components.serving.turns import TURNS, in_session_order
 
 
 def _as(session, fn, *a):

@@ -41,7 +41,7 @@ def png_header(w: int, h: int) -> bytes:
 
 @pytest.fixture
 def build(tmp_path, monkeypatch):
-    from components.feature_images import Build
+    from components.features.images import Build
 
     monkeypatch.setenv(sessions.DIR_ENV, str(tmp_path / "sessions"))
     monkeypatch.delenv(sessions.QUOTA_ENV, raising=False)
@@ -56,7 +56,7 @@ def nothing_written(build) -> bool:
 
 def test_a_zip_bomb_is_refused_before_a_byte_is_unpacked(build, tmp_path):
     """40 MB of zeros named .png, and a real small PNG padded to 40 MB: each zip is about 0.04 MB."""
-    from components.feature_images import collect_images
+    from components.features.images import collect_images
 
     for name, payload in (("zeros.png", b"\0" * (40 * 2**20)),
                           ("padded.png", png(64, 64) + b"\0" * (40 * 2**20))):
@@ -73,7 +73,7 @@ def test_a_zip_bomb_is_refused_before_a_byte_is_unpacked(build, tmp_path):
 def test_pictures_past_the_bound_are_refused_from_their_headers(build, tmp_path):
     """The index build takes the bound Analyse and Steer use (analysis.MAX_SIDE px a side), read from the
     header: a 40-megapixel PNG is refused without being decoded, as a file or inside a zip."""
-    from components.feature_images import collect_images
+    from components.features.images import collect_images
 
     big = tmp_path / "big.png"
     big.write_bytes(png_header(8000, 5000))
@@ -98,7 +98,7 @@ def test_pictures_past_the_bound_are_refused_from_their_headers(build, tmp_path)
 
 
 def test_refusals_print_no_server_path(build, tmp_path):
-    from components.feature_images import MAX_TAB_IMAGES, collect_images
+    from components.features.images import MAX_TAB_IMAGES, collect_images
 
     one = tmp_path / "one.png"
     one.write_bytes(png(8, 8))
@@ -125,7 +125,7 @@ def test_a_new_index_replaces_the_sessions_previous_one(build, tmp_path, monkeyp
 
 
 def test_folder_keys_are_not_session_hashes_and_a_lost_session_says_so(tmp_path, monkeypatch):
-    from components import visitor
+    from components.serving import visitor
 
     monkeypatch.setenv(sessions.DIR_ENV, str(tmp_path / "sessions"))
     monkeypatch.delenv(sessions.SHARED_ENV, raising=False)

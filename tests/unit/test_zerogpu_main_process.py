@@ -23,10 +23,10 @@ def under_zerogpu(spaces, monkeypatch):
 
 
 def guarded_model_handler(fn):
-    """`fn` as the app serves it: a model event of a Blocks, through components.guard.guard_events."""
+    """`fn` as the app serves it: a model event of a Blocks, through components.serving.guard.guard_events."""
     import gradio as gr
 
-    from components import guard
+    from components.serving import guard
     from components.common import model_event
 
     with gr.Blocks() as demo:
@@ -47,7 +47,7 @@ def test_a_note_raised_in_a_worker_reaches_the_page_from_the_main_process(under_
     travels back with the result and is shown by the main process (a worker's toast reaches no page)."""
     from backend.core import store
     from backend.core.zerogpu import in_main
-    from components import guard
+    from components.serving import guard
 
     shown = []
     monkeypatch.setattr(guard.gr, "Warning", lambda note, *a, **k: shown.append((note, in_main())))
@@ -127,7 +127,7 @@ def test_the_checkpoint_a_call_names_is_loaded_in_main_before_its_worker_forks(u
     from backend.core import preload, store, weights
     from backend.core import presets as P
 
-    tab = __name__.rpartition(".")[2]  # the tab a handler belongs to is its module's (components.guard)
+    tab = __name__.rpartition(".")[2]  # the tab a handler belongs to is its module's (components.serving.guard)
     preset = P.Preset(tab, "hub", "owner/picked", "torch.nn.Linear")
     monkeypatch.setattr(P, "_REGISTRY", {tab: [preset]})
     monkeypatch.setattr(preload, "_LOADERS", {tab: lambda p: store.get_or_load(weights.key(p), tiny_model)})
@@ -160,11 +160,11 @@ def own_qwen2(tmp_path, monkeypatch):
 
 def picked_model_handler(fn, tab: str, listed):
     """`fn(model, text)` served as the app serves a tab's model event: its first input is the tab's
-    model picker (components.model_picker), its second a text box."""
+    model picker (components.inputs.model_picker), its second a text box."""
     import gradio as gr
 
-    from components import guard
-    from components.model_picker import model_picker
+    from components.serving import guard
+    from components.inputs.model_picker import model_picker
 
     with gr.Blocks() as demo:
         box, _ = model_picker(listed, tab, elem_id="own-model")
@@ -279,19 +279,19 @@ def own_llava(llava_folders, tmp_path, monkeypatch):
 
 
 def features_tab():
-    """The Features tab as the app serves it (components.guard.guard_events): its handlers by API name."""
+    """The Features tab as the app serves it (components.serving.guard.guard_events): its handlers by API name."""
     import gradio as gr
 
     from app import TabContext
-    from components import features as CF
-    from components.guard import guard_events
+    from components.features import TAB
+    from components.serving.guard import guard_events
 
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
-            ctx = TabContext(tabs=tabs, source="zoo", registry=[CF])
-            with gr.Tab(CF.TITLE, id=CF.TAB_ID) as tab:
-                ctx.tab, ctx.tab_id = tab, CF.TAB_ID
-                CF.build(ctx)
+            ctx = TabContext(tabs=tabs, source="zoo", registry=[TAB])
+            with gr.Tab(TAB.title, id=TAB.id) as tab:
+                ctx.tab, ctx.tab_id = tab, TAB.id
+                TAB.build(ctx)
     guard_events(demo)
     return {f.api_name: f.fn for f in demo.fns.values() if f.fn is not None and f.api_name}
 
@@ -318,7 +318,7 @@ def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_ze
     from backend.core import preload, store, weights
     from backend.core.zerogpu import in_main
     from backend.sae import loading
-    from components import feature_steering
+    from components.features import steering as feature_steering
 
     vlm, sae, hook, reads = own_llava
     workers = tmp_path / "workers"

@@ -1,0 +1,33 @@
+"""Features: sparse-autoencoder features of a LLaVA-style model (multimodal SAEs, Zhang et al., 2024)."""
+from backend.core import bounds
+
+from components.features import layout
+from components.features.tour import TOUR
+from components.features.tools import find_features, open_feature, steer_feature
+from components.tab import AgentTool, Tab
+
+TAB = Tab(
+    id="features",
+    title="Features",
+    order=2,
+    build=layout.build,
+    paper="Multimodal SAEs (Zhang et al., 2024)",
+    card=("Sparse-autoencoder features of a LLaVA-style model: the images that light them up, where, "
+          "and what happens to the caption when one is clamped."),
+    summary="SAE features of a LLaVA-style model: top images, activation regions, concept labels, steering.",
+    link_runs=("features_load", "features_list", "analyse_image", "steer"),
+    link_params=("feature",),  # read by the tab's first view, not a linked input
+    report_results={"features-hist": "Feature page",
+                    "features-firing": "Features firing on an image",
+                    "features-steer-out": "Steering a feature"},
+    report_pins={"features-pin": "features-steer-out"},
+    tour=TOUR,
+    tools=(AgentTool(find_features, reads_model=False, intervention=False,
+                     cost="milliseconds (reads the feature index)",
+                     ranges={"limit": bounds.FEAT_LIMIT}),
+           AgentTool(open_feature, reads_model=False, intervention=False,
+                     cost="well under a second (reads the feature index)"),
+           AgentTool(steer_feature, reads_model=True, intervention=True,
+                     cost="two greedy captions, about a second")),
+    gpu_seconds=120,
+)

@@ -1,0 +1,12 @@
+"""Guided tour: each paper's main finding, step by step, computed live on the zoo models."""
+from components.tour import layout
+from components.tab import Tab
+
+TAB = Tab(
+    id="tour",
+    title="Guided tour",
+    order=6,
+    build=layout.build,
+    summary="Each paper's main finding, step by step, computed live on the zoo models.",
+    gpu_seconds=180,
+)
