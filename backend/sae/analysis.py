@@ -1,6 +1,7 @@
 """What the model does with one image: which features fire where (`analyse_image`, with the
 anyres tiles' finer map over the picture on LLaVA-NeXT) and captions with a feature clamped
-(`steer_caption`; the clamp itself is backend.sae.steer). Uploaded pictures are checked and shaped
+(`steer_caption`; several at once: `steer_caption_many`, and each alone beside all together:
+`steer_combination`; the clamp itself is backend.sae.steer). Uploaded pictures are checked and shaped
 for the model here (`model_image`).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 from ..core import bounds
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
-from ..core.zerogpu import gpu
+from ..core.zerogpu import capped, gpu
 from . import ood
 from . import scenes as S
 from . import steer as ST
@@ -214,3 +215,95 @@ def concept_verdict(org: Organism, out: dict) -> dict:
     names = ({"baseline": ST.names_concept(out["baseline"], concept), "steered": ST.names_concept(out["steered"], concept)}
              if concept else None)
     return {**out, "concept": concept, "names_concept": names}
+
+
+# ------------------------------------------------------------------------------ several clamps at once
+def check_steering(org: Organism, clamps, suppress=(), suppress_family: bool = False
+                   ) -> tuple[list[ST.Clamp], tuple[int, ...]]:
+    """Clamps and suppressions checked against this organism (feature ids, its clamp range, the
+    bounds); `suppress_family` adds each clamped feature's family rivals, except the features clamped
+    (clamping red and blue together must not zero blue as one of red's rivals)."""
+    checked, sup = ST.check_clamps(clamps, org.n_features, suppress, values=clamp_range(org))
+    if suppress_family:
+        clamped = {f for f, _ in checked}
+        rivals = [g for f, _ in checked for g in family_rivals(org, f) if g not in clamped]
+        sup = tuple(dict.fromkeys((*sup, *rivals)))
+        bounds.check(bounds.STEER_SUPPRESS, len(sup))
+    return checked, sup
+
+
+def _caption(org: Organism, image: np.ndarray, clamps: list[ST.Clamp], suppress: tuple[int, ...],
+             positions: str, add_error: bool) -> str:
+    """One greedy caption with these clamps (none: the model as it is); the caller holds the lock."""
+    if org.is_hub:
+        if not clamps:
+            return vlm.hub_generate(org.model, org.processor, image)
+        return ST.hub_caption_with_clamps(org.model, org.processor, org.sae, org.hookpoint, image, clamps,
+                                          positions=positions, add_error=add_error, suppress=suppress)
+    if not clamps:
+        return vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
+    return ST.captions_with_clamps(org.model, org.tokenizer, org.sae, org.hookpoint, image[None], clamps,
+                                   positions=positions, add_error=add_error, suppress=suppress)[0]
+
+
+def _verdict(org: Organism, caption: str, clamps: list[ST.Clamp], baseline: str | None = None) -> dict:
+    """What a caption says: the scene template's concepts it names (zoo), whether it names each clamped
+    feature's concept (its label; None without one) and, against the baseline, which attributes changed."""
+    names = {}
+    for f, _ in clamps:
+        concept = shown_label(org.labels.get(str(f), {}))
+        names[str(f)] = ST.names_concept(caption, concept) if concept else None
+    return {"caption": caption, "well_formed": None if org.is_hub else S.parse_caption(caption) is not None,
+            "concepts": [] if org.is_hub else ST.concepts_named(caption), "names_concept": names,
+            "changed": None if org.is_hub or baseline is None else ST.changed_attributes(baseline, caption)}
+
+
+@gpu(duration=40)  # two greedy captions (with and without the clamps)
+@torch.no_grad()
+def steer_caption_many(org: Organism, image: np.ndarray, clamps, *, suppress=(), positions: str = "prompt",
+                       add_error: bool = False, suppress_family: bool = False) -> dict:
+    """`steer_caption` with several clamps [(feature, value), ...] and suppressed features, applied
+    together in one intervention: the caption with and without them."""
+    return _steer_runs(org, image, clamps, suppress, positions, add_error, suppress_family, alone=False)
+
+
+def _combination_seconds(org, image, clamps, *args, **kwargs) -> float:
+    return capped(20 * (len(clamps) + 2))  # a caption each: none, every clamp alone, all together
+
+
+@gpu(duration=_combination_seconds)
+@torch.no_grad()
+def steer_combination(org: Organism, image: np.ndarray, clamps, *, suppress=(), positions: str = "prompt",
+                      add_error: bool = False, suppress_family: bool = False) -> dict:
+    """For one image: the caption with no clamp, with each clamp alone (with the suppressions) and with
+    all together, each with its verdict (the concepts it names, whether it names each clamped
+    feature's concept, the attributes changed from the caption with no clamp)."""
+    return _steer_runs(org, image, clamps, suppress, positions, add_error, suppress_family, alone=True)
+
+
+def _steer_runs(org: Organism, image: np.ndarray, clamps, suppress, positions: str, add_error: bool,
+                suppress_family: bool, *, alone: bool) -> dict:
+    bounds.check_choice("positions", positions, ST.POSITION_MODES)
+    image = model_image(org, image)
+    checked, sup = check_steering(org, clamps, suppress, suppress_family)
+    key = make_key(org.cache_id, image, ("steer-many", checked, sup, positions, bool(add_error), alone))
+    hit = _RESULT_CACHE.get(key)
+    if hit is None:
+        need_model(org)
+        with locked(org.model):
+            base = _caption(org, image, [], (), positions, add_error)
+            each = [_caption(org, image, [c], sup, positions, add_error) for c in checked] if alone else []
+            # one clamp alone is all of them together: its caption is not computed twice
+            together = each[0] if alone and len(checked) == 1 else _caption(org, image, checked, sup, positions,
+                                                                             add_error)
+        hit = {"base": base, "each": each, "together": together}
+        _RESULT_CACHE.put(key, hit)
+    out = {"clamps": [{"feature": f, "value": v, "concept": shown_label(org.labels.get(str(f), {}))}
+                      for f, v in checked],
+           "suppressed": list(sup), "positions": positions, "add_error": bool(add_error), "hookpoint": org.hookpoint,
+           "baseline": _verdict(org, hit["base"], checked),
+           "together": _verdict(org, hit["together"], checked, hit["base"])}
+    if alone:
+        out["alone"] = [{"feature": f, "value": v, **_verdict(org, cap, [(f, v)], hit["base"])}
+                        for (f, v), cap in zip(checked, hit["each"])]
+    return out

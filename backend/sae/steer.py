@@ -11,17 +11,20 @@ reconstruction with feature f set to `value`:  h ← decode(z with z_f := value)
 - "text":   the prompt pass's other positions only (<s> and the prompt words): with "image" it splits
             "prompt" in two, to measure which half of the paper's placement steers and which breaks.
 `suppress` optionally zeroes other features at the same positions (e.g. the other colours' features,
-so the clamp swaps a colour instead of mixing two).
+so the clamp swaps a colour instead of mixing two). Several clamps [(feature, value), ...] go in one
+hook (`clamp_features`), so they edit the same residual together; the single clamp is one of them.
 The hook is removed and the model's lock released in `finally`.
 """
 from __future__ import annotations
 
+import operator
 from contextlib import contextmanager
 from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
+from ..core import bounds
 from . import scenes as S
 from . import vlm
 from .sae import TopKSAE
@@ -29,27 +32,90 @@ from .sae import TopKSAE
 POSITION_MODES = ("prompt", "all", "image", "text")
 
 
-def clamp_codes(sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_error: bool,
-                suppress: tuple[int, ...] = ()) -> torch.Tensor:
+class FeatureOutOfRange(ValueError, IndexError):
+    """A feature id outside the SAE: a user's input (ValueError, shown as such) and an index error."""
+
+
+Clamp = tuple[int, float]  # (feature, value)
+
+
+def check_clamps(clamps: Sequence[Sequence[float]], n_features: int, suppress: Sequence[int] = (),
+                 values: bounds.Range | None = None) -> tuple[list[Clamp], tuple[int, ...]]:
+    """Clamps [(feature, value), ...] and the features to zero, checked: 1..8 clamps, distinct features
+    within the SAE, finite values (within `values`, the organism's clamp range, where given), a suppressed
+    feature that is not also clamped. Refused with a message, never corrected."""
+    try:
+        pairs = [(f, v) for f, v in clamps]
+    except (TypeError, ValueError):
+        raise ValueError("clamps must be a list of (feature, value) pairs") from None
+    bounds.check(bounds.STEER_CLAMPS, len(pairs))
+    suppress = tuple(suppress)
+    bounds.check(bounds.STEER_SUPPRESS, len(suppress))
+
+    def feature(f) -> int:
+        try:  # an int, numpy or torch integer, or a float with no fraction (a JSON number)
+            i = operator.index(f) if not isinstance(f, float) or not f.is_integer() else int(f)
+        except TypeError:
+            i = None
+        if i is None or isinstance(f, bool):
+            raise FeatureOutOfRange(f"a feature is a whole number in 0..{n_features - 1} (got {f!r})")
+        if not 0 <= i < n_features:
+            raise FeatureOutOfRange(f"feature {i} is not in this SAE: features are 0..{n_features - 1}")
+        return i
+
+    out: list[Clamp] = []
+    for f, v in pairs:
+        fi = feature(f)
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"the clamp value of feature {fi} must be a number (got {v!r})") from None
+        if not np.isfinite(x):
+            raise ValueError(f"the clamp value of feature {fi} must be a finite number")
+        if values is not None:
+            x = float(bounds.check(bounds.Range(f"{values.name} of feature {fi}", values.lo, values.hi,
+                                                values.whole, values.unit), x))
+        out.append((fi, x))
+    fs = [f for f, _ in out]
+    if len(set(fs)) != len(fs):
+        raise ValueError(f"feature {next(f for f in fs if fs.count(f) > 1)} is clamped twice: give each feature one value")
+    sup = tuple(dict.fromkeys(feature(g) for g in suppress))  # order kept, duplicates dropped
+    both = sorted(set(sup) & set(fs))
+    if both:
+        raise ValueError(f"feature {both[0]} is both clamped and suppressed: choose one")
+    return out, sup
+
+
+def clamp_codes_many(sae: TopKSAE, h: torch.Tensor, clamps: Sequence[Clamp], add_error: bool,
+                     suppress: tuple[int, ...] = ()) -> torch.Tensor:
+    """The reconstruction with every clamped feature at its value and the suppressed ones at 0."""
     vals, idx = sae.encode_sparse(h)
-    # drop the feature (and any suppressed ones) from the top-k slots, then add it at the clamped value
-    for g in (feature, *suppress):
-        vals = torch.where(idx == g, torch.zeros_like(vals), vals)
-    recon = sae.decode_sparse(vals, idx) + value * sae.W_dec[feature]
+    # drop the clamped (and suppressed) features from the top-k slots in one pass (a selection: the kept
+    # values are the same bits), then add each clamped feature at its value
+    drop = torch.tensor([*(f for f, _ in clamps), *suppress], dtype=idx.dtype, device=idx.device)
+    vals = torch.where(torch.isin(idx, drop), torch.zeros_like(vals), vals)
+    recon = sae.decode_sparse(vals, idx)
+    for f, value in clamps:  # one clamp: the same operations, bit for bit, as the single clamp always did
+        recon = recon + value * sae.W_dec[f]
     if add_error:
         recon = recon + (h.to(recon.dtype) - sae(h))
     return recon.to(h.dtype)
 
 
+def clamp_codes(sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_error: bool,
+                suppress: tuple[int, ...] = ()) -> torch.Tensor:
+    return clamp_codes_many(sae, h, [(int(feature), float(value))], add_error, suppress)
+
+
 @contextmanager
-def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: float, *,
-                  positions: str = "prompt", add_error: bool = False,
-                  image_positions: slice | torch.Tensor | None = None,
-                  suppress: Sequence[int] = ()):
+def clamp_features(model, sae: TopKSAE, hookpoint: str, clamps: Sequence[Sequence[float]], *,
+                   positions: str = "prompt", add_error: bool = False,
+                   image_positions: slice | torch.Tensor | None = None, suppress: Sequence[int] = ()):
+    """Several clamps and suppressions as one intervention: one hook, removed (and the model's lock
+    released) in `finally`, so the edits are applied together to the same residual."""
     if positions not in POSITION_MODES:
         raise ValueError(f"positions must be one of {POSITION_MODES}, not {positions!r}")
-    if not 0 <= int(feature) < sae.n_latents:
-        raise IndexError(f"feature {feature} out of range 0..{sae.n_latents - 1}")
+    checked, sup = check_clamps(clamps, sae.n_latents, suppress)
     # a slice (the zoo's fixed prompt) or the positions of one prompt's image tokens (hub, anyres)
     sl = image_positions if image_positions is not None else vlm.image_slice(model)
 
@@ -57,7 +123,7 @@ def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: floa
         prompt_pass = h.shape[-2] > 1
         if positions != "all" and not prompt_pass:
             return None
-        new = clamp_codes(sae, h, int(feature), float(value), add_error, tuple(int(g) for g in suppress))
+        new = clamp_codes_many(sae, h, checked, add_error, sup)
         if positions == "image":
             out = h.clone()
             out[..., sl, :] = new[..., sl, :]
@@ -72,19 +138,35 @@ def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: floa
         yield model
 
 
+@contextmanager
+def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: float, *,
+                  positions: str = "prompt", add_error: bool = False,
+                  image_positions: slice | torch.Tensor | None = None,
+                  suppress: Sequence[int] = ()):
+    with clamp_features(model, sae, hookpoint, [(feature, value)], positions=positions, add_error=add_error,
+                        image_positions=image_positions, suppress=suppress):
+        yield model
+
+
 @torch.no_grad()
-def steered_captions(model, tokenizer, sae, hookpoint: str, images: np.ndarray, feature: int, value: float, *,
-                     positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = ()) -> list[str]:
-    with clamp_feature(model, sae, hookpoint, feature, value, positions=positions, add_error=add_error,
-                       suppress=suppress):
+def captions_with_clamps(model, tokenizer, sae, hookpoint: str, images: np.ndarray, clamps: Sequence[Sequence[float]],
+                         *, positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = ()) -> list[str]:
+    with clamp_features(model, sae, hookpoint, clamps, positions=positions, add_error=add_error, suppress=suppress):
         return vlm.generate_captions(model, tokenizer, images)
 
 
 @torch.no_grad()
-def hub_steered_caption(model, processor, sae, hookpoint: str, image, feature: int, value: float, *,
-                        positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = (),
-                        text: str = vlm.HUB_PROMPT, max_new_tokens: int = 24) -> str:
-    """The same clamp on a hub VLM, prompted through its processor and chat template (LLaVA-NeXT's
+def steered_captions(model, tokenizer, sae, hookpoint: str, images: np.ndarray, feature: int, value: float, *,
+                     positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = ()) -> list[str]:
+    return captions_with_clamps(model, tokenizer, sae, hookpoint, images, [(feature, value)], positions=positions,
+                                add_error=add_error, suppress=suppress)
+
+
+@torch.no_grad()
+def hub_caption_with_clamps(model, processor, sae, hookpoint: str, image, clamps: Sequence[Sequence[float]], *,
+                            positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = (),
+                            text: str = vlm.HUB_PROMPT, max_new_tokens: int = 24) -> str:
+    """The clamps on a hub VLM, prompted through its processor and chat template (LLaVA-NeXT's
     image_sizes included); "image" positions are all of the prompt's image tokens (base image,
     tiles and row newlines)."""
     inputs = vlm.hub_inputs(model, processor, [image], text)
@@ -92,10 +174,39 @@ def hub_steered_caption(model, processor, sae, hookpoint: str, image, feature: i
     lay = vlm.image_layout(model, inputs["input_ids"][0], None if sizes is None else sizes[0])
     tok = processor.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    with clamp_feature(model, sae, hookpoint, feature, value, positions=positions, add_error=add_error,
-                       image_positions=lay.image.to(inputs["input_ids"].device), suppress=suppress):
+    with clamp_features(model, sae, hookpoint, clamps, positions=positions, add_error=add_error,
+                        image_positions=lay.image.to(inputs["input_ids"].device), suppress=suppress):
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
     return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+
+
+@torch.no_grad()
+def hub_steered_caption(model, processor, sae, hookpoint: str, image, feature: int, value: float, *,
+                        positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = (),
+                        text: str = vlm.HUB_PROMPT, max_new_tokens: int = 24) -> str:
+    return hub_caption_with_clamps(model, processor, sae, hookpoint, image, [(feature, value)], positions=positions,
+                                   add_error=add_error, suppress=suppress, text=text, max_new_tokens=max_new_tokens)
+
+
+def concepts_named(caption: str) -> list[str]:
+    """The scene template's concepts a caption names (colours, shapes, textures, positions, in that
+    order), none for a malformed caption."""
+    objs = S.parse_caption(caption) or []
+    named = {o[k] for o in objs for k in ("colour", "shape", "texture", "position")}
+    return [c for c in S.CONCEPTS if c in named]
+
+
+def changed_attributes(before: str, after: str) -> list[str] | None:
+    """The attributes in which two captions of the scene template differ (colour, shape, texture of the
+    objects at the same positions; position when the objects' positions differ); None where either
+    caption is malformed (then nothing can be compared)."""
+    a, b = S.parse_caption(before), S.parse_caption(after)
+    if a is None or b is None:
+        return None
+    pa, pb = {o["position"]: o for o in a}, {o["position"]: o for o in b}
+    common = set(pa) & set(pb)
+    out = [k for k in ("colour", "shape", "texture") if any(pa[p][k] != pb[p][k] for p in common)]
+    return out + (["position"] if set(pa) != set(pb) else [])
 
 
 def names_colour(caption: str, colour: str) -> bool:

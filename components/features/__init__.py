@@ -3,7 +3,7 @@ from backend.core import bounds
 
 from components.features import layout
 from components.features.tour import TOUR
-from components.features.tools import find_features, open_feature, steer_feature
+from components.features.tools import contrast_features, find_features, open_feature, steer_feature
 from components.tab import AgentTool, Tab
 
 TAB = Tab(
@@ -15,11 +15,13 @@ TAB = Tab(
     card=("Sparse-autoencoder features of a LLaVA-style model: the images that light them up, where, "
           "and what happens to the caption when one is clamped."),
     summary="SAE features of a LLaVA-style model: top images, activation regions, concept labels, steering.",
-    link_runs=("features_load", "features_list", "analyse_image", "steer"),
+    link_runs=("features_load", "features_list", "analyse_image", "steer", "steer_many", "features_contrast"),
     link_params=("feature",),  # read by the tab's first view, not a linked input
     report_results={"features-hist": "Feature page",
                     "features-firing": "Features firing on an image",
-                    "features-steer-out": "Steering a feature"},
+                    "features-steer-out": "Steering a feature",
+                    "features-steer-many-out": "Steering several features at once",
+                    "features-contrast-plot": "Features that tell two image sets apart"},
     report_pins={"features-pin": "features-steer-out"},
     tour=TOUR,
     tools=(AgentTool(find_features, reads_model=False, intervention=False,
@@ -28,6 +30,9 @@ TAB = Tab(
            AgentTool(open_feature, reads_model=False, intervention=False,
                      cost="well under a second (reads the feature index)"),
            AgentTool(steer_feature, reads_model=True, intervention=True,
-                     cost="two greedy captions, about a second")),
+                     cost="two greedy captions, about a second; with more clamps one more per clamp"),
+           AgentTool(contrast_features, reads_model=True, intervention=False,
+                     cost="one prompt pass per image: about a second for 2 × 64 zoo scenes",
+                     ranges={"n": bounds.CONTRAST_IMAGES, "rows": bounds.CONTRAST_ROWS})),
     gpu_seconds=120,
 )

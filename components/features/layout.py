@@ -15,11 +15,12 @@ from backend.sae import analysis, loading, organism, pages
 from components.links import deep_links as links
 from components.inputs import enter
 from components.common import fail, model_event, on_first_open
+from components.features import contrast
 from components.features.index_build import _build_note, _summary_md, build_index, cancel_index, load_own
 from components.features.pages import (_empty_page, _explain, _org, ask_model, clamp_limit, firing_columns,
                                       list_features, open_feature, reopen_feature, sorts_of)
 from components.features.steering import (POSITION_CHOICES, _steering_explain, analyse, input_label, link_note, pin,
-                                         scene_picker, steer, upload_label)
+                                          scene_picker, steer, steer_many, upload_label)
 from components.inputs.fields import CheckedImage, CheckedNumber, clear_unreadable, keep_on_failure
 from components.inputs.model_picker import model_picker
 
@@ -194,6 +195,22 @@ def build(ctx) -> None:
                 unpin_btn = gr.Button("Clear the pin", size="sm", elem_id="features-unpin")
             with gr.Accordion("steering result (JSON)", open=False):
                 steer_json = gr.JSON(label="steering result")
+    with gr.Row():
+        with gr.Column(scale=2):
+            more = gr.Textbox(label="more clamps, with the one above: feature=value, …", max_lines=1,
+                              placeholder="e.g. 12=4, 30=2.5", elem_id="features-more-clamps")
+            zeroed = gr.Textbox(label="features to suppress (clamped to 0)", max_lines=1,
+                                placeholder="e.g. 7, 9", elem_id="features-suppress-ids")
+            many_btn = gr.Button("Each clamp alone and all together", elem_id="features-steer-many")
+            enter.runs(many_btn, more, zeroed)
+        with gr.Column(scale=3):
+            many_table = gr.Dataframe(headers=["clamps", "answer" if org.is_hub else "caption", "concepts named",
+                                               "changed from no clamp"],
+                                      interactive=False, wrap=True, elem_id="features-steer-many-out",
+                                      column_widths=["28%", "32%", "22%", "18%"],
+                                      label="several features at once: what each setting makes the model say")
+            with gr.Accordion("several clamps (JSON)", open=False):
+                many_json = gr.JSON(label="several clamps")
     pinned = gr.State(None)  # the pinned steering result: a small dict of text, never tensors
 
     def clamp_for(source_, fid):
@@ -208,6 +225,7 @@ def build(ctx) -> None:
 
     page_outputs = [header, gal_overlay, gal_dim, hist, concepts, json_file, png_file, page_data, patch_plot,
                     feat, steer_feat, steer_val]
+    contrast.panel(org, source, page_outputs)
     # every event: a failure leaves the last good view as it was (no Error badges), message in the toast
     keep_on_failure(open_btn.click(open_feature, [source, feat], page_outputs, api_name="feature_page"), page_outputs)
     keep_on_failure(query.submit(list_features, [source, query, sort], table, api_name="features_list"), [table])
@@ -238,6 +256,10 @@ def build(ctx) -> None:
     keep_on_failure(steer_btn.click(steer, [source, upload, example, steer_feat, steer_val, positions, add_err,
                                             suppress], steer_out, **model_event(api_name="steer")), steer_out)
 
+    many_out = [many_table, many_json]
+    keep_on_failure(many_btn.click(steer_many, [source, upload, example, steer_feat, steer_val, more, zeroed, positions,
+                                                add_err, suppress], many_out, **model_event(api_name="steer_many")),
+                    many_out)
     keep_on_failure(pin_btn.click(pin, [steer_json], [pinned, pinned_md], api_name="pin_steering"),
                     [pinned, pinned_md])
     unpin_btn.click(lambda: (None, ""), None, [pinned, pinned_md], api_visibility="private")

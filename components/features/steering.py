@@ -299,3 +299,61 @@ def _steering_explain(org) -> str:
             "<details><summary class='wb-muted'>where the intervention must sit (measured)</summary>"
             "<table style='font-size:0.8rem'><tr><th>intervention</th><th>min over colours</th><th>per colour</th></tr>"
             f"{rows}{crow}</table></details>")
+
+
+def parse_clamps(text: str, first: tuple[int, float] | None = None) -> list[tuple[int, float]]:
+    """"12=4, 30=2.5" as [(12, 4.0), (30, 2.5)], after the panel's own clamp (`first`)."""
+    clamps = [first] if first is not None else []
+    for part in [p.strip() for p in str(text or "").replace(";", ",").split(",") if p.strip()]:
+        fid, sep, val = part.partition("=")
+        try:
+            clamps.append((int(fid.strip()), float(val.strip())))
+        except ValueError:
+            fail(f"Write each clamp as feature=value, e.g. 12=4 (got {part[:30]!r}). Nothing was computed.")
+        if not sep:
+            fail(f"Write each clamp as feature=value, e.g. 12=4 (got {part[:30]!r}). Nothing was computed.")
+    return clamps
+
+
+def parse_ids(text: str) -> list[int]:
+    try:
+        return [int(p) for p in str(text or "").replace(";", ",").replace(" ", ",").split(",") if p.strip()]
+    except ValueError:
+        fail(f"Suppressed features are ids separated by commas, e.g. 7, 9 (got {str(text)[:40]!r}).")
+        return []
+
+
+def steer_many(source: str, image, example, feature, value, more, suppress_ids, positions, add_error, suppress,
+               progress=gr.Progress()):
+    """Several clamps at once, with features suppressed, in one intervention: the caption with no clamp,
+    with each clamp alone and with all together; a table of what each says (`steer_combination`)."""
+    org = _org(source, progress)
+    img = _image_input(org, image, example)
+    first = (_feature_id(org, feature), bounds.check(analysis.clamp_range(org), value))
+    clamps, sup = parse_clamps(more, first), parse_ids(suppress_ids)
+    if positions not in ST.POSITION_MODES:
+        fail(f"Positions must be one of {ST.POSITION_MODES}.")
+    progress(0.3, desc=f"{len(clamps) + 2 if len(clamps) > 1 else 2} captions: none, each clamp, all together")
+    try:
+        out = analysis.steer_combination(org, img, clamps, suppress=sup, positions=positions,
+                                         add_error=bool(add_error), suppress_family=bool(suppress))
+    except ValueError as e:
+        fail(str(e))
+
+    def row(setting: str, v: dict) -> list:
+        named = ", ".join(v.get("concepts") or []) or "—"
+        changed = v.get("changed")
+        return [setting, collapse_repeats(v["caption"])[0] or "—", named,
+                "—" if changed is None else (", ".join(changed) or "nothing")]
+
+    def what(c) -> str:  # short: the table has four columns to show at 1000 px
+        concept = str(c.get("concept") or "").split(" (")[0]
+        return f"{c['feature']}{f' ({concept})' if concept else ''} = {c['value']:.3g}"
+    rows = [row("no clamp", out["baseline"])]
+    if len(out["clamps"]) > 1:
+        rows += [row(what(c) + " alone", v) for c, v in zip(out["clamps"], out["alone"])]
+    rows.append(row(" + ".join(what(c) for c in out["clamps"]) + (" (all together)" if len(out["clamps"]) > 1 else ""),
+                    out["together"]))
+    frame = pd.DataFrame(rows, columns=["clamps", "answer" if org.is_hub else "caption", "concepts named",
+                                        "changed from no clamp"])
+    return frame, out

@@ -80,7 +80,8 @@ def open_feature(feature: int) -> tuple[str, gr.FileData]:
 
 def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: SteerPositions = "default",
                   add_error: bool = False, suppress_rivals: bool | None = None,
-                  image_base64: str = "") -> tuple[str, gr.FileData]:
+                  image_base64: str = "", more_clamps: list[dict] | None = None,
+                  suppress: list[int] | None = None) -> tuple[str, gr.FileData]:
     """Clamp one SAE feature while the model captions an image; compare the caption with and without.
 
     During the prompt pass the feature is set to `value` and the hooked layer's output is replaced
@@ -95,9 +96,11 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
         add_error: add the SAE's reconstruction error back (keeps everything the SAE does not explain).
         suppress_rivals: also zero the features labelled with the other concepts of the same family (e.g. the other colours); null = the tab's default for this model.
         image_base64: your own image as base64 PNG or JPEG (a data: URI is fine), at most 8 MB and 4096 px a side; when given, it is captioned instead of a held-out scene. Models without a scene set (the papers' LLaVA-NeXT) need it.
+        more_clamps: more features clamped together with the first, each {"feature": id, "value": v} (1 to 8 clamps in all); when given, the answer compares no clamp, each clamp alone and all together.
+        suppress: feature ids clamped to 0 at the same time (at most 256).
 
     Returns:
-        JSON: baseline and steered captions, value, positions, well_formed (whether the steered caption parses; null for free text), hookpoint, suppressed feature ids; and a PNG of the scene.
+        JSON: baseline and steered captions, value, positions, well_formed (whether the steered caption parses; null for free text), hookpoint, suppressed feature ids; with more_clamps or suppress instead: clamps, baseline, alone (one entry per clamp) and together, each with its caption, the concepts it names and what changed from no clamp. And a PNG of the scene.
     """
     from backend.sae import analysis
     from backend.sae import steer as ST
@@ -115,10 +118,20 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
     positions = defaults["positions"] if positions == "default" else positions
     if positions not in ST.POSITION_MODES:
         raise ValueError(f"positions must be default or one of {', '.join(ST.POSITION_MODES)}.")
-    suppress = defaults["suppress"] if suppress_rivals is None else bool(suppress_rivals)
+    family = defaults["suppress"] if suppress_rivals is None else bool(suppress_rivals)
     img = analysis.model_image(org, own) if own is not None else S.render(org.heldout_specs[i])[0]
-    out = analysis.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
-                           suppress_family=suppress)
+    if more_clamps or suppress:
+        if not isinstance(more_clamps or [], list) or not all(isinstance(c, dict) for c in more_clamps or []):
+            raise ValueError('more_clamps must be a list of objects like {"feature": 12, "value": 4.0}.')
+        try:
+            clamps = [(f, v)] + [(c["feature"], c["value"]) for c in more_clamps or []]
+        except KeyError:
+            raise ValueError('each of more_clamps needs "feature" and "value".') from None
+        out = analysis.steer_combination(org, img, clamps, suppress=list(suppress or []), positions=positions,
+                                         add_error=bool(add_error), suppress_family=family)
+    else:
+        out = analysis.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
+                                     suppress_family=family)
     name = f"scene-{i}" if i is not None else "your-image"
     return _json({**out, "scene": i}), _png(_grid([[img]], side=192), name)
 
@@ -152,3 +165,48 @@ def _decode_image(data: str) -> np.ndarray:
         raise
     except (ValueError, UnidentifiedImageError, OSError):
         raise ValueError("image_base64 is not a base64-encoded PNG or JPEG image.") from None
+
+
+def contrast_features(concept_a: str = "red", concept_b: str = "blue", n: int = 64, images_a_base64: list[str] | None = None,
+                      images_b_base64: list[str] | None = None, rows: int = 20) -> str:
+    """Which SAE features tell two image sets apart: every feature tested for firing more on set A than on set B.
+
+    A set is your images (base64 PNG or JPEG each), or on the zoo a concept filter over the held-out scenes ("red", "striped circle"; a scene matching both filters is in neither set). Per feature: mean activation and firing rate in each set, the rank-biserial effect r (+1: every image of A above every image of B), a two-sided Mann-Whitney U p-value and its Benjamini-Hochberg q over the features tested. Cost: one prompt pass per image (about a second for 2 × 64 zoo scenes).
+
+    Args:
+        concept_a: set A's concept filter (zoo), e.g. red, circle, "striped square"; ignored when images_a_base64 is given.
+        concept_b: set B's concept filter (zoo); ignored when images_b_base64 is given.
+        n: scenes per set for concept filters, 2 to 64.
+        images_a_base64: set A as your own images, 2 to 64, each base64 PNG or JPEG (at most 8 MB, 4096 px a side).
+        images_b_base64: set B as your own images, 2 to 64.
+        rows: features listed, 1 to 500, strongest effect first.
+
+    Returns:
+        JSON: sets (how they were made and their sizes), n_tested, n_significant, can_be_significant, the test, effect size and correction used, and rows: feature, label, mean_a, mean_b, rate_a, rate_b, effect, p, q, significant, top_a and top_b (indices of each set's strongest images for the feature).
+    """
+    from backend.sae import contrast as C
+    from backend.sae import contrast_scenes as CS
+
+    org = _organism()
+    r = bounds.check_whole(bounds.CONTRAST_ROWS, rows)
+    own = []
+    for name, data in (("A", images_a_base64), ("B", images_b_base64)):
+        if data is None:
+            own.append(None)
+            continue
+        if not isinstance(data, list):
+            raise ValueError(f"images_{name.lower()}_base64 must be a list of base64 images.")
+        bounds.check(bounds.CONTRAST_IMAGES, len(data))  # before any image is decoded
+        own.append([_decode_image(d) for d in data])
+    if own[0] is not None and own[1] is not None:
+        out = C.contrast_images(org, own[0], own[1], rows=r)
+        how = {"a": f"your {len(own[0])} images", "b": f"your {len(own[1])} images"}
+    elif own[0] is None and own[1] is None:
+        out = CS.contrast_scenes(org, concept_a, concept_b, n=n, rows=r)
+        how = {"a": f"held-out scenes: {concept_a}", "b": f"held-out scenes: {concept_b}"}
+    else:
+        raise ValueError("Give both sets as images, or neither (then the two concept filters make them).")
+    keep = ("feature", "label", "mean_a", "mean_b", "rate_a", "rate_b", "effect", "p", "q", "significant", "top_a", "top_b")
+    return _json({"sets": how, **{k: out[k] for k in ("n_a", "n_b", "n_tested", "n_significant", "can_be_significant",
+                                                       "alpha", "test", "effect_size", "correction")},
+                  "rows": [{k: row.get(k) for k in keep} for row in out["rows"] if row["tested"]]})

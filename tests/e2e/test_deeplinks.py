@@ -40,6 +40,9 @@ EXTRA = {"rel-text": "this sequel is long and boring and the dialogue is awful",
          "memo-free": "down0.attn0:3", "memo-neurons": ["mid.attn0:5", "down1.attn0:17"],
          # small but changed settings keep the first (uncached) computation short
          "memo-seeds": 2, "mn-n": 8, "pissa-rank": 4,
+         # the contrast's concept filters and several clamps: values the tab accepts, a smaller set
+         "features-contrast-a": "green", "features-contrast-b": "yellow", "features-contrast-n": 16,
+         "features-more-clamps": "5=2", "features-suppress-ids": "7",
          # the Features tab's own SAE and hookpoint go with a picked model (tests/e2e/test_own_models.py)
          "feat-sae": None, "feat-hookpoint": None}
 

@@ -9,7 +9,7 @@ error; what must never happen is a crash: the server stops answering, a handler 
 
     python -m tests.load.fuzz --per-family 1000       # the full run (printed)
 
-An endpoint family is the tab that registers the endpoints (components/<tab>.py): the issue's
+An endpoint family is the tab that registers the endpoints (components/<tab>/): the issue's
 "≥ 1,000 inputs per endpoint family" is counted per tab, spread round-robin over its endpoints.
 """
 from __future__ import annotations
@@ -84,12 +84,13 @@ COMPONENTS = Path(__file__).resolve().parents[2] / "components"
 
 
 def endpoint_families(names) -> dict[str, list[str]]:
-    """Group endpoint names ("/steer") by the component module whose source declares the api_name;
-    an endpoint no module declares (Gradio's own) is its own family."""
+    """Group endpoint names ("/steer") by the tab whose package declares the api_name (components/<tab>/);
+    an endpoint no tab declares (Gradio's own, a shared part's) is its own family."""
     owner = {}
-    for src in sorted(COMPONENTS.glob("*.py")):
+    for src in sorted(COMPONENTS.rglob("*.py")):
+        rel = src.relative_to(COMPONENTS).parts
         for api in re.findall(r"api_name\s*=\s*[\"']([\w\-]+)[\"']", src.read_text()):
-            owner.setdefault("/" + api, src.stem)
+            owner.setdefault("/" + api, rel[0] if len(rel) > 1 else src.stem)
     families: dict[str, list[str]] = {}
     for n in names:
         families.setdefault(owner.get(n, n.strip("/")), []).append(n)

@@ -77,6 +77,7 @@ def _figures():
     from components.adapters import errors as adapter_errors
     from components.adapters import race as adapter_race
     from components.adapters import spectrum as adapter_spectrum
+    from components.features import contrast as feature_contrast
     from components.features import figures as feature_figures
     from components.math_neurons import figures as math_figures
     from components.memorization import figures as memorization_figures
@@ -104,7 +105,11 @@ def _figures():
            "rank": 4}
     race = {("lora", 0): {"step": [1, 2], "loss": [1.0, 0.5], "grad_norm": [1.0, 0.7]},
             ("pissa", 0): {"step": [1, 2], "loss": [0.9, 0.3], "grad_norm": [1.1, 0.6]}}
+    contrast_rows = [{"feature": f, "label": lab, "mean_a": 1.0, "mean_b": 0.1, "rate_a": 1.0, "rate_b": 0.2,
+                      "effect": e, "p": 1e-6, "q": q, "significant": q < 0.05, "tested": True}
+                     for f, lab, e, q in ((3, "red", 0.9, 1e-5), (22, "blue", -0.8, 1e-4), (7, "", 0.1, 0.6))]
     return {
+        "features.contrast.volcano": lambda: feature_contrast.volcano({"rows": contrast_rows, "alpha": 0.05}),
         "relevance.figures.position_plot": lambda: relevance_figures.position_plot(res, True),
         "relevance.figures.curves_plot": lambda: relevance_figures.curves_plot(hres),
         "relevance.figures.scatter_plot": lambda: relevance_figures.scatter_plot(hres),
