@@ -110,10 +110,6 @@ def adapt(model: nn.Module, method: str = "pissa", rank: int = 8, alpha: float |
     return pm
 
 
-def trainable_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
 @torch.no_grad()
 def reconstruction_error(peft_model, original: nn.Module) -> float:
     """max over adapted layers of ‖W_res + scaling·BA − W‖_F / ‖W‖_F against the original model."""

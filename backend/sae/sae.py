@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -411,7 +411,3 @@ class MatchingPursuitSAE(SparseAutoencoder):
 # SAELens's name of each architecture, for saving
 SAELENS_NAMES = {"topk": "topk", "relu": "standard", "jumprelu": "jumprelu", "gated": "gated",
                  "matching_pursuit": "matching_pursuit"}
-
-
-def config_dict(sae: SparseAutoencoder) -> dict:
-    return asdict(sae.cfg)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
-import numpy as np
 import torch
 
 from .sae import TopKSAE
@@ -94,17 +93,3 @@ def train_sae(train_x: torch.Tensor, *, n_latents: int, k: int, steps: int, batc
                 log(rec)
     sae.steps_since_fired.zero_()
     return sae.eval(), history
-
-
-def vlm_activation_stream(model, tokenizer, hookpoint: str, rng: np.random.Generator, *,
-                          batch_scenes: int = 64, positions: str = "all") -> Iterator[torch.Tensor]:
-    """Endless [tokens, d] batches of the VLM's prompt-pass residuals at `hookpoint` on fresh scenes."""
-    from . import scenes as S
-    from . import vlm
-
-    while True:
-        _, imgs = S.batch(rng, batch_scenes)
-        for _, h in vlm.residuals(model, tokenizer, imgs, hookpoint, batch_size=batch_scenes):
-            if positions == "image":
-                h = h[:, vlm.image_slice(model)]
-            yield h.reshape(-1, h.shape[-1])

@@ -15,8 +15,7 @@ import base64
 import functools
 import gzip
 import html
-import json
-from typing import Any, Iterable
+from typing import Iterable
 
 E = html.escape
 
@@ -27,11 +26,6 @@ def plotly_bundle() -> str:
     from plotly.offline import get_plotlyjs
 
     return base64.b64encode(gzip.compress(get_plotlyjs().encode(), compresslevel=6, mtime=0)).decode()
-
-
-def _json_script(obj: Any) -> str:
-    # "</" inside a <script> would end it early; JSON's \u003c escape reads back the same
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
 
 
 def _settings_table(rows: Iterable[tuple[str, str]]) -> str:
