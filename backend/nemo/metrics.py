@@ -80,11 +80,13 @@ def diversity(images) -> float:
 
 
 def auroc(pos, neg) -> float:
-    """Probability that a positive scores above a negative (ties count half)."""
-    pos = np.asarray(pos, float)
-    neg = np.asarray(neg, float)
+    """Probability that a positive scores above a negative (ties count half): scikit-learn's ROC AUC
+    with memorized prompts as the positive class; NaN when either set is empty, where it is undefined."""
+    from sklearn.metrics import roc_auc_score
+
+    pos = np.asarray(pos, float).ravel()
+    neg = np.asarray(neg, float).ravel()
     if not len(pos) or not len(neg):
         return math.nan
-    gt = (pos[:, None] > neg[None, :]).mean()
-    eq = (pos[:, None] == neg[None, :]).mean()
-    return float(gt + 0.5 * eq)
+    labels = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+    return float(roc_auc_score(labels, np.r_[pos, neg]))

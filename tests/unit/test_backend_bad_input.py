@@ -8,6 +8,7 @@ import torch
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from backend.core.interventions import count_hooks
+from tests.helpers import tiny
 
 CLEAR = (ValueError, KeyError, IndexError, TypeError)
 NUMS = st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
@@ -32,27 +33,23 @@ def unchanged(model, snap):
 
 
 @pytest.fixture(scope="module")
-def tiny_mamba():
-    from transformers import MambaConfig, MambaForCausalLM
-
-    torch.manual_seed(0)
-    return MambaForCausalLM(MambaConfig(vocab_size=40, hidden_size=16, state_size=4, num_hidden_layers=2,
-                                        expand=2, conv_kernel=3, use_conv_bias=False)).eval()
+def mamba():
+    return tiny.tiny_mamba()
 
 
 @SETTINGS
 @given(target=NUMS, position=NUMS, method=st.sampled_from(["mambalrp", "gi", "ig", "nope", "", "attnroll"]),
        rules=st.one_of(st.none(), st.lists(st.sampled_from(["norm", "silu", "ssm", "gate", "x", ""]))),
        length=st.integers(0, 6))
-def test_lrp_attribute(tiny_mamba, target, position, method, rules, length):
+def test_lrp_attribute(mamba, target, position, method, rules, length):
     from backend.lrp import attribute
 
-    snap = snapshot(tiny_mamba)
+    snap = snapshot(mamba)
     ids = torch.randint(0, 40, (1, length))
-    out = clear_or_ok(attribute, tiny_mamba, ids, target=target, position=position, method=method, rules=rules)
+    out = clear_or_ok(attribute, mamba, ids, target=target, position=position, method=method, rules=rules)
     if out is not None:
         assert out.shape == (length,) and torch.isfinite(out).all()
-    assert unchanged(tiny_mamba, snap)
+    assert unchanged(mamba, snap)
 
 
 @SETTINGS
@@ -139,15 +136,8 @@ def test_load_sae_refuses_broken_folders(tmp_path_factory, files):
 
 
 @pytest.fixture(scope="module")
-def tiny_unet():
-    from diffusers import UNet2DConditionModel
-
-    torch.manual_seed(0)
-    return UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4, layers_per_block=1,
-                                block_out_channels=(8, 16), norm_num_groups=4, cross_attention_dim=12,
-                                attention_head_dim=2,
-                                down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-                                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D")).eval()
+def unet():
+    return tiny.tiny_unet()
 
 
 @SETTINGS
@@ -156,13 +146,13 @@ def tiny_unet():
                                              "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v",
                                              "nope", ""]),
                             st.lists(st.integers(-5, 40), max_size=5), max_size=3))
-def test_nemo_deactivate_validates_neurons(tiny_unet, spec):
+def test_nemo_deactivate_validates_neurons(unet, spec):
     from backend.nemo import deactivate
 
-    snap = snapshot(tiny_unet)
+    snap = snapshot(unet)
 
     def use():
-        with deactivate(tiny_unet, spec):
-            tiny_unet(torch.randn(1, 4, 8, 8), 3, encoder_hidden_states=torch.randn(1, 5, 12))
+        with deactivate(unet, spec):
+            unet(torch.randn(1, 4, 8, 8), 3, encoder_hidden_states=torch.randn(1, 5, 12))
     clear_or_ok(use)
-    assert unchanged(tiny_unet, snap)
+    assert unchanged(unet, snap)

@@ -157,11 +157,7 @@ def test_hook_count_ignores_transformers_own_output_capturing_hooks():
     """transformers 5 puts output-capturing forward hooks on a model at its first forward that asks
     for hidden states; they belong to the loaded model, so the integrity check must not read them as
     an intervention left behind, while ours still count."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    lm = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=2))
+    lm = tiny_llama(vocab=32, hidden=16, num_attention_heads=2, num_key_value_heads=2)
     lm(torch.tensor([[1, 2, 3]]), output_hidden_states=True)
     assert sum(len(m._forward_hooks) for m in lm.modules()) > 0  # transformers' own
     assert iv.count_hooks(lm) == 0

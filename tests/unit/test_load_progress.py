@@ -12,12 +12,9 @@ from backend.core import prefetch, presets, store
 @pytest.fixture()
 def sharded(tmp_path):
     """A tiny Llama saved in several safetensors shards, as the papers' checkpoints come."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tests.helpers.tiny import tiny_llama
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                      num_attention_heads=4, num_key_value_heads=2)
-    model = LlamaForCausalLM(cfg)
+    model = tiny_llama(layers=3)
     folder = tmp_path / "sharded-llama"
     model.save_pretrained(folder, max_shard_size="40KB")
     shards = sorted(folder.glob("model-*.safetensors"))

@@ -10,6 +10,7 @@ from backend.core.interventions import count_hooks
 from backend.lrp import METHODS, RULES, VisionMamba, attribute, attribute_image, attribute_text, conservation
 from backend.lrp.forward import lm_forward
 from backend.lrp.scan import linear_recurrence
+from tests.helpers import tiny
 
 torch.set_num_threads(1)
 
@@ -22,13 +23,9 @@ SHAPES = [  # (hidden, layers, state, d_inner, conv kernel, dt rank, vocab, seq 
 
 
 def tiny_mamba(hidden, layers, state, inner, kernel, rank, vocab, *, conv_bias=False, seed=0):
-    from transformers import MambaConfig, MambaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = MambaConfig(vocab_size=vocab, hidden_size=hidden, state_size=state, num_hidden_layers=layers,
-                      intermediate_size=inner, conv_kernel=kernel, time_step_rank=rank,
-                      use_conv_bias=conv_bias, time_step_min=0.05, time_step_max=0.5)
-    return MambaForCausalLM(cfg).eval()
+    """The shared builder with one SHAPES row's sizes (transformers derives d_inner from `expand`)."""
+    return tiny.tiny_mamba(seed, vocab, hidden, layers, state, expand=inner // hidden, conv_kernel=kernel,
+                           time_step_rank=rank, use_conv_bias=conv_bias, time_step_min=0.05, time_step_max=0.5)
 
 
 @pytest.fixture(scope="module", params=range(len(SHAPES)), ids=lambda i: "x".join(map(str, SHAPES[i][:4])))

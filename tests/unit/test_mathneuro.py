@@ -9,21 +9,17 @@ from backend.core.interventions import count_hooks
 from backend.mathneuro import core, data
 from backend.mathneuro.evaluate import encode_with_answers
 from backend.mathneuro.tokenizer import build_tokenizer
+from tests.helpers import tiny
 
 torch.set_num_threads(1)
 
 
-def tiny_llama(seed=0, vocab=None, hidden=32, layers=2):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
+def tiny_llama(seed=0, hidden=32, layers=2):
+    """The shared tiny Llama with the MathNeuro tokenizer's vocabulary and special ids."""
     tok = build_tokenizer()
-    cfg = LlamaConfig(vocab_size=vocab or len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=96, tie_word_embeddings=False,
-                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id)
-    return LlamaForCausalLM(cfg).eval()
+    return tiny.tiny_llama(seed, len(tok), hidden, layers, max_position_embeddings=96, tie_word_embeddings=False,
+                           pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                           eos_token_id=tok.eos_token_id)
 
 
 @pytest.fixture(scope="module")

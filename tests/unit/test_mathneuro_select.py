@@ -72,13 +72,7 @@ def test_pack_is_numpy_packbits():
 
 
 def tied_llama(seed=3):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=True)
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(seed, tie_word_embeddings=True)
 
 
 def test_unpadded_batches_take_the_plain_causal_path_with_the_masked_values(monkeypatch):

@@ -7,32 +7,14 @@ import torch
 
 from backend import nemo
 from backend.core.interventions import count_hooks, scale_weights
+from tests.helpers.tiny import tiny_sd_pipe
 
 torch.set_num_threads(1)
 
 
-def tiny_pipe(seed: int = 0):
-    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
-    from transformers import CLIPTextModel
-
-    from backend.zoo.recipes import memorization as rec
-
-    tok = rec.make_tokenizer()
-    torch.manual_seed(seed)
-    te = CLIPTextModel(rec.text_config(len(tok), tok.eos_token_id, tok.bos_token_id)).eval()
-    vae = AutoencoderKL(**rec.vae_config()).eval()
-    unet = UNet2DConditionModel(**rec.unet_config()).eval()
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
-                                   scheduler=DDIMScheduler(**rec.scheduler_config()),
-                                   safety_checker=None, feature_extractor=None,
-                                   requires_safety_checker=False)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
-
-
 @pytest.fixture(scope="module")
 def pipe():
-    return tiny_pipe()
+    return tiny_sd_pipe()
 
 
 PROMPT = "a red circle and a blue ring on a yellow background"
@@ -177,6 +159,24 @@ def test_ssim_properties():
     assert nemo.diversity(np.repeat(imgs[:1], 3, 0)) == pytest.approx(0.0, abs=1e-6)
     assert nemo.diversity(imgs) > 0.8
     assert nemo.auroc([3, 4], [1, 2]) == 1.0 and nemo.auroc([1], [1]) == 0.5
+    assert nemo.auroc([2, 1], [1, 0]) == pytest.approx(0.875) and np.isnan(nemo.auroc([], [1]))
+
+
+@pytest.mark.parametrize("channels,size", [(1, 16), (3, 32), (4, 24)])
+def test_ssim_equals_scikit_image(channels, size):
+    """Our SSIM (on the device, batched) is scikit-image's with the same settings: a Gaussian window of
+    σ = 1.5 truncated at 3.5σ (11 taps, scikit-image's fixed choice), population covariances, the mean
+    over valid window positions and over channels. The app uses 7 taps (`win=7`, as latents are 8×8)."""
+    from skimage.metrics import structural_similarity
+
+    rng = np.random.default_rng(channels)
+    a = rng.random((2, size, size, channels))
+    b = np.clip(a + rng.normal(0, 0.2, a.shape), 0, 1)
+    ours = nemo.ssim(torch.as_tensor(a).permute(0, 3, 1, 2), torch.as_tensor(b).permute(0, 3, 1, 2), win=11)
+    theirs = [structural_similarity(x, y, gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
+                                    data_range=1.0, channel_axis=-1) for x, y in zip(a, b)]
+    np.testing.assert_allclose(ours.numpy(), theirs, rtol=1e-5, atol=1e-6)
+    assert 0.2 < min(theirs) < 0.95
 
 
 def test_noise_differences_and_score(pipe):

@@ -12,7 +12,8 @@ from backend.core.interventions import count_hooks
 from backend.nemo import core, search, speculate
 from backend.nemo.evaluate import Checker, groups_for
 from tests.helpers.nemo_sequential import sequential_localize
-from tests.unit.test_nemo import PROMPT, tiny_pipe
+from tests.helpers.tiny import tiny_sd_pipe
+from tests.unit.test_nemo import PROMPT
 
 torch.set_num_threads(1)
 
@@ -22,7 +23,7 @@ GENERIC = ["a red circle on a blue background", "a white square on a black backg
 
 @pytest.fixture(scope="module")
 def pipe():
-    return tiny_pipe()
+    return tiny_sd_pipe()
 
 
 def batched_search(pipe, prompt, stats, theta_mem, *, num_seeds, groups, guidance_scale=0.0):

@@ -6,12 +6,13 @@ import torch
 
 from backend import nemo
 from backend.core.interventions import count_hooks
-from tests.unit.test_nemo import PROMPT, tiny_pipe
+from tests.helpers.tiny import tiny_sd_pipe
+from tests.unit.test_nemo import PROMPT
 
 
 @pytest.fixture(scope="module")
 def pipe():
-    return tiny_pipe()
+    return tiny_sd_pipe()
 
 
 class FakeChecker:
