@@ -2,6 +2,7 @@
 size and build time (the browser checks are tests/e2e/test_report.py)."""
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -102,3 +103,22 @@ def test_an_output_that_is_a_table_or_an_array_counts_as_shown():
 
     assert _filled(pd.DataFrame({"feature": [3]})) and _filled(np.zeros((2, 2))) and _filled("text")
     assert not any(_filled(v) for v in (pd.DataFrame(), np.zeros(0), "", None, []))
+
+
+def test_the_page_escapes_text_and_keeps_the_cleaned_html_and_figure_json():
+    """The template autoescapes: a heading, a setting or a table cell that holds markup shows as text;
+    the tab's cleaned HTML goes in as HTML; a figure's JSON stays JSON and cannot end its script."""
+    fig = go.Figure(go.Bar(x=["</script><b>x</b>"], y=[1]))
+    result = {"heading": "<img src=x onerror=alert(1)>", "computed_at": "now", "seconds": 0.5,
+              "settings": [("text", "<b>bold?</b>")], "model": "m'odel",
+              "parts": [{"kind": "html", "html": "<p class='wb-explain'>kept</p>"},
+                        {"kind": "table", "columns": ["<i>c</i>"], "rows": [["<u>v</u>"]]},
+                        {"kind": "figure", "title": "f", "json": fig.to_json()}]}
+    page = report_html.build_html({"tabs": [{"tab": "relevance", "title": "Relevance", "current": [result],
+                                             "pins": []}]}, plotly_b64="AAAA")
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "&lt;b&gt;bold?&lt;/b&gt;" in page and "&lt;i&gt;c&lt;/i&gt;" in page and "&lt;u&gt;v&lt;/u&gt;" in page
+    assert "m&#39;odel" in page and "<p class='wb-explain'>kept</p>" in page
+    script = page.split("<script type='application/json' id='figjson0'>")[1].split("</script>")[0]
+    assert go.Figure(json.loads(script)).data[0].x == ("</script><b>x</b>",)
+    assert "in 0.50 s" in page and page.count("<div class='plot'") == 1
