@@ -3,7 +3,7 @@
     python app.py                    # the zoo (tiny offline models), http://127.0.0.1:7860
     python app.py --preset hub       # the papers' checkpoints (GPU machine with hub access)
     WORKBENCH_PRESET=hub python app.py
-    python app.py --mcp              # also serve the methods as MCP tools (README: Agents (MCP))
+    python app.py --mcp              # also serve the methods as MCP tools (docs/agents.md: MCP)
 """
 from __future__ import annotations
 

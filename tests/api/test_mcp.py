@@ -302,7 +302,7 @@ def test_feature_pages_answer_while_a_long_model_call_runs(mcp_url):
 def test_an_image_under_the_documented_size_is_taken_and_a_larger_one_refused(mcp_url, transport):
     """steer_feature documents images up to 8 MB; the `mcp` package took 4 MiB bodies and dropped the
     request of a 6 MB image with HTTP 413. Now a 6 MB image is captioned, a 10 MB one gets the tool's
-    own clear error, and the session keeps working — on both transports (README: Agents)."""
+    own clear error, and the session keeps working — on both transports (docs/agents.md)."""
     import numpy as np
     from PIL import Image
 

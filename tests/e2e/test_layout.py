@@ -22,7 +22,7 @@ from tests.e2e.conftest import FIRST_VIEW, first_view, settle
 from tests.helpers import layout, waits
 from tests.helpers.browser import chromium_page
 
-FIRST_VIEW_S = 10.0  # README: a tab computes its first view when first opened (issue 34: ≤ 10 s cold)
+FIRST_VIEW_S = 10.0  # docs/using.md: a tab computes its first view when first opened (issue 34: ≤ 10 s cold)
 LONG = 120_000
 SHOTS = ARTIFACTS / "layout"
 TABS = [(t.id, t.title) for t in tabs()]
