@@ -19,6 +19,8 @@ from . import scenes as S
 from .organism import Organism
 
 SOURCES = ("heldout", "index")  # the captioner's held-out scenes (256), the index's scene set (2048)
+NO_SCENES = ("this model has no scene recipes (concept filters pick the zoo organism's synthetic scenes): "
+             f"give both sets as your own images, {bounds.CONTRAST_IMAGES.lo:g} to {bounds.CONTRAST_IMAGES.hi:g} each")
 PLANTED_MIN_IOU = 0.5  # the recipe's rule for a colour's carriers (zoo.recipes.features.steering_features)
 
 
@@ -60,7 +62,7 @@ def _specs(org: Organism, source: str) -> list[dict]:
     bounds.check_choice("The scene source", source, SOURCES)
     specs = org.heldout_specs if source == "heldout" else org.index_specs
     if org.is_hub or not specs:
-        raise ValueError("scene recipes need the zoo organism's scene sets")
+        raise ValueError(NO_SCENES)
     return specs
 
 
@@ -70,10 +72,10 @@ def scene_sets(org: Organism, concept_a: str, concept_b: str, *, n: int = 64, so
     `exclusive`: a scene that matches both filters is in neither set (a scene in both sets would be
     compared with itself, and a red-and-blue scene says nothing about red against blue)."""
     n = bounds.check_whole(bounds.CONTRAST_IMAGES, n)
+    specs = _specs(org, source)  # first: a model without scenes is told so, not that a filter is unknown
     fa, fb = parse_filter(concept_a), parse_filter(concept_b)
     if fa == fb:
         raise ValueError(f"both sets ask for {' '.join(fa)!r}: choose two different filters")
-    specs = _specs(org, source)
     in_a = [i for i, s in enumerate(specs) if matches(s, fa) and not (exclusive and matches(s, fb))]
     in_b = [i for i, s in enumerate(specs) if matches(s, fb) and not (exclusive and matches(s, fa))]
     for name, filt, ids in (("A", fa, in_a), ("B", fb, in_b)):

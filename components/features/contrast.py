@@ -28,6 +28,7 @@ from components.features.pages import _org
 from components.inputs.fields import unreadable
 from components.serving import exports
 
+THUMB_SIDE = 256  # px, the longest side of an image in the top images' gallery
 SHOWN_ROWS = 20  # rows in the table; the CSV holds every tested feature up to bounds.CONTRAST_ROWS
 COLUMNS = ["feature", "label", "mean A", "mean B", "fires in A", "fires in B", "effect r", "p", "q", "significant"]
 DEFAULT_A, DEFAULT_B = "red", "blue"
@@ -41,6 +42,8 @@ def _files(files, name: str) -> list[np.ndarray]:
     paths = [str(getattr(f, "name", f)) for f in (files or [])]
     if len(paths) > bounds.CONTRAST_IMAGES.hi:
         fail(f"Set {name} has {len(paths)} images; at most {bounds.CONTRAST_IMAGES.hi:g} per set. Nothing was computed.")
+    if 0 < len(paths) < bounds.CONTRAST_IMAGES.lo:
+        fail(f"Set {name} has {len(paths)} image; at least {bounds.CONTRAST_IMAGES.lo:g} per set. Nothing was computed.")
     images = []
     for p in paths:
         try:
@@ -54,6 +57,17 @@ def _files(files, name: str) -> list[np.ndarray]:
     return images
 
 
+def recipes(org) -> bool:
+    """Whether a set can be a concept filter over scenes: the zoo's held-out scenes only (a hub
+    model, or a visitor's own, takes the visitor's images)."""
+    return not org.is_hub and bool(org.heldout_specs)
+
+
+NO_RECIPES = (f"Upload {bounds.CONTRAST_IMAGES.lo:g} to {bounds.CONTRAST_IMAGES.hi:g} images for each set: this "
+              "model has no scene recipes (concept filters work on the zoo organism's scenes only). "
+              "Nothing was computed.")
+
+
 def _sets(org, concept_a: str, concept_b: str, files_a, files_b, n) -> tuple[str, list, list, list, list]:
     """(how the sets were made, images A, images B, captions A, captions B): uploads where a set has
     them, else the zoo's scene recipe of its concept filter."""
@@ -62,8 +76,8 @@ def _sets(org, concept_a: str, concept_b: str, files_a, files_b, n) -> tuple[str
     if up_a and up_b:
         return "your images", up_a, up_b, [f"your image {i + 1}" for i in range(len(up_a))], \
             [f"your image {i + 1}" for i in range(len(up_b))]
-    if org.is_hub or not org.heldout_specs:
-        fail("Upload images for both sets (this model has no scene recipes).")
+    if not recipes(org):
+        fail(NO_RECIPES)
     if up_a or up_b:
         fail("Upload images for both sets, or none to use the two concept filters.")
     sets = CS.scene_sets(org, concept_a or "", concept_b or "", n=n)
@@ -80,10 +94,14 @@ def estimate(source: str, files_a, files_b, n) -> str:
         n = bounds.check_whole(bounds.CONTRAST_IMAGES, n)
     except ValueError as e:
         return f"<span class='wb-muted'>{html.escape(str(e))}</span>"
+    if not recipes(org) and not (files_a and files_b):  # nothing to run yet: say what it needs
+        return f"<span class='wb-muted'>{html.escape(NO_RECIPES.removesuffix(' Nothing was computed.'))}</span>"
     n_a, n_b = len(files_a or []) or n, len(files_b or []) or n
     if max(n_a, n_b) > bounds.CONTRAST_IMAGES.hi:
         return f"<span class='wb-muted'>At most {bounds.CONTRAST_IMAGES.hi:g} images per set.</span>"
-    cost = C.contrast_cost(org, max(n_a, 2), max(n_b, 2))
+    if min(n_a, n_b) < bounds.CONTRAST_IMAGES.lo:
+        return f"<span class='wb-muted'>At least {bounds.CONTRAST_IMAGES.lo:g} images per set.</span>"
+    cost = C.contrast_cost(org, n_a, n_b)
     return (f"<span class='wb-muted'>{cost['images']} images, {cost['batches']} batches of the model: about "
             f"{cost['seconds']:.0f} s{' (measured on this server)' if cost.get('measured') else ''}; "
             f"the statistics take milliseconds.</span>")
@@ -137,19 +155,30 @@ def summary(result: dict, how: str) -> str:
             f"Correction: {html.escape(result['correction'])}. Click a row to open its feature page.</span></div>")
 
 
+def shown(image: np.ndarray, side: int = THUMB_SIDE) -> np.ndarray:
+    """An image as the gallery shows it: a large upload (a hub model takes up to 4096 px a side) as a
+    thumbnail, aspect kept; a small one as it is."""
+    if max(image.shape[:2]) <= side:
+        return image
+    from backend.sae.pages import thumbnail
+
+    return thumbnail(image, side)
+
+
 def tops(result: dict, images_a: list, images_b: list, captions_a: list, captions_b: list) -> list:
     """The top row's strongest images of each set, captioned with their set."""
     if not result["rows"]:
         return []
     r = result["rows"][0]
-    return ([(images_a[i], f"A · feature {r['feature']} · {captions_a[i]}") for i in r["top_a"]]
-            + [(images_b[i], f"B · feature {r['feature']} · {captions_b[i]}") for i in r["top_b"]])
+    return ([(shown(images_a[i]), f"A · feature {r['feature']} · {captions_a[i]}") for i in r["top_a"]]
+            + [(shown(images_b[i]), f"B · feature {r['feature']} · {captions_b[i]}") for i in r["top_b"]])
 
 
-def run(source: str, concept_a: str, concept_b: str, files_a, files_b, n, request=None, progress=None):
-    """The contrast of the two sets: (summary, volcano, table, top images, CSV)."""
+def run(source: str, concept_a: str, concept_b: str, files_a, files_b, n, request=None, progress=gr.Progress()):
+    """The contrast of the two sets: (summary, volcano, table, top images, CSV). The sets are checked
+    (counts, files) before the model's weights load: a refusal never waits for a hub model."""
+    how, images_a, images_b, cap_a, cap_b = _sets(_org(source), concept_a, concept_b, files_a, files_b, n)
     org = _org(source, progress)
-    how, images_a, images_b, cap_a, cap_b = _sets(org, concept_a, concept_b, files_a, files_b, n)
     result = C.contrast_images(org, images_a, images_b, rows=bounds.CONTRAST_ROWS.hi)
     frame = pd.DataFrame([{k: r[k] for k in ("feature", "label", "mean_a", "mean_b", "rate_a", "rate_b", "effect",
                                               "p", "q", "significant")} for r in result["rows"] if r["tested"]])
@@ -168,30 +197,33 @@ def panel(org, source, page_outputs: list) -> None:
     from components.inputs import enter
     from components.inputs.fields import CheckedNumber, keep_on_failure
 
-    recipes = not org.is_hub and bool(org.heldout_specs)
+    scenes = recipes(org)
+    span = f"{bounds.CONTRAST_IMAGES.lo:g}–{bounds.CONTRAST_IMAGES.hi:g}"
     gr.Markdown("### Contrast: which features tell two image sets apart")
     gr.HTML("<div class='wb-explain'>Give two sets of images: every feature is tested for firing more on "
             "one set than on the other (Mann–Whitney U per feature, Benjamini–Hochberg over the features "
             "tested). " + ("On the zoo a set can be a concept filter over the held-out scenes (e.g. "
                            "<code>red</code> against <code>blue</code>, <code>striped circle</code> against "
-                           "<code>square</code>); uploads replace the filters. " if recipes else "")
+                           "<code>square</code>); uploads replace the filters. " if scenes else
+                           f"Upload {span} images for each set: this model has no scene recipes. ")
             + "Your images stay in your session.</div>", elem_classes=["wb-advanced"])
     with gr.Row():
         with gr.Column(scale=2):
             with gr.Row():
                 concept_a = gr.Textbox(DEFAULT_A, label="set A: concept filter", elem_id="features-contrast-a",
-                                       visible=recipes, max_lines=1)
+                                       visible=scenes, max_lines=1)
                 concept_b = gr.Textbox(DEFAULT_B, label="set B: concept filter", elem_id="features-contrast-b",
-                                       visible=recipes, max_lines=1)
+                                       visible=scenes, max_lines=1)
             with gr.Row():
-                files_a = gr.File(file_count="multiple", file_types=["image"], label="…or set A: your images",
-                                  elem_id="features-contrast-files-a", height=110)
-                files_b = gr.File(file_count="multiple", file_types=["image"], label="…or set B: your images",
-                                  elem_id="features-contrast-files-b", height=110)
+                lead = "…or " if scenes else ""
+                files_a = gr.File(file_count="multiple", file_types=["image"], elem_id="features-contrast-files-a",
+                                  label=f"{lead}set A: your images ({span})", height=110)
+                files_b = gr.File(file_count="multiple", file_types=["image"], elem_id="features-contrast-files-b",
+                                  label=f"{lead}set B: your images ({span})", height=110)
             n = CheckedNumber(value=bounds.CONTRAST_IMAGES.hi, precision=0, minimum=bounds.CONTRAST_IMAGES.lo,
                               maximum=bounds.CONTRAST_IMAGES.hi, elem_id="features-contrast-n",
                               label=f"scenes per set ({bounds.CONTRAST_IMAGES.lo:g}–{bounds.CONTRAST_IMAGES.hi:g})",
-                              visible=recipes)
+                              visible=scenes)
             cost = gr.HTML(estimate(source.value, None, None, bounds.CONTRAST_IMAGES.hi))
             go_btn = gr.Button("Contrast the two sets", variant="primary", elem_id="features-contrast-run")
             enter.runs(go_btn, concept_a, concept_b)

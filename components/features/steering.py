@@ -198,12 +198,13 @@ def concept_words(out: dict) -> str:
 
 
 def steer(source: str, image, example, feature, value, positions, add_error, suppress, progress=gr.Progress()):
-    org = _org(source, progress)
+    org = _org(source)  # the inputs are checked before the weights load (a hub model's take a while)
     img = _image_input(org, image, example)
     f = _feature_id(org, feature)
     v = bounds.check(analysis.clamp_range(org), value)
     if positions not in ST.POSITION_MODES:
         fail(f"Positions must be one of {ST.POSITION_MODES}.")
+    org = _org(source, progress)
     progress(0.3, desc="generating with and without the clamp")
     try:
         out = analysis.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
@@ -327,12 +328,17 @@ def steer_many(source: str, image, example, feature, value, more, suppress_ids, 
                progress=gr.Progress()):
     """Several clamps at once, with features suppressed, in one intervention: the caption with no clamp,
     with each clamp alone and with all together; a table of what each says (`steer_combination`)."""
-    org = _org(source, progress)
+    org = _org(source)  # every input is checked before the weights load (a hub model's take a while)
     img = _image_input(org, image, example)
     first = (_feature_id(org, feature), bounds.check(analysis.clamp_range(org), value))
     clamps, sup = parse_clamps(more, first), parse_ids(suppress_ids)
     if positions not in ST.POSITION_MODES:
         fail(f"Positions must be one of {ST.POSITION_MODES}.")
+    try:  # the counts (bounds.STEER_CLAMPS, STEER_SUPPRESS), ids, values and duplicates, as the service checks them
+        analysis.check_steering(org, clamps, sup, bool(suppress))
+    except ValueError as e:
+        fail(str(e))
+    org = _org(source, progress)
     progress(0.3, desc=f"{len(clamps) + 2 if len(clamps) > 1 else 2} captions: none, each clamp, all together")
     try:
         out = analysis.steer_combination(org, img, clamps, suppress=sup, positions=positions,
