@@ -11,12 +11,13 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import torch
 
 _ALL: "weakref.WeakSet[ByteLRUCache]" = weakref.WeakSet()
+T = TypeVar("T")
 
 
 def nbytes(value: Any) -> int:
@@ -119,7 +120,7 @@ class ByteLRUCache:
             self.bytes += size
             return True
 
-    def get_or_compute(self, key: str, compute: Callable[[], Any]) -> Any:
+    def get_or_compute(self, key: str, compute: Callable[[], T]) -> T:
         sentinel = object()
         value = self.get(key, sentinel)
         if value is sentinel:

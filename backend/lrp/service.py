@@ -20,6 +20,8 @@ from .checks import (InputError, check_methods, check_rules, check_text, check_t
 from .forward import RULES, lm_forward
 from .methods import LABELS, attribute_image, attribute_text, mambalrp_choosing_target
 from .models import IMAGE_ZOO, LONG_ZOO, TAB, TEXT_ZOO, Loaded, _read_task, load, text_preset, text_presets
+from .results import (HeldoutEvaluation, ImageExplanation, LongRange, SentenceEvaluation, SentenceRecord,
+                      TextExplanation, TopToken)
 from .sentences import DataError
 from .tokens import WordError, resolve_word, token_text, token_texts
 
@@ -120,7 +122,7 @@ def conv_bias(model) -> bool:
 
 
 @gpu(duration=_gpu_s)
-def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None = None) -> dict:
+def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None = None) -> TextExplanation:
     """Token relevance of every selected method, the conservation check and the explained logit."""
     methods = check_methods(methods)
     rules = check_rules(rules)
@@ -129,9 +131,11 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
     key = make_key(m.model_id, ids, {"methods": methods, "rules": rules, "target": target or ""},
                    revision=m.preset.revision)
 
-    def compute():
+    def compute() -> TextExplanation:
+        rel: dict[str, list[float]] = {}
+        logit: float | None = None
+        found: list[tuple[int, str, dict, str]] = []
         with locked(m.model):
-            rel, logit, found = {}, None, []
             if "mambalrp" in methods:  # the target comes from the explanation's own forward
                 def choose(last):
                     found.append(resolve_target(m, ids, target, logits=last))
@@ -147,6 +151,7 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
                                       rules=rules if meth == "mambalrp" else None, return_score=True)
                 rel[meth] = r[0].numpy().astype(float).tolist()
                 logit = float(s[0])
+        assert logit is not None  # check_methods refuses an empty choice: some method computed it
         return {"tokens": toks, "ids": ids.tolist(), "target": tname, "target_id": tid, "target_note": note,
                 "logit": logit,
                 "top_next": tops, "methods": methods, "labels": {k: LABELS[k] for k in methods},
@@ -161,22 +166,21 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
 
 
 @gpu(duration=_gpu_s)
-def longrange(m: Loaded, text: str, methods, top: int = 10) -> dict:
+def longrange(m: Loaded, text: str, methods, top: int = 10) -> LongRange:
     """Explain the predicted next token; where the `top` most relevant tokens sit (distance back)."""
-    res = dict(explain_text(m, text, methods))  # a copy: the cached result stays as it was
+    res: TextExplanation = explain_text(m, text, methods)
     L = len(res["tokens"])
-    out = {}
-    for meth, r in res["relevance"].items():
-        r = np.asarray(r)
+    out: dict[str, list[TopToken]] = {}
+    for meth, rel in res["relevance"].items():
+        r = np.asarray(rel)
         order = np.argsort(-r[:-1], kind="stable")[:top]
         out[meth] = [{"position": int(i), "token": res["tokens"][i], "distance": int(L - 1 - i),
                       "relevance": float(r[i])} for i in order]
-    res["top_tokens"] = out
-    return res
+    return {**res, "top_tokens": out}  # a copy: the cached result stays as it was
 
 
 @gpu(duration=lambda m, methods=(), n=60, *a, **k: capped(10 + 0.5 * int(n) * n_methods(methods)))
-def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> dict:
+def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> HeldoutEvaluation:
     """ΔA^F table, mean MoRF/LeRF curves, precision@k and the conservation scatter on the held-out set."""
     methods = check_methods(methods)
     if not _is_zoo_sentiment(m) or not m.heldout:
@@ -184,7 +188,7 @@ def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> dict:
     n = whole_in_range(n, 10, len(m.heldout), "The number of held-out sentences")
     key = make_key(m.model_id, ("heldout", n), {"methods": methods})
 
-    def compute():
+    def compute() -> HeldoutEvaluation:
         items = m.heldout[:n]
         with locked(m.model):
             res = ev.sentiment_eval(m.model, m.tokenizer, m.task, items, methods + ["random"],
@@ -199,17 +203,18 @@ def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> dict:
     return CACHE.get_or_compute(key, compute)
 
 
-def sentence_records(m: Loaded, res: dict, order: list[int], seen: list[tuple]) -> list[dict]:
+def sentence_records(m: Loaded, res: dict, order: list[int], seen: list[tuple]) -> list[SentenceRecord]:
     """Per sentence, in the order given (sorted back to the input's): its text, label, tokens,
     target and, per method, relevance, ΔA^F, Σ R and logit. Takes the per-sentence lists out of
     `res` (they live here only, once)."""
-    out = []
+    out: list[SentenceRecord] = []
     # every method explains the same target token for a sentence: decode it once, from any method
     first = next(iter(res.values()), None)
     for k, (text, label, toks) in enumerate(seen):
-        rec = {"i": order[k] + 1, "text": text, "label": label, "tokens": [str(t) for t in toks],
-               "target": token_text(m.tokenizer, first["target_items"][k]) if first else None,
-               "relevance": {}, "delta_af": {}, "sum_r": {}, "logit": {}}
+        rec: SentenceRecord = {
+            "i": order[k] + 1, "text": text, "label": label, "tokens": [str(t) for t in toks],
+            "target": token_text(m.tokenizer, first["target_items"][k]) if first else None,
+            "relevance": {}, "delta_af": {}, "sum_r": {}, "logit": {}}
         for meth, r in res.items():
             rec["relevance"][meth] = r["relevance_items"][k]
             rec["delta_af"][meth] = r["delta_af_items"][k]
@@ -270,7 +275,7 @@ def _held_gpu_s(m, items=(), methods=(), *a, n=60, **k) -> float:
 @gpu(duration=_held_gpu_s)
 def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "predicted",
                       label_words: str | None = None, suffix: str = "", n: int = 60, source: str = "file",
-                      progress=None) -> dict:
+                      progress=None) -> SentenceEvaluation:
     """ΔA^F table, mean MoRF/LeRF curves and the conservation scatter on sentences the user gives
     (`items` from backend.lrp.sentences). `target`: "label" (each sentence's label word) or
     "predicted" (the model's own next token; for the zoo organism, the label it prefers)."""
@@ -328,7 +333,7 @@ def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "p
                    {"methods": methods, "target": target, "labels": label_ids, "rows": [r[2] for r in rows]},
                    revision=m.preset.revision)
 
-    def compute():
+    def compute() -> SentenceEvaluation:
         with locked(m.model):
             res, used = ev.sentences_eval(m.model, batches, methods + ["random"], neutral_id=nid,
                                           predict_among=among, progress=progress)
@@ -387,14 +392,14 @@ def match_example(m: Loaded, img: np.ndarray) -> int | None:
 
 
 @gpu(duration=lambda m, image=None, methods=(), *a, **k: capped(10 + 5 * n_methods(methods)))
-def explain_image(m: Loaded, image, methods, rules=RULES) -> dict:
+def explain_image(m: Loaded, image, methods, rules=RULES) -> ImageExplanation:
     methods = check_methods(methods)
     rules = check_rules(rules)
     model = m.model
     img = to_model_image(image, model.image_size)
     key = make_key(m.model_id, img, {"methods": methods, "rules": rules})
 
-    def compute():
+    def compute() -> ImageExplanation:
         x = torch.tensor(img)[None, None]
         with locked(model):
             with torch.no_grad():

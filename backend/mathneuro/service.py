@@ -27,6 +27,7 @@ from . import visitor_sets
 from .data import texts_of as data_texts
 from .evaluate import accuracy, generate
 from .presets import TAB
+from .results import Accuracy, Answer, Description, Evaluation, Sample, ScalePoint
 
 MASK_CACHE = ByteLRUCache(96 * 2**20, name="mathneuro-masks")
 RESULT_CACHE = ByteLRUCache(8 * 2**20, name="mathneuro-results")
@@ -211,12 +212,12 @@ class Bench:
         return items[:n_eval] if n_eval else items
 
     @gpu(duration=lambda self, s, n_eval=UI_EVAL, *a, **k: capped(15 + _per_item(self) * (n_eval or 1000) + 0.5 * s.n_samples))
-    def evaluate(self, s: Setting, n_eval: int | None = UI_EVAL) -> dict[str, float]:
+    def evaluate(self, s: Setting, n_eval: int | None = UI_EVAL) -> Evaluation:
         """Math and non-math exact-match accuracy with the setting's masks scaled by its factor."""
         s.validate()
         key = make_key(self.model_id, "eval", (s.masks_key(), float(s.factor), n_eval))
 
-        def compute():
+        def compute() -> Evaluation:
             masks = self.masks(s) if float(s.factor) != 1.0 else {}
             math_items = self.eval_items("math", n_eval, s.math)
             non_items = self.eval_items("nonmath", n_eval, s.nonmath)
@@ -227,17 +228,17 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
-    def evaluated(self, s: Setting, n_eval: int | None = UI_EVAL) -> dict[str, float] | None:
+    def evaluated(self, s: Setting, n_eval: int | None = UI_EVAL) -> Evaluation | None:
         """`evaluate(s)` if it has been computed (and is still cached), else None: nothing runs."""
         s.validate()
         return RESULT_CACHE.get(make_key(self.model_id, "eval", (s.masks_key(), float(s.factor), n_eval)))
 
     @gpu(duration=lambda self, n_eval=UI_EVAL, *a, **k: capped(10 + _per_item(self) * (n_eval or 1000)))
     def baseline(self, n_eval: int | None = UI_EVAL, nonmath: str = DEFAULT_NONMATH,
-                 math: str = DEFAULT_MATH) -> dict[str, float]:
+                 math: str = DEFAULT_MATH) -> Accuracy:
         key = make_key(self.model_id, "baseline", (n_eval, nonmath, math))
 
-        def compute():
+        def compute() -> Accuracy:
             math_items = self.eval_items("math", n_eval, math)
             non_items = self.eval_items("nonmath", n_eval, nonmath)
             with locked(self.model):
@@ -247,18 +248,18 @@ class Bench:
 
     @gpu(duration=lambda self, top_k=0, n_samples=1, n_eval=UI_EVAL, *a, **k: capped(20 + 4 * (_per_item(self) * (n_eval or 1000) + 0.5 * n_samples)))
     def prune_all(self, top_k: float, n_samples: int, n_eval: int | None = UI_EVAL,
-                  nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MATH) -> dict[str, dict]:
+                  nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MATH) -> dict[str, Evaluation]:
         """The paper's Figure 2: each method's set pruned (factor 0)."""
-        out = {}
+        out: dict[str, Evaluation] = {}
         for m in limits.Steps("the method comparison").each(core.METHODS):
             out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0, nonmath=nonmath, math=math), n_eval)
         return out
 
     @gpu(duration=lambda self, s, factors=(), n_eval=UI_EVAL, *a, **k: capped(15 + len(factors) * _per_item(self) * (n_eval or 1000)))
-    def scale_curve(self, s: Setting, factors: Sequence[float], n_eval: int | None = UI_EVAL) -> list[dict]:
-        out = []
+    def scale_curve(self, s: Setting, factors: Sequence[float], n_eval: int | None = UI_EVAL) -> list[ScalePoint]:
+        out: list[ScalePoint] = []
         for f in limits.Steps("the scale sweep").each(factors):
-            r = self.evaluate(s.but(factor=float(f)), n_eval)
+            r: Evaluation = self.evaluate(s.but(factor=float(f)), n_eval)
             out.append({"factor": float(f), **r})
         return out
 
@@ -282,13 +283,13 @@ class Bench:
         return RESULT_CACHE.get_or_compute(key, compute)
 
     @gpu(duration=lambda self, s, k=6, *a, **kw: capped(10 + 0.5 * s.n_samples + 2 * k * _per_item(self) * 10))
-    def samples(self, s: Setting, k: int = 6) -> list[dict]:
+    def samples(self, s: Setting, k: int = 6) -> list[Sample]:
         """A few held-out questions (math and non-math), answered before and after. Cached like the
         accuracies: the view computes them, and an export of the same setting takes them as shown."""
         s.validate()
         key = make_key(self.model_id, "samples", (s.masks_key(), float(s.factor), int(k)))
 
-        def compute():
+        def compute() -> list[Sample]:
             n_math = k // 2 + k % 2
             items = self.math_set(s.math)["items"][:n_math] + self.nonmath_set(s.nonmath)["items"][: k // 2]
             kinds = ["math"] * n_math + ["nonmath"] * (len(items) - n_math)
@@ -304,7 +305,7 @@ class Bench:
         return RESULT_CACHE.get_or_compute(key, compute)
 
     @gpu(duration=lambda self, prompt, s, *a, **k: capped(10 + 0.5 * s.n_samples + 40 * _per_item(self)))
-    def answer(self, prompt: str, s: Setting) -> dict:
+    def answer(self, prompt: str, s: Setting) -> Answer:
         """Greedy answer to a user's own prompt, before and after the intervention."""
         masks = self.masks(s)
         item = {"prompt": prompt}
@@ -424,7 +425,7 @@ def register_data(source: str | None, side: str, path: str | os.PathLike | None 
     return key
 
 
-def describe(b: "Bench", nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MATH) -> dict:
+def describe(b: "Bench", nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MATH) -> Description:
     """What is loaded, in words: model, math data and rule, non-math data and rule (or why none)."""
     try:
         entry = b.nonmath_set(nonmath)

@@ -15,6 +15,7 @@ from backend.core.interventions import locked
 from . import speculate
 from .core import SEARCH_GUIDANCE, NeuronStats, Spec, activations, count, zscores
 from .evaluate import Checker
+from .results import LocalizationJSON
 
 
 # ----------------------------------------------------------------------------- localisation
@@ -49,7 +50,7 @@ class Localization:
     def relaxed(self) -> bool:
         return not self.found and not self.skipped
 
-    def to_json(self) -> dict:
+    def to_json(self) -> LocalizationJSON:
         return {"prompt": self.prompt, "neurons": self.neurons, "n_neurons": self.n_neurons,
                 "initial": self.initial, "n_initial": count(self.initial), "theta": self.theta,
                 "k": self.k, "seconds": round(self.seconds, 3), "evaluations": self.evaluations,

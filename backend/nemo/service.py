@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from .metrics import diversity, ssim_images
 from .model import (EXAMPLE_MARGIN, GENERIC_PROMPTS, HUB_STATS_N, MemoModel, _load, describe,  # noqa: F401
                     detection, get, get_preset, guidance_of, hub_info, listed, ordinary_examples, pick)  # (the service's API)
 from .presets import TAB  # noqa: F401  (the service's API)
+from .results import CheckRow, Comparison, Localized, MemorizationCheck, ResultsTable, TableRow, TableSummary
 from .scenes import alignment
 
 _RESULTS = ByteLRUCache(64 * 2 ** 20, name="nemo-results")
@@ -76,7 +77,8 @@ def parse_neurons(m: MemoModel, items: Sequence[str] | str | None) -> dict[str, 
 # ----------------------------------------------------------------------------- the tab's operations
 
 @gpu(duration=30)  # a noise-difference step per seed + one text-encoder pass
-def check(prompt: str, source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> dict:
+def check(prompt: str, source: str | None = None, model: str | None = None,
+          own_dir: Path | None = None) -> MemorizationCheck:
     """Memorization score vs θ_mem, and the per-layer z-scores of the prompt's value neurons (against
     the session's own statistics when `own_dir` holds some: backend.nemo.visitor)."""
     m = get(source, model)
@@ -85,7 +87,7 @@ def check(prompt: str, source: str | None = None, model: str | None = None, own_
     key = make_key(m.model_id, prompt, {"op": "check", "g": m.guidance_scale, "n": m.num_seeds,
                                         "stats": tag})
 
-    def compute():
+    def compute() -> MemorizationCheck:
         score = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
                                         guidance_scale=m.guidance_scale)
         acts = {k: v[0] for k, v in core.activations(m.pipe, [prompt]).items()}
@@ -105,7 +107,7 @@ def check(prompt: str, source: str | None = None, model: str | None = None, own_
 
 @gpu(duration=lambda prompts, *a, **k: capped(10 + 3 * len(prompts)))  # one score per prompt
 def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] | None = None,
-                source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> list[dict]:
+                source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> list[CheckRow]:
     """`check` for a list of prompts (at most data.MAX_PROMPTS) → one row per prompt: score,
     verdict, largest z-score and, where the model's list holds it, its memorization type."""
     get(source, model)  # a model that cannot load is refused before the prompts are read
@@ -117,10 +119,10 @@ def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] |
     if len(prompts) > data.MAX_PROMPTS:
         raise ValueError(f"{len(prompts)} prompts: at most {data.MAX_PROMPTS} per batch.")
     report = progress or (lambda f, msg: None)
-    rows = []
+    rows: list[CheckRow] = []
     for i, p in enumerate(prompts):
         report(i / len(prompts), f"prompt {i + 1}/{len(prompts)}")
-        r = check(p, source=source, model=model, own_dir=own_dir)
+        r: MemorizationCheck = check(p, source=source, model=model, own_dir=own_dir)
         rows.append({"prompt": p, "score": r["score"], "memorized": r["memorized"], "max_z": r["max_z"],
                      "listed_type": r["listed_type"]})
     report(1.0, "done")
@@ -151,7 +153,7 @@ def compute_stats(n_prompts: int, source: str | None = None, model: str | None =
 
 @gpu(duration=240)  # NeMo's search: dozens of noise-difference evaluations
 def find(prompt: str, progress: Callable[[float, str], None] | None = None,
-         source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> dict:
+         source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> Localized:
     """NeMo's localisation of one prompt → the neurons (as labels and as a spec) and the history."""
     m = get(source, model)
     prompt = clean_prompt(prompt)
@@ -159,13 +161,10 @@ def find(prompt: str, progress: Callable[[float, str], None] | None = None,
     key = make_key(m.model_id, prompt, {"op": "find", "g": m.search_guidance, "n": m.num_seeds,
                                         "theta": m.theta_mem, "stats": tag})
 
-    def compute():
+    def compute() -> Localized:
         loc = search.localize(m.pipe, prompt, stats, m.theta_mem, num_seeds=m.num_seeds,
                             guidance_scale=m.search_guidance, progress=progress)
-        out = loc.to_json()
-        out["labels"] = spec_labels(loc.neurons)
-        out["initial_labels"] = spec_labels(loc.initial)
-        return out
+        return {**loc.to_json(), "labels": spec_labels(loc.neurons), "initial_labels": spec_labels(loc.initial)}
     return _RESULTS.get_or_compute(key, compute)
 
 
@@ -179,7 +178,7 @@ def _compare_seconds(prompt, spec=None, seeds=(), *a, **k) -> float:
 
 @gpu(duration=_compare_seconds)
 def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
-            source: str | None = None, reference: np.ndarray | None = None, model: str | None = None) -> dict:
+            source: str | None = None, reference: np.ndarray | None = None, model: str | None = None) -> Comparison:
     """Generations for each seed with the neurons on and off, their SSIM to a reference image (the
     one the user gives, else the prompt's training image where the model ships it), diversity
     across seeds, alignment proxy and memorization score in both conditions."""
@@ -193,33 +192,35 @@ def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
     key = make_key(m.model_id, (prompt, ref), {"op": "compare", "spec": spec, "seeds": seeds,
                                                "g": m.guidance_scale, "steps": m.num_inference_steps})
 
-    def compute():
+    def compute() -> Comparison:
         train = m.train_image(prompt)
         kind = "training image" if train is not None else None
         if ref is not None:
             train, kind = ref, "your image"
-        out: dict[str, Any] = {"prompt": prompt, "seeds": seeds, "neurons": spec_labels(spec),
-                               "n_neurons": core.count(spec), "theta_mem": m.theta_mem}
-        for tag, s in (("on", {}), ("off", spec)):
-            if tag == "off" and not spec:  # nothing switched off: the same generations, not computed twice
-                out.update({f"{k}_off": out[f"{k}_on"] for k in ("images", "ssim", "diversity", "alignment", "score")})
-                break
+
+        def condition(s: dict[str, list[int]]) -> tuple[np.ndarray, list[float] | None, float | None,
+                                                           float | None, float]:
+            """One condition's images, their SSIMs, diversity and alignment, and the score."""
+            nonlocal train
             imgs = core.generate(m.pipe, prompt, seeds, guidance_scale=m.guidance_scale,
                                  num_inference_steps=m.num_inference_steps, spec=s)
-            out[f"images_{tag}"] = imgs
             if train is not None and train.shape != imgs.shape[1:]:
                 train = resize_to(train, imgs.shape[1:3])
-            out[f"ssim_{tag}"] = (ssim_images(imgs, np.repeat(train[None], len(imgs), 0)).tolist()
-                                  if train is not None else None)
-            out[f"diversity_{tag}"] = diversity(imgs) if len(imgs) > 1 else None
+            ssim = (ssim_images(imgs, np.repeat(train[None], len(imgs), 0)).tolist()
+                    if train is not None else None)
+            div = diversity(imgs) if len(imgs) > 1 else None
             # None for every image or for none: it depends on the prompt only
             al = [a for im in imgs if (a := alignment(im, prompt)) is not None]
-            out[f"alignment_{tag}"] = float(np.mean(al)) if al else None
-            out[f"score_{tag}"] = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
-                                                          guidance_scale=m.guidance_scale, spec=s)
-        out["train_image"] = train
-        out["reference_kind"] = kind
-        return out
+            return imgs, ssim, div, float(np.mean(al)) if al else None, core.memorization_score(
+                m.pipe, prompt, num_seeds=m.num_seeds, guidance_scale=m.guidance_scale, spec=s)
+
+        on = condition({})
+        off = condition(spec) if spec else on  # nothing switched off: the same generations, not computed twice
+        return {"prompt": prompt, "seeds": seeds, "neurons": spec_labels(spec), "n_neurons": core.count(spec),
+                "theta_mem": m.theta_mem,
+                "images_on": on[0], "ssim_on": on[1], "diversity_on": on[2], "alignment_on": on[3], "score_on": on[4],
+                "images_off": off[0], "ssim_off": off[1], "diversity_off": off[2], "alignment_off": off[3],
+                "score_off": off[4], "train_image": train, "reference_kind": kind}
     return _RESULTS.get_or_compute(key, compute)
 
 
@@ -231,7 +232,7 @@ def _median(xs) -> float | None:
 @gpu(duration=300)  # every memorized prompt: localisation + generations
 def results_table(progress: Callable[[float, str], None] | None = None, source: str | None = None,
                   seeds: Sequence[int] = (0, 1, 2, 3), n_prompts: int | None = None,
-                  model: str | None = None, own_dir: Path | None = None) -> dict:
+                  model: str | None = None, own_dir: Path | None = None) -> ResultsTable:
     """The paper's table for every memorized prompt of the organism: SSIM to the training image,
     diversity and alignment, with the found neurons on, off, and (baseline) as many random
     neurons off; plus the neurons-per-prompt counts for the histogram."""
@@ -239,19 +240,20 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
     if not m.memorized:
         raise ValueError("This model has no list of memorized prompts.")
     report = progress or (lambda f, msg: None)
-    rows, t_loc = [], []
+    rows: list[TableRow] = []
+    t_loc: list[float] = []
     items = m.memorized[:n_prompts] if n_prompts else m.memorized
     n = len(items)
     for i, item in enumerate(items):
         report(i / n, f"prompt {i + 1}/{n}: localising")
         t0 = time.perf_counter()
-        loc = find(item["prompt"], source=source, model=model, own_dir=own_dir)
+        loc: Localized = find(item["prompt"], source=source, model=model, own_dir=own_dir)
         t_loc.append(loc["seconds"] if loc.get("seconds") else time.perf_counter() - t0)
         spec = loc["neurons"]
         rnd = core.random_like(m.pipe.unet, spec, seed=i)
         report((i + 0.5) / n, f"prompt {i + 1}/{n}: generating")
-        c = compare(item["prompt"], spec, seeds, source=source, model=model)
-        r = compare(item["prompt"], rnd, seeds, source=source, model=model)
+        c: Comparison = compare(item["prompt"], spec, seeds, source=source, model=model)
+        r: Comparison = compare(item["prompt"], rnd, seeds, source=source, model=model)
         rows.append({
             "prompt": item["prompt"], "n_neurons": loc["n_neurons"], "neurons": loc["labels"],
             "skipped": loc["skipped"], "relaxed": loc["relaxed"],
@@ -265,7 +267,7 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
         })
     report(1.0, "done")
     found = [r for r in rows if r["n_neurons"] > 0]
-    summary = {
+    summary: TableSummary = {
         "n_prompts": n, "theta_mem": m.theta_mem,
         # over the prompts the seed filter kept (a skipped one has no neurons by definition)
         "median_neurons": float(np.median([r["n_neurons"] for r in rows if not r["skipped"]] or [0])),

@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from torch import nn
 
 from ..core.device import device_of
 from .adapters import adapt, clone_model, default_targets
+from .results import RaceSummary
 
 RACE_METHODS = ("lora", "pissa", "full")
 
@@ -261,7 +262,7 @@ def race(task: Task, cfg: RaceConfig, stop: threading.Event | Callable[[], bool]
                                 task=task.name)}
 
 
-def summarize(runs: list[Run], planned: int | None = None, **settings) -> dict:
+def summarize(runs: list[Run], planned: int | None = None, **settings) -> RaceSummary:
     """The losses at the last step every run completed and whether PiSSA ends below LoRA. A stopped
     race has runs one step apart (they are interleaved): every comparison uses the steps all runs
     completed, `steps_run` of `planned`; `loss_at_steps_run` is each run's loss at step `steps_run`
@@ -270,7 +271,7 @@ def summarize(runs: list[Run], planned: int | None = None, **settings) -> dict:
     by: dict[str, dict[int, list[float]]] = {}
     for r in runs:
         by.setdefault(r.method, {})[r.seed] = r.losses[:done]
-    out: dict[str, Any] = {"settings": settings, "steps_run": done,
+    out: RaceSummary = {"settings": settings, "steps_run": done,
                            "steps_planned": planned if planned is not None else done,
                            "loss_at_steps_run": {}, "mean_loss_last10": {}, "trainable_params": {}}
     for r in runs:

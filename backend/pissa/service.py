@@ -28,6 +28,7 @@ from . import PRESETS, TAB  # noqa: F401  (importing the package registers the p
 from .adapters import linear_layers
 from .decompose import error_reduction_ratio, pissa_split, singular_spectrum
 from .race import DigitsTask, LMTask, RaceConfig, race
+from .results import Conversion, ErrorRow, ErrorTable, LayerAnalysis
 
 RESULTS = ByteLRUCache(32 * 2**20, name="pissa-results")
 ERROR_VARIANTS = (("qlora", 1), ("loftq", 1), ("loftq", 5), ("qpissa", 1), ("qpissa", 5))
@@ -170,7 +171,7 @@ def _check_rank(rank, w: torch.Tensor, name: str | None = None) -> int:
 
 # --- one layer: spectrum, PiSSA split, histograms -----------------------------------------------
 @gpu(duration=30)  # one full SVD + one PiSSA init of a single matrix
-def layer_analysis(key: str, layer: str, rank: int, init: str = "pissa") -> dict:
+def layer_analysis(key: str, layer: str, rank: int, init: str = "pissa") -> LayerAnalysis:
     w = _weight(key, layer)
     rank = _check_rank(rank, w)
     if not (init == "pissa" or init.startswith("pissa_niter_")):
@@ -178,7 +179,7 @@ def layer_analysis(key: str, layer: str, rank: int, init: str = "pissa") -> dict
     p = preset_for(key)
     ck = make_key(p.model_id, (layer,), {"rank": rank, "init": init, "what": "layer"}, revision=p.revision)
 
-    def compute():
+    def compute() -> LayerAnalysis:
         t0 = time.perf_counter()
         sv = singular_spectrum(w).cpu()
         split = pissa_split(w, rank, init=init)
@@ -211,7 +212,7 @@ def layer_analysis(key: str, layer: str, rank: int, init: str = "pissa") -> dict
      capped(10 + min(len(layers) if layers else max_layers, max_layers) * (1 + 0.3 * len(ranks))))
 def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEATMAP_RANKS,
                 heat_method: tuple[str, int] = ("qpissa", 1), max_layers: int = 64,
-                progress: Callable[[float, str], None] | None = None) -> dict:
+                progress: Callable[[float, str], None] | None = None) -> ErrorTable:
     """Error-reduction ratios per layer at `rank` for QLoRA, LoftQ-1/5, QPiSSA-1/5, and a heatmap
     of one method's ratio over layers × ranks."""
     model = get_model(key)
@@ -229,31 +230,32 @@ def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEAT
     cached = RESULTS.get(ck)
     if cached is not None:
         return cached
-    rows, heat = [], []
+    rows: list[ErrorRow] = []
+    heat: list[list[float | None]] = []
+    fitting: list[dict[str, float]] = []  # the ratios of the layers the rank fits
     for i, name in enumerate(limits.Steps("the error table").each(names)):
         if progress:
             progress(i / max(1, len(names)), f"layer {name}")
         w = _weight(key, name)
-        row = {"layer": name, "shape": list(w.shape)}
         fits = 1 <= int(rank) <= min(w.shape)  # a rank above the layer's own is "n/a" there
-        for method, iters in ERROR_VARIANTS:
-            row[f"{method}-{iters}" if method != "qlora" else "qlora"] = \
-                error_reduction_ratio(w, int(rank), method, iters) if fits else None
-        rows.append(row)
+        r = {f"{method}-{iters}" if method != "qlora" else "qlora": error_reduction_ratio(w, int(rank), method, iters)
+             for method, iters in ERROR_VARIANTS} if fits else {}
+        if fits:
+            fitting.append(r)
+        rows.append({"layer": name, "shape": list(w.shape), "qlora": r.get("qlora"), "loftq-1": r.get("loftq-1"),
+                     "loftq-5": r.get("loftq-5"), "qpissa-1": r.get("qpissa-1"), "qpissa-5": r.get("qpissa-5")})
         heat.append([error_reduction_ratio(w, k, *heat_method) if k <= min(w.shape) else None
                      for k in ranks])
-    out = {"model": key, "rank": int(rank), "rows": rows, "heatmap": {
-        "method": f"{heat_method[0]}-{heat_method[1]}", "layers": names, "ranks": list(ranks),
-        "values": heat}}
-    valid = [r for r in rows if r["qlora"] is not None]
-    if not valid:
+    if not fitting:
         raise ServiceError(f"rank {rank} is larger than every selected layer allows")
-    out["summary"] = {
-        "layers": len(valid), "skipped_layers": [r["layer"] for r in rows if r["qlora"] is None],
-        "qpissa1_beats_loftq1": sum(r["qpissa-1"] > r["loftq-1"] for r in valid),
-        "qpissa5_beats_loftq1": sum(r["qpissa-5"] > r["loftq-1"] for r in valid),
-        "mean": {k: float(np.mean([r[k] for r in valid])) for k in valid[0] if k not in ("layer", "shape")},
-    }
+    out: ErrorTable = {"model": key, "rank": int(rank), "rows": rows, "heatmap": {
+        "method": f"{heat_method[0]}-{heat_method[1]}", "layers": names, "ranks": list(ranks),
+        "values": heat}, "summary": {
+        "layers": len(fitting), "skipped_layers": [r["layer"] for r in rows if r["qlora"] is None],
+        "qpissa1_beats_loftq1": sum(r["qpissa-1"] > r["loftq-1"] for r in fitting),
+        "qpissa5_beats_loftq1": sum(r["qpissa-5"] > r["loftq-1"] for r in fitting),
+        "mean": {k: float(np.mean([r[k] for r in fitting])) for k in fitting[0]},
+    }}
     RESULTS.put(ck, out)
     return out
 
@@ -422,7 +424,7 @@ def conversion_tolerance(dtype: torch.dtype) -> float:
 
 @gpu(duration=lambda key, rank=8, steps=20, *a, **k: capped(15 + 0.2 * int(steps)))
 def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None = None,
-                    layer: str | None = None) -> dict:
+                    layer: str | None = None) -> Conversion:
     """Fine-tune with PiSSA for a few steps, convert the adapter to a plain LoRA (rank 2r) on the
     ORIGINAL weights with peft, and compare outputs of the two models on held-out inputs. `layer`:
     adapt that linear layer only (default: the layers the race adapts)."""

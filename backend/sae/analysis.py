@@ -19,6 +19,8 @@ from . import steer as ST
 from . import vlm
 from .loading import need_model
 from .organism import Organism, shown_label
+from .results import (CaptionVerdict, ImageAnalysis, NamesConcept, Steering, SteeredCaption, SteeringDefaults,
+                      SteeringVerdict)
 
 
 _RESULT_CACHE = ByteLRUCache(16 * 2**20, name="features-results")
@@ -96,7 +98,7 @@ def positions_text(org: Organism, layout: vlm.ImageLayout | None = None) -> str:
 
 @gpu(duration=20)  # one VLM prompt pass + SAE encode
 @torch.no_grad()
-def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
+def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> ImageAnalysis:
     """Which features fire where on one image: per-patch codes at the SAE hookpoint."""
     image = model_image(org, image)
     key = make_key(org.cache_id, image, ("analyse", top_n))
@@ -124,7 +126,8 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> dict:
     g = int(round(codes.shape[0] ** 0.5))
     mean = codes.mean(0)
     order = [int(f) for f in torch.argsort(mean, descending=True)[:top_n] if mean[f] > 0]
-    out = {"image": image, "caption": caption,
+    out: ImageAnalysis = {
+           "image": image, "caption": caption,
            "features": [{"feature": f, "mean_act": round(float(mean[f]), 4),
                          "label": (shown_label(org.labels.get(str(f), {})) if org.is_hub
                                    else org.labels.get(str(f), {}).get("label", ""))} for f in order],
@@ -146,7 +149,7 @@ def family_rivals(org: Organism, feature: int) -> list[int]:
     return [int(f) for f, e in org.labels.items() if e.get("family") == fam and e.get("label") != own]
 
 
-def steering_defaults(org: Organism) -> dict:
+def steering_defaults(org: Organism) -> SteeringDefaults:
     st = org.summary.get("steering", {})
     return {"positions": st.get("default_positions", "prompt"), "multiple": float(st.get("value_multiple", 2.0)),
             "suppress": bool(st.get("suppress_other_colours", False)), "hookpoint": org.hookpoint}
@@ -174,7 +177,7 @@ def default_clamp_value(org: Organism, feature: int, multiple: float | None = No
 @gpu(duration=40)  # two greedy captions (with and without the clamp)
 @torch.no_grad()
 def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, *, positions: str = "prompt",
-                  add_error: bool = False, suppress_family: bool = False) -> dict:
+                  add_error: bool = False, suppress_family: bool = False) -> SteeringVerdict:
     """Caption with and without the clamp, side by side."""
     if not np.isfinite(value):
         raise ValueError("clamp value must be a finite number")
@@ -198,7 +201,7 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
             steered = ST.steered_captions(org.model, org.tokenizer, org.sae, org.hookpoint, image[None], int(feature),
                                           float(value), positions=positions, add_error=add_error,
                                           suppress=suppress)[0]
-    out = {"feature": int(feature), "value": float(value), "positions": positions, "add_error": bool(add_error),
+    out: SteeredCaption = {"feature": int(feature), "value": float(value), "positions": positions, "add_error": bool(add_error),
            "suppressed": list(suppress),
            "hookpoint": org.hookpoint, "baseline": base, "steered": steered,
            # the zoo's captions follow a template that can be checked; free text cannot
@@ -207,12 +210,12 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
     return concept_verdict(org, out)
 
 
-def concept_verdict(org: Organism, out: dict) -> dict:
+def concept_verdict(org: Organism, out: SteeredCaption) -> SteeringVerdict:
     """A steering result with the verdict that matters: does the steered caption name the feature's
     concept (its label now, which a hub model may have been asked for since), and did the one
     without the clamp already? `names_concept` is None for a feature without a label."""
     concept = shown_label(org.labels.get(str(out["feature"]), {}))
-    names = ({"baseline": ST.names_concept(out["baseline"], concept), "steered": ST.names_concept(out["steered"], concept)}
+    names: NamesConcept | None = ({"baseline": ST.names_concept(out["baseline"], concept), "steered": ST.names_concept(out["steered"], concept)}
              if concept else None)
     return {**out, "concept": concept, "names_concept": names}
 
@@ -246,10 +249,10 @@ def _caption(org: Organism, image: np.ndarray, clamps: list[ST.Clamp], suppress:
                                    positions=positions, add_error=add_error, suppress=suppress)[0]
 
 
-def _verdict(org: Organism, caption: str, clamps: list[ST.Clamp], baseline: str | None = None) -> dict:
+def _verdict(org: Organism, caption: str, clamps: list[ST.Clamp], baseline: str | None = None) -> CaptionVerdict:
     """What a caption says: the scene template's concepts it names (zoo), whether it names each clamped
     feature's concept (its label; None without one) and, against the baseline, which attributes changed."""
-    names = {}
+    names: dict[str, bool | None] = {}
     for f, _ in clamps:
         concept = shown_label(org.labels.get(str(f), {}))
         names[str(f)] = ST.names_concept(caption, concept) if concept else None
@@ -261,7 +264,7 @@ def _verdict(org: Organism, caption: str, clamps: list[ST.Clamp], baseline: str 
 @gpu(duration=40)  # two greedy captions (with and without the clamps)
 @torch.no_grad()
 def steer_caption_many(org: Organism, image: np.ndarray, clamps, *, suppress=(), positions: str = "prompt",
-                       add_error: bool = False, suppress_family: bool = False) -> dict:
+                       add_error: bool = False, suppress_family: bool = False) -> Steering:
     """`steer_caption` with several clamps [(feature, value), ...] and suppressed features, applied
     together in one intervention: the caption with and without them."""
     return _steer_runs(org, image, clamps, suppress, positions, add_error, suppress_family, alone=False)
@@ -274,7 +277,7 @@ def _combination_seconds(org, image, clamps, *args, **kwargs) -> float:
 @gpu(duration=_combination_seconds)
 @torch.no_grad()
 def steer_combination(org: Organism, image: np.ndarray, clamps, *, suppress=(), positions: str = "prompt",
-                      add_error: bool = False, suppress_family: bool = False) -> dict:
+                      add_error: bool = False, suppress_family: bool = False) -> Steering:
     """For one image: the caption with no clamp, with each clamp alone (with the suppressions) and with
     all together, each with its verdict (the concepts it names, whether it names each clamped
     feature's concept, the attributes changed from the caption with no clamp)."""
@@ -282,7 +285,7 @@ def steer_combination(org: Organism, image: np.ndarray, clamps, *, suppress=(), 
 
 
 def _steer_runs(org: Organism, image: np.ndarray, clamps, suppress, positions: str, add_error: bool,
-                suppress_family: bool, *, alone: bool) -> dict:
+                suppress_family: bool, *, alone: bool) -> Steering:
     bounds.check_choice("positions", positions, ST.POSITION_MODES)
     image = model_image(org, image)
     checked, sup = check_steering(org, clamps, suppress, suppress_family)
@@ -298,7 +301,7 @@ def _steer_runs(org: Organism, image: np.ndarray, clamps, suppress, positions: s
                                                                              add_error)
         hit = {"base": base, "each": each, "together": together}
         _RESULT_CACHE.put(key, hit)
-    out = {"clamps": [{"feature": f, "value": v, "concept": shown_label(org.labels.get(str(f), {}))}
+    out: Steering = {"clamps": [{"feature": f, "value": v, "concept": shown_label(org.labels.get(str(f), {}))}
                       for f, v in checked],
            "suppressed": list(sup), "positions": positions, "add_error": bool(add_error), "hookpoint": org.hookpoint,
            "baseline": _verdict(org, hit["base"], checked),

@@ -20,6 +20,7 @@ import torch
 from ..core.interventions import locked
 from . import scenes as S
 from . import vlm
+from .results import Shift
 
 REFERENCE_SCENES = 512  # about 1.4 s of the zoo model's forward passes on one CPU core, once
 EDGE_PERCENTILE = 99.0
@@ -70,7 +71,7 @@ def reference(org) -> np.ndarray:
     return ref
 
 
-def assess(error: float, ref: np.ndarray) -> dict:
+def assess(error: float, ref: np.ndarray) -> Shift:
     """One picture's error against the scenes': the verdict, how far, and the threshold used."""
     ref = np.sort(np.asarray(ref, np.float64))
     edge = float(np.percentile(ref, EDGE_PERCENTILE))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Literal
 
 import numpy as np
 import torch
@@ -19,31 +19,33 @@ from . import vlm
 from .hub_index import index_command
 from .loading import need_model
 from .organism import MODEL_LABELS, Organism, _stamp, labels_path, shown_label
+from .results import FeaturePage, FeatureRow, ModelLabel, TopImage
 
 
 PAGE_CACHE = ByteLRUCache(32 * 2**20, name="features-pages")
 THUMB = 160  # px, the longer side of a hub image on a feature page
 
 
-def feature_table(org: Organism, query: str = "", sort: str = "density", limit: int = 500) -> list[dict]:
+def feature_table(org: Organism, query: str = "", sort: str = "density", limit: int = 500) -> list[FeatureRow]:
     """Rows: id, concept label, family, IoU score, density, max activation (alive features only)."""
     if org.index is None:
         return []
     t = org.index.tensors
-    rows = []
+    rows: list[FeatureRow] = []
     q = (query or "").strip().lower()
     for f in range(org.index.n_features):
         lab = org.labels.get(str(f), {})
         if float(t["density"][f]) <= 0:
             continue
-        row: dict[str, Any] = {"feature": f, "label": shown_label(lab),
+        row: FeatureRow = {"feature": f, "label": shown_label(lab),
                                "family": lab.get("family", "") if shown_label(lab) else "",
                                "iou": float(lab.get("score", 0.0)), "density": float(t["density"][f]),
                                "max_act": float(t["max_act"][f])}
         if q and q not in row["label"].lower() and q not in row["family"].lower() and q != str(f):
             continue
         rows.append(row)
-    keys = {"density": "density", "max activation": "max_act", "max_act": "max_act", "iou": "iou"}
+    keys: dict[str, Literal["density", "max_act", "iou"]] = {"density": "density", "max activation": "max_act",
+                                                              "max_act": "max_act", "iou": "iou"}
     if sort not in keys:
         raise ValueError(f"sort by one of {sorted(set(keys))}, not {sort!r}")
     rows.sort(key=lambda r: (-r[keys[sort]], r["feature"]))
@@ -67,7 +69,7 @@ def thumbnail(image: np.ndarray, side: int = THUMB) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize(size, Image.Resampling.BILINEAR))
 
 
-def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
+def feature_page(org: Organism, feature: int, n_top: int = 5) -> FeaturePage:
     """A feature's page from the index only (no model call): top images with their maps and
     regions, histogram, density, label. Cached per (organism, index version, feature)."""
     if org.index is None:
@@ -83,6 +85,7 @@ def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
     lab = org.labels.get(str(f), {})
     up: list[np.ndarray] | np.ndarray  # per image: a list (hub, sizes differ) or one array (zoo)
     reg: list[np.ndarray] | np.ndarray
+    top: list[TopImage]
     if org.index.source is not None:  # hub images: any size; the base-image map covers the whole picture
         imgs = [thumbnail(image_of(org, i)) for i in ids]
         up = [E.upsample(m, im.shape[:2])[0].numpy() for m, im in zip(maps, imgs)]
@@ -99,7 +102,7 @@ def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
                 "iou_label": round(E.iou(r, S.render(sp)[1][lab["label"]]), 4) if lab.get("label") in S.CONCEPTS else None}
                for i, sc, sp, r in zip(ids, scores, specs, reg)]
     t = org.index.tensors
-    page = {
+    page: FeaturePage = {
         "feature": f,
         "label": shown_label(lab), "family": lab.get("family", "") if shown_label(lab) else "",
         "iou": float(lab.get("score", 0.0)),
@@ -116,7 +119,7 @@ def feature_page(org: Organism, feature: int, n_top: int = 5) -> dict:
 
 @gpu(duration=60)  # one multi-image prompt
 @torch.no_grad()
-def model_label(org: Organism, feature: int, n_images: int = 4) -> dict:
+def model_label(org: Organism, feature: int, n_images: int = 4) -> ModelLabel:
     """Label a hub feature with the loaded VLM as its own explainer (explain.ModelExplainer's prompt
     and view); the label is kept in memory and in labels.json beside the index."""
     if not org.is_hub:
@@ -129,8 +132,8 @@ def model_label(org: Organism, feature: int, n_images: int = 4) -> dict:
     with locked(org.model):
         text = vlm.hub_describe(org.model, org.processor, views, E.ModelExplainer.PROMPT)
     label = " ".join(text.split())[:60] or "(no answer)"
-    entry = {"label": label, "family": "", "score": 0.0, "explainer": "model", "images": len(views)}
-    return {"feature": int(feature), **entry}
+    return {"feature": int(feature), "label": label, "family": "", "score": 0.0, "explainer": "model",
+            "images": len(views)}
 
 
 def save_label(org: Organism, entry: dict) -> None:

@@ -89,8 +89,9 @@ NOT_GPU = {
     "backend.sae.loading": {"get_organism", "own_source"},
     "backend.sae.organism": {"refresh_index", "shown_label"},
     "backend.sae.pages": {"feature_table", "feature_page", "page_json", "save_label", "thumbnail"},
+    # `check_steering`: a steering request's clamps checked against the organism before the weights load
     "backend.sae.analysis": {"default_clamp_value", "steering_defaults", "model_image", "positions_text",
-                             "clamp_range"},
+                             "clamp_range", "check_steering"},
     "backend.sae.hub_index": {"index_command"},
     # `pick`: the picked model's preset, from its metadata (the tab's words follow it)
     "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick", "SIDES"},
