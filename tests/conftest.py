@@ -118,6 +118,18 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda it: rank.get(_folder(it.nodeid), len(ORDER)))
 
 
+def pytest_collection_finish(session):
+    from tests.helpers import early_checks
+
+    early_checks.start(session, ROOT)
+
+
+def pytest_unconfigure(config):
+    from tests.helpers import early_checks
+
+    early_checks.stop()
+
+
 def artifact(name: str) -> Path:
     """A file under test-artifacts/ for the log of a server a test package shares: one per xdist
     worker, since each worker that needs the server starts its own."""

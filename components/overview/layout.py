@@ -5,7 +5,7 @@ import html
 
 import gradio as gr
 
-from backend.core import device, picker, preload, presets, store
+from backend.core import device, picker, preload, presets, store, weights
 from backend.core.cache import all_caches
 from components.serving.guard import INTERNAL_ERRORS
 
@@ -15,11 +15,12 @@ def _model_table(source: str) -> list[list[str]]:
     rows = []
     for p in presets.presets():
         active = presets.active(p.tab, source) == p
-        state = "loaded" if p.model_id in loaded else ("active" if active else "available")
+        # the store keys a checkpoint's weights with the class that loads them (weights.key)
+        state = "loaded" if weights.key(p) in loaded else ("active" if active else "available")
         if state != "loaded" and (why := picker.unavailable(p)):  # as the tabs' pickers say it
             state = f"{state}, {why}" if active else why
         rows.append([p.tab, p.source, p.path_or_id, p.model_class.rsplit(".", 1)[-1], state])
-    known = {p.model_id for p in presets.presets()}
+    known = {weights.key(p) for p in presets.presets()}
     for model_id in loaded:  # users' own models (picked in a tab), loaded now; not a tokenizer or data
         source, _, rest = model_id.partition(":")
         if model_id not in known and source in ("local", "hub") and "#" not in rest:

@@ -243,8 +243,8 @@ def guarded(fn):
         @functools.wraps(fn)
         def gen(*a, **k):
             limit = job_seconds()  # one deadline over all the stream's steps, whatever thread runs them
-            steps = limits.stepwise(fn(*a, **k), limits.deadline_after(limit), limit)
             try:
+                steps = limits.stepwise(fn(*a, **k), limits.deadline_after(limit), limit)
                 yield from scoped_iter(_reporting(steps, _load_reporter()), show_notes)
             except Exception as e:
                 raise _translate(e, where) from e

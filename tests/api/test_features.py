@@ -68,7 +68,9 @@ def test_analyse_held_out_scene(client, org):
     truth = S.caption(org.heldout_specs[3])
     assert truth in caption
     rows = table["data"] if isinstance(table, dict) else table
-    assert len(rows) >= 1 and len(gallery) == len(rows)
+    # the scene's strongest features (6 at most), strongest first, each shown over the image in that order
+    assert 0 < len(rows) <= 6 and [r[2] for r in rows] == sorted((r[2] for r in rows), reverse=True)
+    assert [g["caption"].split(" · ")[0] for g in gallery] == [f"feature {r[0]}" for r in rows]
 
 
 def test_analyse_without_image_is_a_clear_error(client):

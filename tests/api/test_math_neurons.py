@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.figures import names, title, traces
+
 pytestmark = pytest.mark.timeout(300)
 
 torch.set_num_threads(1)
@@ -19,11 +21,13 @@ def evaluate(client, method="MathNeuro", k=15, factor=0.0, n=64):
 def test_evaluate_prunes_math_and_lists_samples(client):
     html, accfig, table, plot = evaluate(client)
     assert "math" in html and "unmodified" in html and "pts" in html
-    assert accfig is not None
+    bars = traces(accfig)  # the accuracy before and after, per set
+    assert [t["type"] for t in bars] == ["bar", "bar"] and names(accfig)[0] == "unmodified"
+    assert all(t["x"] == ["math", "non-math"] for t in bars) and "K 15 %" in names(accfig)[1]
     rows = table["data"] if isinstance(table, dict) else table
     assert len(rows) == 6 and {r[0] for r in rows} == {"math", "non-math"}
     assert all(r[3].endswith(("✓", "✗")) for r in rows)
-    assert plot is not None
+    assert [t["type"] for t in traces(plot)] == ["bar"] and "share of each layer" in title(plot)
 
 
 def test_bad_input_is_a_clear_error(client):
@@ -50,8 +54,12 @@ def test_figure2_curve_consistency_and_export(client, tmp_path):
     fig2 = client.predict(15, 64, api_name="/mn_figure2")
     curve = client.predict("MathNeuro", 15, 64, api_name="/mn_scale_curve")
     cons = client.predict(15, 64, api_name="/mn_consistency")
-    for out in (fig2, curve, cons):
-        assert out is not None
+    assert names(fig2) == ["unmodified", "MathNeuro", "Wanda (no subtraction)", "Random (same count)",
+                           "LAPE (MLP neurons)"] and "top 15 %" in title(fig2)
+    math, nonmath = traces(curve)  # accuracy per scale factor, both sets at the same factors
+    assert (math["name"], nonmath["name"]) == ("math", "non-math") and math["x"] == nonmath["x"]
+    assert len(math["x"]) == len(math["y"]) > 2 and "K = 15 %" in title(curve)
+    assert names(cons) == ["mean overlap", "worst subset"] and "64-sample set" in title(cons)
     files = client.predict("MathNeuro", 15, 0.0, 64, api_name="/mn_export")
     paths = [Path(f if isinstance(f, str) else f.get("path", f.get("name"))) for f in files]
     js = [p for p in paths if p.suffix == ".json"][0]

@@ -190,7 +190,10 @@ def test_features_on_your_own_vlm_and_sae(app_url, local_models, tmp_path, monke
     assert rows and all(0 <= int(r[0]) < 256 for r in rows)
     analysed = client.predict(handle_file(str(images[1])), None, api_name="/analyse_image")
     firing = analysed[3]["data"]
-    assert len(firing) >= 1 and all(float(r[2]) > 0 for r in firing)
+    # the image's strongest features (6 at most), strongest first; it was indexed: each fired in the index
+    assert 0 < len(firing) <= 6 and all(float(r[2]) > 0 for r in firing)
+    assert [float(r[2]) for r in firing] == sorted((float(r[2]) for r in firing), reverse=True)
+    assert {int(r[0]) for r in firing} <= {int(r[0]) for r in rows}
     fid = int(firing[0][0])
     _img, md, result = client.predict(handle_file(str(images[1])), None, fid, 5.0, "all", False, False,
                                       api_name="/steer")

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.figures import names, traces
+
 pytestmark = pytest.mark.timeout(400)
 torch.set_num_threads(1)
 
@@ -29,7 +31,9 @@ def test_explain_text_heatmaps_conservation_and_exports(client):
                                                   methods=("mambalrp", "gi", "ig", "attnroll"))
     assert "MambaLRP" in heat and "Integrated Gradients" in heat and "brilliant" in heat
     assert "linear-gradient" in heat  # the colour bar
-    assert plot is not None
+    # one bar per position for each method, in the order asked for
+    assert names(plot) == ["MambaLRP", "Gradient×Input", "Integrated Gradients", "Attention rollout"]
+    assert all(t["type"] == "bar" and t["x"] == traces(plot)[0]["x"] for t in traces(plot))
     assert res["target"] in ("positive", "negative")
     assert res["tokens"][0] == "<bos>" and res["tokens"][-1] == "sentiment:"
     rel = {k: np.asarray(v) for k, v in res["relevance"].items()}
@@ -178,7 +182,8 @@ def test_image_example_and_explanation(client):
     out, md, png = client.predict(handle_file(img), ["mambalrp", "gi", "mambaattr"], ALL_RULES, api_name="/explain_image")
     assert "Prediction" in md and "inside the object" in md
     assert _path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert out is not None
+    kinds = [t["type"] for t in traces(out)]  # the picture, then each method's map over it
+    assert kinds.count("heatmap") == 3 and kinds[0] == "image" and len(kinds) == 7
 
 
 @pytest.mark.alone  # six explanations at once, each answered within its 120 s

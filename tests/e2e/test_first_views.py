@@ -10,6 +10,7 @@ from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import FIRST_VIEW, first_view, settle, shot
 from tests.helpers.browser import chromium_page
 from tests.helpers.server import serve
+from tests.helpers.until import until
 
 pytestmark = pytest.mark.timeout(900)
 TABS = ["relevance", "features", "memorization", "math_neurons", "adapters", "tour"]
@@ -53,8 +54,12 @@ def test_first_views_are_kept_served_and_read_back_after_a_restart(tmp_path):
         page.wait_for_function(f"() => !!({FIRST_VIEW['relevance']})", timeout=120_000)
         assert page.locator("#rel-heatmap").inner_text() == kept_heat
     # a restart reads the kept views back: none is computed (written) again
-    with serve(env=env) as (url, _), chromium_page(1000, 800) as page:
+    restart_log = ARTIFACTS / "first-views-restart-server.log"
+    with serve(env=env, log_path=restart_log) as (url, _), chromium_page(1000, 800) as page:
         page.goto(f"{url}?tab=memorization")
         first_view(page, "memorization")
-        time.sleep(2)
+        # the server's pass over the views at its start has ended (it logs each one it read back or
+        # computed, the tour's last): a view it wrote again would be written by now
+        until(lambda: "first view of tour ready" in restart_log.read_text(), timeout=120,
+              what="the restarted server's pass over the kept views")
         assert _kept(store) == kept

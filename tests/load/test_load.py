@@ -43,7 +43,7 @@ def test_one_visitors_long_calls_leave_a_turn_for_another_and_stop_at_the_job_li
     long = LONG[:1] + LONG[2:]
     ARTIFACTS.mkdir(exist_ok=True)
     with serve(env={"WORKBENCH_JOB_SECONDS": "15"}, log_path=ARTIFACTS / "turns-server.log") as (url, _):
-        rep = fair_turns(url, long=long, head_start_s=3.0)
+        rep = fair_turns(url, long=long)
     print(rep.summary(15))
     assert len(rep.long) == 4
     assert rep.short_wait_s <= 10  # in the queue

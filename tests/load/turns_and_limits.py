@@ -73,7 +73,8 @@ class TurnsReport:
         return "\n".join(lines)
 
 
-def _call(client, name: str, kw: dict | tuple) -> Timed:
+def _call(client, name: str, kw: dict | tuple, on_start: threading.Event | None = None) -> Timed:
+    """The call, timed; `on_start` is set once the server has started it (or it has ended)."""
     from gradio_client.utils import Status
 
     t0 = time.perf_counter()
@@ -83,8 +84,12 @@ def _call(client, name: str, kw: dict | tuple) -> Timed:
         if started is None and job.status().code not in (Status.STARTING, Status.JOINING_QUEUE, Status.IN_QUEUE,
                                                          Status.SENDING_DATA):
             started = time.perf_counter()
+            if on_start is not None:
+                on_start.set()
         time.sleep(0.1)
     started = started or t0
+    if on_start is not None:
+        on_start.set()
     try:
         job.result()
         error = ""
@@ -93,7 +98,9 @@ def _call(client, name: str, kw: dict | tuple) -> Timed:
     return Timed(name, time.perf_counter() - started, error, started - t0)
 
 
-def fair_turns(url: str, *, long=LONG, head_start_s: float = 5.0) -> TurnsReport:
+def fair_turns(url: str, *, long=LONG, start_timeout_s: float = 120.0) -> TurnsReport:
+    from components.common import DEFAULT_MODEL_CONCURRENCY
+    from tests.helpers.until import until
     from tests.load.harness import make_client
 
     rep = TurnsReport()
@@ -101,10 +108,16 @@ def fair_turns(url: str, *, long=LONG, head_start_s: float = 5.0) -> TurnsReport
     _call(other, *SHORT)  # the model is loaded and the call warm
     rep.short_alone_s = _call(other, *SHORT).seconds
     holder = make_client(url)  # one visitor (one session), five tabs' calls at once
-    threads = [threading.Thread(target=lambda c=c: rep.long.append(_call(holder, *c)), daemon=True) for c in long]
+    started = [threading.Event() for _ in long]
+    threads = [threading.Thread(target=lambda c=c, e=e: rep.long.append(_call(holder, *c, on_start=e)), daemon=True)
+               for c, e in zip(long, started)]
     for t in threads:
         t.start()
-    time.sleep(head_start_s)  # the five calls hold the queue
+    # the long calls hold the queue: the server runs as many as it has model slots (the served app's
+    # default WORKBENCH_MODEL_CONCURRENCY), the rest wait in the queue
+    holding = min(len(long), DEFAULT_MODEL_CONCURRENCY)
+    until(lambda: sum(e.is_set() for e in started) >= holding, timeout=start_timeout_s,
+          what=f"{holding} of the long calls starting on the server")
     short = _call(other, *SHORT)
     rep.short_wait_s, rep.short_busy_s = short.waited, short.seconds
     for t in threads:

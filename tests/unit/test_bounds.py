@@ -1,5 +1,6 @@
 """One declared range per cost argument (backend.core.bounds) and the per-call cost cap."""
 import math
+import re
 
 import pytest
 
@@ -30,10 +31,44 @@ def test_values_inside_come_back_unchanged():
     assert bounds.clamp_max(59.5071) == 600.0 and bounds.clamp_max(1.234) == 13.0 and bounds.clamp_max(12.0) == 120.0
 
 
-def test_every_tab_range_is_finite_and_the_inits_are_the_tabs():
-    ranges = [v for v in vars(bounds).values() if isinstance(v, bounds.Range)]
-    assert len(ranges) >= 12 and all(math.isfinite(r.lo) and math.isfinite(r.hi) and r.lo < r.hi for r in ranges)
+# Every cost argument's declared range (lo, hi, whole): a bound dropped, added or widened is seen here
+DECLARED = {
+    "IMAGE_SIDE": (2, 4096, True), "REL_EXAMPLE": (0, 199, True), "REL_SENTENCES": (20, 240, True),
+    "FEAT_LIMIT": (1, 500, True), "CONTRAST_IMAGES": (2, 64, True), "CONTRAST_ROWS": (1, 500, True),
+    "CONTRAST_TOP_IMAGES": (0, 16, True), "STEER_CLAMPS": (1, 8, True), "STEER_SUPPRESS": (0, 256, True),
+    "MEMO_SEEDS": (1, 8, True), "MEMO_STATS": (2, 20000, True), "MEMO_TABLE": (1, 50, True),
+    "MATH_K": (1, 30, False), "MATH_FACTOR": (0, 2, False), "MATH_SAMPLES": (1, 64, True),
+    "PISSA_RANK": (1, 128, True), "PISSA_SEEDS": (1, 5, True), "PISSA_STEPS": (10, 500, True),
+    "PISSA_CONVERT_STEPS": (1, 100, True), "PISSA_LR": (0, 0.99, False), "PISSA_ITERS": (1, 50, True),
+}
+
+
+def test_every_tab_range_is_declared_finite_and_checked_somewhere():
+    from pathlib import Path
+
+    ranges = {k: v for k, v in vars(bounds).items() if isinstance(v, bounds.Range)}
+    assert {k: (r.lo, r.hi, r.whole) for k, r in ranges.items()} == DECLARED
+    assert all(math.isfinite(r.lo) and math.isfinite(r.hi) and r.lo < r.hi for r in ranges.values())
     assert bounds.PISSA_INITS == ("pissa", "pissa_niter_4")
+    # each is used by the code that takes the argument (a tab, a tool, a service), none declared for nothing
+    root = Path(bounds.__file__).resolve().parents[2]
+    source = "\n".join(line for d in ("backend", "components") for p in (root / d).rglob("*.py")
+                       if p.name != "bounds.py" for line in p.read_text().splitlines()
+                       if not line.lstrip().startswith(("from ", "import ")))  # a use, not an import
+    assert [k for k in ranges if not re.search(rf"\b{k}\b", source)] == []
+
+
+def test_the_agent_tools_state_the_declared_ranges_of_their_tabs():
+    """The ranges an MCP tool states in its schema are the bounds objects its tab checks with."""
+    from components.agents import tools
+
+    assert tools.ranges() == {
+        "find_features": {"limit": bounds.FEAT_LIMIT},
+        "contrast_features": {"n": bounds.CONTRAST_IMAGES, "rows": bounds.CONTRAST_ROWS},
+        "generate_without_neurons": {"seeds": bounds.MEMO_SEEDS},
+        "math_neurons": {"k_percent": bounds.MATH_K, "factor": bounds.MATH_FACTOR, "n_samples": bounds.MATH_SAMPLES},
+        "pissa_layer": {"rank": bounds.PISSA_RANK, "init": bounds.PISSA_INITS},
+    }
 
 
 def test_the_cap_refuses_by_measured_time_and_stops_what_it_lets_run(monkeypatch):

@@ -1,4 +1,5 @@
 import asyncio
+import re
 
 import gradio as gr
 import pytest
@@ -84,10 +85,57 @@ def test_wrappers_keep_kind_and_results():
     assert list(guard.guarded(gen)(1)) == [1, 2]
 
 
-def test_every_event_of_the_app_is_guarded():
+def _called_to_the_end(fn, args):
+    out = fn(*args)
+    if guard.inspect.isgenerator(out):
+        return list(out)
+    if guard.inspect.iscoroutine(out):
+        return asyncio.run(out)
+    if guard.inspect.isasyncgen(out):
+        async def drain():
+            return [x async for x in out]
+        return asyncio.run(drain())
+    return out
+
+
+def test_every_event_of_the_app_is_guarded(caplog):
+    """What Gradio calls for each event, made to fail (300 arguments: a TypeError inside the handler),
+    fails as the guard makes it fail: a short gr.Error naming the handler, the defect counted once in
+    INTERNAL_ERRORS and logged with its traceback; never the bare TypeError. A handler that takes
+    *args accepts the call: it must still end without a bare exception."""
     demo = app.build_app("zoo")
     fns = [f for f in demo.fns.values() if f.fn is not None]
-    assert fns and all(getattr(f.fn, "_wb_guarded", False) for f in fns)
+    before = list(guard.INTERNAL_ERRORS)
+    refused, any_args = 0, []
+    caplog.set_level("ERROR", logger="workbench")
+    try:
+        for f in fns:
+            inner = guard.inspect.unwrap(f.fn)
+            takes_any = any(p.kind is p.VAR_POSITIONAL for p in guard.inspect.signature(inner).parameters.values())
+            counted = len(guard.INTERNAL_ERRORS)
+            if takes_any:
+                any_args.append(f.api_name)
+            try:
+                _called_to_the_end(f.fn, [object()] * 300)
+            except gr.Error as e:
+                if takes_any:
+                    continue
+                assert e.message.startswith(f"Internal error (TypeError) while running {inner.__qualname__};"), \
+                    (f.api_name, e.message)
+                assert e.print_exception is True, f.api_name
+                added = guard.INTERNAL_ERRORS[counted:]
+                assert len(added) == 1 and added[0].startswith(f"{inner.__qualname__}: TypeError: "), (f.api_name, added)
+                refused += 1
+                continue
+            assert takes_any, f"{f.api_name} ran with 300 arguments"
+        counted = len(guard.INTERNAL_ERRORS) - len(before)
+    finally:
+        guard.INTERNAL_ERRORS[:] = before
+    # the app's handlers take their inputs by name: only the tabs' first views (components.common.
+    # on_first_open) and the links' setters take *args, which this probe cannot make fail
+    assert refused > 0 and all(re.fullmatch(r"(first|make)(_\d+)?", n) for n in any_args), any_args
+    logged = [r for r in caplog.records if r.getMessage().startswith("internal error in ")]
+    assert len(logged) == counted >= refused and all(r.exc_info for r in logged)
 
 
 def test_model_handlers_carry_the_outermost_zerogpu_mark():

@@ -4,34 +4,56 @@ import threading
 import time
 
 from backend.core import loadgate
+from tests.helpers.until import until
+
+
+def _parked(t: threading.Thread, seconds: float = 0.2) -> bool:
+    """The thread is still blocked after `seconds`: what it waits for has not let it through."""
+    t.join(seconds)
+    return t.is_alive()
 
 
 def test_a_load_waits_for_running_computations_and_they_wait_for_it():
     log = []
-    started = threading.Event()
+    computing, end_compute = threading.Event(), threading.Event()
+    loaded, end_load, late_arrived = threading.Event(), threading.Event(), threading.Event()
 
     def compute():
         with loadgate.computing():
-            started.set()
+            computing.set()
             log.append("compute start")
-            time.sleep(0.3)
+            assert end_compute.wait(10)
             log.append("compute end")
+
+    def load():
+        with loadgate.loading():
+            log.append("load")
+            loaded.set()
+            assert end_load.wait(10)
+            log.append("load end")
+
+    def late_compute():
+        late_arrived.set()
+        with loadgate.computing():
+            log.append("late compute")
 
     t = threading.Thread(target=compute)
     t.start()
-    started.wait()
-    with loadgate.loading():
-        log.append("load")
-        def late_compute():
-            with loadgate.computing():
-                log.append("late compute")
-
-        late = threading.Thread(target=late_compute)
-        late.start()
-        time.sleep(0.2)
-        log.append("load end")
-    t.join()
-    late.join()
+    assert computing.wait(10)
+    tl = threading.Thread(target=load)
+    tl.start()
+    until(lambda: loadgate._STATE["pending"] == 1, what="the load waiting for the computation")
+    assert log == ["compute start"]  # the load waits while the computation runs
+    end_compute.set()
+    assert loaded.wait(10)
+    late = threading.Thread(target=late_compute)
+    late.start()
+    assert late_arrived.wait(10)
+    assert _parked(late) and log == ["compute start", "compute end", "load"]  # it waits for the load
+    end_load.set()
+    for th in (t, tl, late):
+        th.join(10)
+        assert not th.is_alive()
     assert log == ["compute start", "compute end", "load", "load end", "late compute"]
     assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
 
@@ -82,22 +104,25 @@ def test_a_computation_waiting_for_a_busy_model_lets_another_model_load():
             with model_lock(model):
                 log.append("second runs")
 
-    a, b = threading.Thread(target=first), threading.Thread(target=second)
+    def load():
+        with loadgate.loading():  # waits for the first call only
+            log.append("load")
+
+    a, b, tl = threading.Thread(target=first), threading.Thread(target=second), threading.Thread(target=load)
     a.start()
-    holding.wait()
+    assert holding.wait(10)
     b.start()
-    waiting.wait()
-    time.sleep(0.1)
-    assert loadgate._STATE["computing"] == 1  # the waiting call holds no part of the gate
-    release_timer = threading.Timer(0.5, release.set)
-    release_timer.start()
-    t0 = time.perf_counter()
-    with loadgate.loading():  # waits for the first call only
-        log.append("load")
-    waited = time.perf_counter() - t0
-    a.join()
-    b.join()
-    assert 0.3 < waited < 5 and log == ["first done", "load", "second runs"], (waited, log)
+    assert waiting.wait(10)
+    # the waiting call holds no part of the gate: it gives its hold up while it waits for the lock
+    until(lambda: loadgate._STATE["computing"] == 1, what="the waiting call giving its hold up")
+    tl.start()
+    until(lambda: loadgate._STATE["pending"] == 1, what="the load waiting")
+    assert _parked(tl) and log == []  # the load waits for the first call
+    release.set()
+    for t in (a, b, tl):
+        t.join(10)
+        assert not t.is_alive()
+    assert log == ["first done", "load", "second runs"], log
     assert loadgate._STATE == {"computing": 0, "loading": False, "pending": 0}
 
 
@@ -129,12 +154,10 @@ def test_a_waiting_load_goes_before_computations_that_start_later():
     a_runs.wait()
     tl = threading.Thread(target=load)
     tl.start()
-    while not loadgate._STATE["pending"]:
-        time.sleep(0.01)
+    until(lambda: loadgate._STATE["pending"] == 1, what="the load waiting")
     tb = threading.Thread(target=b)
     tb.start()
-    time.sleep(0.2)
-    assert log == []  # b waits behind the pending load
+    assert _parked(tb) and log == []  # b waits behind the pending load
     release.set()
     for t in (ta, tl, tb):
         t.join(10)

@@ -4,6 +4,7 @@ answer that says what happened. Driven through the tab's own handlers on the dig
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import time
 import uuid
@@ -15,6 +16,7 @@ import torch
 from backend.core.stopflag import StopFlag
 from backend.pissa import service
 from components.adapters import race as ui
+from tests.helpers.until import until
 
 torch.set_num_threads(1)
 MODEL = "pissa-toy"
@@ -164,6 +166,17 @@ def test_service_stop_waits_for_the_race_to_end():
     assert service.request_stop(session) == "idle"
 
 
+def _waiting_for_its_consumer(session: str) -> bool:
+    """The race's worker thread waits in `put` for the consumer to take its full backlog."""
+    worker = next((t for t in threading.enumerate() if t.name == f"pissa-race-{session}"), None)
+    frame = sys._current_frames().get(worker.ident) if worker is not None else None
+    while frame is not None:
+        if frame.f_code.co_name == "wait" and frame.f_back is not None and frame.f_back.f_code.co_name == "put":
+            return True
+        frame = frame.f_back
+    return False
+
+
 @pytest.mark.timeout(120)
 def test_stop_does_not_wait_for_a_consumer_busy_drawing():
     """The training waits for a slow consumer (below), but not once Stop is asked: a page busy
@@ -176,7 +189,7 @@ def test_stop_does_not_wait_for_a_consumer_busy_drawing():
             if "step" in ev:
                 break
         # the consumer is busy (the stream is not read): the worker fills its backlog and waits
-        time.sleep(1.0)
+        until(lambda: _waiting_for_its_consumer(session), timeout=30, what="the race's worker filling its backlog")
         assert StopFlag(session).running()
         t0 = time.perf_counter()
         assert service.request_stop(session, wait_s=1.0) == "stopped"
@@ -290,7 +303,11 @@ def test_the_pages_stop_ends_its_race_within_a_second():
     worker.join(timeout=60)
     assert not worker.is_alive() and not errors, errors
     summary, files = outs[-1]
-    assert summary and any(str(f).endswith(".json") for f in files)
+    # stopped mid-race: the comparison uses the steps every run completed, of the 500 planned
+    assert summary["steps_planned"] == 500 and summary["steps_run"] < 500, summary
+    assert {m: set(seeds) for m, seeds in summary["loss_at_steps_run"].items()} == {"lora": {"0", "1", "2"},
+                                                                                     "pissa": {"0", "1", "2"}}
+    assert any(str(f).endswith(".json") for f in files)
     got = race_live.progress(f"{page} ")
     assert "/3000 steps" in got["status"] and "3000/3000" not in got["status"]
 

@@ -22,14 +22,17 @@ def test_model_calls_that_wait_for_the_same_first_load_do_not_hold_it_up(monkeyp
 
     monkeypatch.setattr(loadgate, "WAIT_S", 30.0)
     started = threading.Event()
+    others_in = threading.Barrier(4)  # the three other calls computing, and the first load
 
     def announce(fraction, message):  # the first load tells of its start before it takes the gate
         if fraction == 0.0 and not started.is_set():
             started.set()
-            time.sleep(0.5)  # the others are computing and waiting for this load by now
+            others_in.wait(10)  # the others compute and ask for this model now
 
     def call(progress=None):
         with loadgate.computing():  # as components.serving.guard runs every model call
+            if progress is None:
+                others_in.wait(10)
             if view:
                 got.append(store.get_view("unit:shared", "tab", lambda: TinyMLP(seed=4), lambda m: ("view", m),
                                           progress=progress))

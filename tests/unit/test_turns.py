@@ -5,9 +5,11 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
 from gradio.context import LocalContext
 
 from components.serving.turns import TURNS, in_session_order
+from tests.helpers.until import until
 
 
 def _as(session, fn, *a):
@@ -19,72 +21,98 @@ def _as(session, fn, *a):
         LocalContext.request.set(None)
 
 
-def _race(sessions, tab="math_neurons"):
-    done = []
+def _race(calls, tab="math_neurons"):
+    """Each call (session, name, seconds) sent once the one before it has arrived (holds its turn,
+    waits for it, or, another visitor's, has ended); the first holds its turn until all have
+    arrived, so a later call could overtake it, were the turns not kept."""
+    done, release = [], threading.Event()
 
-    def work(name, seconds):
-        time.sleep(seconds)
+    def work(name, seconds, first):
+        if first:
+            assert release.wait(10)
+        time.sleep(seconds)  # how long the call computes
         done.append(name)
         return name
 
     fn = in_session_order(work, tab)
     threads = []
-    for (session, name, seconds) in sessions:
-        t = threading.Thread(target=_as, args=(session, fn, name, seconds))
+    for i, (session, name, seconds) in enumerate(calls):
+        t = threading.Thread(target=_as, args=(session, fn, name, seconds, i == 0))
         t.start()
         threads.append(t)
-        time.sleep(0.05)  # the order in which the calls arrive
+        until(lambda n=i + 1: TURNS.waiting() + len(done) >= n, what=f"the call {name} arriving")
+    release.set()
     for t in threads:
-        t.join()
+        t.join(10)
+        assert not t.is_alive()
     return done
 
 
 def test_a_later_quick_call_of_the_same_page_waits_for_the_earlier_slow_one():
-    assert _race([("A", "slow", 0.6), ("A", "quick", 0.0)]) == ["slow", "quick"]
+    assert _race([("A", "slow", 0.0), ("A", "quick", 0.0)]) == ["slow", "quick"]
     assert TURNS.waiting() == 0  # nothing left behind
 
 
 def test_another_visitor_is_not_held_up():
-    assert _race([("A", "slow", 0.6), ("B", "quick", 0.0)]) == ["quick", "slow"]
+    assert _race([("A", "slow", 0.0), ("B", "quick", 0.0)]) == ["quick", "slow"]
+    assert TURNS.waiting() == 0
 
 
 def test_the_same_visitor_in_another_tab_is_not_held_up():
-    done = []
-    slow = in_session_order(lambda: (time.sleep(0.6), done.append("math")), "math_neurons")
+    done, holding, release = [], threading.Event(), threading.Event()
+
+    def slow_math():
+        holding.set()
+        assert release.wait(10)
+        done.append("math")
+
+    slow = in_session_order(slow_math, "math_neurons")
     quick = in_session_order(lambda: done.append("adapters"), "adapters")
     t = threading.Thread(target=_as, args=("A", slow))
     t.start()
-    time.sleep(0.05)
-    _as("A", quick)
-    t.join()
-    assert done == ["adapters", "math"]
+    assert holding.wait(10)  # the math call holds its turn
+    _as("A", quick)  # returns while the math call still runs
+    assert done == ["adapters"]
+    release.set()
+    t.join(10)
+    assert done == ["adapters", "math"] and TURNS.waiting() == 0
 
 
 def test_many_calls_are_served_first_come_first_served():
-    assert _race([("A", f"c{i}", 0.2 if i % 2 == 0 else 0.0) for i in range(6)]) == [f"c{i}" for i in range(6)]
+    assert _race([("A", f"c{i}", 0.05 if i % 2 == 0 else 0.0) for i in range(6)]) == [f"c{i}" for i in range(6)]
+    assert TURNS.waiting() == 0
 
 
 def test_a_stream_holds_its_turn_until_it_ends_and_a_failure_releases_it():
+    streaming, release = threading.Event(), threading.Event()
+
     def stream(n):
         for i in range(n):
-            time.sleep(0.1)
+            if i == 1:  # the first step is out: the stream holds its turn
+                streaming.set()
+                assert release.wait(10)
+            else:
+                time.sleep(0.02)  # a step's work
             yield i
 
     ordered = in_session_order(stream, "adapters")
     seen = []
     t = threading.Thread(target=_as, args=("A", lambda: seen.extend(ordered(4))))
     t.start()
-    time.sleep(0.05)
-    _as("A", in_session_order(lambda: seen.append("after"), "adapters"))
-    t.join()
+    assert streaming.wait(10)
+    after = threading.Thread(target=_as, args=("A", in_session_order(lambda: seen.append("after"), "adapters")))
+    after.start()
+    until(lambda: TURNS.waiting() == 2, what="the later call waiting for its turn")
+    release.set()
+    for th in (t, after):
+        th.join(10)
+        assert not th.is_alive()
     assert seen == [0, 1, 2, 3, "after"]
 
     def boom():
         raise ValueError("refused")
-    try:
+    with pytest.raises(ValueError, match="refused"):
         _as("A", in_session_order(boom, "adapters"))
-    except ValueError:
-        pass
     assert _as("A", in_session_order(lambda: "next", "adapters")) == "next"
     assert TURNS.waiting() == 0
 

@@ -86,19 +86,18 @@ def test_what_a_worker_had_to_load_is_loaded_in_main_for_the_next_worker(under_z
         store.evict(weights.key(preset))
 
 
-def test_a_worker_waits_for_a_load_in_progress_in_main_instead_of_loading_again(under_zerogpu):
+def test_a_worker_waits_for_a_load_in_progress_in_main_instead_of_loading_again(under_zerogpu, monkeypatch):
     """A fork taken mid-load would copy the held load lock (a worker stuck forever) or load again."""
     import threading
-    import time
 
     from backend.core import store
 
     key = "hub:owner/slow@main|Linear"
-    started = threading.Event()
+    started, release, waiting = threading.Event(), threading.Event(), threading.Event()
 
     def slow():
         started.set()
-        time.sleep(2)
+        assert release.wait(30)  # the load goes on until the call waits for it
         return tiny_model()
 
     def use(text):
@@ -106,17 +105,27 @@ def test_a_worker_waits_for_a_load_in_progress_in_main_instead_of_loading_again(
         store.get_or_load(key, tiny_model)
         return f"{store.load_count() - before}"
 
+    real_wait = store.wait_for_loads
+
+    def wait_for_loads():  # the call, in the main process, before its worker forks
+        waiting.set()
+        real_wait()
+
+    monkeypatch.setattr(store, "wait_for_loads", wait_for_loads)  # read when the handler is marked
     handler = guarded_model_handler(use)
     loading = threading.Thread(target=store.get_or_load, args=(key, slow), daemon=True)
     loading.start()
-    started.wait(10)
+    assert started.wait(10)
     answer = []
     call = threading.Thread(target=lambda: answer.append(handler("x")), daemon=True)
     try:
         call.start()
+        assert waiting.wait(30) and answer == []  # the call waits while the load is in progress
+        release.set()
         call.join(60)
         assert answer == ["0"], "the worker did not inherit the model loaded in main"
     finally:
+        release.set()
         loading.join(10)
         store.evict(key)
 
