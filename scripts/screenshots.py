@@ -52,7 +52,7 @@ def shoot(page, url: str, tab: str, theme: str, presenter: bool, out: Path, full
             loc.first.click()
             settle(page)
     if tab == "tour":
-        page.wait_for_selector("#tour-figure img", timeout=180_000)
+        page.wait_for_selector("#tour-figure .js-plotly-plot", timeout=180_000)
     page.evaluate("() => window.scrollTo(0, 0)")
     path = out / f"{tab}-{theme}{'-presenter' if presenter else ''}.png"
     page.screenshot(path=str(path), full_page=full)

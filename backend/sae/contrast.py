@@ -93,13 +93,14 @@ def image_activations(org: Organism, images: Sequence[np.ndarray]) -> np.ndarray
 
             for i in range(0, n, HUB_BATCH):
                 vals, idx = encode_images(org, shaped[i:i + HUB_BATCH])
-                out.append(pooled(vals, idx, org.n_features).cpu())
+                out.append(pooled(vals, idx, org.n_features))
         else:
             sl = vlm.image_slice(org.model)
             for _, h in vlm.residuals(org.model, org.tokenizer, np.stack(shaped), org.hookpoint, batch_size=ZOO_BATCH):
                 vals, idx = org.sae.encode_sparse(h[:, sl])
-                out.append(pooled(vals, idx, org.n_features).cpu())
-    acts = torch.cat(out).numpy().astype(np.float32)
+                out.append(pooled(vals, idx, org.n_features))
+    # one copy to the host at the end: a copy per batch would wait for each batch's kernels on a GPU
+    acts = torch.cat(out).cpu().numpy().astype(np.float32)
     _ACTS.put(key, acts)
     return acts.copy()
 
