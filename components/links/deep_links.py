@@ -297,9 +297,10 @@ class DeepLinks:
                 notices.insert(0, f"no tab {wanted[:40]!r}")
             if notices:
                 gr.Warning("Some link settings were ignored: " + "; ".join(notices[:5]))
-            # A page without ?tab= opens on the first tab by itself: selecting it again here would
-            # take back a tab the visitor clicked while this answer was on its way
-            selected = gr.Tabs(selected=wanted if wanted in ids else default_tab) if params.get("tab") else gr.skip()
+            # The page opens on the first tab by itself: selecting it again here (no ?tab=, ?tab= the
+            # first tab, or a tab that does not exist) would take back a tab the visitor clicked while
+            # this answer was on its way (an Overview button that opens the tour, a tab name)
+            selected = gr.Tabs(selected=wanted) if wanted in ids and wanted != default_tab else gr.skip()
             return [selected] + [
                 _restored(c, values[c.elem_id]) if c.elem_id in values else gr.update() for c in outputs]
 

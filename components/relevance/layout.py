@@ -3,29 +3,22 @@ check, faithfulness curves and rule ablations (Jafari et al., 2024). UI only: th
 in backend.lrp.service."""
 from __future__ import annotations
 
-import html
 
 import gradio as gr
-import numpy as np
 
 from backend.core import bounds
-from backend.lrp import sentences as S
 from backend.lrp import service as svc
 from backend.lrp.forward import RULES
 from backend.lrp.methods import LABELS, METHODS
 from backend.lrp.models import IMAGE_ZOO, LONG_ZOO, available, text_preset, text_presets
-from backend.lrp.tokens import visible
 from components.inputs.model_picker import model_picker
-from components.relevance.models import long_note, long_on_pick, model_line
-from components.serving import exports
+from components.relevance import handlers as H
+from components.relevance.handlers import HELD_SOURCES, RULE_LABELS, describe, held_sources_for
+from components.relevance.models import long_note, model_line
 from components.links import deep_links as links
 from components.inputs import enter
-from components.common import fail, model_event, on_first_open
+from components.common import model_event, on_first_open
 from components.inputs.fields import bounded_slider, check_image_header, clear_unreadable, keep_on_failure, unreadable
-from components.relevance.figures import (conservation_md, curves_plot, daf_table, export_text,
-                                          heatmap_html, image_figure, image_plot, longrange_plot, max_abs, md_code,
-                                          position_plot, scatter_plot, sentence_frame, sentence_html,
-                                          sentence_widths)
 
 # A deep link reruns these (components.links.deep_links): the text explanation, then the linked held-out image.
 # the two redraws follow a link's explanation as they follow a click's (ran.success below): a link that
@@ -33,16 +26,12 @@ from components.relevance.figures import (conservation_md, curves_plot, daf_tabl
 # The session report keeps these results and pins (components.report.session).
 
 DEFAULT_METHODS = ["mambalrp", "gi", "ig", "mambaattr"]
-RULE_LABELS = {"norm": "RMSNorm: detach the normaliser", "silu": "SiLU: x·stopgrad(σ(x))",
-               "ssm": "SSM: detach Ā, B̄, C", "gate": "Gate: half rule"}
 # Presenter view's one plain line in place of the explanation above (components.common: wb-presenter-only).
 PRESENTER_CAPTION = ("Which words made the model give its answer: red pushed it towards the answer, "
                      "blue against it.")
 HUB_LONG_EXAMPLE = ("The secret code is 4817. Remember it, because you will need it at the end. "
                     "Meanwhile the weather turned cold, the trains ran late, and the market was busy "
                     "with people buying bread, apples and coffee before the holiday. The secret code is")
-HELD_SOURCES = {"zoo": "zoo held-out set", "captions": "COCO captions (shipped)", "file": "my sentence file",
-                "sst2": "SST-2 from the hub"}
 TEXT_EXAMPLES = [
     "the plot was dull but the cast was brilliant and the music was lovely",
     "a really charming film with a weak ending",
@@ -52,33 +41,6 @@ TEXT_EXAMPLES = [
 
 
 # ----------------------------------------------------------------------------- colours & rens
-
-def _is_zoo_sentiment_preset(p) -> bool:
-    return p.source == "zoo" and p.path_or_id == "mamba-sentiment"
-
-
-def held_sources_for(preset) -> list[str]:
-    """The held-out sentence sets a text model can run: the organism's own set (planted evidence)
-    for the zoo sentiment organism, the shipped captions for any other model (the zoo's word-level
-    vocabulary would read them as <unk>s), and a file or SST-2 for all."""
-    return (["zoo"] if _is_zoo_sentiment_preset(preset) else ["captions"]) + ["file", "sst2"]
-
-
-def describe(text, methods, rules, target, model) -> dict:
-    """What a pin keeps: the inputs of an explanation (recomputed from the cache), never tensors."""
-    return {"text": text, "methods": list(methods or []), "rules": list(rules or []), "target": target or "",
-            "model": model}
-
-
-def pinned_html(pin: dict, res: dict, normalise: bool, vmax: float | None, template: bool = False) -> str:
-    dropped = [RULE_LABELS[r].split(":")[0] for r in RULES if r not in pin["rules"]]
-    rules = "all MambaLRP rules" if not dropped else "without " + ", ".join(dropped)
-    head = (f"<div class='wb-pinned-head'><b>Pinned</b> · {html.escape(str(pin['model']).split('/')[-1])} · "
-            f"{rules} · target {html.escape(visible(res['target']))} (logit {res['logit']:.3f}) · "
-            f"“{html.escape(pin['text'][:80])}”</div>")
-    return f"<div class='wb-pinned' style='border-top:2px dashed #9ca3af;margin-top:6px;padding-top:4px'>{head}" \
-           f"{heatmap_html(res, normalise, vmax=vmax, template=template)}</div>"
-
 
 def refuse_unreadable(image: gr.Image) -> gr.Image:
     """Refuse an upload past the image bound from its header, and one Pillow cannot read (a damaged
@@ -100,55 +62,6 @@ def refuse_unreadable(image: gr.Image) -> gr.Image:
 
     image.preprocess = preprocess
     return image
-
-
-def _guard(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except (svc.InputError, S.DataError) as e:
-        fail(str(e))
-
-
-def heldout_note(hres: dict) -> str:
-    """What data and targets the held-out numbers come from."""
-    src = {"zoo": "the zoo organism's held-out sentences (planted evidence words)",
-           "sst2": "SST-2 validation sentences from the hub", "file": "your sentence file",
-           "captions": "COCO 2014 captions shipped with the app (assets/data/nemo, MIT; no labels)"}
-    parts = [f"**Data:** {src.get(hres.get('source', 'zoo'), hres.get('source'))} · {hres['n']} sentences"]
-    if hres.get("source") == "zoo":
-        parts.append("**Target:** the label the organism prefers for each sentence")
-    elif hres.get("target") == "label":
-        words = ", ".join(f"{html.escape(k)} → {md_code(visible(v))}" for k, v in hres["label_tokens"].items())
-        parts.append(f"**Target:** each sentence's label word ({words})")
-    elif hres.get("target") == "predicted":
-        top = ", ".join(f"{md_code(visible(k))} ×{v}" for k, v in list(hres["targets_used"].items())[:6])
-        parts.append(f"**Target:** the model's own next-token prediction ({top})")
-    if hres.get("suffix"):
-        parts.append(f"**Prompt after each sentence:** {md_code(hres['suffix'])} (its tokens are never removed)")
-    if hres.get("neutral"):
-        parts.append(f"Removed tokens are replaced by {md_code(hres['neutral'])}.")
-    if hres.get("skipped"):
-        parts.append("Skipped: " + ", ".join(f"{v} ({k})" for k, v in hres["skipped"].items()) + ".")
-    for note in hres.get("notes", []):
-        parts.append(f"<span class='wb-muted'>{html.escape(note)}</span>")
-    if hres.get("source") != "zoo":
-        parts.append("<span class='wb-muted'>No planted evidence here, so no precision@k. The paper's "
-                     "ΔA^F figures are for Mamba-130M fine-tuned on SST-2; a base checkpoint explains "
-                     "its own next-token predictions.</span>")
-    return "  \n".join(parts)
-
-
-def read_heldout(data: str, upload) -> list[dict]:
-    """The sentences the held-out section runs on: an uploaded file or SST-2 from the hub."""
-    if data == "sst2":
-        return S.load_sst2()
-    if data == "captions":
-        return S.load_captions()
-    if not upload:
-        raise S.DataError("Upload a sentence file (one per line, or CSV/TSV/JSONL with a 'sentence' or "
-                          "'text' column and an optional 'label').")
-    path = upload if isinstance(upload, str) else getattr(upload, "name", None) or upload.get("path")
-    return S.read_sentences(path)
 
 
 def build(ctx) -> None:
@@ -215,13 +128,7 @@ def build(ctx) -> None:
         summary = gr.JSON(label="Result (raw)", open=False, elem_id="rel-result")
 
     def run_text(t, ms, rs, tgt, norm, model_id=None, progress=gr.Progress()):
-        _guard(svc.check_text_request, t, ms, rs)  # a refused text waits for no model load
-        progress(0.1, desc="loading model")
-        m = _guard(svc.load_text, source, model_id, lambda f, d: progress(0.1 + 0.2 * f, desc=d))
-        progress(0.3, desc="explaining")
-        res = _guard(svc.explain_text, m, t, ms, rs, tgt or None)
-        jpath, ppath = export_text(res)
-        return heatmap_html(res, norm), position_plot(res, norm), conservation_md(res), jpath, ppath, res
+        return H.explain(source, t, ms, rs, tgt, norm, model_id, progress)
 
     text_out = [heat, bars, cons, jfile, pfile, summary]
     text_in = [text, methods, rules, target, model]
@@ -238,18 +145,10 @@ def build(ctx) -> None:
     on_first_open(ctx, first_view, [text, methods, rules, target, normalise, model], text_out)
 
     def pair(p, res, norm, tpl=False):
-        """The current heatmap and the pinned one, on one scale when not normalised per method."""
-        if not p or not res:
-            return (heatmap_html(res, norm, template=tpl) if res else gr.skip()), ""
-        m = _guard(svc.load_text, source, p["model"])
-        pres = _guard(svc.explain_text, m, p["text"], p["methods"], p["rules"], p["target"] or None)
-        vmax = max(max_abs(res, tpl), max_abs(pres, tpl))
-        return heatmap_html(res, norm, vmax=vmax, template=tpl), pinned_html(p, pres, norm, vmax, tpl)
+        return H.with_pin(source, p, res, norm, tpl)
 
     def do_pin(last_inputs, res, norm, tpl=False):
-        if not last_inputs or not res:
-            fail("Explain a text first, then pin it.")
-        return (last_inputs, *pair(last_inputs, res, norm, tpl))
+        return H.pin(source, last_inputs, res, norm, tpl)
 
     ran.success(describe, text_in, [last], queue=False, api_name=False).then(
         pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
@@ -258,9 +157,7 @@ def build(ctx) -> None:
     tpl_scale.change(pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
                      **model_event(api_name=False))
 
-    def redraw_bars(res, norm, tpl):
-        """The bars under the same rule as the heatmap: template tokens in or out with the toggle."""
-        return position_plot(res, norm, template=bool(tpl)) if res else gr.skip()
+    redraw_bars = H.bars
 
     tpl_scale.change(redraw_bars, [summary, normalise, tpl_scale], bars, show_progress="hidden", queue=False,
                      api_name=False)
@@ -268,8 +165,7 @@ def build(ctx) -> None:
                 api_name="rel_redraw_bars", api_visibility="private")
     keep_on_failure(pin_btn.click(do_pin, [last, summary, normalise, tpl_scale], [pin, heat, pinned],
                                   **model_event(api_name=False)), [pin, heat, pinned])
-    unpin_btn.click(lambda res, norm, tpl: (None, heatmap_html(res, norm, template=tpl) if res else gr.skip(), ""),
-                    [summary, normalise, tpl_scale], [pin, heat, pinned], queue=False, api_name=False)
+    unpin_btn.click(H.unpin, [summary, normalise, tpl_scale], [pin, heat, pinned], queue=False, api_name=False)
 
     # ---------------------------------------------------------------- held-out evaluation
     with gr.Accordion("Held-out evaluation: faithfulness (ΔA^F) and conservation", open=False,
@@ -320,48 +216,19 @@ def build(ctx) -> None:
 
     def run_heldout(ms, n, data=None, upload=None, tgt="predicted", words="", suffix="", model_id=None,
                     progress=gr.Progress()):
-        n = bounds.check(bounds.REL_SENTENCES, n)
-        m = _guard(svc.load_text, source, model_id)
-        report = lambda f, d: progress(f, desc=d)  # noqa: E731
-        data = data or held_sources[0]
-        if data == "zoo":
-            res = dict(_guard(svc.heldout_sentiment, m, ms, n, progress=report), source="zoo")
-        else:
-            progress(0.02, desc="reading sentences")
-            items = _guard(read_heldout, data, upload)
-            res = _guard(svc.heldout_sentences, m, items, ms, target=tgt or "predicted", label_words=words,
-                         suffix=suffix, n=n, source=data, progress=report)
-        return daf_table(res), curves_plot(res), scatter_plot(res), heldout_note(res), res
+        return H.heldout(source, held_sources[0], ms, n, data, upload, tgt, words, suffix, model_id, progress)
 
-    def sentence_table(res):
-        df, kinds = sentence_frame(res)
-        path = exports.hand_out(lambda d: df.to_csv(d / "sentences.csv", index=False) or d / "sentences.csv")
-        return (gr.update(value=df, datatype=kinds, column_widths=sentence_widths(df.columns), visible=True), "",
-                path)
+    sentence_table = H.sentence_table
 
     def open_sentence(res, norm, evt: gr.SelectData):
-        """A selected row (after any sort: its '#' cell says which sentence) shows that sentence."""
-        if not res or evt is None or not evt.row_value:
-            return gr.skip()
-        try:
-            number = int(evt.row_value[0])
-        except (TypeError, ValueError):
-            return gr.skip()
-        return sentence_html(res, number, norm)
+        return H.open_sentence(res, norm, evt.row_value if evt is not None else None)
 
     # the file, label words and prompt only matter for sentences of the user's or SST-2
     held_data.change(lambda d: gr.update(visible=d not in ("zoo", "captions")), [held_data], [held_own],
                      api_name=False)
 
     def held_for_model(model_id):
-        """A newly picked text model gets the sentence sets it can run (an unreadable pick says why
-        when it is used)."""
-        try:
-            options = held_sources_for(svc.pick_text(source, model_id or None).preset)
-        except svc.InputError:
-            return gr.skip(), gr.skip()
-        return (gr.update(choices=[(HELD_SOURCES[k], k) for k in options], value=options[0]),
-                gr.update(visible=options[0] not in ("zoo", "captions")))
+        return H.held_choices(source, model_id)
 
     model.change(held_for_model, model, [held_data, held_own], queue=False, show_progress="hidden",
                  api_visibility="private")
@@ -403,14 +270,7 @@ def build(ctx) -> None:
         long_md = gr.Markdown(long_note(source, None, hub), elem_id="rel-long-model")
 
     def run_long(t, ms, model_id=None, progress=gr.Progress()):
-        progress(0.2, desc="explaining")
-        # a checkpoint or the visitor's own model is explained itself; a zoo text organism hands the
-        # run to the zoo long-range organism (the section's line under the button says which)
-        m = _guard(svc.load_text, source, model_id) if hub or long_on_pick(source, model_id) else svc.load_longrange()
-        res = _guard(svc.longrange, m, t, ms)
-        mark = {meth: {d["position"] for d in tops} for meth, tops in res["top_tokens"].items()}
-        return heatmap_html(res, True, mark), longrange_plot(res), {"model": m.model_id, "target": res["target"],
-                                                                     "top_tokens": res["top_tokens"]}
+        return H.longrange(source, hub, t, ms, model_id, progress)
 
     long_out = [lr_heat, lr_plot, lr_json]
     model.change(lambda k: (model_line(source, k, hub), long_note(source, k, hub)), model, [model_md, long_md],
@@ -457,24 +317,12 @@ def build(ctx) -> None:
         if not img_ok:
             gr.Markdown("<span class='wb-muted'>The image organism is not built.</span>")
 
-    def load_example(i):
-        return _guard(svc.example_image, svc.load_image(), bounds.check(bounds.REL_EXAMPLE, i))
+    load_example = H.example_image
 
     keep_on_failure(ex_btn.click(load_example, [ex_idx], [image], api_name="image_example"), [image])
 
     def run_image(img, ms, rs, progress=gr.Progress()):
-        progress(0.2, desc="explaining")
-        m = svc.load_image()
-        res = _guard(svc.explain_image, m, img, ms, rs)
-        _, path = image_figure(res)
-        logits = ", ".join(f"{k} {v:.2f}" for k, v in res["logits"].items())
-        md = [f"**Prediction:** {res['pred']} (logits: {logits})"]
-        if res["share_in_region"]:
-            md.append("Share of positive relevance inside the object's box: " + ", ".join(
-                f"{LABELS[k]} {100 * v:.0f}%" for k, v in res["share_in_region"].items())
-                      + f" (the box covers {100 * np.mean(res['mask']):.0f}% of the image)")
-        md.append("Σ relevance: " + ", ".join(f"{LABELS[k]} {v:.3f}" for k, v in res["sum_relevance"].items()))
-        return image_plot(res), "\n\n".join(md), path
+        return H.explain_image(img, ms, rs, progress)
 
     image_out = [img_out, img_md, img_file]
     keep_on_failure(img_btn.click(run_image, [image, methods, rules], image_out,

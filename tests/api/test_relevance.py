@@ -243,7 +243,7 @@ def test_views_say_what_they_plot():
     scale; words the zoo vocabulary lacks are named; held-out progress names methods."""
     from backend.lrp import models
     from backend.lrp import service as svc
-    from components.relevance import layout as R
+    from components.relevance import figures as R
 
     lm = models.load(models.LONG_ZOO)
     res = svc.longrange(lm, " ".join(lm.heldout[3]["tokens"][:-1]), ["mambalrp", "gi"])
@@ -289,7 +289,7 @@ def test_views_say_what_they_plot():
 def test_image_heatmaps_give_exact_values_on_hover():
     from backend.lrp import service as svc
     from backend.core.colors import is_themed
-    from components.relevance import layout as R
+    from components.relevance import figures as R
 
     m = svc.load_image()
     res = svc.explain_image(m, svc.example_image(m, 3), ["mambalrp", "gi"])

@@ -59,7 +59,7 @@ def test_standins_are_the_real_classes_and_deterministic(hub, m130):
 
 
 def test_tokens_are_readable_text_with_visible_leading_spaces(svc, m130):
-    from components.relevance import layout as R
+    from components.relevance import figures as R
 
     res = svc.explain_text(m130, TEXT, ["mambalrp", "gi"])
     toks = res["tokens"]
@@ -141,7 +141,7 @@ def test_conservation_is_reported_honestly_with_the_conv_bias_on(svc, m130):
     import copy
 
     from backend.lrp import attribute_text
-    from components.relevance import layout as R
+    from components.relevance import figures as R
 
     res = svc.explain_text(m130, TEXT, ["mambalrp"], target="was")
     ids = torch.tensor([res["ids"]])
@@ -280,7 +280,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
         gi = attribute_text(m.model, ids, target=pred, method="gi")[0].numpy()
         assert np.allclose(r["relevance"]["gi"], gi, atol=1e-5) and len(r["tokens"]) == ids.shape[1]
         assert sum(r["relevance"]["mambalrp"]) == pytest.approx(r["sum_r"]["mambalrp"], rel=1e-5)
-    from components.relevance.layout import sentence_frame, sentence_html
+    from components.relevance.figures import sentence_frame, sentence_html
 
     df, kinds = sentence_frame(res)
     assert list(df["#"]) == [1, 2, 3, 4, 5] and kinds[0] == "number" and kinds[-1] == "number"
