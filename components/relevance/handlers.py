@@ -148,7 +148,7 @@ def unpin(res, normalise, template=False):
     return None, (heatmap_html(res, normalise, template=template) if res else gr.skip()), ""
 
 
-def bars(res, normalise, template):
+def redraw_bars(res, normalise, template):
     """The bars under the same rule as the heatmap: template tokens in or out with the toggle."""
     return position_plot(res, normalise, template=bool(template)) if res else gr.skip()
 

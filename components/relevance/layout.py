@@ -157,7 +157,7 @@ def build(ctx) -> None:
     tpl_scale.change(pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
                      **model_event(api_name=False))
 
-    redraw_bars = H.bars
+    redraw_bars = H.redraw_bars  # its name tells the report a redraw from a new result (report.session)
 
     tpl_scale.change(redraw_bars, [summary, normalise, tpl_scale], bars, show_progress="hidden", queue=False,
                      api_name=False)

@@ -43,10 +43,10 @@ def test_pin_draws_both_on_one_scale_and_unpin_clears(explained):
 
 def test_bars_follow_the_template_toggle(explained):
     res = explained[-1]
-    without, with_template = H.bars(res, True, False), H.bars(res, True, True)
+    without, with_template = H.redraw_bars(res, True, False), H.redraw_bars(res, True, True)
     n_words = len(res["tokens"]) - len(res["template_positions"])
     assert len(without.data[0].x) == n_words and len(with_template.data[0].x) == len(res["tokens"])
-    assert isinstance(H.bars(None, True, False), type(gr.skip()))
+    assert isinstance(H.redraw_bars(None, True, False), type(gr.skip()))
 
 
 def test_refusals_come_before_any_model_load():
