@@ -41,8 +41,10 @@ RANGE_JS = """() => {
     const label = (s.block.querySelector('label, [data-testid=block-info]') || {}).textContent || '';
     el.value = el.dataset.wbLast ?? s.range.value;
     el.dispatchEvent(new Event('input', {bubbles: true}));
-    // a refusal by a pointer press elsewhere (the blur comes first): that press's click computes nothing
-    window.wbSwallowClick = Date.now() - (window.wbPressedAt || 0) < 300;
+    // a refusal by a pointer press elsewhere (the blur comes while the press is down): that press's
+    // click computes nothing. Not a time window since the last press: a Tab soon after a click once
+    // swallowed the user's next click, which then computed nothing
+    window.wbSwallowClick = !!window.wbPressing;
     const box = document.querySelector('#%(box)s textarea, #%(box)s input');
     if (!box) { return; }
     box.value = JSON.stringify({id: s.block.id || '', label: label.trim(), value: v, min: Number(s.range.min),
@@ -82,7 +84,10 @@ RANGE_JS = """() => {
   }, true);
   // the click that took the focus from a refused box computes nothing; a later click (or one after
   // a refusal by Tab or Enter) is the user's next action and goes through
-  document.addEventListener('pointerdown', () => { window.wbPressedAt = Date.now(); }, true);
+  document.addEventListener('pointerdown', () => { window.wbPressing = true; }, true);
+  for (const end of ['pointerup', 'pointercancel']) {
+    document.addEventListener(end, () => { window.wbPressing = false; }, true);
+  }
   document.addEventListener('click', (e) => {
     const swallow = window.wbSwallowClick;
     window.wbSwallowClick = false;

@@ -105,3 +105,23 @@ def test_enter_in_a_number_box_computes_as_tab_does(page, server_url):
     settle(page, LONG)  # its end
     expect(box).to_have_value("0.5")
     assert "scaled × 0.5" in acc.inner_text() and "pruned" not in acc.inner_text()
+
+
+def test_a_refusal_by_tab_soon_after_a_click_lets_the_next_click_compute(page, server_url):
+    """Only the click whose press left a refused box is swallowed. It was any click within 300 ms of
+    the last pointer press: a click elsewhere, a quick fill and Tab, and the user's next click on
+    Analyse computed nothing (a fresh-clone run of the Adapters test saw it)."""
+    open_tab(page, server_url, "math_neurons")
+    acc = page.locator("#mn-acc")
+    expect(acc).to_contain_text("MathNeuro set pruned", timeout=LONG)
+    settle(page, LONG)
+    box = page.locator("#mn-factor input[type=number]")
+    page.click("#mn-explain")  # a press on text: no event of its own
+    box.fill("5")  # at once: well within 300 ms of that press
+    with waits.result_of(page, toast="(got 5). Nothing was computed.", timeout_ms=30_000):
+        box.press("Tab")
+    with waits.block_busy(page, "#mn-acc"):  # the user's next action computes
+        page.click("#mn-run")
+    settle(page, LONG)
+    expect(box).to_have_value("0")
+    assert "pruned" in acc.inner_text()
