@@ -1,7 +1,7 @@
 """Math neurons: MathNeuro's math-specific parameters (Christ et al., 2024), pruned or scaled live."""
 from backend.core import bounds
 
-from components.math_neurons import layout
+from components.math_neurons import layout, words
 from components.math_neurons.tour import TOUR
 from components.math_neurons.tools import math_neurons
 from components.tab import AgentTool, Tab
@@ -15,7 +15,7 @@ TAB = Tab(
     card=("Find the parameters that matter for arithmetic but not for language; prune or scale them and"
           " watch both accuracies move."),
     summary="MathNeuro: find math-specific parameters, prune or scale them, watch math vs non-math accuracy.",
-    explain=layout.EXPLAIN,
+    explain=words.EXPLAIN,
     presenter_caption=layout.PRESENTER_CAPTION,
     link_runs=("mn_evaluate",),  # a deep link reruns the accuracies of its setting (components.links.deep_links)
     report_results={"mn-accfig": "Math and non-math accuracy",

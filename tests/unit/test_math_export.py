@@ -6,19 +6,18 @@ from __future__ import annotations
 import json
 
 from backend.mathneuro import service
-from components.math_neurons import layout as mn
+from components.math_neurons import handlers as H
 
 
 def test_the_first_export_runs_no_model_and_says_what_it_leaves_out(monkeypatch):
-    live, _fig2, _curve, _cons, _ask, export, *_ = mn.make_handlers("zoo")
-    args = ("MathNeuro", 7, 0.0, 8)  # a setting of this test alone: nothing of it is cached yet
-    live(*args)  # the view on screen
+    args = ("zoo", "MathNeuro", 7, 0.0, 8)  # a setting of this test alone: nothing of it is cached yet
+    H.live(*args)  # the view on screen
     scored = []
     real = service.Bench.score
     monkeypatch.setattr(service.Bench, "score", lambda self, *a, **k: scored.append(a[0]) or real(self, *a, **k))
     answered = service.Bench.answers
     monkeypatch.setattr(service.Bench, "answers", lambda self, *a, **k: scored.append("answers") or answered(self, *a, **k))
-    files = export(*args, progress=lambda *a, **k: None)
+    files = H.export(*args)
     assert scored == []  # no evaluation and no sample answers ran for the export: the view's are reused
     state = json.loads(open(next(f for f in files if f.endswith(".json"))).read())
     assert state["figure2"] is None and state["scale_curve"] is None

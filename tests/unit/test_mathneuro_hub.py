@@ -257,11 +257,11 @@ def test_identify_prune_scale_on_gsm8k_and_a_user_file(svc, b, mc_file):
 def test_tab_handlers_in_hub_mode(svc, b, mc_file):
     import gradio as gr
 
-    from components.math_neurons.layout import make_handlers
+    from components.math_neurons import handlers as H
 
-    live, figure2, curve, consistency, ask, export, name_data, _on_model = make_handlers("hub")
+    live, ask = functools.partial(H.live, "hub"), functools.partial(H.ask, "hub")
     visitor = SimpleNamespace(session_hash="test-math-session")  # a set is kept for a session only
-    name_nonmath = functools.partial(name_data("nonmath", "file"), request=visitor)
+    name_nonmath = functools.partial(H.name_data("hub", "nonmath", "file"), request=visitor)
     with pytest.raises(gr.Error, match="name it again"):
         live("MathNeuro", 5, 0.0, 8, "file:0000")
     with pytest.raises(gr.Error, match="Could not read"):
@@ -335,11 +335,11 @@ def test_a_dataset_id_is_refused_offline_and_read_through_datasets(svc, b, monke
     import datasets
     import gradio as gr
 
-    from components.math_neurons.layout import make_handlers
+    from components.math_neurons import handlers as H
 
     with pytest.raises(RuntimeError, match="the hub is off here"):
         svc.register_data("hub", "math", dataset="openai/gsm8k:main@test")
-    name_dataset = functools.partial(make_handlers("hub")[6]("math", "dataset"),
+    name_dataset = functools.partial(H.name_data("hub", "math", "dataset"),
                                      request=SimpleNamespace(session_hash="test-math-session"))
     with pytest.raises(gr.Error, match="Could not read that math dataset: the hub is off"):
         name_dataset("openai/gsm8k:main@test")

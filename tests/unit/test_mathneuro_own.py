@@ -134,7 +134,8 @@ def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
 
     from backend.mathneuro import service
     from components.math_neurons import figures as figures
-    from components.math_neurons import layout as mn
+    from components.math_neurons import handlers as H
+    from components.math_neurons import words
 
     b = service.bench("zoo")
     path = tmp_path / "twelve.jsonl"
@@ -146,8 +147,8 @@ def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
     card = figures.accuracy_html(b.baseline(math=key), r, s, 1000, b.n_ident(s))
     assert "12 math and 64 non-math samples" in card and "64 samples per set" not in card
     plain = "plain text (the tokenizer has no chat template)"
-    text = mn.explain_for(service.pick("zoo", None).preset.__class__("math_neurons", "local", "x", "m", "mine"), plain)
+    text = words.explain_for(service.pick("zoo", None).preset.__class__("math_neurons", "local", "x", "m", "mine"), plain)
     assert "every question in plain text" in text and "its own chat template" not in text
-    assert mn.samples_label(False).endswith("right under the set's rule)")
-    out = mn.make_handlers("zoo")[-1](None, progress=lambda *a, **k: None)
+    assert words.samples_label(False).endswith("right under the set's rule)")
+    out = H.on_model("zoo", None)
     assert out[:2] == (service.DEFAULT_NONMATH, service.DEFAULT_MATH) and out[3:] == (None, None)

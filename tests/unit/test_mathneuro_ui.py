@@ -7,7 +7,7 @@ import pytest
 
 from backend.mathneuro import service
 from components.math_neurons import figures as figures
-from components.math_neurons import layout as mn
+from components.math_neurons import handlers as H
 
 
 @pytest.fixture
@@ -33,22 +33,23 @@ def no_model(monkeypatch):
     (3, "abc", 64, r"scale factor must be between 0 and 2 \(got 'abc'\)"),
 ])
 def test_out_of_range_numbers_are_refused_before_any_model_work(no_model, k, factor, n, message):
-    live, figure2, curve, consistency, ask, export, *_ = mn.make_handlers("zoo")
-    calls = [lambda: live("MathNeuro", k, factor, n), lambda: ask("two plus two ?", "MathNeuro", k, factor, n),
-             lambda: export("MathNeuro", k, factor, n)]
+    calls = [lambda: H.live("zoo", "MathNeuro", k, factor, n),
+             lambda: H.ask("zoo", "two plus two ?", "MathNeuro", k, factor, n),
+             lambda: H.export("zoo", "MathNeuro", k, factor, n), lambda: H.check("MathNeuro", k, factor, n)]
     if factor == 0.0:  # these take K and the sample count only
-        calls += [lambda: figure2(k, n), lambda: curve("MathNeuro", k, n), lambda: consistency(k, n)]
+        calls += [lambda: H.figure2("zoo", k, n), lambda: H.curve("zoo", "MathNeuro", k, n),
+                  lambda: H.consistency("zoo", k, n)]
     for call in calls:
         with pytest.raises(gr.Error, match=message):
             call()
 
 
 def test_the_valid_ends_are_accepted_unchanged():
-    s = mn._setting("Random (same count)", 30, 2, 1)
+    s = H._setting("Random (same count)", 30, 2, 1)
     assert (s.method, s.top_k, s.factor, s.n_samples) == ("random", 0.3, 2.0, 1)
-    s = mn._setting("MathNeuro", "1", "0", "64")
+    s = H._setting("MathNeuro", "1", "0", "64")
     assert (s.top_k, s.factor, s.n_samples) == (0.01, 0.0, 64)
-    assert math.isclose(mn._setting("MathNeuro", 2.5, 1.1, 8).top_k, 0.025)
+    assert math.isclose(H._setting("MathNeuro", 2.5, 1.1, 8).top_k, 0.025)
 
 
 def test_the_export_says_what_it_shows(tmp_path):
