@@ -72,6 +72,11 @@ class Tab:
     report_results: Mapping[str, str] = field(default_factory=dict)
     report_pins: Mapping[str, str] = field(default_factory=dict)
     report_note: str = ""
+    # What a presenter shows first: the key figure's CSS selector (presenter view keeps it whole on the
+    # first screen); and a JavaScript expression true once the tab's first view is drawn, which the
+    # browser tests and benchmarks/first_views.py wait on
+    key_figure: str = ""
+    first_view_drawn: str = ""
     tour: Tour | None = None  # the paper's guided tour (components.tour)
     tools: tuple[AgentTool, ...] = ()
     # ZeroGPU seconds asked for by each model-touching handler of the tab (components.serving.guard):

@@ -24,6 +24,10 @@ TAB = Tab(
                     "pissa-race": "LoRA vs PiSSA race",
                     "pissa-convert-result": "PiSSA to LoRA conversion"},
     report_pins={"pissa-pin": "pissa-spectrum"},
+    key_figure="#pissa-spectrum",
+    first_view_drawn=("document.querySelector('#pissa-spectrum .js-plotly-plot') && document.querySelector('#pissa-hist .js-plotly-plot')"
+                      " && document.querySelector('#pissa-race-live .wb-race-live svg')"
+                      " && document.querySelector('#pissa-race-live .wb-race-live').offsetHeight > 100"),
     tour=TOUR,
     tools=(AgentTool(pissa_layers, reads_model=True, intervention=False,
                      cost="loads the model once, then milliseconds"),

@@ -23,6 +23,10 @@ TAB = Tab(
                     "features-steer-many-out": "Steering several features at once",
                     "features-contrast-plot": "Features that tell two image sets apart"},
     report_pins={"features-pin": "features-steer-out"},
+    key_figure="#features-overlay",
+    # a model and SAE without an index (hub mode before a build) open on the instructions to build one
+    first_view_drawn=("[...document.querySelectorAll('#features-overlay img')].some(i => i.complete && i.naturalWidth)"
+                      " || document.querySelector('#features-noindex')"),
     tour=TOUR,
     tools=(AgentTool(find_features, reads_model=False, intervention=False,
                      cost="milliseconds (reads the feature index)",

@@ -24,6 +24,8 @@ TAB = Tab(
                     "mn-cons": "Consistency across sample sizes",
                     "mn-ask-out": "Ask the model"},
     report_pins={"mn-pin": "mn-accfig"},
+    key_figure="#mn-accfig",
+    first_view_drawn="document.querySelector('#mn-accfig .js-plotly-plot')",
     tour=TOUR,
     tools=(AgentTool(math_neurons, reads_model=True, intervention=True,
                      cost="seconds on the zoo, a minute or more at 1B",

@@ -26,6 +26,9 @@ TAB = Tab(
                     "memo-batch-table": "Batch detection",
                     "memo-table": "Memorized prompts"},
     report_pins={"memo-pin": "memo-gallery"},
+    key_figure="#memo-compare",
+    first_view_drawn=("document.querySelector('#memo-score .wb-card') && document.querySelector('#memo-z .js-plotly-plot')"
+                      " && document.querySelector('#memo-compare img')"),
     tour=TOUR,
     tools=(AgentTool(check_memorization, reads_model=True, intervention=False,
                      cost="a noise step per seed, about a second"),

@@ -9,4 +9,6 @@ TAB = Tab(
     build=layout.build,
     summary="What the workbench is and what it is running on.",
     gpu_seconds=120,
+    key_figure="#tab-overview .wb-card",
+    first_view_drawn="document.querySelector('#tab-overview .wb-card')",
 )

@@ -20,6 +20,9 @@ TAB = Tab(
                     "rel-curves": "Faithfulness on held-out sentences",
                     "rel-long-plot": "Long-range relevance"},
     report_pins={"rel-pin": "rel-bars"},
+    key_figure="#rel-heatmap",
+    first_view_drawn=("document.querySelector('#rel-heatmap .wb-token')"
+                      " && document.querySelector('#rel-bars .js-plotly-plot')"),
     tour=TOUR,
     tools=(AgentTool(token_relevance, reads_model=True, intervention=True,
                      cost="about a second per method"),),

@@ -9,4 +9,6 @@ TAB = Tab(
     build=layout.build,
     summary="Each paper's main finding, step by step, computed live on the zoo models.",
     gpu_seconds=180,
+    key_figure="#tour-figure",
+    first_view_drawn="document.querySelector('#tour-figure .js-plotly-plot')",
 )

@@ -1,6 +1,7 @@
 """The app served on 127.0.0.1 in a child process; Debian Chromium via playwright."""
 import pytest
 
+from components import tabs
 from tests.conftest import ARTIFACTS, artifact
 from tests.helpers.browser import chromium_page
 from tests.helpers.server import serve
@@ -33,21 +34,8 @@ def page(server_url):
         yield p
 
 
-# The tab's first view is on the page (JS, true when computed).
-FIRST_VIEW = {
-    "overview": "document.querySelector('#tab-overview .wb-card')",
-    "relevance": "document.querySelector('#rel-heatmap .wb-token') && document.querySelector('#rel-bars .js-plotly-plot')",
-    # a model and SAE without an index (hub mode before a build) open on the instructions to build one
-    "features": "[...document.querySelectorAll('#features-overlay img')].some(i => i.complete && i.naturalWidth)"
-                " || document.querySelector('#features-noindex')",
-    "memorization": "document.querySelector('#memo-score .wb-card') && document.querySelector('#memo-z .js-plotly-plot')"
-                    " && document.querySelector('#memo-compare img')",
-    "math_neurons": "document.querySelector('#mn-accfig .js-plotly-plot')",
-    "adapters": "document.querySelector('#pissa-spectrum .js-plotly-plot') && document.querySelector('#pissa-hist .js-plotly-plot')"
-                " && document.querySelector('#pissa-race-live .wb-race-live svg')"
-                " && document.querySelector('#pissa-race-live .wb-race-live').offsetHeight > 100",
-    "tour": "document.querySelector('#tour-figure .js-plotly-plot')",
-}
+# Once true in the page, the tab's first view is drawn: each tab declares it (components.tab.Tab)
+FIRST_VIEW = {t.id: t.first_view_drawn for t in tabs() if t.first_view_drawn}
 
 
 def first_view(page, tab_id: str, timeout_ms: int = 120_000):

@@ -3,12 +3,12 @@
 fourth method cut) and Memorization's comparison to 930 px (1,018 px at 1440×900)."""
 import pytest
 
+from components import tabs
 from tests.e2e.conftest import first_view, settle, shot
 from tests.helpers.browser import chromium_page
 
 pytestmark = pytest.mark.timeout(600)
-KEY_FIGURE = {"relevance": "#rel-heatmap", "features": "#features-overlay", "memorization": "#memo-compare",
-              "math_neurons": "#mn-accfig", "adapters": "#pissa-spectrum"}
+KEY_FIGURE = {t.id: t.key_figure for t in tabs() if t.paper}  # the papers' tabs (components.tab.Tab)
 
 
 @pytest.mark.parametrize("width,height", [(1000, 800), (1440, 900)])

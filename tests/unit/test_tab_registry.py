@@ -37,7 +37,8 @@ def build(ctx):
 
 TAB = Tab(id="saliency", title="Saliency", order=7, build=build, paper="Gradient×Input (Shrikumar et al., 2016)",
           card="Which inputs move the output, by gradient times input.", summary="Saliency: a test tab.",
-          link_runs=("sal_run",), report_results={"sal-out": "Saliency"},
+          link_runs=("sal_run",), report_results={"sal-out": "Saliency"}, key_figure="#sal-out",
+          first_view_drawn="document.querySelector('#sal-out textarea').value",
           tour=Tour("saliency", "Saliency — a test tour", "mamba-sentiment", [Step("one", lambda: None)]),
           tools=(AgentTool(shout, reads_model=False, intervention=False, cost="none"),), gpu_seconds=77)
 '''
@@ -96,3 +97,16 @@ def test_a_tab_whose_id_is_not_its_package_name_is_refused(tmp_path, monkeypatch
     finally:
         components._discovered.cache_clear()
         sys.modules.pop("components.other", None)
+
+
+def test_every_tab_declares_its_key_figure_and_first_view_on_its_own_page():
+    """The browser tests, the presenter-view check and the first-view benchmark read these from the
+    registry (tests/e2e/conftest.FIRST_VIEW, test_layout, test_key_figure_fits): a key figure is an
+    element the built app has."""
+    import app
+
+    demo = app.build_app("zoo")
+    ids = {b.elem_id for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+    for t in components.tabs():
+        assert t.key_figure.startswith("#") and t.first_view_drawn, t.id
+        assert t.key_figure[1:].split(" ")[0] in ids, (t.id, t.key_figure)
