@@ -22,6 +22,7 @@ from components.relevance.figures import (conservation_md, curves_plot, daf_tabl
                                           position_plot, scatter_plot, sentence_frame, sentence_html,
                                           sentence_widths)
 from components.relevance.models import long_on_pick
+from components.report import redraw
 from components.serving import exports
 
 Progress = Callable[..., Any]
@@ -148,6 +149,7 @@ def unpin(res, normalise, template=False):
     return None, (heatmap_html(res, normalise, template=template) if res else gr.skip()), ""
 
 
+@redraw
 def redraw_bars(res, normalise, template):
     """The bars under the same rule as the heatmap: template tokens in or out with the toggle."""
     return position_plot(res, normalise, template=bool(template)) if res else gr.skip()

@@ -157,8 +157,7 @@ def build(ctx) -> None:
     tpl_scale.change(pair, [pin, summary, normalise, tpl_scale], [heat, pinned], show_progress="hidden",
                      **model_event(api_name=False))
 
-    redraw_bars = H.redraw_bars  # its name tells the report a redraw from a new result (report.session)
-
+    redraw_bars = H.redraw_bars  # declared a redraw: the report keeps the explanation's record
     tpl_scale.change(redraw_bars, [summary, normalise, tpl_scale], bars, show_progress="hidden", queue=False,
                      api_name=False)
     ran.success(redraw_bars, [summary, normalise, tpl_scale], bars, show_progress="hidden", queue=False,

@@ -128,9 +128,10 @@ def install(demo: gr.Blocks, links, source: str) -> int:
             bf.fn = _wrap(bf.fn, functools.partial(_on_pin, tab, pin))
         elif tab == TOUR_TAB and any(getattr(c, "elem_id", None) == TOUR_KEY for c in bf.outputs or []):
             bf.fn = _wrap(bf.fn, functools.partial(_on_tour, bf))
-        # a redraw (`redraw_*`: the same result under another view rule, e.g. Relevance's bars with
-        # the template tokens in) is not a new result: the record of the computation stays
-        elif keys and name != "<lambda>" and not name.startswith("redraw") and "pin" not in name \
+        # a redraw (declared with components.report.redraw: the same result under another view rule)
+        # is not a new result: the record of the computation stays
+        elif keys and name != "<lambda>" and not getattr(_inner(bf.fn), "report_redraw", False) \
+                and "pin" not in name \
                 and not any("pin" in t for t in triggers):
             bf.fn = _wrap(bf.fn, functools.partial(_on_result, bf, tab, keys[0], results[keys[0]], mod, on_load))
         elif tracked and not on_load:
