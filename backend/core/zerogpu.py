@@ -40,7 +40,7 @@ import math
 import os
 import pickle
 import time
-from typing import Callable
+from typing import Callable, ParamSpec, TypeVar, overload
 
 from . import costs, limits, spaces_pkg
 from .bounds import call_cap, check_cost
@@ -261,8 +261,22 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
     return g
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@overload
+def gpu(fn: Callable[P, R], *, duration: float | Callable = ..., estimate: bool = ...) -> Callable[P, R]: ...
+
+
+@overload
+def gpu(fn: None = None, *, duration: float | Callable = ...,
+        estimate: bool = ...) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
 def gpu(fn: Callable | None = None, *, duration: float | Callable = 60, estimate: bool = True):
-    """`estimate=False`: `duration` is an allowance (a handler's), not an estimate of this call's
+    """`fn` marked as a GPU call, its signature kept for the type checker (the overloads above).
+    `estimate=False`: `duration` is an allowance (a handler's), not an estimate of this call's
     cost, so it is not checked against the per-call cap."""
     duration = _safe(duration)
 
