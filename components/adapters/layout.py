@@ -11,7 +11,8 @@ from components.adapters.common import _call
 from components.adapters.convert import conversion_md
 from components.adapters.errors import ERROR_COLUMNS, errors
 from components.adapters.race import run_race, race_in_page, stop_race
-from components.adapters.spectrum import analyse, on_model_change, pin_label, spectrum_figure
+from components.adapters import spectrum
+from components.adapters.spectrum import analyse, on_model_change
 from components.inputs import enter
 from components.common import fail, model_event, on_first_open
 from components.inputs.fields import CheckedNumber, bounded_slider, checked_radio, keep_on_failure
@@ -183,16 +184,8 @@ def build(ctx) -> None:
     # A number typed past a slider's range: components.serving.range_guard refuses it in the browser.
 
     # Compare (a pinned datapoint): the pin is the shown analysis's numbers; no model work.
-    def pin(current):
-        if not current:
-            fail("Nothing to pin yet: analyse a layer first.")
-        return current, spectrum_figure(current, current), f"{pin_label(current)} (dotted in the spectrum)"
-
-    def unpin(current):
-        return None, (spectrum_figure(current) if current else gr.skip()), ""
-
-    pin_btn.click(pin, shown, [pinned, spec_plot, pin_md], api_visibility="private", show_progress="hidden")
-    unpin_btn.click(unpin, shown, [pinned, spec_plot, pin_md], api_visibility="private", show_progress="hidden")
+    pin_btn.click(spectrum.pin, shown, [pinned, spec_plot, pin_md], api_visibility="private", show_progress="hidden")
+    unpin_btn.click(spectrum.unpin, shown, [pinned, spec_plot, pin_md], api_visibility="private", show_progress="hidden")
     # Stop goes straight to the server, not through the queue behind other requests, and with no
     # progress overlay: its answer is the message
     # The page's Stop is handled by the live view (a server function: a Gradio event would make the

@@ -159,3 +159,13 @@ def on_model_change(key, progress=gr.Progress()):
         default = wanted if wanted in names else default
     return gr.update(choices=names, value=default), gr.update()
 
+
+def pin(current):
+    """Compare: the pin is the shown analysis's numbers (describe_analysis), drawn dotted; no model work."""
+    if not current:
+        fail("Nothing to pin yet: analyse a layer first.")
+    return current, spectrum_figure(current, current), f"{pin_label(current)} (dotted in the spectrum)"
+
+
+def unpin(current):
+    return None, (spectrum_figure(current) if current else gr.skip()), ""

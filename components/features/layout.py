@@ -8,16 +8,15 @@ from __future__ import annotations
 import html
 
 import gradio as gr
-import pandas as pd
 
 from backend.core import presets as P
 from backend.sae import analysis, loading, organism, pages
-from components.links import deep_links as links
 from components.inputs import enter
-from components.common import fail, model_event, on_first_open
+from components.common import model_event, on_first_open
 from components.features import contrast
+from components.features import handlers as H
 from components.features.index_build import _build_note, _summary_md, build_index, cancel_index, load_own
-from components.features.pages import (_empty_page, _explain, _org, ask_model, clamp_limit, firing_columns,
+from components.features.pages import (_explain, ask_model, clamp_limit, firing_columns,
                                       list_features, open_feature, reopen_feature, sorts_of)
 from components.features.steering import (POSITION_CHOICES, _steering_explain, analyse, input_label, link_note, pin,
                                           scene_picker, steer, steer_many, upload_label)
@@ -213,14 +212,7 @@ def build(ctx) -> None:
                 many_json = gr.JSON(label="several clamps")
     pinned = gr.State(None)  # the pinned steering result: a small dict of text, never tensors
 
-    def clamp_for(source_, fid):
-        """A newly typed feature gets its own default clamp value, not the previous feature's."""
-        org_ = _org(source_)
-        if fid is None or not 0 <= int(fid) < org_.n_features:
-            return gr.skip()
-        return analysis.default_clamp_value(org_, int(fid))
-
-    steer_feat.input(clamp_for, [source, steer_feat], steer_val, queue=False, show_progress="hidden",
+    steer_feat.input(H.clamp_for, [source, steer_feat], steer_val, queue=False, show_progress="hidden",
                      api_visibility="private")
 
     page_outputs = [header, gal_overlay, gal_dim, hist, concepts, json_file, png_file, page_data, patch_plot,
@@ -231,15 +223,7 @@ def build(ctx) -> None:
     keep_on_failure(query.submit(list_features, [source, query, sort], table, api_name="features_list"), [table])
     keep_on_failure(sort.change(list_features, [source, query, sort], table, api_visibility="private"), [table])
 
-    def pick_row(source_, rows, evt: gr.SelectData):
-        r = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
-        try:
-            fid = int(rows.iloc[r, 0]) if hasattr(rows, "iloc") else int(rows[r][0])
-        except Exception:
-            fail("Pick a row of the feature list.")
-        return open_feature(source_, fid)
-
-    keep_on_failure(table.select(pick_row, [source, table], page_outputs, api_visibility="private"), page_outputs)
+    keep_on_failure(table.select(H.pick_row, [source, table], page_outputs, api_visibility="private"), page_outputs)
     built = build_btn.click(build_index, [source, build_files, build_folder],
                             [build_status, table, feat, summary, source], **model_event(api_name="build_index"))
     keep_on_failure(built, [build_status, table, feat, summary, source])
@@ -262,60 +246,25 @@ def build(ctx) -> None:
                     many_out)
     keep_on_failure(pin_btn.click(pin, [steer_json], [pinned, pinned_md], api_name="pin_steering"),
                     [pinned, pinned_md])
-    unpin_btn.click(lambda: (None, ""), None, [pinned, pinned_md], api_visibility="private")
+    unpin_btn.click(H.unpin, None, [pinned, pinned_md], api_visibility="private")
     default_source = gr.State(ctx.source)
     load_out = [source, own_md, summary, build_acc, build_note, ask_btn, table, feat, steer_feat, steer_explain]
     loaded = own_btn.click(load_own, [default_source, own_vlm, own_sae, own_hook], load_out,
                            **model_event(api_name="features_load"))
     keep_on_failure(loaded, load_out)  # every output: a failed load leaves no Error badge on any
 
-    def planted_views(source_):
-        """Planted concepts (their IoU plot, the search by concept, zeroing rival features of a
-        family) exist for the zoo organism only: a loaded model and SAE show them or hide them."""
-        org_ = loading.get_organism(source_)
-        planted = not org_.is_hub
-        return (_explain(org_), gr.update(visible=planted), gr.update(visible=planted, value=planted and defaults["suppress"]),
-                gr.update(choices=sorts_of(org_), value="IoU" if planted else "density"),
-                gr.update(label="search concept" if planted else "search label or id",
-                          placeholder="e.g. red, circle, striped" if planted else "a feature id"),
-                gr.update(**scene_picker(org_)), gr.update(label=upload_label(org_)), link_note(org_),
-                gr.update(label=input_label(org_)),
-                gr.update(label="image given to the model" if org_.is_hub else "scene given to the captioner"))
-
-    loaded.success(planted_views, source, [explain, concepts, suppress, sort, query, example, upload, link_md, shown,
+    loaded.success(H.planted_views, source, [explain, concepts, suppress, sort, query, example, upload, link_md, shown,
                                            steer_img],
                    queue=False,
                    show_progress="hidden", api_visibility="private")
 
-    def cleared(source_):
-        """The last analysis and steering were another model's: blank them (a pinned result stays,
-        for comparison), with the firing table's columns for the model now loaded."""
-        again = "<span class='wb-muted'>A new model and SAE are loaded: run this again to see theirs.</span>"
-        return (None, again, [], pd.DataFrame(columns=firing_columns(loading.get_organism(source_))), "", None,
-                None, again, None)
-
-    loaded.success(cleared, source, analysis_out + steer_out, queue=False, show_progress="hidden",
+    loaded.success(H.cleared, source, analysis_out + steer_out, queue=False, show_progress="hidden",
                    api_visibility="private")
     keep_on_failure(loaded.success(reopen_feature, [source, feat], page_outputs, api_visibility="private"),
                     page_outputs)
 
     def first_view(source_):
-        """The tab's first page: the feature a link names (`feature=ID`, or the tab's own
-        `features-id`), else the top one. A link's ids and clamp value stand as restored."""
-        params = links.current_query()
-        wanted = params.get("feature", params.get("features-id"))
-        fid = first_id
-        if wanted is not None:
-            raw = links.decode(wanted)
-            fid = raw if isinstance(raw, int) and not isinstance(raw, bool) else first_id
-            if not 0 <= fid < n_features:
-                fid = first_id
-        org_ = _org(source_)
-        # the instructions when there is no index, never an error toast on first opening
-        out = _empty_page(org_, fid) if org_.index is None else open_feature(source_, fid)
-        if links.carries("features-"):  # feat, steer_feat, steer_val: the link's restored values
-            out = (*out[:-3], gr.skip(), gr.skip(), gr.skip())
-        return out
+        return H.first_view(source_, first_id)
 
     # Drawn when the tab is first opened, as every tab's first view is (it was computed, export files
     # and all, at every page load, for visitors who never opened the tab). A feature page reads the
