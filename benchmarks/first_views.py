@@ -22,11 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from components import tabs  # noqa: E402
 from tests.e2e.conftest import FIRST_VIEW, settle  # noqa: E402
 from tests.helpers.browser import chromium_page, close  # noqa: E402
 from tests.helpers.server import serve  # noqa: E402
 
-TABS = ["relevance", "features", "memorization", "math_neurons", "adapters", "tour"]
+TABS = [t.id for t in tabs() if t.id != "overview"]  # every tab that computes a first view
 
 
 def one(tab: str, kept: bool, early: bool) -> float:

@@ -5,6 +5,7 @@ import gradio as gr
 import pytest
 
 import app
+import components
 from backend.core.presets import PresetError
 from components.serving import guard
 
@@ -213,10 +214,11 @@ def test_a_model_events_pick_is_found_among_its_arguments_as_gradio_passes_them(
         name = params[at].name if at < len(params) else params[-1].name  # past the last: its *args
         assert name in ("model", "model_id", "key", "vlm", "source", "args"), (f.api_name, name)
         picks.setdefault(tab, []).append(f.api_name)
-    assert set(picks) == {"relevance", "features", "memorization", "math_neurons", "adapters"}, picks
+    papers = {t.id for t in components.tabs() if t.paper}
+    assert set(picks) == papers, picks
     # the Features tab's pick is its session's source: its own VLM comes with its own SAE
     assert {"analyse_image", "steer", "build_index", "ask_model"} <= set(picks["features"]), picks
-    assert set(preload._PICKS) == {"relevance", "features", "memorization", "math_neurons", "adapters"}
+    assert set(preload._PICKS) == papers
 
 
 def test_a_model_calls_limit_counts_its_wait_at_the_load_gate(monkeypatch):

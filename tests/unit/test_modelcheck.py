@@ -6,6 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+import components
 from backend.core import modelcheck as mc
 from backend.core import presets as P
 from backend.core.modelcheck import ModelCheckError, check_model
@@ -266,7 +267,7 @@ def test_a_pipeline_component_from_a_diffusers_pipeline_module_is_not_remote_cod
 def test_each_method_package_declares_its_rule_and_a_new_rule_is_used(root, monkeypatch):
     """The five tabs' rules come from their own packages, in the tabs' order; a method that registers
     a rule is checked by it, listed by fitting_methods and named when a method is unknown."""
-    assert mc.methods() == ("relevance", "features", "memorization", "math_neurons", "adapters")
+    assert mc.methods() == tuple(t.id for t in components.tabs() if t.paper)
     assert [r.problem.__module__ for r in mc.rules()] == [
         f"backend.{pkg}.rules" for pkg in ("lrp", "sae", "nemo", "mathneuro", "pissa")]
     assert mc.method_rule("features").architectures[0] == "LlavaForConditionalGeneration"
