@@ -256,7 +256,7 @@ def first_view(source: str, *args):
     """The default setting's accuracies and the data card (`args`: the live controls). In hub mode
     without a non-math set (or with a model that cannot load) the data card says what is missing
     instead of an error toast; a deep link computes its own setting once its values are restored."""
-    skips = tuple(gr.skip() for _ in range(5))
+    skips = (gr.skip(),) * 5  # live's five outputs: card, figure, samples, layers, the shown numbers
     if source == "hub":
         try:
             info = service.describe(_bench(source), args[4], args[7])

@@ -20,8 +20,6 @@ from components.math_neurons.words import ASK_EXAMPLES, ask_label, explain_for, 
 from components.serving import range_guard
 
 NONMATH_TYPES = [".jsonl", ".json", ".csv", ".tsv", ".txt"]
-K_RANGE, FACTOR_RANGE, N_RANGE = H.K_RANGE, H.FACTOR_RANGE, H.N_RANGE
-DEFAULTS = H.DEFAULTS
 
 PRESENTER_CAPTION = ("<div class='wb-explain'>Switch off the few weights that matter only for math: "
                      "arithmetic breaks, everything else still works.</div>")
@@ -99,10 +97,10 @@ def build(ctx) -> None:
     with gr.Row(elem_classes=["wb-presenter-row"]):
         with gr.Column(scale=1, min_width=280):
             method = gr.Radio(list(METHOD_LABELS), value="MathNeuro", label="Method", elem_id="mn-method")
-            k_pct = Bounded(*K_RANGE, value=DEFAULTS["k"], step=1, label="K: top % per weight matrix", elem_id="mn-k")
-            factor = Bounded(*FACTOR_RANGE, value=DEFAULTS["factor"], step=0.05,
+            k_pct = Bounded(*H.K_RANGE, value=H.DEFAULTS["k"], step=1, label="K: top % per weight matrix", elem_id="mn-k")
+            factor = Bounded(*H.FACTOR_RANGE, value=H.DEFAULTS["factor"], step=0.05,
                              label="Scale factor (0 = prune, 1 = unmodified)", elem_id="mn-factor")
-            n_samples = Bounded(*N_RANGE, value=DEFAULTS["n"], step=1, elem_classes=["wb-advanced"],
+            n_samples = Bounded(*H.N_RANGE, value=H.DEFAULTS["n"], step=1, elem_classes=["wb-advanced"],
                                 label="Samples per set (math, non-math) to find the weights", elem_id="mn-n")
             for sl, r in ((k_pct, bounds.MATH_K), (factor, bounds.MATH_FACTOR), (n_samples, bounds.MATH_SAMPLES)):
                 range_guard.declare(sl.elem_id, r)
