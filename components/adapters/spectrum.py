@@ -15,6 +15,7 @@ from components.links import deep_links as links
 from components.adapters.common import COLORS, _call, _exported, _write_json, export_name
 from components.common import fail, themed
 from components.mpl import pyplot
+from components.report import redraw
 
 
 
@@ -160,6 +161,7 @@ def on_model_change(key, progress=gr.Progress()):
     return gr.update(choices=names, value=default), gr.update()
 
 
+@redraw
 def pin(current):
     """Compare: the pin is the shown analysis's numbers (describe_analysis), drawn dotted; no model work."""
     if not current:
@@ -167,5 +169,6 @@ def pin(current):
     return current, spectrum_figure(current, current), f"{pin_label(current)} (dotted in the spectrum)"
 
 
+@redraw
 def unpin(current):
     return None, (spectrum_figure(current) if current else gr.skip()), ""

@@ -22,6 +22,7 @@ from components.math_neurons.figures import (LABEL_OF, METHOD_LABELS, accuracy_h
                                              consistency_plot, curve_plot, describe_result, export_png,
                                              figure2_plot, layers_plot, samples_rows, setting_title)
 from components.math_neurons.words import ASK_EXAMPLES, ask_label, data_html, explain_for, samples_label
+from components.report import redraw
 from components.serving import exports
 from components.serving.guard import main_only
 from components.serving.visitor import space
@@ -227,6 +228,7 @@ def restore(last):
     return tuple(gr.update(value=last[key]) for key in ("k", "factor", "n"))
 
 
+@redraw
 def pin(current):
     """Compare: the pin is the shown result's numbers (describe_result); no model work."""
     if not current:
@@ -234,6 +236,7 @@ def pin(current):
     return current, accuracy_plot(current, current)
 
 
+@redraw
 def unpin(current):
     return None, (accuracy_plot(current) if current else gr.skip())
 

@@ -4,7 +4,8 @@
 
 def redraw(fn):
     """Declare a handler a redraw: it draws a result already computed under another view rule (e.g.
-    Relevance's bars with the template tokens in), so the report keeps the record of the
-    computation rather than taking the redraw for a new result (components.report.session)."""
+    Relevance's bars with the template tokens in) or with a pinned result beside it (a tab's pin and
+    unpin), so the report keeps the record of the computation rather than taking the redraw for a
+    new result (components.report.session)."""
     fn.report_redraw = True
     return fn

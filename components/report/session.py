@@ -128,11 +128,9 @@ def install(demo: gr.Blocks, links, source: str) -> int:
             bf.fn = _wrap(bf.fn, functools.partial(_on_pin, tab, pin))
         elif tab == TOUR_TAB and any(getattr(c, "elem_id", None) == TOUR_KEY for c in bf.outputs or []):
             bf.fn = _wrap(bf.fn, functools.partial(_on_tour, bf))
-        # a redraw (declared with components.report.redraw: the same result under another view rule)
-        # is not a new result: the record of the computation stays
-        elif keys and name != "<lambda>" and not getattr(_inner(bf.fn), "report_redraw", False) \
-                and "pin" not in name \
-                and not any("pin" in t for t in triggers):
+        # a redraw (declared with components.report.redraw: the same result under another view rule,
+        # or with a pinned one beside it) is not a new result: the record of the computation stays
+        elif keys and name != "<lambda>" and not getattr(_inner(bf.fn), "report_redraw", False):
             bf.fn = _wrap(bf.fn, functools.partial(_on_result, bf, tab, keys[0], results[keys[0]], mod, on_load))
         elif tracked and not on_load:
             bf.fn = _wrap(bf.fn, functools.partial(_on_inputs, bf, tab))

@@ -122,3 +122,22 @@ def test_the_page_escapes_text_and_keeps_the_cleaned_html_and_figure_json():
     script = page.split("<script type='application/json' id='figjson0'>")[1].split("</script>")[0]
     assert go.Figure(json.loads(script)).data[0].x == ("</script><b>x</b>",)
     assert "in 0.50 s" in page and page.count("<div class='plot'") == 1
+
+
+def test_a_pin_or_unpin_that_redraws_a_reported_figure_is_declared_a_redraw():
+    """Pinning draws the shown result again with the pin beside it: not a new result, so the report
+    keeps the computation's record. Declared on the handler (components.report.redraw), not read from
+    its name or its button's id."""
+    import app
+    import components
+
+    demo = app.build_app("zoo")
+    results = {key for t in components.tabs() for key in t.report_results}
+    pins = {}
+    for bf in demo.fns.values():
+        triggers = [getattr(demo.blocks.get(t[0]), "elem_id", None) or "" for t in (bf.targets or [])]
+        outs = {getattr(c, "elem_id", None) for c in bf.outputs or []}
+        if bf.fn is not None and any(t.endswith(("-pin", "-unpin")) for t in triggers) and outs & results:
+            pins[tuple(triggers)] = getattr(report._inner(bf.fn), "report_redraw", False)
+    assert pins and all(pins.values()), pins
+    assert {t for ts in pins for t in ts} >= {"mn-pin", "mn-unpin", "pissa-pin", "pissa-unpin"}
