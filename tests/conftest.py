@@ -21,6 +21,12 @@ os.environ["WORKBENCH_PROXY_HOPS"] = "1"
 # The servers the suite starts compute each tab's first view live, as the tests of each tab expect
 # to see it computed; tests/e2e/test_first_views.py starts servers that keep them.
 os.environ.setdefault("WORKBENCH_FIRST_VIEWS", "off")
+# The suite runs two workers on two cores, each starting servers: a server with torch's default of
+# one intra-op thread per core oversubscribes the cores, and every op then waits at a barrier for a
+# descheduled thread (hub mode's Memorization generation took 16.7 s with two threads and 3.5 s with
+# one beside two busy processes; its first view passed 120 s beside a second suite run). The zoo's
+# servers use one thread already (backend.core.device.serving_threads); the hub stand-ins' too.
+os.environ.setdefault("WORKBENCH_TORCH_THREADS", "1")
 
 
 def _private_dir(var: str, prefix: str) -> None:
