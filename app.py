@@ -48,7 +48,7 @@ from components.inputs import enter  # noqa: E402
 from components.links.deep_links import DeepLinks, header_controls  # noqa: E402
 from components.overview.layout import papers_in_words  # noqa: E402
 from components.report import session as report  # noqa: E402
-from components.serving import first_views, range_guard, upload_allowance, visitor  # noqa: E402
+from components.serving import first_views, range_guard, session_memory, upload_allowance, visitor  # noqa: E402
 from components.serving.guard import guard_events  # noqa: E402
 from components.tab import Tab  # noqa: E402
 
@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mcp", action="store_true",
                     help="also serve the methods as MCP tools for agents at /gradio_api/mcp/ (or WORKBENCH_MCP=1)")
     args = ap.parse_args(argv)
+    session_memory.large_blocks_returned()  # before the models load (components.serving.session_memory)
     # The server's log (a Space's "Logs" pane) says what the app did: models loaded and evicted,
     # inputs refused, ended sessions released; Python's default shows warnings only.
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")

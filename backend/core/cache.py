@@ -128,6 +128,12 @@ class ByteLRUCache:
             self.put(key, value)
         return value
 
+    def discard(self, key: str) -> None:
+        """Drop `key`'s entry, if there is one."""
+        with self._lock:
+            if key in self._data:
+                self.bytes -= self._data.pop(key)[1]
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()

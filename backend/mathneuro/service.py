@@ -206,6 +206,12 @@ class Bench:
 
         return MASK_CACHE.get_or_compute(key, compute)
 
+    def forget_masks(self, s: Setting) -> None:
+        """Drop the cached masks of `s` (and of the MathNeuro set a random set copies its counts
+        from): masks found on a caller's own items go with the call that brought them."""
+        for m in {s, s.but(method="mathneuro", factor=0.0)}:
+            MASK_CACHE.discard(make_key(self.model_id, "masks", m.masks_key()))
+
     # ---------------------------------------------------------------------------- accuracy
     def eval_items(self, kind: str, n_eval: int | None, key: str = DEFAULT_NONMATH) -> list[dict]:
         items = self.data_set(kind, key)["items"]

@@ -53,9 +53,11 @@ def math_neurons(method: MathMethod = "mathneuro", k_percent: float = 3.0, facto
     except FileNotFoundError as e:
         raise ValueError(f"The math model is not available: {e}") from None
     # An agent's items are held for this call only (`call`): registered without a holder they stayed
-    # in the shared bench for good (ten calls of 5,000 items kept +204 MB). The answers stay cached
-    # by the items' content, so the same items again are served from the caches.
+    # in the shared bench for good (ten calls of 5,000 items kept +204 MB), and so are the masks found
+    # on them. The accuracies stay cached by the items' content, so the same items again are scored
+    # from the cache.
     call = f"mcp-call-{uuid.uuid4().hex}"
+    s = None
     try:
         sets = {side: _own_items(service, side, items, call)
                 for side, items in (("math", math_items), ("nonmath", nonmath_items))}
@@ -74,6 +76,8 @@ def math_neurons(method: MathMethod = "mathneuro", k_percent: float = 3.0, facto
                       "layers": b.layers(s)})
     finally:
         visitor_sets.release(call)
+        if s is not None and sets:  # the masks found on the caller's own items go with them
+            b.forget_masks(s)
 
 
 def _own_items(service, side: str, items, call: str) -> str | None:

@@ -126,6 +126,24 @@ def test_a_set_held_for_a_call_goes_with_it_and_one_kept_for_good_stays():
     assert data["math_sets"] == {"file:b": {"items": [2]}}
 
 
+def test_an_mcp_calls_own_items_leave_with_their_masks_and_keep_their_accuracies():
+    """The masks found on an agent's own items go with the call, as the items do (a new setting's
+    masks otherwise stayed in the shared cache); the accuracies stay cached by the items' content."""
+    import json
+
+    from backend.mathneuro import data, service
+    from components.math_neurons.tools import math_neurons
+
+    items = [{"question": it["prompt"], "answer": it["answer"]} for it in data.math_set(40, 777)]
+    masks_before, results_before = len(service.MASK_CACHE), len(service.RESULT_CACHE)
+    out = json.loads(math_neurons(k_percent=3, n_samples=4, math_items=items))
+    assert out["math_set"] == "yours" and out["n_params"] > 0
+    assert len(service.MASK_CACHE) == masks_before  # no mask of the call's set is left
+    assert len(service.RESULT_CACHE) > results_before
+    again = json.loads(math_neurons(k_percent=3, n_samples=4, math_items=items))
+    assert again["modified"] == out["modified"] and again["layers"] == out["layers"]
+
+
 def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
     """A set of 12 identifies with its 6 first items, not the slider's 64; a model without a chat
     template is explained as prompted in plain text, as its data card says; a new model empties
