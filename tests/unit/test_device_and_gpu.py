@@ -95,9 +95,10 @@ NOT_GPU = {
     "backend.sae.hub_index": {"index_command"},
     # `pick`: the picked model's preset, from its metadata (the tab's words follow it)
     "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick", "SIDES"},
-    # the held-out items a setting is scored on, how many samples each side identifies with, and
-    # `evaluated`: a setting's cached scores, read without running anything (exports)
-    "backend.mathneuro.service.Bench": {"eval_items", "n_ident", "evaluated"},
+    # the held-out items a setting is scored on, how many samples each side identifies with,
+    # `evaluated`: a setting's cached scores, read without running anything (exports), and
+    # `forget_masks`: a setting's cached masks dropped (an MCP call's own items)
+    "backend.mathneuro.service.Bench": {"eval_items", "n_ident", "evaluated", "forget_masks"},
     # `config_layer_names`: a checkpoint's layers from its config, built on the meta device
     "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed",
                               "config_layer_names"},
