@@ -188,6 +188,10 @@ def fuzz(url: str, *, per_endpoint: int | None = None, per_family: int | None = 
                 elif "Timeout" in type(e).__name__:
                     job.cancel()
                     report.answered_error += 1
+                    # gradio_client reads every job of a client from one stream, and a cancel can end
+                    # that stream under the next job (which then sees CancelledError, the client's
+                    # doing, not the server's): the next calls go through a client of their own
+                    client = make_client(url)
                 else:
                     report.crashes.append(f"{name}: client saw {type(e).__name__}: {str(e)[:200]}")
             s = status(client)  # the server must still answer, and stay clean
