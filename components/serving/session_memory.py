@@ -118,7 +118,7 @@ def large_blocks_returned(threshold: int = LARGE_BLOCK_BYTES) -> bool:
     threads that ran it, and what live objects pinned there stayed after every collection. Six MCP
     `math_neurons` calls with 5,000 items each, beside two busy processes, kept +22 to +57 MB after
     the app's collection (each calling thread can draw on an arena of its own); with the threshold
-    fixed at 1 MB, +9 to +19 and the peak +27 MB instead of +100 to +200 MB. The cost: a large
+    fixed at 1 MB, +6 to +19, and the peak +27 MB instead of +100 to +200 MB. The cost: a large
     block is mapped afresh each time (the zoo's 200-item scoring 0.58 → 0.75 s on this CPU; on a
     GPU the tensors are not on the host). Kept as set where the owner set MALLOC_MMAP_THRESHOLD_."""
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):

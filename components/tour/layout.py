@@ -150,12 +150,8 @@ def build(ctx) -> None:
     with gr.Accordion("Numbers behind this figure (JSON export)", open=False, elem_id="tour-numbers-acc"):
         numbers = gr.JSON(show_label=False, elem_id="tour-numbers")
 
-    def show(tour_id, k, evt: gr.EventData, progress=gr.Progress()):
+    def show(tour_id, k, progress=gr.Progress()):
         progress(0.1, desc="computing this step (cached afterwards)")
-        if getattr(evt, "target", None) is tour:
-            # a new tour's change may still carry the previous tour's step: drawn within the new
-            # tour's range, and drawn again at step 1 when the step box's reset triggers this event
-            k = _clamp(tour_id, k)[0]
         return run_step(tour_id, k)
 
     def buttons(tour_id, k):
@@ -165,18 +161,19 @@ def build(ctx) -> None:
         k, n = _clamp(tour_id, k, delta)
         return (k, *_buttons(k, n))
 
+    def show_new_tour(tour_id, k, progress=gr.Progress()):
+        # the step box may still hold the previous tour's step (it is reset to 1 just after)
+        return show(tour_id, _clamp(tour_id, k)[0], progress)
+
     back.click(lambda t, k: move(t, k, -1), [tour, step], [step, back, nxt], api_visibility="private", queue=False)
     nxt.click(lambda t, k: move(t, k, +1), [tour, step], [step, back, nxt], api_visibility="private", queue=False)
     tour.input(lambda: 1, None, step, api_visibility="private", queue=False)
     _wire_overview(ctx, available, tour, step)
 
     outputs = [head, caption, figure, numbers]
-    # One event for both changes: picking another tour changes the tour, then its reset the step; as two
-    # events, the new tour's step 1 (the reset's) and its old step (the tour's change, which still
-    # carried the previous tour's step) ended in either order under load, and the page could stay on
-    # the old step with the box at 1. As one event, `always_last` draws the last values last.
-    gr.on([tour.change, step.change], show, [tour, step], outputs, trigger_mode="always_last",
-          **model_event(api_name="tour_step"))
+    step.change(show, [tour, step], outputs, trigger_mode="always_last", **model_event(api_name="tour_step"))
+    tour.change(show_new_tour, [tour, step], outputs, trigger_mode="always_last",
+                **model_event(api_visibility="private"))
     # The buttons' states follow the step at once, without waiting for the figure's computation.
     gr.on([step.change, tour.change], buttons, [tour, step], [back, nxt], api_visibility="private", queue=False)
 
