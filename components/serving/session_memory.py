@@ -124,18 +124,19 @@ def large_blocks_returned(threshold: int = LARGE_BLOCK_BYTES) -> bool:
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, int(threshold)))
+        return bool(_libc().mallopt(M_MMAP_THRESHOLD, int(threshold)))
     except (OSError, AttributeError, TypeError):  # not glibc: its own allocator's rules
         return False
 
 
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c"))
+
+
 def trim_heap() -> None:
     """Hand freed heap pages back to the system (glibc's malloc_trim; elsewhere nothing)."""
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name)
-        libc.malloc_trim(0)
+        _libc().malloc_trim(0)
     except (OSError, AttributeError, TypeError):
         pass
 
