@@ -154,28 +154,43 @@ def build(ctx) -> None:
         progress(0.1, desc="computing this step (cached afterwards)")
         return run_step(tour_id, k)
 
+    def draw(tour_id, k, progress=gr.Progress()):
+        # A picked tour changes before the step box is reset to 1, so a run can read the last tour's
+        # step: it is held within the tour here, and the run the reset triggers draws step 1 after it.
+        return show(tour_id, _clamp(tour_id, k)[0], progress)
+
     def buttons(tour_id, k):
         return _buttons(*_clamp(tour_id, k))
+
+    def held(tour_id, k):
+        """A typed step past the tour's end becomes its last step; Back / Next follow the box at once."""
+        kept, n = _clamp(tour_id, k)
+        return (gr.skip() if kept == k else kept, *_buttons(kept, n))
 
     def move(tour_id, k, delta: int):
         k, n = _clamp(tour_id, k, delta)
         return (k, *_buttons(k, n))
 
-    def show_new_tour(tour_id, k, progress=gr.Progress()):
-        # the step box may still hold the previous tour's step (it is reset to 1 just after)
-        return show(tour_id, _clamp(tour_id, k)[0], progress)
-
     back.click(lambda t, k: move(t, k, -1), [tour, step], [step, back, nxt], api_visibility="private", queue=False)
     nxt.click(lambda t, k: move(t, k, +1), [tour, step], [step, back, nxt], api_visibility="private", queue=False)
-    tour.input(lambda: 1, None, step, api_visibility="private", queue=False)
+    tour.input(lambda t: (1, *_buttons(*_clamp(t, 1))), tour, [step, back, nxt], api_visibility="private",
+               queue=False)
     _wire_overview(ctx, available, tour, step)
 
     outputs = [head, caption, figure, numbers]
-    step.change(show, [tour, step], outputs, trigger_mode="always_last", **model_event(api_name="tour_step"))
-    tour.change(show_new_tour, [tour, step], outputs, trigger_mode="always_last",
-                **model_event(api_visibility="private"))
-    # The buttons' states follow the step at once, without waiting for the figure's computation.
-    gr.on([step.change, tour.change], buttons, [tour, step], [back, nxt], api_visibility="private", queue=False)
+    # One event draws for both boxes: its runs never overlap and the last one reads the boxes as they
+    # end (always_last), where two events (the tour's, the step's) could finish in either order and
+    # leave the old tour's step drawn under a box that reads 1.
+    drawn = gr.on([tour.change, step.change], draw, [tour, step], outputs, trigger_mode="always_last",
+                  **model_event(api_visibility="private"))
+    # Fast Back / Next while the figure computes; after each drawing they are set from the boxes again,
+    # since a tour's change can still carry the last tour's step.
+    step.change(held, [tour, step], [step, back, nxt], api_visibility="private", queue=False)
+    drawn.then(buttons, [tour, step], [back, nxt], api_visibility="private", queue=False)
+    # The API's step, checked strictly (a step past the end is an error, not the last step). Nothing
+    # on the page triggers it: the page draws through the event above.
+    gr.Button(visible=False, elem_id="tour-api").click(show, [tour, step], outputs,
+                                                       **model_event(api_name="tour_step"))
 
     def first_view(tour_id, k):
         k, n = _clamp(tour_id, k)
