@@ -17,7 +17,12 @@ def spaces():
 def under_zerogpu(spaces, monkeypatch):
     """`backend.core.zerogpu.gpu` as on a ZeroGPU Space: every outermost marked call in a forked worker."""
     from backend.core import spaces_pkg
+    from components import tabs
 
+    # Every tab's modules are imported before the stand-in is in place: a module imported under it
+    # would keep its functions marked for forked workers after this test, and a later test in this
+    # process would send a bench's locks across a pickle boundary.
+    tabs()
     monkeypatch.setattr(spaces_pkg, "spaces", spaces)
     return spaces
 
