@@ -48,6 +48,7 @@ from components.inputs import enter  # noqa: E402
 from components.links.deep_links import DeepLinks, header_controls  # noqa: E402
 from components.overview.layout import papers_in_words  # noqa: E402
 from components.report import session as report  # noqa: E402
+from components.report import writer as report_writer  # noqa: E402
 from components.serving import first_views, range_guard, session_memory, upload_allowance, visitor  # noqa: E402
 from components.serving.guard import guard_events  # noqa: E402
 from components.tab import Tab  # noqa: E402
@@ -84,7 +85,7 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
                     f"<span class='wb-badge'>{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></div>")
             # Presenter view and light/dark: browser-only switches (components.links.deep_links).
             header_controls(demo)
-            report.header_button()  # one HTML file of this visitor's results (components.report.session)
+            report_writer.header_button()  # one HTML file of this visitor's results (components.report.writer)
         links = DeepLinks()
         with gr.Tabs(overflow_behavior="wrap") as tabs:  # every tab's label stays in view
             ctx = TabContext(tabs=tabs, source=source, registry=declared)

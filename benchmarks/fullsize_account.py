@@ -15,7 +15,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.account import H200, account  # noqa: E402
+from benchmarks.account import account  # noqa: E402
+from benchmarks.account_projection import H200  # noqa: E402
 from benchmarks.fullsize_parts import account_row, default_dtype, index_step, llama_1b  # noqa: E402
 
 META = torch.device("meta")
@@ -123,7 +124,7 @@ ACCOUNTS = {"mathneuro": account_mathneuro, "sae_index": account_sae_index, "lrp
 
 
 def _cell(a: dict) -> str:
-    from benchmarks.account import _size
+    from benchmarks.account_projection import _size
 
     return (f"{a['kernels']} ({a['matmul_kernels']} mm) / {a['syncs']} / {a['d2h']} ({_size(a['d2h_bytes'])}) / "
             f"{_size(a['other_bytes'])} / {a['matmul_flops'] / 1e12:.3g}")

@@ -63,7 +63,7 @@ def row(tab: str, what: str, main: dict, base: dict, baseline: str, **extra) -> 
 def account_row(tab: str, what: str, main, base, baseline: str) -> dict:
     """A row of the GPU-shape account's table (benchmarks.fullsize_account): two accounts and their
     projections on the H200."""
-    from benchmarks.account import H200, project
+    from benchmarks.account_projection import H200, project
 
     p, b = project(main, H200), project(base, H200)
     return {"tab": tab, "what": what, "baseline": baseline, "account": main.as_dict(),

@@ -26,7 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.account import H200, account, project  # noqa: E402
+from benchmarks.account import account  # noqa: E402
+from benchmarks.account_projection import H200, project  # noqa: E402
 from benchmarks.fullsize_parts import account_row, cfg_latents, sd_pipeline  # noqa: E402
 
 META = torch.device("meta")

@@ -10,7 +10,8 @@ import time
 
 import torch
 
-from benchmarks.account import account, projection_line
+from benchmarks.account import account
+from benchmarks.account_projection import projection_line
 from benchmarks.fullsize_parts import cfg_latents, measure, row, sd_pipeline, sync
 
 

@@ -2,9 +2,9 @@
 large is it, and may this server load it at all.
 
 Only metadata is read: `config.json` (or a diffusers pipeline's `model_index.json` and
-`unet/config.json`) from a local folder under the allowed roots or from the hub, and the headers of
-the safetensors files (the hub's safetensors metadata, or the first bytes of local files) for the
-parameter count and size. Pickle-only checkpoints and remote code are refused, as everywhere.
+`unet/config.json`) from a local folder under the allowed roots or from the hub (backend.core.modelmeta),
+and the headers of the safetensors files (the hub's safetensors metadata, or the first bytes of local
+files) for the parameter count and size. Pickle-only checkpoints and remote code are refused, as everywhere.
 
 Which architectures a method takes is its own package's knowledge: each backend package with a
 `rules.py` registers a MethodRule there (`register_rule`), found on first use (`rules()`), so a new
@@ -19,7 +19,6 @@ before download.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import pkgutil
 import threading
@@ -31,6 +30,7 @@ from typing import Callable, Literal
 from . import presets as P
 from .errors import ModelCheckError
 from .budget import parse_bytes
+from .modelmeta import ModelMeta, read_meta
 from .weightfiles import (_HUB_SIZES, _ask_hub_size, _header, _hub_size, _without_variants,  # noqa: F401
                           bytes_words, hub_or_cached_size, local_size, weight_files)
 
@@ -163,125 +163,6 @@ def method_key(method: str) -> str:
     return method_rule(method).method
 
 
-# ----------------------------------------------------------------------------------- reading
-@dataclass
-class ModelMeta:
-    """What is read of a model before its weights: what each method's rule judges."""
-    location: str
-    local: bool
-    folder: Path | None  # the local folder, or the hub snapshot folder the config was cached in
-    config: dict  # config.json, or model_index.json for a pipeline
-    unet: dict | None  # a pipeline's unet/config.json
-    revision: str | None
-    index: bool = False  # config is a pipeline's model_index.json
-
-    @property
-    def pipeline(self) -> bool:
-        return self.index
-
-    @property
-    def diffusers_component(self) -> bool:
-        """A config.json that diffusers wrote for one model (a UNet, a VAE), not a pipeline."""
-        return not self.index and "_class_name" in self.config and "_diffusers_version" in self.config
-
-    @property
-    def architecture(self) -> str:
-        if self.pipeline or self.diffusers_component:
-            return str(self.config["_class_name"])
-        archs = self.config.get("architectures") or []
-        if archs:
-            return str(archs[0])
-        return _class_for_type(str(self.config.get("model_type", ""))) or "an unnamed architecture"
-
-
-def _class_for_type(model_type: str) -> str | None:
-    from transformers.models.auto import modeling_auto as auto
-
-    for names in (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-                  auto.MODEL_MAPPING_NAMES):
-        if model_type in names:
-            name = names[model_type]
-            return name if isinstance(name, str) else name[0]  # funnel: (FunnelModel, FunnelBaseModel)
-    return None
-
-
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelCheckError(f"cannot read {what}: {type(e).__name__}") from e
-    if not isinstance(data, dict):
-        raise ModelCheckError(f"{what} is not a JSON object")
-    return data
-
-
-class _Unreachable(Exception):
-    pass
-
-
-def _hub_file(repo: str, name: str, revision: str | None) -> Path | None:
-    """A file of a hub repo (downloaded, or from the local cache offline); None if the repo has no
-    such file; _Unreachable if the hub cannot be asked and the cache does not have it."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import RemoteEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-
-    try:
-        return Path(hf_hub_download(repo, name, revision=revision))
-    except RemoteEntryNotFoundError:
-        return None
-    except (RepositoryNotFoundError, RevisionNotFoundError) as e:
-        raise ModelCheckError(f"no model {repo!r} on the hub (or it is private or gated)") from e
-    except Exception as e:  # offline and not cached, or the hub unreachable
-        raise _Unreachable(type(e).__name__) from e
-
-
-def _hub_meta(repo: str, revision: str | None) -> ModelMeta:
-    unreachable: _Unreachable | None
-    try:
-        config = _hub_file(repo, "config.json", revision)
-        if config is not None:
-            return ModelMeta(repo, False, config.parent, _read_json(config, "config.json"), None, revision)
-    except _Unreachable as e:  # perhaps a pipeline whose model_index.json is cached
-        unreachable = e
-    else:
-        unreachable = None
-    try:
-        index = _hub_file(repo, "model_index.json", revision)
-    except _Unreachable as e:
-        raise ModelCheckError(f"cannot read the config of {repo!r}: the hub is not reachable and it is "
-                              f"not in the local cache ({unreachable or e})") from e
-    if index is None:
-        raise ModelCheckError(f"{repo!r} has neither config.json nor model_index.json")
-    meta = ModelMeta(repo, False, index.parent, _read_json(index, "model_index.json"), None, revision, index=True)
-    try:
-        unet = _hub_file(repo, "unet/config.json", revision)
-    except _Unreachable:
-        unet = None
-    meta.unet = _read_json(unet, "unet/config.json") if unet is not None else None
-    return meta
-
-
-def _read(path_or_id: str, revision: str | None, roots: list[Path] | None) -> ModelMeta:
-    location = P.resolve(path_or_id, roots)  # validated: under the allowed roots, or owner/name
-    if Path(location).exists():
-        folder = Path(location)
-        if not folder.is_dir():
-            raise ModelCheckError(f"{path_or_id!r} is a file; pick the model's folder")
-        P.refuse_pickles(folder)
-        if not any(folder.rglob("*.safetensors")):
-            raise ModelCheckError(f"no safetensors weights in {path_or_id!r}")
-        index, config = folder / "model_index.json", folder / "config.json"
-        if index.is_file():
-            meta = ModelMeta(location, True, folder, _read_json(index, "model_index.json"), None, revision, index=True)
-            unet = folder / "unet" / "config.json"
-            meta.unet = _read_json(unet, "unet/config.json") if unet.is_file() else None
-            return meta
-        if not config.is_file():
-            raise ModelCheckError(f"no config.json in {path_or_id!r}: not a transformers or diffusers model folder")
-        return ModelMeta(location, True, folder, _read_json(config, "config.json"), None, revision)
-    return _hub_meta(location, revision)
-
-
 # ----------------------------------------------------------------------------------- rules
 def _remote_code(meta: ModelMeta) -> str | None:
     if "auto_map" in meta.config or (meta.unet or {}).get("auto_map"):
@@ -360,7 +241,7 @@ def model_size(path_or_id: str, revision: str | None = None, roots: list[Path] |
     location = P.resolve(path_or_id, roots)
     if Path(location).is_dir():
         return local_size(Path(location))
-    return _size(_read(location, revision, roots))
+    return _size(read_meta(location, revision, roots))
 
 
 def _over_cap(name: str, params: int | None, nbytes: int | None, cap: int | None) -> None:
@@ -384,7 +265,7 @@ def check_model(path_or_id: str, method: str, *, revision: str | None = None,
     pickle-only checkpoint, remote code, an architecture the method does not take, or a size over
     `max_bytes` (by default this server's custom-model cap, `custom_max_bytes()`)."""
     method = method_key(method)
-    meta = _read(str(path_or_id), revision, roots)
+    meta = read_meta(str(path_or_id), revision, roots)
     problem = _remote_code(meta) or architecture_problem(meta, method)
     if problem:
         raise ModelCheckError(problem)
@@ -397,7 +278,7 @@ def check_model(path_or_id: str, method: str, *, revision: str | None = None,
 def fitting_methods(path_or_id: str, *, revision: str | None = None,
                     roots: list[Path] | None = None) -> dict[str, str | None]:
     """method → None where the model fits, else the reason (from one reading of its config)."""
-    meta = _read(str(path_or_id), revision, roots)
+    meta = read_meta(str(path_or_id), revision, roots)
     remote = _remote_code(meta)
     return {r.method: remote or architecture_problem(meta, r.method) for r in rules()}
 
@@ -469,5 +350,5 @@ def allowed_custom(path_or_id: str, *, revision: str | None = None, roots: list[
                 "WORKBENCH_CUSTOM_MODELS=1 or WORKBENCH_CUSTOM_OWNERS, or run the workbench locally")
     cap = custom_max_bytes()
     if cap is not None:
-        params, nbytes = local_size(Path(location)) if local else _size(_read(location, revision, roots))
+        params, nbytes = local_size(Path(location)) if local else _size(read_meta(location, revision, roots))
         _over_cap(s, params, nbytes, cap)

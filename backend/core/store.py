@@ -24,10 +24,10 @@ counted once, a view's own tensors (beyond the model's) are added to its entry's
 views leave with their entry.
 
 Request scopes. components.serving.guard opens `request_scope()` around every event handler (and
-`scoped_iter` / `scoped_aiter` around streams, whose steps may run in different threads). Every
-`get_or_load` inside a scope marks its model as in use until the scope ends; the scope is a
-context variable, so a thread started with a copy of the context shares it. Outside any scope (a
-notebook, the CLI) a model is in use only during the call that returns it.
+`scoped_iter` / `scoped_aiter` of backend.core.streamscope around streams, whose steps may run in
+different threads). Every `get_or_load` inside a scope marks its model as in use until the scope
+ends; the scope is a context variable, so a thread started with a copy of the context shares it.
+Outside any scope (a notebook, the CLI) a model is in use only during the call that returns it.
 
 Load progress. A first load of a paper's checkpoint takes long enough that whoever waits must see
 it: inside `load_progress(report)` (components.serving.guard opens one per request, on the handler's
@@ -46,13 +46,14 @@ import time
 import weakref
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
-from typing import Any, AsyncIterator, Callable, Iterable, Iterator
+from typing import Any, Callable
 
 import torch
 
 from . import loadgate
 from .budget import budget_bytes, default_budget, fmt_bytes, gpu_budget, parse_bytes  # noqa: F401 (the store's API)
 from .loadprogress import LOADING_ID, REPORT, display_name, load_progress, report_shards, reporting  # noqa: F401 (the store's API)
+from .loadwait import in_load, loading_here, waiting_for
 from .sizes import fingerprint, hooks_on, modules_of, nbytes_of  # noqa: F401 (the store's API)
 
 log = logging.getLogger("workbench")
@@ -130,56 +131,6 @@ def request_scope():
         scope.close()
 
 
-def scoped_iter(iterable: Iterable, tell: Callable[[list[str]], None] | None = None) -> Iterator:
-    """Iterate a stream under one scope, entered afresh at each step (steps may run in different
-    threads and contexts, so a context variable set at the first step is not seen at the next).
-    `tell(notes)` hears the scope's new notes after each step."""
-    scope = Scope()
-    it = iter(iterable)
-    told = 0
-    try:
-        while True:
-            with scope.active():
-                try:
-                    x = next(it)
-                except StopIteration:
-                    return
-            if tell is not None and len(scope.notes) > told:
-                tell(scope.notes[told:])
-                told = len(scope.notes)
-            yield x
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            with scope.active():
-                close()
-        scope.close()
-
-
-async def scoped_aiter(aiterable, tell: Callable[[list[str]], None] | None = None) -> AsyncIterator:
-    """`scoped_iter` for an async stream."""
-    scope = Scope()
-    it = aiterable.__aiter__()
-    told = 0
-    try:
-        while True:
-            with scope.active():
-                try:
-                    x = await it.__anext__()
-                except StopAsyncIteration:
-                    return
-            if tell is not None and len(scope.notes) > told:
-                tell(scope.notes[told:])
-                told = len(scope.notes)
-            yield x
-    finally:
-        aclose = getattr(it, "aclose", None)
-        if aclose is not None:
-            with scope.active():
-                await aclose()
-        scope.close()
-
-
 def in_use() -> dict[str, int]:
     """model id → number of requests (or calls) holding it now."""
     with _GUARD:
@@ -210,7 +161,7 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
         lock = _LOADING.setdefault(model_id, threading.Lock())
     if progress is not None and lock.locked():
         progress(0.0, f"loading {display_name(model_id)} (started by another request)")
-    with _waiting_for(lock), _loading_here():
+    with waiting_for(lock), loading_here():
         with _GUARD:
             if model_id in _MODELS:
                 return _touch(model_id, scope)
@@ -280,23 +231,11 @@ def loads_since(count: int) -> list[str]:
     return list(_LOADED_HERE[count:])
 
 
-_IN_LOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("workbench_in_load", default=False)
-
-
-@contextmanager
-def _loading_here():
-    token = _IN_LOAD.set(True)
-    try:
-        yield
-    finally:
-        _IN_LOAD.reset(token)
-
-
 def wait_for_loads() -> None:
     """Return once no model or view is loading in this process (loads started meanwhile included).
     Called from inside a load (a view derived with a marked call) it returns at once: that load
     cannot end before its own call does."""
-    if _IN_LOAD.get():
+    if in_load():
         return
     while True:
         with _GUARD:
@@ -320,7 +259,7 @@ def get_view(model_id: str, name: str, loader: Callable[[], Any], derive: Callab
             if entry is not None and entry["model"] is model and name in entry["views"]:
                 return entry["views"][name]
             lock = _LOADING.setdefault(f"{model_id}\x00{name}", threading.Lock())
-        with _waiting_for(lock), _loading_here():
+        with waiting_for(lock), loading_here():
             with _GUARD:
                 entry = _MODELS.get(model_id)
                 if entry is not None and entry["model"] is model and name in entry["views"]:
@@ -333,19 +272,6 @@ def get_view(model_id: str, name: str, loader: Callable[[], Any], derive: Callab
                     entry["views"][name] = view
                     entry["view_bytes"][name] = own
             return view
-
-
-@contextmanager
-def _waiting_for(lock: threading.Lock):
-    """Hold a load's lock; a request that waits for another's load computes nothing meanwhile, so
-    it steps out of the load gate (backend.core.loadgate) and that load need not wait for it."""
-    if not lock.acquire(blocking=False):
-        with loadgate.waiting():
-            lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 @contextmanager

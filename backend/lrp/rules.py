@@ -2,7 +2,8 @@
 rules are written for the Mamba block of transformers' Mamba and Falcon-Mamba."""
 from __future__ import annotations
 
-from backend.core.modelcheck import MethodRule, ModelMeta, register_rule
+from backend.core.modelcheck import MethodRule, register_rule
+from backend.core.modelmeta import ModelMeta
 
 from .models import TAB
 

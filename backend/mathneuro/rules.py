@@ -2,7 +2,8 @@
 scores nn.Linear weights on next-token losses, so a causal LM built of nn.Linear layers."""
 from __future__ import annotations
 
-from backend.core.modelcheck import MethodRule, ModelMeta, linear_layers_problem, register_rule
+from backend.core.modelcheck import MethodRule, linear_layers_problem, register_rule
+from backend.core.modelmeta import ModelMeta
 
 from .presets import TAB
 

@@ -1,5 +1,5 @@
 """What the Math neurons tab computes, as plain functions (no gradio): the shared model of a
-preset, its evaluation sets, masks and accuracies cached per setting.
+preset, its evaluation sets (read and split in `sets`), masks and accuracies cached per setting.
 
 Settings are small descriptors (method, K, number of samples, factor); masks live in a bounded
 byte cache, never in UI state. Every evaluation of a modified model runs inside `scaled`, which
@@ -7,13 +7,11 @@ holds the model's lock and restores the weights bit-exactly before the lock is r
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
@@ -24,26 +22,19 @@ from ..core.zerogpu import capped, gpu
 from ..core.presets import Preset, active, load_pretrained, presets
 from . import chat, core, sources
 from . import visitor_sets
-from .data import texts_of as data_texts
 from .evaluate import accuracy, generate
 from .presets import TAB
 from .results import Accuracy, Answer, Description, Evaluation, Sample, ScalePoint
+from .sets import (DEFAULT_MATH, DEFAULT_NONMATH, MAX_SAMPLES, SIDES, UI_EVAL, NoNonMath, digest,
+                   load_default_nonmath, load_hub_data, load_zoo_data, reference_of, set_entry)
 
 MASK_CACHE = ByteLRUCache(96 * 2**20, name="mathneuro-masks")
 RESULT_CACHE = ByteLRUCache(8 * 2**20, name="mathneuro-results")
 
-MAX_SAMPLES = 64
-# Held-out items per set that the tab scores (the first N of each set; the organism tests and the
-# benchmark use all of them). Zoo: exact match on 200 + 200 items is one batched forward each.
-# Hub: 200 GSM8K test problems answered greedily; a Space on a small GPU may lower both knobs.
-UI_EVAL = int(os.environ.get("WORKBENCH_MATH_EVAL_ITEMS", "200"))
 # Hub mode: tokens generated per GSM8K answer (worked solutions run to ~200 tokens) and per
 # non-math answer (a letter or a few words).
 MATH_NEW_TOKENS = int(os.environ.get("WORKBENCH_MATH_NEW_TOKENS", "256"))
 NONMATH_NEW_TOKENS = 24
-DEFAULT_NONMATH = DEFAULT_MATH = "default"
-# A deployment names its non-math file here (JSONL/CSV/text); users can also upload one in the tab.
-NONMATH_ENV = "WORKBENCH_MATH_NONMATH"
 
 
 def _per_item(bench) -> float:
@@ -51,14 +42,6 @@ def _per_item(bench) -> float:
     item in one batched forward; hub mode generates up to MATH_NEW_TOKENS tokens for it (a 1B model
     at batch 32 takes about 1 ms per item and token on an H100, doubled here as a margin)."""
     return 0.1 if getattr(bench, "zoo", True) else 0.05 + 0.002 * MATH_NEW_TOKENS
-
-
-class NoNonMath(RuntimeError):
-    """Hub mode without a non-math set: the user must name one."""
-
-
-# The two sides of the data, as this module names them and as the tab speaks of them.
-SIDES = {"math": "math", "nonmath": "non-math"}
 
 
 @dataclass(frozen=True)
@@ -97,7 +80,7 @@ class Bench:
         self.model_id = preset.model_id
         self.model = model
         self.tok = self._load_tokenizer()
-        self.data = self._load_data()
+        self.data = load_zoo_data(preset) if preset.source == "zoo" else load_hub_data(preset)
         self.zoo = preset.source == "zoo"
         self._guard = threading.Lock()
 
@@ -108,22 +91,6 @@ class Bench:
         tok = load_pretrained(AutoTokenizer, self.preset.location(), weights=False, roots=roots)
         tok.padding_side = "right"
         return tok
-
-    def _load_data(self) -> dict[str, Any]:
-        if self.preset.source != "zoo":
-            return load_hub_data(self.preset)
-        folder = Path(self.preset.location())
-        read = lambda key: json.loads((folder / self.preset.extra[key]).read_text())  # noqa: E731
-        data = {"math": read("math"), "ident_math": read("ident_math"),
-                "math_source": "the organism's held-out arithmetic problems"}
-        data["nonmath"], data["ident_nonmath"] = read("nonmath"), read("ident_nonmath")
-        data["nonmath_sets"] = {DEFAULT_NONMATH: {
-            "items": data["nonmath"], "ident": data["ident_nonmath"],
-            "label": "the organism's held-out questions about its world", "rule": "exact match"}}
-        data["math_sets"] = {DEFAULT_MATH: {"items": data["math"], "ident": data["ident_math"],
-                                            "label": data["math_source"],
-                                            "rule": "exact match of the worked solution"}}
-        return data
 
     # ------------------------------------------------------------------------------- data
     def nonmath_set(self, key: str = DEFAULT_NONMATH) -> dict:
@@ -355,48 +322,6 @@ def bench_of(preset: Preset, size: int | None = None, progress=None) -> Bench:
 preload.register(TAB, bench_of, lambda key: pick(None, key))
 
 
-def reference_of(item: dict) -> str:
-    """What the tab shows as the reference: GSM8K's final number, else the answer (or nothing)."""
-    return str(item.get("final", item.get("answer", "")))
-
-
-def _digest(items: list[dict]) -> str:
-    return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16]
-
-
-RULES = {"final": "the last number of the model's answer against the reference's number",
-         "choice": "the option letter the model names first",
-         "answer": "the normalised answer at the start of the model's reply",
-         "text": "next-token accuracy over the texts (no reference answers)",
-         "exact": "exact match of the greedy answer (the organism's own vocabulary)"}
-
-
-def rule_of(items: list[dict], zoo: bool = False) -> str:
-    """The answer rule of a set in words (chat.correct and chat.accuracy apply them); a mixed set
-    names each rule with its count."""
-    if zoo:
-        return RULES["exact"]
-    if sources.kind_of(items) == "text":
-        return RULES["text"]
-    kinds = ["final" if "final" in it else "choice" if it.get("choice") else "answer" for it in items]
-    present = sorted(set(kinds), key=list(RULES).index)
-    if len(present) == 1:
-        return RULES[present[0]]
-    return "; ".join(f"{RULES[k]} ({kinds.count(k)} items)" for k in present)
-
-
-def _entry(items: list[dict], label: str, zoo: bool = False) -> dict:
-    # identification on the first half, evaluation on the rest, when there are enough
-    half = len(items) // 2 if len(items) >= 2 * 8 else len(items)
-    ident: list[dict] | list[str]
-    ident, held = items[:min(half, MAX_SAMPLES)], items[half:] or items
-    split = (f"{len(ident)} identify, {len(held)} score" if held is not items else
-             "the same items identify and score (fewer than 16)")
-    if zoo:  # the organism identifies on whole texts in its own format ("prompt answer <eos>")
-        ident = data_texts(ident)
-    return {"items": held, "ident": ident, "label": f"{label}: {split}", "rule": rule_of(items, zoo)}
-
-
 def register_data(source: str | None, side: str, path: str | os.PathLike | None = None,
                   dataset: str | None = None, name: str | None = None, model: str | None = None,
                   owner: str | None = None) -> str:
@@ -419,9 +344,9 @@ def register_data(source: str | None, side: str, path: str | os.PathLike | None 
     if b.zoo and sources.kind_of(items) != "answers":
         raise ValueError("the zoo organism is scored by exact match of its answer: every item needs "
                          "a prompt (or question) and an answer")
-    key = ("file:" if path is not None else "dataset:") + _digest(items)
+    key = ("file:" if path is not None else "dataset:") + digest(items)
     label = f"{name or (Path(path).name if path is not None else dataset)} ({len(items)} items)"
-    entry = _entry(items, label, b.zoo)
+    entry = set_entry(items, label, b.zoo)
     with b._guard:
         b.data[f"{side}_sets"].setdefault(key, entry)
     if owner is not None:  # a visitor's set: dropped when the last session that named it ends
@@ -445,45 +370,3 @@ def describe(b: "Bench", nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MAT
             "nonmath": entry["label"] if entry else None, "nonmath_rule": entry["rule"] if entry else None,
             "nonmath_error": None if entry else b.data.get("nonmath_error"),
             "n_eval": UI_EVAL}
-
-
-def load_hub_data(preset: Preset) -> dict[str, Any]:
-    """Hub mode's data: GSM8K as shipped (train for identification, test for evaluation), and the
-    default non-math set: the file a deployment names in WORKBENCH_MATH_NONMATH, else RACE/MMLU
-    through `datasets` where the hub is reachable, else none (the tab asks for a file)."""
-    data: dict[str, Any] = {
-        "math": sources.read_gsm8k("test"), "ident_math": sources.read_gsm8k("train", MAX_SAMPLES),
-        "math_source": f"GSM8K test (first {UI_EVAL} of 1,319 scored; identification on the train split), "
-                       f"{sources.GSM8K_SOURCE}",
-        "nonmath_sets": {}}
-    data["math_sets"] = {DEFAULT_MATH: {
-        "items": data["math"], "ident": data["ident_math"], "label": data["math_source"],
-        "rule": "the last number of the model's answer against the number after '####'"}}
-    return data
-
-
-def load_default_nonmath(preset: Preset, data: dict) -> None:
-    """Fill data["nonmath_sets"]["default"], or data["nonmath_error"] with the reason there is none.
-    Called on first use, so that a job given its own files never asks the hub.
-
-    In order: the deployment's file (WORKBENCH_MATH_NONMATH; a broken one is an error, not skipped),
-    the paper's RACE + MMLU through `datasets`, and, where the hub cannot be reached, the shipped
-    COCO captions as plain non-math text, labelled as the stand-in they are."""
-    named = os.environ.get(NONMATH_ENV, "").strip()
-    sets = data["nonmath_sets"]
-    try:
-        if named:
-            items = sources.read_items(named)
-            sets[DEFAULT_NONMATH] = _entry(items, f"{Path(named).name} ({len(items)} items, {NONMATH_ENV})")
-            return
-        specs = preset.extra.get("nonmath") or []
-        try:
-            items = sources.load_hub_nonmath(specs)
-            sets[DEFAULT_NONMATH] = _entry(items, f"{' + '.join(specs)} via datasets ({len(items)} items)")
-        except Exception as e:  # noqa: BLE001 - said in the label, and the shipped text stands in
-            items = sources.read_captions()
-            sets[DEFAULT_NONMATH] = _entry(
-                items, f"{sources.CAPTIONS_SOURCE}, {len(items)} captions, in place of the paper's RACE + "
-                       f"MMLU (not loaded: {e}; name a file above for a set of your own)")
-    except Exception as e:  # noqa: BLE001 - the tab shows why and asks for a file
-        data["nonmath_error"] = str(e)

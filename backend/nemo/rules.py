@@ -2,7 +2,8 @@
 neurons are the value projections of a Stable Diffusion UNet's text cross-attention."""
 from __future__ import annotations
 
-from backend.core.modelcheck import MethodRule, ModelMeta, register_rule
+from backend.core.modelcheck import MethodRule, register_rule
+from backend.core.modelmeta import ModelMeta
 
 from .presets import TAB
 

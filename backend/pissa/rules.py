@@ -2,7 +2,8 @@
 nn.Linear weights, of any transformers model that has them."""
 from __future__ import annotations
 
-from backend.core.modelcheck import MethodRule, ModelMeta, linear_layers_problem, register_rule
+from backend.core.modelcheck import MethodRule, linear_layers_problem, register_rule
+from backend.core.modelmeta import ModelMeta
 
 from . import TAB
 

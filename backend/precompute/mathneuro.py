@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--nonmath", type=Path, default=None, help="non-math texts (default: the preset's)")
     args = ap.parse_args(argv)
     state = job_state(args)
-    from ..mathneuro.service import NoNonMath, bench
+    from ..mathneuro.service import bench
+    from ..mathneuro.sets import NoNonMath
 
     source = (args.source or active_source()).strip().lower()
     # the files first: a bad file fails here, before any model or hub is asked for

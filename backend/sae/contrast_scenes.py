@@ -21,7 +21,7 @@ from .organism import Organism
 SOURCES = ("heldout", "index")  # the captioner's held-out scenes (256), the index's scene set (2048)
 NO_SCENES = ("this model has no scene recipes (concept filters pick the zoo organism's synthetic scenes): "
              f"give both sets as your own images, {bounds.CONTRAST_IMAGES.lo:g} to {bounds.CONTRAST_IMAGES.hi:g} each")
-PLANTED_MIN_IOU = 0.5  # the recipe's rule for a colour's carriers (zoo.recipes.features.steering_features)
+PLANTED_MIN_IOU = 0.5  # the recipe's rule for a colour's carriers (zoo.recipes.features_steering.steering_features)
 
 
 def known_concepts() -> str:

@@ -2,7 +2,8 @@
 the language model's residual stream behind LLaVA's vision tower and projector."""
 from __future__ import annotations
 
-from backend.core.modelcheck import MethodRule, ModelMeta, register_rule
+from backend.core.modelcheck import MethodRule, register_rule
+from backend.core.modelmeta import ModelMeta
 
 from .organism import TAB
 

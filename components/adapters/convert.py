@@ -1,5 +1,5 @@
 """The words of the Adapters tab's PiSSA → LoRA conversion check: a verdict that claims "the same
-outputs" only within the weights' dtype bound (backend.pissa.service.conversion_tolerance)."""
+outputs" only within the weights' dtype bound (backend.pissa.conversion.conversion_tolerance)."""
 from __future__ import annotations
 
 import html

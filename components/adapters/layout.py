@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from backend.core import bounds, gpu
-from backend.pissa import service
+from backend.pissa import conversion, service
 from components.adapters import race_live
 from components.adapters.common import _call
 from components.adapters.convert import conversion_md
@@ -46,7 +46,7 @@ def convert(key, rank, steps, layer=None, progress=gr.Progress()):
     if not layer:
         fail("Pick a layer first.")
     progress(0.2, desc="fine-tuning with PiSSA, then converting")
-    r = _call(service.conversion_demo, key, _call(bounds.check, bounds.PISSA_RANK, rank),
+    r = _call(conversion.conversion_demo, key, _call(bounds.check, bounds.PISSA_RANK, rank),
               _call(bounds.check, bounds.PISSA_CONVERT_STEPS, steps), layer=layer)
     return conversion_md(r), r
 

@@ -20,6 +20,7 @@ import gradio as gr
 from backend.core.zerogpu import gpu
 
 from components.report import session as report
+from components.report import writer as report_writer
 from components import tabs
 from components.agents.answers import _json, set_source  # noqa: F401  (_json: how every tool answers)
 from components.serving.guard import guarded, tab_gpu_seconds
@@ -28,7 +29,7 @@ from components.tab import AgentTool
 # ------------------------------------------------------------------------------- registration
 # Each tab names its tools (components.tab.Tab.tools); the report's belongs to no tab. A tool shares
 # its tab's ZeroGPU allowance and model queue (components.serving.guard).
-REPORT_TOOL = AgentTool(report.session_report, reads_model=False, intervention=False,
+REPORT_TOOL = AgentTool(report_writer.session_report, reads_model=False, intervention=False,
                         cost="milliseconds to a second (writes one HTML file)")
 
 

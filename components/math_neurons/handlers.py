@@ -14,7 +14,7 @@ from typing import Any, Callable
 import gradio as gr
 
 from backend.core import bounds
-from backend.mathneuro import service, visitor_sets
+from backend.mathneuro import service, sets, visitor_sets
 from backend.mathneuro.service import Setting
 from components.common import fail
 from components.links import deep_links as links
@@ -42,7 +42,7 @@ def _quiet(*_a, **_k) -> None:
 # The numeric controls and their ranges: one rule for all (the sliders' own bounds, the API's too).
 # A value outside is refused with the range and nothing is computed; nothing is clamped or rounded.
 K_RANGE, FACTOR_RANGE, N_RANGE = ((r.lo, r.hi) for r in (bounds.MATH_K, bounds.MATH_FACTOR, bounds.MATH_SAMPLES))
-DEFAULTS = {"method": "MathNeuro", "k": 3, "factor": 0.0, "n": service.MAX_SAMPLES}
+DEFAULTS = {"method": "MathNeuro", "k": 3, "factor": 0.0, "n": sets.MAX_SAMPLES}
 
 
 def _setting(method_label, k_pct, factor, n_samples, nonmath=None, math_set=None) -> Setting:
@@ -53,8 +53,8 @@ def _setting(method_label, k_pct, factor, n_samples, nonmath=None, math_set=None
                                                     (bounds.MATH_SAMPLES, n_samples)))
     except ValueError as e:
         fail(str(e))
-    return Setting(METHOD_LABELS[method_label], k / 100.0, n, f, nonmath=nonmath or service.DEFAULT_NONMATH,
-                   math=math_set or service.DEFAULT_MATH)
+    return Setting(METHOD_LABELS[method_label], k / 100.0, n, f, nonmath=nonmath or sets.DEFAULT_NONMATH,
+                   math=math_set or sets.DEFAULT_MATH)
 
 
 def _bench(source, model=None, progress=None):
@@ -77,7 +77,7 @@ def _run(fn, *args, **kwargs):
     messages."""
     try:
         return fn(*args, **kwargs)
-    except (service.NoNonMath, ValueError) as e:
+    except (sets.NoNonMath, ValueError) as e:
         fail(str(e))
 
 
@@ -180,7 +180,7 @@ def export(source: str, method_label, k_pct, factor, n_samples, nonmath=None, mo
 def name_data(source: str, side: str, via: str):
     """A user's math or non-math set, from an uploaded file or a dataset id: loaded, checked,
     and named in this session's state (`other` is the other side's id, for the data card)."""
-    what = service.SIDES[side]
+    what = sets.SIDES[side]
 
     def handler(given, model=None, other=None, request: gr.Request = None):
         owner = space(request, visitor_sets.SPACE, write=True).session  # kept while this session lasts
@@ -199,8 +199,8 @@ def name_data(source: str, side: str, via: str):
         except (ValueError, RuntimeError, UnicodeDecodeError) as e:
             fail(f"Could not read that {what} {'file' if via == 'file' else 'dataset'}: {e}")
         keys = (key, other) if side == "math" else (other, key)
-        return key, data_html(service.describe(b, keys[1] or service.DEFAULT_NONMATH,
-                                               keys[0] or service.DEFAULT_MATH))
+        return key, data_html(service.describe(b, keys[1] or sets.DEFAULT_NONMATH,
+                                               keys[0] or sets.DEFAULT_MATH))
 
     # under ZeroGPU the set must be registered in the main process, or it would die with a worker
     return main_only(handler)
@@ -212,7 +212,7 @@ def on_model(source: str, model, progress: Progress = _quiet):
     this one, so its box is emptied too)."""
     progress(0.1, desc="loading the model")
     b = _bench(source, model, lambda f, d: progress(f, desc=d))
-    return service.DEFAULT_NONMATH, service.DEFAULT_MATH, data_html(service.describe(b)), None, None
+    return sets.DEFAULT_NONMATH, sets.DEFAULT_MATH, data_html(service.describe(b)), None, None
 
 
 def check(method_label, k, f, n) -> None:

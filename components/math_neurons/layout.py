@@ -8,7 +8,7 @@ import gradio as gr
 
 from backend.core import bounds
 from backend.core.presets import active
-from backend.mathneuro import service
+from backend.mathneuro import service, sets
 from backend.mathneuro.presets import TAB
 from components.common import model_event, on_first_open
 from components.inputs import enter
@@ -71,8 +71,8 @@ def build(ctx) -> None:
     # controls and figures give way to a one-line plain caption and the accuracy figure, large.
     explain = gr.HTML(explain_for(active(TAB, ctx.source)), elem_classes=["wb-advanced"], elem_id="mn-explain")
     gr.HTML(PRESENTER_CAPTION, elem_classes=["wb-presenter-only", "wb-lead"])
-    nonmath = gr.State(service.DEFAULT_NONMATH)
-    math_set = gr.State(service.DEFAULT_MATH)
+    nonmath = gr.State(sets.DEFAULT_NONMATH)
+    math_set = gr.State(sets.DEFAULT_MATH)
     with gr.Row():
         # the zoo organism, the paper's Llama, or your own causal LM with nn.Linear layers
         model, _ = model_picker(service.listed(ctx.source), "math_neurons", elem_id="mn-model",

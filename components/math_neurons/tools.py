@@ -43,6 +43,7 @@ def math_neurons(method: MathMethod = "mathneuro", k_percent: float = 3.0, facto
     """
     from backend.mathneuro import service
     from backend.mathneuro.service import Setting
+    from backend.mathneuro.sets import UI_EVAL
 
     bounds.check_choice("method", method, service.core.METHODS)
     k = bounds.check(bounds.MATH_K, k_percent)
@@ -68,7 +69,7 @@ def math_neurons(method: MathMethod = "mathneuro", k_percent: float = 3.0, facto
         return _json({"method": method, "k_percent": k, "factor": f, "n_samples": n, "model": b.model_id,
                       "action": "pruned" if f == 0 else f"scaled × {f:g}",
                       "baseline": base, "modified": {k_: mod[k_] for k_ in ("math", "nonmath")},
-                      "n_scored": {side: len(b.eval_items(side, service.UI_EVAL, s.__dict__[side]))
+                      "n_scored": {side: len(b.eval_items(side, UI_EVAL, s.__dict__[side]))
                                    for side in ("math", "nonmath")},
                       "math_set": "yours" if "math" in sets else "the model's",
                       "nonmath_set": "yours" if "nonmath" in sets else "the model's",

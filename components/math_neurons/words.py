@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from backend.mathneuro import service
+from backend.mathneuro import sets
 
 EXPLAIN = (
     "<div class='wb-explain'><b>What you see.</b> MathNeuro scores every weight of every linear "
@@ -26,7 +26,7 @@ EXPLAIN = (
 def explain_hub(preset, template: str | None = None) -> str:
     """The hub preset's (or a user's own model's) explanation: what is loaded and how answers are
     scored; `template` as the data card words it (service.describe), so the two agree."""
-    n = service.UI_EVAL
+    n = sets.UI_EVAL
     return (
         "<div class='wb-explain'><b>What you see.</b> MathNeuro scores every weight of every linear "
         "layer by <i>|W<sub>ij</sub>| · ‖X<sub>j</sub>‖</i> summed over samples (forward passes only; a "
@@ -39,7 +39,7 @@ def explain_hub(preset, template: str | None = None) -> str:
         "problems score; a problem is right when the last number of the model's answer equals the number "
         "after “####” in the reference. <b>Non-math:</b> the file you name below (JSONL / CSV with prompt or "
         "question + answer, optionally choices, or plain text one per line), or the deployment's set "
-        f"(<code>{service.NONMATH_ENV}</code>, or RACE + MMLU through <code>datasets</code> where the hub "
+        f"(<code>{sets.NONMATH_ENV}</code>, or RACE + MMLU through <code>datasets</code> where the hub "
         "is reachable, else the shipped COCO captions as plain text); multiple choice is scored by the letter the model names first, other answers by "
         "their normalised text, plain text by next-token accuracy. Its first half identifies, the rest "
         "scores. <b>Your own math</b> (file or dataset id above) replaces GSM8K the same way: an answer "

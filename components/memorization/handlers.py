@@ -17,9 +17,9 @@ from backend.nemo import visitor as nvisitor
 from backend.nemo.metrics import auroc
 from components.serving import exports
 from components.common import fail
-from components.memorization.figures import (NO_NEURONS_OFF, batch_rows, export_png, gallery_items, hist_plot,
-                                             pin_html, relaxed_words, result_html, score_html, stats_html,
-                                             summary_html, table_rows, z_plot)
+from components.memorization.figures import (NO_NEURONS_OFF, batch_rows, export_png, gallery_items, pin_html,
+                                             relaxed_words, result_html, score_html, stats_html, z_plot)
+from components.memorization.table import hist_plot, summary_html, table_rows
 from components.serving.visitor import own_folder, space
 
 

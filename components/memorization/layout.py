@@ -17,8 +17,9 @@ from components.links import deep_links as links
 from components.inputs import enter
 from components.common import fail, model_event, on_first_open
 from components.inputs.fields import bounded_slider, checked_image, clear_unreadable, keep_on_failure
-from components.memorization.figures import NO_TYPE, TABLE_HEADERS, TABLE_WIDTHS, stats_html, type_shown
+from components.memorization.figures import NO_TYPE, stats_html, type_shown
 from components.memorization.handlers import make_checks, make_handlers
+from components.memorization.table import TABLE_HEADERS, TABLE_WIDTHS
 from components.inputs.model_picker import model_picker
 
 # A deep link reruns these (components.links.deep_links): the score of its prompt, then the generations with its

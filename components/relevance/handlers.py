@@ -11,15 +11,16 @@ import gradio as gr
 import numpy as np
 
 from backend.core import bounds
+from backend.lrp import heldout as held  # the handler `heldout` below takes the plain name
 from backend.lrp import sentences as S
 from backend.lrp import service as svc
 from backend.lrp.forward import RULES
 from backend.lrp.methods import LABELS
 from backend.lrp.tokens import visible
 from components.common import fail
-from components.relevance.figures import (conservation_md, curves_plot, daf_table, export_text, heatmap_html,
-                                          image_figure, image_plot, longrange_plot, max_abs, md_code,
-                                          position_plot, scatter_plot, sentence_frame, sentence_html,
+from components.relevance.figures import (conservation_md, export_text, heatmap_html, image_figure, image_plot,
+                                          longrange_plot, max_abs, md_code, position_plot)
+from components.relevance.heldout import (curves_plot, daf_table, scatter_plot, sentence_frame, sentence_html,
                                           sentence_widths)
 from components.relevance.models import long_on_pick
 from components.report import redraw
@@ -164,11 +165,11 @@ def heldout(source: str, default_data: str, methods, n, data=None, upload=None, 
     report = lambda f, d: progress(f, desc=d)  # noqa: E731
     data = data or default_data
     if data == "zoo":
-        res = dict(_guard(svc.heldout_sentiment, m, methods, n, progress=report), source="zoo")
+        res = dict(_guard(held.heldout_sentiment, m, methods, n, progress=report), source="zoo")
     else:
         progress(0.02, desc="reading sentences")
         items = _guard(read_heldout, data, upload)
-        res = _guard(svc.heldout_sentences, m, items, methods, target=target or "predicted", label_words=words,
+        res = _guard(held.heldout_sentences, m, items, methods, target=target or "predicted", label_words=words,
                      suffix=suffix, n=n, source=data, progress=report)
     return daf_table(res), curves_plot(res), scatter_plot(res), heldout_note(res), res
 

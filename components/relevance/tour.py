@@ -127,8 +127,10 @@ def conservation():
 
 
 def faithfulness():
-    svc, m = _model()
-    h = svc.heldout_sentiment(m, ["mambalrp", "gi"], n=20)
+    from backend.lrp import heldout
+
+    _, m = _model()
+    h = heldout.heldout_sentiment(m, ["mambalrp", "gi"], n=20)
     res = h["results"]
     fig = go.Figure()
     for meth, col in (("mambalrp", colors.PAIR[1]), ("gi", colors.PAIR[0])):

@@ -23,7 +23,8 @@ from backend.core import costs, limits, loadgate, picker, preload, store
 from backend.core.bounds import call_cap
 from backend.core.limits import JobTooLong, budget
 from backend.core.presets import PresetError
-from backend.core.store import load_progress, request_scope, scoped_aiter, scoped_iter
+from backend.core.store import load_progress, request_scope
+from backend.core.streamscope import scoped_aiter, scoped_iter
 from backend.core.zerogpu import gpu, in_main, spaces_available
 from components.serving import fair_queue
 from components.serving.turns import in_session_order

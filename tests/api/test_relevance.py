@@ -241,7 +241,7 @@ def test_requests_cross_the_zerogpu_boundary_check(client):
 def test_views_say_what_they_plot():
     """Long-range rows underline their own method's top tokens; bars and hover match the heatmap's
     scale; words the zoo vocabulary lacks are named; held-out progress names methods."""
-    from backend.lrp import models
+    from backend.lrp import heldout, models
     from backend.lrp import service as svc
     from components.relevance import figures as R
 
@@ -281,7 +281,7 @@ def test_views_say_what_they_plot():
     assert len(everything.data[0].x) == len(res["tokens"])
 
     said = []
-    svc.heldout_sentiment(m, ["mambalrp", "gi"], n=10, progress=lambda f, d: said.append(d))
+    heldout.heldout_sentiment(m, ["mambalrp", "gi"], n=10, progress=lambda f, d: said.append(d))
     assert any(d.startswith("MambaLRP:") for d in said) and any(d.startswith("Gradient×Input:") for d in said)
     assert not any(d.startswith(("gi:", "mambalrp:")) for d in said)
 

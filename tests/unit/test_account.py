@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.account import H200, Account, account, project
+from benchmarks.account import account
+from benchmarks.account_projection import H200, Account, project
 
 
 def toy(w, x):

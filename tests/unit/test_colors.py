@@ -81,7 +81,9 @@ def _figures():
     from components.features import figures as feature_figures
     from components.math_neurons import figures as math_figures
     from components.memorization import figures as memorization_figures
+    from components.memorization import table as memorization_table
     from components.relevance import figures as relevance_figures
+    from components.relevance import heldout as relevance_heldout
 
     toks = ["<bos>", "good", "film", "label:"]
     res = {"tokens": toks, "methods": ["mambalrp", "gi"],
@@ -111,8 +113,8 @@ def _figures():
     return {
         "features.contrast.volcano": lambda: feature_contrast.volcano({"rows": contrast_rows, "alpha": 0.05}),
         "relevance.figures.position_plot": lambda: relevance_figures.position_plot(res, True),
-        "relevance.figures.curves_plot": lambda: relevance_figures.curves_plot(hres),
-        "relevance.figures.scatter_plot": lambda: relevance_figures.scatter_plot(hres),
+        "relevance.heldout.curves_plot": lambda: relevance_heldout.curves_plot(hres),
+        "relevance.heldout.scatter_plot": lambda: relevance_heldout.scatter_plot(hres),
         "relevance.figures.longrange_plot": lambda: relevance_figures.longrange_plot(long_res),
         "relevance.figures.image_plot": lambda: relevance_figures.image_plot(
             {"methods": ["mambalrp"], "maps": {"mambalrp": [[0.5, -1.0], [0.0, 2.0]]}, "image": [[0, 1], [1, 0]],
@@ -122,7 +124,7 @@ def _figures():
             [np.zeros((8, 8, 3), np.uint8)], [np.array([[0.0, 1.0], [2.0, 0.5]])], ["feature 3"]),
         "features.figures.concept_plot": lambda: feature_figures.concept_plot(page),
         "memorization.figures.z_plot": lambda: memorization_figures.z_plot(z, ["down0.attn0:1"]),
-        "memorization.figures.hist_plot": lambda: memorization_figures.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
+        "memorization.table.hist_plot": lambda: memorization_table.hist_plot([{"n_neurons": 2}, {"n_neurons": 3}]),
         "math_neurons.figures.figure2_plot": lambda: math_figures.figure2_plot(base, {"mathneuro": base}, 0.05),
         "math_neurons.figures.curve_plot": lambda: math_figures.curve_plot([{"factor": 0.0, **base},
                                                                      {"factor": 1.0, **base}], base, s),

@@ -83,6 +83,7 @@ NOT_GPU = {
     # `check_text_request`: the text, methods and rules checked before a model loads (no model)
     "backend.lrp.service": {"load_text", "pick_text", "load_image", "load_longrange", "example_image",
                             "longrange_example", "check_text_request"},
+    "backend.lrp.heldout": set(),  # listed so the audit reads its calls: every one is a GPU entry point
     # `listed` / `own_source`: the model pickers' lists and metadata checks; `stats_status` loads a
     # picked pipeline (as `get` does: weights placed at load) and reads which statistics it uses
     "backend.nemo.service": {"get", "describe", "parse_neurons", "listed", "stats_status"},
@@ -94,7 +95,7 @@ NOT_GPU = {
                              "clamp_range", "check_steering"},
     "backend.sae.hub_index": {"index_command"},
     # `pick`: the picked model's preset, from its metadata (the tab's words follow it)
-    "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick", "SIDES"},
+    "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick"},
     # the held-out items a setting is scored on, how many samples each side identifies with,
     # `evaluated`: a setting's cached scores, read without running anything (exports), and
     # `forget_masks`: a setting's cached masks dropped (an MCP call's own items)
@@ -102,6 +103,7 @@ NOT_GPU = {
     # `config_layer_names`: a checkpoint's layers from its config, built on the meta device
     "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed",
                               "config_layer_names"},
+    "backend.pissa.conversion": set(),
 }
 
 
@@ -147,8 +149,9 @@ def test_every_backend_entry_point_the_tabs_call_is_marked_for_zerogpu():
 
     calls = _backend_calls()
     # the audit sees every tab's backend
-    assert {"backend.lrp.service", "backend.nemo.service", "backend.sae.analysis", "backend.sae.pages",
-            "backend.mathneuro.service", "backend.mathneuro.service.Bench", "backend.pissa.service"} <= set(calls)
+    assert {"backend.lrp.service", "backend.lrp.heldout", "backend.nemo.service", "backend.sae.analysis",
+            "backend.sae.pages", "backend.mathneuro.service", "backend.mathneuro.service.Bench",
+            "backend.pissa.service", "backend.pissa.conversion"} <= set(calls)
     unmarked, checked = [], 0
     for mod, names in sorted(calls.items()):
         owner = (importlib.import_module(mod) if not mod.endswith(".Bench")

@@ -101,7 +101,7 @@ def test_the_report_button_always_comes_back():
     """A report that cannot be written (or handed over) ends in a message and a usable button."""
     import gradio as gr
 
-    from components.report import session as report
+    from components.report import writer as report
 
     with gr.Blocks() as demo:
         report.header_button()

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from backend.mathneuro import chat, sources
+from backend.mathneuro import chat, sets, sources
 from tests.conftest import ROOT
 from tests.helpers.standins import REVISION, build_cache, cache_env, digest, repo_folder, use_cache
 from tests.helpers.standins import math as standin
@@ -103,7 +103,7 @@ def hub(tmp_path_factory):
     cache = build_cache(tmp_path_factory.mktemp("hf") / "hub", standin.REPOS)
     with pytest.MonkeyPatch.context() as mp:
         use_cache(mp, cache)
-        mp.delenv(service.NONMATH_ENV, raising=False)
+        mp.delenv(sets.NONMATH_ENV, raising=False)
         mp.setattr(service, "MATH_NEW_TOKENS", NEW_TOKENS)
         mp.setattr(service, "NONMATH_NEW_TOKENS", NEW_TOKENS)
         yield cache
@@ -201,13 +201,13 @@ def test_offline_default_nonmath_is_the_shipped_captions_labelled_as_such(svc, b
     # no captions either: no set, and the reason; a deployment's broken file is an error, not skipped
     monkeypatch.setattr(sources, "CAPTIONS", tmp_path / "missing.csv")
     data = {"nonmath_sets": {}}
-    svc.load_default_nonmath(b.preset, data)
+    sets.load_default_nonmath(b.preset, data)
     assert not data["nonmath_sets"] and "captions are missing" in data["nonmath_error"]
     bad = tmp_path / "mine.txt"
     bad.write_text("just one line\n")
-    monkeypatch.setenv(svc.NONMATH_ENV, str(bad))
+    monkeypatch.setenv(sets.NONMATH_ENV, str(bad))
     data = {"nonmath_sets": {}}
-    svc.load_default_nonmath(b.preset, data)
+    sets.load_default_nonmath(b.preset, data)
     assert "at least two" in data["nonmath_error"]
     with pytest.raises(ValueError, match="no longer loaded"):
         b.masks(s.but(nonmath="file:0000"))
@@ -300,7 +300,7 @@ def test_your_own_math_file_replaces_gsm8k_for_identification_and_scoring(svc, b
     assert key.startswith("file:") and key == svc.register_data("hub", "math", path)
     info = svc.describe(b, math=key)
     assert "my-math.jsonl (20 items): 10 identify, 10 score" in info["math"] and info["math_own"]
-    assert info["math_rule"] == svc.RULES["final"] and "GSM8K" not in info["math"]
+    assert info["math_rule"] == sets.RULES["final"] and "GSM8K" not in info["math"]
     held = b.math_set(key)["items"]
     assert [it["final"] for it in held[:2]] == [str(11 + 30 + 5 + 20), str(11 + 33 + 5 + 22)]
     s = svc.Setting("mathneuro", 0.05, 8, 0.0, math=key)
@@ -309,7 +309,7 @@ def test_your_own_math_file_replaces_gsm8k_for_identification_and_scoring(svc, b
     ref = core.identify(b.model, ids_m, ids_n, 0.05, tokenizer=b.tok)
     masks = b.masks(s)
     assert all(torch.equal(masks[n], ref[n]) for n in ref)
-    gsm = b.masks(s.but(math=svc.DEFAULT_MATH))  # GSM8K's samples find another set
+    gsm = b.masks(s.but(math=sets.DEFAULT_MATH))  # GSM8K's samples find another set
     assert core.overlap(masks, gsm) < 0.999
     want = chat.accuracy(b.model, b.tok, held[:4], "math", NEW_TOKENS)
     assert b.baseline(n_eval=4, math=key)["math"] == pytest.approx(want)
@@ -320,7 +320,7 @@ def test_your_own_math_file_replaces_gsm8k_for_identification_and_scoring(svc, b
     txt = tmp_path / "proofs.txt"
     txt.write_text("\n".join(f"Let x = {i}. Then 2x + 1 = {2 * i + 1}, an odd number." for i in range(6)))
     tkey = svc.register_data("hub", "math", txt)
-    assert svc.describe(b, math=tkey)["math_rule"] == svc.RULES["text"]
+    assert svc.describe(b, math=tkey)["math_rule"] == sets.RULES["text"]
     items = b.math_set(tkey)["items"]
     assert b.baseline(n_eval=None, math=tkey)["math"] == pytest.approx(chat.next_token_accuracy(b.model, b.tok, items))
     bad = tmp_path / "bad.jsonl"

@@ -150,7 +150,7 @@ def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
     the boxes of files it no longer uses."""
     import json
 
-    from backend.mathneuro import service
+    from backend.mathneuro import service, sets
     from components.math_neurons import figures as figures
     from components.math_neurons import handlers as H
     from components.math_neurons import words
@@ -169,4 +169,4 @@ def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
     assert "every question in plain text" in text and "its own chat template" not in text
     assert words.samples_label(False).endswith("right under the set's rule)")
     out = H.on_model("zoo", None)
-    assert out[:2] == (service.DEFAULT_NONMATH, service.DEFAULT_MATH) and out[3:] == (None, None)
+    assert out[:2] == (sets.DEFAULT_NONMATH, sets.DEFAULT_MATH) and out[3:] == (None, None)

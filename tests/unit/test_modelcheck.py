@@ -8,6 +8,7 @@ from safetensors.torch import save_file
 
 import components
 from backend.core import modelcheck as mc
+from backend.core import modelmeta
 from backend.core import presets as P
 from backend.core.modelcheck import ModelCheckError, check_model
 
@@ -168,7 +169,7 @@ def test_hub_ids_read_from_the_cache_offline(root, hub_cache):
     with pytest.raises(ModelCheckError, match="the hub is not reachable and it is not in the local cache"):
         check_model("someone/not-cached", "relevance")
     hub_cache("someone/old-mamba", lm("MambaForCausalLM", "mamba"))
-    snapshot = mc._hub_file("someone/old-mamba", "config.json", None).parent  # a cached pickle-only repo
+    snapshot = modelmeta._hub_file("someone/old-mamba", "config.json", None).parent  # a cached pickle-only repo
     for f in snapshot.glob("*.safetensors"):
         f.unlink()
     (snapshot / "pytorch_model.bin").write_bytes(b"\x80\x04")
@@ -274,7 +275,7 @@ def test_each_method_package_declares_its_rule_and_a_new_rule_is_used(root, monk
 
     monkeypatch.setattr(mc, "_RULES", dict(mc._RULES))  # the test's rule leaves with the test
 
-    def stars_only(meta: mc.ModelMeta) -> str | None:
+    def stars_only(meta: modelmeta.ModelMeta) -> str | None:
         return None if meta.config.get("model_type") == "stars" else f"{meta.architecture}: astrology reads the stars"
 
     mc.register_rule(mc.MethodRule(method="astrology", problem=stars_only, order=9, aliases=("horoscope",)))
@@ -285,7 +286,8 @@ def test_each_method_package_declares_its_rule_and_a_new_rule_is_used(root, monk
         check_model(str(llama), "astrology")
     reasons = mc.fitting_methods(str(llama))
     assert list(reasons)[-1] == "astrology" and reasons["math_neurons"] is None
-    unet = mc.ModelMeta("unet", True, None, {"_class_name": "UNet2DModel", "_diffusers_version": "0.1"}, None, None)
+    unet = modelmeta.ModelMeta("unet", True, None, {"_class_name": "UNet2DModel", "_diffusers_version": "0.1"},
+                               None, None)
     assert mc.architecture_problem(unet, "astrology") == \
         "UNet2DModel is a diffusers model: the astrology tab takes a transformers model"
     with pytest.raises(ModelCheckError, match="expected one of relevance, features, memorization, math_neurons, "

@@ -63,6 +63,7 @@ def test_grid_rows_are_on_and_off_columns_are_seeds():
 
 def test_figures_give_exact_values_on_hover():
     from components.memorization import figures as tab
+    from components.memorization import table
 
     r = {"layers": ["down0.attn0", "mid.attn0"], "z": {"down0.attn0": [0.5, 4.25], "mid.attn0": [1.125]},
          "activation": {"down0.attn0": [0.01, 0.2], "mid.attn0": [0.03]}, "score": 0.61234,
@@ -72,5 +73,5 @@ def test_figures_give_exact_values_on_hover():
     assert "down0.attn0:1<br>z = 4.250<br>mean |activation| 0.2" in tips
     assert "down0.attn0:1 (found by NeMo) z = 4.250" in tips
     assert "score 0.6123 · θ_mem 0.5000" in tab.score_html(r)
-    hist = tab.hist_plot([{"n_neurons": 3}, {"n_neurons": 3}])
+    hist = table.hist_plot([{"n_neurons": 3}, {"n_neurons": 3}])
     assert "%{y}" in hist.data[0].hovertemplate and "%{x}" in hist.data[0].hovertemplate

@@ -40,7 +40,7 @@ def test_a_finished_race_says_at_the_end_and_one_stopped_before_a_step_compares_
 def _conversion(rel, change_rel, dtype="bfloat16"):
     import torch
 
-    from backend.pissa.service import conversion_tolerance
+    from backend.pissa.conversion import conversion_tolerance
 
     scale = 8.16
     return {"layers": ["model.layers.0.self_attn.v_proj"], "steps": 20, "rank": 8, "converted_rank": 16,

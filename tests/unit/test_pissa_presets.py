@@ -6,7 +6,7 @@ import torch
 from backend.core import presets
 from backend.core.presets import PresetError, load_pretrained
 from backend.pissa import PRESETS, TAB, adapt, error_reduction_ratio, linear_layers
-from backend.pissa import service
+from backend.pissa import conversion, service
 from tests.helpers.tiny import tiny_llama
 
 torch.set_num_threads(1)
@@ -79,7 +79,7 @@ def test_service_rejects_bad_input():
     with pytest.raises(service.ServiceError):
         list(service.race_stream("pissa-toy", service.RaceConfig(methods=("sgd",))))
     with pytest.raises(service.ServiceError):
-        service.conversion_demo("pissa-toy", 8, steps=0)
+        conversion.conversion_demo("pissa-toy", 8, steps=0)
 
 
 def test_layer_analysis_is_cached_and_leaves_the_model_alone():
@@ -94,13 +94,13 @@ def test_layer_analysis_is_cached_and_leaves_the_model_alone():
 def test_conversion_rank_is_bounded_by_the_layer_it_adapts():
     """Issue 26: rank 32 on fc2 (128 × 128) was refused with "between 1 and 10 for a (10, 128)
     layer", the bound of the head, a layer the user had not picked."""
-    r = service.conversion_demo("pissa-toy", 32, steps=2, layer="fc2")
+    r = conversion.conversion_demo("pissa-toy", 32, steps=2, layer="fc2")
     assert r["layers"] == ["fc2"] and r["rank"] == 32 and r["converted_rank"] == 64
     assert r["same_outputs"], r
     with pytest.raises(service.ServiceError, match=r"between 1 and 10 for the \(10, 128\) layer head"):
-        service.conversion_demo("pissa-toy", 32, steps=2, layer="head")
+        conversion.conversion_demo("pissa-toy", 32, steps=2, layer="head")
     with pytest.raises(service.ServiceError, match="no adaptable linear layer 'fc9'"):
-        service.conversion_demo("pissa-toy", 8, steps=2, layer="fc9")
+        conversion.conversion_demo("pissa-toy", 8, steps=2, layer="fc9")
     # the race's layers (no layer named): the narrowest of those, named
     with pytest.raises(service.ServiceError, match=r"between 1 and 10 for the \(10, 128\) layer head"):
-        service.conversion_demo("pissa-toy", 32, steps=2)
+        conversion.conversion_demo("pissa-toy", 32, steps=2)

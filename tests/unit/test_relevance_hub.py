@@ -169,11 +169,12 @@ PLAIN = "John has 5 apples and gives 2 away.\nThe train was late again.\n\nShe b
 
 
 def test_heldout_on_a_user_file_with_and_without_labels(svc, m130, tmp_path):
+    from backend.lrp import heldout
     from backend.lrp import sentences as S
 
     items = S.parse_sentences(LABELLED.encode(), "dev.tsv")
     assert [it["label"] for it in items] == ["1", "0", "1", "0", "1"]
-    res = svc.heldout_sentences(m130, items, ["mambalrp", "gi"], target="label", label_words="0=bad, 1=good")
+    res = heldout.heldout_sentences(m130, items, ["mambalrp", "gi"], target="label", label_words="0=bad, 1=good")
     tok = m130.tokenizer
     assert res["label_tokens"] == {"0": " bad", "1": " good"} and res["n"] == 5
     assert res["targets_used"] == {" good": 3, " bad": 2}
@@ -183,7 +184,7 @@ def test_heldout_on_a_user_file_with_and_without_labels(svc, m130, tmp_path):
     # conservation pairs: MambaLRP tracks the logit far better than Gradient×Input
     assert r["mambalrp"]["conservation_median_rel_err"] < 0.2 < r["gi"]["conservation_median_rel_err"]
     # default label words (0/1 → negative/positive) split here: the note says which token is used
-    res = svc.heldout_sentences(m130, items, ["mambalrp"], target="label")
+    res = heldout.heldout_sentences(m130, items, ["mambalrp"], target="label")
     assert any("tokens for this model" in n for n in res["notes"])
     assert res["label_tokens"]["1"] == tok.decode(tok(" positive", add_special_tokens=False)["input_ids"][:1])
     # a plain text file: one sentence per line, the model's own prediction as the target
@@ -191,12 +192,12 @@ def test_heldout_on_a_user_file_with_and_without_labels(svc, m130, tmp_path):
     path.write_text(PLAIN)
     plain = S.read_sentences(path)
     assert len(plain) == 3 and all(it["label"] is None for it in plain)
-    res = svc.heldout_sentences(m130, plain, ["mambalrp"], target="predicted", suffix=" Answer:", n=2)
+    res = heldout.heldout_sentences(m130, plain, ["mambalrp"], target="predicted", suffix=" Answer:", n=2)
     assert res["n"] == 2 and sum(res["targets_used"].values()) == 2 and res["suffix"] == " Answer:"
     with pytest.raises(svc.InputError, match="no labels"):
-        svc.heldout_sentences(m130, plain, ["mambalrp"], target="label")
+        heldout.heldout_sentences(m130, plain, ["mambalrp"], target="label")
     with pytest.raises(svc.InputError, match="same token"):
-        svc.heldout_sentences(m130, items, ["mambalrp"], target="label", label_words="0=good, 1=goodness")
+        heldout.heldout_sentences(m130, items, ["mambalrp"], target="label", label_words="0=good, 1=goodness")
 
 
 def test_sentence_files_parse_and_refuse_clearly():
@@ -280,7 +281,7 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
         gi = attribute_text(m.model, ids, target=pred, method="gi")[0].numpy()
         assert np.allclose(r["relevance"]["gi"], gi, atol=1e-5) and len(r["tokens"]) == ids.shape[1]
         assert sum(r["relevance"]["mambalrp"]) == pytest.approx(r["sum_r"]["mambalrp"], rel=1e-5)
-    from components.relevance.figures import sentence_frame, sentence_html
+    from components.relevance.heldout import sentence_frame, sentence_html
 
     df, kinds = sentence_frame(res)
     assert list(df["#"]) == [1, 2, 3, 4, 5] and kinds[0] == "number" and kinds[-1] == "number"

@@ -11,6 +11,7 @@ import pytest
 
 from backend.core import sessions
 from components.report import session as report
+from components.report import writer
 from components.report import html as report_html
 from components.report import record as R
 
@@ -54,19 +55,19 @@ def test_reports_hold_only_their_sessions_results_and_go_with_the_session(monkey
     monkeypatch.setenv("WORKBENCH_SESSION_DIR", str(tmp_path))
     R.put_result("visitor-a", "relevance", "s", _result("relevance", "alpha words"))
     R.put_result("visitor-b", "adapters", "s", _result("adapters", "beta words"))
-    page_a, sum_a = report.report_html("visitor-a")
-    page_b, _ = report.report_html("visitor-b")
+    page_a, sum_a = writer.report_html("visitor-a")
+    page_b, _ = writer.report_html("visitor-b")
     assert "alpha words" in page_a and "beta words" not in page_a
     assert "beta words" in page_b and "alpha words" not in page_b
     assert sum_a["tabs"] == ["relevance"] and sum_a["results"] == 1
     sessions.end("visitor-a")  # the unload of the page
     assert "visitor-a" not in R.sessions_held() and "visitor-b" in R.sessions_held()
-    assert "Nothing was computed" in report.report_html("visitor-a")[0]
+    assert "Nothing was computed" in writer.report_html("visitor-a")[0]
     R.forget("visitor-b")
 
 
 def test_an_empty_report_says_so_and_carries_no_plotting_library():
-    page, summary = report.report_html(None)
+    page, summary = writer.report_html(None)
     assert "Nothing was computed in this session yet" in page
     assert "plotly-gz" not in page and len(page) < 20_000 and summary["results"] == 0
 
@@ -79,7 +80,7 @@ def test_five_tabs_embed_plotly_once_within_size_and_time():
         R.put_result(sid, tab, "t", _result(tab, f"more {i}", seed=10 + i))
     R.put_pin(sid, "adapters", "s", report.now())
     t0 = time.perf_counter()
-    page, summary = report.report_html(sid)
+    page, summary = writer.report_html(sid)
     seconds = time.perf_counter() - t0
     R.forget(sid)
     assert page.count("id='plotly-gz'") == 1 and page.count("<div class='plot'") == 11

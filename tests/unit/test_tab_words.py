@@ -8,6 +8,7 @@ import numpy as np
 from components.features import steering as feature_steering
 from components.memorization import layout as M
 from components.memorization import figures as MF
+from components.memorization import table as MT
 
 
 def org(hub: bool, anyres: bool, scenes: int = 0):
@@ -40,7 +41,7 @@ def summary(**kw):
          "theta_mem": 0.428, "n_localized": 0, "n_above_on": 0, "share_below_theta_off": None,
          "share_below_theta_random": None, "median_ssim_on": None, "median_diversity_on": 0.5,
          "median_diversity_off": 0.5, "median_localisation_s": 1.0}
-    return MF.summary_html({**s, **kw})
+    return MT.summary_html({**s, **kw})
 
 
 def test_no_neurons_found_reports_no_effect():
