@@ -1,10 +1,11 @@
 """The interpretability workbench: one Gradio app, the papers as live instruments.
 
-    python app.py                    # the zoo (tiny offline models), http://127.0.0.1:7860
-    python app.py --preset hub       # the papers' checkpoints (GPU machine with hub access)
-    WORKBENCH_PRESET=hub python app.py
-    python app.py --mcp              # also serve the methods as MCP tools (docs/agents.md: MCP)
+python app.py                    # the zoo (tiny offline models), http://127.0.0.1:7860
+python app.py --preset hub       # the papers' checkpoints (GPU machine with hub access)
+WORKBENCH_PRESET=hub python app.py
+python app.py --mcp              # also serve the methods as MCP tools (docs/agents.md: MCP)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,11 +40,19 @@ from backend.core.device import serving_threads  # noqa: E402
 from components import tabs as declared_tabs  # noqa: E402
 from components.agents import tools as agent_tools  # noqa: E402
 from components.common import CSS, THEME, TabContext  # noqa: E402
-from components.gradio_fixes.patches import (argument_counts_checked, atomic_image_cache,  # noqa: E402
-                                             bounded_request_bodies, calmer_queue_polls, compressed_front_end_kept,
-                                             empty_session_hash_as_none, escaped_error_messages,
-                                             light_loading_status, no_event_analytics, plotly_ahead,
-                                             tracker_timers_at_ten_frames)
+from components.gradio_fixes.patches import (  # noqa: E402
+    argument_counts_checked,
+    atomic_image_cache,
+    bounded_request_bodies,
+    calmer_queue_polls,
+    compressed_front_end_kept,
+    empty_session_hash_as_none,
+    escaped_error_messages,
+    light_loading_status,
+    no_event_analytics,
+    plotly_ahead,
+    tracker_timers_at_ten_frames,
+)
 from components.inputs import enter  # noqa: E402
 from components.links.deep_links import DeepLinks, header_controls  # noqa: E402
 from components.overview.layout import papers_in_words  # noqa: E402
@@ -70,8 +79,9 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
     declared = declared_tabs()
     # Gradio's own copies of uploads and results go after the session time limit too
     ttl = int(visitor.sessions.ttl_seconds())
-    with gr.Blocks(title="Interpretability workbench", analytics_enabled=False,
-                   delete_cache=(min(ttl, 3600), ttl)) as demo:
+    with gr.Blocks(
+        title="Interpretability workbench", analytics_enabled=False, delete_cache=(min(ttl, 3600), ttl)
+    ) as demo:
         # Bounded queue; model-touching events set their own per-device group (components.common).
         # Everything is set up inside this one `with`: each time a Blocks' context closes, or its
         # queue is set, Gradio builds the page's config and its server app again (~0.4 s each here),
@@ -80,9 +90,11 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         no_event_analytics(demo)  # no monitoring pages, so no summary of every event after each one
         calmer_queue_polls(demo)  # no millisecond polling while idle
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
-            gr.HTML("<div class='wb-header'><h1>Interpretability workbench</h1>"
-                    f"<span class='wb-sub'>{(n := papers_in_words(declared))} papers, {n} live instruments</span>"
-                    f"<span class='wb-badge'>{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></div>")
+            gr.HTML(
+                "<div class='wb-header'><h1>Interpretability workbench</h1>"
+                f"<span class='wb-sub'>{(n := papers_in_words(declared))} papers, {n} live instruments</span>"
+                f"<span class='wb-badge'>{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></div>"
+            )
             # Presenter view and light/dark: browser-only switches (components.links.deep_links).
             header_controls(demo)
             report_writer.header_button()  # one HTML file of this visitor's results (components.report.writer)
@@ -118,30 +130,42 @@ def build_tab(t: Tab, ctx: TabContext) -> bool:
             t.build(ctx)
             return True
         except Exception as exc:  # noqa: BLE001 - any failure of one tab must not take the app down
-            log.error("tab %s could not start: %s", t.id, "".join(
-                traceback.format_exception_only(type(exc), exc)).strip())
+            log.error(
+                "tab %s could not start: %s", t.id, "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            )
             failure = exc
     # What the tab managed to build before failing stays hidden: half a tab would only mislead.
     body.visible = False
-    gr.Markdown(tab_failure_text(t.title, ctx.source, failure), elem_classes=["wb-explain"],
-                elem_id=f"wb-tab-failed-{t.id}")
+    gr.Markdown(
+        tab_failure_text(t.title, ctx.source, failure), elem_classes=["wb-explain"], elem_id=f"wb-tab-failed-{t.id}"
+    )
     return False
 
 
 def tab_failure_text(title: str, source: str, exc: BaseException) -> str:
     reason = str(exc).strip() or type(exc).__name__
-    hint = ("The other tabs work. With hub checkpoints this usually means a checkpoint or data set is not in "
-            "the Hugging Face cache and the hub cannot be reached, or a gated repository needs a token "
-            "(`HF_TOKEN`)." if source == "hub" else "The other tabs work; the server log has the details.")
+    hint = (
+        "The other tabs work. With hub checkpoints this usually means a checkpoint or data set is not in "
+        "the Hugging Face cache and the hub cannot be reached, or a gated repository needs a token "
+        "(`HF_TOKEN`)."
+        if source == "hub"
+        else "The other tabs work; the server log has the details."
+    )
     return f"### {title} could not start\n\n**Why:** {reason[:600]}\n\n{hint}"
 
 
 def launch_kwargs() -> dict:
-    return {"theme": THEME, "css": CSS, "footer_links": [], "max_file_size": "20mb", "run_history": False,
-            "show_error": False,
-            # Gradio's /monitoring pages are on unless turned off: they would show any visitor every
-            # other visitor's calls and their times (components.gradio_fixes.patches.no_event_analytics)
-            "enable_monitoring": False}
+    return {
+        "theme": THEME,
+        "css": CSS,
+        "footer_links": [],
+        "max_file_size": "20mb",
+        "run_history": False,
+        "show_error": False,
+        # Gradio's /monitoring pages are on unless turned off: they would show any visitor every
+        # other visitor's calls and their times (components.gradio_fixes.patches.no_event_analytics)
+        "enable_monitoring": False,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,8 +173,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", choices=["zoo", "hub"], default=SOURCE)
     ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     ap.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    ap.add_argument("--mcp", action="store_true",
-                    help="also serve the methods as MCP tools for agents at /gradio_api/mcp/ (or WORKBENCH_MCP=1)")
+    ap.add_argument(
+        "--mcp",
+        action="store_true",
+        help="also serve the methods as MCP tools for agents at /gradio_api/mcp/ (or WORKBENCH_MCP=1)",
+    )
     args = ap.parse_args(argv)
     session_memory.large_blocks_returned()  # before the models load (components.serving.session_memory)
     # The server's log (a Space's "Logs" pane) says what the app did: models loaded and evicted,
@@ -166,7 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     mcp = agent_tools.mcp_wanted(args.mcp)
     if mcp:  # components.agents.tools: the tools, and the UI's events kept out of the tool list
         agent_tools.install(demo, args.preset)
-    if args.preset == "zoo":  # each tab's default first view, ahead of its first visitor (components.serving.first_views)
+    if (
+        args.preset == "zoo"
+    ):  # each tab's default first view, ahead of its first visitor (components.serving.first_views)
         first_views.warm()
     demo.launch(server_name=args.host, server_port=args.port, mcp_server=mcp, **launch_kwargs())
 

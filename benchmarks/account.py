@@ -38,6 +38,7 @@ adds as it is: work the host does between two syncs delays the device by as much
     print(acc.line())
     print(projection_line(acc, base_acc, H200))  # benchmarks.account_projection
 """
+
 from __future__ import annotations
 
 import math
@@ -55,24 +56,93 @@ from benchmarks.account_projection import Account
 aten = torch.ops.aten
 
 # matrix products and the fused attention kernels: their bytes are not "beside" the products
-_SDPA = {"_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
-         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-         "_scaled_dot_product_fused_attention_overrideable", "_flash_attention_forward",
-         "_efficient_attention_forward"}
-_MATMUL = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "_addmm_activation",
-           "convolution", "_convolution", "cudnn_convolution", "mkldnn_convolution", "linear",
-           "_mkldnn_linear"} | _SDPA
+_SDPA = {
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_flash_attention_forward",
+    "_efficient_attention_forward",
+}
+_MATMUL = {
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "addbmm",
+    "mv",
+    "addmv",
+    "dot",
+    "vdot",
+    "_addmm_activation",
+    "convolution",
+    "_convolution",
+    "cudnn_convolution",
+    "mkldnn_convolution",
+    "linear",
+    "_mkldnn_linear",
+} | _SDPA
 # ops that make the host wait for the device's result (data-dependent sizes or a value read)
-_SYNC = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_dim",
-         "unique_consecutive", "equal", "is_nonzero", "bincount", "histc", "allclose"}
+_SYNC = {
+    "_local_scalar_dense",
+    "nonzero",
+    "masked_select",
+    "unique",
+    "_unique",
+    "_unique2",
+    "unique_dim",
+    "unique_consecutive",
+    "equal",
+    "is_nonzero",
+    "bincount",
+    "histc",
+    "allclose",
+}
 # no kernel: allocation, aliasing and metadata
-_NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
-              "lift_fresh", "lift_fresh_copy", "resize_", "set_", "sym_size", "sym_stride", "sym_numel",
-              "sym_storage_offset", "_local_scalar_dense", "is_same_size", "result_type",
-              "_has_compatible_shallow_copy_type", "_unsafe_view", "scalar_tensor"}  # a CPU scalar operand
+_NO_KERNEL = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "detach",
+    "alias",
+    "lift_fresh",
+    "lift_fresh_copy",
+    "resize_",
+    "set_",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "_local_scalar_dense",
+    "is_same_size",
+    "result_type",
+    "_has_compatible_shallow_copy_type",
+    "_unsafe_view",
+    "scalar_tensor",
+}  # a CPU scalar operand
 # factory functions: host tensors unless given a device
-_FACTORIES = {"zeros", "ones", "full", "empty", "arange", "linspace", "tensor", "as_tensor", "rand", "randn",
-              "randint", "randperm", "eye", "from_numpy", "asarray", "empty_strided", "logspace"}
+_FACTORIES = {
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "arange",
+    "linspace",
+    "tensor",
+    "as_tensor",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "eye",
+    "from_numpy",
+    "asarray",
+    "empty_strided",
+    "logspace",
+}
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -85,8 +155,17 @@ def _nbytes(t: torch.Tensor) -> int:
         return n
 
 
-_WRITE_AT = {"index_put_", "_index_put_impl_", "index_fill_", "index_add_", "scatter_", "scatter_add_",
-             "scatter_reduce_", "index_copy_", "masked_scatter_"}
+_WRITE_AT = {
+    "index_put_",
+    "_index_put_impl_",
+    "index_fill_",
+    "index_add_",
+    "scatter_",
+    "scatter_add_",
+    "scatter_reduce_",
+    "index_copy_",
+    "masked_scatter_",
+}
 _READ_AT = {"index", "gather", "index_select", "take", "embedding"}
 
 
@@ -103,8 +182,10 @@ def _moved(name: str, args, flat, outs) -> int:
             n = index.numel() * (target.numel() // max(target.shape[args[1]] if target.dim() else 1, 1))
         elif name in ("index_put_", "_index_put_impl_"):
             idx = [i for i in args[1] if isinstance(i, torch.Tensor)]
-            lead = math.prod(target.shape[:len(args[1])]) if target.dim() else 1
-            n = (torch.broadcast_shapes(*[i.shape for i in idx]).numel() if idx else 1) * (target.numel() // max(lead, 1))
+            lead = math.prod(target.shape[: len(args[1])]) if target.dim() else 1
+            n = (torch.broadcast_shapes(*[i.shape for i in idx]).numel() if idx else 1) * (
+                target.numel() // max(lead, 1)
+            )
         else:
             n = max(t.numel() for t in flat[1:])
         return rest + 2 * n * target.element_size()
@@ -292,7 +373,11 @@ class _Aten(TorchDispatchMode):
             return out
         if name == "copy_" and len(flat) >= 2 and tr.is_host(args[0]) != tr.is_host(args[1]):
             if tr.is_host(args[0]):
-                tr.d2h(args[1], "copy_ to host", blocking=not kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
+                tr.d2h(
+                    args[1],
+                    "copy_ to host",
+                    blocking=not kwargs.get("non_blocking", args[2] if len(args) > 2 else False),
+                )
             else:
                 tr.h2d(args[1])
             return out
@@ -302,7 +387,12 @@ class _Aten(TorchDispatchMode):
             idx = args[1] if len(args) > 1 else kwargs.get("indices", [])
             if any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in idx or []):
                 tr.sync("boolean index")
-        elif name == "repeat_interleave" and kwargs.get("output_size") is None and len(args) and isinstance(args[-1], torch.Tensor):
+        elif (
+            name == "repeat_interleave"
+            and kwargs.get("output_size") is None
+            and len(args)
+            and isinstance(args[-1], torch.Tensor)
+        ):
             tr.sync(name)
         if name in _NO_KERNEL or func.is_view:
             return out
@@ -361,8 +451,9 @@ def _made_up(func, name: str, args, kwargs, flag: bool = True):
     return None
 
 
-def account(fn: Callable, *args, host: Iterable = (), meta: bool = False, flag: bool = True,
-            time_host: bool = False, **kwargs) -> tuple[Account, Any]:
+def account(
+    fn: Callable, *args, host: Iterable = (), meta: bool = False, flag: bool = True, time_host: bool = False, **kwargs
+) -> tuple[Account, Any]:
     """Run `fn(*args, **kwargs)` on the CPU and count what it would ask of a GPU. Tensors in `host`
     (nested lists allowed) are host tensors; every other tensor that exists before the call (model
     weights, inputs) is a device tensor. With `meta=True` the device tensors are those on the meta

@@ -1,6 +1,7 @@
 """What an account comes to: the counts of one computation (`Account`) and their projection onto a
 GPU's roofline (`GPU`, `H200`, `project`). Apart from benchmarks.account, which fills the counts by
 running code under torch's modes, so that reading and projecting them needs none of that machinery."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -20,19 +21,27 @@ class Account:
     matmul_flops: int = 0
     matmul_flops_fp32: int = 0  # the part in float32 (no tensor-core rate without TF32)
     host_compute_s: float = 0.0  # the host's own tensor work, timed on this CPU (time_host=True)
-    ops: Counter = field(default_factory=Counter)        # kernels by aten op
-    sync_ops: Counter = field(default_factory=Counter)   # syncs by cause
-    op_bytes: Counter = field(default_factory=Counter)   # non-matmul bytes by aten op
+    ops: Counter = field(default_factory=Counter)  # kernels by aten op
+    sync_ops: Counter = field(default_factory=Counter)  # syncs by cause
+    op_bytes: Counter = field(default_factory=Counter)  # non-matmul bytes by aten op
 
     def scaled(self, f: float) -> "Account":
         """The account of `f` times the work (e.g. per-sample counts put at the paper's sample count)."""
         sc = lambda c: Counter({k: round(v * f) for k, v in c.items()})  # noqa: E731
-        return Account(*(_times(getattr(self, k), f) for k in _FIELDS), ops=sc(self.ops),
-                       sync_ops=sc(self.sync_ops), op_bytes=sc(self.op_bytes))
+        return Account(
+            *(_times(getattr(self, k), f) for k in _FIELDS),
+            ops=sc(self.ops),
+            sync_ops=sc(self.sync_ops),
+            op_bytes=sc(self.op_bytes),
+        )
 
     def __add__(self, other: "Account") -> "Account":
-        return Account(*(getattr(self, k) + getattr(other, k) for k in _FIELDS), ops=self.ops + other.ops,
-                       sync_ops=self.sync_ops + other.sync_ops, op_bytes=self.op_bytes + other.op_bytes)
+        return Account(
+            *(getattr(self, k) + getattr(other, k) for k in _FIELDS),
+            ops=self.ops + other.ops,
+            sync_ops=self.sync_ops + other.sync_ops,
+            op_bytes=self.op_bytes + other.op_bytes,
+        )
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in _FIELDS}
@@ -43,13 +52,26 @@ class Account:
 
     def line(self) -> str:
         host = f", host tensor work {1e3 * self.host_compute_s:.1f} ms (this CPU)" if self.host_compute_s else ""
-        return (f"kernels {self.kernels} ({self.matmul_kernels} matmul), syncs {self.syncs}, "
-                f"D2H {self.d2h} ({_size(self.d2h_bytes)}), H2D {self.h2d} ({_size(self.h2d_bytes)}), "
-                f"non-matmul traffic {_size(self.other_bytes)}, matmul {self.matmul_flops / 1e12:.3g} TFLOP{host}")
+        return (
+            f"kernels {self.kernels} ({self.matmul_kernels} matmul), syncs {self.syncs}, "
+            f"D2H {self.d2h} ({_size(self.d2h_bytes)}), H2D {self.h2d} ({_size(self.h2d_bytes)}), "
+            f"non-matmul traffic {_size(self.other_bytes)}, matmul {self.matmul_flops / 1e12:.3g} TFLOP{host}"
+        )
 
 
-_FIELDS = ("kernels", "matmul_kernels", "syncs", "d2h", "d2h_bytes", "h2d", "h2d_bytes", "other_bytes",
-           "matmul_flops", "matmul_flops_fp32", "host_compute_s")
+_FIELDS = (
+    "kernels",
+    "matmul_kernels",
+    "syncs",
+    "d2h",
+    "d2h_bytes",
+    "h2d",
+    "h2d_bytes",
+    "other_bytes",
+    "matmul_flops",
+    "matmul_flops_fp32",
+    "host_compute_s",
+)
 
 
 def _times(v, f: float):
@@ -70,6 +92,7 @@ class GPU:
     `host_op_s` (Python, dispatch, launch; the two overlap until a sync); matrix products run at
     `flops` (achieved, not peak); the other kernels move their bytes at `bandwidth`; a sync adds
     `sync_s` (the queue drains and refills); a device→host copy moves at `d2h` (pageable memory)."""
+
     name: str
     flops: float
     bandwidth: float
@@ -93,8 +116,7 @@ def project(acc: Account, gpu: GPU = H200) -> dict:
     other = acc.kernels - acc.matmul_kernels
     mem = max(acc.other_bytes / gpu.bandwidth, other * gpu.launch_s)
     mm = (acc.matmul_flops - acc.matmul_flops_fp32) / gpu.flops + acc.matmul_flops_fp32 / gpu.flops_fp32
-    parts = {"matmul_s": max(mm, acc.matmul_kernels * gpu.launch_s),
-             "other_kernels_s": mem}
+    parts = {"matmul_s": max(mm, acc.matmul_kernels * gpu.launch_s), "other_kernels_s": mem}
     parts["host_s"] = max(0.0, acc.kernels * gpu.host_op_s - parts["matmul_s"] - mem)
     parts.update(syncs_s=acc.syncs * gpu.sync_s, d2h_s=acc.d2h_bytes / gpu.d2h)
     if acc.host_compute_s:
@@ -106,5 +128,7 @@ def project(acc: Account, gpu: GPU = H200) -> dict:
 def projection_line(acc: Account, base: Account, gpu: GPU = H200) -> str:
     p, b = project(acc, gpu), project(base, gpu)
     parts = ", ".join(f"{k[:-2]} {1e3 * v:.1f} ms" for k, v in p.items() if k != "total_s")
-    return (f"projection on {gpu.name}: {1e3 * p['total_s']:.1f} ms vs {1e3 * b['total_s']:.1f} ms, "
-            f"ratio {p['total_s'] / b['total_s']:.2f} ({parts})")
+    return (
+        f"projection on {gpu.name}: {1e3 * p['total_s']:.1f} ms vs {1e3 * b['total_s']:.1f} ms, "
+        f"ratio {p['total_s'] / b['total_s']:.2f} ({parts})"
+    )

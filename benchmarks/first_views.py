@@ -11,6 +11,7 @@ as the Overview has settled, in the first seconds after the start. A store of vi
 earlier start is not used (a fresh store folder each time): the views are computed in this run.
 The goals (issue 50): ≤ 2 s once ready, ≤ 10 s early.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,9 @@ def one(tab: str, kept: bool, early: bool) -> float:
                 while f"first view of {tab} ready" not in log.read_text() and time.monotonic() < deadline:
                     time.sleep(0.5)
             t0 = time.perf_counter()
-            page.get_by_role("tab", name={"math_neurons": "Math neurons", "tour": "Guided tour"}.get(
-                tab, tab.capitalize())).click()
+            page.get_by_role(
+                "tab", name={"math_neurons": "Math neurons", "tour": "Guided tour"}.get(tab, tab.capitalize())
+            ).click()
             page.wait_for_function(f"() => !!({FIRST_VIEW[tab]})", timeout=300_000)
             return time.perf_counter() - t0
 

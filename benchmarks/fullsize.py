@@ -26,6 +26,7 @@ where the embedding or head is not per-layer work (inputs_embeds, a tied unscore
 per-layer work carries over to the full depth; the feature index's SAE is one fixed cost per
 forward, so its row also gives the ratio projected to the 25 layers up to `layers.24`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,12 @@ sys.path.insert(0, str(ROOT))
 SCALES = ("tiny", "width", "full")
 
 from benchmarks.fullsize_parts import (  # noqa: E402  (shared with the account and NeMo rows)
-    default_dtype, index_step, llama_1b, measure, row)
+    default_dtype,
+    index_step,
+    llama_1b,
+    measure,
+    row,
+)
 
 
 # ------------------------------------------------------------------------------------ relevance
@@ -54,17 +60,27 @@ def bench_lrp(scale: str, dev: torch.device, repeats: int) -> list[dict]:
 
     from backend.lrp import attribute_text
 
-    sizes = {"full": [("mamba-130m", 768, 24), ("mamba-1.4b", 2048, 48)],
-             "width": [("mamba-130m width, 2 layers", 768, 2), ("mamba-1.4b width, 2 layers", 2048, 2)],
-             "tiny": [("mamba-tiny", 64, 2)]}[scale]
+    sizes = {
+        "full": [("mamba-130m", 768, 24), ("mamba-1.4b", 2048, 48)],
+        "width": [("mamba-130m width, 2 layers", 768, 2), ("mamba-1.4b width, 2 layers", 2048, 2)],
+        "tiny": [("mamba-tiny", 64, 2)],
+    }[scale]
     tokens = 32 if scale == "tiny" else 512
     vocab = 50280 if scale == "full" else 1000
     rows = []
     for name, d, n_layers in sizes:
         torch.manual_seed(0)
-        cfg = MambaConfig(vocab_size=vocab, hidden_size=d, state_size=16, num_hidden_layers=n_layers,
-                          intermediate_size=2 * d, conv_kernel=4, time_step_rank=math.ceil(d / 16),
-                          use_conv_bias=True, residual_in_fp32=True)
+        cfg = MambaConfig(
+            vocab_size=vocab,
+            hidden_size=d,
+            state_size=16,
+            num_hidden_layers=n_layers,
+            intermediate_size=2 * d,
+            conv_kernel=4,
+            time_step_rank=math.ceil(d / 16),
+            use_conv_bias=True,
+            residual_in_fp32=True,
+        )
         model = MambaForCausalLM(cfg).to(dev).eval().requires_grad_(False)
         ids = torch.randint(0, vocab, (1, tokens), device=dev)
         target = 42
@@ -78,13 +94,29 @@ def bench_lrp(scale: str, dev: torch.device, repeats: int) -> list[dict]:
         lrp = measure(lambda: attribute_text(model, ids, target=target, method="mambalrp"), dev, repeats)
         gi_fast = measure(lambda: attribute_text(model, ids, target=target, method="gi"), dev, repeats)
         if scale == "width":  # transformers' per-step CPU scan with autograd takes minutes at 512 tokens
-            rows.append(row("Relevance", f"MambaLRP, {name}, {tokens} tokens", lrp, gi_fast,
-                            "forward+backward through the same forward code (Gradient×Input)"))
+            rows.append(
+                row(
+                    "Relevance",
+                    f"MambaLRP, {name}, {tokens} tokens",
+                    lrp,
+                    gi_fast,
+                    "forward+backward through the same forward code (Gradient×Input)",
+                )
+            )
         else:
             base = measure(fwd_bwd, dev, repeats)
-            rows.append(row("Relevance", f"MambaLRP, {name}, {tokens} tokens", lrp, base, "forward+backward",
-                            target_ratio=1.3, gi_same_forward_s=gi_fast["s"],
-                            ratio_to_gi_same_forward=lrp["s"] / gi_fast["s"]))
+            rows.append(
+                row(
+                    "Relevance",
+                    f"MambaLRP, {name}, {tokens} tokens",
+                    lrp,
+                    base,
+                    "forward+backward",
+                    target_ratio=1.3,
+                    gi_same_forward_s=gi_fast["s"],
+                    ratio_to_gi_same_forward=lrp["s"] / gi_fast["s"],
+                )
+            )
         model = None  # this size's weights go before the next size is built
     return rows
 
@@ -104,18 +136,38 @@ def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     from backend.sae.sae import TopKSAE
 
     if scale == "full":  # Llama-3-8B (LLaVA-NeXT-8B's LM) up to layer 24; the lmms-lab SAE's shape
-        cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=25,
-                          num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,
-                          max_position_embeddings=8192)
+        cfg = LlamaConfig(
+            vocab_size=128256,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=25,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            rope_theta=500000.0,
+            max_position_embeddings=8192,
+        )
         n_latents, k, patches, prompt, batch = 131072, 256, 576, 24, 8
     elif scale == "width":  # Llama-3-8B's width, 2 layers (hookpoint layers.1), the whole 131k SAE
-        cfg = LlamaConfig(vocab_size=1000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=2,
-                          num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,
-                          max_position_embeddings=8192)
+        cfg = LlamaConfig(
+            vocab_size=1000,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=2,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            rope_theta=500000.0,
+            max_position_embeddings=8192,
+        )
         n_latents, k, patches, prompt, batch = 131072, 256, 576, 24, 1
     else:
-        cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2)
+        cfg = LlamaConfig(
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
         n_latents, k, patches, prompt, batch = 512, 8, 36, 8, 4
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(0)
@@ -130,7 +182,6 @@ def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     def forward():
         return lm(inputs_embeds=x, use_cache=False).last_hidden_state
 
-
     index, handle = index_step(lm, sae, builder, x, sl)
     try:
         main = measure(index, dev, repeats)
@@ -143,10 +194,18 @@ def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     if scale == "width":  # the SAE and the update are one cost per forward, the LM's grows with depth
         layers = cfg.num_hidden_layers
         extra["ratio_at_25_layers"] = 1 + (main["s"] - base["s"]) / (base["s"] * 25 / layers)
-    r = row("Features", f"feature index, {n_latents} latents, {patches} patches, batch {batch}, "
-            f"{cfg.num_hidden_layers} layers of width {cfg.hidden_size}", main, base,
-            "bare LM forward to the hookpoint, same tokens", images_per_s=batch / main["s"],
-            baseline_images_per_s=batch / base["s"], index_state_gib=builder.state_bytes() / 2**30, **extra)
+    r = row(
+        "Features",
+        f"feature index, {n_latents} latents, {patches} patches, batch {batch}, "
+        f"{cfg.num_hidden_layers} layers of width {cfg.hidden_size}",
+        main,
+        base,
+        "bare LM forward to the hookpoint, same tokens",
+        images_per_s=batch / main["s"],
+        baseline_images_per_s=batch / base["s"],
+        index_state_gib=builder.state_bytes() / 2**30,
+        **extra,
+    )
     return [r]
 
 
@@ -165,7 +224,7 @@ def bench_mathneuro(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     @torch.no_grad()
     def forward():
         for s in range(0, 2 * n, batch):
-            chunk = (math_ids + non_ids)[s:s + batch]
+            chunk = (math_ids + non_ids)[s : s + batch]
             model(input_ids=torch.stack(chunk).to(dev), use_cache=False)
 
     base = measure(forward, dev, repeats)
@@ -176,24 +235,43 @@ def bench_mathneuro(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     if scale == "width":
         # A CPU runs a few samples: the hooked forwards scale with the samples, the top-K selection
         # is one cost per identification, so each is timed alone and the total put at 100 + 100.
-        hooked = measure(lambda: (core.norms(model, math_ids, batch_size=batch),
-                                  core.norms(model, non_ids, batch_size=batch)), dev, repeats)
+        hooked = measure(
+            lambda: (core.norms(model, math_ids, batch_size=batch), core.norms(model, non_ids, batch_size=batch)),
+            dev,
+            repeats,
+        )
         nm, nn_ = core.norms(model, math_ids, batch_size=batch), core.norms(model, non_ids, batch_size=batch)
         select = measure(lambda: core.masks_from_norms(model, nm, 0.05, minus=nn_), dev, repeats)
         main = {**hooked, "s": hooked["s"] * scale_to_100 + select["s"]}
-        return [row("Math neurons", what + f" (hooked forwards timed on {n} + {n}, scaled; top-K once)",
-                    main, base, "forward over the same samples", hooked_ratio=hooked["s"] * scale_to_100 / base["s"],
-                    selection_s=select["s"])]
-    main = measure(lambda: core.identify(model, math_ids, non_ids, 0.05, batch_size=batch), dev,
-                   max(1, repeats // 2))
+        return [
+            row(
+                "Math neurons",
+                what + f" (hooked forwards timed on {n} + {n}, scaled; top-K once)",
+                main,
+                base,
+                "forward over the same samples",
+                hooked_ratio=hooked["s"] * scale_to_100 / base["s"],
+                selection_s=select["s"],
+            )
+        ]
+    main = measure(lambda: core.identify(model, math_ids, non_ids, 0.05, batch_size=batch), dev, max(1, repeats // 2))
     main = {**main, "s": main["s"] * scale_to_100}
     # its two parts, so that a GPU run says where the time goes: the hooked forwards, the selection
     kw = dict(batch_size=batch, host=False)
     nm, nn_ = core.norms(model, math_ids, **kw), core.norms(model, non_ids, **kw)
     hooked = measure(lambda: (core.norms(model, math_ids, **kw), core.norms(model, non_ids, **kw)), dev, 1)
     select = measure(lambda: core.masks_from_norms(model, nm, 0.05, minus=nn_), dev, 1)
-    return [row("Math neurons", what, main, base, "forward over the same samples",
-                hooked_ratio=hooked["s"] * scale_to_100 / base["s"], selection_s=select["s"])]
+    return [
+        row(
+            "Math neurons",
+            what,
+            main,
+            base,
+            "forward over the same samples",
+            hooked_ratio=hooked["s"] * scale_to_100 / base["s"],
+            selection_s=select["s"],
+        )
+    ]
 
 
 def bench_pissa(scale: str, dev: torch.device, repeats: int) -> list[dict]:
@@ -212,8 +290,9 @@ def bench_pissa(scale: str, dev: torch.device, repeats: int) -> list[dict]:
 
     def pissa_init():
         m = copy.deepcopy(model)
-        get_peft_model(m, LoraConfig(r=rank, lora_alpha=rank, target_modules=targets,
-                                     init_lora_weights="pissa_niter_4"))
+        get_peft_model(
+            m, LoraConfig(r=rank, lora_alpha=rank, target_modules=targets, init_lora_weights="pissa_niter_4")
+        )
 
     def copy_only():
         copy.deepcopy(model)
@@ -222,12 +301,25 @@ def bench_pissa(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     copy_s = measure(copy_only, dev, 1)["s"]
     main = measure(pissa_init, dev, 1)
     main = {**main, "s": main["s"] - copy_s}  # the model copy each init needs is not PiSSA's cost
-    return [row("Adapters", f"PiSSA init (pissa_niter_4, r={rank}) of {len(names)} linear layers", main, base,
-                "full SVD of every linear weight", layers=len(names))]
+    return [
+        row(
+            "Adapters",
+            f"PiSSA init (pissa_niter_4, r={rank}) of {len(names)} linear layers",
+            main,
+            base,
+            "full SVD of every linear weight",
+            layers=len(names),
+        )
+    ]
 
 
-BENCHES = {"lrp": bench_lrp, "nemo": bench_nemo, "sae_index": bench_sae_index, "mathneuro": bench_mathneuro,
-           "pissa": bench_pissa}
+BENCHES = {
+    "lrp": bench_lrp,
+    "nemo": bench_nemo,
+    "sae_index": bench_sae_index,
+    "mathneuro": bench_mathneuro,
+    "pissa": bench_pissa,
+}
 
 
 def device_name(dev: torch.device) -> str:
@@ -237,7 +329,9 @@ def device_name(dev: torch.device) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = "| tab | computation | time | baseline | baseline time | ratio | peak GPU GiB |\n|---|---|---|---|---|---|---|"
+    head = (
+        "| tab | computation | time | baseline | baseline time | ratio | peak GPU GiB |\n|---|---|---|---|---|---|---|"
+    )
     lines = [head]
     for r in rows:
         if "error" in r:
@@ -246,8 +340,10 @@ def table(rows: list[dict]) -> str:
         peak = "n/a" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
         extra = ""
         if "images_per_s" in r:
-            extra = f" ({r['images_per_s']:.3g} vs {r['baseline_images_per_s']:.3g} images/s; " \
-                    f"ranking the slots once per index {r['ranking_once_s']:.1f} s)"
+            extra = (
+                f" ({r['images_per_s']:.3g} vs {r['baseline_images_per_s']:.3g} images/s; "
+                f"ranking the slots once per index {r['ranking_once_s']:.1f} s)"
+            )
         if "ratio_to_gi_same_forward" in r:
             extra = f" ({r['ratio_to_gi_same_forward']:.2f} against GI through the same forward)"
         if "ratio_at_25_layers" in r:
@@ -257,28 +353,40 @@ def table(rows: list[dict]) -> str:
         if "noise_evaluations" in r:
             extra = f" ({r['noise_evaluations']:g} evaluations; {r['ratio_per_evaluation']:.2f} per evaluation"
             if "unet_batches" in r:
-                extra += (f"; {r['unet_batches']} UNet batches; sequential search {r['before_s']:.1f} s, "
-                          f"{r['before_evaluations']} forwards, same result: {r['same_result']}")
+                extra += (
+                    f"; {r['unet_batches']} UNet batches; sequential search {r['before_s']:.1f} s, "
+                    f"{r['before_evaluations']} forwards, same result: {r['same_result']}"
+                )
             extra += ")"
         elif "before_ratio" in r:
             extra = f" (sequential path before: {r['before_s'] * 1000:.1f} ms, {r['before_ratio']:.2f})"
-        lines.append(f"| {r['tab']} | {r['what']} | {r['s'] * 1000:.1f} ms | {r['baseline']} | "
-                     f"{r['baseline_s'] * 1000:.1f} ms | {r['ratio']:.2f}{extra} | {peak} |")
+        lines.append(
+            f"| {r['tab']} | {r['what']} | {r['s'] * 1000:.1f} ms | {r['baseline']} | "
+            f"{r['baseline_s'] * 1000:.1f} ms | {r['ratio']:.2f}{extra} | {peak} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scale", choices=SCALES, default=None,
-                    help="full (real configs; the default with a GPU) or tiny (the default on a CPU)")
+    ap.add_argument(
+        "--scale",
+        choices=SCALES,
+        default=None,
+        help="full (real configs; the default with a GPU) or tiny (the default on a CPU)",
+    )
     ap.add_argument("--device", default=None, help="cuda | cpu (default: cuda when available)")
     ap.add_argument("--only", default="", help=f"comma-separated subset of {','.join(BENCHES)}")
     ap.add_argument("--repeats", type=int, default=None, help="timed runs per measurement (median)")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (tiny runs)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
-    ap.add_argument("--account", action=argparse.BooleanOptionalAction, default=None,
-                    help="the GPU-shape account of the mathneuro, sae_index, lrp and nemo rows at full size "
-                         "(benchmarks/fullsize_account.py; the default on a CPU)")
+    ap.add_argument(
+        "--account",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the GPU-shape account of the mathneuro, sae_index, lrp and nemo rows at full size "
+        "(benchmarks/fullsize_account.py; the default on a CPU)",
+    )
     args = ap.parse_args(argv)
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     scale = args.scale or ("full" if dev.type == "cuda" else "tiny")
@@ -303,9 +411,14 @@ def main(argv: list[str] | None = None) -> dict:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
         print(f"[{name}: {time.perf_counter() - t:.1f} s]", file=sys.stderr, flush=True)
-    out = {"device": device_name(dev), "scale": scale, "torch": torch.__version__,
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": time.perf_counter() - t0,
-           "rows": rows}
+    out = {
+        "device": device_name(dev),
+        "scale": scale,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "wall_s": time.perf_counter() - t0,
+        "rows": rows,
+    }
     print(f"device: {out['device']}   scale: {scale}   torch {torch.__version__}   {out['date']}")
     print(table(rows))
     for r in rows:
@@ -316,7 +429,9 @@ def main(argv: list[str] | None = None) -> dict:
 
         out["account"] = fullsize_account.accounts(only)
         if out["account"]:
-            print("\nGPU-shape account (full configs on the meta device; the projection is a model, not a measurement):")
+            print(
+                "\nGPU-shape account (full configs on the meta device; the projection is a model, not a measurement):"
+            )
             print(fullsize_account.table(out["account"]))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))

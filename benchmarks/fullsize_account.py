@@ -4,6 +4,7 @@ configs on the meta device, in the GPU's dtype, so nothing is computed and a CPU
 projection on an H200. Printed beside the CPU figures by `python -m benchmarks.fullsize`
 (`--no-account` leaves it out); `python -m benchmarks.fullsize_account [--only ...]` prints it alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,12 +36,19 @@ def account_mathneuro() -> list[dict]:
     @torch.no_grad()
     def forward():
         for s in range(0, 2 * n, batch):
-            model(input_ids=torch.stack((math_ids + non_ids)[s:s + batch]).to(META), use_cache=False)
+            model(input_ids=torch.stack((math_ids + non_ids)[s : s + batch]).to(META), use_cache=False)
 
     main, _ = account(core.identify, model, math_ids, non_ids, 0.05, batch_size=batch, meta=True)
     base, _ = account(forward, meta=True)
-    return [account_row("Math neurons", "MathNeuro identification per 100 + 100 samples of 192 tokens, Llama-3.2-1B, bf16",
-                 main, base, "forward over the same samples")]
+    return [
+        account_row(
+            "Math neurons",
+            "MathNeuro identification per 100 + 100 samples of 192 tokens, Llama-3.2-1B, bf16",
+            main,
+            base,
+            "forward over the same samples",
+        )
+    ]
 
 
 def account_sae_index() -> list[dict]:
@@ -49,9 +57,16 @@ def account_sae_index() -> list[dict]:
     from backend.sae.index import IndexBuilder
     from backend.sae.sae import TopKSAE
 
-    cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=25,
-                      num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,
-                      max_position_embeddings=8192)
+    cfg = LlamaConfig(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=25,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        rope_theta=500000.0,
+        max_position_embeddings=8192,
+    )
     n_latents, k, patches, prompt, batch = 131072, 256, 576, 24, 8
     with torch.device(META), default_dtype(torch.bfloat16):
         lm = LlamaModel(cfg).eval().requires_grad_(False)
@@ -70,9 +85,16 @@ def account_sae_index() -> list[dict]:
         return lm(inputs_embeds=x, use_cache=False).last_hidden_state
 
     base, _ = account(forward, meta=True)
-    return [account_row("Features", "feature index, LLaVA-NeXT-8B's LM to layers.24 + 131072-latent TopK SAE, batch 8 "
-                 "(the update's boolean selections counted at their largest)", main, base,
-                 "bare LM forward to the hookpoint, same tokens")]
+    return [
+        account_row(
+            "Features",
+            "feature index, LLaVA-NeXT-8B's LM to layers.24 + 131072-latent TopK SAE, batch 8 "
+            "(the update's boolean selections counted at their largest)",
+            main,
+            base,
+            "bare LM forward to the hookpoint, same tokens",
+        )
+    ]
 
 
 class _one_kernel_scan:
@@ -99,17 +121,32 @@ def account_lrp() -> list[dict]:
 
     rows = []
     for name, d, n_layers in (("mamba-130m", 768, 24), ("mamba-1.4b", 2048, 48)):
-        cfg = MambaConfig(vocab_size=50280, hidden_size=d, state_size=16, num_hidden_layers=n_layers,
-                          intermediate_size=2 * d, conv_kernel=4, time_step_rank=math.ceil(d / 16),
-                          use_conv_bias=True, residual_in_fp32=True)
+        cfg = MambaConfig(
+            vocab_size=50280,
+            hidden_size=d,
+            state_size=16,
+            num_hidden_layers=n_layers,
+            intermediate_size=2 * d,
+            conv_kernel=4,
+            time_step_rank=math.ceil(d / 16),
+            use_conv_bias=True,
+            residual_in_fp32=True,
+        )
         with torch.device(META):
             model = MambaForCausalLM(cfg).eval().requires_grad_(False)
         ids = torch.randint(0, 50280, (1, 512))
         with _one_kernel_scan():
             main, _ = account(attribute_text, model, ids, target=42, method="mambalrp", meta=True)
             base, _ = account(attribute_text, model, ids, target=42, method="gi", meta=True)
-        rows.append(account_row("Relevance", f"MambaLRP, {name}, 512 tokens, fp32", main, base,
-                         "Gradient×Input through the same forward"))
+        rows.append(
+            account_row(
+                "Relevance",
+                f"MambaLRP, {name}, 512 tokens, fp32",
+                main,
+                base,
+                "Gradient×Input through the same forward",
+            )
+        )
     return rows
 
 
@@ -119,28 +156,33 @@ def account_nemo() -> list[dict]:
     return rows("full")
 
 
-ACCOUNTS = {"mathneuro": account_mathneuro, "sae_index": account_sae_index, "lrp": account_lrp,
-            "nemo": account_nemo}
+ACCOUNTS = {"mathneuro": account_mathneuro, "sae_index": account_sae_index, "lrp": account_lrp, "nemo": account_nemo}
 
 
 def _cell(a: dict) -> str:
     from benchmarks.account_projection import _size
 
-    return (f"{a['kernels']} ({a['matmul_kernels']} mm) / {a['syncs']} / {a['d2h']} ({_size(a['d2h_bytes'])}) / "
-            f"{_size(a['other_bytes'])} / {a['matmul_flops'] / 1e12:.3g}")
+    return (
+        f"{a['kernels']} ({a['matmul_kernels']} mm) / {a['syncs']} / {a['d2h']} ({_size(a['d2h_bytes'])}) / "
+        f"{_size(a['other_bytes'])} / {a['matmul_flops'] / 1e12:.3g}"
+    )
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| tab | computation | kernels / syncs / D2H copies / non-matmul bytes / matmul TFLOP | baseline: the same | "
-            f"projected ms vs baseline ({H200.name}) | projected ratio |\n|---|---|---|---|---|---|")
+    head = (
+        "| tab | computation | kernels / syncs / D2H copies / non-matmul bytes / matmul TFLOP | baseline: the same | "
+        f"projected ms vs baseline ({H200.name}) | projected ratio |\n|---|---|---|---|---|---|"
+    )
     lines = [head]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['tab']} | account FAILED: {r['error'][:200]} | | | | |")
             continue
-        lines.append(f"| {r['tab']} | {r['what']} | {_cell(r['account'])} | {_cell(r['baseline_account'])} | "
-                     f"{1e3 * r['projected_s']:.1f} vs {1e3 * r['baseline_projected_s']:.1f} | "
-                     f"**{r['projected_ratio']:.2f}** (projection) |")
+        lines.append(
+            f"| {r['tab']} | {r['what']} | {_cell(r['account'])} | {_cell(r['baseline_account'])} | "
+            f"{1e3 * r['projected_s']:.1f} vs {1e3 * r['baseline_projected_s']:.1f} | "
+            f"**{r['projected_ratio']:.2f}** (projection) |"
+        )
     notes = [line for r in rows for line in r.get("lines", [])]
     return "\n".join(lines + ([""] + notes if notes else []))
 

@@ -3,6 +3,7 @@
 configs, one feature-index step, timing and a result row. Kept below all three, so none imports another
 back.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,9 +56,18 @@ def measure(fn: Callable, dev: torch.device, repeats: int) -> dict:
 
 
 def row(tab: str, what: str, main: dict, base: dict, baseline: str, **extra) -> dict:
-    return {"tab": tab, "what": what, "s": main["s"], "baseline": baseline, "baseline_s": base["s"],
-            "ratio": main["s"] / base["s"], "peak_gib": main["peak_gib"], "extra_gib": main["extra_gib"],
-            "baseline_peak_gib": base["peak_gib"], **extra}
+    return {
+        "tab": tab,
+        "what": what,
+        "s": main["s"],
+        "baseline": baseline,
+        "baseline_s": base["s"],
+        "ratio": main["s"] / base["s"],
+        "peak_gib": main["peak_gib"],
+        "extra_gib": main["extra_gib"],
+        "baseline_peak_gib": base["peak_gib"],
+        **extra,
+    }
 
 
 def account_row(tab: str, what: str, main, base, baseline: str) -> dict:
@@ -66,10 +76,19 @@ def account_row(tab: str, what: str, main, base, baseline: str) -> dict:
     from benchmarks.account_projection import H200, project
 
     p, b = project(main, H200), project(base, H200)
-    return {"tab": tab, "what": what, "baseline": baseline, "account": main.as_dict(),
-            "baseline_account": base.as_dict(), "projected_s": p["total_s"], "baseline_projected_s": b["total_s"],
-            "projected_ratio": p["total_s"] / b["total_s"], "projection": p, "baseline_projection": b,
-            "gpu_model": H200.name}
+    return {
+        "tab": tab,
+        "what": what,
+        "baseline": baseline,
+        "account": main.as_dict(),
+        "baseline_account": base.as_dict(),
+        "projected_s": p["total_s"],
+        "baseline_projected_s": b["total_s"],
+        "projected_ratio": p["total_s"] / b["total_s"],
+        "projection": p,
+        "baseline_projection": b,
+        "gpu_model": H200.name,
+    }
 
 
 def sd_pipeline(scale: str, dev: torch.device):
@@ -83,31 +102,66 @@ def sd_pipeline(scale: str, dev: torch.device):
     torch.manual_seed(0)
     tok = make_tokenizer()
     meta = dev.type == "meta"
-    with torch.device(dev) if meta else contextlib.nullcontext(), \
-            default_dtype(dtype) if meta else contextlib.nullcontext():
+    with (
+        torch.device(dev) if meta else contextlib.nullcontext(),
+        default_dtype(dtype) if meta else contextlib.nullcontext(),
+    ):
         if scale in ("full", "width"):  # the whole SD-1.4 UNet at its 64 × 64 latents in both
             from tests.unit.test_nemo import SD14_UNET
 
             unet = UNet2DConditionModel(**{k: v for k, v in SD14_UNET.items() if not k.startswith("_")})
             tok.model_max_length = 77
-            te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=768, intermediate_size=3072,
-                                              num_hidden_layers=12, num_attention_heads=12,
-                                              max_position_embeddings=77))
+            te = CLIPTextModel(
+                CLIPTextConfig(
+                    vocab_size=len(tok),
+                    hidden_size=768,
+                    intermediate_size=3072,
+                    num_hidden_layers=12,
+                    num_attention_heads=12,
+                    max_position_embeddings=77,
+                )
+            )
             vae = AutoencoderKL()
         else:
-            unet = UNet2DConditionModel(block_out_channels=(32, 64), layers_per_block=1, sample_size=8,
-                                        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-                                        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-                                        cross_attention_dim=32, attention_head_dim=4, norm_num_groups=8)
+            unet = UNet2DConditionModel(
+                block_out_channels=(32, 64),
+                layers_per_block=1,
+                sample_size=8,
+                down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+                cross_attention_dim=32,
+                attention_head_dim=4,
+                norm_num_groups=8,
+            )
             tok.model_max_length = 16
-            te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                              num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=16))
+            te = CLIPTextModel(
+                CLIPTextConfig(
+                    vocab_size=len(tok),
+                    hidden_size=32,
+                    intermediate_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    max_position_embeddings=16,
+                )
+            )
             vae = AutoencoderKL(block_out_channels=(8,), norm_num_groups=8, latent_channels=4, sample_size=8)
     pipe = StableDiffusionPipeline(
-        vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
-        scheduler=DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
-                                steps_offset=1, clip_sample=False, set_alpha_to_one=False),
-        safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+        vae=vae,
+        text_encoder=te,
+        tokenizer=tok,
+        unet=unet,
+        scheduler=DDIMScheduler(
+            beta_schedule="scaled_linear",
+            beta_start=0.00085,
+            beta_end=0.012,
+            steps_offset=1,
+            clip_sample=False,
+            set_alpha_to_one=False,
+        ),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
     if not meta:
         pipe.to(dev, dtype)
     for m in (pipe.unet, pipe.vae, pipe.text_encoder):
@@ -126,16 +180,41 @@ def llama_1b(scale: str, dev: torch.device, dtype=torch.float32):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if scale == "full":  # meta-llama/Llama-3.2-1B
-        cfg = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                          num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
-                          tie_word_embeddings=True, max_position_embeddings=131072)
+        cfg = LlamaConfig(
+            vocab_size=128256,
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=64,
+            rope_theta=500000.0,
+            tie_word_embeddings=True,
+            max_position_embeddings=131072,
+        )
     elif scale == "width":  # its width, 2 layers; a small tied head (unscored, and not per-layer work)
-        cfg = LlamaConfig(vocab_size=1000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=2,
-                          num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
-                          tie_word_embeddings=True, max_position_embeddings=131072)
+        cfg = LlamaConfig(
+            vocab_size=1000,
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=2,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=64,
+            rope_theta=500000.0,
+            tie_word_embeddings=True,
+            max_position_embeddings=131072,
+        )
     else:
-        cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+        cfg = LlamaConfig(
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+        )
     torch.manual_seed(0)
     with torch.device(dev), default_dtype(dtype):
         return LlamaForCausalLM(cfg).eval().requires_grad_(False)

@@ -7,6 +7,7 @@ durations. `--compare FILE` checks the figures against a run on another device.
     WORKBENCH_DEVICE=cpu python -m benchmarks.gpu_services --json cpu.json
     python -m benchmarks.gpu_services --json gpu.json --compare cpu.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,6 +56,7 @@ def _clear(*caches):
     def clear():
         for c in caches:
             c.clear()
+
     return clear
 
 
@@ -68,8 +70,10 @@ def relevance() -> tuple[list, dict]:
     r, s = timed(lambda: svc.explain_text(m, text, ["mambalrp", "gi"]), clear)
     ri, si = timed(lambda: svc.explain_image(img_m, svc.example_image(img_m, 0), ["mambalrp", "gi"]), clear)
     models = [m.model, img_m.model]
-    calls = {"explain_text": (r, s, {"logit": r["logit"], "sum_mambalrp": r["sum_relevance"]["mambalrp"]}),
-             "explain_image": (ri, si, {"sum_mambalrp": ri["sum_relevance"]["mambalrp"], "pred": ri["pred_index"]})}
+    calls = {
+        "explain_text": (r, s, {"logit": r["logit"], "sum_mambalrp": r["sum_relevance"]["mambalrp"]}),
+        "explain_image": (ri, si, {"sum_mambalrp": ri["sum_relevance"]["mambalrp"], "pred": ri["pred_index"]}),
+    }
     return models, calls
 
 
@@ -85,7 +89,8 @@ def features() -> tuple[list, dict]:
     st, ss = timed(lambda: analysis.steer_caption(org, img, f, analysis.default_clamp_value(org, f)), clear)
     return [org.model, org.sae], {
         "analyse_image": (a, sa, {"top_feature": f, "top_mean": a["features"][0]["mean_act"]}),
-        "steer_caption": (st, ss, {"baseline": st["baseline"], "steered": st["steered"]})}
+        "steer_caption": (st, ss, {"baseline": st["baseline"], "steered": st["steered"]}),
+    }
 
 
 def memorization() -> tuple[list, dict]:
@@ -101,8 +106,12 @@ def memorization() -> tuple[list, dict]:
     return [m.pipe.unet, m.pipe.text_encoder, m.pipe.vae], {
         "check": (c, sc, {"score": c.get("score")}),
         "find": (loc, sl, {"neurons": loc["labels"]}),
-        "compare": (cmp_, sp, {"ssim_on": float(np.median(cmp_["ssim_on"])),
-                               "ssim_off": float(np.median(cmp_["ssim_off"]))})}
+        "compare": (
+            cmp_,
+            sp,
+            {"ssim_on": float(np.median(cmp_["ssim_on"])), "ssim_off": float(np.median(cmp_["ssim_off"]))},
+        ),
+    }
 
 
 def math_neurons() -> tuple[list, dict]:
@@ -115,7 +124,8 @@ def math_neurons() -> tuple[list, dict]:
     ev, se = timed(lambda: b.evaluate(s), clear)
     return [b.model], {
         "masks": (mk, sm, {"masked": int(sum(int(v.sum()) for v in mk.values()))}),
-        "evaluate": (ev, se, {k: v for k, v in ev.items() if isinstance(v, (int, float))})}
+        "evaluate": (ev, se, {k: v for k, v in ev.items() if isinstance(v, (int, float))}),
+    }
 
 
 def adapters() -> tuple[list, dict]:
@@ -128,18 +138,27 @@ def adapters() -> tuple[list, dict]:
     la, sa = timed(lambda: svc.layer_analysis(key, layer, 4), clear)
 
     def race():
-        evs = [e for e in svc.race_stream(key, RaceConfig(methods=("lora", "pissa"), seeds=(0,), steps=10))
-               if not e.get("heartbeat")]
+        evs = [
+            e
+            for e in svc.race_stream(key, RaceConfig(methods=("lora", "pissa"), seeds=(0,), steps=10))
+            if not e.get("heartbeat")
+        ]
         return evs[-1]
 
     last, sr = timed(race, repeats=1)
     return [svc.get_model(key)], {
         "layer_analysis": (la, sa, {"energy": la["energy_top_r"], "error": la["reconstruction_rel_error"]}),
-        "race_10_steps": (last, sr, {})}
+        "race_10_steps": (last, sr, {}),
+    }
 
 
-TABS = {"relevance": relevance, "features": features, "memorization": memorization,
-        "math_neurons": math_neurons, "adapters": adapters}
+TABS = {
+    "relevance": relevance,
+    "features": features,
+    "memorization": memorization,
+    "math_neurons": math_neurons,
+    "adapters": adapters,
+}
 
 
 def close(a, b, tol: float) -> bool:

@@ -25,6 +25,7 @@ The residency part needs no weights: each checkpoint's parameters are counted fr
 those byte sizes go through the real model store (backend.core.store) in the walk's order, under
 the default budget of an 80 GB GPU and of a 48 GB one: what stays resident, what is evicted, when.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,10 +73,15 @@ class GpuSampler:
         self.available = shutil.which("nvidia-smi") is not None
 
     def _read(self) -> float | None:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10).stdout
-        used = [float(m) for p, m in (line.split(",") for line in out.splitlines() if "," in line)
-                if int(p) == self.pid]
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        used = [
+            float(m) for p, m in (line.split(",") for line in out.splitlines() if "," in line) if int(p) == self.pid
+        ]
         return sum(used) * 2**20 / GB if used else None
 
     def _loop(self):
@@ -123,8 +129,15 @@ def actions():
     prompts = ["The No Limits Business Woman Podcast", "a photo of a dog on the beach"]
 
     def relevance(c, imgs, i):
-        return c.predict(sentences[i], ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"], "was", True,
-                         "state-spaces/mamba-130m-hf", api_name="/explain_text")
+        return c.predict(
+            sentences[i],
+            ["mambalrp", "gi"],
+            ["norm", "silu", "ssm", "gate"],
+            "was",
+            True,
+            "state-spaces/mamba-130m-hf",
+            api_name="/explain_text",
+        )
 
     def features(c, imgs, i):
         return c.predict(handle_file(imgs[i]), None, api_name="/analyse_image")
@@ -143,12 +156,18 @@ def actions():
         layer = listed["choices"][i][1] if isinstance(listed, dict) and "choices" in listed else listed["value"]
         return c.predict(key, layer, 16, "pissa", api_name="/analyse")
 
-    return [("Relevance", "MambaLRP + Gradient×Input of one sentence (mamba-130m)", relevance),
-            ("Features", "one image's SAE features (LLaVA-NeXT-8B + 131k SAE)", features),
-            ("Memorization", "memorization check of one prompt (SD-1.4)", memorization),
-            ("Math neurons", "MathNeuro identification + GSM8K / non-math accuracy with them pruned, then scaled "
-             "(Llama-3.2-1B; 16 items of 16 new tokens)", math_),
-            ("Adapters", "list Llama-2-7B's weights, analyse one: spectrum, PiSSA vs LoRA init (r = 16)", adapters)]
+    return [
+        ("Relevance", "MambaLRP + Gradient×Input of one sentence (mamba-130m)", relevance),
+        ("Features", "one image's SAE features (LLaVA-NeXT-8B + 131k SAE)", features),
+        ("Memorization", "memorization check of one prompt (SD-1.4)", memorization),
+        (
+            "Math neurons",
+            "MathNeuro identification + GSM8K / non-math accuracy with them pruned, then scaled "
+            "(Llama-3.2-1B; 16 items of 16 new tokens)",
+            math_,
+        ),
+        ("Adapters", "list Llama-2-7B's weights, analyse one: spectrum, PiSSA vs LoRA init (r = 16)", adapters),
+    ]
 
 
 def walk(url: str, pid: int, images: list[str], log=print) -> list[dict]:
@@ -174,8 +193,11 @@ def walk(url: str, pid: int, images: list[str], log=print) -> list[dict]:
             row[f"{phase}_s"] = took
             row[f"{phase}_rss_gb"] = peak_rss_gb(pid)
             row[f"{phase}_gpu_gb"] = gpu.peak
-            log(f"[{tab} {phase}: {took:.1f} s, peak RSS {row[f'{phase}_rss_gb'] or 0:.2f} GB"
-                + (f", {row['error']}" if "error" in row else "") + "]")
+            log(
+                f"[{tab} {phase}: {took:.1f} s, peak RSS {row[f'{phase}_rss_gb'] or 0:.2f} GB"
+                + (f", {row['error']}" if "error" in row else "")
+                + "]"
+            )
             if "error" in row:
                 break
         row["store"] = store_after(client)
@@ -191,17 +213,25 @@ def store_after(client) -> dict | None:
     except Exception:  # the figures above stand without it
         return None
     st = (status or {}).get("model_store") or {}
-    return {"budget_bytes": st.get("budget_bytes"), "resident_bytes": st.get("resident_bytes"),
-            "evictions": st.get("evictions"), "models": [m["id"] for m in st.get("models", [])]}
+    return {
+        "budget_bytes": st.get("budget_bytes"),
+        "resident_bytes": st.get("resident_bytes"),
+        "evictions": st.get("evictions"),
+        "models": [m["id"] for m in st.get("models", [])],
+    }
 
 
 def server_env(cache: Path, scale: str) -> dict[str, str]:
     from tests.helpers.standins import cache_env
 
-    env = {**cache_env(cache), "WALK_SAE_HOOKPOINT": hookpoint_at(scale),
-           # the GSM8K page scores a few short answers; a question is one generation either way
-           "WORKBENCH_MATH_EVAL_ITEMS": "16", "WORKBENCH_MATH_NEW_TOKENS": "16",
-           "WALK_NEMO_STATS_N": "1000" if scale == "full" else "8"}
+    env = {
+        **cache_env(cache),
+        "WALK_SAE_HOOKPOINT": hookpoint_at(scale),
+        # the GSM8K page scores a few short answers; a question is one generation either way
+        "WORKBENCH_MATH_EVAL_ITEMS": "16",
+        "WORKBENCH_MATH_NEW_TOKENS": "16",
+        "WALK_NEMO_STATS_N": "1000" if scale == "full" else "8",
+    }
     if scale != "full":
         env["WORKBENCH_DEVICE"] = "cpu"
     return env
@@ -218,36 +248,54 @@ def _num(x, fmt="{:.1f}"):
 
 def walk_table(res: dict) -> str:
     note = {"tiny": "tests' stand-ins", "width": "real widths, 2 LM layers (CPU)", "full": "real configs"}[res["scale"]]
-    lines = ["| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB "
-             "| store after: models, bytes (evictions so far) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB "
+        "| store after: models, bytes (evictions so far) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in res["rows"]:
         gpu = r.get("cold_gpu_gb") or r.get("warm_gpu_gb")
-        gpu_s = _num(max(v for v in (r.get("cold_gpu_gb"), r.get("warm_gpu_gb")) if v is not None)
-                     if gpu is not None else None, "{:.2f}")
+        gpu_s = _num(
+            max(v for v in (r.get("cold_gpu_gb"), r.get("warm_gpu_gb")) if v is not None) if gpu is not None else None,
+            "{:.2f}",
+        )
         if gpu is None and res["scale"] != "full":
             gpu_s = "to re-run on a GPU"
         rss = [v for v in (r.get("cold_rss_gb"), r.get("warm_rss_gb")) if v is not None]
         what = r["what"] + (f" — FAILED: {r['error']}" if "error" in r else "")
         st = r.get("store") or {}
-        held = (f"{len(st['models'])}, {_size(st['resident_bytes'])} ({st['evictions']})"
-                if st.get("models") is not None and st.get("resident_bytes") is not None else "–")
-        lines.append(f"| {r['tab']} | {what} | {note} | {_num(r.get('cold_s'))} | {_num(r.get('warm_s'))} | "
-                     f"{_num(max(rss) if rss else None, '{:.2f}')} | {gpu_s} | {held} |")
+        held = (
+            f"{len(st['models'])}, {_size(st['resident_bytes'])} ({st['evictions']})"
+            if st.get("models") is not None and st.get("resident_bytes") is not None
+            else "–"
+        )
+        lines.append(
+            f"| {r['tab']} | {what} | {note} | {_num(r.get('cold_s'))} | {_num(r.get('warm_s'))} | "
+            f"{_num(max(rss) if rss else None, '{:.2f}')} | {gpu_s} | {held} |"
+        )
     return "\n".join(lines)
 
 
 def residency_table(res: dict) -> str:
     lines = ["| tab | checkpoint | parameters | dtype on a GPU | GB |", "|---|---|---|---|---|"]
     for s in res["checkpoints"]:
-        lines.append(f"| {s['tab']} | {s['checkpoint']} | {s['params'] / 1e9:.3f} B | {s['dtype']} | "
-                     f"{s['bytes'] / GB:.2f} |")
-    lines.append(f"| all five tabs | {', '.join(m.split('/')[-1] for m in FIVE_TABS)} | | | "
-                 f"**{res['five_tabs_bytes'] / GB:.2f}** |")
+        lines.append(
+            f"| {s['tab']} | {s['checkpoint']} | {s['params'] / 1e9:.3f} B | {s['dtype']} | {s['bytes'] / GB:.2f} |"
+        )
+    lines.append(
+        f"| all five tabs | {', '.join(m.split('/')[-1] for m in FIVE_TABS)} | | | "
+        f"**{res['five_tabs_bytes'] / GB:.2f}** |"
+    )
     for run in res["runs"]:
         verdict = "fit" if run["five_tabs_fit"] else "do not fit"
-        lines += ["", f"{run['gpu_gb']} GB GPU, default budget {run['budget'] / GB:.1f} GB "
-                  f"(store.gpu_budget): the five tabs' models {verdict} together.", "",
-                  "| step | loads | evicts | resident after (GB) |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"{run['gpu_gb']} GB GPU, default budget {run['budget'] / GB:.1f} GB "
+            f"(store.gpu_budget): the five tabs' models {verdict} together.",
+            "",
+            "| step | loads | evicts | resident after (GB) |",
+            "|---|---|---|---|",
+        ]
         for i, st in enumerate(run["steps"], 1):
             ev = ", ".join(st["evicted"]) or "—"
             n = len(st["resident"])
@@ -267,16 +315,21 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--scale", choices=SCALES, default=None, help="default: full with a GPU, width without")
     ap.add_argument("--cache", type=Path, default=None, help="where to write the stand-in cache (default: a temp dir)")
     ap.add_argument("--keep-cache", action="store_true", help="reuse --cache if it is already built")
-    ap.add_argument("--residency-only", action="store_true",
-                    help="only the residency table and the index size (no models built)")
+    ap.add_argument(
+        "--residency-only", action="store_true", help="only the residency table and the index size (no models built)"
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     ap.add_argument("--log", type=Path, default=None, help="the server's log (default: beside the cache)")
     args = ap.parse_args(argv)
     import torch
 
     scale = args.scale or ("full" if torch.cuda.is_available() else "width")
-    out: dict = {"scale": scale, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                 "torch": torch.__version__, "load_before": load_average()}
+    out: dict = {
+        "scale": scale,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "torch": torch.__version__,
+        "load_before": load_average(),
+    }
     if not args.residency_only:
         tmp = None
         cache = args.cache
@@ -292,8 +345,12 @@ def main(argv: list[str] | None = None) -> dict:
             from tests.helpers.server import serve
 
             log_path = args.log or cache.parent / "walk-server.log"
-            with serve(env=server_env(cache, scale), log_path=log_path, app_path=ROOT / "benchmarks" / "walk_server.py",
-                       python=["nice", "-n", "10", sys.executable] if scale == "width" else None) as (url, proc):
+            with serve(
+                env=server_env(cache, scale),
+                log_path=log_path,
+                app_path=ROOT / "benchmarks" / "walk_server.py",
+                python=["nice", "-n", "10", sys.executable] if scale == "width" else None,
+            ) as (url, proc):
                 out["rows"] = walk(url, proc.pid, images, log=lambda m: print(m, file=sys.stderr, flush=True))
             out["server_evictions"] = [line.strip() for line in log_path.read_text().splitlines() if "evicted" in line]
         finally:
@@ -303,16 +360,20 @@ def main(argv: list[str] | None = None) -> dict:
     # the Features tab's own sizes: the tests' stand-in SAE at tiny scale, the lmms-lab SAE otherwise
     out["visitor_index"] = visitor_index(256, 16, k=16) if scale == "tiny" else visitor_index(SAE_LATENTS, 576)
     out["load_after"] = load_average()
-    print(f"hub walk, scale {scale} — {out['date']}, torch {out['torch']}, "
-          f"load {out['load_before']} → {out['load_after']}")
+    print(
+        f"hub walk, scale {scale} — {out['date']}, torch {out['torch']}, "
+        f"load {out['load_before']} → {out['load_after']}"
+    )
     if "rows" in out:
         print(walk_table(out))
         print()
     print(residency_table(out["residency"]))
     vi = out["visitor_index"]
     quota = "no quota" if vi["quota_bytes"] is None else f"{vi['quota_bytes'] / GB:.2f} GB"
-    print(f"\nA visitor's own feature index ({vi['latents']} latents × top {vi['top_k']} images × {vi['patches']} "
-          f"patches): {vi['bytes'] / GB:.3f} GB on disk (the session quota, WORKBENCH_SESSION_QUOTA: {quota}).")
+    print(
+        f"\nA visitor's own feature index ({vi['latents']} latents × top {vi['top_k']} images × {vi['patches']} "
+        f"patches): {vi['bytes'] / GB:.3f} GB on disk (the session quota, WORKBENCH_SESSION_QUOTA: {quota})."
+    )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     if any("error" in r for r in out.get("rows", [])):

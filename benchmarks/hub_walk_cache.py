@@ -1,4 +1,5 @@
 """The hub walk's stand-in cache (benchmarks.hub_walk): the papers' sizes per scale, checkpoints widened to them."""
+
 from __future__ import annotations
 
 import json
@@ -14,16 +15,47 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- sizes per scale
 # (hidden, layers) of each language model; None keeps the stand-in as it is.
 MAMBA = {"state-spaces/mamba-130m-hf": (768, 24), "state-spaces/mamba-1.4b-hf": (2048, 48)}
-LLAMA32_1B = dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8,
-                  head_dim=64, num_hidden_layers=16)
-LLAMA2_7B = dict(hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32,
-                 head_dim=128, num_hidden_layers=32)
-MISTRAL_7B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
-                  head_dim=128, num_hidden_layers=32)
-LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
-                 head_dim=128, num_hidden_layers=32)
-CLIP_L336 = dict(hidden_size=1024, intermediate_size=4096, num_attention_heads=16, num_hidden_layers=24,
-                 image_size=336, patch_size=14, projection_dim=768)
+LLAMA32_1B = dict(
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=64,
+    num_hidden_layers=16,
+)
+LLAMA2_7B = dict(
+    hidden_size=4096,
+    intermediate_size=11008,
+    num_attention_heads=32,
+    num_key_value_heads=32,
+    head_dim=128,
+    num_hidden_layers=32,
+)
+MISTRAL_7B = dict(
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    num_hidden_layers=32,
+)
+LLAMA3_8B = dict(
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    num_hidden_layers=32,
+)
+CLIP_L336 = dict(
+    hidden_size=1024,
+    intermediate_size=4096,
+    num_attention_heads=16,
+    num_hidden_layers=24,
+    image_size=336,
+    patch_size=14,
+    projection_dim=768,
+)
 PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
 SAE_LATENTS, SAE_K = 131072, 256
 WIDTH_LAYERS, WIDTH_VISION_LAYERS = 2, 3
@@ -73,8 +105,15 @@ def widen_mamba(folder: Path, repo: str, scale: str) -> None:
 
     hidden, layers = MAMBA[repo]
     cfg = MambaConfig.from_pretrained(folder)
-    cfg.update(dict(hidden_size=hidden, intermediate_size=2 * hidden, state_size=16,
-                    time_step_rank=math.ceil(hidden / 16), num_hidden_layers=layers_at(scale, layers)))
+    cfg.update(
+        dict(
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            state_size=16,
+            time_step_rank=math.ceil(hidden / 16),
+            num_hidden_layers=layers_at(scale, layers),
+        )
+    )
     model = _build_in(MambaForCausalLM, cfg, torch.float32, 0)
     with torch.no_grad():
         for layer in model.backbone.layers:
@@ -88,8 +127,9 @@ def widen_causal_lm(sizes: dict):
         from transformers import AutoConfig
 
         cfg = AutoConfig.from_pretrained(folder)
-        cfg.update({**sizes, "num_hidden_layers": layers_at(scale, sizes["num_hidden_layers"]),
-                    "initializer_range": 0.02})
+        cfg.update(
+            {**sizes, "num_hidden_layers": layers_at(scale, sizes["num_hidden_layers"]), "initializer_range": 0.02}
+        )
         cls = getattr(transformers, cfg.architectures[0])  # the class the stand-in was saved as
         _replace_weights(folder, _build_in(cls, cfg, _dtype_of(cfg), 0))
 
@@ -108,8 +148,11 @@ def widen_llava(folder: Path, repo: str, scale: str) -> None:
     _replace_weights(folder, model)
     # the processor at CLIP-L/336's sizes: 336 px base image and tiles, 14 px patches, the real pinpoints
     # (the image processor's settings sit in their own file or inside processor_config.json)
-    sizes = {"size": {"shortest_edge": 336}, "crop_size": {"height": 336, "width": 336},
-             "image_grid_pinpoints": PINPOINTS}
+    sizes = {
+        "size": {"shortest_edge": 336},
+        "crop_size": {"height": 336, "width": 336},
+        "image_grid_pinpoints": PINPOINTS,
+    }
     pre = folder / "preprocessor_config.json"
     if pre.exists():
         p = json.loads(pre.read_text())
@@ -132,14 +175,27 @@ def write_sae(folder: Path, d_in: int, n_latents: int, k: int, hookpoint: str, s
     sub = folder / hookpoint
     sub.mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(seed)
-    enc = torch.randn(n_latents, d_in, generator=g).mul_(d_in ** -0.5)
+    enc = torch.randn(n_latents, d_in, generator=g).mul_(d_in**-0.5)
     dec = torch.randn(n_latents, d_in, generator=g)
     dec /= dec.norm(dim=1, keepdim=True)
-    save_file({"encoder.weight": enc, "encoder.bias": torch.zeros(n_latents), "W_dec": dec,
-               "b_dec": torch.zeros(d_in)}, str(sub / "sae.safetensors"))
-    (sub / "cfg.json").write_text(json.dumps({"expansion_factor": n_latents // d_in, "normalize_decoder": True,
-                                              "num_latents": n_latents, "k": k, "multi_topk": False,
-                                              "skip_connection": False, "d_in": d_in}) + "\n")
+    save_file(
+        {"encoder.weight": enc, "encoder.bias": torch.zeros(n_latents), "W_dec": dec, "b_dec": torch.zeros(d_in)},
+        str(sub / "sae.safetensors"),
+    )
+    (sub / "cfg.json").write_text(
+        json.dumps(
+            {
+                "expansion_factor": n_latents // d_in,
+                "normalize_decoder": True,
+                "num_latents": n_latents,
+                "k": k,
+                "multi_topk": False,
+                "skip_connection": False,
+                "d_in": d_in,
+            }
+        )
+        + "\n"
+    )
 
 
 def widen_sae(folder: Path, repo: str, scale: str) -> None:
@@ -154,11 +210,27 @@ def sd14_unet_config() -> dict:
     return {k: v for k, v in SD14_UNET.items() if not k.startswith("_")}
 
 
-SD14_VAE = dict(in_channels=3, out_channels=3, latent_channels=4, sample_size=512, layers_per_block=2,
-                block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
-                up_block_types=("UpDecoderBlock2D",) * 4, act_fn="silu", norm_num_groups=32, scaling_factor=0.18215)
-CLIP_L_TEXT = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                   max_position_embeddings=77, projection_dim=768)
+SD14_VAE = dict(
+    in_channels=3,
+    out_channels=3,
+    latent_channels=4,
+    sample_size=512,
+    layers_per_block=2,
+    block_out_channels=(128, 256, 512, 512),
+    down_block_types=("DownEncoderBlock2D",) * 4,
+    up_block_types=("UpDecoderBlock2D",) * 4,
+    act_fn="silu",
+    norm_num_groups=32,
+    scaling_factor=0.18215,
+)
+CLIP_L_TEXT = dict(
+    hidden_size=768,
+    intermediate_size=3072,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    max_position_embeddings=77,
+    projection_dim=768,
+)
 
 
 def widen_sd(folder: Path, repo: str, scale: str) -> None:
@@ -169,8 +241,10 @@ def widen_sd(folder: Path, repo: str, scale: str) -> None:
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    for sub, model in (("unet", lambda: UNet2DConditionModel(**sd14_unet_config())),
-                       ("vae", lambda: AutoencoderKL(**SD14_VAE))):
+    for sub, model in (
+        ("unet", lambda: UNet2DConditionModel(**sd14_unet_config())),
+        ("vae", lambda: AutoencoderKL(**SD14_VAE)),
+    ):
         torch.manual_seed(0)
         m = model().eval()
         for p in (folder / sub).glob("*.safetensors"):
@@ -184,12 +258,14 @@ def widen_sd(folder: Path, repo: str, scale: str) -> None:
 
 # The checkpoints the walk's actions load; the others (mamba-1.4b, Mistral-7B: a visitor's second
 # picks) stay the tests' stand-ins, which keeps a full-size cache within a GPU machine's disk.
-WIDEN = {"state-spaces/mamba-130m-hf": widen_mamba,
-         "meta-llama/Llama-3.2-1B-Instruct": widen_causal_lm(LLAMA32_1B),
-         "meta-llama/Llama-2-7b-hf": widen_causal_lm(LLAMA2_7B),
-         "llava-hf/llama3-llava-next-8b-hf": widen_llava,
-         "lmms-lab/llama3-llava-next-8b-hf-sae-131k": widen_sae,
-         "CompVis/stable-diffusion-v1-4": widen_sd}
+WIDEN = {
+    "state-spaces/mamba-130m-hf": widen_mamba,
+    "meta-llama/Llama-3.2-1B-Instruct": widen_causal_lm(LLAMA32_1B),
+    "meta-llama/Llama-2-7b-hf": widen_causal_lm(LLAMA2_7B),
+    "llava-hf/llama3-llava-next-8b-hf": widen_llava,
+    "lmms-lab/llama3-llava-next-8b-hf-sae-131k": widen_sae,
+    "CompVis/stable-diffusion-v1-4": widen_sd,
+}
 
 
 def build_cache(cache: Path, scale: str, log=print) -> dict[str, float]:

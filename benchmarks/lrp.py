@@ -18,6 +18,7 @@ store, preset loader) and explained there (`service.explain_text`, MambaLRP, a 1
 its time against transformers' own forward of the same tokens, measured in the same run
 (target ≤ 1.5).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,9 @@ def bench(name: str, model, ids: torch.Tensor, target: int, repeats: int, ig: bo
     with torch.no_grad():
         r["forward_transformers"] = interleaved({"f": lambda: model(ids, use_cache=False)}, repeats)["f"]
     if ig:
-        r["ig32"] = interleaved({"ig": lambda: attribute_text(model, ids, target=target, method="ig")},
-                                max(1, repeats // 2))["ig"]
+        r["ig32"] = interleaved(
+            {"ig": lambda: attribute_text(model, ids, target=target, method="ig")}, max(1, repeats // 2)
+        )["ig"]
     print(f"\n== {name}: {ids.shape[1]} tokens ==")
     for k, v in r.items():
         print(f"  {k:22s} {v * 1000:9.1f} ms")
@@ -97,9 +99,17 @@ def main(argv=None) -> None:
     if not args.skip_130m:
         from transformers import MambaConfig, MambaForCausalLM
 
-        cfg = MambaConfig(vocab_size=50280, hidden_size=768, state_size=16, num_hidden_layers=24,
-                          intermediate_size=1536, conv_kernel=4, time_step_rank=48, use_conv_bias=True,
-                          residual_in_fp32=True)
+        cfg = MambaConfig(
+            vocab_size=50280,
+            hidden_size=768,
+            state_size=16,
+            num_hidden_layers=24,
+            intermediate_size=1536,
+            conv_kernel=4,
+            time_step_rank=48,
+            use_conv_bias=True,
+            residual_in_fp32=True,
+        )
         model = MambaForCausalLM(cfg)
         ids = torch.randint(0, cfg.vocab_size, (1, args.tokens))
         bench("random model, mamba-130m config", model, ids, 42, args.repeats)

@@ -8,6 +8,7 @@ baseline that copies the model (`copy.deepcopy`) and scales the copy, both measu
 Memory: what `scaled` keeps while active (the masked entries' original values) per model
 parameter, against the copy's 4 bytes per parameter.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,7 +71,8 @@ def bench_intervention(model, masks, reps: int) -> dict:
     exact = all(torch.equal(v, snap[k]) for k, v in model.state_dict().items())
     extra = core.saved_bytes(model, masks, with_index=True)  # values + cached int32 positions
     return {
-        "masked_weights": core.count(masks), "model_params": n_params,
+        "masked_weights": core.count(masks),
+        "model_params": n_params,
         "scaled_apply_restore_ms_median": statistics.median(t_scaled),
         "scaled_apply_restore_ms_max": max(t_scaled),
         "deepcopy_baseline_ms_median": statistics.median(t_copy),
@@ -94,9 +96,12 @@ def quality(model, tok, d, ks=(0.05, 0.1, 0.15), factors=(1.0, 1.05, 1.1, 1.15, 
         t0 = time.perf_counter()
         mn = core.identify(model, d["ident_math"], d["ident_nonmath"], k, tokenizer=tok)
         t_ident = time.perf_counter() - t0
-        sets = {"mathneuro": mn, "wanda": core.wanda(model, d["ident_math"], k, tokenizer=tok),
-                "random": core.random_like(mn, 0),
-                "lape": core.lape(model, d["ident_math"], d["ident_nonmath"], k, tokenizer=tok)}
+        sets = {
+            "mathneuro": mn,
+            "wanda": core.wanda(model, d["ident_math"], k, tokenizer=tok),
+            "random": core.random_like(mn, 0),
+            "lape": core.lape(model, d["ident_math"], d["ident_nonmath"], k, tokenizer=tok),
+        }
         row = {"identify_s": t_ident, "prune": {}}
         for name, masks in sets.items():
             r = ev(masks, 0.0)
@@ -105,8 +110,10 @@ def quality(model, tok, d, ks=(0.05, 0.1, 0.15), factors=(1.0, 1.05, 1.1, 1.15, 
             r["count"] = core.count(masks)
             row["prune"][name] = r
         row["scale_curve"] = [{"factor": f, **ev(mn, f)} for f in factors]
-        one = [core.identify(model, d["ident_math"][i:i + 1], d["ident_nonmath"][i:i + 1], k, tokenizer=tok)
-               for i in range(5)]
+        one = [
+            core.identify(model, d["ident_math"][i : i + 1], d["ident_nonmath"][i : i + 1], k, tokenizer=tok)
+            for i in range(5)
+        ]
         row["one_sample_overlap"] = [core.overlap(o, mn) for o in one]
         row["per_layer_fraction"] = {l: v["fraction"] for l, v in core.per_layer(mn).items()}
         out["by_k"][str(k)] = row
@@ -124,14 +131,18 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     model, tok, d = load()
     res = {}
-    for name, masks in (("mathneuro", core.identify(model, d["ident_math"], d["ident_nonmath"], args.k, tokenizer=tok)),
-                        ("wanda", core.wanda(model, d["ident_math"], args.k, tokenizer=tok))):
+    for name, masks in (
+        ("mathneuro", core.identify(model, d["ident_math"], d["ident_nonmath"], args.k, tokenizer=tok)),
+        ("wanda", core.wanda(model, d["ident_math"], args.k, tokenizer=tok)),
+    ):
         r = bench_intervention(model, masks, args.reps)
         res[f"intervention_{name}"] = r
-        print(f"[{name} K={args.k:g}] scaled apply+restore {r['scaled_apply_restore_ms_median']:.2f} ms "
-              f"(max {r['scaled_apply_restore_ms_max']:.2f}) vs deepcopy {r['deepcopy_baseline_ms_median']:.2f} ms "
-              f"→ {r['speedup_vs_deepcopy']:.1f}× faster; extra {r['extra_bytes_per_param']:.3f} B/param "
-              f"vs copy {r['deepcopy_bytes_per_param']:.1f} B/param; bit-exact restore: {r['restored_bit_exactly']}")
+        print(
+            f"[{name} K={args.k:g}] scaled apply+restore {r['scaled_apply_restore_ms_median']:.2f} ms "
+            f"(max {r['scaled_apply_restore_ms_max']:.2f}) vs deepcopy {r['deepcopy_baseline_ms_median']:.2f} ms "
+            f"→ {r['speedup_vs_deepcopy']:.1f}× faster; extra {r['extra_bytes_per_param']:.3f} B/param "
+            f"vs copy {r['deepcopy_bytes_per_param']:.1f} B/param; bit-exact restore: {r['restored_bit_exactly']}"
+        )
     if args.quality:
         q = quality(model, tok, d, ks=tuple(float(x) for x in args.ks.split(",")))
         res["quality"] = q
@@ -140,13 +151,21 @@ def main(argv=None) -> int:
         for k, row in q["by_k"].items():
             print(f"K = {100 * float(k):g} %  (identify {row['identify_s']:.2f} s)")
             for name, r in row["prune"].items():
-                print(f"  prune {name:9s} n={r['count']:7d}  math {100 * r['math']:5.1f} % "
-                      f"(drop {100 * r['math_drop_rel']:5.1f} % rel)  non-math {100 * r['nonmath']:5.1f} % "
-                      f"(drop {r['nonmath_drop_pts']:+.1f} pts)")
-            print("  scale: " + ", ".join(f"{c['factor']:g}→{100 * c['math']:.1f}/{100 * c['nonmath']:.1f}"
-                                          for c in row["scale_curve"]))
-            print(f"  one-sample overlap with the {len(d['ident_math'])}-sample set: "
-                  + ", ".join(f"{100 * o:.1f} %" for o in row["one_sample_overlap"]))
+                print(
+                    f"  prune {name:9s} n={r['count']:7d}  math {100 * r['math']:5.1f} % "
+                    f"(drop {100 * r['math_drop_rel']:5.1f} % rel)  non-math {100 * r['nonmath']:5.1f} % "
+                    f"(drop {r['nonmath_drop_pts']:+.1f} pts)"
+                )
+            print(
+                "  scale: "
+                + ", ".join(
+                    f"{c['factor']:g}→{100 * c['math']:.1f}/{100 * c['nonmath']:.1f}" for c in row["scale_curve"]
+                )
+            )
+            print(
+                f"  one-sample overlap with the {len(d['ident_math'])}-sample set: "
+                + ", ".join(f"{100 * o:.1f} %" for o in row["one_sample_overlap"])
+            )
             print("  per layer: " + ", ".join(f"L{l} {100 * v:.2f} %" for l, v in row["per_layer_fraction"].items()))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))

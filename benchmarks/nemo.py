@@ -9,6 +9,7 @@ one replaced (tests/helpers/nemo_sequential.py) with whether both found the same
 memorized prompt on this CPU. With a CUDA device it also times localisation on a random-weight
 UNet built from Stable Diffusion 1.4's config (goal ≤ 2 s per prompt; the paper: most under 10 s).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,7 @@ def zoo_benchmark(n_prompts: int | None) -> dict:
     seeds = [0, 1, 2, 3]
     for i, (p, _item) in enumerate(zip(prompts, items)):
         t0 = time.perf_counter()
-        loc = nemo.localize(m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds,
-                            guidance_scale=m.search_guidance)
+        loc = nemo.localize(m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds, guidance_scale=m.search_guidance)
         skipped.append(loc.skipped)
         relaxed.append(loc.relaxed)
         times.append(time.perf_counter() - t0)
@@ -57,21 +57,36 @@ def zoo_benchmark(n_prompts: int | None) -> dict:
         counts.append(loc.n_neurons)
         # the sequential search it replaced (one selection per UNet forward, SSIM on the host)
         t0 = time.perf_counter()
-        want, seq = sequential_localize(m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds,
-                                        guidance_scale=m.search_guidance)
+        want, seq = sequential_localize(
+            m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds, guidance_scale=m.search_guidance
+        )
         seq_times.append(time.perf_counter() - t0)
         seq_batches.append(seq.calls)
-        same.append(loc.skipped if want is None else
-                    (loc.initial, loc.neurons, loc.threshold) == (want[0], want[5], float(want[4])))
+        same.append(
+            loc.skipped
+            if want is None
+            else (loc.initial, loc.neurons, loc.threshold) == (want[0], want[5], float(want[4]))
+        )
         rnd = nemo.random_like(m.pipe.unet, loc.neurons, seed=i)
-        score = lambda spec: nemo.memorization_score(m.pipe, p, num_seeds=m.num_seeds,  # noqa: E731
-                                                     guidance_scale=m.guidance_scale, spec=spec)
+        score = lambda spec: nemo.memorization_score(  # noqa: E731
+            m.pipe,
+            p,
+            num_seeds=m.num_seeds,
+            guidance_scale=m.guidance_scale,
+            spec=spec,
+        )
         below.append(score(loc.neurons) <= m.theta_mem)
         below_rnd.append(score(rnd) <= m.theta_mem)
         train = m.train_image(p)
         ref = np.repeat(train[None], len(seeds), 0)
-        g = lambda spec: nemo.generate(m.pipe, p, seeds, guidance_scale=m.guidance_scale,  # noqa: E731
-                                       num_inference_steps=m.num_inference_steps, spec=spec)
+        g = lambda spec: nemo.generate(  # noqa: E731
+            m.pipe,
+            p,
+            seeds,
+            guidance_scale=m.guidance_scale,
+            num_inference_steps=m.num_inference_steps,
+            spec=spec,
+        )
         s_on.append(float(np.median(nemo.ssim_images(g({}), ref))))
         s_off.append(float(np.median(nemo.ssim_images(g(loc.neurons), ref))))
         s_rnd.append(float(np.median(nemo.ssim_images(g(rnd), ref))))
@@ -121,15 +136,38 @@ def sd14_random_benchmark(n_prompts: int = 3) -> dict:
     unet = UNet2DConditionModel(**cfg).to(dev, torch.float16).eval()
     tok = make_tokenizer()
     tok.model_max_length = 77
-    te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok), hidden_size=768, intermediate_size=3072,
-                                      num_hidden_layers=12, num_attention_heads=12,
-                                      max_position_embeddings=77)).to(dev, torch.float16).eval()
+    te = (
+        CLIPTextModel(
+            CLIPTextConfig(
+                vocab_size=len(tok),
+                hidden_size=768,
+                intermediate_size=3072,
+                num_hidden_layers=12,
+                num_attention_heads=12,
+                max_position_embeddings=77,
+            )
+        )
+        .to(dev, torch.float16)
+        .eval()
+    )
     vae = AutoencoderKL().to(dev, torch.float16).eval()
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet,
-                                   scheduler=DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085,
-                                                           beta_end=0.012, steps_offset=1, clip_sample=False,
-                                                           set_alpha_to_one=False),
-                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe = StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=te,
+        tokenizer=tok,
+        unet=unet,
+        scheduler=DDIMScheduler(
+            beta_schedule="scaled_linear",
+            beta_start=0.00085,
+            beta_end=0.012,
+            steps_offset=1,
+            clip_sample=False,
+            set_alpha_to_one=False,
+        ),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
     stats = nemo.neuron_stats(pipe, GENERIC_PROMPTS)
     times = []
     for p in GENERIC_PROMPTS[:n_prompts]:
@@ -138,8 +176,11 @@ def sd14_random_benchmark(n_prompts: int = 3) -> dict:
         nemo.localize(pipe, p, stats, theta_mem=0.428, num_seeds=10, guidance_scale=7.0, max_k=20)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    return {"localisation_s_median": round(statistics.median(times), 3), "goal_s": 2.0,
-            "device": torch.cuda.get_device_name(0)}
+    return {
+        "localisation_s_median": round(statistics.median(times), 3),
+        "goal_s": 2.0,
+        "device": torch.cuda.get_device_name(0),
+    }
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ latents, today's path (on the device, several selections per UNet batch) beside 
 replaced (tests/helpers/nemo_sequential.py: ε to the host, float64 SSIM there, one selection per
 forward), each with its GPU-shape account (benchmarks.account); and, except at `--scale width`,
 the localisation of one prompt both ways with its evaluations and UNet batches."""
+
 from __future__ import annotations
 
 import statistics
@@ -57,42 +58,75 @@ def bench_nemo(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     per = {**batch, "s": batch["s"] / groups}
     acc_base, _ = account(forward)
     acc_new, _ = account(lambda: new.similarities([spec]))
-    acc_old, _ = account(lambda: old.similarity(spec),
-                         host=[old.inputs.latents, old.inputs.x_t, old.vanilla])
+    acc_old, _ = account(lambda: old.similarity(spec), host=[old.inputs.latents, old.inputs.x_t, old.vanilla])
     acc_batch, _ = account(lambda: new.similarities([spec] * groups))
     per_acc = acc_batch.scaled(1 / groups)
     what = f"({seeds} seeds, guidance {g:g}, {cfg_latents(unet)} latents)"
-    notes = [f"account, one UNet forward: {acc_base.line()}",
-             f"account, one evaluation before (sequential, host SSIM): {acc_old.line()}",
-             f"  {projection_line(acc_old, acc_base)}",
-             f"account, one evaluation now (on the device): {acc_new.line()}",
-             f"  {projection_line(acc_new, acc_base)}",
-             f"account, a batch of {groups} evaluations now: {acc_batch.line()}",
-             f"  per evaluation: {projection_line(per_acc, acc_base)}"]
-    rows = [row("Memorization", f"NeMo, one search evaluation {what}", one, base,
-                "one UNet forward of the same latents", before_s=before["s"], before_ratio=before["s"] / base["s"],
-                account={"forward": acc_base.as_dict(), "before": acc_old.as_dict(), "now": acc_new.as_dict(),
-                         f"batch_of_{groups}": acc_batch.as_dict()}, notes=notes),
-            row("Memorization", f"NeMo, one search evaluation in a batch of {groups} selections {what}", per,
-                base, "one UNet forward of the same latents", groups=groups)]
+    notes = [
+        f"account, one UNet forward: {acc_base.line()}",
+        f"account, one evaluation before (sequential, host SSIM): {acc_old.line()}",
+        f"  {projection_line(acc_old, acc_base)}",
+        f"account, one evaluation now (on the device): {acc_new.line()}",
+        f"  {projection_line(acc_new, acc_base)}",
+        f"account, a batch of {groups} evaluations now: {acc_batch.line()}",
+        f"  per evaluation: {projection_line(per_acc, acc_base)}",
+    ]
+    rows = [
+        row(
+            "Memorization",
+            f"NeMo, one search evaluation {what}",
+            one,
+            base,
+            "one UNet forward of the same latents",
+            before_s=before["s"],
+            before_ratio=before["s"] / base["s"],
+            account={
+                "forward": acc_base.as_dict(),
+                "before": acc_old.as_dict(),
+                "now": acc_new.as_dict(),
+                f"batch_of_{groups}": acc_batch.as_dict(),
+            },
+            notes=notes,
+        ),
+        row(
+            "Memorization",
+            f"NeMo, one search evaluation in a batch of {groups} selections {what}",
+            per,
+            base,
+            "one UNet forward of the same latents",
+            groups=groups,
+        ),
+    ]
     if scale == "width":  # a whole search is tens of UNet forwards: minutes per row on a CPU
         return rows
     locs = []
 
     def localise():
-        locs.append(nemo.localize(pipe, prompt, stats, theta_mem=theta_mem, num_seeds=seeds, guidance_scale=g,
-                                  max_k=max_k))
+        locs.append(
+            nemo.localize(pipe, prompt, stats, theta_mem=theta_mem, num_seeds=seeds, guidance_scale=g, max_k=max_k)
+        )
 
     main = measure(localise, dev, max(1, repeats // 2))
     t0 = time.perf_counter()  # the sequential search once (warm: the runs above warmed the kernels)
-    (_, _, _, _, thr, neurons), seq = sequential_localize(pipe, prompt, stats, theta_mem, num_seeds=seeds,
-                                                          guidance_scale=g, max_k=max_k)
+    (_, _, _, _, thr, neurons), seq = sequential_localize(
+        pipe, prompt, stats, theta_mem, num_seeds=seeds, guidance_scale=g, max_k=max_k
+    )
     sync(dev)
     seq_s = time.perf_counter() - t0
     loc = locs[-1]
     n_eval = statistics.median(x.evaluations for x in locs)
-    return rows + [row("Memorization", f"NeMo localisation per prompt ({seeds} seeds, guidance {g:g})", main,
-                       base, "forward (one UNet step, the seeds' batch)", noise_evaluations=n_eval,
-                       ratio_per_evaluation=main["s"] / n_eval / base["s"], unet_batches=loc.unet_batches,
-                       before_s=seq_s, before_evaluations=seq.calls, same_result=(loc.neurons == neurons
-                                                                                   and loc.threshold == thr))]
+    return rows + [
+        row(
+            "Memorization",
+            f"NeMo localisation per prompt ({seeds} seeds, guidance {g:g})",
+            main,
+            base,
+            "forward (one UNet step, the seeds' batch)",
+            noise_evaluations=n_eval,
+            ratio_per_evaluation=main["s"] / n_eval / base["s"],
+            unet_batches=loc.unet_batches,
+            before_s=seq_s,
+            before_evaluations=seq.calls,
+            same_result=(loc.neurons == neurons and loc.threshold == thr),
+        )
+    ]

@@ -9,6 +9,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pissa.py [--size 4096] [--rank 16] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,7 @@ def llm_like(n: int, spike_rank: int, seed: int = 0, gap: float = 2.0) -> torch.
     from 4·gap down to 2·gap: trained LLM weights have top singular values standing out of the
     bulk; `gap` is σ_r / σ_(r+1), which decides how fast subspace iteration converges."""
     g = torch.Generator().manual_seed(seed)
-    w = torch.randn(n, n, generator=g) / n ** 0.5
+    w = torch.randn(n, n, generator=g) / n**0.5
     u = torch.linalg.qr(torch.randn(n, spike_rank, generator=g))[0]
     v = torch.linalg.qr(torch.randn(n, spike_rank, generator=g))[0]
     s = torch.linspace(4.0 * gap, 2.0 * gap, spike_rank)
@@ -63,11 +64,15 @@ def bench_init(size: int, rank: int, repeats: int = 3, gap: float = 2.0) -> dict
     p_full, p_fast = full.principal(), fast.principal()
     q = torch.linalg.qr(fast.lora_B.double())[0]
     sv = torch.linalg.svdvals(full.principal().double())
-    captured = float(torch.linalg.matrix_norm(q.T @ w.double()) ** 2 / (sv ** 2).sum())
+    captured = float(torch.linalg.matrix_norm(q.T @ w.double()) ** 2 / (sv**2).sum())
     out = {
-        "size": size, "rank": rank, "gap": gap,
+        "size": size,
+        "rank": rank,
+        "gap": gap,
         "principal_energy_deficit": 1.0 - captured,
-        "full_svd_s": t_full, "niter4_s": t_fast, "speedup": t_full / t_fast,
+        "full_svd_s": t_full,
+        "niter4_s": t_fast,
+        "speedup": t_full / t_fast,
         "principal_subspace_error_left": subspace_error(fast.lora_B, full.lora_B),
         "principal_subspace_error_right": subspace_error(fast.lora_A.T, full.lora_A.T),
         "principal_part_rel_error": float((p_fast - p_full).norm() / p_full.norm()),
@@ -76,7 +81,8 @@ def bench_init(size: int, rank: int, repeats: int = 3, gap: float = 2.0) -> dict
     # where the fast init is NOT accurate: a pure Gaussian matrix has no gap after r
     g = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(1)) * 0.02
     out["gaussian_1024_subspace_error"] = subspace_error(
-        pissa_split(g, rank, init="pissa_niter_4").lora_B, pissa_split(g, rank, init="pissa").lora_B)
+        pissa_split(g, rank, init="pissa_niter_4").lora_B, pissa_split(g, rank, init="pissa").lora_B
+    )
     return out
 
 
@@ -92,10 +98,17 @@ def bench_race_cadence(key: str, methods, seeds: int, steps: int) -> dict:
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     # the last update writes the export files after the race has finished
     running = gaps[:-1]
-    return {"model": key, "methods": list(methods), "seeds": seeds, "steps": steps,
-            "updates": len(stamps), "wall_s": time.perf_counter() - t0,
-            "max_gap_s": max(running), "mean_gap_s": sum(running) / len(running),
-            "final_status": next((s for s in reversed(statuses) if isinstance(s, str)), "")}
+    return {
+        "model": key,
+        "methods": list(methods),
+        "seeds": seeds,
+        "steps": steps,
+        "updates": len(stamps),
+        "wall_s": time.perf_counter() - t0,
+        "max_gap_s": max(running),
+        "mean_gap_s": sum(running) / len(running),
+        "final_status": next((s for s in reversed(statuses) if isinstance(s, str)), ""),
+    }
 
 
 def bench_ratios(key: str, rank: int = 8) -> dict:
@@ -103,8 +116,7 @@ def bench_ratios(key: str, rank: int = 8) -> dict:
 
     t0 = time.perf_counter()
     t = service.error_table(key, rank)
-    return {"model": key, "rank": rank, "seconds": time.perf_counter() - t0, **t["summary"],
-            "rows": t["rows"]}
+    return {"model": key, "rank": rank, "seconds": time.perf_counter() - t0, **t["summary"], "rows": t["rows"]}
 
 
 def bench_race_losses(key: str, steps: int = 100, seeds=(0, 1, 2)) -> dict:
@@ -119,8 +131,13 @@ def bench_race_losses(key: str, steps: int = 100, seeds=(0, 1, 2)) -> dict:
             curves.setdefault((e["method"], e["seed"]), []).append(e["loss"])
     at = {f"{m}-{s}": loss_at(c, steps) for (m, s), c in curves.items()}
     wins = sum(at[f"pissa-{s}"] < at[f"lora-{s}"] for s in seeds)
-    return {"model": key, "steps": steps, "seconds": time.perf_counter() - t0,
-            "loss_at_step": at, "pissa_wins": f"{wins}/{len(seeds)}"}
+    return {
+        "model": key,
+        "steps": steps,
+        "seconds": time.perf_counter() - t0,
+        "loss_at_step": at,
+        "pissa_wins": f"{wins}/{len(seeds)}",
+    }
 
 
 def main(argv=None) -> int:
@@ -139,37 +156,49 @@ def main(argv=None) -> int:
         init = bench_init(size, args.rank, gap=gap)
         results["init"].append(init)
         sub = max(init["principal_subspace_error_left"], init["principal_subspace_error_right"])
-        print(f"[init] {size}x{size}, r={args.rank}, spectral gap sigma_r/sigma_r+1 = {gap:g}: full SVD "
-              f"{init['full_svd_s']:.2f} s, pissa_niter_4 {init['niter4_s']:.3f} s -> {init['speedup']:.1f}x "
-              f"faster (target >= 10x); principal-subspace error (sin of largest angle) {sub:.2e} "
-              f"(target <= 1e-3); principal part rel. error {init['principal_part_rel_error']:.2e}; "
-              f"principal energy missed {init['principal_energy_deficit']:.1e}; W_res + AB vs W "
-              f"{init['reconstruction_rel_error_fast']:.1e}")
-    print(f"[init] no spectral gap (Gaussian 1024x1024): subspace error "
-          f"{results['init'][0]['gaussian_1024_subspace_error']:.2f} -- the fast init needs a principal part")
+        print(
+            f"[init] {size}x{size}, r={args.rank}, spectral gap sigma_r/sigma_r+1 = {gap:g}: full SVD "
+            f"{init['full_svd_s']:.2f} s, pissa_niter_4 {init['niter4_s']:.3f} s -> {init['speedup']:.1f}x "
+            f"faster (target >= 10x); principal-subspace error (sin of largest angle) {sub:.2e} "
+            f"(target <= 1e-3); principal part rel. error {init['principal_part_rel_error']:.2e}; "
+            f"principal energy missed {init['principal_energy_deficit']:.1e}; W_res + AB vs W "
+            f"{init['reconstruction_rel_error_fast']:.1e}"
+        )
+    print(
+        f"[init] no spectral gap (Gaussian 1024x1024): subspace error "
+        f"{results['init'][0]['gaussian_1024_subspace_error']:.2f} -- the fast init needs a principal part"
+    )
     models = [k for _, k in service.choices("zoo")]
     if args.quick:
         models = models[:1]
     for key in models:
         c = bench_race_cadence(key, ("lora", "pissa", "full"), 3, 100 if key == "pissa-toy" else 40)
         results.setdefault("cadence", []).append(c)
-        print(f"[race cadence] {key}: {c['updates']} updates in {c['wall_s']:.1f} s, largest gap "
-              f"{c['max_gap_s']:.2f} s (target <= 1 s), mean {c['mean_gap_s']:.2f} s")
+        print(
+            f"[race cadence] {key}: {c['updates']} updates in {c['wall_s']:.1f} s, largest gap "
+            f"{c['max_gap_s']:.2f} s (target <= 1 s), mean {c['mean_gap_s']:.2f} s"
+        )
         r = bench_ratios(key)
         results.setdefault("ratios", []).append(r)
-        print(f"[NF4 error reduction] {key} r=8 over {r['layers']} layers: QPiSSA-1 > LoftQ-1 on "
-              f"{r['qpissa1_beats_loftq1']}, QPiSSA-5 > LoftQ-1 on {r['qpissa5_beats_loftq1']}; means " +
-              ", ".join(f"{k} {v:.3f}" for k, v in r["mean"].items()))
+        print(
+            f"[NF4 error reduction] {key} r=8 over {r['layers']} layers: QPiSSA-1 > LoftQ-1 on "
+            f"{r['qpissa1_beats_loftq1']}, QPiSSA-5 > LoftQ-1 on {r['qpissa5_beats_loftq1']}; means "
+            + ", ".join(f"{k} {v:.3f}" for k, v in r["mean"].items())
+        )
         loss = bench_race_losses(key)
         results.setdefault("race", []).append(loss)
-        print(f"[race] {key}: PiSSA below LoRA at step 100 for {loss['pissa_wins']} seeds; " +
-              ", ".join(f"{k} {v:.3f}" for k, v in sorted(loss["loss_at_step"].items())) +
-              f" ({loss['seconds']:.0f} s)")
+        print(
+            f"[race] {key}: PiSSA below LoRA at step 100 for {loss['pissa_wins']} seeds; "
+            + ", ".join(f"{k} {v:.3f}" for k, v in sorted(loss["loss_at_step"].items()))
+            + f" ({loss['seconds']:.0f} s)"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=float))
     init = results["init"][0]
-    ok = init["speedup"] >= 10 and max(init["principal_subspace_error_left"],
-                                       init["principal_subspace_error_right"]) <= 1e-3
+    ok = (
+        init["speedup"] >= 10
+        and max(init["principal_subspace_error_left"], init["principal_subspace_error_right"]) <= 1e-3
+    )
     ok = ok and all(c["max_gap_s"] <= 1.0 for c in results.get("cadence", []))
     print("all targets met" if ok else "SOME TARGETS MISSED")
     return 0 if ok else 1

@@ -12,6 +12,7 @@ loading the pipeline); the feature index runs over the organism's whole scene se
 sets (64 texts, 160 prompts) are too small for a second process to pay for its start-up; a
 precompute job exists for large sets.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-OUTPUTS = {"mathneuro": ("mathneuro-norms-math.safetensors", "mathneuro-norms-nonmath.safetensors"),
-           "nemo_stats": ("nemo-stats.safetensors",), "sae_index": ("feature_index.safetensors",)}
+OUTPUTS = {
+    "mathneuro": ("mathneuro-norms-math.safetensors", "mathneuro-norms-nonmath.safetensors"),
+    "nemo_stats": ("nemo-stats.safetensors",),
+    "sae_index": ("feature_index.safetensors",),
+}
 JOBS = {"mathneuro": "mathneuro", "nemo": "nemo_stats", "sae": "sae_index"}
 
 
@@ -42,16 +46,40 @@ def write_inputs(tmp: Path, n: int, nemo_n: int) -> dict[str, list[str]]:
     (tmp / "nonmath.json").write_text(json.dumps(data.texts_of(data.nonmath_set(n, 8))))
     rng = np.random.default_rng(9)  # ordinary captions, repeats allowed (statistics over a prompt stream)
     (tmp / "prompts.json").write_text(json.dumps([caption_of(*random_attrs(rng)) for _ in range(nemo_n)]))
-    return {"mathneuro": ["--math", str(tmp / "math.json"), "--nonmath", str(tmp / "nonmath.json"),
-                          "--chunk", "32", "--source", "zoo"],
-            "nemo_stats": ["--prompts", str(tmp / "prompts.json"), "--chunk", "64", "--source", "zoo"],
-            "sae_index": ["--chunk", "64"]}
+    return {
+        "mathneuro": [
+            "--math",
+            str(tmp / "math.json"),
+            "--nonmath",
+            str(tmp / "nonmath.json"),
+            "--chunk",
+            "32",
+            "--source",
+            "zoo",
+        ],
+        "nemo_stats": ["--prompts", str(tmp / "prompts.json"), "--chunk", "64", "--source", "zoo"],
+        "sae_index": ["--chunk", "64"],
+    }
 
 
 def launch(module: str, nproc: int, out: Path, extra: list[str], port: int) -> float:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", f"backend.precompute.{module}",
-           "--out", str(out), "--cpu", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(port),
+        "-m",
+        f"backend.precompute.{module}",
+        "--out",
+        str(out),
+        "--cpu",
+        *extra,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -82,15 +110,20 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wb-precompute-"))
     extra = write_inputs(tmp, args.n, args.nemo_n)
-    print(f"start {time.strftime('%H:%M:%S', time.gmtime())} UTC  load average {os.getloadavg()[0]:.2f}  "
-          f"cpus {os.cpu_count()}  n={args.n}  nemo prompts={args.nemo_n}")
+    print(
+        f"start {time.strftime('%H:%M:%S', time.gmtime())} UTC  load average {os.getloadavg()[0]:.2f}  "
+        f"cpus {os.cpu_count()}  n={args.n}  nemo prompts={args.nemo_n}"
+    )
     for job in args.jobs:
         module = JOBS[job]
         one = launch(module, 1, tmp / job / "one", extra[module], free_port())
         many = launch(module, args.procs, tmp / job / "many", extra[module], free_port())
         same = identical(tmp / job / "one", tmp / job / "many", OUTPUTS[module])
-        print(f"{module:11s} 1 process: {one:6.2f} s   {args.procs} processes: {many:6.2f} s   "
-              f"speed-up {one / many:.2f}x   bit-identical: {same}   load {os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"{module:11s} 1 process: {one:6.2f} s   {args.procs} processes: {many:6.2f} s   "
+            f"speed-up {one / many:.2f}x   bit-identical: {same}   load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

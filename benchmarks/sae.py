@@ -5,6 +5,7 @@ server time from the stored index.
 
 Prints ratios against a baseline measured in the same run (goals: index overhead ≤ 10 %, page ≤ 200 ms).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,10 @@ def main(argv=None) -> int:
     def bare():
         with torch.no_grad():
             for i in range(0, len(imgs), 64):
-                ids = vlm.prompt_ids(org.tokenizer, org.model, len(imgs[i:i + 64]))
-                org.model(input_ids=ids, pixel_values=vlm.pixel_values(imgs[i:i + 64]),
-                          attention_mask=torch.ones_like(ids))
+                ids = vlm.prompt_ids(org.tokenizer, org.model, len(imgs[i : i + 64]))
+                org.model(
+                    input_ids=ids, pixel_values=vlm.pixel_values(imgs[i : i + 64]), attention_mask=torch.ones_like(ids)
+                )
 
     def index():
         build_index(org.model, org.tokenizer, org.sae, specs, hookpoint=org.hookpoint, images=imgs)
@@ -87,10 +89,12 @@ def main(argv=None) -> int:
         handler_ms.append(1e3 * _seconds(lambda: feature_pages.open_feature("zoo", f)))
     res = {
         "n_images": len(specs),
-        "bare_forward_s": round(b, 3), "index_build_s": round(x, 3),
+        "bare_forward_s": round(b, 3),
+        "index_build_s": round(x, 3),
         "index_overhead (index build / bare forward - 1)": round(x / b - 1, 4),
         "index_work_s (encode + top-k update only)": round(w, 3),
-        "index_work_over_forward": round(w / b, 4), "index_overhead_goal": 0.10,
+        "index_work_over_forward": round(w / b, 4),
+        "index_overhead_goal": 0.10,
         "feature_page_ms_median": round(statistics.median(page_ms), 2),
         "feature_page_ms_max": round(max(page_ms), 2),
         "tab_handler_ms_median (page + galleries + plots + JSON/PNG export)": round(statistics.median(handler_ms), 1),

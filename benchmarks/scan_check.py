@@ -4,6 +4,7 @@ Run on a GPU machine: `python -m benchmarks.scan_check [--sweep]`. Floors: forwa
 h (3·L·C·4 bytes); backward reads a, gh, h and writes g, grad_a (5·L·C·4). Exits 1 if a check fails;
 prints "skipped: ..." and exits 0 without Triton or CUDA.
 """
+
 import argparse
 import os
 import sys
@@ -40,6 +41,7 @@ def _triton_poisoned(a, b, gh):
 
 def _bench(fn):
     import triton.testing
+
     return triton.testing.do_bench(fn, return_mode="median")  # ms
 
 
@@ -62,12 +64,13 @@ def main() -> int:
         errs = [_rel(x, y) for x, y in zip(got, ref)]
         aw, bw = a.clone().requires_grad_(), b.clone().requires_grad_()
         hw = linear_recurrence(aw, bw)  # the path scan.py takes by default
-        errs.append(max(_rel(x, y) for x, y in zip((hw.detach(), *torch.autograd.grad(hw, (bw, aw), gh)),
-                                                    ref)))
+        errs.append(max(_rel(x, y) for x, y in zip((hw.detach(), *torch.autograd.grad(hw, (bw, aw), gh)), ref)))
         good = all(e < 1e-5 for e in errs) and all(torch.isfinite(x).all() for x in got)
         ok &= good
-        print(f"L={L} C={C}: rel err h {errs[0]:.1e} g {errs[1]:.1e} grad_a {errs[2]:.1e} "
-              f"wired {errs[3]:.1e} -> {'ok' if good else 'FAIL'}")
+        print(
+            f"L={L} C={C}: rel err h {errs[0]:.1e} g {errs[1]:.1e} grad_a {errs[2]:.1e} "
+            f"wired {errs[3]:.1e} -> {'ok' if good else 'FAIL'}"
+        )
         h = ref[0]
         os.environ["WORKBENCH_SCAN"] = "loop"
         lf = _bench(lambda: linear_recurrence(a, b))
@@ -82,14 +85,17 @@ def main() -> int:
                 for ch in (16, 32):
                     for w in (1, 2, 4):
                         t = _bench(lambda: scan_triton.forward(a, b, block=blk, chunk=ch, warps=w))
-                        print(f"  sweep fwd BLOCK={blk} CHUNK={ch} warps={w}: {t:.3f} ms "
-                              f"{fb / t / 1e6:.0f} GB/s")
+                        print(f"  sweep fwd BLOCK={blk} CHUNK={ch} warps={w}: {t:.3f} ms {fb / t / 1e6:.0f} GB/s")
     print(f"\ndevice: {torch.cuda.get_device_name()}  (ms = median; GB/s vs the bytes floor)")
-    print(f"{'L':>4} {'C':>6} | {'fwd loop':>8} {'triton':>7} {'x':>6} {'GB/s':>6} | "
-          f"{'bwd loop':>8} {'triton':>7} {'x':>6} {'GB/s':>6}")
+    print(
+        f"{'L':>4} {'C':>6} | {'fwd loop':>8} {'triton':>7} {'x':>6} {'GB/s':>6} | "
+        f"{'bwd loop':>8} {'triton':>7} {'x':>6} {'GB/s':>6}"
+    )
     for L, C, lf, tf, fbw, lb, tb, bbw in rows:
-        print(f"{L:>4} {C:>6} | {lf:8.3f} {tf:7.3f} {lf / tf:6.1f} {fbw:6.0f} | "
-              f"{lb:8.3f} {tb:7.3f} {lb / tb:6.1f} {bbw:6.0f}")
+        print(
+            f"{L:>4} {C:>6} | {lf:8.3f} {tf:7.3f} {lf / tf:6.1f} {fbw:6.0f} | "
+            f"{lb:8.3f} {tb:7.3f} {lb / tb:6.1f} {bbw:6.0f}"
+        )
     print("checks:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -7,6 +7,7 @@ an answering page within 15 s on a 2-core CPU machine with the zoo, and within 2
 app's start in the same run. `--compare` also times another checkout's app.py in the same
 interleaved runs (e.g. the code before a change, unpacked with `git archive REV | tar -x -C DIR`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,11 @@ def main() -> None:
     if args.compare:
         apps[f"compared: {args.compare}"] = args.compare
     times: dict[str, list[float]] = {name: [] for name in apps}
-    print(f"start {time.strftime('%H:%M:%S UTC', time.gmtime())}  load average {os.getloadavg()[0]:.1f}  "
-          f"cpus {os.cpu_count()}", flush=True)
+    print(
+        f"start {time.strftime('%H:%M:%S UTC', time.gmtime())}  load average {os.getloadavg()[0]:.1f}  "
+        f"cpus {os.cpu_count()}",
+        flush=True,
+    )
     for _ in range(args.repeats):  # interleaved, so drift on a noisy machine hits all alike
         for name, path in apps.items():
             times[name].append(cold_start(path))
@@ -66,8 +70,10 @@ def main() -> None:
         if not name.startswith("bare"):
             print(f"ratio {name} / bare: {med[name] / bare:.2f}   (goal <= 2.0)")
     w = med["workbench"]
-    print(f"goal <= 15 s: {'met' if w <= 15 else 'NOT met'}; goal <= 2.0 x bare: "
-          f"{'met' if w / bare <= 2.0 else 'NOT met'}   (load average at the end {os.getloadavg()[0]:.1f})")
+    print(
+        f"goal <= 15 s: {'met' if w <= 15 else 'NOT met'}; goal <= 2.0 x bare: "
+        f"{'met' if w / bare <= 2.0 else 'NOT met'}   (load average at the end {os.getloadavg()[0]:.1f})"
+    )
 
 
 if __name__ == "__main__":

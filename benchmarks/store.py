@@ -12,6 +12,7 @@
     against the budget (goal: never above the budget plus the one model being loaded), with the
     evictions and reloads this cost.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,12 +61,16 @@ def switching(requests: int) -> None:
     only = (time.perf_counter() - t0) / (requests * 10)
     s, a = statistics.median(served), statistics.median(alone)
     worst = max(served)
-    print(f"(a) switch to a loaded model + forward: median {s * 1e3:.2f} ms, worst {worst * 1e3:.2f} ms "
-          f"({requests} requests)")
+    print(
+        f"(a) switch to a loaded model + forward: median {s * 1e3:.2f} ms, worst {worst * 1e3:.2f} ms "
+        f"({requests} requests)"
+    )
     print(f"    forward alone (baseline):           median {a * 1e3:.2f} ms")
     print(f"    request scope + get_or_load alone: {only * 1e6:.1f} us")
-    print(f"    store overhead median {(s - a) * 1e3:.3f} ms; ratio {s / a:.3f}; "
-          f"goal <= 200 ms server time: {'met' if worst <= 0.2 else 'NOT met'}")
+    print(
+        f"    store overhead median {(s - a) * 1e3:.3f} ms; ratio {s / a:.3f}; "
+        f"goal <= 200 ms server time: {'met' if worst <= 0.2 else 'NOT met'}"
+    )
     for mid in ids:
         store.evict(mid)
 
@@ -107,11 +112,15 @@ def picker_switching(requests: int) -> None:
                 direct[keys[(r + 1) % 2]](x)
                 alone.append(time.perf_counter() - t0)
         s, a, worst = statistics.median(served), statistics.median(alone), max(served)
-        print(f"(c) switch between two own model folders through the picker + forward: median {s * 1e3:.2f} ms, "
-              f"worst {worst * 1e3:.2f} ms ({requests} requests); forward alone {a * 1e3:.2f} ms; "
-              f"first check of a folder {first_check[0] * 1e3:.1f} ms")
-        print(f"    picker + store overhead median {(s - a) * 1e3:.3f} ms; ratio {s / a:.3f}; "
-              f"goal <= 200 ms server time: {'met' if worst <= 0.2 else 'NOT met'}")
+        print(
+            f"(c) switch between two own model folders through the picker + forward: median {s * 1e3:.2f} ms, "
+            f"worst {worst * 1e3:.2f} ms ({requests} requests); forward alone {a * 1e3:.2f} ms; "
+            f"first check of a folder {first_check[0] * 1e3:.1f} ms"
+        )
+        print(
+            f"    picker + store overhead median {(s - a) * 1e3:.3f} ms; ratio {s / a:.3f}; "
+            f"goal <= 200 ms server time: {'met' if worst <= 0.2 else 'NOT met'}"
+        )
         for p in store.items():
             store.evict(p[0])
         os.environ.pop("WORKBENCH_MODEL_ROOTS", None)
@@ -143,6 +152,7 @@ def budgeted_loads(loads: int, budget_mb: int = 20) -> None:
             reloads += mid in loaded_once
             loaded_once.add(mid)
             return model
+
         return load
 
     store.reset_peak()
@@ -154,11 +164,15 @@ def budgeted_loads(loads: int, budget_mb: int = 20) -> None:
             store.get_or_load(mid, loader(mid))
     st = store.stats()
     budget = budget_mb * MB
-    print(f"(b) {loads} requests over {len(ids)} models of 1-8 MB, budget {budget_mb} MB: "
-          f"{st['evictions'] - before} evictions, {reloads} reloads")
-    print(f"    peak bytes {max(observed, st['peak_bytes']) / MB:.1f} MB; budget + largest model "
-          f"{(budget + largest) / MB:.1f} MB; ratio peak / budget {max(observed, st['peak_bytes']) / budget:.2f}; "
-          f"resident at the end {st['resident_bytes'] / MB:.1f} MB")
+    print(
+        f"(b) {loads} requests over {len(ids)} models of 1-8 MB, budget {budget_mb} MB: "
+        f"{st['evictions'] - before} evictions, {reloads} reloads"
+    )
+    print(
+        f"    peak bytes {max(observed, st['peak_bytes']) / MB:.1f} MB; budget + largest model "
+        f"{(budget + largest) / MB:.1f} MB; ratio peak / budget {max(observed, st['peak_bytes']) / budget:.2f}; "
+        f"resident at the end {st['resident_bytes'] / MB:.1f} MB"
+    )
     print(f"    most the store held beside a model being loaded: {before_load / MB:.1f} MB (budget {budget_mb} MB)")
     ok = before_load <= budget and st["resident_bytes"] <= budget
     print(f"    goal never above budget + the one loading: {'met' if ok else 'NOT met'}")

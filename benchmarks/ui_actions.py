@@ -7,6 +7,7 @@ times; the median is printed beside two baselines measured in the same run: one 
 the math zoo model and one 1100 × 420 matplotlib PNG written to disk (what an export's figure
 costs at least). Targets (issue 26, a 2-core machine): each export ≤ 2 s, Ask ≤ 5 s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,6 +49,7 @@ def timed(call, repeat: int, profile: Path | None = None, name: str = "") -> flo
 
 def baselines(repeat: int) -> dict[str, float]:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import torch
@@ -60,6 +62,7 @@ def baselines(repeat: int) -> dict[str, float]:
     def forward():
         with torch.no_grad():
             return model(input_ids=ids).logits
+
     out = {"forward": timed(forward, repeat)}
     folder = Path(tempfile.mkdtemp(prefix="wb-bench-"))
 
@@ -70,6 +73,7 @@ def baselines(repeat: int) -> dict[str, float]:
         fig.savefig(folder / "b.png", dpi=110)
         plt.close(fig)
         return True
+
     out["png"] = timed(png, repeat)
     return out
 

@@ -9,6 +9,7 @@ and a Space does not, both from the environment and both named in the walk's tab
 
     python benchmarks/walk_server.py --port 7860 --host 127.0.0.1
 """
+
 from __future__ import annotations
 
 import os

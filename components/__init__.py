@@ -1,6 +1,7 @@
 """The workbench's user interface: one package per tab (components/<tab id>/, declaring a `Tab` in its
 `__init__.py`: components.tab), and the serving parts every tab shares (serving, inputs, links,
 report, agents, gradio_fixes). A package that declares a tab is a tab: no list to edit."""
+
 from __future__ import annotations
 
 import functools
@@ -21,7 +22,9 @@ def _discovered() -> tuple[Tab, ...]:
         tab = getattr(importlib.import_module(f"{__name__}.{info.name}"), "TAB", None)
         if tab is not None:
             if tab.id != info.name:  # handlers are told apart by their package (components.serving.guard)
-                raise ValueError(f"components/{info.name} declares the tab {tab.id!r}: a tab's id is its package's name")
+                raise ValueError(
+                    f"components/{info.name} declares the tab {tab.id!r}: a tab's id is its package's name"
+                )
             found.append(tab)
     return tuple(sorted(found, key=lambda t: (t.order, t.id)))
 

@@ -1,4 +1,5 @@
 """Shared UI pieces: theme, CSS, the per-device concurrency group, error helpers."""
+
 from __future__ import annotations
 
 import inspect
@@ -44,6 +45,7 @@ def is_model_group(concurrency_id) -> bool:
 @dataclass
 class TabContext:
     """What app.py hands each tab's build(): the Tabs container and the preset source."""
+
     tabs: Any
     source: str
     registry: list[Any] = field(default_factory=list)  # every tab (components.tab.Tab), in order
@@ -51,8 +53,9 @@ class TabContext:
     tab_id: str = ""
 
 
-def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix: str | None = None,
-                  **events: Any) -> None:
+def on_first_open(
+    ctx: TabContext, fn, inputs: list, outputs: list, link_prefix: str | None = None, **events: Any
+) -> None:
     """Compute a tab's first view when a session first opens the tab, or when the page opens on it
     (a link's ?tab=), never at every page load: a visitor who does not open the tab costs nothing,
     every tab behaves alike, and the tab's model loads with its progress on the outputs' bar
@@ -91,6 +94,7 @@ def on_first_open(ctx: TabContext, fn, inputs: list, outputs: list, link_prefix:
         return (True, *(out if len(outputs) > 1 else (out,)))
 
     if inspect.isgeneratorfunction(fn):  # a first view in steps: each shows as soon as it is computed
+
         def first(done, *args):  # noqa: F811
             if done or links.carries(link_prefix):
                 yield (True, *skips)

@@ -1,5 +1,6 @@
 """Matplotlib for the PNG exports: pyplot is imported at the first export (at start it would cost
 half a second that the first page does not need) and is used by one thread at a time."""
+
 from __future__ import annotations
 
 import threading

@@ -6,6 +6,7 @@ ZeroGPU seconds, deep links rerun `link_runs`, the report keeps `report_results`
 runs each `tour`, and the MCP server serves each tab's `tools`. A tab's handlers are told apart by
 their package (`components.<id>.…`), so a panel module of a tab belongs to it wherever it sits.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ class Step:
     """One screen of a guided tour: `compute()` runs the paper's backend on the zoo model and
     returns (plotly figure, caption html, numbers). Figures go through the shared theme
     (backend.core.colors.themed: transparent), so one figure serves the light and the dark page."""
+
     title: str
     compute: Callable[[], tuple[object, str, dict]]
 
@@ -27,6 +29,7 @@ class Step:
 class Tour:
     """A paper's guided tour (a tab's `tour`, beside it in components/<tab>/tour.py); the Guided
     tour tab (components.tour) runs them."""
+
     tour_id: str
     title: str
     organism: str | tuple[str, ...]
@@ -41,6 +44,7 @@ class Tour:
 class AgentTool:
     """A tab's method as an MCP tool (components.agents): a function with typed parameters whose
     docstring an agent acts on."""
+
     fn: Callable[..., Any]
     reads_model: bool  # False: reads an index or a list only, never waits behind a model call
     intervention: bool  # changes the model inside the call (always undone before the answer)

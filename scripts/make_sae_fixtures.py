@@ -16,6 +16,7 @@ Each case is a folder `<case>/` holding what the library wrote, and `<case>.ref.
 `x` (inputs), `codes` (dense codes) and `recon` as the library computes them after loading the
 folder with its own loader. `cases.json` says, per case, which library, architecture and hookpoint.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,14 @@ def inputs(seed):
 
 
 def write_ref(case, x, codes, recon, meta, cases):
-    save_file({"x": x.contiguous(), "codes": codes.detach().contiguous().float(),
-               "recon": recon.detach().contiguous().float()}, str(OUT / f"{case}.ref.safetensors"))
+    save_file(
+        {
+            "x": x.contiguous(),
+            "codes": codes.detach().contiguous().float(),
+            "recon": recon.detach().contiguous().float(),
+        },
+        str(OUT / f"{case}.ref.safetensors"),
+    )
     cases[case] = meta
 
 
@@ -84,20 +91,45 @@ def sparsify_cases(cases):
         with torch.no_grad():
             enc = sae.encode(x)
             out = sae(x)
-        write_ref(case, x, dense(enc.top_acts, enc.top_indices), out.sae_out,
-                  {"library": "eai-sparsify 1.3.3", "architecture": cfg.activation, "folder": f"{case}",
-                   "hookpoint": hp, "hookpoints": hookpoints, "loads": not (cfg.skip_connection or cfg.transcode)},
-                  cases)
+        write_ref(
+            case,
+            x,
+            dense(enc.top_acts, enc.top_indices),
+            out.sae_out,
+            {
+                "library": "eai-sparsify 1.3.3",
+                "architecture": cfg.activation,
+                "folder": f"{case}",
+                "hookpoint": hp,
+                "hookpoints": hookpoints,
+                "loads": not (cfg.skip_connection or cfg.transcode),
+            },
+            cases,
+        )
 
 
 # ------------------------------------------------------------------ SAELens
 def saelens_cases(cases):
     import sae_lens as SL
     from sae_lens import SAE
-    from sae_lens.saes import (BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig, GatedSAE, GatedSAEConfig,
-                               JumpReLUSAE, JumpReLUSAEConfig, JumpReLUTrainingSAE, JumpReLUTrainingSAEConfig,
-                               MatchingPursuitSAE, MatchingPursuitSAEConfig, StandardSAE, StandardSAEConfig,
-                               TopKSAE, TopKSAEConfig, TopKTrainingSAE, TopKTrainingSAEConfig)
+    from sae_lens.saes import (
+        BatchTopKTrainingSAE,
+        BatchTopKTrainingSAEConfig,
+        GatedSAE,
+        GatedSAEConfig,
+        JumpReLUSAE,
+        JumpReLUSAEConfig,
+        JumpReLUTrainingSAE,
+        JumpReLUTrainingSAEConfig,
+        MatchingPursuitSAE,
+        MatchingPursuitSAEConfig,
+        StandardSAE,
+        StandardSAEConfig,
+        TopKSAE,
+        TopKSAEConfig,
+        TopKTrainingSAE,
+        TopKTrainingSAEConfig,
+    )
     from sae_lens.saes.sae import SAEMetadata
 
     def meta(hook):
@@ -112,35 +144,108 @@ def saelens_cases(cases):
         sae.topk_threshold = torch.tensor(0.15, dtype=torch.double)
 
     specs = [
-        ("saelens_topk", TopKSAE, TopKSAEConfig(d_in=D_IN, d_sae=N_LAT, k=5, metadata=meta("blocks.3.hook_resid_post")),
-         "save_model", None, True),
-        ("saelens_topk_train_rescale", TopKTrainingSAE,
-         TopKTrainingSAEConfig(d_in=D_IN, d_sae=N_LAT, k=5, rescale_acts_by_decoder_norm=True,
-                               metadata=meta("blocks.3.hook_resid_post")), "save_model", None, True),
-        ("saelens_topk_train_rescale_inference", TopKTrainingSAE,
-         TopKTrainingSAEConfig(d_in=D_IN, d_sae=N_LAT, k=5, rescale_acts_by_decoder_norm=True,
-                               metadata=meta("blocks.3.hook_resid_post")), "save_inference_model", None, True),
-        ("saelens_standard", StandardSAE, StandardSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.2.hook_resid_post")),
-         "save_model", None, True),
-        ("saelens_jumprelu", JumpReLUSAE, JumpReLUSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.4.hook_resid_pre")),
-         "save_model", threshold, True),
-        ("saelens_jumprelu_train", JumpReLUTrainingSAE,
-         JumpReLUTrainingSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.4.hook_resid_post")),
-         "save_model", threshold, True),
-        ("saelens_jumprelu_nobdec", JumpReLUSAE,
-         JumpReLUSAEConfig(d_in=D_IN, d_sae=N_LAT, apply_b_dec_to_input=False, metadata=meta("blocks.6.hook_resid_post")),
-         "save_model", threshold, True),
-        ("saelens_batchtopk", BatchTopKTrainingSAE,
-         BatchTopKTrainingSAEConfig(d_in=D_IN, d_sae=N_LAT, k=4.0, metadata=meta("blocks.1.hook_resid_post")),
-         "save_inference_model", batch_threshold, True),
-        ("saelens_batchtopk_train", BatchTopKTrainingSAE,
-         BatchTopKTrainingSAEConfig(d_in=D_IN, d_sae=N_LAT, k=4.0, metadata=meta("blocks.1.hook_resid_post")),
-         "save_model", batch_threshold, False),
-        ("saelens_gated", GatedSAE, GatedSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.5.hook_resid_post")),
-         "save_model", None, True),
-        ("saelens_matching_pursuit", MatchingPursuitSAE,
-         MatchingPursuitSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.2.hook_resid_post")),
-         "save_model", None, True),
+        (
+            "saelens_topk",
+            TopKSAE,
+            TopKSAEConfig(d_in=D_IN, d_sae=N_LAT, k=5, metadata=meta("blocks.3.hook_resid_post")),
+            "save_model",
+            None,
+            True,
+        ),
+        (
+            "saelens_topk_train_rescale",
+            TopKTrainingSAE,
+            TopKTrainingSAEConfig(
+                d_in=D_IN,
+                d_sae=N_LAT,
+                k=5,
+                rescale_acts_by_decoder_norm=True,
+                metadata=meta("blocks.3.hook_resid_post"),
+            ),
+            "save_model",
+            None,
+            True,
+        ),
+        (
+            "saelens_topk_train_rescale_inference",
+            TopKTrainingSAE,
+            TopKTrainingSAEConfig(
+                d_in=D_IN,
+                d_sae=N_LAT,
+                k=5,
+                rescale_acts_by_decoder_norm=True,
+                metadata=meta("blocks.3.hook_resid_post"),
+            ),
+            "save_inference_model",
+            None,
+            True,
+        ),
+        (
+            "saelens_standard",
+            StandardSAE,
+            StandardSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.2.hook_resid_post")),
+            "save_model",
+            None,
+            True,
+        ),
+        (
+            "saelens_jumprelu",
+            JumpReLUSAE,
+            JumpReLUSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.4.hook_resid_pre")),
+            "save_model",
+            threshold,
+            True,
+        ),
+        (
+            "saelens_jumprelu_train",
+            JumpReLUTrainingSAE,
+            JumpReLUTrainingSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.4.hook_resid_post")),
+            "save_model",
+            threshold,
+            True,
+        ),
+        (
+            "saelens_jumprelu_nobdec",
+            JumpReLUSAE,
+            JumpReLUSAEConfig(
+                d_in=D_IN, d_sae=N_LAT, apply_b_dec_to_input=False, metadata=meta("blocks.6.hook_resid_post")
+            ),
+            "save_model",
+            threshold,
+            True,
+        ),
+        (
+            "saelens_batchtopk",
+            BatchTopKTrainingSAE,
+            BatchTopKTrainingSAEConfig(d_in=D_IN, d_sae=N_LAT, k=4.0, metadata=meta("blocks.1.hook_resid_post")),
+            "save_inference_model",
+            batch_threshold,
+            True,
+        ),
+        (
+            "saelens_batchtopk_train",
+            BatchTopKTrainingSAE,
+            BatchTopKTrainingSAEConfig(d_in=D_IN, d_sae=N_LAT, k=4.0, metadata=meta("blocks.1.hook_resid_post")),
+            "save_model",
+            batch_threshold,
+            False,
+        ),
+        (
+            "saelens_gated",
+            GatedSAE,
+            GatedSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.5.hook_resid_post")),
+            "save_model",
+            None,
+            True,
+        ),
+        (
+            "saelens_matching_pursuit",
+            MatchingPursuitSAE,
+            MatchingPursuitSAEConfig(d_in=D_IN, d_sae=N_LAT, metadata=meta("blocks.2.hook_resid_post")),
+            "save_model",
+            None,
+            True,
+        ),
     ]
     for i, (case, cls, cfg, saver, extra, loads) in enumerate(specs):
         sae = cls(cfg)
@@ -156,16 +261,40 @@ def saelens_cases(cases):
             print(f"{case}: SAELens does not load it ({type(e).__name__}: {e})", file=sys.stderr)
             ref = None
         if ref is None:
-            write_ref(case, x, torch.zeros(N_X, N_LAT), torch.zeros(N_X, D_IN),
-                      {"library": f"sae-lens {SL.__version__}", "architecture": arch, "folder": case,
-                       "hookpoint": cfg.metadata.hook_name, "loads": False, "saelens_loads": False}, cases)
+            write_ref(
+                case,
+                x,
+                torch.zeros(N_X, N_LAT),
+                torch.zeros(N_X, D_IN),
+                {
+                    "library": f"sae-lens {SL.__version__}",
+                    "architecture": arch,
+                    "folder": case,
+                    "hookpoint": cfg.metadata.hook_name,
+                    "loads": False,
+                    "saelens_loads": False,
+                },
+                cases,
+            )
             continue
         with torch.no_grad():
             codes = ref.encode(x)
             recon = ref.decode(codes)
-        write_ref(case, x, codes, recon,
-                  {"library": f"sae-lens {SL.__version__}", "architecture": arch, "folder": case,
-                   "hookpoint": cfg.metadata.hook_name, "loads": loads, "saelens_loads": True}, cases)
+        write_ref(
+            case,
+            x,
+            codes,
+            recon,
+            {
+                "library": f"sae-lens {SL.__version__}",
+                "architecture": arch,
+                "folder": case,
+                "hookpoint": cfg.metadata.hook_name,
+                "loads": loads,
+                "saelens_loads": True,
+            },
+            cases,
+        )
 
 
 def gemma_scope_case(cases):
@@ -175,27 +304,60 @@ def gemma_scope_case(cases):
     from sae_lens.saes import JumpReLUSAE, JumpReLUSAEConfig
     from sae_lens.saes.sae import SAEMetadata
 
-    sae = JumpReLUSAE(JumpReLUSAEConfig(d_in=D_IN, d_sae=N_LAT, apply_b_dec_to_input=False,
-                                        metadata=SAEMetadata(hook_name="blocks.7.hook_resid_post")))
+    sae = JumpReLUSAE(
+        JumpReLUSAEConfig(
+            d_in=D_IN,
+            d_sae=N_LAT,
+            apply_b_dec_to_input=False,
+            metadata=SAEMetadata(hook_name="blocks.7.hook_resid_post"),
+        )
+    )
     perturb(sae, 400)
     with torch.no_grad():
         sae.threshold.copy_(torch.rand(N_LAT, generator=torch.Generator().manual_seed(401)) * 0.4)
     folder = OUT / "gemmascope" / "resid_post" / "layer_7_width_64_l0_small"
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({"w_enc": sae.W_enc.detach().contiguous(), "w_dec": sae.W_dec.detach().contiguous(),
-               "b_enc": sae.b_enc.detach().contiguous(), "b_dec": sae.b_dec.detach().contiguous(),
-               "threshold": sae.threshold.detach().contiguous()}, str(folder / "params.safetensors"))
-    (folder / "config.json").write_text(json.dumps({
-        "architecture": "jump_relu", "model_name": "gemma-v3-tiny-pt", "hf_hook_point_in": "model.layers.7.output",
-        "hf_hook_point_out": "model.layers.7.output", "width": N_LAT, "l0": "small", "type": "sae"}))
+    save_file(
+        {
+            "w_enc": sae.W_enc.detach().contiguous(),
+            "w_dec": sae.W_dec.detach().contiguous(),
+            "b_enc": sae.b_enc.detach().contiguous(),
+            "b_dec": sae.b_dec.detach().contiguous(),
+            "threshold": sae.threshold.detach().contiguous(),
+        },
+        str(folder / "params.safetensors"),
+    )
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architecture": "jump_relu",
+                "model_name": "gemma-v3-tiny-pt",
+                "hf_hook_point_in": "model.layers.7.output",
+                "hf_hook_point_out": "model.layers.7.output",
+                "width": N_LAT,
+                "l0": "small",
+                "type": "sae",
+            }
+        )
+    )
     x = inputs(99)
     with torch.no_grad():
         codes = sae.encode(x)
         recon = sae.decode(codes)
-    write_ref("gemmascope", x, codes, recon,
-              {"library": "Gemma Scope 2 layout, sae-lens JumpReLU reference", "architecture": "jumprelu",
-               "folder": "gemmascope/resid_post/layer_7_width_64_l0_small", "hookpoint": "model.layers.7",
-               "loads": True}, cases)
+    write_ref(
+        "gemmascope",
+        x,
+        codes,
+        recon,
+        {
+            "library": "Gemma Scope 2 layout, sae-lens JumpReLU reference",
+            "architecture": "jumprelu",
+            "folder": "gemmascope/resid_post/layer_7_width_64_l0_small",
+            "hookpoint": "model.layers.7",
+            "loads": True,
+        },
+        cases,
+    )
 
 
 def saelens5_cases(cases):
@@ -204,14 +366,30 @@ def saelens5_cases(cases):
     from sae_lens import SAE, SAEConfig
 
     assert SL.__version__.startswith("5."), SL.__version__
-    for i, (case, fn, kwargs, layer) in enumerate((("saelens5_topk", "topk", {"k": 4}, 2),
-                                                   ("saelens5_standard", "relu", {}, 3))):
-        cfg = SAEConfig(architecture="standard", d_in=D_IN, d_sae=N_LAT, activation_fn_str=fn,
-                        activation_fn_kwargs=kwargs, apply_b_dec_to_input=True, finetuning_scaling_factor=False,
-                        context_size=128, model_name="tiny", hook_name=f"blocks.{layer}.hook_resid_post",
-                        hook_layer=layer, hook_head_index=None, prepend_bos=True, dataset_path="none",
-                        dataset_trust_remote_code=False, normalize_activations="none", dtype="float32",
-                        device="cpu", sae_lens_training_version=SL.__version__)
+    for i, (case, fn, kwargs, layer) in enumerate(
+        (("saelens5_topk", "topk", {"k": 4}, 2), ("saelens5_standard", "relu", {}, 3))
+    ):
+        cfg = SAEConfig(
+            architecture="standard",
+            d_in=D_IN,
+            d_sae=N_LAT,
+            activation_fn_str=fn,
+            activation_fn_kwargs=kwargs,
+            apply_b_dec_to_input=True,
+            finetuning_scaling_factor=False,
+            context_size=128,
+            model_name="tiny",
+            hook_name=f"blocks.{layer}.hook_resid_post",
+            hook_layer=layer,
+            hook_head_index=None,
+            prepend_bos=True,
+            dataset_path="none",
+            dataset_trust_remote_code=False,
+            normalize_activations="none",
+            dtype="float32",
+            device="cpu",
+            sae_lens_training_version=SL.__version__,
+        )
         sae = SAE(cfg)
         perturb(sae, 500 + i)
         sae.save_model(OUT / case)
@@ -220,9 +398,21 @@ def saelens5_cases(cases):
         with torch.no_grad():
             codes = ref.encode(x)
             recon = ref.decode(codes)
-        write_ref(case, x, codes, recon,
-                  {"library": f"sae-lens {SL.__version__}", "architecture": "topk" if fn == "topk" else "standard",
-                   "folder": case, "hookpoint": cfg.hook_name, "loads": True, "saelens_loads": True}, cases)
+        write_ref(
+            case,
+            x,
+            codes,
+            recon,
+            {
+                "library": f"sae-lens {SL.__version__}",
+                "architecture": "topk" if fn == "topk" else "standard",
+                "folder": case,
+                "hookpoint": cfg.hook_name,
+                "loads": True,
+                "saelens_loads": True,
+            },
+            cases,
+        )
 
 
 def main():

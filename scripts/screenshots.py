@@ -7,6 +7,7 @@ Starts the app on 127.0.0.1 (a free port, offline, zoo models), opens each tab t
 link, presses the tab's main button where one is known (so the shot shows a result, computed live),
 and writes docs/screenshots/<tab>-<light|dark>[-presenter].png. Nothing is fetched from a network.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,16 +24,23 @@ from tests.helpers.browser import chromium_page, close as close_browser  # noqa:
 from tests.helpers.server import serve  # noqa: E402
 
 # The button pressed on each tab before the shot (if present); the tour computes its first step on load.
-ACTIONS = {"relevance": ["rel-explain"], "math_neurons": ["mn-run"], "adapters": ["pissa-analyse"],
-           "memorization": ["memo-check"]}
+ACTIONS = {
+    "relevance": ["rel-explain"],
+    "math_neurons": ["mn-run"],
+    "adapters": ["pissa-analyse"],
+    "memorization": ["memo-check"],
+}
 BUSY = "() => !document.querySelector('.wrap.full:not(.hide), .progress-text, .eta-bar')"
 
 
 def tab_ids(url: str) -> list[str]:
     with urllib.request.urlopen(url + "config", timeout=30) as r:
         cfg = json.load(r)
-    return [c["props"]["elem_id"][4:] for c in cfg["components"]
-            if c["type"] == "tabitem" and str(c["props"].get("elem_id", "")).startswith("tab-")]
+    return [
+        c["props"]["elem_id"][4:]
+        for c in cfg["components"]
+        if c["type"] == "tabitem" and str(c["props"].get("elem_id", "")).startswith("tab-")
+    ]
 
 
 def settle(page, timeout_ms: int = 180_000) -> None:
@@ -86,10 +94,13 @@ def main(argv: list[str] | None = None) -> int:
                 page.set_default_timeout(180_000)
                 for tab in tabs:
                     for theme in args.themes:
-                        for presenter in ([False, True] if args.presenter else [False]):
+                        for presenter in [False, True] if args.presenter else [False]:
                             path = shoot(page, url, tab, theme, presenter, args.out, args.full_page)
-                            print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
-                                  f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+                            print(
+                                f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+                                f"  ({time.perf_counter() - t0:.0f} s)",
+                                flush=True,
+                            )
         finally:
             close_browser()
     log = args.out.parent / ".screenshots-server.log"

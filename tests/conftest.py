@@ -215,4 +215,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus):
         starts = [i for i, line in enumerate(lines) if "internal error in" in line]
         for i in starts[:3]:
             terminalreporter.write_sep("-", f"{log.name}: line {i + 1} of {len(starts)} internal error(s)")
-            terminalreporter.write_line("\n".join(line[:300] for line in lines[i:i + 40]))
+            terminalreporter.write_line("\n".join(line[:300] for line in lines[i : i + 40]))

@@ -1,4 +1,5 @@
 """The app opens no non-loopback connection while launching and serving a request."""
+
 import json
 import sys
 

@@ -1,5 +1,6 @@
 """Serving rules: uploads are size-limited, unknown routes and bad payloads don't crash the server,
 and a token in the environment never reaches the logs."""
+
 import urllib.error
 import urllib.request
 import uuid
@@ -35,15 +36,25 @@ def test_upload_limit_bad_payloads_and_no_secret_in_logs():
         boundary = "wbboundary"
 
         def multipart(size: int) -> bytes:
-            return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"x.png\"\r\n"
-                    f"Content-Type: image/png\r\n\r\n").encode() + b"\0" * size + f"\r\n--{boundary}--\r\n".encode()
+            return (
+                (
+                    f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="x.png"\r\n'
+                    f"Content-Type: image/png\r\n\r\n"
+                ).encode()
+                + b"\0" * size
+                + f"\r\n--{boundary}--\r\n".encode()
+            )
 
         ctype = f"multipart/form-data; boundary={boundary}"
         assert _post(url + "gradio_api/upload", multipart(1024), ctype) == 200
         assert _post(url + "gradio_api/upload", multipart(19 * 2**20), ctype) == 200  # under 20 MB
         assert _post(url + "gradio_api/upload", multipart(25 * 2**20), ctype) in (413, "reset")  # over 20 MB
-        for path, body in [("gradio_api/queue/join", b"{not json"), ("gradio_api/queue/join", b"{}"),
-                           ("gradio_api/run/predict", b"\xff\xfe\x00"), ("no/such/route", b"")]:
+        for path, body in [
+            ("gradio_api/queue/join", b"{not json"),
+            ("gradio_api/queue/join", b"{}"),
+            ("gradio_api/run/predict", b"\xff\xfe\x00"),
+            ("no/such/route", b""),
+        ]:
             assert _post(url + path, body, "application/json") in (400, 404, 405, 422)
         from gradio_client import Client
 

@@ -8,6 +8,7 @@ Nothing was computed."). Nothing is ever clamped into range.
 `check_cost` compares a computation's estimated seconds (its ZeroGPU estimate, backend.core.zerogpu)
 with the per-call cap a Space owner sets (WORKBENCH_CALL_CAP_S) before the computation starts.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,13 @@ class Range:
 
     def refusal(self, value, empty: str = "an empty box") -> str:
         """`empty`: how a missing value is named where it came from (a tab's box; JSON's null)."""
-        shown = f"{value:g}{self.unit}" if isinstance(value, (int, float)) and not isinstance(value, bool) \
-            else repr(str(value)[:20]) if value not in (None, "") else empty
+        shown = (
+            f"{value:g}{self.unit}"
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            else repr(str(value)[:20])
+            if value not in (None, "")
+            else empty
+        )
         return f"{self.name} must be {self.words()} (got {shown}). Nothing was computed."
 
     def with_hi(self, hi: float) -> "Range":
@@ -124,8 +130,9 @@ def check_whole(r: Range, value, empty: str = "an empty box") -> int:
 
 def check_choice(name: str, value, choices) -> str:
     if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))} (got {str(value)[:40]!r}). "
-                         "Nothing was computed.")
+        raise ValueError(
+            f"{name} must be one of {', '.join(map(str, choices))} (got {str(value)[:40]!r}). Nothing was computed."
+        )
     return value
 
 
@@ -151,5 +158,7 @@ def check_cost(estimate_s: float, what: str, measured: bool = False) -> None:
         basis = " from the times measured on this server" if measured else ""
         # (just over the cap, a rounded estimate would read as the cap itself)
         shown = f"{estimate_s:.0f} s" if estimate_s >= cap + 0.5 else f"more than {cap:g} s"
-        raise CostTooHigh(f"{what} is estimated at {shown}{basis}, over this server's per-call cap of "
-                          f"{cap:g} s (WORKBENCH_CALL_CAP_S); choose smaller settings. Nothing was computed.")
+        raise CostTooHigh(
+            f"{what} is estimated at {shown}{basis}, over this server's per-call cap of "
+            f"{cap:g} s (WORKBENCH_CALL_CAP_S); choose smaller settings. Nothing was computed."
+        )

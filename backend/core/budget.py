@@ -1,6 +1,7 @@
 """The model store's byte budget: WORKBENCH_MODEL_BUDGET read as a size ("8GB", "512MiB", a plain
 number of bytes, "none" for no limit), by default 80 % of the GPU's memory or 60 % of the machine's
 RAM without one (backend.core.store explains how the budget is kept)."""
+
 from __future__ import annotations
 
 import os
@@ -9,12 +10,26 @@ from functools import lru_cache
 
 import torch
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_bytes(text: str | int | float) -> int | None:
-    """"8GB" → 8e9, "1.5GiB", "512 MB", 1234 → bytes; "none" / "inf" / "" → None (no limit)."""
+    """ "8GB" → 8e9, "1.5GiB", "512 MB", 1234 → bytes; "none" / "inf" / "" → None (no limit)."""
     if isinstance(text, (int, float)):
         return int(text)
     s = str(text).strip().lower()
@@ -57,4 +72,3 @@ def budget_bytes() -> int | None:
 
 def fmt_bytes(n: int | None) -> str:
     return "unlimited" if n is None else f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n / 1e6:.3g} MB"
-

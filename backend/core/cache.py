@@ -3,6 +3,7 @@
 Keys are built by `make_key(model_id, inputs, settings, revision=...)`: a sha256 over a canonical
 encoding, so a cached result is reused only for the same model, revision, input and settings.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -141,9 +142,16 @@ class ByteLRUCache:
 
     def stats(self) -> dict[str, Any]:
         total = self.hits + self.misses
-        return {"name": self.name, "entries": len(self._data), "bytes": self.bytes,
-                "max_bytes": self.max_bytes, "hits": self.hits, "misses": self.misses,
-                "evictions": self.evictions, "hit_rate": self.hits / total if total else 0.0}
+        return {
+            "name": self.name,
+            "entries": len(self._data),
+            "bytes": self.bytes,
+            "max_bytes": self.max_bytes,
+            "hits": self.hits,
+            "misses": self.misses,
+            "evictions": self.evictions,
+            "hit_rate": self.hits / total if total else 0.0,
+        }
 
 
 def all_caches() -> list[ByteLRUCache]:

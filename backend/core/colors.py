@@ -19,13 +19,14 @@ backgrounds, mid-grey grid, the qualitative colorway, system fonts). On a dark p
 this module also makes "workbench" (plotly's own template with the workbench's merged on top) plotly's
 default template, so a figure built elsewhere starts from the same look.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-SIGNED_CMAP = "RdBu_r"          # matplotlib: red = positive, blue = negative
-ACTIVATION_CMAP = "viridis"     # matplotlib: sequential, for values >= 0
-SIGNED_PLOTLY = "RdBu_r"        # plotly names accept the `_r` suffix as well
+SIGNED_CMAP = "RdBu_r"  # matplotlib: red = positive, blue = negative
+ACTIVATION_CMAP = "viridis"  # matplotlib: sequential, for values >= 0
+SIGNED_PLOTLY = "RdBu_r"  # plotly names accept the `_r` suffix as well
 ACTIVATION_PLOTLY = "Viridis"
 
 # Two categorical colours for "method A vs method B" lines (Okabe–Ito orange / blue) and a neutral.
@@ -33,7 +34,7 @@ PAIR = ("#E69F00", "#0072B2")
 NEUTRAL = "#7f7f7f"
 # One colour per adapter method wherever it is drawn (Adapters tab, guided tour, exports).
 PISSA, LORA = PAIR
-POSITIVE = "#b2182b"   # the RdBu_r end colours, for bars of signed values
+POSITIVE = "#b2182b"  # the RdBu_r end colours, for bars of signed values
 NEGATIVE = "#2166ac"
 
 # Adapter methods by name, for code that looks a method up (the guided tour, exports): PiSSA orange,
@@ -49,7 +50,7 @@ TRANSPARENT = "rgba(0,0,0,0)"
 GRID = "rgba(128,128,128,0.25)"
 AXIS_LINE = "rgba(128,128,128,0.6)"
 FONT = "ui-sans-serif, system-ui, -apple-system, Segoe UI, sans-serif"
-TEXT = "#374151"   # light theme text; components.common's CSS makes it light on a dark page
+TEXT = "#374151"  # light theme text; components.common's CSS makes it light on a dark page
 
 
 def qualitative(i: int) -> str:
@@ -60,16 +61,27 @@ def qualitative(i: int) -> str:
 def _template():
     import plotly.graph_objects as go
 
-    axis = dict(gridcolor=GRID, zerolinecolor=AXIS_LINE, linecolor=AXIS_LINE, showline=False,
-                tickcolor=AXIS_LINE, title=dict(standoff=8))
-    return go.layout.Template(layout=go.Layout(
-        paper_bgcolor=TRANSPARENT, plot_bgcolor=TRANSPARENT,
-        font=dict(family=FONT, color=TEXT, size=12),
-        colorway=list(QUALITATIVE), xaxis=axis, yaxis=axis,
-        legend=dict(bgcolor=TRANSPARENT),
-        coloraxis=dict(colorbar=dict(outlinewidth=0)),
-        hoverlabel=dict(font=dict(family=FONT)),
-    ))
+    axis = dict(
+        gridcolor=GRID,
+        zerolinecolor=AXIS_LINE,
+        linecolor=AXIS_LINE,
+        showline=False,
+        tickcolor=AXIS_LINE,
+        title=dict(standoff=8),
+    )
+    return go.layout.Template(
+        layout=go.Layout(
+            paper_bgcolor=TRANSPARENT,
+            plot_bgcolor=TRANSPARENT,
+            font=dict(family=FONT, color=TEXT, size=12),
+            colorway=list(QUALITATIVE),
+            xaxis=axis,
+            yaxis=axis,
+            legend=dict(bgcolor=TRANSPARENT),
+            coloraxis=dict(colorbar=dict(outlinewidth=0)),
+            hoverlabel=dict(font=dict(family=FONT)),
+        )
+    )
 
 
 def register_plotly_template() -> str:
@@ -94,8 +106,7 @@ def themed(fig):
     if fig.layout.template.layout.font.color != TEXT:  # built before the default was set, or with another
         fig.update_layout(template=TEMPLATE_NAME)
     meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
-    fig.update_layout(paper_bgcolor=TRANSPARENT, plot_bgcolor=TRANSPARENT,
-                      meta={**meta, "wb_template": TEMPLATE_NAME})
+    fig.update_layout(paper_bgcolor=TRANSPARENT, plot_bgcolor=TRANSPARENT, meta={**meta, "wb_template": TEMPLATE_NAME})
     return fig
 
 
@@ -103,8 +114,12 @@ def is_themed(fig) -> bool:
     """Whether `fig` carries the shared look (what the tests check for every tab's figures)."""
     lay = fig.layout
     meta = lay.meta if isinstance(lay.meta, dict) else {}
-    return (meta.get("wb_template") == TEMPLATE_NAME and lay.paper_bgcolor == TRANSPARENT
-            and lay.plot_bgcolor == TRANSPARENT and lay.template.layout.font.color == TEXT)
+    return (
+        meta.get("wb_template") == TEMPLATE_NAME
+        and lay.paper_bgcolor == TRANSPARENT
+        and lay.plot_bgcolor == TRANSPARENT
+        and lay.template.layout.font.color == TEXT
+    )
 
 
 def signed_limits(values, floor: float = 1e-12) -> float:
@@ -129,8 +144,10 @@ def cmap_rgb(values, cmap: str = ACTIVATION_CMAP) -> np.ndarray:
 
 def css_gradient(cmap: str, lo: float = 0.0, hi: float = 1.0, n: int = 11) -> str:
     """A CSS linear-gradient through `cmap` (for HTML colour bars that match the figures)."""
-    stops = ", ".join(f"rgb({r},{g},{b}) {100 * i / (n - 1):.0f}%"
-                      for i, (r, g, b) in enumerate(cmap_rgb(np.linspace(lo, hi, n), cmap)))
+    stops = ", ".join(
+        f"rgb({r},{g},{b}) {100 * i / (n - 1):.0f}%"
+        for i, (r, g, b) in enumerate(cmap_rgb(np.linspace(lo, hi, n), cmap))
+    )
     return f"linear-gradient(90deg, {stops})"
 
 
@@ -139,8 +156,26 @@ try:  # make the shared look plotly's default as soon as the colours are importe
 except ImportError:  # plotly is optional for the backend
     pass
 
-__all__ = ["SIGNED_CMAP", "ACTIVATION_CMAP", "SIGNED_PLOTLY", "ACTIVATION_PLOTLY", "PAIR", "NEUTRAL",
-           "PISSA", "LORA",
-           "METHOD_COLORS",
-           "POSITIVE", "NEGATIVE", "QUALITATIVE", "TEMPLATE_NAME", "qualitative", "themed", "is_themed",
-           "register_plotly_template", "signed_limits", "signed_colors", "cmap_rgb", "css_gradient"]
+__all__ = [
+    "SIGNED_CMAP",
+    "ACTIVATION_CMAP",
+    "SIGNED_PLOTLY",
+    "ACTIVATION_PLOTLY",
+    "PAIR",
+    "NEUTRAL",
+    "PISSA",
+    "LORA",
+    "METHOD_COLORS",
+    "POSITIVE",
+    "NEGATIVE",
+    "QUALITATIVE",
+    "TEMPLATE_NAME",
+    "qualitative",
+    "themed",
+    "is_themed",
+    "register_plotly_template",
+    "signed_limits",
+    "signed_colors",
+    "cmap_rgb",
+    "css_gradient",
+]

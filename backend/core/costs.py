@@ -20,6 +20,7 @@ The largest of recent times, not their mean, so that a result served from a cach
 computation look cheap. Entries are kept per process; under ZeroGPU the main process merges those a
 worker measured (`since`, `merge`: components.serving.guard carries them back with the result).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,7 +30,7 @@ from collections import defaultdict, deque
 KEEP = 5  # recent measures kept per entry
 _LOCK = threading.Lock()
 _EXACT: dict[tuple, deque] = defaultdict(lambda: deque(maxlen=KEEP))  # (name, model, setting) → seconds
-_RATE: dict[tuple, deque] = defaultdict(lambda: deque(maxlen=KEEP))   # (name, model) → seconds per unit
+_RATE: dict[tuple, deque] = defaultdict(lambda: deque(maxlen=KEEP))  # (name, model) → seconds per unit
 _LOG: list[tuple] = []  # every record, for a worker's records to travel to the main process
 _LOG_MAX = 10_000
 

@@ -1,4 +1,5 @@
 """Device and dtype choice: cuda > mps > cpu, overridable with WORKBENCH_DEVICE."""
+
 from __future__ import annotations
 
 import os
@@ -66,8 +67,9 @@ def gpu_free_bytes() -> list[int]:
     return [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
 
 
-def spread_kwargs(n_bytes: int | None, *, pipeline: bool = False, free: list[int] | None = None,
-                  headroom: float = 0.85) -> dict:
+def spread_kwargs(
+    n_bytes: int | None, *, pipeline: bool = False, free: list[int] | None = None, headroom: float = 0.85
+) -> dict:
     """`from_pretrained` arguments that spread a model too large for one GPU over all of them.
 
     A model fits one GPU when its weights take at most `headroom` of that GPU's free memory (the
@@ -84,8 +86,10 @@ def spread_kwargs(n_bytes: int | None, *, pipeline: bool = False, free: list[int
     too_big = n_bytes is not None and bool(free) and n_bytes > headroom * free[0]
     if len(free) < 2 or not (too_big or setting == "auto"):
         return {}
-    return {"device_map": "balanced" if pipeline else "auto",
-            "max_memory": {i: int(headroom * f) for i, f in enumerate(free)}}
+    return {
+        "device_map": "balanced" if pipeline else "auto",
+        "max_memory": {i: int(headroom * f) for i, f in enumerate(free)},
+    }
 
 
 def device_of(module) -> torch.device:

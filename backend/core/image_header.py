@@ -7,6 +7,7 @@ lazy: it parses the header and stops.
 Every image input (a tab's upload, the same endpoint over the API, an MCP tool's `image_base64`, a
 file of an index build) passes `check_file` first, with the one bound `bounds.IMAGE_SIDE`.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,13 @@ def size_of(f: BinaryIO | str, name: str, then: str = "Nothing was indexed.") ->
         raise Unreadable(f"{name} could not be read as an image ({type(e).__name__}). {then}") from e
 
 
-def check(size: tuple[int, int], name: str, max_side: int = MAX_SIDE, n_bytes: int | None = None,
-          then: str = "Nothing was indexed.") -> None:
+def check(
+    size: tuple[int, int],
+    name: str,
+    max_side: int = MAX_SIDE,
+    n_bytes: int | None = None,
+    then: str = "Nothing was indexed.",
+) -> None:
     """Refuse a picture larger than `max_side` px a side (the bound of every image input), or a file
     larger than its pixels can honestly take (`n_bytes`, as a zip declares it)."""
     w, h = size
@@ -56,8 +62,10 @@ def check(size: tuple[int, int], name: str, max_side: int = MAX_SIDE, n_bytes: i
     if min(w, h) < 2:
         raise TooLarge(f"{name} is {w}×{h} px; an image must be at least 2 px on each side. {then}")
     if n_bytes is not None and n_bytes > w * h * BYTES_PER_PIXEL + METADATA_BYTES:
-        raise TooLarge(f"{name} declares {n_bytes / 1e6:.1f} MB for a {w}×{h} px picture, far more than its "
-                       f"pixels take: refused. {then}")
+        raise TooLarge(
+            f"{name} declares {n_bytes / 1e6:.1f} MB for a {w}×{h} px picture, far more than its "
+            f"pixels take: refused. {then}"
+        )
 
 
 def check_file(f: BinaryIO | str, name: str, then: str = "Nothing was computed.") -> tuple[int, int]:

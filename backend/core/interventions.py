@@ -8,6 +8,7 @@ app runs several model calls at once (components.common), two on different model
 two on the same model one after the other. The values passed in (channel lists, masks,
 factors) are small descriptors a UI can keep in its state; no model is ever left modified.
 """
+
 from __future__ import annotations
 
 import threading
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from . import limits, loadgate
+
 
 class ModelLock:
     """A model's re-entrant lock. A call that has to wait for it (another request computes on the
@@ -39,9 +41,11 @@ class ModelLock:
         with loadgate.waiting():
             got = self._lock.acquire(timeout=max(left, 0.0) if bounded and left is not None else timeout)
         if not got and bounded:
-            raise limits.JobTooLong(f"The wait for another request's computation on this model ran past "
-                                    f"{limits.limit_words()}; try again when the server is less busy. "
-                                    "Nothing was computed.")
+            raise limits.JobTooLong(
+                f"The wait for another request's computation on this model ran past "
+                f"{limits.limit_words()}; try again when the server is less busy. "
+                "Nothing was computed."
+            )
         return got
 
     def release(self) -> None:
@@ -86,8 +90,7 @@ def count_hooks(model: nn.Module) -> int:
     transformers itself put there (0 when no intervention is left behind)."""
     n = 0
     for m in model.modules():
-        for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
-                      getattr(m, "_backward_pre_hooks", {})):
+        for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, getattr(m, "_backward_pre_hooks", {})):
             n += sum(1 for h in hooks.values() if _ours(h))
     return n
 
@@ -126,6 +129,7 @@ def _channel_index(channels: Sequence[int], size: int, device) -> torch.Tensor:
 @contextmanager
 def scale_channels(model: nn.Module, name: str, channels: Sequence[int], factor: float = 0.0):
     """Multiply chosen output channels (last dimension) of `model.<name>` by `factor`."""
+
     def fn(out: torch.Tensor) -> torch.Tensor:
         idx = _channel_index(channels, out.shape[-1], out.device)
         scale = torch.ones(out.shape[-1], dtype=out.dtype, device=out.device)
@@ -210,8 +214,15 @@ def scale_weights(model: nn.Module, masks: Mapping[str, torch.Tensor], factor: f
 
 
 @contextmanager
-def steer(model: nn.Module, name: str, direction: torch.Tensor, value: float, *,
-          mode: str = "add", positions: Iterable[int] | slice | None = None):
+def steer(
+    model: nn.Module,
+    name: str,
+    direction: torch.Tensor,
+    value: float,
+    *,
+    mode: str = "add",
+    positions: Iterable[int] | slice | None = None,
+):
     """Move the output of `model.<name>` along `direction`.
 
     mode "add":   h ← h + value · d̂

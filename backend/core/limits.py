@@ -8,6 +8,7 @@ before a step that would not end within it (the longest step so far is the guess
 inner one never outlasts the outer. Outside a budget `check()` does nothing, so notebooks and tests
 run unbounded.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -192,8 +193,9 @@ class Steps:
             if time.monotonic() - t0 > 0.001:  # it waited: that is no step's time, and the time left is less
                 self._last = time.monotonic()
                 left = self.left()
-                fits = left is None or (left > 0 and (self.longest == 0 or
-                                                      left >= self.longest * STEP_SLACK + STEP_MARGIN_S))
+                fits = left is None or (
+                    left > 0 and (self.longest == 0 or left >= self.longest * STEP_SLACK + STEP_MARGIN_S)
+                )
         check(self.what)  # the module's: a deadline passed reads as everywhere else
         if not fits:
             raise JobTooLong(self.message())
@@ -211,5 +213,7 @@ class Steps:
         if left is not None and left <= 0:
             return f"{self.what} ran past {limit} and was stopped; try smaller settings"
         done = f"after {self.done} step{'s' if self.done != 1 else ''}" if self.done else "before it started"
-        return (f"{self.what} was stopped {done}: the next (up to {self.longest:.1f} s) would have run past "
-                f"{limit}; try smaller settings")
+        return (
+            f"{self.what} was stopped {done}: the next (up to {self.longest:.1f} s) would have run past "
+            f"{limit}; try smaller settings"
+        )

@@ -12,6 +12,7 @@ measured duration would not end within the time left. A long loop lets a waiting
 between its steps (`let_loads_through`, called by limits.Steps), so a load never waits for a whole
 long call, nor do the short calls queued behind that load.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -37,14 +38,18 @@ def _may_compute() -> bool:  # caller holds _COND
 
 def _no_time(expected_s: float, what: str) -> limits.JobTooLong:
     left = max(limits.remaining() or 0.0, 0.0)
-    return limits.JobTooLong(f"Loading {what} took {expected_s:.1f} s last time, more than the {left:.1f} s left "
-                             f"of {limits.limit_words()}, so it was not begun; try again when the server is "
-                             "less busy. Nothing was computed.")
+    return limits.JobTooLong(
+        f"Loading {what} took {expected_s:.1f} s last time, more than the {left:.1f} s left "
+        f"of {limits.limit_words()}, so it was not begun; try again when the server is "
+        "less busy. Nothing was computed."
+    )
 
 
 def _too_long(what: str) -> limits.JobTooLong:
-    return limits.JobTooLong(f"{what} ran past {limits.limit_words()} while other requests' model loads and "
-                             "computations went first, and was stopped; try again when the server is less busy")
+    return limits.JobTooLong(
+        f"{what} ran past {limits.limit_words()} while other requests' model loads and "
+        "computations went first, and was stopped; try again when the server is less busy"
+    )
 
 
 @contextmanager

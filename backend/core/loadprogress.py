@@ -1,6 +1,7 @@
 """Load progress: inside `load_progress(report)` (components.serving.guard opens one per request) every
 model load tells `report(fraction, message)` as its weight files are read, named as a person reads
 the model (backend.core.store sets the model being loaded; prefetch reports its shards)."""
+
 from __future__ import annotations
 
 import contextvars
@@ -9,7 +10,8 @@ from contextlib import contextmanager
 from typing import Callable
 
 REPORT: contextvars.ContextVar[Callable[[float, str], None] | None] = contextvars.ContextVar(
-    "workbench_load_report", default=None)
+    "workbench_load_report", default=None
+)
 LOADING_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("workbench_loading_model", default=None)
 
 
@@ -45,4 +47,3 @@ def report_shards(done: int, total: int, fraction: float) -> None:
     if report is not None:
         name = display_name(LOADING_ID.get() or "the model")
         report(fraction, f"loading {name} ({done} of {total} shard{'s' * (total != 1)})")
-

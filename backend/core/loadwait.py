@@ -2,6 +2,7 @@
 load gate (`waiting_for`), and a load in progress is marked in its context (`loading_here`,
 `in_load`) so that what it runs never waits for itself. Apart from the store because none of it
 touches the store's entries."""
+
 from __future__ import annotations
 
 import contextvars

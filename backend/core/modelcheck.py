@@ -16,6 +16,7 @@ WORKBENCH_CUSTOM_OWNERS (comma-separated). WORKBENCH_CUSTOM_MODELS=0 turns them 
 cap, WORKBENCH_CUSTOM_MAX_GB (default 20 on a Space, none locally), is checked from metadata
 before download.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,8 +32,17 @@ from . import presets as P
 from .errors import ModelCheckError
 from .budget import parse_bytes
 from .modelmeta import ModelMeta, read_meta
-from .weightfiles import (_HUB_SIZES, _ask_hub_size, _header, _hub_size, _without_variants,  # noqa: F401
-                          bytes_words, hub_or_cached_size, local_size, weight_files)
+from .weightfiles import (
+    _HUB_SIZES,  # noqa: F401
+    _ask_hub_size,  # noqa: F401
+    _header,  # noqa: F401
+    _hub_size,  # noqa: F401
+    _without_variants,  # noqa: F401
+    bytes_words,
+    hub_or_cached_size,
+    local_size,
+    weight_files,  # noqa: F401
+)
 
 # Model types whose attention and MLP use transformers' Conv1D (a transposed weight), not nn.Linear:
 # found by searching the installed transformers' modeling files for `Conv1D(`.
@@ -60,8 +70,7 @@ class ModelCheck:
 
     def preset(self, tab: str | None = None, **extra) -> P.Preset:
         """An unregistered preset for this model (presets.custom_preset), for the method's tab."""
-        return P.custom_preset(tab or self.method, self.location, self.model_class, revision=self.revision,
-                               **extra)
+        return P.custom_preset(tab or self.method, self.location, self.model_class, revision=self.revision, **extra)
 
     def summary(self) -> str:
         size = "size unknown" if self.n_bytes is None else bytes_words(self.n_bytes)
@@ -86,6 +95,7 @@ def _count(n: int) -> str:
 class MethodRule:
     """Which models one method's tab takes, declared by the method's own package in its `rules.py`
     (`register_rule(MethodRule(...))`): the package that knows the method knows its architectures."""
+
     method: str  # the tab's id, as check_model's callers name it ("relevance")
     problem: Callable[[ModelMeta], str | None]  # why a model does not fit, or None
     order: int  # its place in fitting_methods: the tab's place in the app
@@ -116,8 +126,9 @@ def register_rule(rule: MethodRule) -> MethodRule:
         for other in _RULES.values():
             clash = _names(rule) & _names(other) if other.method != rule.method else set()
             if clash:
-                raise ValueError(f"method rule {rule.method!r}: {', '.join(sorted(clash))} already names "
-                                 f"{other.method!r}")
+                raise ValueError(
+                    f"method rule {rule.method!r}: {', '.join(sorted(clash))} already names {other.method!r}"
+                )
         _RULES[rule.method] = rule
     return rule
 
@@ -169,8 +180,12 @@ def _remote_code(meta: ModelMeta) -> str | None:
         return "its config asks for remote code (auto_map), which the workbench never runs"
     if meta.pipeline:
         for name, spec in meta.config.items():
-            if isinstance(spec, list) and len(spec) == 2 and spec[0] not in (None, "diffusers", "transformers") \
-                    and not _diffusers_pipeline_module(str(spec[0])):
+            if (
+                isinstance(spec, list)
+                and len(spec) == 2
+                and spec[0] not in (None, "diffusers", "transformers")
+                and not _diffusers_pipeline_module(str(spec[0]))
+            ):
                 return f"its component {name!r} comes from {spec[0]!r}, remote code the workbench never runs"
     return None
 
@@ -206,8 +221,10 @@ def architecture_problem(meta: ModelMeta, method: str) -> str | None:
     own package says which architectures it takes (its registered MethodRule)."""
     rule = method_rule(method)
     if meta.diffusers_component and not rule.pipeline:
-        return (f"{meta.architecture} is a diffusers model: the {rule.method.replace('_', ' ')} tab takes a "
-                "transformers model")
+        return (
+            f"{meta.architecture} is a diffusers model: the {rule.method.replace('_', ' ')} tab takes a "
+            "transformers model"
+        )
     return rule.problem(meta)
 
 
@@ -219,8 +236,10 @@ def linear_layers_problem(meta: ModelMeta, method: str, what: str) -> str | None
     if meta.pipeline:
         return f"{arch} is a diffusers pipeline: the {method.replace('_', ' ')} tab takes a transformers model"
     if mtype in CONV1D_TYPES:
-        return (f"{arch}: {what} nn.Linear weights, and {mtype} models use transformers' Conv1D layers "
-                "instead; pick a model with nn.Linear layers (Llama, Qwen2, Gemma, Mistral, …)")
+        return (
+            f"{arch}: {what} nn.Linear weights, and {mtype} models use transformers' Conv1D layers "
+            "instead; pick a model with nn.Linear layers (Llama, Qwen2, Gemma, Mistral, …)"
+        )
     if not _transformers_class(arch):
         import transformers
 
@@ -248,17 +267,26 @@ def _over_cap(name: str, params: int | None, nbytes: int | None, cap: int | None
     if cap is None:
         return
     if nbytes is None:
-        raise ModelCheckError(f"cannot check the size of {name!r} before download (its metadata is not "
-                              f"reachable); this server loads custom models up to {gb_words(cap)}")
+        raise ModelCheckError(
+            f"cannot check the size of {name!r} before download (its metadata is not "
+            f"reachable); this server loads custom models up to {gb_words(cap)}"
+        )
     if nbytes > cap:
         what = bytes_words(nbytes) + (f", {_count(params)} parameters" if params else "")
-        raise ModelCheckError(f"{name!r} is too large for this server ({what}; the cap is {gb_words(cap)}, "
-                              "WORKBENCH_CUSTOM_MAX_GB)")
+        raise ModelCheckError(
+            f"{name!r} is too large for this server ({what}; the cap is {gb_words(cap)}, WORKBENCH_CUSTOM_MAX_GB)"
+        )
 
 
 # ----------------------------------------------------------------------------------- public
-def check_model(path_or_id: str, method: str, *, revision: str | None = None,
-                max_bytes: int | None | Literal["policy"] = "policy", roots: list[Path] | None = None) -> ModelCheck:
+def check_model(
+    path_or_id: str,
+    method: str,
+    *,
+    revision: str | None = None,
+    max_bytes: int | None | Literal["policy"] = "policy",
+    roots: list[Path] | None = None,
+) -> ModelCheck:
     """Read a model's config and weight headers (no weights) and check it fits `method`.
 
     Raises ModelCheckError with the reason: a path outside the allowed roots or missing, a
@@ -271,12 +299,23 @@ def check_model(path_or_id: str, method: str, *, revision: str | None = None,
         raise ModelCheckError(problem)
     params, nbytes = _size(meta)
     _over_cap(str(path_or_id), params, nbytes, custom_max_bytes() if max_bytes == "policy" else max_bytes)
-    return ModelCheck(meta.location, meta.local, method, meta.architecture,
-                      str(meta.config.get("model_type", "")), params, nbytes, meta.config, meta.pipeline, revision)
+    return ModelCheck(
+        meta.location,
+        meta.local,
+        method,
+        meta.architecture,
+        str(meta.config.get("model_type", "")),
+        params,
+        nbytes,
+        meta.config,
+        meta.pipeline,
+        revision,
+    )
 
 
-def fitting_methods(path_or_id: str, *, revision: str | None = None,
-                    roots: list[Path] | None = None) -> dict[str, str | None]:
+def fitting_methods(
+    path_or_id: str, *, revision: str | None = None, roots: list[Path] | None = None
+) -> dict[str, str | None]:
     """method → None where the model fits, else the reason (from one reading of its config)."""
     meta = read_meta(str(path_or_id), revision, roots)
     remote = _remote_code(meta)
@@ -339,15 +378,17 @@ def allowed_custom(path_or_id: str, *, revision: str | None = None, roots: list[
     local = Path(location).exists()
     setting = custom_models_setting()
     if setting is False:
-        raise ModelCheckError("custom models are turned off on this server (WORKBENCH_CUSTOM_MODELS=0); "
-                              "pick one of the listed models")
+        raise ModelCheckError(
+            "custom models are turned off on this server (WORKBENCH_CUSTOM_MODELS=0); pick one of the listed models"
+        )
     if on_public_space() and setting is None and not local:
         owners = {o.strip().lower() for o in os.environ.get("WORKBENCH_CUSTOM_OWNERS", "").split(",") if o.strip()}
         if location.split("/", 1)[0].lower() not in owners:
             hint = f" (allowed owners: {', '.join(sorted(owners))})" if owners else ""
             raise ModelCheckError(
                 f"custom models are off on this Space{hint}; its owner can allow them with "
-                "WORKBENCH_CUSTOM_MODELS=1 or WORKBENCH_CUSTOM_OWNERS, or run the workbench locally")
+                "WORKBENCH_CUSTOM_MODELS=1 or WORKBENCH_CUSTOM_OWNERS, or run the workbench locally"
+            )
     cap = custom_max_bytes()
     if cap is not None:
         params, nbytes = local_size(Path(location)) if local else _size(read_meta(location, revision, roots))

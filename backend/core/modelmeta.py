@@ -2,6 +2,7 @@
 or a diffusers pipeline's model_index.json and unet/config.json, from a validated local folder or the
 hub. Kept apart from modelcheck, which judges what is read here (the methods' rules, remote code,
 sizes, the server's policy)."""
+
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from .errors import ModelCheckError
 @dataclass
 class ModelMeta:
     """What is read of a model before its weights: what each method's rule judges."""
+
     location: str
     local: bool
     folder: Path | None  # the local folder, or the hub snapshot folder the config was cached in
@@ -45,8 +47,11 @@ class ModelMeta:
 def _class_for_type(model_type: str) -> str | None:
     from transformers.models.auto import modeling_auto as auto
 
-    for names in (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-                  auto.MODEL_MAPPING_NAMES):
+    for names in (
+        auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        auto.MODEL_MAPPING_NAMES,
+    ):
         if model_type in names:
             name = names[model_type]
             return name if isinstance(name, str) else name[0]  # funnel: (FunnelModel, FunnelBaseModel)
@@ -96,8 +101,10 @@ def _hub_meta(repo: str, revision: str | None) -> ModelMeta:
     try:
         index = _hub_file(repo, "model_index.json", revision)
     except _Unreachable as e:
-        raise ModelCheckError(f"cannot read the config of {repo!r}: the hub is not reachable and it is "
-                              f"not in the local cache ({unreachable or e})") from e
+        raise ModelCheckError(
+            f"cannot read the config of {repo!r}: the hub is not reachable and it is "
+            f"not in the local cache ({unreachable or e})"
+        ) from e
     if index is None:
         raise ModelCheckError(f"{repo!r} has neither config.json nor model_index.json")
     meta = ModelMeta(repo, False, index.parent, _read_json(index, "model_index.json"), None, revision, index=True)

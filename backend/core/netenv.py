@@ -3,6 +3,7 @@
 Set in code (not only in docs) so that no launch path phones home: Gradio's analytics, the hub
 client's telemetry, and — unless a hub preset is chosen — any hub access at all.
 """
+
 import os
 
 

@@ -7,6 +7,7 @@ cap) and the method's architecture check (`modelcheck.check_model`), so a refusa
 ("LlamaForCausalLM: MambaLRP needs a Mamba model") and nothing is downloaded for a model that
 cannot run. Every tab loads what `resolve` returns through its usual path, `presets.load_preset`.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,10 @@ class Picked:
         except ValueError:  # a malformed setting is reported where a load needs it
             limit = None
         if limit is not None and (self.check.n_bytes or 0) > limit:
-            line += (f" · larger than the model budget ({M.bytes_words(limit)}): it stays loaded alone until "
-                     "another model is needed")
+            line += (
+                f" · larger than the model budget ({M.bytes_words(limit)}): it stays loaded alone until "
+                "another model is needed"
+            )
         return line
 
 
@@ -84,12 +87,21 @@ def choices(listed: Iterable[P.Preset]) -> list[tuple[str, str]]:
 
 def _refuse_unavailable(p: P.Preset) -> None:
     if unavailable(p):
-        raise M.ModelCheckError(f"cannot load {label(p)}: the hub is not reachable and it is not in the local "
-                                "cache; pick another model, or download it where the hub is reachable")
+        raise M.ModelCheckError(
+            f"cannot load {label(p)}: the hub is not reachable and it is not in the local "
+            "cache; pick another model, or download it where the hub is reachable"
+        )
 
 
-def resolve(key: str | None, listed: Iterable[P.Preset], method: str, *, default: P.Preset | None = None,
-            tab: str | None = None, **extra) -> Picked:
+def resolve(
+    key: str | None,
+    listed: Iterable[P.Preset],
+    method: str,
+    *,
+    default: P.Preset | None = None,
+    tab: str | None = None,
+    **extra,
+) -> Picked:
     """The preset for a pick. Empty → `default` (or the first listed); a listed preset's key, id or
     label → that preset; anything else → the user's own model, checked for `method`.
 
@@ -108,8 +120,10 @@ def resolve(key: str | None, listed: Iterable[P.Preset], method: str, *, default
         raise M.ModelCheckError("not a hub id or folder")
     if "/" not in s and "\\" not in s and not P.looks_local(s):
         known = ", ".join(p.path_or_id for p in listed[:8])
-        raise M.ModelCheckError(f"unknown model {s[:80]!r}: pick a listed one{f' ({known})' if known else ''}, "
-                                "or your own as a hub id (owner/name) or a folder")
+        raise M.ModelCheckError(
+            f"unknown model {s[:80]!r}: pick a listed one{f' ({known})' if known else ''}, "
+            "or your own as a hub id (owner/name) or a folder"
+        )
     return _custom(s, method, tab, extra)
 
 
@@ -122,8 +136,13 @@ def resolve(key: str | None, listed: Iterable[P.Preset], method: str, *, default
 # pick that passes in the main process drops it.
 _TTL_S = 300.0
 _REFUSAL_TTL_S = 60.0
-_POLICY = ("WORKBENCH_CUSTOM_MODELS", "WORKBENCH_CUSTOM_OWNERS", "WORKBENCH_CUSTOM_MAX_GB", "SPACE_ID",
-           "WORKBENCH_MODEL_ROOTS")
+_POLICY = (
+    "WORKBENCH_CUSTOM_MODELS",
+    "WORKBENCH_CUSTOM_OWNERS",
+    "WORKBENCH_CUSTOM_MAX_GB",
+    "SPACE_ID",
+    "WORKBENCH_MODEL_ROOTS",
+)
 _CHECKED: dict[tuple, tuple[float, Picked]] = {}
 _REFUSED: dict[tuple, tuple[float, P.PresetError]] = {}
 _LOCK = threading.Lock()
@@ -131,8 +150,7 @@ _LOCK = threading.Lock()
 
 def _custom(s: str, method: str, tab: str | None, extra: dict) -> Picked:
     try:
-        key = (s, M.method_key(method), tab, tuple(sorted(extra.items())),
-               tuple(os.environ.get(v) for v in _POLICY))
+        key = (s, M.method_key(method), tab, tuple(sorted(extra.items())), tuple(os.environ.get(v) for v in _POLICY))
         hash(key)
     except TypeError:  # unhashable extras: check every time
         key = None
@@ -218,8 +236,9 @@ def loading(preset: P.Preset | str) -> Iterator[None]:
     try:
         yield
     except SafetensorError as e:  # a weights file cut short or damaged after the check read it
-        raise M.ModelCheckError(f"cannot load {label(preset)}: a weights file is damaged ({str(e)[:200]}); "
-                                "copy or download it again") from e
+        raise M.ModelCheckError(
+            f"cannot load {label(preset)}: a weights file is damaged ({str(e)[:200]}); copy or download it again"
+        ) from e
     except OSError as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         where = "the hub is not reachable and it is not in the local cache" if preset.source == "hub" else first

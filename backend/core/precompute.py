@@ -10,6 +10,7 @@ and writes the final file in the format the app reads.
 Launch on GPUs with `accelerate launch --num_processes N -m <job module> ...`; on CPUs with
 `torchrun --nproc_per_node N -m <job module> ... --cpu` (accelerate's PartialState then uses gloo).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -129,13 +130,16 @@ class ShardedJob:
                 meta = f.metadata() or {}
                 keys = list(f.keys())
             start, end = chunks(self.n_items, self.chunk_size)[c]
-            return (bool(keys) and meta.get("start") == str(start) and meta.get("end") == str(end)
-                    and meta.get("signature", "") == self.signature)
+            return (
+                bool(keys)
+                and meta.get("start") == str(start)
+                and meta.get("end") == str(end)
+                and meta.get("signature", "") == self.signature
+            )
         except Exception:  # unreadable (a torn copy, a foreign file): compute it again
             return False
 
-    def run(self, state=None, *, final_name: str | None = None, stop_after: int | None = None
-            ) -> Tensors | None:
+    def run(self, state=None, *, final_name: str | None = None, stop_after: int | None = None) -> Tensors | None:
         """Compute this process's missing chunks, then (main process) merge and write.
 
         Returns the merged result on the main process, None elsewhere. `stop_after`: leave (SystemExit)

@@ -7,6 +7,7 @@ checkpoint). Reading each file here moves that wait into a loop that can report,
 pages in the OS cache for the mapping that follows. It runs only when someone listens
 (`store.reporting()`), so notebooks, the CLI and the benchmarks load exactly as before.
 """
+
 from __future__ import annotations
 
 import os

@@ -29,6 +29,7 @@ had to load all the same is mirrored: the worker names the weights it loaded
 process, so the next worker inherits them instead of reading the weights again. `mirrored()` lists
 what was loaded that way.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,12 @@ _LOADED: dict[str, Callable[[P.Preset], bool]] = {}
 _MIRRORED: list[str] = []
 
 
-def register(tab: str, load: Callable[..., object], pick: Callable[[str], Picked] | None = None,
-             loaded: Callable[[P.Preset], bool] | None = None) -> None:
+def register(
+    tab: str,
+    load: Callable[..., object],
+    pick: Callable[[str], Picked] | None = None,
+    loaded: Callable[[P.Preset], bool] | None = None,
+) -> None:
     """How `tab` loads one of its registered presets with everything its view needs. `pick(key)`:
     the check the tab's handlers run on a model pick (a backend.core.picker.Picked, or an exception
     for a refusal); with it, `load(preset, size)` also takes the user's own models it returns
@@ -118,15 +123,24 @@ def run(source: str, setting: str | None = None) -> list[str]:
     for p in chosen:
         size = _size(p)
         if left is not None and size is not None and size > left:
-            log.info("preload: %s (%.2f GB) does not fit what is left of the model budget (%.2f GB); "
-                     "it loads at first use", p.path_or_id, size / 1e9, left / 1e9)
+            log.info(
+                "preload: %s (%.2f GB) does not fit what is left of the model budget (%.2f GB); it loads at first use",
+                p.path_or_id,
+                size / 1e9,
+                left / 1e9,
+            )
             continue
         t0 = time.perf_counter()
         try:
             _LOADERS[p.tab](p)
         except Exception as e:  # noqa: BLE001 - the tab reports it to its users
-            log.warning("preload: %s for %s failed (%s: %s); the tab loads it at first use",
-                        p.path_or_id, p.tab, type(e).__name__, str(e)[:200])
+            log.warning(
+                "preload: %s for %s failed (%s: %s); the tab loads it at first use",
+                p.path_or_id,
+                p.tab,
+                type(e).__name__,
+                str(e)[:200],
+            )
             continue
         if left is not None and size is not None:
             left -= size
@@ -178,8 +192,9 @@ def _load_here(preset: P.Preset, why: str, *size) -> str | None:
     try:
         _LOADERS[preset.tab](preset, *size)
     except Exception as e:  # noqa: BLE001 - see above
-        log.warning("%s:%s %s for %s failed (%s: %s)", why, own, preset.path_or_id, preset.tab,
-                    type(e).__name__, str(e)[:200])
+        log.warning(
+            "%s:%s %s for %s failed (%s: %s)", why, own, preset.path_or_id, preset.tab, type(e).__name__, str(e)[:200]
+        )
         return None
     log.info("%s:%s %s for %s loaded in the main process", why, own, preset.path_or_id, preset.tab)
     return f"{preset.tab}:{preset.path_or_id}"
@@ -197,8 +212,15 @@ def mirror(model_ids: list[str], own_models: Sequence[tuple[P.Preset, int | None
     todo: list[tuple[P.Preset, tuple[int | None, ...]]] = [(p, ()) for p in P.presets() if p.tab in _LOADERS]
     todo += [(p, (size,)) for p, size in own_models if p.tab in _PICKS and p.tab in _LOADERS]
     # checked one by one as they load: a checkpoint two tabs list loads once
-    done = [name for name in (_load_here(p, "mirror", *size) for p, size in todo if key(p) in wanted_ids
-                              and not (_own_loaded(p) if size else key(p) in store.loaded())) if name]
+    done = [
+        name
+        for name in (
+            _load_here(p, "mirror", *size)
+            for p, size in todo
+            if key(p) in wanted_ids and not (_own_loaded(p) if size else key(p) in store.loaded())
+        )
+        if name
+    ]
     _MIRRORED.extend(done)
     return done
 

@@ -6,6 +6,7 @@ variable WORKBENCH_PRESET (`zoo` | `hub`) or app.py's `--preset` flag. Whatever 
 is `cls.from_pretrained(path_or_id, use_safetensors=True)`: the code path the Space uses is the one
 the tests use. Remote code is never trusted and pickle checkpoints are refused.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -57,8 +58,7 @@ def zoo_path(name: str, root: Path | None = None) -> Path:
     organisms from it without importing the zoo, which builds on them."""
     path = Path(root or ZOO_ROOT) / name
     if not (path / "manifest.json").exists():
-        raise FileNotFoundError(
-            f"organism {name!r} is not built; run `python -m backend.zoo build {name}`")
+        raise FileNotFoundError(f"organism {name!r} is not built; run `python -m backend.zoo build {name}`")
     return path
 
 
@@ -149,8 +149,7 @@ def exists(path: str | os.PathLike) -> bool:
 
 def looks_local(path_or_id: str) -> bool:
     """Paths start with . / ~ or have more than one slash; `owner/name` is a hub id unless it exists."""
-    return (path_or_id.startswith((".", "/", "~", "\\")) or path_or_id.count("/") >= 2
-            or exists(path_or_id))
+    return path_or_id.startswith((".", "/", "~", "\\")) or path_or_id.count("/") >= 2 or exists(path_or_id)
 
 
 def resolve(path_or_id: str | os.PathLike, roots: list[Path] | None = None) -> str:
@@ -169,8 +168,9 @@ def import_class(dotted: str, check_only: bool = False):
     return getattr(importlib.import_module(module), name)
 
 
-def load_pretrained(cls, path_or_id: str | os.PathLike, *, weights: bool = True,
-                    roots: list[Path] | None = None, **kwargs):
+def load_pretrained(
+    cls, path_or_id: str | os.PathLike, *, weights: bool = True, roots: list[Path] | None = None, **kwargs
+):
     """`cls.from_pretrained` with the workbench's rules: validated location, safetensors only
     (for classes that hold weights), no remote code."""
     if kwargs.get("trust_remote_code"):
@@ -188,8 +188,7 @@ def load_pretrained(cls, path_or_id: str | os.PathLike, *, weights: bool = True,
         if store.reporting():  # a request waits on this load: read the shards where it can see them
             from .prefetch import read_shards
 
-            read_shards(location, revision=kwargs.get("revision"),
-                        skip=[k for k, v in kwargs.items() if v is None])
+            read_shards(location, revision=kwargs.get("revision"), skip=[k for k, v in kwargs.items() if v is None])
     return cls.from_pretrained(location, **kwargs)
 
 
@@ -230,8 +229,9 @@ def _several_gpus() -> bool:
     return torch.cuda.is_available() and torch.cuda.device_count() > 1
 
 
-def custom_preset(tab: str, path_or_id: str | os.PathLike, model_class: str, *, revision: str | None = None,
-                  label: str = "", **extra) -> Preset:
+def custom_preset(
+    tab: str, path_or_id: str | os.PathLike, model_class: str, *, revision: str | None = None, label: str = "", **extra
+) -> Preset:
     """An unregistered preset for a user's own model: a hub id (source "hub") or a folder under the
     allowed roots (source "local"), loaded by `load_preset` like any other. Check it first with
     backend.core.modelcheck (architecture, size, the server's policy)."""

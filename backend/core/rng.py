@@ -6,6 +6,7 @@ across threads, seeds the global generator inside and restores its state afterwa
 depends on its seed only — never on what another request drew at the same moment (every draw
 from the global generator in the project goes through here; the rest uses its own generators).
 """
+
 from __future__ import annotations
 
 import threading

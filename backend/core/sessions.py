@@ -20,6 +20,7 @@ No gradio here: components.serving.visitor ties these to Gradio's sessions (a fo
 the session hash, never by the hash itself) and unload event, and resolves a request's `Space`: the
 place of one method in one session, the way every method reaches its visitor's files.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,12 @@ from typing import Callable, Iterable
 
 from .budget import parse_bytes
 
-DIR_ENV, QUOTA_ENV, TTL_ENV, SHARED_ENV = ("WORKBENCH_SESSION_DIR", "WORKBENCH_SESSION_QUOTA",
-                                           "WORKBENCH_SESSION_TTL", "WORKBENCH_SHARED_BUILDS")
+DIR_ENV, QUOTA_ENV, TTL_ENV, SHARED_ENV = (
+    "WORKBENCH_SESSION_DIR",
+    "WORKBENCH_SESSION_QUOTA",
+    "WORKBENCH_SESSION_TTL",
+    "WORKBENCH_SHARED_BUILDS",
+)
 DEFAULT_QUOTA = "500MB"
 DEFAULT_TTL = 7200.0
 DIRECT = "direct"  # calls from Python (a notebook, a test) with no Gradio session behind them
@@ -63,7 +68,8 @@ class SessionGone(ValueError):
     def __init__(self, what: str = "what this session built"):
         super().__init__(
             f"This session has ended on the server ({what} was removed when the page was closed or left "
-            f"idle past {TTL_ENV}), so it is no longer shown. Reload the page to start a new session.")
+            f"idle past {TTL_ENV}), so it is no longer shown. Reload the page to start a new session."
+        )
 
 
 def shared_builds() -> bool:
@@ -152,8 +158,7 @@ def lost(path: str | os.PathLike, *, must_exist: bool = True) -> bool:
         rel = Path(path).resolve().relative_to(root().resolve())
     except ValueError:
         return False
-    return (not rel.parts or not (root() / rel.parts[0]).is_dir()
-            or (must_exist and not Path(path).exists()))
+    return not rel.parts or not (root() / rel.parts[0]).is_dir() or (must_exist and not Path(path).exists())
 
 
 def owns(session: str | None, path: str | os.PathLike) -> bool:
@@ -178,8 +183,11 @@ def used_bytes(session: str | None) -> int:
     base = root() / session_id(session)
     if not base.is_dir():
         return 0
-    return sum(p.stat().st_size for p in base.rglob("*")
-               if p.is_file() and not (p.parent == base and p.name in (_MARK, _PERSON)))
+    return sum(
+        p.stat().st_size
+        for p in base.rglob("*")
+        if p.is_file() and not (p.parent == base and p.name in (_MARK, _PERSON))
+    )
 
 
 def person_of(session: str | None) -> str | None:
@@ -238,11 +246,13 @@ def check_room(session: str | None, extra: int, what: str = "these files", perso
         raise QuotaExceeded(
             f"Refused: {what} ({_mb(int(extra))}) would take your files on this server (all your sessions) to "
             f"{_mb(have + int(extra))}, over a visitor's quota of {_mb(cap)} ({QUOTA_ENV}). Nothing was written. "
-            f"Use fewer or smaller files, or close the other pages of this app (their files are removed).")
+            f"Use fewer or smaller files, or close the other pages of this app (their files are removed)."
+        )
 
 
-def keep_within_quota(session: str | None, written: Iterable[Path], what: str = "the result",
-                      person: str | None = None) -> None:
+def keep_within_quota(
+    session: str | None, written: Iterable[Path], what: str = "the result", person: str | None = None
+) -> None:
     """After a write whose size was not known before: over the quota, remove it and refuse."""
     cap = quota_bytes()
     if cap is None:
@@ -255,7 +265,8 @@ def keep_within_quota(session: str | None, written: Iterable[Path], what: str = 
         raise QuotaExceeded(
             f"Refused: {what} took your files on this server (all your sessions) to {_mb(have)}, over a visitor's "
             f"quota of {_mb(cap)} ({QUOTA_ENV}); it was removed again. Use fewer images, or ask the Space's "
-            "owner for a larger quota.")
+            "owner for a larger quota."
+        )
 
 
 @dataclass(frozen=True)
@@ -268,6 +279,7 @@ class Space:
     SPACE). `session` None is nobody's space: the owner shares builds (WORKBENCH_SHARED_BUILDS=1), or a
     read came with no session; it has no folder and no quota (the method reads and writes the shared
     files). What a method keeps in memory for a session it drops in an `on_end` listener."""
+
     session: str | None
     name: str
     person: str | None = None  # whose session (components.serving.people): the quota counts all of theirs

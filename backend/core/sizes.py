@@ -1,6 +1,7 @@
 """What a stored model weighs: the nn.Modules of a model or pipeline, the bytes of the tensors a
 stored value holds (each storage once, on any device), a fingerprint of its weights and the hooks
 left on it (backend.core.store counts and checks its entries with these)."""
+
 from __future__ import annotations
 
 import dataclasses

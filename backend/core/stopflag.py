@@ -12,6 +12,7 @@ run id, another server on the same machine has its own).
     flag.finish()          # the job is over: both files removed
     StopFlag(session).request()   # from anywhere: True if a job of that session was running
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -35,6 +35,7 @@ progress bar) every load calls `report(fraction, "loading <model> (n of N shards
 files are read (presets.load_pretrained → prefetch.read_shards), and "loaded <model> in s" at the end
 (backend.core.loadprogress). The budget is read in backend.core.budget, sizes in backend.core.sizes.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -70,7 +71,6 @@ _STATS: dict[str, Any] = {"peak_bytes": 0, "evictions": 0, "retained": []}
 _EVICT_LISTENERS: list[Callable[[str], None]] = []
 _LOADED_HERE: list[str] = []  # every model id this process loaded, in order (a fork inherits the list)
 _COLLECT_BYTES = 64 * 10**6  # a garbage collection pass costs ~0.1 s: worth it for large models only
-
 
 
 # ----------------------------------------------------------------------------------- scopes
@@ -145,8 +145,13 @@ def _touch(model_id: str, scope: Scope | None) -> Any:  # caller holds _GUARD
     return _MODELS[model_id]["model"]
 
 
-def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | None = None,
-                progress: Callable[[float, str], None] | None = None) -> Any:
+def get_or_load(
+    model_id: str,
+    loader: Callable[[], Any],
+    *,
+    size_hint: int | None = None,
+    progress: Callable[[float, str], None] | None = None,
+) -> Any:
     """Load `model_id` once; concurrent first callers wait for the same load.
 
     `size_hint` (bytes, e.g. from modelcheck.check_model) makes room before loading, so the
@@ -173,8 +178,13 @@ def get_or_load(model_id: str, loader: Callable[[], Any], *, size_hint: int | No
                 _release(model_id)
 
 
-def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
-          progress: Callable[[float, str], None] | None, scope: Scope | None) -> Any:
+def _load(
+    model_id: str,
+    loader: Callable[[], Any],
+    size_hint: int | None,
+    progress: Callable[[float, str], None] | None,
+    scope: Scope | None,
+) -> Any:
     _evict_to_fit(reserve=size_hint or 0, incoming=True)  # another model is needed: room for it
     if progress is not None:
         progress(0.0, f"loading {display_name(model_id)}")
@@ -196,16 +206,17 @@ def _load(model_id: str, loader: Callable[[], Any], size_hint: int | None,
         _LOAD_S.move_to_end(model_id)
         while len(_LOAD_S) > _LOAD_S_KEEP:
             _LOAD_S.popitem(last=False)
-    entry = {"model": model, "load_s": took, "bytes": nbytes_of(model),
-             "views": {}, "view_bytes": {}}
+    entry = {"model": model, "load_s": took, "bytes": nbytes_of(model), "views": {}, "view_bytes": {}}
     if os.environ.get("WORKBENCH_CHECK_WEIGHTS") == "1":
         entry["fingerprint"] = fingerprint(model)
     limit = budget_bytes()
     if limit is not None and entry["bytes"] > limit:
         name = model_id.split("|")[0].removesuffix("@main")  # the checkpoint, as a user knows it
-        entry["note"] = (f"{name} ({fmt_bytes(entry['bytes'])}) is larger than the model budget "
-                         f"({fmt_bytes(limit)}): it stays loaded alone until another model is needed, "
-                         "and loads again at its next use after that")
+        entry["note"] = (
+            f"{name} ({fmt_bytes(entry['bytes'])}) is larger than the model budget "
+            f"({fmt_bytes(limit)}): it stays loaded alone until another model is needed, "
+            "and loads again at its next use after that"
+        )
         log.warning("model %s", entry["note"])
     with _GUARD:
         _MODELS[model_id] = entry
@@ -247,8 +258,15 @@ def wait_for_loads() -> None:
                 pass
 
 
-def get_view(model_id: str, name: str, loader: Callable[[], Any], derive: Callable[[Any], Any], *,
-             size_hint: int | None = None, progress: Callable[[float, str], None] | None = None) -> Any:
+def get_view(
+    model_id: str,
+    name: str,
+    loader: Callable[[], Any],
+    derive: Callable[[Any], Any],
+    *,
+    size_hint: int | None = None,
+    progress: Callable[[float, str], None] | None = None,
+) -> Any:
     """The view `name` (a tab, or a tab's part: "relevance", "adapters.tokenizer") of the model
     `model_id`: `derive(model)` once per loaded model, loading the model first if needed (as
     `get_or_load`). The view lives in the model's entry and leaves with it."""
@@ -326,15 +344,21 @@ def _evict_to_fit(reserve: int = 0, incoming: bool = False) -> list[str]:
         # Whatever still lives was kept by someone else (a service's own cache): its memory is not freed.
         kept = [model_id for model_id, _, ref in victims if ref is not None and ref() is not None]
         if kept:
-            log.warning("evicted %s, but it is still referenced elsewhere: its memory is not freed "
-                        "(a service should drop it in a store.on_evict listener)", ", ".join(kept))
+            log.warning(
+                "evicted %s, but it is still referenced elsewhere: its memory is not freed "
+                "(a service should drop it in a store.on_evict listener)",
+                ", ".join(kept),
+            )
             with _GUARD:
                 _STATS["retained"] = (_STATS["retained"] + kept)[-20:]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
     if over and reserve == 0:
-        log.info("model store at %s, over its budget %s: the rest is in use or kept alone", fmt_bytes(total),
-                 fmt_bytes(limit))
+        log.info(
+            "model store at %s, over its budget %s: the rest is in use or kept alone",
+            fmt_bytes(total),
+            fmt_bytes(limit),
+        )
     return [v for v, _, _ in victims]
 
 
@@ -392,13 +416,25 @@ def stats() -> dict[str, Any]:
     still held (memory not freed), and per model (least recently used first) its bytes (the
     weights once, and the views' own), its views, load time and holders."""
     with _GUARD:
-        return {"budget_bytes": budget_bytes(), "resident_bytes": _resident_locked(),
-                "peak_bytes": _STATS["peak_bytes"], "evictions": _STATS["evictions"],
-                "retained_after_eviction": list(_STATS["retained"]),
-                "models": [{"id": k, "bytes": v["bytes"], "views": sorted(v.get("views", {})),
-                            "view_bytes": sum(v.get("view_bytes", {}).values()), "load_s": v["load_s"],
-                            "in_use": _IN_USE.get(k, 0), **({"note": v["note"]} if "note" in v else {})}
-                           for k, v in _MODELS.items()]}
+        return {
+            "budget_bytes": budget_bytes(),
+            "resident_bytes": _resident_locked(),
+            "peak_bytes": _STATS["peak_bytes"],
+            "evictions": _STATS["evictions"],
+            "retained_after_eviction": list(_STATS["retained"]),
+            "models": [
+                {
+                    "id": k,
+                    "bytes": v["bytes"],
+                    "views": sorted(v.get("views", {})),
+                    "view_bytes": sum(v.get("view_bytes", {}).values()),
+                    "load_s": v["load_s"],
+                    "in_use": _IN_USE.get(k, 0),
+                    **({"note": v["note"]} if "note" in v else {}),
+                }
+                for k, v in _MODELS.items()
+            ],
+        }
 
 
 def reset_peak() -> None:

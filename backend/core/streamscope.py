@@ -1,6 +1,7 @@
 """A model-store request scope over a stream (`scoped_iter`, `scoped_aiter`): components.serving.guard
 wraps every streaming handler in one, so no model the stream uses is evicted before it ends. Apart
 from the store because they only drive a `store.Scope` and own none of its state."""
+
 from __future__ import annotations
 
 from typing import AsyncIterator, Callable, Iterable, Iterator

@@ -5,6 +5,7 @@ metadata), and the refusal of pickle-only folders.
 The lowest room of model loading: `presets` (loading), `prefetch` (reading shards ahead) and
 `modelcheck` (checking a user's model) all build on it, and it imports none of them.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,7 @@ def refuse_pickles(folder: Path) -> None:
     has_safe = any(p.suffix == ".safetensors" for p in files)
     pickles = [p.name for p in files if p.suffix in PICKLE_SUFFIXES]
     if pickles and not has_safe:
-        raise PresetError(
-            f"refusing pickle weights {sorted(pickles)[:3]}: only safetensors checkpoints are loaded"
-        )
+        raise PresetError(f"refusing pickle weights {sorted(pickles)[:3]}: only safetensors checkpoints are loaded")
 
 
 def bytes_words(n: int) -> str:
@@ -47,12 +46,17 @@ def _header(path: Path) -> dict:
         header = json.loads(f.read(n))
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
-    ends = [int(info.get("data_offsets", (0, 0))[1]) for k, info in header.items()
-            if k != "__metadata__" and isinstance(info, dict)]
+    ends = [
+        int(info.get("data_offsets", (0, 0))[1])
+        for k, info in header.items()
+        if k != "__metadata__" and isinstance(info, dict)
+    ]
     want, have = 8 + n + max(ends, default=0), path.stat().st_size
     if have < want:
-        raise ModelCheckError(f"{path.name} is incomplete: {bytes_words(have)} of the {bytes_words(want)} its "
-                              "header announces (a download or copy cut short); copy it again")
+        raise ModelCheckError(
+            f"{path.name} is incomplete: {bytes_words(have)} of the {bytes_words(want)} its "
+            "header announces (a download or copy cut short); copy it again"
+        )
     return header
 
 
@@ -114,8 +118,9 @@ def _ask_hub_size(repo: str, revision: str | None) -> tuple[int | None, int | No
 
     try:
         meta = get_safetensors_metadata(repo, revision=revision)
-        nbytes = sum(t.data_offsets[1] - t.data_offsets[0] for f in meta.files_metadata.values()
-                     for t in f.tensors.values())
+        nbytes = sum(
+            t.data_offsets[1] - t.data_offsets[0] for f in meta.files_metadata.values() for t in f.tensors.values()
+        )
         return sum(meta.parameter_count.values()), nbytes
     except NotASafetensorsRepoError:
         pass  # a pipeline keeps its weights in subfolders: sum the files instead

@@ -9,6 +9,7 @@ LRP wrapper, a MathNeuro bench, an SAE and processor, NeMo's settings) is that t
 `view(preset, name, derive)`: derived from the shared model once and kept in its entry, so no tab
 ever receives another tab's type, and it leaves with the weights when the store evicts them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -79,9 +80,13 @@ def model(preset: P.Preset, size: int | None = None, progress: Callable[[float, 
     return store.get_or_load(key(preset), lambda: load(preset, size), size_hint=size, progress=progress)
 
 
-def view(preset: P.Preset, name: str, derive: Callable[[Any], Any], size: int | None = None,
-         progress: Callable[[float, str], None] | None = None) -> Any:
+def view(
+    preset: P.Preset,
+    name: str,
+    derive: Callable[[Any], Any],
+    size: int | None = None,
+    progress: Callable[[float, str], None] | None = None,
+) -> Any:
     """The view `name` (a tab, or "tab.part") of a preset's shared model: `derive(model)`, once per
     loaded model."""
-    return store.get_view(key(preset), name, lambda: load(preset, size), derive, size_hint=size,
-                          progress=progress)
+    return store.get_view(key(preset), name, lambda: load(preset, size), derive, size_hint=size, progress=progress)

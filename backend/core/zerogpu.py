@@ -30,6 +30,7 @@ visitor's own data set) runs in the main process (components.serving.guard: `_ca
 `main_only`). tests/helpers/zerogpu holds a stand-in `spaces` whose GPU forks a child per call,
 with pickled arguments and results, to test this on any machine (tests/hub/test_zerogpu_process.py).
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -66,11 +67,13 @@ def _after_loads(g: Callable) -> Callable:
     from .store import wait_for_loads
 
     if inspect.isgeneratorfunction(g):
+
         @functools.wraps(g)
         def gen(*args, **kwargs):
             if in_main():
                 wait_for_loads()
             yield from g(*args, **kwargs)
+
         return gen
 
     @functools.wraps(g)
@@ -78,6 +81,7 @@ def _after_loads(g: Callable) -> Callable:
         if in_main():
             wait_for_loads()
         return g(*args, **kwargs)
+
     return call
 
 
@@ -138,8 +142,9 @@ def _check_pickle(what: str, name: str, obj) -> None:
     try:
         _CpuOnly(io.BytesIO()).dump(obj)
     except Exception as e:
-        raise BoundaryError(f"{name}: its {what} cannot cross the ZeroGPU worker boundary "
-                            f"({type(e).__name__}: {e})") from e
+        raise BoundaryError(
+            f"{name}: its {what} cannot cross the ZeroGPU worker boundary ({type(e).__name__}: {e})"
+        ) from e
 
 
 def _checked_call(name: str, f: Callable, args, kwargs):
@@ -210,7 +215,8 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
             raise limits.JobTooLong(
                 f"{what} is estimated at {guess:.1f} s from the times measured on this server, more than "
                 f"the {max(left, 0):.1f} s left of {limits.limit_words()}; choose smaller settings. "
-                "Nothing was computed.")
+                "Nothing was computed."
+            )
         given = min((x for x in (left, cap) if x is not None), default=None)
         return (name, model, setting, units, given), cap
 
@@ -223,10 +229,12 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
             # than the time it was given: just over it is its measure, so it is refused there next
             # time (a refusal needs an estimate over the cap)
             _, model, setting, units, given = key  # its first item is `name`
-            costs.record(name, model, setting, units,
-                         math.nextafter(max(took, given or 0), math.inf) if stopped else took)
+            costs.record(
+                name, model, setting, units, math.nextafter(max(took, given or 0), math.inf) if stopped else took
+            )
 
     if inspect.isgeneratorfunction(f):
+
         @functools.wraps(f)
         def g(*args, **kwargs):
             from .store import load_count
@@ -244,6 +252,7 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
                 if ok:
                     done(key, t0, loads, False)
     else:
+
         @functools.wraps(f)
         def g(*args, **kwargs):
             from .store import load_count
@@ -258,6 +267,7 @@ def _capped_call(f: Callable, duration, name: str) -> Callable:
                 raise
             done(key, t0, loads, False)
             return out
+
     return g
 
 
@@ -270,8 +280,9 @@ def gpu(fn: Callable[P, R], *, duration: float | Callable = ..., estimate: bool 
 
 
 @overload
-def gpu(fn: None = None, *, duration: float | Callable = ...,
-        estimate: bool = ...) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def gpu(
+    fn: None = None, *, duration: float | Callable = ..., estimate: bool = ...
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
 def gpu(fn: Callable | None = None, *, duration: float | Callable = 60, estimate: bool = True):
@@ -287,13 +298,16 @@ def gpu(fn: Callable | None = None, *, duration: float | Callable = 60, estimate
         if spaces_pkg.spaces is not None:  # pragma: no cover
             g = _after_loads(spaces_pkg.spaces.GPU(duration=duration)(f))
         elif inspect.isgeneratorfunction(f):
+
             @functools.wraps(f)
             def g(*args, **kwargs):  # still a generator function, as Gradio and spaces expect
                 yield from _checked_gen(name, f, args, kwargs)
         else:
+
             @functools.wraps(f)
             def g(*args, **kwargs):
                 return _checked_call(name, f, args, kwargs)
+
         try:
             # a function's attributes are open; mypy sees only Callable's
             g.gpu_duration = duration  # type: ignore[attr-defined]
@@ -309,8 +323,10 @@ def gpu(fn: Callable | None = None, *, duration: float | Callable = 60, estimate
 def is_marked(fn: Callable) -> bool:
     """Whether `fn` (a function or a bound method) went through `gpu`."""
     f = getattr(fn, "__func__", fn)
-    return bool(getattr(f, "gpu_marked", False)) or \
-        f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', '')}" in MARKED
+    return (
+        bool(getattr(f, "gpu_marked", False))
+        or f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', '')}" in MARKED
+    )
 
 
 def estimate(fn: Callable, *args, **kwargs) -> float:

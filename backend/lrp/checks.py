@@ -1,5 +1,6 @@
 """The Relevance tab's input checks, made before any model loads: a refused request costs no load.
 Every refusal is an InputError whose message is meant for the user."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,10 @@ def check_text(text) -> str:
     if not isinstance(text, str) or not text.strip():
         raise InputError("Type a sentence first.")
     if len(text) > bounds.REL_TEXT_CHARS:  # before tokenizing: one 100k-character word is one token
-        raise InputError(f"The text is {len(text):,} characters long; at most {bounds.REL_TEXT_CHARS:,} are "
-                         "taken. Nothing was computed.")
+        raise InputError(
+            f"The text is {len(text):,} characters long; at most {bounds.REL_TEXT_CHARS:,} are "
+            "taken. Nothing was computed."
+        )
     return text
 
 

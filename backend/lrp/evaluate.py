@@ -1,5 +1,6 @@
 """Held-out evaluations on the organisms: evidence precision@k, conservation, faithfulness (ΔA^F),
 relevance share inside the ground-truth region, long-range key rank."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -42,8 +43,18 @@ def precision_at_k(relevance: np.ndarray, evidence: list[int], candidates: list[
     return len(set(top.tolist()) & set(evidence)) / k
 
 
-def sentiment_eval(model, tok, task: dict, held: list[dict], methods, *, n: int | None = None,
-                   faithfulness: bool = True, rules=None, progress=None) -> dict:
+def sentiment_eval(
+    model,
+    tok,
+    task: dict,
+    held: list[dict],
+    methods,
+    *,
+    n: int | None = None,
+    faithfulness: bool = True,
+    rules=None,
+    progress=None,
+) -> dict:
     """Per method: mean precision@k of the planted evidence, conservation pairs (Σ R, logit), ΔA^F
     summary; `sentences_eval` on the organism's sentences, grouped by length (a stable sort)."""
     items = held[:n] if n else held
@@ -52,8 +63,9 @@ def sentiment_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
         ids, evidence = sentiment_batch(tok, task, group)
         groups.append((ids, predicted_labels(model, tok, task, ids), list(range(1, L + 1)), evidence))
     neutral = tok.convert_tokens_to_ids(task.get("neutral_token", "<unk>"))
-    return sentences_eval(model, groups, methods, neutral_id=neutral, rules=rules, faithfulness=faithfulness,
-                          progress=progress)[0]
+    return sentences_eval(
+        model, groups, methods, neutral_id=neutral, rules=rules, faithfulness=faithfulness, progress=progress
+    )[0]
 
 
 def summary(d: dict, faithfulness: bool = True) -> dict:
@@ -61,11 +73,16 @@ def summary(d: dict, faithfulness: bool = True) -> dict:
     planted evidence, conservation, ΔA^F) and, per sentence in the evaluation's order, its
     relevance, Σ R, logit, ΔA^F and target (the tab's per-sentence table)."""
     s, f = np.array(d["sum_r"]), np.array(d["logit"])
-    r = {"precision_at_k": float(np.mean(d["precision"])) if d.get("precision") else None,
-         "conservation_median_rel_err": float(np.median(np.abs(s - f) / np.abs(f).clip(1e-12))),
-         "sum_r": d["sum_r"], "logit": d["logit"], "n": len(d["sum_r"]),
-         "relevance_items": [np.asarray(v, float).tolist() for v in d["rel"]],
-         "target_items": list(d["targets"]), "precision_items": list(d.get("precision") or [])}
+    r = {
+        "precision_at_k": float(np.mean(d["precision"])) if d.get("precision") else None,
+        "conservation_median_rel_err": float(np.median(np.abs(s - f) / np.abs(f).clip(1e-12))),
+        "sum_r": d["sum_r"],
+        "logit": d["logit"],
+        "n": len(d["sum_r"]),
+        "relevance_items": [np.asarray(v, float).tolist() for v in d["rel"]],
+        "target_items": list(d["targets"]),
+        "precision_items": list(d.get("precision") or []),
+    }
     if faithfulness:
         r.update(fa.summarize(d["curves"]))
         r["delta_af_items"] = [float(c.delta) for c in d["curves"]]
@@ -93,8 +110,17 @@ def longrange_eval(model, tok, task: dict, held: list[dict], methods, *, n: int 
     return {m: {k: float(np.mean(v)) for k, v in d.items()} for m, d in out.items()}
 
 
-def region_eval(model, images: np.ndarray, labels: np.ndarray, masks: np.ndarray, methods, *,
-                neutral_value: float = 0.125, faithfulness: bool = True, batch: int = 50) -> dict:
+def region_eval(
+    model,
+    images: np.ndarray,
+    labels: np.ndarray,
+    masks: np.ndarray,
+    methods,
+    *,
+    neutral_value: float = 0.125,
+    faithfulness: bool = True,
+    batch: int = 50,
+) -> dict:
     """Per method: share of positive relevance inside the object box (over the images that have
     one, and per label); ΔA^F over patches."""
     x = torch.as_tensor(images, dtype=torch.float32)[:, None]
@@ -104,32 +130,48 @@ def region_eval(model, images: np.ndarray, labels: np.ndarray, masks: np.ndarray
         pred = model(x).argmax(-1).cpu()
     out = {}
     for m in methods:
-        rels = torch.cat([attribute_image(model, x[i:i + batch], target=pred[i:i + batch], method=m)
-                          for i in range(0, len(x), batch)]).numpy()
+        rels = torch.cat(
+            [
+                attribute_image(model, x[i : i + batch], target=pred[i : i + batch], method=m)
+                for i in range(0, len(x), batch)
+            ]
+        ).numpy()
         pos = np.clip(rels, 0, None)
         share = (pos * masks).sum((1, 2)) / np.clip(pos.sum((1, 2)), 1e-12, None)
-        r = {"positive_share_in_region": float(share[has].mean()) if has.any() else float("nan"),
-             "region_area_share": float(masks[has].mean()) if has.any() else 0.0,
-             "share_by_label": {int(c): float(share[has & (labels == c)].mean())
-                                for c in np.unique(labels[has])}}
+        r = {
+            "positive_share_in_region": float(share[has].mean()) if has.any() else float("nan"),
+            "region_area_share": float(masks[has].mean()) if has.any() else 0.0,
+            "share_by_label": {int(c): float(share[has & (labels == c)].mean()) for c in np.unique(labels[has])},
+        }
         if faithfulness:
-            curves = [fa.image_curves(model, x[i], rels[i], target=int(pred[i]), neutral_value=neutral_value)
-                      for i in range(len(x))]
+            curves = [
+                fa.image_curves(model, x[i], rels[i], target=int(pred[i]), neutral_value=neutral_value)
+                for i in range(len(x))
+            ]
             r.update(fa.summarize(curves))
         out[m] = r
     return out
 
 
-def sentences_eval(model, groups: list[tuple], methods, *, neutral_id: int,
-                   predict_among: list[int] | None = None, rules=None, faithfulness: bool = True,
-                   progress=None) -> tuple[dict, list[int]]:
+def sentences_eval(
+    model,
+    groups: list[tuple],
+    methods,
+    *,
+    neutral_id: int,
+    predict_among: list[int] | None = None,
+    rules=None,
+    faithfulness: bool = True,
+    progress=None,
+) -> tuple[dict, list[int]]:
     """Faithfulness and conservation on sentences. `groups`: batches of equal-length ids [B, L]
     with their target ids [B] (None = the model's own prediction, among `predict_among` when
     given), the positions that may be removed and, optionally, each row's planted evidence
     positions (then precision@k too). Returns per method the summary (ΔA^F, the (Σ R, logit)
     pairs, per-sentence values) and the targets used (in the groups' order)."""
-    out: dict[str, dict[str, list]] = {m: {"precision": [], "sum_r": [], "logit": [], "curves": [], "rel": [],
-                                           "targets": []} for m in methods}
+    out: dict[str, dict[str, list]] = {
+        m: {"precision": [], "sum_r": [], "logit": [], "curves": [], "rel": [], "targets": []} for m in methods
+    }
     used: list[int] = []
     done, total = 0, len(groups) * len(methods)
     steps = limits.Steps("the held-out evaluation")
@@ -146,9 +188,18 @@ def sentences_eval(model, groups: list[tuple], methods, *, neutral_id: int,
         step = fa.rows_per_pass(model, ids.shape[1], budget_bytes=4e9, all_layers=True)
         for m in methods:
             steps.check()
-            parts = [attribute_text(model, ids[i:i + step], target=targets[i:i + step], position=-1, method=m,
-                                    rules=rules if m == "mambalrp" else None, return_score=True)
-                     for i in range(0, len(ids), step)]  # rows that fit the gradient pass
+            parts = [
+                attribute_text(
+                    model,
+                    ids[i : i + step],
+                    target=targets[i : i + step],
+                    position=-1,
+                    method=m,
+                    rules=rules if m == "mambalrp" else None,
+                    return_score=True,
+                )
+                for i in range(0, len(ids), step)
+            ]  # rows that fit the gradient pass
             rel = torch.cat([p[0] for p in parts]).numpy()
             score = torch.cat([p[1] for p in parts])
             out[m]["sum_r"] += [float(v) for v in rel.sum(1)]
@@ -158,8 +209,9 @@ def sentences_eval(model, groups: list[tuple], methods, *, neutral_id: int,
             if evidence:
                 out[m]["precision"] += [precision_at_k(r, e, cand) for r, e in zip(rel, evidence[0])]
             if faithfulness:
-                out[m]["curves"] += fa.text_curves_batch(model, ids, rel, targets=targets, candidates=cand,
-                                                         neutral_id=neutral_id)
+                out[m]["curves"] += fa.text_curves_batch(
+                    model, ids, rel, targets=targets, candidates=cand, neutral_id=neutral_id
+                )
             done += 1
             if progress is not None:
                 progress(done / total, f"{LABELS[m]}: sentences of {ids.shape[1]} tokens")

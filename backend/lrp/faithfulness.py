@@ -6,6 +6,7 @@ A = area under that curve over the removed fraction in [0, 1] (trapezoid). ΔA^F
 a faithful explanation makes the logit fall fast under MoRF and slowly under LeRF (higher is better).
 All perturbed inputs of one curve run as one batch, without gradients.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ GRID = np.linspace(0.0, 1.0, 11)  # curves of different lengths are resampled he
 
 @dataclass
 class Curves:
-    morf: np.ndarray   # target logit after removing 0..n items, most relevant first
-    lerf: np.ndarray   # … least relevant first
+    morf: np.ndarray  # target logit after removing 0..n items, most relevant first
+    lerf: np.ndarray  # … least relevant first
 
     @staticmethod
     def area(curve: np.ndarray) -> float:
@@ -63,8 +64,7 @@ def rows_per_pass(model, length: int, *, budget_bytes: float = 1e9, all_layers: 
 def _last_logits(model, batch: torch.Tensor, pos: int) -> torch.Tensor:
     """lm_forward(batch)[:, pos] in chunks of rows that fit the memory budget (same values)."""
     step = rows_per_pass(model, batch.shape[1])
-    return torch.cat([lm_forward(model, batch[i:i + step])[:, pos].float().cpu()
-                      for i in range(0, len(batch), step)])
+    return torch.cat([lm_forward(model, batch[i : i + step])[:, pos].float().cpu() for i in range(0, len(batch), step)])
 
 
 def _orders(relevance: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,8 +76,9 @@ def _orders(relevance: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, 
 
 
 @torch.no_grad()
-def text_curves(model, input_ids, relevance, *, target: int, position: int = -1,
-                candidates=None, neutral_id: int) -> Curves:
+def text_curves(
+    model, input_ids, relevance, *, target: int, position: int = -1, candidates=None, neutral_id: int
+) -> Curves:
     """MoRF/LeRF curves of one sequence. `candidates`: positions that may be removed (default all
     but the explained position)."""
     ids = torch.as_tensor(input_ids).long().reshape(-1)
@@ -95,8 +96,9 @@ def text_curves(model, input_ids, relevance, *, target: int, position: int = -1,
 
 
 @torch.no_grad()
-def text_curves_batch(model, input_ids, relevance, *, targets, candidates, neutral_id: int,
-                      position: int = -1) -> list[Curves]:
+def text_curves_batch(
+    model, input_ids, relevance, *, targets, candidates, neutral_id: int, position: int = -1
+) -> list[Curves]:
     """`text_curves` for a batch of equal-length sequences in one forward per order."""
     ids = torch.as_tensor(input_ids).long()
     Bsz, L = ids.shape
@@ -107,7 +109,7 @@ def text_curves_batch(model, input_ids, relevance, *, targets, candidates, neutr
     tg = torch.as_tensor(targets).long().reshape(-1).expand(Bsz)
     curves = []
     for which in (0, 1):
-        batch = ids.repeat_interleave(n + 1, dim=0).clone()      # [B*(n+1), L]
+        batch = ids.repeat_interleave(n + 1, dim=0).clone()  # [B*(n+1), L]
         for b in range(Bsz):
             order = _orders(rel[b], cand)[which]
             for k in range(1, n + 1):
@@ -134,7 +136,7 @@ def image_curves(model: VisionMamba, image, relevance, *, target: int, neutral_v
         for k in range(1, len(order) + 1):
             for idx in order[:k]:
                 r, c = divmod(int(idx), g)
-                batch[k, :, r * p:(r + 1) * p, c * p:(c + 1) * p] = neutral_value
+                batch[k, :, r * p : (r + 1) * p, c * p : (c + 1) * p] = neutral_value
         out.append(model(batch)[:, target].float().cpu().numpy())
     return Curves(morf=out[0], lerf=out[1])
 
@@ -144,7 +146,13 @@ def summarize(curves: list[Curves]) -> dict:
     d = np.array([c.delta for c in curves])
     morf = np.mean([c.resampled()[0] for c in curves], axis=0)
     lerf = np.mean([c.resampled()[1] for c in curves], axis=0)
-    return {"delta_af": float(d.mean()), "delta_af_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0,
-            "a_morf": float(np.mean([c.a_morf for c in curves])),
-            "a_lerf": float(np.mean([c.a_lerf for c in curves])),
-            "grid": GRID.tolist(), "morf": morf.tolist(), "lerf": lerf.tolist(), "n": len(curves)}
+    return {
+        "delta_af": float(d.mean()),
+        "delta_af_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0,
+        "a_morf": float(np.mean([c.a_morf for c in curves])),
+        "a_lerf": float(np.mean([c.a_lerf for c in curves])),
+        "grid": GRID.tolist(),
+        "morf": morf.tolist(),
+        "lerf": lerf.tolist(),
+        "n": len(curves),
+    }

@@ -13,6 +13,7 @@ With no rules it is the plain model (used for training the organisms, for Gradie
 other gradient baselines). Linear and conv layers are LRP-0 (plain gradient); optionally the
 generalised γ rule on in_proj / out_proj / conv1d (``gamma``), as the paper uses for Vision Mamba.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,11 +36,12 @@ def normalise_rules(rules: Iterable[str] | None) -> frozenset[str]:
 @dataclass
 class Capture:
     """Optional per-layer tensors recorded during the forward (for hidden-attention methods)."""
-    u: list = field(default_factory=list)       # SSM input after conv + SiLU  [B, L, D]
-    dt: list = field(default_factory=list)      # step after softplus          [B, L, D]
-    B: list = field(default_factory=list)       # [B, L, N]
-    C: list = field(default_factory=list)       # [B, L, N]
-    y_ssm: list = field(default_factory=list)   # scan output before D-skip    [B, L, D]
+
+    u: list = field(default_factory=list)  # SSM input after conv + SiLU  [B, L, D]
+    dt: list = field(default_factory=list)  # step after softplus          [B, L, D]
+    B: list = field(default_factory=list)  # [B, L, N]
+    C: list = field(default_factory=list)  # [B, L, N]
+    y_ssm: list = field(default_factory=list)  # scan output before D-skip    [B, L, D]
 
 
 def _rms_norm(norm, x: torch.Tensor, detach: bool) -> torch.Tensor:
@@ -68,8 +70,9 @@ def _gamma_linear(x: torch.Tensor, weight: torch.Tensor, bias, gamma: float) -> 
     return z * (out / z.clamp_min(1e-12).where(z >= 0, z.clamp_max(-1e-12))).detach()
 
 
-def mixer_forward(mixer, x: torch.Tensor, rules: frozenset, *, gamma: float = 0.0,
-                  capture: Capture | None = None) -> torch.Tensor:
+def mixer_forward(
+    mixer, x: torch.Tensor, rules: frozenset, *, gamma: float = 0.0, capture: Capture | None = None
+) -> torch.Tensor:
     """One MambaMixer on x [B, L, H] (already normalised), over the mixer's own parameters."""
     from .scan import selective_scan
 
@@ -78,16 +81,17 @@ def mixer_forward(mixer, x: torch.Tensor, rules: frozenset, *, gamma: float = 0.
         xz = _gamma_linear(x, mixer.in_proj.weight, mixer.in_proj.bias, gamma)
     else:
         xz = mixer.in_proj(x)
-    xs, z = xz.chunk(2, dim=-1)                       # [B, L, D] each
-    w = mixer.conv1d.weight                            # [D, 1, K]
+    xs, z = xz.chunk(2, dim=-1)  # [B, L, D] each
+    w = mixer.conv1d.weight  # [D, 1, K]
     xc = xs.transpose(1, 2)
     if gamma:
         conv = _gamma_conv(xc, w, mixer.conv1d.bias, gamma)
     else:
         conv = F.conv1d(xc, w, mixer.conv1d.bias, padding=w.shape[-1] - 1, groups=w.shape[0])
     u = _silu(conv[..., :L].transpose(1, 2), "silu" in rules)
-    dt_r, B, C = torch.split(mixer.x_proj(u), [mixer.time_step_rank, mixer.ssm_state_size,
-                                              mixer.ssm_state_size], dim=-1)
+    dt_r, B, C = torch.split(
+        mixer.x_proj(u), [mixer.time_step_rank, mixer.ssm_state_size, mixer.ssm_state_size], dim=-1
+    )
     if hasattr(mixer, "b_layernorm"):
         # FalconMamba normalises Δ (before dt_proj), B and C with weightless RMS norms. They sit on the
         # SSM parameters' branch, which MambaLRP's "ssm" rule detaches as a whole (the scan is then
@@ -126,8 +130,9 @@ def _gamma_conv(xc, w, bias, gamma):
     return z * (out / z.clamp_min(1e-12).where(z >= 0, z.clamp_max(-1e-12))).detach()
 
 
-def backbone_forward(backbone, embeds: torch.Tensor, rules=(), *, gamma: float = 0.0,
-                     capture: Capture | None = None) -> torch.Tensor:
+def backbone_forward(
+    backbone, embeds: torch.Tensor, rules=(), *, gamma: float = 0.0, capture: Capture | None = None
+) -> torch.Tensor:
     """transformers.MambaModel's (or FalconMambaModel's) computation from inputs_embeds to the
     final-normed hidden states."""
     rules = normalise_rules(rules)
@@ -155,8 +160,15 @@ def embed(model, input_ids: torch.Tensor) -> torch.Tensor:
     return backbone.embeddings(input_ids)
 
 
-def lm_forward(model, input_ids: torch.Tensor | None = None, *, inputs_embeds=None, rules=(),
-               gamma: float = 0.0, capture: Capture | None = None) -> torch.Tensor:
+def lm_forward(
+    model,
+    input_ids: torch.Tensor | None = None,
+    *,
+    inputs_embeds=None,
+    rules=(),
+    gamma: float = 0.0,
+    capture: Capture | None = None,
+) -> torch.Tensor:
     """Logits [B, L, V] of a MambaForCausalLM (or hidden states of a MambaModel) with the rules."""
     backbone, head = parts(model)
     dev = backbone.embeddings.weight.device  # callers may build their ids on the host

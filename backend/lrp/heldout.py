@@ -2,6 +2,7 @@
 conservation over many sentences, the zoo organism's held-out set or sentences the visitor gives.
 They live apart from service.py, which explains one input at a time: these run over a whole set
 and keep a record per sentence."""
+
 from __future__ import annotations
 
 import torch
@@ -34,14 +35,20 @@ def heldout_sentiment(m: Loaded, methods, n: int = 60, progress=None) -> Heldout
     def compute() -> HeldoutEvaluation:
         items = m.heldout[:n]
         with locked(m.model):
-            res = ev.sentiment_eval(m.model, m.tokenizer, m.task, items, methods + ["random"],
-                                    progress=progress)
+            res = ev.sentiment_eval(m.model, m.tokenizer, m.task, items, methods + ["random"], progress=progress)
         # sentiment_eval batches by length, a stable sort: the k-th result is items[order[k]]
         order = sorted(range(len(items)), key=lambda i: len(items[i]["words"]))
-        seen = [(" ".join(h["words"]), h.get("label"), ["<bos>"] + h["words"] + [m.task["query"]])
-                for h in (items[i] for i in order)]
-        return {"n": n, "methods": methods + ["random"], "labels": {k: LABELS[k] for k in methods + ["random"]},
-                "results": res, "sentences": sentence_records(m, res, order, seen)}
+        seen = [
+            (" ".join(h["words"]), h.get("label"), ["<bos>"] + h["words"] + [m.task["query"]])
+            for h in (items[i] for i in order)
+        ]
+        return {
+            "n": n,
+            "methods": methods + ["random"],
+            "labels": {k: LABELS[k] for k in methods + ["random"]},
+            "results": res,
+            "sentences": sentence_records(m, res, order, seen),
+        }
 
     return CACHE.get_or_compute(key, compute)
 
@@ -55,9 +62,16 @@ def sentence_records(m: Loaded, res: dict, order: list[int], seen: list[tuple]) 
     first = next(iter(res.values()), None)
     for k, (text, label, toks) in enumerate(seen):
         rec: SentenceRecord = {
-            "i": order[k] + 1, "text": text, "label": label, "tokens": [str(t) for t in toks],
+            "i": order[k] + 1,
+            "text": text,
+            "label": label,
+            "tokens": [str(t) for t in toks],
             "target": token_text(m.tokenizer, first["target_items"][k]) if first else None,
-            "relevance": {}, "delta_af": {}, "sum_r": {}, "logit": {}}
+            "relevance": {},
+            "delta_af": {},
+            "sum_r": {},
+            "logit": {},
+        }
         for meth, r in res.items():
             rec["relevance"][meth] = r["relevance_items"][k]
             rec["delta_af"][meth] = r["delta_af_items"][k]
@@ -96,8 +110,10 @@ def label_targets(m: Loaded, words: dict[str, str]) -> tuple[dict[str, int], lis
     seen: dict[int, str] = {}
     for lab, tid in ids.items():
         if tid in seen:
-            raise InputError(f"Labels {seen[tid]!r} and {lab!r} map to the same token "
-                             f"{token_text(m.tokenizer, tid)!r}; name other label words (e.g. 0=bad, 1=good).")
+            raise InputError(
+                f"Labels {seen[tid]!r} and {lab!r} map to the same token "
+                f"{token_text(m.tokenizer, tid)!r}; name other label words (e.g. 0=bad, 1=good)."
+            )
         seen[tid] = lab
     return ids, notes
 
@@ -116,9 +132,18 @@ def _held_gpu_s(m, items=(), methods=(), *a, n=60, **k) -> float:
 
 
 @gpu(duration=_held_gpu_s)
-def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "predicted",
-                      label_words: str | None = None, suffix: str = "", n: int = 60, source: str = "file",
-                      progress=None) -> SentenceEvaluation:
+def heldout_sentences(
+    m: Loaded,
+    items: list[dict],
+    methods,
+    *,
+    target: str = "predicted",
+    label_words: str | None = None,
+    suffix: str = "",
+    n: int = 60,
+    source: str = "file",
+    progress=None,
+) -> SentenceEvaluation:
     """ΔA^F table, mean MoRF/LeRF curves and the conservation scatter on sentences the user gives
     (`items` from backend.lrp.sentences). `target`: "label" (each sentence's label word) or
     "predicted" (the model's own next token; for the zoo organism, the label it prefers)."""
@@ -159,37 +184,57 @@ def heldout_sentences(m: Loaded, items: list[dict], methods, *, target: str = "p
         rows.append((ids, cand, label_ids.get(it["label"]) if target == "label" else None))
         texts.append((it["text"], it.get("label")))
     if len(rows) < 2:
-        raise InputError(f"At least two usable sentences are needed (found {len(rows)}; skipped "
-                         + ", ".join(f"{v} {k}" for k, v in skipped.items() if v) + ").")
+        raise InputError(
+            f"At least two usable sentences are needed (found {len(rows)}; skipped "
+            + ", ".join(f"{v} {k}" for k, v in skipped.items() if v)
+            + ")."
+        )
     groups: dict[tuple, list] = {}
     for k, (ids, cand, tid) in enumerate(rows):
         groups.setdefault((len(ids), tuple(cand)), []).append((ids, tid, k))
     order = [r[2] for g in groups.values() for r in g]  # the evaluation's order of the rows
-    batches = [(torch.stack([r[0] for r in g]),
-                None if target == "predicted" else torch.tensor([r[1] for r in g]), list(key[1]))
-               for key, g in groups.items()]
+    batches = [
+        (
+            torch.stack([r[0] for r in g]),
+            None if target == "predicted" else torch.tensor([r[1] for r in g]),
+            list(key[1]),
+        )
+        for key, g in groups.items()
+    ]
     nid, nname = neutral_id(m)
     among = m.tokenizer.convert_tokens_to_ids(m.task["labels"]) if is_zoo_sentiment(m) else None
-    key = make_key(m.model_id, [r[0].tolist() for r in rows],
-                   {"methods": methods, "target": target, "labels": label_ids, "rows": [r[2] for r in rows]},
-                   revision=m.preset.revision)
+    key = make_key(
+        m.model_id,
+        [r[0].tolist() for r in rows],
+        {"methods": methods, "target": target, "labels": label_ids, "rows": [r[2] for r in rows]},
+        revision=m.preset.revision,
+    )
 
     def compute() -> SentenceEvaluation:
         with locked(m.model):
-            res, used = ev.sentences_eval(m.model, batches, methods + ["random"], neutral_id=nid,
-                                          predict_among=among, progress=progress)
+            res, used = ev.sentences_eval(
+                m.model, batches, methods + ["random"], neutral_id=nid, predict_among=among, progress=progress
+            )
         counts: dict[str, int] = {}
         for t in used:
             name = token_text(m.tokenizer, t)
             counts[name] = counts.get(name, 0) + 1
         seen = [(*texts[k], token_texts(m.tokenizer, rows[k][0].tolist())) for k in order]
-        return {"n": len(rows), "methods": methods + ["random"],
-                "labels": {k: LABELS[k] for k in methods + ["random"]}, "results": res,
-                "sentences": sentence_records(m, res, order, seen),
-                "source": source, "target": target, "label_tokens": {k: token_text(m.tokenizer, v)
-                                                                      for k, v in label_ids.items()},
-                "targets_used": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
-                "neutral": nname, "suffix": suffix, "skipped": {k: v for k, v in skipped.items() if v},
-                "notes": notes, "model": m.model_id}
+        return {
+            "n": len(rows),
+            "methods": methods + ["random"],
+            "labels": {k: LABELS[k] for k in methods + ["random"]},
+            "results": res,
+            "sentences": sentence_records(m, res, order, seen),
+            "source": source,
+            "target": target,
+            "label_tokens": {k: token_text(m.tokenizer, v) for k, v in label_ids.items()},
+            "targets_used": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+            "neutral": nname,
+            "suffix": suffix,
+            "skipped": {k: v for k, v in skipped.items() if v},
+            "notes": notes,
+            "model": m.model_id,
+        }
 
     return CACHE.get_or_compute(key, compute)

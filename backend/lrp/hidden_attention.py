@@ -11,6 +11,7 @@ a causal "attention" per channel. Both baselines are non-negative:
 - ``mambaattr``: the same rollout of the channel-mean ReLU(α ⊙ ∂f/∂α), the gradient-weighted
   hidden attention (∂f/∂α[d,t,s] = ∂f/∂y[d,t] · u[d,s]).
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,7 +38,7 @@ def hidden_attention(u, dt, A, B, C, *, grad_y=None, chunk: int = 64) -> torch.T
     Channels are processed in chunks so a large layer does not hold D×L×L×N at once.
     """
     Bsz, L, D = u.shape
-    cum = torch.cumsum(dt.float(), dim=1)                      # [b, L, D]
+    cum = torch.cumsum(dt.float(), dim=1)  # [b, L, D]
     out = torch.zeros(Bsz, L, L, dtype=torch.float32, device=u.device)
     for d0 in range(0, D, chunk):
         sl = slice(d0, min(D, d0 + chunk))

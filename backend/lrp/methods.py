@@ -4,6 +4,7 @@ A *target* is the logit `target` at sequence position `position` (text) or the c
 (image). All gradient methods act on the input embeddings and sum relevance over the embedding
 dimension per token; for the image model they act on the pixels and sum over colour channels.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -56,8 +57,7 @@ def _targets(target, batch: int) -> torch.Tensor:
     return t.expand(batch) if t.numel() == 1 else t
 
 
-def text_scorer(model, rules=(), gamma: float = 0.0,
-                capture: Capture | None = None) -> Callable[..., torch.Tensor]:
+def text_scorer(model, rules=(), gamma: float = 0.0, capture: Capture | None = None) -> Callable[..., torch.Tensor]:
     """(embeds [B, L, H], targets [B], positions [B]) → the target logit per example [B], through
     the rule-switched forward. Targets/positions travel as extra forward arguments so captum
     expands them together with the inputs (IG steps, SmoothGrad samples)."""
@@ -69,8 +69,9 @@ def text_scorer(model, rules=(), gamma: float = 0.0,
     return score
 
 
-def vision_scorer(model: VisionMamba, rules=(), gamma: float = 0.0,
-                  capture: Capture | None = None, from_embeds: bool = False) -> Callable[..., torch.Tensor]:
+def vision_scorer(
+    model: VisionMamba, rules=(), gamma: float = 0.0, capture: Capture | None = None, from_embeds: bool = False
+) -> Callable[..., torch.Tensor]:
     """(pixels [B, C, H, W] or token embeddings, targets [B]) → the target class logit [B]."""
 
     def score(x: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
@@ -97,8 +98,14 @@ def _steps_per_batch(backbone, batch: int, length: int, budget_bytes: float = 1e
     return int(max(1, min(IG_STEPS, budget_bytes // max(per, 1))))
 
 
-def _captum(method: str, score, x: torch.Tensor, args: tuple, baseline: torch.Tensor | None = None,
-            steps_per_batch: int = IG_STEPS) -> torch.Tensor:
+def _captum(
+    method: str,
+    score,
+    x: torch.Tensor,
+    args: tuple,
+    baseline: torch.Tensor | None = None,
+    steps_per_batch: int = IG_STEPS,
+) -> torch.Tensor:
     from captum.attr import InputXGradient, IntegratedGradients, NoiseTunnel
 
     x = x.detach().requires_grad_(True)
@@ -107,24 +114,37 @@ def _captum(method: str, score, x: torch.Tensor, args: tuple, baseline: torch.Te
             return InputXGradient(score).attribute(x, additional_forward_args=args).detach()
         if method == "ig":
             base = torch.zeros_like(x) if baseline is None else baseline
-            return IntegratedGradients(score).attribute(
-                x, baselines=base, additional_forward_args=args, n_steps=IG_STEPS,
-                internal_batch_size=x.shape[0] * steps_per_batch).detach()
+            return (
+                IntegratedGradients(score)
+                .attribute(
+                    x,
+                    baselines=base,
+                    additional_forward_args=args,
+                    n_steps=IG_STEPS,
+                    internal_batch_size=x.shape[0] * steps_per_batch,
+                )
+                .detach()
+            )
         if method == "smoothgrad":
             std = float(x.std()) * SMOOTHGRAD_NOISE
             # fixed noise seed: the same input gives the same map (cacheable, reproducible), also
             # while other requests draw from the global generator (backend.core.rng)
             with seeded(0):
                 out = NoiseTunnel(InputXGradient(score)).attribute(
-                    x, nt_type="smoothgrad", nt_samples=SMOOTHGRAD_SAMPLES, stdevs=std,
+                    x,
+                    nt_type="smoothgrad",
+                    nt_samples=SMOOTHGRAD_SAMPLES,
+                    stdevs=std,
                     nt_samples_batch_size=min(SMOOTHGRAD_SAMPLES, steps_per_batch),
-                    additional_forward_args=args)
+                    additional_forward_args=args,
+                )
             return out.detach()
     raise ValueError(method)
 
 
-def _hidden_attention_relevance(backbone, score, x: torch.Tensor, args: tuple, cap: Capture,
-                                method: str, pos: torch.Tensor) -> torch.Tensor:
+def _hidden_attention_relevance(
+    backbone, score, x: torch.Tensor, args: tuple, cap: Capture, method: str, pos: torch.Tensor
+) -> torch.Tensor:
     """Token relevance [B, L] from the rollout of the hidden attention matrices."""
     x = x.detach().requires_grad_(method == "mambaattr")
     with torch.enable_grad():
@@ -140,10 +160,12 @@ def _hidden_attention_relevance(backbone, score, x: torch.Tensor, args: tuple, c
             A = -torch.exp(block.mixer.A_log.float())
             g = grads[i]
             g = None if g is None else g.detach()
-            layers.append(hidden_attention(cap.u[i].detach(), cap.dt[i].detach(), A, cap.B[i].detach(),
-                                           cap.C[i].detach(), grad_y=g))
-        return torch.stack([rollout([a[b:b + 1] for a in layers], int(pos[b]))[0]
-                            for b in range(x.shape[0])])
+            layers.append(
+                hidden_attention(
+                    cap.u[i].detach(), cap.dt[i].detach(), A, cap.B[i].detach(), cap.C[i].detach(), grad_y=g
+                )
+            )
+        return torch.stack([rollout([a[b : b + 1] for a in layers], int(pos[b]))[0] for b in range(x.shape[0])])
 
 
 def _random(shape, seed: int = 0) -> torch.Tensor:
@@ -173,9 +195,18 @@ def _check_method(method: str) -> None:
 
 
 @flush_denormals()
-def attribute_text(model, input_ids=None, *, inputs_embeds=None, target, position=-1,
-                   method: str = "mambalrp", rules=None, gamma: float = 0.0,
-                   return_score: bool = False):
+def attribute_text(
+    model,
+    input_ids=None,
+    *,
+    inputs_embeds=None,
+    target,
+    position=-1,
+    method: str = "mambalrp",
+    rules=None,
+    gamma: float = 0.0,
+    return_score: bool = False,
+):
     """Batched token relevance [B, L] for a Mamba causal LM. `target`/`position`: int or [B]."""
     _check_method(method)
     backbone, _ = parts(model)
@@ -198,12 +229,10 @@ def attribute_text(model, input_ids=None, *, inputs_embeds=None, target, positio
         rel, score_value = _grad_x_input(text_scorer(model, rules_, gamma), x, args)
         rel = rel.sum(-1)
     elif method in ("gi", "ig", "smoothgrad"):
-        rel = _captum(method, text_scorer(model), x, args,
-                      steps_per_batch=_steps_per_batch(backbone, Bsz, L)).sum(-1)
+        rel = _captum(method, text_scorer(model), x, args, steps_per_batch=_steps_per_batch(backbone, Bsz, L)).sum(-1)
     elif method in ("attnroll", "mambaattr"):
         cap = Capture()
-        rel = _hidden_attention_relevance(backbone, text_scorer(model, capture=cap), x, args, cap,
-                                          method, args[1])
+        rel = _hidden_attention_relevance(backbone, text_scorer(model, capture=cap), x, args, cap, method, args[1])
     else:
         rel = _random(x.shape[:2])
     # results leave on the host: callers turn them into numpy, and under ZeroGPU they are pickled
@@ -236,8 +265,16 @@ def mambalrp_choosing_target(model, input_ids, choose: Callable[[torch.Tensor], 
 
 
 @flush_denormals()
-def attribute_image(model: VisionMamba, pixel_values: torch.Tensor, *, target, method: str = "mambalrp",
-                    rules=None, gamma: float = 0.0, return_score: bool = False):
+def attribute_image(
+    model: VisionMamba,
+    pixel_values: torch.Tensor,
+    *,
+    target,
+    method: str = "mambalrp",
+    rules=None,
+    gamma: float = 0.0,
+    return_score: bool = False,
+):
     """Batched pixel relevance [B, H, W] for the Vision-Mamba classifier (channels summed).
 
     Attention methods give patch relevance; it is spread over each patch's pixels."""
@@ -252,15 +289,21 @@ def attribute_image(model: VisionMamba, pixel_values: torch.Tensor, *, target, m
         rel, score_value = _grad_x_input(vision_scorer(model, rules_, gamma), x, args)
         rel = rel.sum(1)
     elif method in ("gi", "ig", "smoothgrad"):
-        rel = _captum(method, vision_scorer(model), x, args,
-                      steps_per_batch=_steps_per_batch(model.mamba, x.shape[0], model.grid ** 2 + 1)).sum(1)
+        rel = _captum(
+            method,
+            vision_scorer(model),
+            x,
+            args,
+            steps_per_batch=_steps_per_batch(model.mamba, x.shape[0], model.grid**2 + 1),
+        ).sum(1)
     elif method in ("attnroll", "mambaattr"):
         with torch.no_grad():
             emb = model.embed(x)
         cap = Capture()
         pos = torch.full((x.shape[0],), emb.shape[1] - 1, dtype=torch.long)
-        tok = _hidden_attention_relevance(model.mamba, vision_scorer(model, capture=cap, from_embeds=True),
-                                          emb, args, cap, method, pos)[:, :-1]  # drop the class token
+        tok = _hidden_attention_relevance(
+            model.mamba, vision_scorer(model, capture=cap, from_embeds=True), emb, args, cap, method, pos
+        )[:, :-1]  # drop the class token
         g, p = model.grid, model.patch_size
         rel = tok.reshape(-1, g, g).repeat_interleave(p, 1).repeat_interleave(p, 2)
     else:
@@ -273,25 +316,54 @@ def attribute_image(model: VisionMamba, pixel_values: torch.Tensor, *, target, m
     return rel.float().cpu()
 
 
-def attribute(model, input_ids=None, *, inputs_embeds=None, pixel_values=None, target: int,
-              position: int = -1, method: str = "mambalrp", rules=None, gamma: float = 0.0) -> torch.Tensor:
+def attribute(
+    model,
+    input_ids=None,
+    *,
+    inputs_embeds=None,
+    pixel_values=None,
+    target: int,
+    position: int = -1,
+    method: str = "mambalrp",
+    rules=None,
+    gamma: float = 0.0,
+) -> torch.Tensor:
     """Relevance of each input token ([seq_len]) — or pixel ([H, W]) for the image model — for the
     logit `target` at `position`. `rules` ⊆ {"norm", "silu", "ssm", "gate"} ablates MambaLRP."""
     if isinstance(model, VisionMamba):
         if pixel_values is None:
             raise ValueError("the image model needs pixel_values")
         return attribute_image(model, pixel_values, target=target, method=method, rules=rules, gamma=gamma)[0]
-    return attribute_text(model, input_ids, inputs_embeds=inputs_embeds, target=target, position=position,
-                          method=method, rules=rules, gamma=gamma)[0]
+    return attribute_text(
+        model,
+        input_ids,
+        inputs_embeds=inputs_embeds,
+        target=target,
+        position=position,
+        method=method,
+        rules=rules,
+        gamma=gamma,
+    )[0]
 
 
 def conservation(model, input_ids, *, target, position=-1, method="mambalrp", rules=None):
     """(Σ relevance, target logit) per example: MambaLRP with zero biases makes them equal."""
-    rel, score = attribute_text(model, input_ids, target=target, position=position, method=method,
-                                rules=rules, return_score=True)
+    rel, score = attribute_text(
+        model, input_ids, target=target, position=position, method=method, rules=rules, return_score=True
+    )
     return rel.sum(-1), score
 
 
-__all__ = ["METHODS", "LABELS", "RULES", "SIGNED", "attribute", "attribute_text", "attribute_image",
-           "mambalrp_choosing_target",
-           "conservation", "text_scorer", "vision_scorer"]
+__all__ = [
+    "METHODS",
+    "LABELS",
+    "RULES",
+    "SIGNED",
+    "attribute",
+    "attribute_text",
+    "attribute_image",
+    "mambalrp_choosing_target",
+    "conservation",
+    "text_scorer",
+    "vision_scorer",
+]

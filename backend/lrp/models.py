@@ -3,6 +3,7 @@
 Every model loads through backend.core.presets (`from_pretrained` on a validated path or hub id,
 safetensors only); zoo folders also carry the task description and held-out set.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,16 +18,25 @@ from backend.core import weights
 
 TAB = "relevance"
 
-TEXT_ZOO = P.Preset(TAB, "zoo", "mamba-sentiment", "transformers.MambaForCausalLM",
-                    label="zoo · Mamba sentiment LM (tiny, trained here)")
-LONG_ZOO = P.Preset(TAB, "zoo", "mamba-longrange", "transformers.MambaForCausalLM",
-                    label="zoo · Mamba long-range recall LM")
-IMAGE_ZOO = P.Preset(TAB, "zoo", "vim-regions", "backend.lrp.vision.VisionMamba",
-                     label="zoo · Vision-Mamba-style classifier")
-HUB_130M = P.Preset(TAB, "hub", "state-spaces/mamba-130m-hf", "transformers.MambaForCausalLM",
-                    label="hub · Mamba-130M (paper)")
-HUB_1_4B = P.Preset(TAB, "hub", "state-spaces/mamba-1.4b-hf", "transformers.MambaForCausalLM",
-                    label="hub · Mamba-1.4B (paper)")
+TEXT_ZOO = P.Preset(
+    TAB,
+    "zoo",
+    "mamba-sentiment",
+    "transformers.MambaForCausalLM",
+    label="zoo · Mamba sentiment LM (tiny, trained here)",
+)
+LONG_ZOO = P.Preset(
+    TAB, "zoo", "mamba-longrange", "transformers.MambaForCausalLM", label="zoo · Mamba long-range recall LM"
+)
+IMAGE_ZOO = P.Preset(
+    TAB, "zoo", "vim-regions", "backend.lrp.vision.VisionMamba", label="zoo · Vision-Mamba-style classifier"
+)
+HUB_130M = P.Preset(
+    TAB, "hub", "state-spaces/mamba-130m-hf", "transformers.MambaForCausalLM", label="hub · Mamba-130M (paper)"
+)
+HUB_1_4B = P.Preset(
+    TAB, "hub", "state-spaces/mamba-1.4b-hf", "transformers.MambaForCausalLM", label="hub · Mamba-1.4B (paper)"
+)
 
 for _p in (TEXT_ZOO, LONG_ZOO, IMAGE_ZOO, HUB_130M, HUB_1_4B):
     P.register(_p)
@@ -35,6 +45,7 @@ for _p in (TEXT_ZOO, LONG_ZOO, IMAGE_ZOO, HUB_130M, HUB_1_4B):
 @dataclass
 class Loaded:
     """A loaded preset: the model, its tokenizer (text) and what the zoo folder plants."""
+
     preset: P.Preset
     model: Any
     tokenizer: Any = None

@@ -1,5 +1,6 @@
 """The Relevance tab's answers (backend.lrp.service), declared: plain dicts at run time (cached,
 copied with dict(), dumped as the API's and the MCP tools' JSON), their keys and types checked by mypy."""
+
 from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
@@ -9,6 +10,7 @@ import numpy as np
 
 class TextExplanation(TypedDict):
     """`explain_text`: each method's relevance of every input token for one explained next token."""
+
     tokens: list[str]
     ids: list[int]
     target: str
@@ -30,6 +32,7 @@ class TextExplanation(TypedDict):
 
 class TopToken(TypedDict):
     """One of a method's most relevant tokens and how far back from the prediction it sits."""
+
     position: int
     token: str
     distance: int
@@ -38,11 +41,13 @@ class TopToken(TypedDict):
 
 class LongRange(TextExplanation):
     """`longrange`: `explain_text`'s answer and, per method, its most relevant tokens."""
+
     top_tokens: dict[str, list[TopToken]]
 
 
 class SentenceRecord(TypedDict):
     """One held-out sentence of an evaluation: its explained target and each method's numbers."""
+
     i: int  # its 1-based place in the input
     text: str
     label: str | None
@@ -57,6 +62,7 @@ class SentenceRecord(TypedDict):
 
 class HeldoutEvaluation(TypedDict):
     """`heldout_sentiment`: faithfulness (ΔA^F), precision@k and conservation on the zoo's held-out set."""
+
     n: int
     methods: list[str]  # the chosen methods and the "random" baseline
     labels: dict[str, str]
@@ -67,6 +73,7 @@ class HeldoutEvaluation(TypedDict):
 
 class SentenceEvaluation(HeldoutEvaluation):
     """`heldout_sentences`: the same evaluation on the user's sentences, and how they were read."""
+
     source: str
     target: str  # "label" or "predicted"
     label_tokens: dict[str, str]  # label → the token its label word starts with
@@ -80,6 +87,7 @@ class SentenceEvaluation(HeldoutEvaluation):
 
 class ImageExplanation(TypedDict):
     """`explain_image`: each method's pixel relevance for the predicted class of one image."""
+
     image: np.ndarray  # the model's input: size × size grayscale in [0, 1]
     pred: str
     pred_index: int

@@ -1,5 +1,6 @@
 """Which of a user's own models the Relevance tab takes (backend.core.modelcheck asks): MambaLRP's
 rules are written for the Mamba block of transformers' Mamba and Falcon-Mamba."""
+
 from __future__ import annotations
 
 from backend.core.modelcheck import MethodRule, register_rule
@@ -16,5 +17,4 @@ def problem(meta: ModelMeta) -> str | None:
     return None
 
 
-RULE = register_rule(MethodRule(method=TAB, problem=problem, order=1, aliases=("mambalrp", "lrp"),
-                                architectures=MAMBA))
+RULE = register_rule(MethodRule(method=TAB, problem=problem, order=1, aliases=("mambalrp", "lrp"), architectures=MAMBA))

@@ -12,6 +12,7 @@ That loop is still one kernel launch per step, so on a GPU it is launch-bound, f
 floor; on CUDA, when Triton is installed, both directions run as one kernel each instead
 (scan_triton.py). CPU tensors, and any run with WORKBENCH_SCAN=loop (to compare the two), keep the loop.
 """
+
 from __future__ import annotations
 
 import torch
@@ -65,9 +66,17 @@ def linear_recurrence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _LinearRecurrence.apply(a, b)
 
 
-def selective_scan(u: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-                   C: torch.Tensor, D: torch.Tensor | None = None, *, detach_ssm: bool = False,
-                   return_parts: bool = False):
+def selective_scan(
+    u: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    *,
+    detach_ssm: bool = False,
+    return_parts: bool = False,
+):
     """Mamba's selective scan, the same arithmetic as transformers' slow path.
 
     u, dt: [batch, L, d_inner] (dt after bias and softplus); A: [d_inner, N] (negative);

@@ -12,6 +12,7 @@ full size. The defaults (BLOCK 128, CHUNK 32, 2 warps) were the best of a sweep 
 (benchmarks/scan_check.py --sweep): ~2.8 TB/s at C = 4096·16, L = 512. Triton is optional: without it
 (or without CUDA) scan.py keeps its loop.
 """
+
 import os
 
 import torch
@@ -38,14 +39,26 @@ def usable(*tensors: torch.Tensor) -> bool:
 
 
 if triton is not None:
+
     @triton.jit
     def _combine(a1, b1, a2, b2):
         return a1 * a2, b1 * a2 + b2
 
     @triton.jit
-    def _scan_kernel(a_ptr, b_ptr, h_ptr, g_ptr, ga_ptr, L, C, n_chunks,
-                     BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                     REVERSE: tl.constexpr, HAS_GA: tl.constexpr):
+    def _scan_kernel(
+        a_ptr,
+        b_ptr,
+        h_ptr,
+        g_ptr,
+        ga_ptr,
+        L,
+        C,
+        n_chunks,
+        BLOCK: tl.constexpr,
+        CHUNK: tl.constexpr,
+        REVERSE: tl.constexpr,
+        HAS_GA: tl.constexpr,
+    ):
         # forward: b = b, h = out.  reverse: b = gh, h = saved states (for grad_a), g = out.
         cols = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
         cmask = cols < C
@@ -83,20 +96,40 @@ def _launch(a, b, h, g, ga, reverse, block=128, chunk=32, warps=2):
     if L == 0 or C == 0:
         return
     grid = (triton.cdiv(C, block),)
-    _scan_kernel[grid](a, b, h, g, ga, L, C, triton.cdiv(L, chunk), BLOCK=block, CHUNK=chunk,
-                       REVERSE=reverse, HAS_GA=ga is not None, num_warps=warps)
+    _scan_kernel[grid](
+        a,
+        b,
+        h,
+        g,
+        ga,
+        L,
+        C,
+        triton.cdiv(L, chunk),
+        BLOCK=block,
+        CHUNK=chunk,
+        REVERSE=reverse,
+        HAS_GA=ga is not None,
+        num_warps=warps,
+    )
 
 
-def forward(a: torch.Tensor, b: torch.Tensor, *, block: int = 128, chunk: int = 32,
-            warps: int = 2) -> torch.Tensor:
+def forward(a: torch.Tensor, b: torch.Tensor, *, block: int = 128, chunk: int = 32, warps: int = 2) -> torch.Tensor:
     """All states h (same shape as b). a, b contiguous, same shape and dtype."""
     h = torch.empty_like(b)
     _launch(a, b, h, h, None, False, block, chunk, warps)
     return h
 
 
-def backward(a: torch.Tensor, h: torch.Tensor, gh: torch.Tensor, want_grad_a: bool = True, *,
-             block: int = 128, chunk: int = 32, warps: int = 2):
+def backward(
+    a: torch.Tensor,
+    h: torch.Tensor,
+    gh: torch.Tensor,
+    want_grad_a: bool = True,
+    *,
+    block: int = 128,
+    chunk: int = 32,
+    warps: int = 2,
+):
     """(g, grad_a): g[t] = gh[t] + a[t+1]·g[t+1]; grad_a[t] = g[t]·h[t-1], grad_a[0] = 0 (or None)."""
     g = torch.empty_like(gh)
     ga = torch.empty_like(a) if want_grad_a else None

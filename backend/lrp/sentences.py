@@ -4,6 +4,7 @@ English captions that ship with the app.
 
 Items are `{"text": str, "label": str | None}`; labels are kept as strings ("0", "positive") and are
 mapped to the model's tokens through label words (`parse_label_words`)."""
+
 from __future__ import annotations
 
 import csv
@@ -126,8 +127,10 @@ def load_captions(limit: int = 1000) -> list[dict]:
     """English sentences that ship with the app (COCO 2014 captions, MIT, from the NeMo paper's
     repository): held-out text for any model without a download; no labels."""
     if not CAPTIONS.exists():
-        raise DataError("The shipped captions (assets/data/nemo/coco2014_val_10000.csv) are missing; "
-                        "upload a sentence file instead.")
+        raise DataError(
+            "The shipped captions (assets/data/nemo/coco2014_val_10000.csv) are missing; "
+            "upload a sentence file instead."
+        )
     with CAPTIONS.open(newline="", encoding="utf-8") as f:
         rows = [r.get("Caption", "") for _, r in zip(range(limit), csv.DictReader(f, delimiter=";"))]
     return [{"text": " ".join(t.split()), "label": None} for t in rows if t and t.strip()]
@@ -138,18 +141,22 @@ def load_sst2(split: str = "validation") -> list[dict]:
     try:
         import datasets  # noqa: F401
     except ImportError as e:
-        raise DataError("SST-2 from the hub needs the `datasets` package (pip install datasets); "
-                        "or upload a sentence file.") from e
+        raise DataError(
+            "SST-2 from the hub needs the `datasets` package (pip install datasets); or upload a sentence file."
+        ) from e
     import os
 
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise DataError("SST-2 cannot be loaded: the hub is offline here (HF_HUB_OFFLINE is set). "
-                        "Upload a sentence file instead (SST-2's dev.tsv works as it is).")
+        raise DataError(
+            "SST-2 cannot be loaded: the hub is offline here (HF_HUB_OFFLINE is set). "
+            "Upload a sentence file instead (SST-2's dev.tsv works as it is)."
+        )
     from datasets import load_dataset
 
     try:
         ds = load_dataset(SST2_ID, split=split)
     except Exception as e:  # noqa: BLE001 - network, auth or format: the user needs the reason
-        raise DataError(f"SST-2 could not be loaded from the hub ({type(e).__name__}: {e}). "
-                        "Upload a sentence file instead.") from e
+        raise DataError(
+            f"SST-2 could not be loaded from the hub ({type(e).__name__}: {e}). Upload a sentence file instead."
+        ) from e
     return [{"text": r["sentence"].strip(), "label": _label(r["label"])} for r in ds][:MAX_ITEMS]

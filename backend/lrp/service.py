@@ -2,6 +2,7 @@
 results (lists, numpy arrays, dicts) out. Every model computation holds the model's lock; results
 are cached per (model, revision, input, settings) in a byte-bounded LRU cache. The evaluations over
 many sentences are in heldout.py."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,15 @@ from backend.core.interventions import locked
 from backend.core.zerogpu import capped, gpu
 
 from . import faithfulness as fa
-from .checks import (InputError, check_methods, check_rules, check_text, check_text_request,  # noqa: F401
-                     n_methods, whole_in_range)  # (check_text_request: the tab checks before a load)
+from .checks import (
+    InputError,
+    check_methods,
+    check_rules,
+    check_text,
+    check_text_request,  # noqa: F401
+    n_methods,
+    whole_in_range,
+)  # (check_text_request: the tab checks before a load)
 from .forward import RULES, lm_forward
 from .methods import LABELS, attribute_image, attribute_text, mambalrp_choosing_target
 from .models import IMAGE_ZOO, LONG_ZOO, TAB, TEXT_ZOO, Loaded, _read_task, load, text_preset, text_presets
@@ -31,6 +39,8 @@ def _gpu_s(m, text="", methods=(), *a, **k) -> float:
     long text (up to MAX_TOKENS). A text over the bound is refused before any work, so the formula
     counts at most the bound's characters: a 100,000-character text is not estimated as 50 texts."""
     return capped(10 + n_methods(methods) * (4 + min(len(str(text)), bounds.REL_TEXT_CHARS) / 200))
+
+
 CACHE = ByteLRUCache(64 * 2**20, name="relevance")
 
 
@@ -87,8 +97,9 @@ def target_token(m: Loaded, target: str) -> tuple[int, str, str]:
         raise InputError(str(e)) from None
 
 
-def resolve_target(m: Loaded, ids: torch.Tensor, target: str | None,
-                   logits: torch.Tensor | None = None) -> tuple[int, str, dict, str]:
+def resolve_target(
+    m: Loaded, ids: torch.Tensor, target: str | None, logits: torch.Tensor | None = None
+) -> tuple[int, str, dict, str]:
     """The explained token: the predicted next token unless one is named; returns its id, its text,
     the top-5 next tokens (text → logit) and a note about how a typed word was read. `logits`: the
     last position's, when a forward already computed them."""
@@ -114,8 +125,9 @@ def conv_bias(model) -> bool:
     """Whether some conv1d has a non-zero bias (mamba-130m does): it absorbs a share of the logit,
     so Σ relevance differs from f by that share even with every rule on."""
     layers = getattr(getattr(model, "backbone", None), "layers", [])
-    return any(getattr(l.mixer.conv1d, "bias", None) is not None and bool(l.mixer.conv1d.bias.abs().max() > 0)
-               for l in layers)
+    return any(
+        getattr(l.mixer.conv1d, "bias", None) is not None and bool(l.mixer.conv1d.bias.abs().max() > 0) for l in layers
+    )
 
 
 @gpu(duration=_gpu_s)
@@ -125,8 +137,9 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
     rules = check_rules(rules)
     ids, toks, words_pos = text_ids(m, text)
     unknown = unknown_words(m, ids, toks)
-    key = make_key(m.model_id, ids, {"methods": methods, "rules": rules, "target": target or ""},
-                   revision=m.preset.revision)
+    key = make_key(
+        m.model_id, ids, {"methods": methods, "rules": rules, "target": target or ""}, revision=m.preset.revision
+    )
 
     def compute() -> TextExplanation:
         rel: dict[str, list[float]] = {}
@@ -134,6 +147,7 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
         found: list[tuple[int, str, dict, str]] = []
         with locked(m.model):
             if "mambalrp" in methods:  # the target comes from the explanation's own forward
+
                 def choose(last):
                     found.append(resolve_target(m, ids, target, logits=last))
                     return found[0][0]
@@ -144,20 +158,39 @@ def explain_text(m: Loaded, text: str, methods, rules=RULES, target: str | None 
             for meth in methods:
                 if meth in rel:
                     continue
-                r, s = attribute_text(m.model, ids[None], target=tid, method=meth,
-                                      rules=rules if meth == "mambalrp" else None, return_score=True)
+                r, s = attribute_text(
+                    m.model,
+                    ids[None],
+                    target=tid,
+                    method=meth,
+                    rules=rules if meth == "mambalrp" else None,
+                    return_score=True,
+                )
                 rel[meth] = r[0].numpy().astype(float).tolist()
                 logit = float(s[0])
         assert logit is not None  # check_methods refuses an empty choice: some method computed it
-        return {"tokens": toks, "ids": ids.tolist(), "target": tname, "target_id": tid, "target_note": note,
-                "logit": logit,
-                "top_next": tops, "methods": methods, "labels": {k: LABELS[k] for k in methods},
-                "rules": rules, "relevance": rel, "word_positions": words_pos, "conv_bias": conv_bias(m.model),
-                "sum_relevance": {k: float(np.sum(v)) for k, v in rel.items()},
-                "unknown_words": unknown, "model": m.model_id,
-                # what the zoo's prompt format adds around the typed words (<bos>, "sentiment:")
-                "template_positions": [i for i in range(len(toks)) if i not in words_pos]
-                if m.preset.source == "zoo" else []}
+        return {
+            "tokens": toks,
+            "ids": ids.tolist(),
+            "target": tname,
+            "target_id": tid,
+            "target_note": note,
+            "logit": logit,
+            "top_next": tops,
+            "methods": methods,
+            "labels": {k: LABELS[k] for k in methods},
+            "rules": rules,
+            "relevance": rel,
+            "word_positions": words_pos,
+            "conv_bias": conv_bias(m.model),
+            "sum_relevance": {k: float(np.sum(v)) for k, v in rel.items()},
+            "unknown_words": unknown,
+            "model": m.model_id,
+            # what the zoo's prompt format adds around the typed words (<bos>, "sentiment:")
+            "template_positions": [i for i in range(len(toks)) if i not in words_pos]
+            if m.preset.source == "zoo"
+            else [],
+        }
 
     return CACHE.get_or_compute(key, compute)
 
@@ -171,12 +204,15 @@ def longrange(m: Loaded, text: str, methods, top: int = 10) -> LongRange:
     for meth, rel in res["relevance"].items():
         r = np.asarray(rel)
         order = np.argsort(-r[:-1], kind="stable")[:top]
-        out[meth] = [{"position": int(i), "token": res["tokens"][i], "distance": int(L - 1 - i),
-                      "relevance": float(r[i])} for i in order]
+        out[meth] = [
+            {"position": int(i), "token": res["tokens"][i], "distance": int(L - 1 - i), "relevance": float(r[i])}
+            for i in order
+        ]
     return {**res, "top_tokens": out}  # a copy: the cached result stays as it was
 
 
 # ----------------------------------------------------------------------------- images
+
 
 def to_model_image(image, size: int) -> np.ndarray:
     """Any uploaded image (H×W, H×W×3/4, uint8 or float) → size×size grayscale in [0, 1]."""
@@ -229,21 +265,34 @@ def explain_image(m: Loaded, image, methods, rules=RULES) -> ImageExplanation:
             pred = int(logits.argmax())
             maps = {}
             for meth in methods:
-                maps[meth] = attribute_image(model, x, target=pred, method=meth,
-                                             rules=rules if meth == "mambalrp" else None)[0].numpy()
+                maps[meth] = attribute_image(
+                    model, x, target=pred, method=meth, rules=rules if meth == "mambalrp" else None
+                )[0].numpy()
         idx = match_example(m, img) if m.heldout is not None else None
         share = None
         mask = None
         if idx is not None and np.asarray(m.heldout["masks"][idx]).any():  # "none" images have no box
             mask = np.asarray(m.heldout["masks"][idx], bool)
-            share = {k: float(np.clip(v, 0, None)[mask].sum() / max(np.clip(v, 0, None).sum(), 1e-12))
-                     for k, v in maps.items()}
+            share = {
+                k: float(np.clip(v, 0, None)[mask].sum() / max(np.clip(v, 0, None).sum(), 1e-12))
+                for k, v in maps.items()
+            }
         labels = m.task.get("labels") or [str(i) for i in range(len(logits))]
-        return {"image": img, "pred": labels[pred], "pred_index": pred,
-                "logits": {labels[i]: float(v) for i, v in enumerate(logits)}, "maps": maps,
-                "sum_relevance": {k: float(v.sum()) for k, v in maps.items()},
-                "methods": methods, "labels": {k: LABELS[k] for k in methods}, "rules": rules,
-                "example": idx, "mask": mask, "share_in_region": share, "model": m.model_id}
+        return {
+            "image": img,
+            "pred": labels[pred],
+            "pred_index": pred,
+            "logits": {labels[i]: float(v) for i, v in enumerate(logits)},
+            "maps": maps,
+            "sum_relevance": {k: float(v.sum()) for k, v in maps.items()},
+            "methods": methods,
+            "labels": {k: LABELS[k] for k in methods},
+            "rules": rules,
+            "example": idx,
+            "mask": mask,
+            "share_in_region": share,
+            "model": m.model_id,
+        }
 
     return CACHE.get_or_compute(key, compute)
 
@@ -287,8 +336,18 @@ def load_image() -> Loaded:
     return load(IMAGE_ZOO)
 
 
-__all__ = ["InputError", "explain_text", "longrange", "explain_image", "example_image", "load_text", "load_longrange",
-           "load_image", "TEXT_ZOO", "fa"]
+__all__ = [
+    "InputError",
+    "explain_text",
+    "longrange",
+    "explain_image",
+    "example_image",
+    "load_text",
+    "load_longrange",
+    "load_image",
+    "TEXT_ZOO",
+    "fa",
+]
 
 
 # A model pick is checked as the tab's handlers check it, before its weights load (backend.core.preload)

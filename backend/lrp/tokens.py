@@ -5,6 +5,7 @@ user reads the first and types 'was'. Texts here are per-token decodes, so a lea
 space; `visible` turns such spaces into a thin marker for display. Word-level vocabularies (the zoo)
 come out unchanged.
 """
+
 from __future__ import annotations
 
 SPACE_MARK = "·"  # U+00B7: a leading space, drawn thin
@@ -57,8 +58,10 @@ def token_texts(tok, ids) -> list[str]:
     ids = [int(i) for i in ids]
     specials = _specials(tok)
     out = [token_text(tok, i, specials) for i in ids]
-    broken = [piece(tok, i) is not None and out[k] == piece(tok, i) and "\ufffd" in (_decode1(tok, i) or "")
-              for k, i in enumerate(ids)]
+    broken = [
+        piece(tok, i) is not None and out[k] == piece(tok, i) and "\ufffd" in (_decode1(tok, i) or "")
+        for k, i in enumerate(ids)
+    ]
     i = 0
     while i < len(ids):
         if not broken[i]:
@@ -117,9 +120,14 @@ def resolve_word(tok, word: str) -> tuple[int, str, str]:
     if tid is not None:
         # a word-level vocabulary has no leading spaces to speak of; a byte-level one does
         spaced = _ids(tok, " " + name)
-        note = "" if spaced == [tid] or unk in spaced else (
-            f"' {name}' (with the leading space a next word has) is {len(spaced)} tokens for this model; "
-            f"the explanation is for {visible(token_text(tok, tid))!r}, the word without a leading space.")
+        note = (
+            ""
+            if spaced == [tid] or unk in spaced
+            else (
+                f"' {name}' (with the leading space a next word has) is {len(spaced)} tokens for this model; "
+                f"the explanation is for {visible(token_text(tok, tid))!r}, the word without a leading space."
+            )
+        )
         return tid, token_text(tok, tid), note
     vocab = tok.get_vocab()
     if name in vocab:
@@ -129,7 +137,9 @@ def resolve_word(tok, word: str) -> tuple[int, str, str]:
     if ids and (unk is None or unk not in ids):
         parts = token_texts(tok, ids)
         shown = " + ".join(repr(visible(p)) for p in parts)
-        note = (f"'{name}' is {len(ids)} tokens for this model ({shown}); the explanation is for the "
-                f"first one, {visible(parts[0])!r}, the token the model would predict next.")
+        note = (
+            f"'{name}' is {len(ids)} tokens for this model ({shown}); the explanation is for the "
+            f"first one, {visible(parts[0])!r}, the token the model would predict next."
+        )
         return int(ids[0]), parts[0], note
     raise WordError(f"{name!r} is not a token of this model's vocabulary.")

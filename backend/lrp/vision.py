@@ -6,6 +6,7 @@ position has read every patch), and a bias-free linear head reads the class toke
 config.json + model.safetensors and loaded with `VisionMamba.from_pretrained(folder)`, the same
 call the preset loader makes for transformers classes.
 """
+
 from __future__ import annotations
 
 import json

@@ -12,12 +12,55 @@ hub mode's data (shipped GSM8K, the user's non-math files, RACE / MMLU): `backen
 its chat-template prompts and answer rules: `backend.mathneuro.chat`;
 the tab's service layer (model loading, cached evaluations): `backend.mathneuro.service`.
 """
-from .core import (METHODS, activation_probability, consistency, count, find, identify,
-                   importance, input_norms, lape, layer_of, linear_layers, masks_from_norms, overlap,
-                   per_layer, per_module, random_like, saved_bytes, scaled, tied_head, top_fraction, wanda)
+
+from .core import (
+    METHODS,
+    activation_probability,
+    consistency,
+    count,
+    find,
+    identify,
+    importance,
+    input_norms,
+    lape,
+    layer_of,
+    linear_layers,
+    masks_from_norms,
+    overlap,
+    per_layer,
+    per_module,
+    random_like,
+    saved_bytes,
+    scaled,
+    tied_head,
+    top_fraction,
+    wanda,
+)
 from .presets import HUB_PRESET, TAB, ZOO_PRESET
 
-__all__ = ["METHODS", "activation_probability", "consistency", "count", "find", "identify",
-           "importance", "input_norms", "lape", "layer_of", "linear_layers", "masks_from_norms",
-           "overlap", "per_layer", "per_module", "random_like", "saved_bytes", "scaled",
-           "tied_head", "top_fraction", "wanda", "HUB_PRESET", "TAB", "ZOO_PRESET"]
+__all__ = [
+    "METHODS",
+    "activation_probability",
+    "consistency",
+    "count",
+    "find",
+    "identify",
+    "importance",
+    "input_norms",
+    "lape",
+    "layer_of",
+    "linear_layers",
+    "masks_from_norms",
+    "overlap",
+    "per_layer",
+    "per_module",
+    "random_like",
+    "saved_bytes",
+    "scaled",
+    "tied_head",
+    "top_fraction",
+    "wanda",
+    "HUB_PRESET",
+    "TAB",
+    "ZOO_PRESET",
+]

@@ -5,6 +5,7 @@ normalised text; plain text: next-token accuracy).
 The chat template already writes the BOS token, so its text is tokenized without special tokens
 (tokenizing it with them gives a second BOS).
 """
+
 from __future__ import annotations
 
 import re
@@ -34,8 +35,9 @@ def prompt_ids(tok, item: dict, kind: str) -> list[int]:
     """The question as a user turn, ready for the assistant's answer."""
     text = _user_text(item, kind)
     if has_template(tok):
-        rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                           add_generation_prompt=True)
+        rendered = tok.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
         return tok(rendered, add_special_tokens=False)["input_ids"]
     return tok(text)["input_ids"]
 
@@ -48,8 +50,9 @@ def sample_ids(tok, item: dict, kind: str) -> list[int]:
     text = _user_text(item, kind)
     answer = str(item["answer"])
     if has_template(tok):
-        rendered = tok.apply_chat_template([{"role": "user", "content": text},
-                                            {"role": "assistant", "content": answer}], tokenize=False)
+        rendered = tok.apply_chat_template(
+            [{"role": "user", "content": text}, {"role": "assistant", "content": answer}], tokenize=False
+        )
         return tok(rendered, add_special_tokens=False)["input_ids"]
     return tok(f"{text}\n{answer}")["input_ids"]
 
@@ -63,8 +66,7 @@ def stop_ids(model, tok) -> list[int]:
 
 
 @torch.no_grad()
-def generate(model, tok, prompts: Sequence[list[int]], max_new_tokens: int,
-             batch_size: int = 32) -> list[str]:
+def generate(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_size: int = 32) -> list[str]:
     """Greedy answers (decoded, special tokens dropped) for token-id prompts, left-padded with an
     attention mask; `generate` derives the position ids from it."""
     stops = stop_ids(model, tok)
@@ -73,16 +75,24 @@ def generate(model, tok, prompts: Sequence[list[int]], max_new_tokens: int,
     out: list[str] = []
     # between batches: a request's time limit ends long evaluations, before a batch that would pass it
     for i in limits.Steps("the answers").each(range(0, len(prompts), batch_size)):
-        chunk = [list(p) for p in prompts[i:i + batch_size]]
+        chunk = [list(p) for p in prompts[i : i + batch_size]]
         width = max(len(p) for p in chunk)
         ids = torch.full((len(chunk), width), pad, dtype=torch.long)
         att = torch.zeros((len(chunk), width), dtype=torch.long)
         for j, p in enumerate(chunk):
-            ids[j, width - len(p):] = torch.tensor(p)
-            att[j, width - len(p):] = 1
-        gen = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev), do_sample=False,
-                             max_new_tokens=max_new_tokens, eos_token_id=stops or None,
-                             pad_token_id=pad, temperature=None, top_p=None, top_k=None)
+            ids[j, width - len(p) :] = torch.tensor(p)
+            att[j, width - len(p) :] = 1
+        gen = model.generate(
+            input_ids=ids.to(dev),
+            attention_mask=att.to(dev),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=stops or None,
+            pad_token_id=pad,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+        )
         for row in gen[:, width:].cpu():
             toks = row.tolist()
             cut = next((k for k, t in enumerate(toks) if t in stops), len(toks))
@@ -116,23 +126,21 @@ def correct(item: dict, generated: str, kind: str) -> bool:
 
 
 @torch.no_grad()
-def next_token_accuracy(model, tok, items: Sequence[dict], batch_size: int = 16,
-                        max_tokens: int = 256) -> float:
+def next_token_accuracy(model, tok, items: Sequence[dict], batch_size: int = 16, max_tokens: int = 256) -> float:
     """Plain-text sets: the share of next tokens the model predicts (argmax) over all items,
     right-padded (causal: pads never reach the real tokens)."""
     dev = device_of(model)
     hits = total = 0
-    seqs = [tok(it.get("text") or f"{it['prompt']} {it.get('answer', '')}")["input_ids"][:max_tokens]
-            for it in items]
+    seqs = [tok(it.get("text") or f"{it['prompt']} {it.get('answer', '')}")["input_ids"][:max_tokens] for it in items]
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     for i in range(0, len(seqs), batch_size):
-        chunk = seqs[i:i + batch_size]
+        chunk = seqs[i : i + batch_size]
         width = max(len(s) for s in chunk)
         ids = torch.full((len(chunk), width), pad, dtype=torch.long)
         att = torch.zeros((len(chunk), width), dtype=torch.long)
         for j, s in enumerate(chunk):
-            ids[j, :len(s)] = torch.tensor(s)
-            att[j, :len(s)] = 1
+            ids[j, : len(s)] = torch.tensor(s)
+            att[j, : len(s)] = 1
         logits = model(input_ids=ids.to(dev), attention_mask=att.to(dev), use_cache=False).logits
         pred = logits[:, :-1].argmax(-1).cpu()
         m = att[:, 1:].bool()
@@ -141,8 +149,7 @@ def next_token_accuracy(model, tok, items: Sequence[dict], batch_size: int = 16,
     return hits / total if total else float("nan")
 
 
-def accuracy(model, tok, items: Sequence[dict], kind: str, max_new_tokens: int,
-             batch_size: int = 32) -> float:
+def accuracy(model, tok, items: Sequence[dict], kind: str, max_new_tokens: int, batch_size: int = 32) -> float:
     """Accuracy of a set under its rule (see `correct`; plain text: next-token accuracy)."""
     if not items:
         return float("nan")

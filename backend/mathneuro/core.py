@@ -11,6 +11,7 @@ math top-K without the subtraction), "random" (the same count per matrix at rand
 "lape" (MLP neurons by activation-probability entropy). Masks are `{parameter name: BoolTensor}`,
 the descriptor that `scaled(model, masks, factor)` applies (0 prunes) and restores bit-exactly.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -53,8 +54,9 @@ def linear_layers(model: nn.Module, include_lm_head: bool = True) -> dict[str, n
     get_out = getattr(model, "get_output_embeddings", None)
     head = get_out() if get_out else None
     skip = head if (not include_lm_head or tied_head(model) is not None) else None
-    return {name: m for name, m in model.named_modules()
-            if isinstance(m, nn.Linear) and (skip is None or m is not skip)}
+    return {
+        name: m for name, m in model.named_modules() if isinstance(m, nn.Linear) and (skip is None or m is not skip)
+    }
 
 
 def _batches(samples: Sequence, tokenizer, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -63,7 +65,7 @@ def _batches(samples: Sequence, tokenizer, batch_size: int) -> Iterator[tuple[to
     if len(samples) == 0:
         raise ValueError("no samples given")
     for i in range(0, len(samples), batch_size):
-        chunk = list(samples[i:i + batch_size])
+        chunk = list(samples[i : i + batch_size])
         if isinstance(chunk[0], str):
             if tokenizer is None:
                 raise ValueError("text samples need a tokenizer")
@@ -82,14 +84,21 @@ def _batches(samples: Sequence, tokenizer, batch_size: int) -> Iterator[tuple[to
         ids = torch.full((len(seqs), width), pad, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.bool)
         for j, s in enumerate(seqs):
-            ids[j, :s.numel()] = s
-            mask[j, :s.numel()] = True
+            ids[j, : s.numel()] = s
+            mask[j, : s.numel()] = True
         yield ids, mask
 
 
 @torch.no_grad()
-def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_size: int = 32,
-                layers: Mapping[str, nn.Linear] | None = None, host: bool = True) -> dict[str, torch.Tensor]:
+def input_norms(
+    model: nn.Module,
+    samples: Sequence,
+    *,
+    tokenizer=None,
+    batch_size: int = 32,
+    layers: Mapping[str, nn.Linear] | None = None,
+    host: bool = True,
+) -> dict[str, torch.Tensor]:
     """Σ_samples ‖X_j‖₂ per input feature j of every linear layer (norm over each sample's own
     tokens; padding excluded). Forward passes only; the hooks are removed whatever happens.
     `host=False` leaves the norms beside the weights (float64), for a selection there."""
@@ -98,8 +107,7 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
     skip_head = _head(model) not in layers.values()
     # summed beside the weights and fetched once at the end: a host copy per layer and batch would
     # synchronise the GPU hundreds of times per pass
-    acc = {name: torch.zeros(m.in_features, dtype=torch.float64, device=m.weight.device)
-           for name, m in layers.items()}
+    acc = {name: torch.zeros(m.in_features, dtype=torch.float64, device=m.weight.device) for name, m in layers.items()}
     state: dict[str, Any] = {}  # tensors: "x", "norms", and "mask" (None when no sample is padded)
 
     def make_hook(name: str):
@@ -117,6 +125,7 @@ def input_norms(model: nn.Module, samples: Sequence, *, tokenizer=None, batch_si
                     sq = torch.where(mask.unsqueeze(-1), x.float() ** 2, 0.0).sum(dim=1)
                 state["x"], state["norms"] = x, sq.sqrt().sum(dim=0)
             acc[name] += state["norms"]  # float32 → float64 in the addition itself
+
         return hook
 
     handles = []
@@ -158,8 +167,9 @@ def _head(model: nn.Module):
     return get_out() if get_out else None
 
 
-def _forward(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, dev, *, plain: bool = False,
-             skip_head: bool = False):
+def _forward(
+    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, dev, *, plain: bool = False, skip_head: bool = False
+):
     """One forward of a padded batch that gives each sample what it gets alone: the attention
     mask keeps pads out (left padding would otherwise be attended to) and the position ids count
     real tokens only (left padding would otherwise shift every position). `plain` (no sample
@@ -169,8 +179,9 @@ def _forward(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, dev, *, pl
     if plain:
         return model(input_ids=ids.to(dev), use_cache=False, **kw)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    return model(input_ids=ids.to(dev), attention_mask=mask.long().to(dev), position_ids=pos.to(dev),
-                 use_cache=False, **kw)
+    return model(
+        input_ids=ids.to(dev), attention_mask=mask.long().to(dev), position_ids=pos.to(dev), use_cache=False, **kw
+    )
 
 
 def _params(model: nn.Module) -> set[str]:
@@ -187,8 +198,9 @@ def importance(model: nn.Module, norms: Mapping[str, torch.Tensor]) -> dict[str,
     return {f"{name}.weight": _importance(mods[name].weight, n) for name, n in norms.items()}
 
 
-def masks_from_norms(model: nn.Module, norms: Mapping[str, torch.Tensor], top_k: float,
-                     minus: Mapping[str, torch.Tensor] | None = None) -> Masks:
+def masks_from_norms(
+    model: nn.Module, norms: Mapping[str, torch.Tensor], top_k: float, minus: Mapping[str, torch.Tensor] | None = None
+) -> Masks:
     """Host masks of the top-`top_k` importance per weight matrix (less the top-`top_k` under the
     `minus` norms, when given): `top_fraction` of each matrix, selected beside the weights for all
     matrices of one shape together and copied to the host once, as bits (`select.select_masks`)."""
@@ -196,29 +208,45 @@ def masks_from_norms(model: nn.Module, norms: Mapping[str, torch.Tensor], top_k:
 
 
 # ------------------------------------------------------------------------------------- methods
-def norms(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = True,
-          host: bool = True):
-    return input_norms(model, samples, tokenizer=tokenizer, batch_size=batch_size,
-                       layers=linear_layers(model, include_lm_head), host=host)
+def norms(model, samples, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = True, host: bool = True):
+    return input_norms(
+        model,
+        samples,
+        tokenizer=tokenizer,
+        batch_size=batch_size,
+        layers=linear_layers(model, include_lm_head),
+        host=host,
+    )
 
 
-def identify(model: nn.Module, math_texts: Sequence, nonmath_texts: Sequence, top_k: float, *,
-             tokenizer=None, batch_size: int = 32, include_lm_head: bool = True) -> Masks:
+def identify(
+    model: nn.Module,
+    math_texts: Sequence,
+    nonmath_texts: Sequence,
+    top_k: float,
+    *,
+    tokenizer=None,
+    batch_size: int = 32,
+    include_lm_head: bool = True,
+) -> Masks:
     """MathNeuro: {weight name: BoolTensor} of the parameters in the top-`top_k` fraction of
     Σ|W|·‖X‖ on math samples but not on non-math samples (per weight matrix), over every linear
     layer an untied lm_head included (`linear_layers`). Norms are summed in float32/float64 as the
     activations come, not rounded to the model's bf16."""
     _check_k(top_k)
     kw = dict(tokenizer=tokenizer, batch_size=batch_size, include_lm_head=include_lm_head, host=False)
-    return masks_from_norms(model, norms(model, math_texts, **kw), top_k,
-                            minus=norms(model, nonmath_texts, **kw))
+    return masks_from_norms(model, norms(model, math_texts, **kw), top_k, minus=norms(model, nonmath_texts, **kw))
 
 
-def wanda(model, math_texts, top_k: float, *, tokenizer=None, batch_size: int = 32,
-          include_lm_head: bool = True) -> Masks:
+def wanda(
+    model, math_texts, top_k: float, *, tokenizer=None, batch_size: int = 32, include_lm_head: bool = True
+) -> Masks:
     """Baseline: the math top-K without removing what matters for non-math too."""
-    return masks_from_norms(model, norms(model, math_texts, tokenizer=tokenizer, batch_size=batch_size,
-                                         include_lm_head=include_lm_head), top_k)
+    return masks_from_norms(
+        model,
+        norms(model, math_texts, tokenizer=tokenizer, batch_size=batch_size, include_lm_head=include_lm_head),
+        top_k,
+    )
 
 
 def random_like(masks: Mapping[str, torch.Tensor], seed: int = 0) -> Masks:
@@ -261,6 +289,7 @@ def activation_probability(model, samples, *, tokenizer=None, batch_size: int = 
         def hook(_m, _args, out):
             mask = state["mask"].to(out.device).unsqueeze(-1)
             pos[name] += ((out > 0) & mask).sum(dim=(0, 1)).double().cpu()
+
         return hook
 
     handles = []
@@ -279,8 +308,7 @@ def activation_probability(model, samples, *, tokenizer=None, batch_size: int = 
     return {g: p / max(count["n"], 1) for g, p in pos.items()}
 
 
-def lape(model, math_texts, nonmath_texts, top_k: float, *, tokenizer=None,
-         batch_size: int = 32) -> Masks:
+def lape(model, math_texts, nonmath_texts, top_k: float, *, tokenizer=None, batch_size: int = 32) -> Masks:
     """Baseline: language-activation-probability-entropy neurons, math as one "language" and
     non-math as the other. Per MLP, the `top_k` fraction of neurons with the lowest entropy of the
     normalised activation probabilities among those more active on math; each selected neuron's
@@ -310,8 +338,9 @@ def lape(model, math_texts, nonmath_texts, top_k: float, *, tokenizer=None,
     return out
 
 
-def find(method: str, model, math_texts, nonmath_texts, top_k: float, *, tokenizer=None,
-         batch_size: int = 32, seed: int = 0) -> Masks:
+def find(
+    method: str, model, math_texts, nonmath_texts, top_k: float, *, tokenizer=None, batch_size: int = 32, seed: int = 0
+) -> Masks:
     """One entry point for the four methods (random matches MathNeuro's count per matrix)."""
     if method == "mathneuro":
         return identify(model, math_texts, nonmath_texts, top_k, tokenizer=tokenizer, batch_size=batch_size)
@@ -394,13 +423,21 @@ def per_module(masks: Mapping[str, torch.Tensor]) -> dict[str, int]:
     return out
 
 
-def consistency(model, math_texts: Sequence, nonmath_texts: Sequence, top_k: float, *,
-                n_samples: Iterable[int] = (1, 4, 16), n_subsets: int = 3, tokenizer=None,
-                seed: int = 0, reference: Mapping[str, torch.Tensor] | None = None) -> dict[int, dict]:
+def consistency(
+    model,
+    math_texts: Sequence,
+    nonmath_texts: Sequence,
+    top_k: float,
+    *,
+    n_samples: Iterable[int] = (1, 4, 16),
+    n_subsets: int = 3,
+    tokenizer=None,
+    seed: int = 0,
+    reference: Mapping[str, torch.Tensor] | None = None,
+) -> dict[int, dict]:
     """For each subset size n: identify on `n_subsets` random subsets of n math and n non-math
     samples; report the mean and min overlap with the set found on all samples."""
-    ref = reference if reference is not None else identify(
-        model, math_texts, nonmath_texts, top_k, tokenizer=tokenizer)
+    ref = reference if reference is not None else identify(model, math_texts, nonmath_texts, top_k, tokenizer=tokenizer)
     g = torch.Generator().manual_seed(seed)
     out = {}
     for n in n_samples:
@@ -409,8 +446,9 @@ def consistency(model, math_texts: Sequence, nonmath_texts: Sequence, top_k: flo
         for _ in range(n_subsets):
             im = torch.randperm(len(math_texts), generator=g)[:n_m].tolist()
             inn = torch.randperm(len(nonmath_texts), generator=g)[:n_n].tolist()
-            sub = identify(model, [math_texts[i] for i in im], [nonmath_texts[i] for i in inn],
-                           top_k, tokenizer=tokenizer)
+            sub = identify(
+                model, [math_texts[i] for i in im], [nonmath_texts[i] for i in inn], top_k, tokenizer=tokenizer
+            )
             vals.append(overlap(sub, ref))
         out[int(n)] = {"mean": sum(vals) / len(vals), "min": min(vals), "runs": vals}
     return out

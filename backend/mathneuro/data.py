@@ -27,6 +27,7 @@ Public helpers:
     training_texts(n, seed) -> list[str]                       # the recipe's mix
     VOCAB                                                      # every word the language uses
 """
+
 from __future__ import annotations
 
 import random
@@ -36,8 +37,7 @@ from typing import Iterable, Sequence
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 SPECIALS = [PAD, UNK, BOS, EOS]
 
-NAMES = ["ann", "bob", "cal", "dan", "eve", "fay", "gus", "hal", "ivy", "joe", "kim", "lee",
-         "max", "ned", "ora", "pam"]
+NAMES = ["ann", "bob", "cal", "dan", "eve", "fay", "gus", "hal", "ivy", "joe", "kim", "lee", "max", "ned", "ora", "pam"]
 HE_SHE = {n: ("she" if n in {"ann", "eve", "fay", "ivy", "kim", "ora", "pam"} else "he") for n in NAMES}
 OBJECTS = ["apples", "pears", "coins", "books", "cards", "eggs", "shells", "stamps", "cups", "pens"]
 GAIN = ["finds", "buys", "gets", "picks"]
@@ -59,6 +59,7 @@ FACTS = {
     "food": ("{n} likes {v} .", "what does {n} like to eat ?", FOODS),
 }
 
+
 def _world() -> dict[str, dict[str, str]]:
     """The language's fixed world: every person's city, hat colour, pet and favourite food
     (a pure function of a constant seed, like an encyclopedia the model memorises)."""
@@ -68,9 +69,11 @@ def _world() -> dict[str, dict[str, str]]:
 
 WORLD = _world()
 
-_WORDS = set(". ? , and more now have has how many does do they together left are is the of a "
-             "in what where live lives hat color pet own owns like likes to eat with walks went "
-             "was day one then saw at home back it ate sang slept".split())
+_WORDS = set(
+    ". ? , and more now have has how many does do they together left are is the of a "
+    "in what where live lives hat color pet own owns like likes to eat with walks went "
+    "was day one then saw at home back it ate sang slept".split()
+)
 
 
 def _all_words() -> list[str]:
@@ -152,8 +155,7 @@ def math_problem(rng: random.Random, held_out: bool = False, steps: int = 2) -> 
             x = r
         if not ok:
             continue
-        question = (f"how many {obj} do they have together ?" if together
-                    else f"how many {obj} does {n1} have now ?")
+        question = f"how many {obj} do they have together ?" if together else f"how many {obj} does {n1} have now ?"
         prompt = " ".join([prompt] + events + [question])
         return prompt, " . ".join(f"{p} {o} {q} = {r}" for p, o, q, r in sol)
 
@@ -188,11 +190,13 @@ def story(rng: random.Random) -> str:
     """Non-math text without a question (for the language model and perplexity)."""
     n = rng.choice(NAMES)
     pro = HE_SHE[n]
-    parts = [f"one day {n} went to the {rng.choice(PLACES)} .",
-             f"{pro} was {rng.choice(ADJ)} .",
-             f"{pro} saw a {rng.choice(COLORS)} {rng.choice(PETS)} at the {rng.choice(PLACES)} .",
-             f"then {pro} ate {rng.choice(FOODS)} and {rng.choice(['sang', 'slept'])} .",
-             f"{n} walks back home with the {rng.choice(PETS)} ."]
+    parts = [
+        f"one day {n} went to the {rng.choice(PLACES)} .",
+        f"{pro} was {rng.choice(ADJ)} .",
+        f"{pro} saw a {rng.choice(COLORS)} {rng.choice(PETS)} at the {rng.choice(PLACES)} .",
+        f"then {pro} ate {rng.choice(FOODS)} and {rng.choice(['sang', 'slept'])} .",
+        f"{n} walks back home with the {rng.choice(PETS)} .",
+    ]
     k = rng.randint(2, len(parts))
     return " ".join(parts[:k])
 
@@ -210,9 +214,10 @@ def math_set(n: int, seed: int, split: str = "test", steps: Sequence[int] = MATH
     """`n` math problems; split "test" uses held-out operand pairs, "train" the training ones.
     Problem i is worked in ``steps[i % len(steps)]`` operations."""
     rng = random.Random(f"math-{split}-{seed}")
-    return [dict(zip(("prompt", "answer"),
-                     math_problem(rng, held_out=split == "test", steps=steps[i % len(steps)])))
-            for i in range(n)]
+    return [
+        dict(zip(("prompt", "answer"), math_problem(rng, held_out=split == "test", steps=steps[i % len(steps)])))
+        for i in range(n)
+    ]
 
 
 def nonmath_set(n: int, seed: int) -> list[dict]:

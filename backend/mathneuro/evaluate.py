@@ -7,6 +7,7 @@ would have generated itself. So exact match of greedy generation costs ONE batch
 per batch (`exact_match`); `generate` runs the actual greedy loop for the sample answers shown in
 the tab (and a unit test checks that both agree).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,8 @@ def encode_with_answers(tok, items: Sequence[dict]):
     ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
     predict = torch.zeros((len(seqs), width), dtype=torch.bool)
     for i, (s, st) in enumerate(zip(seqs, starts)):
-        ids[i, :len(s)] = torch.tensor(s)
-        predict[i, st - 1:len(s) - 1] = True
+        ids[i, : len(s)] = torch.tensor(s)
+        predict[i, st - 1 : len(s) - 1] = True
     return ids, predict
 
 
@@ -47,7 +48,7 @@ def exact_match(model, tok, items: Sequence[dict], batch_size: int = 256) -> tor
     out = []
     # between batches: a request's time limit ends long sweeps, before a batch that would pass it
     for i in limits.Steps("the evaluation").each(range(0, len(items), batch_size)):
-        ids, predict = encode_with_answers(tok, items[i:i + batch_size])
+        ids, predict = encode_with_answers(tok, items[i : i + batch_size])
         # Right padding + causal attention: pad tokens never influence earlier positions.
         logits = model(input_ids=ids.to(model.device), use_cache=False).logits
         pred = logits.argmax(-1).cpu()
@@ -86,8 +87,8 @@ def generate(model, tok, prompts: Sequence[str], max_new_tokens: int = 32) -> li
     ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
     att = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s)
-        att[i, width - len(s):] = 1
+        ids[i, width - len(s) :] = torch.tensor(s)
+        att[i, width - len(s) :] = 1
     dev = model.device
     ids, att = ids.to(dev), att.to(dev)
     done = torch.zeros(len(seqs), dtype=torch.bool, device=dev)
@@ -95,9 +96,8 @@ def generate(model, tok, prompts: Sequence[str], max_new_tokens: int = 32) -> li
     past = None
     cur = ids
     for _ in range(max_new_tokens):
-        pos = (att.cumsum(-1) - 1).clamp(min=0)[:, -cur.shape[1]:]
-        out = model(input_ids=cur, attention_mask=att, position_ids=pos, past_key_values=past,
-                    use_cache=True)
+        pos = (att.cumsum(-1) - 1).clamp(min=0)[:, -cur.shape[1] :]
+        out = model(input_ids=cur, attention_mask=att, position_ids=pos, past_key_values=past, use_cache=True)
         past = out.past_key_values
         nxt = out.logits[:, -1].argmax(-1)
         for i in range(len(seqs)):
@@ -118,7 +118,7 @@ def perplexity(model, tok, texts: Sequence[str], batch_size: int = 128) -> float
     """exp(mean next-token loss) over all non-pad tokens of `texts`."""
     total, count = 0.0, 0
     for i in range(0, len(texts), batch_size):
-        enc = tok(list(texts[i:i + batch_size]), padding=True, return_tensors="pt")
+        enc = tok(list(texts[i : i + batch_size]), padding=True, return_tensors="pt")
         ids = enc["input_ids"].to(model.device)
         mask = enc["attention_mask"].to(model.device).bool()
         logits = model(input_ids=ids, use_cache=False).logits[:, :-1]

@@ -1,5 +1,6 @@
 """The Math neurons tab's answers (backend.mathneuro.service), declared: plain dicts at run time
 (cached, dumped as the API's and the MCP tools' JSON), their keys and types checked by mypy."""
+
 from __future__ import annotations
 
 from typing import TypedDict
@@ -7,22 +8,26 @@ from typing import TypedDict
 
 class Accuracy(TypedDict):
     """`Bench.baseline`: the unmodified model's accuracy on the math and the non-math set."""
+
     math: float
     nonmath: float
 
 
 class Evaluation(Accuracy):
     """`Bench.evaluate`: the accuracies with a setting's parameters scaled by its factor."""
+
     n_params: int  # parameters the setting selects (those scaled)
 
 
 class ScalePoint(Evaluation):
     """One point of `Bench.scale_curve`: the evaluation at one scale factor."""
+
     factor: float
 
 
 class Sample(TypedDict):
     """One held-out question of `Bench.samples`, answered before and after the intervention."""
+
     kind: str  # "math" or "non-math"
     prompt: str
     answer: str  # the reference, as the tab shows it ("" for a text without one)
@@ -34,6 +39,7 @@ class Sample(TypedDict):
 
 class Answer(TypedDict):
     """`Bench.answer`: the greedy answer to a user's own prompt, before and after the intervention."""
+
     prompt: str
     before: str
     after: str
@@ -41,6 +47,7 @@ class Answer(TypedDict):
 
 class Description(TypedDict):
     """`describe`: what is loaded, in words: the model, the math and non-math sets and their rules."""
+
     model: str
     label: str
     zoo: bool

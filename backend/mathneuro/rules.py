@@ -1,5 +1,6 @@
 """Which of a user's own models the Math neurons tab takes (backend.core.modelcheck asks): MathNeuro
 scores nn.Linear weights on next-token losses, so a causal LM built of nn.Linear layers."""
+
 from __future__ import annotations
 
 from backend.core.modelcheck import MethodRule, linear_layers_problem, register_rule

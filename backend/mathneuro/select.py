@@ -12,6 +12,7 @@ selected together, both sample sets at once (`|W|` computed once for both), in c
 `CHUNK` scores, and the masks are packed to bits on the device so that one eighth of them crosses to
 the host, where they are unpacked (numpy's unpackbits, in threads: it releases the GIL).
 """
+
 from __future__ import annotations
 
 import math
@@ -84,8 +85,9 @@ def pack(mask: torch.Tensor) -> torch.Tensor:
     return (flat.view(-1, 8) * w).sum(1, dtype=torch.uint8)
 
 
-def select_masks(model: nn.Module, norms: Mapping[str, torch.Tensor], top_k: float,
-                 minus: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def select_masks(
+    model: nn.Module, norms: Mapping[str, torch.Tensor], top_k: float, minus: Mapping[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
     """Host bool masks {"<layer>.weight": top-K of S under `norms`, less the top-K under `minus`},
     equal to `top_fraction` per matrix (ties included)."""
     check_k(top_k)
@@ -99,7 +101,7 @@ def select_masks(model: nn.Module, norms: Mapping[str, torch.Tensor], top_k: flo
         sets = 1 if minus is None else 2
         per = max(1, CHUNK // (n * sets))
         for i in range(0, len(names), per):
-            part = names[i:i + per]
+            part = names[i : i + per]
             if minus is None:
                 nm = torch.stack([norms[x].to(w0.device) for x in part])[:, None]
             else:
@@ -127,7 +129,7 @@ def _unpack(packed, weights) -> dict[str, torch.Tensor]:
     def one(job):
         name, start, bit, n = job
         lo, hi = start + bit // 8, start + (bit + n + 7) // 8
-        bits = np.unpackbits(host[lo:hi], count=(hi - lo) * 8)[bit % 8: bit % 8 + n]
+        bits = np.unpackbits(host[lo:hi], count=(hi - lo) * 8)[bit % 8 : bit % 8 + n]
         return name, torch.from_numpy(bits.view(np.bool_)).view(weights[name].shape)
 
     threads = max(1, min(len(jobs), os.cpu_count() or 1, 16))

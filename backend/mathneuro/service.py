@@ -5,6 +5,7 @@ Settings are small descriptors (method, K, number of samples, factor); masks liv
 byte cache, never in UI state. Every evaluation of a modified model runs inside `scaled`, which
 holds the model's lock and restores the weights bit-exactly before the lock is released.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,20 @@ from . import visitor_sets
 from .evaluate import accuracy, generate
 from .presets import TAB
 from .results import Accuracy, Answer, Description, Evaluation, Sample, ScalePoint
-from .sets import (DEFAULT_MATH, DEFAULT_NONMATH, MAX_SAMPLES, SIDES, UI_EVAL, NoNonMath, digest,
-                   load_default_nonmath, load_hub_data, load_zoo_data, reference_of, set_entry)
+from .sets import (
+    DEFAULT_MATH,
+    DEFAULT_NONMATH,
+    MAX_SAMPLES,
+    SIDES,
+    UI_EVAL,
+    NoNonMath,
+    digest,
+    load_default_nonmath,
+    load_hub_data,
+    load_zoo_data,
+    reference_of,
+    set_entry,
+)
 
 MASK_CACHE = ByteLRUCache(96 * 2**20, name="mathneuro-masks")
 RESULT_CACHE = ByteLRUCache(8 * 2**20, name="mathneuro-results")
@@ -102,8 +115,11 @@ class Bench:
         if key in sets:
             return sets[key]
         if key == DEFAULT_NONMATH:
-            raise NoNonMath("no non-math set is loaded: " + self.data.get("nonmath_error", "name a file")
-                            + ". Name a non-math file (JSONL with prompt/answer or text, CSV, or plain text).")
+            raise NoNonMath(
+                "no non-math set is loaded: "
+                + self.data.get("nonmath_error", "name a file")
+                + ". Name a non-math file (JSONL with prompt/answer or text, CSV, or plain text)."
+            )
         raise ValueError("that non-math file is no longer loaded here: name it again")
 
     def math_set(self, key: str = DEFAULT_MATH) -> dict:
@@ -125,16 +141,19 @@ class Bench:
 
     def n_ident(self, s: "Setting") -> tuple[int, int]:
         """(math, non-math) samples that identify under `s`: a set may hold fewer than s.n_samples."""
-        math, nonmath = (min(int(s.n_samples), len(self.data_set(k, s.math if k == "math" else s.nonmath)["ident"]))
-                         for k in ("math", "nonmath"))
+        math, nonmath = (
+            min(int(s.n_samples), len(self.data_set(k, s.math if k == "math" else s.nonmath)["ident"]))
+            for k in ("math", "nonmath")
+        )
         return math, nonmath
 
     def score(self, kind: str, items: list[dict]) -> float:
         """Accuracy under the set's rule (zoo: exact match of the greedy answer; hub: see chat)."""
         if self.zoo:
             return accuracy(self.model, self.tok, items)
-        return chat.accuracy(self.model, self.tok, items, kind,
-                             MATH_NEW_TOKENS if kind == "math" else NONMATH_NEW_TOKENS)
+        return chat.accuracy(
+            self.model, self.tok, items, kind, MATH_NEW_TOKENS if kind == "math" else NONMATH_NEW_TOKENS
+        )
 
     def answers(self, items: list[dict], kinds: list[str]) -> list[tuple[str, bool | None]]:
         """Greedy answers to held-out items and whether each is right (zoo: exact match; None for a
@@ -150,7 +169,9 @@ class Bench:
             mt = MATH_NEW_TOKENS if kind == "math" else NONMATH_NEW_TOKENS
             chosen = [items[i] for i in idx]
             if sources.kind_of(chosen) == "text":  # no reference answers: continue the text
-                gens = chat.generate(self.model, self.tok, [self.tok(it["text"][:200])["input_ids"] for it in chosen], 16)
+                gens = chat.generate(
+                    self.model, self.tok, [self.tok(it["text"][:200])["input_ids"] for it in chosen], 16
+                )
                 out += [(i, (g, None)) for i, g in zip(idx, gens)]
                 continue
             gens = chat.generate(self.model, self.tok, [chat.prompt_ids(self.tok, it, kind) for it in chosen], mt)
@@ -184,7 +205,11 @@ class Bench:
         items = self.data_set(kind, key)["items"]
         return items[:n_eval] if n_eval else items
 
-    @gpu(duration=lambda self, s, n_eval=UI_EVAL, *a, **k: capped(15 + _per_item(self) * (n_eval or 1000) + 0.5 * s.n_samples))
+    @gpu(
+        duration=lambda self, s, n_eval=UI_EVAL, *a, **k: capped(
+            15 + _per_item(self) * (n_eval or 1000) + 0.5 * s.n_samples
+        )
+    )
     def evaluate(self, s: Setting, n_eval: int | None = UI_EVAL) -> Evaluation:
         """Math and non-math exact-match accuracy with the setting's masks scaled by its factor."""
         s.validate()
@@ -195,9 +220,11 @@ class Bench:
             math_items = self.eval_items("math", n_eval, s.math)
             non_items = self.eval_items("nonmath", n_eval, s.nonmath)
             with core.scaled(self.model, masks, s.factor):
-                return {"math": self.score("math", math_items),
-                        "nonmath": self.score("nonmath", non_items),
-                        "n_params": core.count(masks) if masks else core.count(self.masks(s))}
+                return {
+                    "math": self.score("math", math_items),
+                    "nonmath": self.score("nonmath", non_items),
+                    "n_params": core.count(masks) if masks else core.count(self.masks(s)),
+                }
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
@@ -207,8 +234,9 @@ class Bench:
         return RESULT_CACHE.get(make_key(self.model_id, "eval", (s.masks_key(), float(s.factor), n_eval)))
 
     @gpu(duration=lambda self, n_eval=UI_EVAL, *a, **k: capped(10 + _per_item(self) * (n_eval or 1000)))
-    def baseline(self, n_eval: int | None = UI_EVAL, nonmath: str = DEFAULT_NONMATH,
-                 math: str = DEFAULT_MATH) -> Accuracy:
+    def baseline(
+        self, n_eval: int | None = UI_EVAL, nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MATH
+    ) -> Accuracy:
         key = make_key(self.model_id, "baseline", (n_eval, nonmath, math))
 
         def compute() -> Accuracy:
@@ -219,16 +247,30 @@ class Bench:
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
-    @gpu(duration=lambda self, top_k=0, n_samples=1, n_eval=UI_EVAL, *a, **k: capped(20 + 4 * (_per_item(self) * (n_eval or 1000) + 0.5 * n_samples)))
-    def prune_all(self, top_k: float, n_samples: int, n_eval: int | None = UI_EVAL,
-                  nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MATH) -> dict[str, Evaluation]:
+    @gpu(
+        duration=lambda self, top_k=0, n_samples=1, n_eval=UI_EVAL, *a, **k: capped(
+            20 + 4 * (_per_item(self) * (n_eval or 1000) + 0.5 * n_samples)
+        )
+    )
+    def prune_all(
+        self,
+        top_k: float,
+        n_samples: int,
+        n_eval: int | None = UI_EVAL,
+        nonmath: str = DEFAULT_NONMATH,
+        math: str = DEFAULT_MATH,
+    ) -> dict[str, Evaluation]:
         """The paper's Figure 2: each method's set pruned (factor 0)."""
         out: dict[str, Evaluation] = {}
         for m in limits.Steps("the method comparison").each(core.METHODS):
             out[m] = self.evaluate(Setting(m, top_k, n_samples, 0.0, nonmath=nonmath, math=math), n_eval)
         return out
 
-    @gpu(duration=lambda self, s, factors=(), n_eval=UI_EVAL, *a, **k: capped(15 + len(factors) * _per_item(self) * (n_eval or 1000)))
+    @gpu(
+        duration=lambda self, s, factors=(), n_eval=UI_EVAL, *a, **k: capped(
+            15 + len(factors) * _per_item(self) * (n_eval or 1000)
+        )
+    )
     def scale_curve(self, s: Setting, factors: Sequence[float], n_eval: int | None = UI_EVAL) -> list[ScalePoint]:
         out: list[ScalePoint] = []
         for f in limits.Steps("the scale sweep").each(factors):
@@ -249,8 +291,17 @@ class Bench:
             ref = self.masks(s.but(method="mathneuro", factor=0.0))
             m, n = self.ident("math", s), self.ident("nonmath", s)
             with locked(self.model):
-                res = core.consistency(self.model, m, n, s.top_k, n_samples=[x for x in sizes if x <= s.n_samples] or [1],
-                                       n_subsets=n_subsets, tokenizer=self.tok, seed=s.seed, reference=ref)
+                res = core.consistency(
+                    self.model,
+                    m,
+                    n,
+                    s.top_k,
+                    n_samples=[x for x in sizes if x <= s.n_samples] or [1],
+                    n_subsets=n_subsets,
+                    tokenizer=self.tok,
+                    seed=s.seed,
+                    reference=ref,
+                )
             return {str(k): v for k, v in res.items()}
 
         return RESULT_CACHE.get_or_compute(key, compute)
@@ -271,9 +322,18 @@ class Bench:
                 before = self.answers(items, kinds)
                 with core.scaled(self.model, masks, s.factor):
                     after = self.answers(items, kinds)
-            return [{"kind": "math" if kd == "math" else "non-math", "prompt": it.get("prompt", it.get("text", "")),
-                     "answer": reference_of(it), "before": b, "after": a, "ok_before": ob, "ok_after": oa}
-                    for it, kd, (b, ob), (a, oa) in zip(items, kinds, before, after)]
+            return [
+                {
+                    "kind": "math" if kd == "math" else "non-math",
+                    "prompt": it.get("prompt", it.get("text", "")),
+                    "answer": reference_of(it),
+                    "before": b,
+                    "after": a,
+                    "ok_before": ob,
+                    "ok_after": oa,
+                }
+                for it, kd, (b, ob), (a, oa) in zip(items, kinds, before, after)
+            ]
 
         return RESULT_CACHE.get_or_compute(key, compute)
 
@@ -322,9 +382,15 @@ def bench_of(preset: Preset, size: int | None = None, progress=None) -> Bench:
 preload.register(TAB, bench_of, lambda key: pick(None, key))
 
 
-def register_data(source: str | None, side: str, path: str | os.PathLike | None = None,
-                  dataset: str | None = None, name: str | None = None, model: str | None = None,
-                  owner: str | None = None) -> str:
+def register_data(
+    source: str | None,
+    side: str,
+    path: str | os.PathLike | None = None,
+    dataset: str | None = None,
+    name: str | None = None,
+    model: str | None = None,
+    owner: str | None = None,
+) -> str:
     """Load a user's math or non-math set for the picked model (or the preset of `source`): a file
     (see sources.read_items) or, where the hub is reachable, a dataset id (sources.load_hub_items).
     Returns the id a Setting names it by (`math=` or `nonmath=`). Raises ValueError or
@@ -342,8 +408,10 @@ def register_data(source: str | None, side: str, path: str | os.PathLike | None 
         items = sources.as_math(items, name or str(path or dataset))
     b = bench(source, model)
     if b.zoo and sources.kind_of(items) != "answers":
-        raise ValueError("the zoo organism is scored by exact match of its answer: every item needs "
-                         "a prompt (or question) and an answer")
+        raise ValueError(
+            "the zoo organism is scored by exact match of its answer: every item needs "
+            "a prompt (or question) and an answer"
+        )
     key = ("file:" if path is not None else "dataset:") + digest(items)
     label = f"{name or (Path(path).name if path is not None else dataset)} ({len(items)} items)"
     entry = set_entry(items, label, b.zoo)
@@ -363,10 +431,22 @@ def describe(b: "Bench", nonmath: str = DEFAULT_NONMATH, math: str = DEFAULT_MAT
     except (NoNonMath, ValueError):
         entry = None
     mset = b.math_set(math)
-    return {"model": b.preset.path_or_id, "label": b.preset.label, "zoo": b.zoo,
-            "math": mset["label"], "math_rule": mset["rule"], "math_own": math != DEFAULT_MATH,
-            "template": None if b.zoo else ("the model's chat template" if chat.has_template(b.tok)
-                                            else "plain text (the tokenizer has no chat template)"),
-            "nonmath": entry["label"] if entry else None, "nonmath_rule": entry["rule"] if entry else None,
-            "nonmath_error": None if entry else b.data.get("nonmath_error"),
-            "n_eval": UI_EVAL}
+    return {
+        "model": b.preset.path_or_id,
+        "label": b.preset.label,
+        "zoo": b.zoo,
+        "math": mset["label"],
+        "math_rule": mset["rule"],
+        "math_own": math != DEFAULT_MATH,
+        "template": None
+        if b.zoo
+        else (
+            "the model's chat template"
+            if chat.has_template(b.tok)
+            else "plain text (the tokenizer has no chat template)"
+        ),
+        "nonmath": entry["label"] if entry else None,
+        "nonmath_rule": entry["rule"] if entry else None,
+        "nonmath_error": None if entry else b.data.get("nonmath_error"),
+        "n_eval": UI_EVAL,
+    }

@@ -1,6 +1,7 @@
 """The math and non-math sets a bench identifies on and scores: the organism's, GSM8K and the default
 non-math set of hub mode, a user's set split into identification and scoring, and its answer rule in
 words. Apart from the service because none of it touches a model: the service's bench holds them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -40,11 +41,13 @@ def digest(items: list[dict]) -> str:
     return hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16]
 
 
-RULES = {"final": "the last number of the model's answer against the reference's number",
-         "choice": "the option letter the model names first",
-         "answer": "the normalised answer at the start of the model's reply",
-         "text": "next-token accuracy over the texts (no reference answers)",
-         "exact": "exact match of the greedy answer (the organism's own vocabulary)"}
+RULES = {
+    "final": "the last number of the model's answer against the reference's number",
+    "choice": "the option letter the model names first",
+    "answer": "the normalised answer at the start of the model's reply",
+    "text": "next-token accuracy over the texts (no reference answers)",
+    "exact": "exact match of the greedy answer (the organism's own vocabulary)",
+}
 
 
 def rule_of(items: list[dict], zoo: bool = False) -> str:
@@ -65,9 +68,12 @@ def set_entry(items: list[dict], label: str, zoo: bool = False) -> dict:
     # identification on the first half, evaluation on the rest, when there are enough
     half = len(items) // 2 if len(items) >= 2 * 8 else len(items)
     ident: list[dict] | list[str]
-    ident, held = items[:min(half, MAX_SAMPLES)], items[half:] or items
-    split = (f"{len(ident)} identify, {len(held)} score" if held is not items else
-             "the same items identify and score (fewer than 16)")
+    ident, held = items[: min(half, MAX_SAMPLES)], items[half:] or items
+    split = (
+        f"{len(ident)} identify, {len(held)} score"
+        if held is not items
+        else "the same items identify and score (fewer than 16)"
+    )
     if zoo:  # the organism identifies on whole texts in its own format ("prompt answer <eos>")
         ident = data_texts(ident)
     return {"items": held, "ident": ident, "label": f"{label}: {split}", "rule": rule_of(items, zoo)}
@@ -78,15 +84,28 @@ def load_zoo_data(preset: Preset) -> dict[str, Any]:
     identification texts."""
     folder = Path(preset.location())
     read = lambda key: json.loads((folder / preset.extra[key]).read_text())  # noqa: E731
-    data = {"math": read("math"), "ident_math": read("ident_math"),
-            "math_source": "the organism's held-out arithmetic problems"}
+    data = {
+        "math": read("math"),
+        "ident_math": read("ident_math"),
+        "math_source": "the organism's held-out arithmetic problems",
+    }
     data["nonmath"], data["ident_nonmath"] = read("nonmath"), read("ident_nonmath")
-    data["nonmath_sets"] = {DEFAULT_NONMATH: {
-        "items": data["nonmath"], "ident": data["ident_nonmath"],
-        "label": "the organism's held-out questions about its world", "rule": "exact match"}}
-    data["math_sets"] = {DEFAULT_MATH: {"items": data["math"], "ident": data["ident_math"],
-                                        "label": data["math_source"],
-                                        "rule": "exact match of the worked solution"}}
+    data["nonmath_sets"] = {
+        DEFAULT_NONMATH: {
+            "items": data["nonmath"],
+            "ident": data["ident_nonmath"],
+            "label": "the organism's held-out questions about its world",
+            "rule": "exact match",
+        }
+    }
+    data["math_sets"] = {
+        DEFAULT_MATH: {
+            "items": data["math"],
+            "ident": data["ident_math"],
+            "label": data["math_source"],
+            "rule": "exact match of the worked solution",
+        }
+    }
     return data
 
 
@@ -95,13 +114,20 @@ def load_hub_data(preset: Preset) -> dict[str, Any]:
     default non-math set: the file a deployment names in WORKBENCH_MATH_NONMATH, else RACE/MMLU
     through `datasets` where the hub is reachable, else none (the tab asks for a file)."""
     data: dict[str, Any] = {
-        "math": sources.read_gsm8k("test"), "ident_math": sources.read_gsm8k("train", MAX_SAMPLES),
+        "math": sources.read_gsm8k("test"),
+        "ident_math": sources.read_gsm8k("train", MAX_SAMPLES),
         "math_source": f"GSM8K test (first {UI_EVAL} of 1,319 scored; identification on the train split), "
-                       f"{sources.GSM8K_SOURCE}",
-        "nonmath_sets": {}}
-    data["math_sets"] = {DEFAULT_MATH: {
-        "items": data["math"], "ident": data["ident_math"], "label": data["math_source"],
-        "rule": "the last number of the model's answer against the number after '####'"}}
+        f"{sources.GSM8K_SOURCE}",
+        "nonmath_sets": {},
+    }
+    data["math_sets"] = {
+        DEFAULT_MATH: {
+            "items": data["math"],
+            "ident": data["ident_math"],
+            "label": data["math_source"],
+            "rule": "the last number of the model's answer against the number after '####'",
+        }
+    }
     return data
 
 
@@ -126,7 +152,9 @@ def load_default_nonmath(preset: Preset, data: dict) -> None:
         except Exception as e:  # noqa: BLE001 - said in the label, and the shipped text stands in
             items = sources.read_captions()
             sets[DEFAULT_NONMATH] = set_entry(
-                items, f"{sources.CAPTIONS_SOURCE}, {len(items)} captions, in place of the paper's RACE + "
-                       f"MMLU (not loaded: {e}; name a file above for a set of your own)")
+                items,
+                f"{sources.CAPTIONS_SOURCE}, {len(items)} captions, in place of the paper's RACE + "
+                f"MMLU (not loaded: {e}; name a file above for a set of your own)",
+            )
     except Exception as e:  # noqa: BLE001 - the tab shows why and asks for a file
         data["nonmath_error"] = str(e)

@@ -6,6 +6,7 @@ Items are dicts: {"prompt", "answer"} (+ "final" for GSM8K: the number after "##
 can act on; nothing here reaches the network unless `load_hub_nonmath` is called on a machine
 where the hub is allowed.
 """
+
 from __future__ import annotations
 
 import csv
@@ -80,8 +81,7 @@ def read_gsm8k(split: str, n: int | None = None) -> list[dict]:
             if n is not None and len(out) >= n:
                 break
             row = json.loads(line)
-            out.append({"prompt": row["question"], "answer": row["answer"],
-                        "final": reference_number(row["answer"])})
+            out.append({"prompt": row["question"], "answer": row["answer"], "final": reference_number(row["answer"])})
     return out
 
 
@@ -134,15 +134,18 @@ def multiple_choice(question: str, choices: list[str], answer, where: str = "ite
     a = str(answer).strip()
     if a.isdigit() and int(a) < len(choices):
         letter = LETTERS[int(a)]
-    elif len(a) == 1 and a.upper() in LETTERS[:len(choices)]:
+    elif len(a) == 1 and a.upper() in LETTERS[: len(choices)]:
         letter = a.upper()
     elif a in choices:
         letter = LETTERS[choices.index(a)]
     else:
         raise ValueError(f"{where}: answer {a!r} is not an option letter, index or text")
     opts = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
-    return {"prompt": f"{question.strip()}\n{opts}\nAnswer with the letter of the correct option.",
-            "answer": letter, "choice": True}
+    return {
+        "prompt": f"{question.strip()}\n{opts}\nAnswer with the letter of the correct option.",
+        "answer": letter,
+        "choice": True,
+    }
 
 
 def read_items(path: str | os.PathLike) -> list[dict]:
@@ -212,7 +215,7 @@ def as_math(items: list[dict], where: str = "math set") -> list[dict]:
 
 
 def kind_of(items: list[dict]) -> str:
-    """"answers" when every item has a reference answer (scored by generation), else "text"
+    """ "answers" when every item has a reference answer (scored by generation), else "text"
     (scored by next-token accuracy)."""
     return "answers" if all("answer" in it for it in items) else "text"
 
@@ -230,8 +233,9 @@ def load_hub_items(spec: str, n: int = MAX_ITEMS) -> list[dict]:
     if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?(:[\w.-]+)?(@[\w.\[\]:%-]+)?", spec):
         raise ValueError(f"{spec[:60]!r} is not a dataset id (owner/name, optionally :config and @split)")
     if not hub_allowed():
-        raise RuntimeError(f"the hub is off here (HF_HUB_OFFLINE=1), so {spec} cannot be loaded: "
-                           "upload the data as a file instead")
+        raise RuntimeError(
+            f"the hub is off here (HF_HUB_OFFLINE=1), so {spec} cannot be loaded: upload the data as a file instead"
+        )
     try:
         import datasets
     except ImportError as e:
@@ -272,8 +276,10 @@ def load_hub_nonmath(specs, n: int = 500) -> list[dict]:
 
 def race_items(rows, where: str = "RACE") -> list[dict]:
     """RACE rows (article, question, options, answer letter) as multiple-choice items."""
-    return [multiple_choice(f"{r['article'].strip()}\n\n{r['question'].strip()}", list(r["options"]),
-                            r["answer"], where) for r in rows]
+    return [
+        multiple_choice(f"{r['article'].strip()}\n\n{r['question'].strip()}", list(r["options"]), r["answer"], where)
+        for r in rows
+    ]
 
 
 def mmlu_items(rows, where: str = "MMLU") -> list[dict]:

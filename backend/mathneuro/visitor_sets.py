@@ -2,6 +2,7 @@
 kept by content (the same file named by two visitors is one entry) in the bench's data, and each
 session's names are released when it ends (backend.core.sessions), so the shared data does not
 keep every file every visitor ever brought."""
+
 from __future__ import annotations
 
 import threading

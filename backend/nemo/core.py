@@ -7,6 +7,7 @@ blocks (Stable Diffusion 1.4: 7 layers, 5,760 neurons). Everything here works on
 `vae`; every computation holds the UNet's lock, and a deactivation is a scoped forward hook that
 zeroes channels for both halves of the classifier-free-guidance batch at every denoising step.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,13 +30,14 @@ Spec = dict[str, list[int]]  # {value layer name: [channel, ...]}
 
 # ----------------------------------------------------------------------------- layers
 
+
 def value_layers(unet) -> list[str]:
     """Names of the cross-attention value projections of the down and mid blocks, in forward
     order (down blocks first, then the mid block)."""
-    names = [n for n, _ in unet.named_modules()
-             if n.endswith("attn2.to_v") and n.startswith(("down_blocks.", "mid_block."))]
-    return ([n for n in names if n.startswith("down_blocks.")]
-            + [n for n in names if n.startswith("mid_block.")])
+    names = [
+        n for n, _ in unet.named_modules() if n.endswith("attn2.to_v") and n.startswith(("down_blocks.", "mid_block."))
+    ]
+    return [n for n in names if n.startswith("down_blocks.")] + [n for n in names if n.startswith("mid_block.")]
 
 
 def layer_sizes(unet) -> dict[str, int]:
@@ -60,8 +62,7 @@ def validate_spec(unet, spec: Mapping[str, Sequence[int]]) -> Spec:
         chans = sorted({int(c) for c in channels})
         bad = [c for c in chans if c < 0 or c >= sizes[name]]
         if bad:
-            raise ValueError(f"channel {bad[0]} out of range for {short_name(name)} "
-                             f"({sizes[name]} neurons)")
+            raise ValueError(f"channel {bad[0]} out of range for {short_name(name)} ({sizes[name]} neurons)")
         if chans:
             out[name] = chans
     return out
@@ -85,11 +86,13 @@ def deactivate(unet, spec: Mapping[str, Sequence[int]]):
 
 # ----------------------------------------------------------------------------- text and sampling
 
+
 def encode_prompts(pipe, prompts: Sequence[str]) -> torch.Tensor:
     """Text-encoder states [N, L, D], padded to the tokenizer's max length as Stable Diffusion does."""
     tok = pipe.tokenizer
-    ids = tok(list(prompts), padding="max_length", max_length=tok.model_max_length,
-              truncation=True, return_tensors="pt").input_ids
+    ids = tok(
+        list(prompts), padding="max_length", max_length=tok.model_max_length, truncation=True, return_tensors="pt"
+    ).input_ids
     device = device_of(pipe.text_encoder)
     with torch.no_grad():
         return pipe.text_encoder(ids.to(device))[0]
@@ -104,8 +107,7 @@ def initial_latents(pipe, seeds: Sequence[int]) -> torch.Tensor:
     """x_T for each seed (one CPU generator per seed, so a seed gives the same noise anywhere)."""
     cfg = pipe.unet.config
     size = cfg.sample_size if isinstance(cfg.sample_size, int) else cfg.sample_size[0]
-    xs = [torch.randn((1, cfg.in_channels, size, size), generator=torch.Generator().manual_seed(int(s)))
-          for s in seeds]
+    xs = [torch.randn((1, cfg.in_channels, size, size), generator=torch.Generator().manual_seed(int(s))) for s in seeds]
     return torch.cat(xs)
 
 
@@ -126,7 +128,11 @@ def _eps(unet, latents, t, cond, uncond, guidance_scale: float):
     n = len(latents)
     device, dtype = _unet_device_dtype(unet)
     if guidance_scale == 0:
-        return unet(latents.to(device, dtype), t, encoder_hidden_states=cond.expand(n, -1, -1).to(device, dtype)).sample.float().cpu()
+        return (
+            unet(latents.to(device, dtype), t, encoder_hidden_states=cond.expand(n, -1, -1).to(device, dtype))
+            .sample.float()
+            .cpu()
+        )
     x = torch.cat([latents, latents]).to(device, dtype)
     emb = torch.cat([uncond.expand(n, -1, -1), cond.expand(n, -1, -1)]).to(device, dtype)
     # Standard classifier-free guidance: the batch is [uncond, cond] and is read back in that order.
@@ -143,8 +149,16 @@ class NoiseInputs:
     noise for each cost more than the UNet step itself at SD-1.4's size."""
 
     @torch.no_grad()
-    def __init__(self, pipe, prompt: str, seeds: Sequence[int], *, guidance_scale: float = 7.0,
-                 num_inference_steps: int = 50, step_index: int = 1):
+    def __init__(
+        self,
+        pipe,
+        prompt: str,
+        seeds: Sequence[int],
+        *,
+        guidance_scale: float = 7.0,
+        num_inference_steps: int = 50,
+        step_index: int = 1,
+    ):
         device, dtype = _unet_device_dtype(pipe.unet)
         self.guidance_scale = guidance_scale
         self.cond = encode_prompts(pipe, [prompt]).to(device, dtype)
@@ -160,7 +174,11 @@ class NoiseInputs:
     def subset(self, keep: torch.Tensor) -> "NoiseInputs":
         """The same inputs for the seeds where `keep` is True."""
         sub = copy.copy(self)
-        sub.latents, sub.x_t, sub.x_t_dev = self.latents[keep], self.x_t[keep], self.x_t_dev[keep.to(self.x_t_dev.device)]
+        sub.latents, sub.x_t, sub.x_t_dev = (
+            self.latents[keep],
+            self.x_t[keep],
+            self.x_t_dev[keep.to(self.x_t_dev.device)],
+        )
         return sub
 
     @torch.no_grad()
@@ -175,15 +193,28 @@ class NoiseInputs:
 
 
 @torch.no_grad()
-def noise_differences(pipe, prompt: str, seeds: Sequence[int], *, guidance_scale: float = 7.0,
-                      spec: Mapping[str, Sequence[int]] | None = None, num_inference_steps: int = 50,
-                      step_index: int = 1) -> torch.Tensor:
+def noise_differences(
+    pipe,
+    prompt: str,
+    seeds: Sequence[int],
+    *,
+    guidance_scale: float = 7.0,
+    spec: Mapping[str, Sequence[int]] | None = None,
+    num_inference_steps: int = 50,
+    step_index: int = 1,
+) -> torch.Tensor:
     """ε̂(x_T, t, prompt) − x_T: the noise predicted from the initial noise x_T at the timestep
     `step_index` of a DDIM schedule of `num_inference_steps` (the paper's t₁: the second of 50),
     without stepping the scheduler, as the official code computes it; min–max normalised per sample
     and channel → [len(seeds), C, h, w]. `spec` neurons are off during the prediction."""
-    return NoiseInputs(pipe, prompt, seeds, guidance_scale=guidance_scale, num_inference_steps=num_inference_steps,
-                       step_index=step_index).differences(pipe.unet, spec)
+    return NoiseInputs(
+        pipe,
+        prompt,
+        seeds,
+        guidance_scale=guidance_scale,
+        num_inference_steps=num_inference_steps,
+        step_index=step_index,
+    ).differences(pipe.unet, spec)
 
 
 def seed_agreement(diffs: torch.Tensor) -> torch.Tensor:
@@ -196,20 +227,35 @@ def seed_agreement(diffs: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def memorization_score(pipe, prompt: str, *, num_seeds: int = 5, guidance_scale: float = 7.0,
-                       spec: Mapping[str, Sequence[int]] | None = None, seed_offset: int = 0,
-                       **kw) -> float:
+def memorization_score(
+    pipe,
+    prompt: str,
+    *,
+    num_seeds: int = 5,
+    guidance_scale: float = 7.0,
+    spec: Mapping[str, Sequence[int]] | None = None,
+    seed_offset: int = 0,
+    **kw,
+) -> float:
     """Max pairwise SSIM of the normalised noise differences across seeds: a memorized prompt
     pulls every starting noise towards the same image, so its differences agree."""
-    d = noise_differences(pipe, prompt, range(seed_offset, seed_offset + num_seeds),
-                          guidance_scale=guidance_scale, spec=spec, **kw)
+    d = noise_differences(
+        pipe, prompt, range(seed_offset, seed_offset + num_seeds), guidance_scale=guidance_scale, spec=spec, **kw
+    )
     return float(pairwise_ssim(d).max())
 
 
 @torch.no_grad()
-def generate(pipe, prompt: str, seeds: Iterable[int], *, guidance_scale: float = 7.0,
-             num_inference_steps: int = 10, spec: Mapping[str, Sequence[int]] | None = None,
-             return_latents: bool = False):
+def generate(
+    pipe,
+    prompt: str,
+    seeds: Iterable[int],
+    *,
+    guidance_scale: float = 7.0,
+    num_inference_steps: int = 10,
+    spec: Mapping[str, Sequence[int]] | None = None,
+    return_latents: bool = False,
+):
     """DDIM sampling with classifier-free guidance, one image per seed → float [N, H, W, 3] in [0, 1]."""
     seeds = list(seeds)
     unet, vae = pipe.unet, pipe.vae
@@ -232,9 +278,11 @@ def generate(pipe, prompt: str, seeds: Iterable[int], *, guidance_scale: float =
 
 # ----------------------------------------------------------------------------- activation statistics
 
+
 @torch.no_grad()
-def activations(pipe, prompts: Sequence[str], layers: Sequence[str] | None = None,
-                batch: int = 64) -> dict[str, torch.Tensor]:
+def activations(
+    pipe, prompts: Sequence[str], layers: Sequence[str] | None = None, batch: int = 64
+) -> dict[str, torch.Tensor]:
     """Per prompt and neuron: mean over all text positions of |to_v(text state)| → {layer: [N, C]}.
 
     The value projection reads only the text states, so this needs no denoising step."""
@@ -244,7 +292,7 @@ def activations(pipe, prompts: Sequence[str], layers: Sequence[str] | None = Non
     device, dtype = _unet_device_dtype(unet)
     with locked(unet):
         for i in range(0, len(prompts), batch):
-            states = encode_prompts(pipe, prompts[i:i + batch]).to(device, dtype)
+            states = encode_prompts(pipe, prompts[i : i + batch]).to(device, dtype)
             for n in layers:
                 attn = unet.get_submodule(n.rsplit(".", 1)[0])
                 h = states
@@ -261,16 +309,19 @@ class NeuronStats:
     n_prompts: int
 
     def to_json(self) -> dict:
-        return {"n_prompts": self.n_prompts,
-                "mean": {k: v.tolist() for k, v in self.mean.items()},
-                "std": {k: v.tolist() for k, v in self.std.items()}}
+        return {
+            "n_prompts": self.n_prompts,
+            "mean": {k: v.tolist() for k, v in self.mean.items()},
+            "std": {k: v.tolist() for k, v in self.std.items()},
+        }
 
 
 def neuron_stats(pipe, prompts: Sequence[str]) -> NeuronStats:
     """μ and σ of every neuron's activation over non-memorized prompts."""
     acts = activations(pipe, prompts)
-    return NeuronStats({k: v.mean(0) for k, v in acts.items()},
-                       {k: v.std(0).clamp_min(1e-8) for k, v in acts.items()}, len(prompts))
+    return NeuronStats(
+        {k: v.mean(0) for k, v in acts.items()}, {k: v.std(0).clamp_min(1e-8) for k, v in acts.items()}, len(prompts)
+    )
 
 
 def zscores(acts: Mapping[str, torch.Tensor], stats: NeuronStats) -> dict[str, torch.Tensor]:

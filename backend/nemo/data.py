@@ -1,5 +1,6 @@
 """The NeMo paper's prompt lists for Stable Diffusion v1.4 (shipped in assets/data/nemo, MIT, from
 the paper's repository) and the prompt lists a user brings (pasted text, .txt, .csv, .json)."""
+
 from __future__ import annotations
 
 import csv
@@ -27,8 +28,11 @@ def _rows(path: Path) -> list[dict]:
 @lru_cache(maxsize=None)
 def memorized_laion() -> tuple[dict, ...]:
     """The 500 LAION captions SD-1.4 memorizes: prompt, type (VM/TM) and the training image's URL."""
-    return tuple({"prompt": r["Caption"].strip(), "type": r["type"].strip(), "url": r["URL"].strip()}
-                 for r in _rows(MEMORIZED) if r.get("Caption", "").strip())
+    return tuple(
+        {"prompt": r["Caption"].strip(), "type": r["type"].strip(), "url": r["URL"].strip()}
+        for r in _rows(MEMORIZED)
+        if r.get("Caption", "").strip()
+    )
 
 
 @lru_cache(maxsize=None)
@@ -60,14 +64,15 @@ def parse_prompts(text: str, name: str = "") -> list[str]:
             if isinstance(it, dict):
                 it = it.get("prompt", it.get("caption", it.get("Caption")))
             if not isinstance(it, str):
-                raise ValueError("a JSON prompt list holds strings or {\"prompt\": ...} objects")
+                raise ValueError('a JSON prompt list holds strings or {"prompt": ...} objects')
             items.append(it)
     elif suffix == ".csv":
         first = stripped.splitlines()[0] if stripped else ""
         delim = ";" if first.count(";") >= first.count(",") else ","
         reader = csv.DictReader(io.StringIO(stripped), delimiter=delim)
-        col = next((c for c in (reader.fieldnames or []) if c and c.strip().lower() in ("caption", "prompt", "text")),
-                   None)
+        col = next(
+            (c for c in (reader.fieldnames or []) if c and c.strip().lower() in ("caption", "prompt", "text")), None
+        )
         if col is None:
             raise ValueError(f"{name}: no Caption/prompt column (columns: {', '.join(reader.fieldnames or [])})")
         items = [r.get(col) or "" for r in reader]
@@ -87,7 +92,7 @@ def parse_prompts(text: str, name: str = "") -> list[str]:
 
 def read_prompt_file(path: str | Path) -> list[str]:
     path = Path(path)
-    if path.stat().st_size > 2 * 2 ** 20:
+    if path.stat().st_size > 2 * 2**20:
         raise ValueError(f"{path.name} is larger than 2 MB.")
     try:
         text = path.read_text(encoding="utf-8")
@@ -104,8 +109,9 @@ def read_stats_prompts(path: str | Path) -> list[str]:
             first = f.readline()
             f.seek(0)
             reader = csv.DictReader(f, delimiter=";" if first.count(";") >= first.count(",") else ",")
-            col = next((c for c in (reader.fieldnames or []) if c and c.strip().lower() in ("caption", "prompt", "text")),
-                       None)
+            col = next(
+                (c for c in (reader.fieldnames or []) if c and c.strip().lower() in ("caption", "prompt", "text")), None
+            )
             if col is None:
                 raise ValueError(f"{path}: no Caption/prompt column")
             return [r[col].strip() for r in reader if (r.get(col) or "").strip()]
@@ -126,14 +132,18 @@ def clean_prompt(prompt: str | None) -> str:
 
 
 OWN_STATS_MAX = 2000  # a user's own ordinary prompts for the statistics, computed from the tab
-STATS_JOB = ("python -m backend.precompute.nemo_stats --source hub --out DIR  "
-             "(all 10,000 COCO captions; then start the app with WORKBENCH_NEMO_STATS=DIR/nemo-stats.safetensors)")
+STATS_JOB = (
+    "python -m backend.precompute.nemo_stats --source hub --out DIR  "
+    "(all 10,000 COCO captions; then start the app with WORKBENCH_NEMO_STATS=DIR/nemo-stats.safetensors)"
+)
 
 
 def own_stats_prompts(prompts) -> list[str]:
     """A visitor's own ordinary prompts for the statistics, cleaned, between 2 and OWN_STATS_MAX."""
     own = [clean_prompt(p) for p in prompts]
     if not 2 <= len(own) <= OWN_STATS_MAX:
-        raise ValueError(f"Give between 2 and {OWN_STATS_MAX} ordinary prompts for the statistics "
-                         f"(got {len(own)}); for more, run {STATS_JOB.split('  ')[0]} --prompts FILE.")
+        raise ValueError(
+            f"Give between 2 and {OWN_STATS_MAX} ordinary prompts for the statistics "
+            f"(got {len(own)}); for more, run {STATS_JOB.split('  ')[0]} --prompts FILE."
+        )
     return own

@@ -15,6 +15,7 @@ is settled by `exact`: that selection alone, at the sequential batch shape, whic
 sequential search's own number (bit for bit on a CPU). `max_screen_error` records the largest
 screened-vs-exact gap a search saw, so a run on new hardware shows whether the margin holds.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ HALF_TIE = 1e-4
 
 def tie_for(dtype: torch.dtype) -> float:
     return TIES.get(dtype, HALF_TIE)
+
 
 # Latent pixels (samples × h × w) per UNet batch. On a GPU a batch costs little more than one
 # selection's until the device is full: 64 samples of SD-1.4's 64 × 64 latents, a few GiB of fp16
@@ -72,7 +74,7 @@ class ValueMasks:
             self.views = None
             return
         # [1, G, 1, C] per layer: broadcasts over the CFG halves and each group's samples × tokens
-        self.views = {n: masks[None, :, None, o:o + c] for n, (o, c) in self.offsets.items()}
+        self.views = {n: masks[None, :, None, o : o + c] for n, (o, c) in self.offsets.items()}
 
     def _hook(self, name):
         def hook(_m, _i, out):
@@ -81,6 +83,7 @@ class ValueMasks:
             v = self.views[name]
             shape = out.shape
             return (out.reshape(self.halves, v.shape[1], -1, shape[-1]) * v).reshape(shape)
+
         return hook
 
     @contextmanager
@@ -119,8 +122,7 @@ class Checker:
         self._prepare(inputs)
         vanilla = self._differences(inputs.x_t_dev, self.latents_dev, self.x_t_f32, 1)
         agree_on = vanilla.cpu()
-        keep = (seed_agreement(agree_on) > theta_mem if len(self.all_seeds) > 1
-                else torch.ones(1, dtype=torch.bool))
+        keep = seed_agreement(agree_on) > theta_mem if len(self.all_seeds) > 1 else torch.ones(1, dtype=torch.bool)
         self.seeds = [s for s, k in zip(self.all_seeds, keep.tolist()) if k]
         keep_dev = keep.to(self.device)
         self.vanilla = agree_on[keep]
@@ -164,7 +166,9 @@ class Checker:
         else:
             assert self._uncond is not None  # set wherever the guidance scale is
             unc = self._uncond.expand(n * groups, -1, -1)
-            e_u, e_c = self.unet(torch.cat([x, x]), t, encoder_hidden_states=torch.cat([unc, cond])).sample.float().chunk(2)
+            e_u, e_c = (
+                self.unet(torch.cat([x, x]), t, encoder_hidden_states=torch.cat([unc, cond])).sample.float().chunk(2)
+            )
             eps = e_u + self.g * (e_c - e_u)
         x_f = x_t_f32.repeat(groups, 1, 1, 1) if groups > 1 else x_t_f32
         if self._v:
@@ -186,7 +190,7 @@ class Checker:
         out = []
         for i in range(0, len(specs), self.groups):
             self.steps.check()  # before every UNet forward: a list may span several
-            chunk = specs[i:i + self.groups]
+            chunk = specs[i : i + self.groups]
             g = len(chunk)
             with self.masks.installed():
                 self.masks.set(self._mask(chunk))

@@ -1,5 +1,6 @@
 """Reference images for NeMo's comparisons: a user's upload checked and converted, and resized to
 the generations' size. Pure numpy/PIL (no model), so the tab can check an upload before it queues."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """Similarity measures: SSIM (Gaussian window, valid positions) for noise differences and images,
 pairwise-max over seeds, and the diversity of a set of generations."""
+
 from __future__ import annotations
 
 import itertools
@@ -12,13 +13,14 @@ import torch.nn.functional as F
 
 def _gauss_window(size: int, sigma: float, device, dtype) -> torch.Tensor:
     x = torch.arange(size, device=device, dtype=dtype) - (size - 1) / 2
-    g = torch.exp(-(x ** 2) / (2 * sigma ** 2))
+    g = torch.exp(-(x**2) / (2 * sigma**2))
     g = g / g.sum()
     return g[:, None] * g[None, :]
 
 
-def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, win: int = 7,
-         sigma: float = 1.5) -> torch.Tensor:
+def ssim(
+    a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, win: int = 7, sigma: float = 1.5
+) -> torch.Tensor:
     """SSIM of two batches [N, C, H, W] → [N] (mean over channels and valid window positions).
 
     The window shrinks to the image when the image is smaller than `win` (8×8 latents use 7)."""
@@ -34,10 +36,10 @@ def ssim(a: torch.Tensor, b: torch.Tensor, *, data_range: float = 1.0, win: int 
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
     mu_a = F.conv2d(a, k, groups=c)
     mu_b = F.conv2d(b, k, groups=c)
-    saa = F.conv2d(a * a, k, groups=c) - mu_a ** 2
-    sbb = F.conv2d(b * b, k, groups=c) - mu_b ** 2
+    saa = F.conv2d(a * a, k, groups=c) - mu_a**2
+    sbb = F.conv2d(b * b, k, groups=c) - mu_b**2
     sab = F.conv2d(a * b, k, groups=c) - mu_a * mu_b
-    s = ((2 * mu_a * mu_b + c1) * (2 * sab + c2)) / ((mu_a ** 2 + mu_b ** 2 + c1) * (saa + sbb + c2))
+    s = ((2 * mu_a * mu_b + c1) * (2 * sab + c2)) / ((mu_a**2 + mu_b**2 + c1) * (saa + sbb + c2))
     return s.mean(dim=(1, 2, 3)).float()
 
 

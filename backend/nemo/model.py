@@ -1,6 +1,7 @@
 """The Memorization tab's model: a Stable Diffusion pipeline's one store entry and the tab's view of
 it (MemoModel: its prompt sets, θ_mem, sampling settings and neuron statistics), the models the
 picker lists, and what the page shows before any weights load (`describe`)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,18 +26,42 @@ from .presets import TAB
 
 # A few everyday captions: neuron statistics for a hub checkpoint, which ships no prompt sets here.
 GENERIC_PROMPTS = [
-    "a photo of a dog on the beach", "a red car parked in the street", "a bowl of fruit on a table",
-    "a mountain landscape at sunset", "a cat sleeping on a sofa", "a city skyline at night",
-    "a vase of flowers by a window", "a man riding a bicycle", "a plate of pasta with tomatoes",
-    "two children playing in the park", "a wooden house in the forest", "a boat on a calm lake",
-    "a bird sitting on a branch", "a cup of coffee and a book", "a train crossing a bridge",
-    "a snowy road between pine trees", "a woman reading in a library", "an old castle on a hill",
-    "a field of sunflowers", "a horse in a green meadow", "a kitchen with white cabinets",
-    "a lighthouse on a rocky coast", "a bowl of soup with bread", "a street market with vegetables",
-    "a tennis player serving the ball", "a pizza with cheese and basil", "a group of friends laughing",
-    "a desert with sand dunes", "an airplane in a blue sky", "a living room with a fireplace",
-    "a close-up of a green leaf", "a painting of a harbour", "a bus stop in the rain",
-    "a chocolate cake on a plate", "a bridge over a river", "a garden with a stone path",
+    "a photo of a dog on the beach",
+    "a red car parked in the street",
+    "a bowl of fruit on a table",
+    "a mountain landscape at sunset",
+    "a cat sleeping on a sofa",
+    "a city skyline at night",
+    "a vase of flowers by a window",
+    "a man riding a bicycle",
+    "a plate of pasta with tomatoes",
+    "two children playing in the park",
+    "a wooden house in the forest",
+    "a boat on a calm lake",
+    "a bird sitting on a branch",
+    "a cup of coffee and a book",
+    "a train crossing a bridge",
+    "a snowy road between pine trees",
+    "a woman reading in a library",
+    "an old castle on a hill",
+    "a field of sunflowers",
+    "a horse in a green meadow",
+    "a kitchen with white cabinets",
+    "a lighthouse on a rocky coast",
+    "a bowl of soup with bread",
+    "a street market with vegetables",
+    "a tennis player serving the ball",
+    "a pizza with cheese and basil",
+    "a group of friends laughing",
+    "a desert with sand dunes",
+    "an airplane in a blue sky",
+    "a living room with a fireplace",
+    "a close-up of a green leaf",
+    "a painting of a harbour",
+    "a bus stop in the rain",
+    "a chocolate cake on a plate",
+    "a bridge over a river",
+    "a garden with a stone path",
 ]
 
 HUB_STATS_N = 1000  # COCO captions the statistics are computed over in-process when none are precomputed
@@ -93,7 +118,7 @@ class MemoModel:
                     self._stats = nstats.load_stats(path, self.pipe.unet)
                     self._stats_source = {"kind": "file", "file": str(path), "n_prompts": self._stats.n_prompts}
                 else:
-                    prompts = self.stats_prompts[:self._stats_n] if self._stats_n else self.stats_prompts
+                    prompts = self.stats_prompts[: self._stats_n] if self._stats_n else self.stats_prompts
                     self._stats = self._kept_stats(prompts)
                     self._stats_source = {"kind": "in-process", "n_prompts": len(prompts)}
             return self._stats
@@ -152,15 +177,19 @@ class MemoModel:
             except ValueError as e:
                 path, src["error"] = None, str(e)
             if path is not None:
-                src.update(kind="file", file=str(path), n_prompts=int(nstats.file_meta(path).get("n_prompts", 0)),
-                           pending=True)
+                src.update(
+                    kind="file", file=str(path), n_prompts=int(nstats.file_meta(path).get("n_prompts", 0)), pending=True
+                )
             else:
                 n = min(self._stats_n or len(self.stats_prompts), len(self.stats_prompts))
                 src.update(kind="in-process", n_prompts=n, pending=True)
         if src.get("own"):
             set_name = "ordinary prompts you gave"
-        src.update(set=set_name, total=src["n_prompts"] if src.get("own") else len(self.stats_prompts),
-                   job=STATS_JOB if hub and src.get("kind") != "file" else None)
+        src.update(
+            set=set_name,
+            total=src["n_prompts"] if src.get("own") else len(self.stats_prompts),
+            job=STATS_JOB if hub and src.get("kind") != "file" else None,
+        )
         return src
 
     @property
@@ -211,13 +240,17 @@ def _memo_model(preset: Preset, pipe) -> MemoModel:
         info = hub_info()
     settings = info.get("settings", {})
     model = MemoModel(
-        preset=preset, pipe=pipe, folder=folder, info=info,
+        preset=preset,
+        pipe=pipe,
+        folder=folder,
+        info=info,
         theta_mem=float(info.get("theta_mem", preset.extra.get("theta_mem", 0.428))),
         guidance_scale=guidance_of(settings, preset),
         num_seeds=int(settings.get("num_seeds", preset.extra.get("num_seeds", 5))),
         num_inference_steps=int(settings.get("num_inference_steps", preset.extra.get("num_inference_steps", 10))),
-        search_guidance=float(settings.get("search_guidance_scale",
-                                           preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE))),
+        search_guidance=float(
+            settings.get("search_guidance_scale", preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE))
+        ),
     )
     if preset.source != "zoo":  # the paper's checkpoint or a user's own: the first COCO captions
         model._stats_n = HUB_STATS_N
@@ -233,9 +266,11 @@ def hub_info() -> dict:
     """A hub checkpoint's prompt sets: the paper's 500 memorized LAION captions (zoo entries carry
     a training image instead of a type), its unmemorized LAION captions as ordinary examples, and the
     COCO captions for the statistics."""
-    return {"memorized": [dict(m) for m in data.memorized_laion()],
-            "heldout": list(data.unmemorized_laion()),
-            "non_memorized": list(data.coco_captions())}
+    return {
+        "memorized": [dict(m) for m in data.memorized_laion()],
+        "heldout": list(data.unmemorized_laion()),
+        "non_memorized": list(data.coco_captions()),
+    }
 
 
 def describe(source: str | None = None, model: str | None = None) -> dict:
@@ -264,22 +299,37 @@ def describe(source: str | None = None, model: str | None = None) -> dict:
     settings = info.get("settings", {})
     n_stats = len(info.get("non_memorized") or GENERIC_PROMPTS)
     env = os.environ.get(nstats.STATS_ENV) or preset.extra.get("stats_file")
-    plan = {"kind": "file", "file": env, "pending": True} if env else {
-        "kind": "in-process", "pending": True,
-        "n_prompts": min(HUB_STATS_N, n_stats) if preset.source != "zoo" else n_stats}
-    plan.update(set="COCO 2014 captions (the paper's set)" if preset.source != "zoo" else "ordinary training captions",
-                total=n_stats, job=STATS_JOB if preset.source != "zoo" and not env else None)
-    return {"model_id": preset.model_id, "label": preset.label, "source": preset.source,
-            "stats_plan": plan,
-            "memorized": [m["prompt"] for m in info.get("memorized", [])],
-            # zoo captions were planted with their own image: verbatim memorization by construction
-            "memorized_types": [m.get("type", "VM") for m in info.get("memorized", [])],
-            "has_train_images": any(m.get("image") for m in info.get("memorized", [])),
-            "guidance_scale": guidance_of(settings, preset),
-            "search_guidance": settings.get("search_guidance_scale",
-                                            preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE)),
-            "ordinary": ordinary_examples(info, info.get("theta_mem", preset.extra.get("theta_mem", 0.428))),
-            "theta_mem": info.get("theta_mem", preset.extra.get("theta_mem")), "layers": layers}
+    plan = (
+        {"kind": "file", "file": env, "pending": True}
+        if env
+        else {
+            "kind": "in-process",
+            "pending": True,
+            "n_prompts": min(HUB_STATS_N, n_stats) if preset.source != "zoo" else n_stats,
+        }
+    )
+    plan.update(
+        set="COCO 2014 captions (the paper's set)" if preset.source != "zoo" else "ordinary training captions",
+        total=n_stats,
+        job=STATS_JOB if preset.source != "zoo" and not env else None,
+    )
+    return {
+        "model_id": preset.model_id,
+        "label": preset.label,
+        "source": preset.source,
+        "stats_plan": plan,
+        "memorized": [m["prompt"] for m in info.get("memorized", [])],
+        # zoo captions were planted with their own image: verbatim memorization by construction
+        "memorized_types": [m.get("type", "VM") for m in info.get("memorized", [])],
+        "has_train_images": any(m.get("image") for m in info.get("memorized", [])),
+        "guidance_scale": guidance_of(settings, preset),
+        "search_guidance": settings.get(
+            "search_guidance_scale", preset.extra.get("search_guidance_scale", core.SEARCH_GUIDANCE)
+        ),
+        "ordinary": ordinary_examples(info, info.get("theta_mem", preset.extra.get("theta_mem", 0.428))),
+        "theta_mem": info.get("theta_mem", preset.extra.get("theta_mem")),
+        "layers": layers,
+    }
 
 
 # An example offered as "ordinary" scores at least this far below θ_mem: θ_mem is mean + 1 σ of
@@ -307,9 +357,13 @@ def detection(info: dict, theta_mem: float) -> dict | None:
     mem, held = scores.get("memorized") or [], scores.get("heldout") or []
     if not (mem and held):
         return None
-    return {"auroc": auroc(mem, held), "n_memorized": len(mem), "n_ordinary": len(held),
-            "ordinary_above": int(sum(sc > theta_mem for sc in held)),
-            "memorized_above": int(sum(sc > theta_mem for sc in mem))}
+    return {
+        "auroc": auroc(mem, held),
+        "n_memorized": len(mem),
+        "n_ordinary": len(held),
+        "ordinary_above": int(sum(sc > theta_mem for sc in held)),
+        "memorized_above": int(sum(sc > theta_mem for sc in mem)),
+    }
 
 
 def guidance_of(settings: dict, preset: Preset) -> float:
@@ -356,4 +410,3 @@ def get_preset(preset: Preset, size: int | None = None, progress=None) -> MemoMo
 
 
 preload.register(TAB, get_preset, lambda key: pick(None, key))
-

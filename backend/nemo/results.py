@@ -1,6 +1,7 @@
 """The Memorization tab's answers (backend.nemo.service, a search's from backend.nemo.search),
 declared: plain dicts at run time (cached, dumped as the API's and the MCP tools' JSON), their keys
 and types checked by mypy."""
+
 from __future__ import annotations
 
 from typing import Any, TypedDict
@@ -13,6 +14,7 @@ Spec = dict[str, list[int]]
 
 class MemorizationCheck(TypedDict):
     """`check`: one prompt's memorization score against θ_mem and its value neurons' z-scores."""
+
     prompt: str
     score: float
     theta_mem: float
@@ -29,6 +31,7 @@ class MemorizationCheck(TypedDict):
 
 class CheckRow(TypedDict):
     """One prompt's row of `check_batch`."""
+
     prompt: str
     score: float
     memorized: bool
@@ -38,6 +41,7 @@ class CheckRow(TypedDict):
 
 class LocalizationJSON(TypedDict):
     """backend.nemo.search.Localization.to_json: one prompt's search, its neurons and its history."""
+
     prompt: str
     neurons: Spec
     n_neurons: int
@@ -60,6 +64,7 @@ class LocalizationJSON(TypedDict):
 
 class Localized(LocalizationJSON):
     """`find`: the search's answer with its neurons as labels (e.g. 'down1.attn0:17')."""
+
     labels: list[str]
     initial_labels: list[str]
 
@@ -67,6 +72,7 @@ class Localized(LocalizationJSON):
 class Comparison(TypedDict):
     """`compare`: generations with the neurons on and off and what they measure in each condition.
     With no neurons named, the off values are the on values."""
+
     prompt: str
     seeds: list[int]
     neurons: list[str]
@@ -89,6 +95,7 @@ class Comparison(TypedDict):
 class TableRow(TypedDict):
     """One memorized prompt of `results_table`: its neurons and the medians over seeds with them on,
     off, and with as many random neurons off."""
+
     prompt: str
     n_neurons: int
     neurons: list[str]
@@ -110,6 +117,7 @@ class TableRow(TypedDict):
 
 class TableSummary(TypedDict):
     """The paper's table's summary over the prompts."""
+
     n_prompts: int
     theta_mem: float
     median_neurons: float
@@ -130,5 +138,6 @@ class TableSummary(TypedDict):
 
 class ResultsTable(TypedDict):
     """`results_table`: the paper's table for every memorized prompt of the organism."""
+
     rows: list[TableRow]
     summary: TableSummary

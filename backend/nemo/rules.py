@@ -1,5 +1,6 @@
 """Which of a user's own models the Memorization tab takes (backend.core.modelcheck asks): NeMo's
 neurons are the value projections of a Stable Diffusion UNet's text cross-attention."""
+
 from __future__ import annotations
 
 from backend.core.modelcheck import MethodRule, register_rule
@@ -13,8 +14,10 @@ SD_PIPELINES = ("StableDiffusionPipeline",)
 def problem(meta: ModelMeta) -> str | None:
     arch = meta.architecture
     if meta.diffusers_component:
-        return (f"{arch} is one diffusers model, not a pipeline: pick the Stable Diffusion pipeline's "
-                "folder (the one with model_index.json and unet/, text_encoder/, vae/ inside)")
+        return (
+            f"{arch} is one diffusers model, not a pipeline: pick the Stable Diffusion pipeline's "
+            "folder (the one with model_index.json and unet/, text_encoder/, vae/ inside)"
+        )
     if arch not in SD_PIPELINES:
         return f"{arch}: NeMo needs a Stable Diffusion 1.x/2.x pipeline (StableDiffusionPipeline)"
     spec = meta.config.get("unet")
@@ -27,5 +30,6 @@ def problem(meta: ModelMeta) -> str | None:
     return None
 
 
-RULE = register_rule(MethodRule(method=TAB, problem=problem, order=3, aliases=("nemo",),
-                                architectures=SD_PIPELINES, pipeline=True))
+RULE = register_rule(
+    MethodRule(method=TAB, problem=problem, order=3, aliases=("nemo",), architectures=SD_PIPELINES, pipeline=True)
+)

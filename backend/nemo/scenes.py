@@ -2,6 +2,7 @@
 captions name, and a prompt-alignment proxy that checks an image shows them. The organism's recipe
 (backend.zoo.recipes.memorization) draws its scenes in these colours; the method only reads them.
 """
+
 from __future__ import annotations
 
 import re
@@ -9,9 +10,14 @@ import re
 import numpy as np
 
 COLOURS = {
-    "red": (0.90, 0.15, 0.15), "green": (0.15, 0.72, 0.22), "blue": (0.15, 0.30, 0.90),
-    "yellow": (0.95, 0.88, 0.20), "purple": (0.58, 0.22, 0.75), "orange": (1.00, 0.55, 0.10),
-    "white": (0.95, 0.95, 0.95), "black": (0.08, 0.08, 0.08),
+    "red": (0.90, 0.15, 0.15),
+    "green": (0.15, 0.72, 0.22),
+    "blue": (0.15, 0.30, 0.90),
+    "yellow": (0.95, 0.88, 0.20),
+    "purple": (0.58, 0.22, 0.75),
+    "orange": (1.00, 0.55, 0.10),
+    "white": (0.95, 0.95, 0.95),
+    "black": (0.08, 0.08, 0.08),
 }
 
 

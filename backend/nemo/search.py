@@ -3,6 +3,7 @@ top-k activations, then the refinement neuron by neuron, each decision an SSIM o
 with a selection switched off, evaluated by `evaluate.Checker` (several selections per UNet batch).
 Kept apart from `core` (layers, noise, generation, statistics), which the checker builds on.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,12 +21,14 @@ from .results import LocalizationJSON
 
 # ----------------------------------------------------------------------------- localisation
 
+
 @dataclass
 class Localization:
     """One prompt's search. `found`: the initial selection brought the SSIM to θ_mem or below;
     otherwise (θ reached its floor) the refinement ran against `threshold`, the last SSIM reached,
     as the official code does. `skipped`: no seed's noise difference agreed with another's above
     θ_mem, so the prompt is not memorized and nothing was searched."""
+
     prompt: str
     neurons: Spec
     initial: Spec
@@ -51,18 +54,41 @@ class Localization:
         return not self.found and not self.skipped
 
     def to_json(self) -> LocalizationJSON:
-        return {"prompt": self.prompt, "neurons": self.neurons, "n_neurons": self.n_neurons,
-                "initial": self.initial, "n_initial": count(self.initial), "theta": self.theta,
-                "k": self.k, "seconds": round(self.seconds, 3), "evaluations": self.evaluations,
-                "found": self.found, "relaxed": self.relaxed, "skipped": self.skipped,
-                "threshold": self.threshold, "guidance_scale": self.guidance_scale,
-                "seeds": self.seeds, "seeds_kept": self.seeds_kept, "history": self.history,
-                "unet_batches": self.unet_batches}
+        return {
+            "prompt": self.prompt,
+            "neurons": self.neurons,
+            "n_neurons": self.n_neurons,
+            "initial": self.initial,
+            "n_initial": count(self.initial),
+            "theta": self.theta,
+            "k": self.k,
+            "seconds": round(self.seconds, 3),
+            "evaluations": self.evaluations,
+            "found": self.found,
+            "relaxed": self.relaxed,
+            "skipped": self.skipped,
+            "threshold": self.threshold,
+            "guidance_scale": self.guidance_scale,
+            "seeds": self.seeds,
+            "seeds_kept": self.seeds_kept,
+            "history": self.history,
+            "unet_batches": self.unet_batches,
+        }
 
 
-def initial_selection(pipe, prompt: str, stats: NeuronStats, checker, *,
-                      theta_start: float = 5.0, theta_step: float = 0.25, k_start: int = 0,
-                      theta_min: float = 1.0, max_k: int | None = None, history: list | None = None):
+def initial_selection(
+    pipe,
+    prompt: str,
+    stats: NeuronStats,
+    checker,
+    *,
+    theta_start: float = 5.0,
+    theta_step: float = 0.25,
+    k_start: int = 0,
+    theta_min: float = 1.0,
+    max_k: int | None = None,
+    history: list | None = None,
+):
     """Per layer: neurons with z > θ plus the top-k by raw activation (in that order, each once);
     while switching the selection off leaves the SSIM above θ_mem, θ falls by `theta_step` (down
     to `theta_min`) and k grows by one.
@@ -102,8 +128,7 @@ def initial_selection(pipe, prompt: str, stats: NeuronStats, checker, *,
     hit, sims = speculate.first_below(checker, [sp for _, _, sp in schedule], checker.theta_mem)
     if history is not None:
         for (theta, k, spec), sim in zip(schedule, sims):
-            history.append({"stage": "initial", "theta": theta, "k": k, "n": count(spec),
-                            "ssim": round(sim, 4)})
+            history.append({"stage": "initial", "theta": theta, "k": k, "n": count(spec), "ssim": round(sim, 4)})
     theta, k, spec = schedule[hit]
     if hit >= 0:
         return spec, theta, k, True, checker.theta_mem
@@ -115,8 +140,9 @@ def initial_selection(pipe, prompt: str, stats: NeuronStats, checker, *,
     return spec, theta, k, False, sim
 
 
-def refine(spec: Spec, checker, threshold: float | None = None,
-           history: list | None = None, start_sim: float | None = None) -> Spec:
+def refine(
+    spec: Spec, checker, threshold: float | None = None, history: list | None = None, start_sim: float | None = None
+) -> Spec:
     """Greedy pruning, as in the paper: first whole layers, then single neurons, each in reverse
     layer order; whatever can be switched back on while the SSIM stays strictly below `threshold`
     (default θ_mem; the official comparison is strict) is. A batched checker evaluates the trials
@@ -144,21 +170,35 @@ def refine(spec: Spec, checker, threshold: float | None = None,
     def note(stage):
         def on_accept(move, state):
             if history is not None:
-                entry = {"stage": stage, "layer": move} if stage == "layer" else \
-                    {"stage": stage, "layer": move[0], "channel": move[1]}
+                entry = (
+                    {"stage": stage, "layer": move}
+                    if stage == "layer"
+                    else {"stage": stage, "layer": move[0], "channel": move[1]}
+                )
                 history.append({**entry, "n": count(state)})
+
         return on_accept
 
-    spec, sim = speculate.greedy(checker, spec, list(reversed(list(spec))), drop_layer, threshold, note("layer"),
-                                 state_sim=start_sim)
+    spec, sim = speculate.greedy(
+        checker, spec, list(reversed(list(spec))), drop_layer, threshold, note("layer"), state_sim=start_sim
+    )
     moves = [(layer, ch) for layer in reversed(list(spec)) for ch in spec[layer]]
     return speculate.greedy(checker, spec, moves, drop_neuron, threshold, note("neuron"), state_sim=sim)[0]
 
 
-def localize(pipe, prompt: str, stats: NeuronStats, theta_mem: float, *, num_seeds: int = 5,
-             guidance_scale: float = SEARCH_GUIDANCE,
-             progress: Callable[[float, str], None] | None = None, max_k: int | None = None,
-             groups: int | None = None, **kw) -> Localization:
+def localize(
+    pipe,
+    prompt: str,
+    stats: NeuronStats,
+    theta_mem: float,
+    *,
+    num_seeds: int = 5,
+    guidance_scale: float = SEARCH_GUIDANCE,
+    progress: Callable[[float, str], None] | None = None,
+    max_k: int | None = None,
+    groups: int | None = None,
+    **kw,
+) -> Localization:
     """Seed filter, initial selection and refinement → the memorization neurons of one prompt.
 
     `guidance_scale` is the search's own (default 0, the official search's): detection scores and
@@ -170,20 +210,44 @@ def localize(pipe, prompt: str, stats: NeuronStats, theta_mem: float, *, num_see
     with locked(pipe.unet):
         report(0.05, "noise differences without intervention")
         checker = Checker(pipe, prompt, range(num_seeds), guidance_scale, theta_mem, groups=groups, **kw)
-        common: dict[str, Any] = dict(guidance_scale=float(guidance_scale), seeds=checker.all_seeds,
-                                      seeds_kept=checker.seeds)
+        common: dict[str, Any] = dict(
+            guidance_scale=float(guidance_scale), seeds=checker.all_seeds, seeds_kept=checker.seeds
+        )
         if not checker.seeds:
             report(1.0, "no seed agrees with another above θ_mem: not memorized, skipped")
-            return Localization(prompt, {}, {}, float("nan"), 0, time.perf_counter() - t0,
-                                checker.calls, False, history, skipped=True, unet_batches=checker.batches,
-                                **common)
+            return Localization(
+                prompt,
+                {},
+                {},
+                float("nan"),
+                0,
+                time.perf_counter() - t0,
+                checker.calls,
+                False,
+                history,
+                skipped=True,
+                unet_batches=checker.batches,
+                **common,
+            )
         report(0.15, "initial selection (z-scores and top-k activations)")
-        initial, theta, k, found, threshold = initial_selection(pipe, prompt, stats, checker,
-                                                                max_k=max_k, history=history)
+        initial, theta, k, found, threshold = initial_selection(
+            pipe, prompt, stats, checker, max_k=max_k, history=history
+        )
         report(0.5, f"refining {count(initial)} neurons")
         # relaxed: the threshold is the initial selection's own SSIM
         neurons = refine(initial, checker, threshold, history, start_sim=None if found else threshold)
         report(1.0, f"{count(neurons)} neurons")
-    return Localization(prompt, neurons, initial, theta, k, time.perf_counter() - t0,
-                        checker.calls, found, history, threshold=float(threshold),
-                        unet_batches=checker.batches, **common)
+    return Localization(
+        prompt,
+        neurons,
+        initial,
+        theta,
+        k,
+        time.perf_counter() - t0,
+        checker.calls,
+        found,
+        history,
+        threshold=float(threshold),
+        unet_batches=checker.batches,
+        **common,
+    )

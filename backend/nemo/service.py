@@ -5,6 +5,7 @@ setting in byte-bounded LRU caches; neuron selections travel as small {layer: [c
 are applied only inside `deactivate`, so no request ever sees another's intervention. The model, its
 prompt sets and statistics are backend.nemo.model's; this module holds the tab's operations.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,16 +23,31 @@ from . import visitor
 from .data import OWN_STATS_MAX, STATS_JOB, clean_prompt, own_stats_prompts  # noqa: F401  (the service's API)
 from .images import as_reference, resize_to  # noqa: F401  (as_reference: part of the service's API)
 from .metrics import diversity, ssim_images
-from .model import (EXAMPLE_MARGIN, GENERIC_PROMPTS, HUB_STATS_N, MemoModel, _load, describe,  # noqa: F401
-                    detection, get, get_preset, guidance_of, hub_info, listed, ordinary_examples, pick)  # (the service's API)
+from .model import (
+    EXAMPLE_MARGIN,  # noqa: F401
+    GENERIC_PROMPTS,  # noqa: F401
+    HUB_STATS_N,  # noqa: F401
+    MemoModel,
+    _load,  # noqa: F401
+    describe,  # noqa: F401
+    detection,  # noqa: F401
+    get,
+    get_preset,  # noqa: F401
+    guidance_of,  # noqa: F401
+    hub_info,  # noqa: F401
+    listed,  # noqa: F401
+    ordinary_examples,  # noqa: F401
+    pick,  # noqa: F401
+)  # (the service's API)
 from .presets import TAB  # noqa: F401  (the service's API)
 from .results import CheckRow, Comparison, Localized, MemorizationCheck, ResultsTable, TableRow, TableSummary
 from .scenes import alignment
 
-_RESULTS = ByteLRUCache(64 * 2 ** 20, name="nemo-results")
+_RESULTS = ByteLRUCache(64 * 2**20, name="nemo-results")
 
 
 # ----------------------------------------------------------------------------- neuron specs as text
+
 
 def neuron_label(layer: str, channel: int) -> str:
     return f"{core.short_name(layer)}:{channel}"
@@ -76,38 +92,49 @@ def parse_neurons(m: MemoModel, items: Sequence[str] | str | None) -> dict[str, 
 
 # ----------------------------------------------------------------------------- the tab's operations
 
+
 @gpu(duration=30)  # a noise-difference step per seed + one text-encoder pass
-def check(prompt: str, source: str | None = None, model: str | None = None,
-          own_dir: Path | None = None) -> MemorizationCheck:
+def check(
+    prompt: str, source: str | None = None, model: str | None = None, own_dir: Path | None = None
+) -> MemorizationCheck:
     """Memorization score vs θ_mem, and the per-layer z-scores of the prompt's value neurons (against
     the session's own statistics when `own_dir` holds some: backend.nemo.visitor)."""
     m = get(source, model)
     prompt = clean_prompt(prompt)
     stats, tag, status = visitor.stats_for(m, own_dir)
-    key = make_key(m.model_id, prompt, {"op": "check", "g": m.guidance_scale, "n": m.num_seeds,
-                                        "stats": tag})
+    key = make_key(m.model_id, prompt, {"op": "check", "g": m.guidance_scale, "n": m.num_seeds, "stats": tag})
 
     def compute() -> MemorizationCheck:
-        score = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
-                                        guidance_scale=m.guidance_scale)
+        score = core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds, guidance_scale=m.guidance_scale)
         acts = {k: v[0] for k, v in core.activations(m.pipe, [prompt]).items()}
         z = core.zscores(acts, stats)
         in_list = m.listed(prompt)
-        return {"prompt": prompt, "score": score, "theta_mem": m.theta_mem,
-                "memorized": bool(score > m.theta_mem),
-                "layers": [core.short_name(n) for n in m.layers],
-                "z": {core.short_name(n): z[n].tolist() for n in m.layers},
-                "activation": {core.short_name(n): acts[n].tolist() for n in m.layers},
-                "max_z": float(max(z[n].max() for n in m.layers)),
-                "is_training_prompt": m.train_image(prompt) is not None,
-                "listed_type": in_list.get("type", "VM") if in_list else None,
-                "detection": m.detection(), "stats": status}
+        return {
+            "prompt": prompt,
+            "score": score,
+            "theta_mem": m.theta_mem,
+            "memorized": bool(score > m.theta_mem),
+            "layers": [core.short_name(n) for n in m.layers],
+            "z": {core.short_name(n): z[n].tolist() for n in m.layers},
+            "activation": {core.short_name(n): acts[n].tolist() for n in m.layers},
+            "max_z": float(max(z[n].max() for n in m.layers)),
+            "is_training_prompt": m.train_image(prompt) is not None,
+            "listed_type": in_list.get("type", "VM") if in_list else None,
+            "detection": m.detection(),
+            "stats": status,
+        }
+
     return _RESULTS.get_or_compute(key, compute)
 
 
 @gpu(duration=lambda prompts, *a, **k: capped(10 + 3 * len(prompts)))  # one score per prompt
-def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] | None = None,
-                source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> list[CheckRow]:
+def check_batch(
+    prompts: Sequence[str],
+    progress: Callable[[float, str], None] | None = None,
+    source: str | None = None,
+    model: str | None = None,
+    own_dir: Path | None = None,
+) -> list[CheckRow]:
     """`check` for a list of prompts (at most data.MAX_PROMPTS) → one row per prompt: score,
     verdict, largest z-score and, where the model's list holds it, its memorization type."""
     get(source, model)  # a model that cannot load is refused before the prompts are read
@@ -123,21 +150,35 @@ def check_batch(prompts: Sequence[str], progress: Callable[[float, str], None] |
     for i, p in enumerate(prompts):
         report(i / len(prompts), f"prompt {i + 1}/{len(prompts)}")
         r: MemorizationCheck = check(p, source=source, model=model, own_dir=own_dir)
-        rows.append({"prompt": p, "score": r["score"], "memorized": r["memorized"], "max_z": r["max_z"],
-                     "listed_type": r["listed_type"]})
+        rows.append(
+            {
+                "prompt": p,
+                "score": r["score"],
+                "memorized": r["memorized"],
+                "max_z": r["max_z"],
+                "listed_type": r["listed_type"],
+            }
+        )
     report(1.0, "done")
     return rows
 
 
-def stats_status(source: str | None = None, model: str | None = None, progress=None,
-                 own_dir: Path | None = None) -> dict:
+def stats_status(
+    source: str | None = None, model: str | None = None, progress=None, own_dir: Path | None = None
+) -> dict:
     """Which neuron statistics the loaded model uses (or will at first use) for this session."""
     return visitor.status_of(get(source, model, progress), own_dir)
 
 
 @gpu(duration=120)  # one text-encoder + value-projection pass per prompt
-def compute_stats(n_prompts: int, source: str | None = None, model: str | None = None,
-                  prompts: Sequence[str] | None = None, own_dir: Path | None = None, room=None) -> dict:
+def compute_stats(
+    n_prompts: int,
+    source: str | None = None,
+    model: str | None = None,
+    prompts: Sequence[str] | None = None,
+    own_dir: Path | None = None,
+    room=None,
+) -> dict:
     """The small-set job from the tab: statistics over the first `n_prompts` ordinary prompts
     (COCO captions on a hub checkpoint) or over `prompts`. With `own_dir` (a visitor's session
     folder) they are that session's only; without, they replace the shared ones from now on."""
@@ -152,19 +193,33 @@ def compute_stats(n_prompts: int, source: str | None = None, model: str | None =
 
 
 @gpu(duration=240)  # NeMo's search: dozens of noise-difference evaluations
-def find(prompt: str, progress: Callable[[float, str], None] | None = None,
-         source: str | None = None, model: str | None = None, own_dir: Path | None = None) -> Localized:
+def find(
+    prompt: str,
+    progress: Callable[[float, str], None] | None = None,
+    source: str | None = None,
+    model: str | None = None,
+    own_dir: Path | None = None,
+) -> Localized:
     """NeMo's localisation of one prompt → the neurons (as labels and as a spec) and the history."""
     m = get(source, model)
     prompt = clean_prompt(prompt)
     stats, tag, _ = visitor.stats_for(m, own_dir)
-    key = make_key(m.model_id, prompt, {"op": "find", "g": m.search_guidance, "n": m.num_seeds,
-                                        "theta": m.theta_mem, "stats": tag})
+    key = make_key(
+        m.model_id, prompt, {"op": "find", "g": m.search_guidance, "n": m.num_seeds, "theta": m.theta_mem, "stats": tag}
+    )
 
     def compute() -> Localized:
-        loc = search.localize(m.pipe, prompt, stats, m.theta_mem, num_seeds=m.num_seeds,
-                            guidance_scale=m.search_guidance, progress=progress)
+        loc = search.localize(
+            m.pipe,
+            prompt,
+            stats,
+            m.theta_mem,
+            num_seeds=m.num_seeds,
+            guidance_scale=m.search_guidance,
+            progress=progress,
+        )
         return {**loc.to_json(), "labels": spec_labels(loc.neurons), "initial_labels": spec_labels(loc.initial)}
+
     return _RESULTS.get_or_compute(key, compute)
 
 
@@ -177,8 +232,14 @@ def _compare_seconds(prompt, spec=None, seeds=(), *a, **k) -> float:
 
 
 @gpu(duration=_compare_seconds)
-def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
-            source: str | None = None, reference: np.ndarray | None = None, model: str | None = None) -> Comparison:
+def compare(
+    prompt: str,
+    spec: dict[str, list[int]],
+    seeds: Sequence[int],
+    source: str | None = None,
+    reference: np.ndarray | None = None,
+    model: str | None = None,
+) -> Comparison:
     """Generations for each seed with the neurons on and off, their SSIM to a reference image (the
     one the user gives, else the prompt's training image where the model ships it), diversity
     across seeds, alignment proxy and memorization score in both conditions."""
@@ -189,8 +250,11 @@ def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
     if not seeds or len(seeds) > 8:
         raise ValueError("Choose between 1 and 8 seeds.")
     ref = None if reference is None else as_reference(reference)
-    key = make_key(m.model_id, (prompt, ref), {"op": "compare", "spec": spec, "seeds": seeds,
-                                               "g": m.guidance_scale, "steps": m.num_inference_steps})
+    key = make_key(
+        m.model_id,
+        (prompt, ref),
+        {"op": "compare", "spec": spec, "seeds": seeds, "g": m.guidance_scale, "steps": m.num_inference_steps},
+    )
 
     def compute() -> Comparison:
         train = m.train_image(prompt)
@@ -198,29 +262,55 @@ def compare(prompt: str, spec: dict[str, list[int]], seeds: Sequence[int],
         if ref is not None:
             train, kind = ref, "your image"
 
-        def condition(s: dict[str, list[int]]) -> tuple[np.ndarray, list[float] | None, float | None,
-                                                           float | None, float]:
+        def condition(
+            s: dict[str, list[int]],
+        ) -> tuple[np.ndarray, list[float] | None, float | None, float | None, float]:
             """One condition's images, their SSIMs, diversity and alignment, and the score."""
             nonlocal train
-            imgs = core.generate(m.pipe, prompt, seeds, guidance_scale=m.guidance_scale,
-                                 num_inference_steps=m.num_inference_steps, spec=s)
+            imgs = core.generate(
+                m.pipe,
+                prompt,
+                seeds,
+                guidance_scale=m.guidance_scale,
+                num_inference_steps=m.num_inference_steps,
+                spec=s,
+            )
             if train is not None and train.shape != imgs.shape[1:]:
                 train = resize_to(train, imgs.shape[1:3])
-            ssim = (ssim_images(imgs, np.repeat(train[None], len(imgs), 0)).tolist()
-                    if train is not None else None)
+            ssim = ssim_images(imgs, np.repeat(train[None], len(imgs), 0)).tolist() if train is not None else None
             div = diversity(imgs) if len(imgs) > 1 else None
             # None for every image or for none: it depends on the prompt only
             al = [a for im in imgs if (a := alignment(im, prompt)) is not None]
-            return imgs, ssim, div, float(np.mean(al)) if al else None, core.memorization_score(
-                m.pipe, prompt, num_seeds=m.num_seeds, guidance_scale=m.guidance_scale, spec=s)
+            return (
+                imgs,
+                ssim,
+                div,
+                float(np.mean(al)) if al else None,
+                core.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds, guidance_scale=m.guidance_scale, spec=s),
+            )
 
         on = condition({})
         off = condition(spec) if spec else on  # nothing switched off: the same generations, not computed twice
-        return {"prompt": prompt, "seeds": seeds, "neurons": spec_labels(spec), "n_neurons": core.count(spec),
-                "theta_mem": m.theta_mem,
-                "images_on": on[0], "ssim_on": on[1], "diversity_on": on[2], "alignment_on": on[3], "score_on": on[4],
-                "images_off": off[0], "ssim_off": off[1], "diversity_off": off[2], "alignment_off": off[3],
-                "score_off": off[4], "train_image": train, "reference_kind": kind}
+        return {
+            "prompt": prompt,
+            "seeds": seeds,
+            "neurons": spec_labels(spec),
+            "n_neurons": core.count(spec),
+            "theta_mem": m.theta_mem,
+            "images_on": on[0],
+            "ssim_on": on[1],
+            "diversity_on": on[2],
+            "alignment_on": on[3],
+            "score_on": on[4],
+            "images_off": off[0],
+            "ssim_off": off[1],
+            "diversity_off": off[2],
+            "alignment_off": off[3],
+            "score_off": off[4],
+            "train_image": train,
+            "reference_kind": kind,
+        }
+
     return _RESULTS.get_or_compute(key, compute)
 
 
@@ -230,9 +320,14 @@ def _median(xs) -> float | None:
 
 
 @gpu(duration=300)  # every memorized prompt: localisation + generations
-def results_table(progress: Callable[[float, str], None] | None = None, source: str | None = None,
-                  seeds: Sequence[int] = (0, 1, 2, 3), n_prompts: int | None = None,
-                  model: str | None = None, own_dir: Path | None = None) -> ResultsTable:
+def results_table(
+    progress: Callable[[float, str], None] | None = None,
+    source: str | None = None,
+    seeds: Sequence[int] = (0, 1, 2, 3),
+    n_prompts: int | None = None,
+    model: str | None = None,
+    own_dir: Path | None = None,
+) -> ResultsTable:
     """The paper's table for every memorized prompt of the organism: SSIM to the training image,
     diversity and alignment, with the found neurons on, off, and (baseline) as many random
     neurons off; plus the neurons-per-prompt counts for the histogram."""
@@ -254,21 +349,33 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
         report((i + 0.5) / n, f"prompt {i + 1}/{n}: generating")
         c: Comparison = compare(item["prompt"], spec, seeds, source=source, model=model)
         r: Comparison = compare(item["prompt"], rnd, seeds, source=source, model=model)
-        rows.append({
-            "prompt": item["prompt"], "n_neurons": loc["n_neurons"], "neurons": loc["labels"],
-            "skipped": loc["skipped"], "relaxed": loc["relaxed"],
-            # None where the model ships no training image (hub): diversity and scores still tell
-            "ssim_on": _median(c["ssim_on"]), "ssim_off": _median(c["ssim_off"]),
-            "ssim_random_off": _median(r["ssim_off"]), "type": item.get("type", "VM"),
-            "diversity_random_off": r["diversity_off"],
-            "diversity_on": c["diversity_on"], "diversity_off": c["diversity_off"],
-            "alignment_on": c["alignment_on"], "alignment_off": c["alignment_off"],
-            "score_on": c["score_on"], "score_off": c["score_off"], "score_random_off": r["score_off"],
-        })
+        rows.append(
+            {
+                "prompt": item["prompt"],
+                "n_neurons": loc["n_neurons"],
+                "neurons": loc["labels"],
+                "skipped": loc["skipped"],
+                "relaxed": loc["relaxed"],
+                # None where the model ships no training image (hub): diversity and scores still tell
+                "ssim_on": _median(c["ssim_on"]),
+                "ssim_off": _median(c["ssim_off"]),
+                "ssim_random_off": _median(r["ssim_off"]),
+                "type": item.get("type", "VM"),
+                "diversity_random_off": r["diversity_off"],
+                "diversity_on": c["diversity_on"],
+                "diversity_off": c["diversity_off"],
+                "alignment_on": c["alignment_on"],
+                "alignment_off": c["alignment_off"],
+                "score_on": c["score_on"],
+                "score_off": c["score_off"],
+                "score_random_off": r["score_off"],
+            }
+        )
     report(1.0, "done")
     found = [r for r in rows if r["n_neurons"] > 0]
     summary: TableSummary = {
-        "n_prompts": n, "theta_mem": m.theta_mem,
+        "n_prompts": n,
+        "theta_mem": m.theta_mem,
         # over the prompts the seed filter kept (a skipped one has no neurons by definition)
         "median_neurons": float(np.median([r["n_neurons"] for r in rows if not r["skipped"]] or [0])),
         "n_skipped": int(sum(r["skipped"] for r in rows)),
@@ -279,8 +386,9 @@ def results_table(progress: Callable[[float, str], None] | None = None, source: 
         "n_localized": len(found),
         "n_above_on": int(sum(r["score_on"] > m.theta_mem for r in rows)),
         "share_below_theta_off": float(np.mean([r["score_off"] <= m.theta_mem for r in found])) if found else None,
-        "share_below_theta_random": (float(np.mean([r["score_random_off"] <= m.theta_mem for r in found]))
-                                     if found else None),
+        "share_below_theta_random": (
+            float(np.mean([r["score_random_off"] <= m.theta_mem for r in found])) if found else None
+        ),
         "median_ssim_on": _median([r["ssim_on"] for r in rows]),
         "median_ssim_off": _median([r["ssim_off"] for r in rows]),
         "median_ssim_random_off": _median([r["ssim_random_off"] for r in rows]),

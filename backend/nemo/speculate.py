@@ -11,6 +11,7 @@ batch's remaining evaluations.
 
 A checker without `similarities` (a plain `similarity(spec)`) runs the sequential pass unchanged.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -22,9 +23,16 @@ def batched(checker) -> bool:
     return hasattr(checker, "similarities") and getattr(checker, "groups", 1) > 1
 
 
-def greedy(checker, state, moves: Sequence, propose: Propose, threshold: float,
-           on_accept: Callable[[Any, Any], None] | None = None, batch: int | None = None,
-           state_sim: float | None = None):
+def greedy(
+    checker,
+    state,
+    moves: Sequence,
+    propose: Propose,
+    threshold: float,
+    on_accept: Callable[[Any, Any], None] | None = None,
+    batch: int | None = None,
+    state_sim: float | None = None,
+):
     """Visit `moves` in order; a trial is accepted when its SSIM is strictly below `threshold`
     (the official comparison). `state_sim`: the SSIM of `state`, when known. Returns the final
     state and its SSIM (None when unknown).
@@ -96,7 +104,7 @@ def first_below(checker, specs: Sequence, threshold: float) -> tuple[int, list[f
         return -1, sims
     i = 0
     while i < len(specs):
-        chunk = list(specs[i:i + checker.groups])
+        chunk = list(specs[i : i + checker.groups])
         got = checker.similarities([s for s in chunk if s]).tolist()
         it = iter(got)
         for spec in chunk:

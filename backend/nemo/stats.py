@@ -11,6 +11,7 @@ File (`STATS_FILE`, safetensors): `mean/<layer>`, `std/<layer>` (float32), `sum/
 The service uses it when WORKBENCH_NEMO_STATS names such a file for the loaded model (or a preset's
 `extra["stats_file"]` does); see `service.MemoModel.stats`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -64,12 +65,19 @@ def finish(sums: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def to_stats(tensors: Mapping[str, torch.Tensor]) -> NeuronStats:
     layers = [k[5:] for k in tensors if k.startswith("mean/")]
-    return NeuronStats({n: tensors[f"mean/{n}"] for n in layers}, {n: tensors[f"std/{n}"] for n in layers},
-                       int(tensors["count"][0]))
+    return NeuronStats(
+        {n: tensors[f"mean/{n}"] for n in layers}, {n: tensors[f"std/{n}"] for n in layers}, int(tensors["count"][0])
+    )
 
 
-def save_stats(tensors: Mapping[str, torch.Tensor], path: Path, *, model_id: str = "",
-               prompts: Sequence[str] | None = None, extra: Mapping[str, str] | None = None) -> Path:
+def save_stats(
+    tensors: Mapping[str, torch.Tensor],
+    path: Path,
+    *,
+    model_id: str = "",
+    prompts: Sequence[str] | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> Path:
     path = Path(path)
     meta = {"model_id": model_id, "n_prompts": str(int(tensors["count"][0])), **(extra or {})}
     if prompts is not None:
@@ -101,9 +109,11 @@ def load_stats(path: Path, unet=None) -> NeuronStats:
         want = layer_sizes(unet)
         got = {n: int(v.numel()) for n, v in stats.mean.items()}
         if got != want:
-            raise ValueError(f"{path.name} was computed for other value layers "
-                             f"({len(got)} layers, {sum(got.values())} neurons; this model: "
-                             f"{len(want)} layers, {sum(want.values())} neurons)")
+            raise ValueError(
+                f"{path.name} was computed for other value layers "
+                f"({len(got)} layers, {sum(got.values())} neurons; this model: "
+                f"{len(want)} layers, {sum(want.values())} neurons)"
+            )
     return stats
 
 

@@ -6,6 +6,7 @@ over prompts the visitor gives), kept as a statistics file in the visitor's sess
 `own_dir` is the visitor's space's folder (`Space(session, SPACE).path()`: components.serving.visitor.space),
 or None (nobody's space: the shared statistics).
 """
+
 from __future__ import annotations
 
 import threading
@@ -69,8 +70,7 @@ def status_of(m, own_dir: Path | None) -> dict:
     return stats_for(m, own_dir)[2] if own_dir is not None else m.stats_status()
 
 
-def compute(m, n: int, prompts: Sequence[str] | None, own_dir: Path,
-            room: Callable[[int], None] | None = None) -> dict:
+def compute(m, n: int, prompts: Sequence[str] | None, own_dir: Path, room: Callable[[int], None] | None = None) -> dict:
     """Statistics over the first `n` ordinary prompts or the visitor's own, written to the session's
     file for this model (the same checks as MemoModel.set_stats_prompts, which changes the shared ones)."""
     if prompts:
@@ -90,6 +90,11 @@ def compute(m, n: int, prompts: Sequence[str] | None, own_dir: Path,
     path = own_file(m, own_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     # "own": the card says "prompts you gave" for these
-    nstats.save_stats(tensors, path, model_id=m.model_id, prompts=chosen,
-                      extra={"own": nstats.prompts_digest(chosen)[:12]} if prompts else None)
+    nstats.save_stats(
+        tensors,
+        path,
+        model_id=m.model_id,
+        prompts=chosen,
+        extra={"own": nstats.prompts_digest(chosen)[:12]} if prompts else None,
+    )
     return status(m, nstats.file_meta(path))

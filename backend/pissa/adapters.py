@@ -4,6 +4,7 @@ quantized variants QLoRA / LoftQ / QPiSSA with the project's CPU NF4 (fake-quant
 Every function works on a deep copy of the model it is given (taken under the model's lock): the
 shared model is never modified.
 """
+
 from __future__ import annotations
 
 import copy
@@ -48,8 +49,13 @@ def _config(method: str, rank: int, alpha: float, targets: list[str], init):
     from peft import LoraConfig
 
     # peft annotates lora_alpha as an int, yet takes any number (its scaling is alpha / r)
-    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=targets,  # type: ignore[arg-type]
-                      init_lora_weights=init)
+    return LoraConfig(
+        r=rank,
+        lora_alpha=alpha,  # type: ignore[arg-type]
+        lora_dropout=0.0,
+        target_modules=targets,
+        init_lora_weights=init,
+    )
 
 
 def _lora_layers(peft_model):
@@ -59,9 +65,17 @@ def _lora_layers(peft_model):
 
 
 @torch.no_grad()
-def adapt(model: nn.Module, method: str = "pissa", rank: int = 8, alpha: float | None = None,
-          targets: list[str] | None = None, seed: int = 0, iters: int = 1, niter: int | None = None,
-          block_size: int = BLOCK_SIZE):
+def adapt(
+    model: nn.Module,
+    method: str = "pissa",
+    rank: int = 8,
+    alpha: float | None = None,
+    targets: list[str] | None = None,
+    seed: int = 0,
+    iters: int = 1,
+    niter: int | None = None,
+    block_size: int = BLOCK_SIZE,
+):
     """A PeftModel over a copy of `model`.
 
     method: "lora" (peft default: A Kaiming, B = 0), "pissa" (peft; `niter` → "pissa_niter_N"),
@@ -143,8 +157,7 @@ def convert_pissa_to_lora(trained, initial_state: dict, base_model: nn.Module):
             cfg.init_lora_weights = True
             trained.save_pretrained(str(tmp / "init"))
             set_peft_model_state_dict(trained, current)
-            trained.save_pretrained(str(tmp / "lora"),
-                                    path_initial_model_for_weight_conversion=str(tmp / "init"))
+            trained.save_pretrained(str(tmp / "lora"), path_initial_model_for_weight_conversion=str(tmp / "init"))
         finally:
             cfg.init_lora_weights = keep_init
             # make sure the trained adapter is exactly what it was

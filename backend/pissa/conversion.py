@@ -1,6 +1,7 @@
 """The Adapters tab's PiSSA → LoRA conversion check: fine-tune with PiSSA for a few steps, convert the
 adapter to a plain LoRA on the original weights and compare the outputs, within a bound set by the
 weights' dtype. A topic of its own beside `service`, whose picked model, task and rank check it uses."""
+
 from __future__ import annotations
 
 import torch
@@ -30,8 +31,9 @@ def conversion_tolerance(dtype: torch.dtype) -> float:
 
 
 @gpu(duration=lambda key, rank=8, steps=20, *a, **k: capped(15 + 0.2 * int(steps)))
-def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None = None,
-                    layer: str | None = None) -> Conversion:
+def conversion_demo(
+    key: str, rank: int = 8, steps: int = 20, lr: float | None = None, layer: str | None = None
+) -> Conversion:
     """Fine-tune with PiSSA for a few steps, convert the adapter to a plain LoRA (rank 2r) on the
     ORIGINAL weights with peft, and compare outputs of the two models on held-out inputs. `layer`:
     adapt that linear layer only (default: the layers the race adapts)."""
@@ -57,8 +59,7 @@ def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None =
     adapted = {n: m for n, m in layers.items() if n in targets or n.rsplit(".", 1)[-1] in targets}
     name, narrowest = min(adapted.items(), key=lambda kv: min(kv[1].weight.shape))
     rank = check_rank(rank, narrowest.weight, name)
-    run = make_run(task, "pissa", seed=0, rank=rank, alpha=rank, lr=float(lr or task.default_lr),
-                   targets=targets)
+    run = make_run(task, "pissa", seed=0, rank=rank, alpha=rank, lr=float(lr or task.default_lr), targets=targets)
     initial = {k: v.detach().clone() for k, v in get_peft_model_state_dict(run.model).items()}
     x = task.batch(torch.Generator().manual_seed(12345), 32)[0].to(device_of(model))
 
@@ -81,9 +82,20 @@ def conversion_demo(key: str, rank: int = 8, steps: int = 20, lr: float | None =
     dtype = next(model.parameters()).dtype
     diff = float((a - b).abs().max())
     tol = conversion_tolerance(dtype)
-    return {"model": key, "layers": targets, "rank": rank, "converted_rank": int(conv_rank), "steps": int(steps),
-            "max_abs_diff": diff, "rel_diff": diff / scale, "output_scale": scale,
-            "dtype": str(dtype).removeprefix("torch."), "tolerance": tol, "same_outputs": diff / scale <= tol,
-            "roundoff_at_init": float((at_init - base).abs().max()) / max(float(base.abs().max()), 1e-12),
-            "change_from_base": float((a - base).abs().max()),
-            "final_loss": run.losses[-1], "n_inputs": int(x.shape[0])}
+    return {
+        "model": key,
+        "layers": targets,
+        "rank": rank,
+        "converted_rank": int(conv_rank),
+        "steps": int(steps),
+        "max_abs_diff": diff,
+        "rel_diff": diff / scale,
+        "output_scale": scale,
+        "dtype": str(dtype).removeprefix("torch."),
+        "tolerance": tol,
+        "same_outputs": diff / scale <= tol,
+        "roundoff_at_init": float((at_init - base).abs().max()) / max(float(base.abs().max()), 1e-12),
+        "change_from_base": float((a - base).abs().max()),
+        "final_loss": run.losses[-1],
+        "n_inputs": int(x.shape[0]),
+    }

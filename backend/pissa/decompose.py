@@ -12,6 +12,7 @@ Quantized variants (W ≈ Q + B @ A, Q = nf4(·) dequantized):
   T − 1 more times: B @ A = SVD_r(W − Q), Q = nf4(W − B @ A).
 Error-reduction ratio = 1 − ‖W − (Q + B @ A)‖_* / ‖W − nf4(W)‖_*  (nuclear norm; QLoRA is 0).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,8 +64,7 @@ class PissaSplit:
 
 
 @torch.no_grad()
-def pissa_split(weight, rank: int, init: str = "pissa", alpha: float | None = None,
-                seed: int = 0) -> PissaSplit:
+def pissa_split(weight, rank: int, init: str = "pissa", alpha: float | None = None, seed: int = 0) -> PissaSplit:
     """PiSSA factors of one matrix, initialised by peft (`init` = "pissa" or "pissa_niter_N"; the
     fast SVD's random probes are drawn from `seed`, so results are reproducible)."""
     from peft import LoraConfig, inject_adapter_in_model
@@ -75,8 +75,12 @@ def pissa_split(weight, rank: int, init: str = "pissa", alpha: float | None = No
         raise ValueError(f"init must be 'pissa' or 'pissa_niter_N', got {init!r}")
     # peft annotates lora_alpha as an int, yet takes any number (its scaling is alpha / r), and
     # spells pissa_niter_N as the literal "pissa_niter_[number of iters]"
-    cfg = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank,  # type: ignore[arg-type]
-                     init_lora_weights=init, target_modules=["layer"])  # type: ignore[arg-type]
+    cfg = LoraConfig(
+        r=rank,
+        lora_alpha=alpha if alpha is not None else rank,  # type: ignore[arg-type]
+        init_lora_weights=init,  # type: ignore[arg-type]
+        target_modules=["layer"],
+    )
     with torch.random.fork_rng(devices=[w.device] if w.is_cuda else []):
         torch.manual_seed(seed)
         holder = nn.Module()
@@ -85,10 +89,12 @@ def pissa_split(weight, rank: int, init: str = "pissa", alpha: float | None = No
         inject_adapter_in_model(cfg, holder)
     # peft's LoRA Linear: torch types its adapters (in ModuleDicts) as Tensor | Module
     layer: Any = holder.layer
-    return PissaSplit(lora_A=layer.lora_A["default"].weight.detach().clone(),
-                      lora_B=layer.lora_B["default"].weight.detach().clone(),
-                      residual=layer.base_layer.weight.detach().clone(),
-                      scaling=float(layer.scaling["default"]))
+    return PissaSplit(
+        lora_A=layer.lora_A["default"].weight.detach().clone(),
+        lora_B=layer.lora_B["default"].weight.detach().clone(),
+        residual=layer.base_layer.weight.detach().clone(),
+        scaling=float(layer.scaling["default"]),
+    )
 
 
 @torch.no_grad()
@@ -107,8 +113,7 @@ def loftq_cpu(weight, rank: int, iters: int = 1, block_size: int = BLOCK_SIZE):
 
 
 @torch.no_grad()
-def qpissa_cpu(weight, rank: int, iters: int = 1, block_size: int = BLOCK_SIZE,
-               init: str = "pissa"):
+def qpissa_cpu(weight, rank: int, iters: int = 1, block_size: int = BLOCK_SIZE, init: str = "pissa"):
     """QPiSSA: PiSSA factors (peft), NF4 of the residual, then optional alternating refinements."""
     w = _as_matrix(weight)
     rank = _check_rank(rank, w)
@@ -127,8 +132,9 @@ def nuclear(m: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def quantized_approximation(weight, rank: int, method: str, iters: int = 1,
-                            block_size: int = BLOCK_SIZE) -> torch.Tensor:
+def quantized_approximation(
+    weight, rank: int, method: str, iters: int = 1, block_size: int = BLOCK_SIZE
+) -> torch.Tensor:
     """Q + B @ A for a method in {"qlora", "loftq", "qpissa"}."""
     w = _as_matrix(weight)
     if method == "qlora":
@@ -143,8 +149,7 @@ def quantized_approximation(weight, rank: int, method: str, iters: int = 1,
 
 
 @torch.no_grad()
-def error_reduction_ratio(weight, rank: int, method: str, iters: int = 1,
-                          block_size: int = BLOCK_SIZE) -> float:
+def error_reduction_ratio(weight, rank: int, method: str, iters: int = 1, block_size: int = BLOCK_SIZE) -> float:
     """1 − ‖W − (nf4(W_res) + AB)‖_* / ‖W − nf4(W)‖_*  (0 for QLoRA; higher is better)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
@@ -158,12 +163,13 @@ def error_reduction_ratio(weight, rank: int, method: str, iters: int = 1,
     return 1.0 - nuclear(w - approx) / base
 
 
-def planted_spike(out: int = 256, inp: int = 256, spike_rank: int = 8, strength: float = 8.0,
-                  seed: int = 0) -> torch.Tensor:
+def planted_spike(
+    out: int = 256, inp: int = 256, spike_rank: int = 8, strength: float = 8.0, seed: int = 0
+) -> torch.Tensor:
     """A random Gaussian matrix plus a planted low-rank spike (a few large singular values), the
     shape of trained LLM weights that PiSSA relies on."""
     g = torch.Generator().manual_seed(seed)
-    noise = torch.randn(out, inp, generator=g) / inp ** 0.5
+    noise = torch.randn(out, inp, generator=g) / inp**0.5
     u = torch.linalg.qr(torch.randn(out, spike_rank, generator=g))[0]
     v = torch.linalg.qr(torch.randn(inp, spike_rank, generator=g))[0]
     s = strength * torch.linspace(1.0, 0.5, spike_rank)

@@ -4,14 +4,14 @@ on this question, so fine-tuning has something to learn; every word is already i
 The loss counts every next-token prediction of the text (prompt, answer and end-of-sequence), as in
 supervised fine-tuning on whole examples; `answer_only=True` restricts it to the answer.
 """
+
 from __future__ import annotations
 
 import random
 
 import torch
 
-NAMES = ["ann", "bob", "cal", "dan", "eve", "fay", "gus", "hal", "ivy", "joe", "kim", "lee",
-         "max", "ned", "ora", "pam"]
+NAMES = ["ann", "bob", "cal", "dan", "eve", "fay", "gus", "hal", "ivy", "joe", "kim", "lee", "max", "ned", "ora", "pam"]
 OBJECTS = ["apples", "pears", "coins", "books", "cards", "eggs", "shells", "stamps", "cups", "pens"]
 
 
@@ -24,8 +24,7 @@ def difference_problem(rng: random.Random) -> tuple[str, str]:
     return prompt, str(a - b)
 
 
-def encode_task(tokenizer, pairs: list[tuple[str, str]], eos: str | None = None,
-                answer_only: bool = False):
+def encode_task(tokenizer, pairs: list[tuple[str, str]], eos: str | None = None, answer_only: bool = False):
     """(ids LongTensor (n, T), mask BoolTensor (n, T)): mask[t] is True where the token at t + 1
     is a real token of the text (with answer_only: of the answer or the final eos); padded with the
     pad id."""
@@ -34,7 +33,7 @@ def encode_task(tokenizer, pairs: list[tuple[str, str]], eos: str | None = None,
     for prompt, answer in pairs:
         p = tokenizer(prompt)["input_ids"]
         full = tokenizer(f"{prompt} {answer} {eos}")["input_ids"]
-        if full[:len(p)] != p:
+        if full[: len(p)] != p:
             raise ValueError("prompt tokens are not a prefix of the full text")
         rows.append(full)
         m = [False] * len(full)
@@ -46,8 +45,8 @@ def encode_task(tokenizer, pairs: list[tuple[str, str]], eos: str | None = None,
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.bool)
     for i, (r, m) in enumerate(zip(rows, masks)):
-        ids[i, :len(r)] = torch.tensor(r)
-        mask[i, :len(m)] = torch.tensor(m)
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(m)] = torch.tensor(m)
     return ids, mask
 
 

@@ -10,6 +10,7 @@ normal quantiles and the unit tests check that the two agree.
 bitsandbytes (which peft's LoftQ needs) only quantizes on CUDA/XPU; this module is what makes QLoRA,
 LoftQ and QPiSSA error figures computable on a CPU.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,10 +22,22 @@ NF4_OFFSET = 0.9677083
 
 # The published NF4 code book (bitsandbytes `create_normal_map` / its CUDA lookup table).
 NF4_PUBLISHED = (
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+    -1.0,
+    -0.6961928009986877,
+    -0.5250730514526367,
+    -0.39491748809814453,
+    -0.28444138169288635,
+    -0.18477343022823334,
+    -0.09105003625154495,
+    0.0,
+    0.07958029955625534,
+    0.16093020141124725,
+    0.24611230194568634,
+    0.33791524171829224,
+    0.44070982933044434,
+    0.5626170039176941,
+    0.7229568362236023,
+    1.0,
 )
 
 
@@ -43,6 +56,7 @@ _MIDPOINTS = (LEVELS[1:] + LEVELS[:-1]) / 2
 @dataclass(frozen=True)
 class NF4Tensor:
     """A packed NF4 tensor: two 4-bit codes per byte, one float32 absmax per block."""
+
     packed: torch.Tensor  # uint8, ceil(n / 2)
     absmax: torch.Tensor  # float32, ceil(n / block_size)
     shape: tuple[int, ...]
@@ -92,8 +106,7 @@ def nf4_quantize(w: torch.Tensor, block_size: int = BLOCK_SIZE) -> NF4Tensor:
         codes = torch.cat([codes, codes.new_full((1,), 7)])  # code 7 is 0.0
     pairs = codes.view(-1, 2)
     packed = (pairs[:, 0] << 4) | pairs[:, 1]
-    return NF4Tensor(packed=packed, absmax=absmax, shape=tuple(w.shape), dtype=w.dtype,
-                     block_size=block_size)
+    return NF4Tensor(packed=packed, absmax=absmax, shape=tuple(w.shape), dtype=w.dtype, block_size=block_size)
 
 
 def nf4_dequantize(q: NF4Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -6,6 +6,7 @@ batch and how to compute the loss. All runs of a seed see the same batches; LoRA
 the batch order change with the seed. Steps of all runs are interleaved, so a consumer that draws
 curves as events arrive sees the runs advance together.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,6 +47,7 @@ class Task:
 
 class DigitsTask(Task):
     """Fine-tune the digits MLP (pre-trained on the odd digits) to the even ones."""
+
     name = "digits"
     default_lr = 3e-3
     default_rank = 8
@@ -77,13 +79,15 @@ class LMTask(Task):
 
     `sequences`: a LongTensor (n, T) of token ids; `loss_mask`: (n, T) bool marking the positions
     whose NEXT-token prediction counts (e.g. only the answer), or None for every position."""
+
     name = "lm"
     default_lr = 1e-3
     default_rank = 8
     default_batch = 16
 
-    def __init__(self, model: nn.Module, sequences: torch.Tensor, loss_mask: torch.Tensor | None = None,
-                 name: str = "lm"):
+    def __init__(
+        self, model: nn.Module, sequences: torch.Tensor, loss_mask: torch.Tensor | None = None, name: str = "lm"
+    ):
         if sequences.dim() != 2 or sequences.shape[1] < 2:
             raise ValueError("sequences must be (n, T) token ids with T ≥ 2")
         self._model = model
@@ -105,8 +109,9 @@ class LMTask(Task):
         logits = model(input_ids=ids).logits[:, :-1].float()
         target = ids[:, 1:]
         m = mask[:, :-1] if mask.shape[1] == ids.shape[1] else mask
-        ce = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                                         reduction="none").view_as(target)
+        ce = nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none"
+        ).view_as(target)
         m = m.to(ce.dtype)
         return (ce * m).sum() / m.sum().clamp_min(1.0)
 
@@ -149,8 +154,16 @@ class Run:
     grad_norms: list = field(default_factory=list)
 
 
-def make_run(task: Task, method: str, seed: int, rank: int, alpha: float, lr: float,
-             niter: int | None = None, targets: list[str] | None = None) -> Run:
+def make_run(
+    task: Task,
+    method: str,
+    seed: int,
+    rank: int,
+    alpha: float,
+    lr: float,
+    niter: int | None = None,
+    targets: list[str] | None = None,
+) -> Run:
     base = task.model()
     if method == "full":
         model = clone_model(base)
@@ -162,8 +175,15 @@ def make_run(task: Task, method: str, seed: int, rank: int, alpha: float, lr: fl
         for p in model.parameters():
             p.requires_grad_(True)
     else:
-        model = adapt(base, "lora" if method == "lora" else "pissa", rank=rank, alpha=alpha,
-                      targets=targets or task.targets(), seed=seed, niter=niter)
+        model = adapt(
+            base,
+            "lora" if method == "lora" else "pissa",
+            rank=rank,
+            alpha=alpha,
+            targets=targets or task.targets(),
+            seed=seed,
+            niter=niter,
+        )
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -216,14 +236,22 @@ def check_fits(model: nn.Module, cfg: RaceConfig) -> None:
         return
     per_seed = need // len(cfg.seeds)
     fits = int(0.9 * free // per_seed) if per_seed else 0
-    hint = (f"at most {fits} seed{'s' if fits != 1 else ''} with these methods fit" if fits
-            else "not even one seed of these methods fits: drop full fine-tuning or use a smaller model")
-    raise ValueError(f"This race needs about {need / 2**30:.1f} GiB for its {len(cfg.methods) * len(cfg.seeds)} "
-                     f"model copies, and {free / 2**30:.1f} GiB are free on {device_of(model).type}: {hint}.")
+    hint = (
+        f"at most {fits} seed{'s' if fits != 1 else ''} with these methods fit"
+        if fits
+        else "not even one seed of these methods fits: drop full fine-tuning or use a smaller model"
+    )
+    raise ValueError(
+        f"This race needs about {need / 2**30:.1f} GiB for its {len(cfg.methods) * len(cfg.seeds)} "
+        f"model copies, and {free / 2**30:.1f} GiB are free on {device_of(model).type}: {hint}."
+    )
 
 
-def race(task: Task, cfg: RaceConfig, stop: threading.Event | Callable[[], bool] | None = None,
-         ) -> Iterator[dict]:
+def race(
+    task: Task,
+    cfg: RaceConfig,
+    stop: threading.Event | Callable[[], bool] | None = None,
+) -> Iterator[dict]:
     """Yield {"setup": i, "of": n} while the runs are built, then {"method", "seed", "step", "loss",
     "grad_norm", "elapsed_s"} for every step of every run (runs interleaved step by step), then one
     {"done": True, "stopped": bool, "summary": ...} event."""
@@ -253,13 +281,21 @@ def race(task: Task, cfg: RaceConfig, stop: threading.Event | Callable[[], bool]
             loss, gnorm = train_step(task, run, bs, cfg.max_grad_norm)
             if not math.isfinite(loss):
                 raise FloatingPointError(f"{run.method} (seed {run.seed}) diverged at step {step}; lower the lr")
-            yield {"method": run.method, "seed": run.seed, "step": step, "loss": loss,
-                   "grad_norm": gnorm, "elapsed_s": time.perf_counter() - t0}
+            yield {
+                "method": run.method,
+                "seed": run.seed,
+                "step": step,
+                "loss": loss,
+                "grad_norm": gnorm,
+                "elapsed_s": time.perf_counter() - t0,
+            }
         if stopped:
             break
-    yield {"done": True, "stopped": stopped,
-           "summary": summarize(runs, planned=int(cfg.steps), rank=rank, alpha=alpha, lr=lr, batch=bs,
-                                task=task.name)}
+    yield {
+        "done": True,
+        "stopped": stopped,
+        "summary": summarize(runs, planned=int(cfg.steps), rank=rank, alpha=alpha, lr=lr, batch=bs, task=task.name),
+    }
 
 
 def summarize(runs: list[Run], planned: int | None = None, **settings) -> RaceSummary:
@@ -271,15 +307,21 @@ def summarize(runs: list[Run], planned: int | None = None, **settings) -> RaceSu
     by: dict[str, dict[int, list[float]]] = {}
     for r in runs:
         by.setdefault(r.method, {})[r.seed] = r.losses[:done]
-    out: RaceSummary = {"settings": settings, "steps_run": done,
-                           "steps_planned": planned if planned is not None else done,
-                           "loss_at_steps_run": {}, "mean_loss_last10": {}, "trainable_params": {}}
+    out: RaceSummary = {
+        "settings": settings,
+        "steps_run": done,
+        "steps_planned": planned if planned is not None else done,
+        "loss_at_steps_run": {},
+        "mean_loss_last10": {},
+        "trainable_params": {},
+    }
     for r in runs:
         out["trainable_params"][r.method] = sum(p.numel() for p in r.params)
     for m, seeds in by.items():
         out["loss_at_steps_run"][m] = {str(s): (ls[-1] if ls else None) for s, ls in seeds.items()}
-        out["mean_loss_last10"][m] = float(np.mean([np.mean(ls[-10:]) for ls in seeds.values() if ls])) \
-            if any(seeds.values()) else None
+        out["mean_loss_last10"][m] = (
+            float(np.mean([np.mean(ls[-10:]) for ls in seeds.values() if ls])) if any(seeds.values()) else None
+        )
     if "lora" in by and "pissa" in by:
         common = [s for s in by["pissa"] if s in by["lora"] and by["pissa"][s] and by["lora"][s]]
         wins = [s for s in common if _smoothed_last(by["pissa"][s]) < _smoothed_last(by["lora"][s])]
@@ -293,4 +335,4 @@ def _smoothed_last(losses: list[float], k: int = 5) -> float:
 
 def loss_at(losses: list[float], step: int, k: int = 5) -> float:
     """Mean training loss over the k steps ending at `step` (1-based), smoothing batch noise."""
-    return float(np.mean(losses[max(0, step - k):step]))
+    return float(np.mean(losses[max(0, step - k) : step]))

@@ -1,6 +1,7 @@
 """The Adapters tab's answers (backend.pissa.service, the race's summary from backend.pissa.race),
 declared: plain dicts at run time (cached, dumped as the API's and the MCP tools' JSON), their keys
 and types checked by mypy."""
+
 from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
@@ -10,6 +11,7 @@ import numpy as np
 
 class LayerAnalysis(TypedDict):
     """`layer_analysis`: one layer's spectrum, its PiSSA split at a rank and weight histograms' samples."""
+
     model: str
     layer: str
     shape: list[int]
@@ -34,13 +36,23 @@ Ratio = Literal["qlora", "loftq-1", "loftq-5", "qpissa-1", "qpissa-5"]
 
 # One layer's row of `error_table`: each method's error-reduction ratio at the table's rank, None
 # for all of them where the rank exceeds the layer's own (the functional form: keys hold hyphens)
-ErrorRow = TypedDict("ErrorRow", {"layer": str, "shape": list[int], "qlora": float | None,
-                                  "loftq-1": float | None, "loftq-5": float | None,
-                                  "qpissa-1": float | None, "qpissa-5": float | None})
+ErrorRow = TypedDict(
+    "ErrorRow",
+    {
+        "layer": str,
+        "shape": list[int],
+        "qlora": float | None,
+        "loftq-1": float | None,
+        "loftq-5": float | None,
+        "qpissa-1": float | None,
+        "qpissa-5": float | None,
+    },
+)
 
 
 class ErrorHeatmap(TypedDict):
     """One method's error-reduction ratio over layers × ranks."""
+
     method: str  # e.g. "qpissa-1"
     layers: list[str]
     ranks: list[int]
@@ -49,6 +61,7 @@ class ErrorHeatmap(TypedDict):
 
 class ErrorSummary(TypedDict):
     """The error table over the layers the rank fits."""
+
     layers: int
     skipped_layers: list[str]
     qpissa1_beats_loftq1: int  # layers where QPiSSA-1 reduces the error more than LoftQ-1
@@ -58,6 +71,7 @@ class ErrorSummary(TypedDict):
 
 class ErrorTable(TypedDict):
     """`error_table`: quantisation error reduction per layer and method, a heatmap and a summary."""
+
     model: str
     rank: int
     rows: list[ErrorRow]
@@ -67,12 +81,14 @@ class ErrorTable(TypedDict):
 
 class Wins(TypedDict):
     """Seeds where PiSSA's smoothed last loss is below LoRA's, of those both ran."""
+
     seeds: int
     wins: int
 
 
 class RaceSummary(TypedDict):
     """backend.pissa.race.summarize: the race's losses at the last step every run completed."""
+
     settings: dict[str, Any]  # the race's rank, alpha, lr, batch and task, as given
     steps_run: int
     steps_planned: int
@@ -85,6 +101,7 @@ class RaceSummary(TypedDict):
 class Conversion(TypedDict):
     """`conversion_demo`: a PiSSA fine-tune converted to a LoRA on the original weights, and how its
     outputs compare."""
+
     model: str
     layers: list[str]
     rank: int

@@ -1,5 +1,6 @@
 """Which of a user's own models the Adapters tab takes (backend.core.modelcheck asks): PiSSA splits
 nn.Linear weights, of any transformers model that has them."""
+
 from __future__ import annotations
 
 from backend.core.modelcheck import MethodRule, linear_layers_problem, register_rule

@@ -4,6 +4,7 @@ Models are shared (loaded once per process through the preset's `from_pretrained
 modified: weights are read under the model's lock, adapters are built on deep copies. Results are
 cached per (model, layer, rank, settings) in bounded byte caches.
 """
+
 from __future__ import annotations
 
 import json
@@ -118,8 +119,10 @@ def get_tokenizer(key: str):
             return load_pretrained(AutoTokenizer, p.location(), weights=False, roots=roots)
         except (OSError, ValueError) as e:
             # the race's text task needs one; the spectra and error tables do not
-            raise ServiceError(f"{picker.label(p)} has no tokenizer the race's text task can use "
-                               f"({type(e).__name__}); its layers can still be analysed") from None
+            raise ServiceError(
+                f"{picker.label(p)} has no tokenizer the race's text task can use "
+                f"({type(e).__name__}); its layers can still be analysed"
+            ) from None
 
     return _view(key, "tokenizer", load)
 
@@ -136,8 +139,12 @@ def config_layer_names(key: str) -> list[str]:
 
     try:
         p = preset_for(key)
-        config = load_pretrained(AutoConfig, p.location() if p.source == "zoo" else p.path_or_id, weights=False,
-                                 roots=[ZOO_ROOT] if p.source == "zoo" else None)
+        config = load_pretrained(
+            AutoConfig,
+            p.location() if p.source == "zoo" else p.path_or_id,
+            weights=False,
+            roots=[ZOO_ROOT] if p.source == "zoo" else None,
+        )
         # torch's device context is per thread; accelerate's init_empty_weights patches nn.Module for
         # the whole process, so a computation running beside it would build meta parameters
         with torch.device("meta"):
@@ -195,24 +202,45 @@ def layer_analysis(key: str, layer: str, rank: int, init: str = "pissa") -> Laye
         if flat_w.numel() > MAX_HIST:
             idx = torch.randperm(flat_w.numel(), generator=g)[:MAX_HIST]
             flat_w, flat_r = flat_w[idx], flat_r[idx]
-        energy = float((sv[:rank] ** 2).sum() / (sv ** 2).sum())
-        return {"model": key, "layer": layer, "shape": list(w.shape), "rank": rank, "init": init,
-                "singular_values": sv.tolist(), "residual_singular_values": res_sv.tolist(),
-                "energy_top_r": energy, "reconstruction_rel_error": rel, "init_output_rel_gap": gap,
-                "w_sample": flat_w.numpy(), "w_res_sample": flat_r.numpy(),
-                "w_absmax": float(w.abs().max()), "w_res_absmax": float(split.residual.abs().max()),
-                "w_std": float(w.std()), "w_res_std": float(split.residual.std()),
-                "seconds": time.perf_counter() - t0}
+        energy = float((sv[:rank] ** 2).sum() / (sv**2).sum())
+        return {
+            "model": key,
+            "layer": layer,
+            "shape": list(w.shape),
+            "rank": rank,
+            "init": init,
+            "singular_values": sv.tolist(),
+            "residual_singular_values": res_sv.tolist(),
+            "energy_top_r": energy,
+            "reconstruction_rel_error": rel,
+            "init_output_rel_gap": gap,
+            "w_sample": flat_w.numpy(),
+            "w_res_sample": flat_r.numpy(),
+            "w_absmax": float(w.abs().max()),
+            "w_res_absmax": float(split.residual.abs().max()),
+            "w_std": float(w.std()),
+            "w_res_std": float(split.residual.std()),
+            "seconds": time.perf_counter() - t0,
+        }
 
     return RESULTS.get_or_compute(ck, compute)
 
 
 # --- quantization error over layers and ranks ---------------------------------------------------
-@gpu(duration=lambda key, rank=8, layers=None, ranks=HEATMAP_RANKS, heat_method=("qpissa", 1), max_layers=64, *a, **k:
-     capped(10 + min(len(layers) if layers else max_layers, max_layers) * (1 + 0.3 * len(ranks))))
-def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEATMAP_RANKS,
-                heat_method: tuple[str, int] = ("qpissa", 1), max_layers: int = 64,
-                progress: Callable[[float, str], None] | None = None) -> ErrorTable:
+@gpu(
+    duration=lambda key, rank=8, layers=None, ranks=HEATMAP_RANKS, heat_method=("qpissa", 1), max_layers=64, *a, **k: (
+        capped(10 + min(len(layers) if layers else max_layers, max_layers) * (1 + 0.3 * len(ranks)))
+    )
+)
+def error_table(
+    key: str,
+    rank: int,
+    layers: list[str] | None = None,
+    ranks=HEATMAP_RANKS,
+    heat_method: tuple[str, int] = ("qpissa", 1),
+    max_layers: int = 64,
+    progress: Callable[[float, str], None] | None = None,
+) -> ErrorTable:
     """Error-reduction ratios per layer at `rank` for QLoRA, LoftQ-1/5, QPiSSA-1/5, and a heatmap
     of one method's ratio over layers × ranks."""
     model = get_model(key)
@@ -224,9 +252,12 @@ def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEAT
     if heat_method[0] not in ("qlora", "loftq", "qpissa"):
         raise ServiceError("heatmap method must be qlora, loftq or qpissa")
     p = preset_for(key)
-    ck = make_key(p.model_id, tuple(names), {"rank": int(rank), "ranks": tuple(ranks),
-                                            "heat": tuple(heat_method), "what": "errors"},
-                  revision=p.revision)
+    ck = make_key(
+        p.model_id,
+        tuple(names),
+        {"rank": int(rank), "ranks": tuple(ranks), "heat": tuple(heat_method), "what": "errors"},
+        revision=p.revision,
+    )
     cached = RESULTS.get(ck)
     if cached is not None:
         return cached
@@ -238,24 +269,50 @@ def error_table(key: str, rank: int, layers: list[str] | None = None, ranks=HEAT
             progress(i / max(1, len(names)), f"layer {name}")
         w = _weight(key, name)
         fits = 1 <= int(rank) <= min(w.shape)  # a rank above the layer's own is "n/a" there
-        r = {f"{method}-{iters}" if method != "qlora" else "qlora": error_reduction_ratio(w, int(rank), method, iters)
-             for method, iters in ERROR_VARIANTS} if fits else {}
+        r = (
+            {
+                f"{method}-{iters}" if method != "qlora" else "qlora": error_reduction_ratio(
+                    w, int(rank), method, iters
+                )
+                for method, iters in ERROR_VARIANTS
+            }
+            if fits
+            else {}
+        )
         if fits:
             fitting.append(r)
-        rows.append({"layer": name, "shape": list(w.shape), "qlora": r.get("qlora"), "loftq-1": r.get("loftq-1"),
-                     "loftq-5": r.get("loftq-5"), "qpissa-1": r.get("qpissa-1"), "qpissa-5": r.get("qpissa-5")})
-        heat.append([error_reduction_ratio(w, k, *heat_method) if k <= min(w.shape) else None
-                     for k in ranks])
+        rows.append(
+            {
+                "layer": name,
+                "shape": list(w.shape),
+                "qlora": r.get("qlora"),
+                "loftq-1": r.get("loftq-1"),
+                "loftq-5": r.get("loftq-5"),
+                "qpissa-1": r.get("qpissa-1"),
+                "qpissa-5": r.get("qpissa-5"),
+            }
+        )
+        heat.append([error_reduction_ratio(w, k, *heat_method) if k <= min(w.shape) else None for k in ranks])
     if not fitting:
         raise ServiceError(f"rank {rank} is larger than every selected layer allows")
-    out: ErrorTable = {"model": key, "rank": int(rank), "rows": rows, "heatmap": {
-        "method": f"{heat_method[0]}-{heat_method[1]}", "layers": names, "ranks": list(ranks),
-        "values": heat}, "summary": {
-        "layers": len(fitting), "skipped_layers": [r["layer"] for r in rows if r["qlora"] is None],
-        "qpissa1_beats_loftq1": sum(r["qpissa-1"] > r["loftq-1"] for r in fitting),
-        "qpissa5_beats_loftq1": sum(r["qpissa-5"] > r["loftq-1"] for r in fitting),
-        "mean": {k: float(np.mean([r[k] for r in fitting])) for k in fitting[0]},
-    }}
+    out: ErrorTable = {
+        "model": key,
+        "rank": int(rank),
+        "rows": rows,
+        "heatmap": {
+            "method": f"{heat_method[0]}-{heat_method[1]}",
+            "layers": names,
+            "ranks": list(ranks),
+            "values": heat,
+        },
+        "summary": {
+            "layers": len(fitting),
+            "skipped_layers": [r["layer"] for r in rows if r["qlora"] is None],
+            "qpissa1_beats_loftq1": sum(r["qpissa-1"] > r["loftq-1"] for r in fitting),
+            "qpissa5_beats_loftq1": sum(r["qpissa-5"] > r["loftq-1"] for r in fitting),
+            "mean": {k: float(np.mean([r[k] for r in fitting])) for k in fitting[0]},
+        },
+    }
     RESULTS.put(ck, out)
     return out
 
@@ -265,6 +322,7 @@ def task_for(key: str):
     p = preset_for(key)
     model = get_model(key)
     if p.extra.get("task") == "digits":
+
         def digits(model):
             splits = None
             if p.source == "zoo":
@@ -311,8 +369,7 @@ RACE_WIND_DOWN_S = 3.0
 
 
 @gpu(duration=lambda key, cfg, *a, **k: capped(20 + 0.02 * cfg.steps * len(cfg.methods) * len(cfg.seeds)))
-def race_stream(key: str, cfg: RaceConfig, session: str = "local",
-                heartbeat_s: float = 0.5) -> Iterator[dict]:
+def race_stream(key: str, cfg: RaceConfig, session: str = "local", heartbeat_s: float = 0.5) -> Iterator[dict]:
     """The race's events for one session; `request_stop(session)` ends it after the current step.
 
     The race runs in a worker thread; while it is busy (loading a model, building runs) this yields
@@ -337,6 +394,7 @@ def race_stream(key: str, cfg: RaceConfig, session: str = "local",
         if not steps[-1].next_fits():
             timed_out.set()
         return timed_out.is_set()
+
     # Events pass in batches: one hand-over between the threads per batch, not per step (per-step
     # hand-overs under the GIL the training holds let the consumer fall seconds behind). The batch
     # is bounded, so what the consumer shows is never more than two batches (2 x RACE_BACKLOG

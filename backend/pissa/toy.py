@@ -6,6 +6,7 @@ projection held as buffers, so the saved folder (config.json + model.safetensors
 organism. It loads through `DigitsMLP.from_pretrained(path, use_safetensors=True)`, the same call the
 preset loader makes for transformers classes.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,13 @@ class DigitsMLP(nn.Module):
 
     def __init__(self, pca_dim: int = 16, hidden: int = 128, n_classes: int = 10, n_pixels: int = 64):
         super().__init__()
-        self.config = {"model_type": self.model_type, "pca_dim": pca_dim, "hidden": hidden,
-                       "n_classes": n_classes, "n_pixels": n_pixels}
+        self.config = {
+            "model_type": self.model_type,
+            "pca_dim": pca_dim,
+            "hidden": hidden,
+            "n_classes": n_classes,
+            "n_pixels": n_pixels,
+        }
         self.register_buffer("pca_mean", torch.zeros(n_pixels))
         self.register_buffer("pca_components", torch.zeros(pca_dim, n_pixels))
         self.fc1 = nn.Linear(pca_dim, hidden)
@@ -53,8 +59,7 @@ class DigitsMLP(nn.Module):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / CONFIG_NAME).write_text(json.dumps(self.config, indent=2))
-        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()},
-                  str(out / WEIGHTS_NAME))
+        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, str(out / WEIGHTS_NAME))
 
     @classmethod
     def from_pretrained(cls, path, use_safetensors: bool = True, **_):
@@ -112,8 +117,9 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float((model(x).argmax(-1) == y).float().mean())
 
 
-def pretrain(seed: int = 0, steps: int = 300, pca_dim: int = 16, hidden: int = 128,
-             lr: float = 3e-3, batch: int = 64) -> tuple[DigitsMLP, dict]:
+def pretrain(
+    seed: int = 0, steps: int = 300, pca_dim: int = 16, hidden: int = 128, lr: float = 3e-3, batch: int = 64
+) -> tuple[DigitsMLP, dict]:
     """Pre-train a DigitsMLP on the odd digits (PCA fitted on those training images only)."""
     torch.manual_seed(seed)
     x, y = load_digits_data()
@@ -136,7 +142,9 @@ def pretrain(seed: int = 0, steps: int = 300, pca_dim: int = 16, hidden: int = 1
     model.eval()
     xte, yte = subset(x, y, split["test"], PRETRAIN_CLASSES)
     xft, yft = subset(x, y, split["test"], FINETUNE_CLASSES)
-    metrics = {"pretrain_test_acc": accuracy(model, xte, yte),
-               "finetune_classes_test_acc_before": accuracy(model, xft, yft),
-               "final_loss": float(loss.detach())}
+    metrics = {
+        "pretrain_test_acc": accuracy(model, xte, yte),
+        "finetune_classes_test_acc_before": accuracy(model, xft, yft),
+        "final_loss": float(loss.detach()),
+    }
     return model, {"split": split, "metrics": metrics}

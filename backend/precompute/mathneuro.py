@@ -15,6 +15,7 @@ Writes DIR/mathneuro-norms-math.safetensors and DIR/mathneuro-norms-nonmath.safe
 ({layer name: float64 vector}); `load_masks(model, DIR, top_k)` turns them into the same
 {weight name: BoolTensor} masks that `backend.mathneuro.identify` returns.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,15 @@ from ..mathneuro import chat, core, sources
 KINDS = ("math", "nonmath")
 
 
-def run(bench, out: Path, n: int | None = None, chunk: int = 8, state=None, texts: dict | None = None,
-        stop_after: int | None = None) -> dict[str, dict | None]:
+def run(
+    bench,
+    out: Path,
+    n: int | None = None,
+    chunk: int = 8,
+    state=None,
+    texts: dict | None = None,
+    stop_after: int | None = None,
+) -> dict[str, dict | None]:
     """`texts`: {"math": [...], "nonmath": [...]} to score instead of the preset's identification sets.
     Each kind's merged norms on the main process, None on the others (ShardedJob.run)."""
     results = {}
@@ -40,8 +48,9 @@ def run(bench, out: Path, n: int | None = None, chunk: int = 8, state=None, text
         def compute(start: int, end: int, texts_=texts_):
             return core.input_norms(bench.model, texts_[start:end], tokenizer=bench.tok)
 
-        job = ShardedJob(f"mathneuro-norms-{kind}", out, len(texts_), chunk, compute, merge_sum,
-                         signature=texts_digest(texts_)[:16])
+        job = ShardedJob(
+            f"mathneuro-norms-{kind}", out, len(texts_), chunk, compute, merge_sum, signature=texts_digest(texts_)[:16]
+        )
         results[kind] = job.run(state, stop_after=stop_after)
     return results
 

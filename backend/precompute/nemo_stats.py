@@ -13,6 +13,7 @@ computing the statistics at first use when the server runs with WORKBENCH_NEMO_S
 paper's files) (default: the preset's ordinary prompts: the sd-memo statistics prompts, or for the hub
 checkpoint the 10,000 COCO captions of assets/data/nemo). Resume: parts are written atomically under DIR/parts; a rerun skips them.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,16 @@ from ..nemo import data as ndata
 from ..nemo import stats as nstats
 
 
-def run(pipe, prompts: list[str], out: Path, *, chunk: int = 16, model_id: str = "", state=None,
-        stop_after: int | None = None) -> dict[str, torch.Tensor] | None:
+def run(
+    pipe,
+    prompts: list[str],
+    out: Path,
+    *,
+    chunk: int = 16,
+    model_id: str = "",
+    state=None,
+    stop_after: int | None = None,
+) -> dict[str, torch.Tensor] | None:
     """Statistics of `prompts` on `pipe`; the merged tensors on the main process (also written to
     out/nemo-stats.safetensors), None on the others."""
     layers = core.value_layers(pipe.unet)
@@ -51,8 +60,9 @@ def run(pipe, prompts: list[str], out: Path, *, chunk: int = 16, model_id: str =
 def main(argv: list[str] | None = None) -> None:
     ap = job_parser(__doc__, chunk=16, chunk_help="prompts per chunk (= one text-encoder batch)")
     ap.add_argument("--source", default=None, help="zoo | hub (default: the active preset source)")
-    ap.add_argument("--prompts", type=Path, default=None,
-                    help="one prompt per line, a JSON list, or a CSV with a Caption column")
+    ap.add_argument(
+        "--prompts", type=Path, default=None, help="one prompt per line, a JSON list, or a CSV with a Caption column"
+    )
     ap.add_argument("--samples", type=int, default=None, help="use the first N prompts")
     args = ap.parse_args(argv)
     state = job_state(args)
@@ -63,11 +73,18 @@ def main(argv: list[str] | None = None) -> None:
         m.pipe.to(state.device)
     prompts = ndata.read_stats_prompts(args.prompts) if args.prompts else m.stats_prompts
     prompts = prompts[: args.samples] if args.samples else prompts
-    run(m.pipe, prompts, args.out, chunk=args.chunk, model_id=m.model_id, state=state,
-        stop_after=args.stop_after)
+    run(m.pipe, prompts, args.out, chunk=args.chunk, model_id=m.model_id, state=state, stop_after=args.stop_after)
     if state.is_main_process:
-        print(json.dumps({"written": str(args.out / nstats.STATS_FILE), "n_prompts": len(prompts),
-                          "model_id": m.model_id, "processes": state.num_processes}))
+        print(
+            json.dumps(
+                {
+                    "written": str(args.out / nstats.STATS_FILE),
+                    "n_prompts": len(prompts),
+                    "model_id": m.model_id,
+                    "processes": state.num_processes,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

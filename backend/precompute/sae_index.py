@@ -24,6 +24,7 @@ organism's folder at it) to use it.
 
 Resume: parts are written atomically under DIR/parts and a rerun skips the valid ones.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,9 +43,17 @@ SUM_KEYS = ("fire_count", "act_sum", "hist", "n_tokens", "n_images")
 
 
 def _state(b: IndexBuilder) -> Tensors:
-    return {"top_scores": b.top_scores, "top_ids": b.top_ids, "top_maps": b.top_maps,
-            "fire_count": b.fire_count, "act_sum": b.act_sum, "max_act": b.max_act, "hist": b.hist,
-            "n_tokens": torch.tensor([b.n_tokens]), "n_images": torch.tensor([b.n_images])}
+    return {
+        "top_scores": b.top_scores,
+        "top_ids": b.top_ids,
+        "top_maps": b.top_maps,
+        "fire_count": b.fire_count,
+        "act_sum": b.act_sum,
+        "max_act": b.max_act,
+        "hist": b.hist,
+        "n_tokens": torch.tensor([b.n_tokens]),
+        "n_images": torch.tensor([b.n_images]),
+    }
 
 
 def merge_states(parts: list[Tensors], top_k: int) -> Tensors:
@@ -67,8 +76,12 @@ def to_index(state: Tensors, meta: dict) -> FeatureIndex:
     F, K, P = state["top_maps"].shape
     b = IndexBuilder(F, P, K, map_dtype=state["top_maps"].dtype)
     b.top_scores, b.top_ids, b.top_maps = state["top_scores"], state["top_ids"], state["top_maps"]
-    b.fire_count, b.act_sum, b.max_act, b.hist = (state["fire_count"], state["act_sum"], state["max_act"],
-                                                  state["hist"])
+    b.fire_count, b.act_sum, b.max_act, b.hist = (
+        state["fire_count"],
+        state["act_sum"],
+        state["max_act"],
+        state["hist"],
+    )
     b.n_tokens, b.n_images = int(state["n_tokens"][0]), int(state["n_images"][0])
     return FeatureIndex(b.tensors(), {**meta, "n_images": b.n_images, "n_tokens": b.n_tokens})
 
@@ -79,8 +92,16 @@ def signature(org, specs: list[dict], top_k: int, chunk: int) -> str:
     return h.hexdigest()[:16]
 
 
-def run(org, out: Path, *, n_images: int | None = None, top_k: int = 16, chunk: int = 64, state=None,
-        stop_after: int | None = None) -> FeatureIndex | None:
+def run(
+    org,
+    out: Path,
+    *,
+    n_images: int | None = None,
+    top_k: int = 16,
+    chunk: int = 64,
+    state=None,
+    stop_after: int | None = None,
+) -> FeatureIndex | None:
     """Index `org.index_specs[:n_images]` with `org.sae` at `org.hookpoint`; returns the index on
     the main process (also written to out/feature_index.safetensors), None on the others."""
     from ..sae import scenes as S
@@ -101,17 +122,32 @@ def run(org, out: Path, *, n_images: int | None = None, top_k: int = 16, chunk: 
         return _state(b)
 
     t0 = time.perf_counter()
-    job = ShardedJob("sae-index", Path(out), len(specs), chunk, compute, lambda p: merge_states(p, top_k),
-                     signature=signature(org, specs, top_k, chunk))
+    job = ShardedJob(
+        "sae-index",
+        Path(out),
+        len(specs),
+        chunk,
+        compute,
+        lambda p: merge_states(p, top_k),
+        signature=signature(org, specs, top_k, chunk),
+    )
     merged = job.run(state, final_name=STATE_FILE, stop_after=stop_after)
     if merged is None:
         return None
-    meta = {"grid": int(round(n_p ** 0.5)), "top_k": top_k, "hookpoint": org.hookpoint,
-            "ranking": "mean activation over image-patch tokens",
-            "density": "fraction of image-patch tokens where the feature is non-zero",
-            "build_s": round(time.perf_counter() - t0, 2), "scene_file": "index_scenes.json",
-            "precompute": {"chunk": chunk, "chunks": -(-len(specs) // chunk),
-                           "processes": int(getattr(state, "num_processes", 1))}}
+    meta = {
+        "grid": int(round(n_p**0.5)),
+        "top_k": top_k,
+        "hookpoint": org.hookpoint,
+        "ranking": "mean activation over image-patch tokens",
+        "density": "fraction of image-patch tokens where the feature is non-zero",
+        "build_s": round(time.perf_counter() - t0, 2),
+        "scene_file": "index_scenes.json",
+        "precompute": {
+            "chunk": chunk,
+            "chunks": -(-len(specs) // chunk),
+            "processes": int(getattr(state, "num_processes", 1)),
+        },
+    }
     return _save(to_index(merged, meta), Path(out))
 
 
@@ -130,8 +166,17 @@ def hub_signature(org, source, top_k: int, chunk: int, batch: int) -> str:
     return h.hexdigest()[:16]
 
 
-def run_hub(org, source, out: Path, *, top_k: int = 16, chunk: int = 64, batch: int = 4, state=None,
-            stop_after: int | None = None) -> FeatureIndex | None:
+def run_hub(
+    org,
+    source,
+    out: Path,
+    *,
+    top_k: int = 16,
+    chunk: int = 64,
+    batch: int = 4,
+    state=None,
+    stop_after: int | None = None,
+) -> FeatureIndex | None:
     """Index the images of `source` with a hub organism (backend.sae.loading.load_hub); the same
     file, format and metadata as the tab's own build (`features.index_images`)."""
     from ..sae import hub_index
@@ -143,21 +188,43 @@ def run_hub(org, source, out: Path, *, top_k: int = 16, chunk: int = 64, batch: 
     n_p = (v.image_size // v.patch_size) ** 2
 
     def compute(start: int, end: int) -> Tensors:
-        b = build_streaming(lambda a, z: hub_index.encode_images(org, [source.load(start + i) for i in range(a, z)]),
-                            end - start, org.sae.n_latents, n_p, top_k=top_k, batch_size=batch)
+        b = build_streaming(
+            lambda a, z: hub_index.encode_images(org, [source.load(start + i) for i in range(a, z)]),
+            end - start,
+            org.sae.n_latents,
+            n_p,
+            top_k=top_k,
+            batch_size=batch,
+        )
         # build_streaming numbers the images from 0: shift them to their place in the source
         b.top_ids = torch.where(b.top_ids >= 0, b.top_ids + start, b.top_ids)
         return _state(b)
 
     t0 = time.perf_counter()
-    job = ShardedJob("sae-index", Path(out), len(source), chunk, compute, lambda p: merge_states(p, top_k),
-                     signature=hub_signature(org, source, top_k, chunk, batch))
+    job = ShardedJob(
+        "sae-index",
+        Path(out),
+        len(source),
+        chunk,
+        compute,
+        lambda p: merge_states(p, top_k),
+        signature=hub_signature(org, source, top_k, chunk, batch),
+    )
     merged = job.run(state, final_name=STATE_FILE, stop_after=stop_after)
     if merged is None:
         return None
-    meta = hub_index.index_meta(org, source, top_k, build_s=round(time.perf_counter() - t0, 2),
-                         precompute={"chunk": chunk, "batch": batch, "chunks": -(-len(source) // chunk),
-                                     "processes": int(getattr(state, "num_processes", 1))})
+    meta = hub_index.index_meta(
+        org,
+        source,
+        top_k,
+        build_s=round(time.perf_counter() - t0, 2),
+        precompute={
+            "chunk": chunk,
+            "batch": batch,
+            "chunks": -(-len(source) // chunk),
+            "processes": int(getattr(state, "num_processes", 1)),
+        },
+    )
     return _save(to_index(merged, meta), Path(out))
 
 
@@ -169,7 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--top-k", type=int, default=16)
     hub = ap.add_argument_group("hub (--source hub)")
     hub.add_argument("--model", default=None, help="hub id or allowed local folder of the VLM (default: the preset's)")
-    hub.add_argument("--sae", default=None, help="hub id or allowed local folder of the SAE repo (default: the preset's)")
+    hub.add_argument(
+        "--sae", default=None, help="hub id or allowed local folder of the SAE repo (default: the preset's)"
+    )
     hub.add_argument("--hookpoint", default=None, help="the SAE's hookpoint folder (default: model.layers.24)")
     hub.add_argument("--image-folder", type=Path, default=None, help="index the images of this folder (recursively)")
     hub.add_argument("--dataset", default=None, help="or a `datasets` image dataset (name or local path)")
@@ -185,20 +254,39 @@ def main(argv: list[str] | None = None) -> None:
 
         if (args.image_folder is None) == (args.dataset is None):
             ap.error("--source hub needs exactly one of --image-folder or --dataset")
-        source = (ImageSource.folder(args.image_folder, args.images) if args.image_folder is not None
-                  else ImageSource.dataset(args.dataset, args.split, args.image_column, args.images))
+        source = (
+            ImageSource.folder(args.image_folder, args.images)
+            if args.image_folder is not None
+            else ImageSource.dataset(args.dataset, args.split, args.image_column, args.images)
+        )
         if args.cpu:
             import os
 
             os.environ["WORKBENCH_DEVICE"] = "cpu"  # the loaders place models by this
-        org = loading.load_hub(args.model or organism.HUB_MODEL, args.sae or organism.HUB_SAE,
-                               args.hookpoint or organism.HUB_HOOKPOINT)
-        index = run_hub(org, source, args.out, top_k=args.top_k, chunk=args.chunk, batch=args.batch, state=state,
-                        stop_after=args.stop_after)
+        org = loading.load_hub(
+            args.model or organism.HUB_MODEL, args.sae or organism.HUB_SAE, args.hookpoint or organism.HUB_HOOKPOINT
+        )
+        index = run_hub(
+            org,
+            source,
+            args.out,
+            top_k=args.top_k,
+            chunk=args.chunk,
+            batch=args.batch,
+            state=state,
+            stop_after=args.stop_after,
+        )
     else:
         org = loading.load_organism(args.organism)
-        index = run(org, args.out, n_images=args.images, top_k=args.top_k, chunk=args.chunk, state=state,
-                    stop_after=args.stop_after)
+        index = run(
+            org,
+            args.out,
+            n_images=args.images,
+            top_k=args.top_k,
+            chunk=args.chunk,
+            state=state,
+            stop_after=args.stop_after,
+        )
     if state.is_main_process and index is not None:
         print(json.dumps({"written": str(args.out / INDEX_FILE), **index.meta}))
 

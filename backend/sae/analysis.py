@@ -4,6 +4,7 @@ anyres tiles' finer map over the picture on LLaVA-NeXT) and captions with a feat
 `steer_combination`; the clamp itself is backend.sae.steer). Uploaded pictures are checked and shaped
 for the model here (`model_image`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +20,15 @@ from . import steer as ST
 from . import vlm
 from .loading import need_model
 from .organism import Organism, shown_label
-from .results import (CaptionVerdict, ImageAnalysis, NamesConcept, Steering, SteeredCaption, SteeringDefaults,
-                      SteeringVerdict)
+from .results import (
+    CaptionVerdict,
+    ImageAnalysis,
+    NamesConcept,
+    Steering,
+    SteeredCaption,
+    SteeringDefaults,
+    SteeringVerdict,
+)
 
 
 _RESULT_CACHE = ByteLRUCache(16 * 2**20, name="features-results")
@@ -28,7 +36,9 @@ MAX_SIDE = int(bounds.IMAGE_SIDE.hi)  # px, the largest image side of every imag
 
 
 @torch.no_grad()
-def processor_codes(org: Organism, image: np.ndarray, text: str = vlm.HUB_PROMPT) -> tuple[torch.Tensor, vlm.ImageLayout]:
+def processor_codes(
+    org: Organism, image: np.ndarray, text: str = vlm.HUB_PROMPT
+) -> tuple[torch.Tensor, vlm.ImageLayout]:
     """SAE codes [T, F] at the hookpoint for one image through the model's own processor and chat
     template (the path the hub checkpoint uses), and where the image sits in the prompt."""
     need_model(org)
@@ -62,8 +72,9 @@ def model_image(org: Organism, image: np.ndarray) -> np.ndarray:
     if image.shape[:2] != (size, size):
         from PIL import Image
 
-        image = np.asarray(Image.fromarray(pad_square(image)).convert("RGB").resize((size, size),
-                                                                                    Image.Resampling.BILINEAR))
+        image = np.asarray(
+            Image.fromarray(pad_square(image)).convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
+        )
     return image
 
 
@@ -78,7 +89,7 @@ def pad_square(image: np.ndarray) -> np.ndarray:
     out = np.empty((side, side, 3), np.uint8)
     out[:] = np.median(border, axis=0).astype(np.uint8)
     y, x = (side - h) // 2, (side - w) // 2
-    out[y:y + h, x:x + w] = image
+    out[y : y + h, x : x + w] = image
     return out
 
 
@@ -87,13 +98,19 @@ def positions_text(org: Organism, layout: vlm.ImageLayout | None = None) -> str:
     g, size = org.grid, org.vision["image_size"]
     if not org.vision.get("anyres"):
         return f"the {g}×{g} image-patch tokens of the single {size}px crop"
-    tiles = (f"; this image: {layout.tile_shape[0]}×{layout.tile_shape[1]} tile patches and "
-             f"{len(layout.newlines)} newline tokens" if layout is not None and len(layout.tiles) else "")
-    return (f"LLaVA-NeXT anyres: first the base image (the whole picture resized to {size}px, "
-            f"{g}×{g} patches), then the high-resolution tiles stitched over the picture and cropped to its "
-            f"aspect ratio, each row ended by a newline token{tiles}. Feature maps, ranking and the index use "
-            f"the base image's {g}×{g} patches; the tile map is the tiles' patches in their stitched grid; "
-            f"newline tokens are left out of every map")
+    tiles = (
+        f"; this image: {layout.tile_shape[0]}×{layout.tile_shape[1]} tile patches and "
+        f"{len(layout.newlines)} newline tokens"
+        if layout is not None and len(layout.tiles)
+        else ""
+    )
+    return (
+        f"LLaVA-NeXT anyres: first the base image (the whole picture resized to {size}px, "
+        f"{g}×{g} patches), then the high-resolution tiles stitched over the picture and cropped to its "
+        f"aspect ratio, each row ended by a newline token{tiles}. Feature maps, ranking and the index use "
+        f"the base image's {g}×{g} patches; the tile map is the tiles' patches in their stitched grid; "
+        f"newline tokens are left out of every map"
+    )
 
 
 @gpu(duration=20)  # one VLM prompt pass + SAE encode
@@ -114,8 +131,9 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> ImageAnal
             codes = org.sae.encode(h[0, vlm.image_slice(org.model)])  # [P, F]
             caption = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
             if ood.has_reference(org):  # the same residual, one more number: how far from the scenes
-                shift = ood.assess(float(ood.unexplained(org.sae, h[0, vlm.image_slice(org.model)])),
-                                   ood.reference(org))
+                shift = ood.assess(
+                    float(ood.unexplained(org.sae, h[0, vlm.image_slice(org.model)])), ood.reference(org)
+                )
         else:
             all_codes, layout = processor_codes(org, image)
             codes = all_codes[layout.base.to(all_codes.device)]
@@ -127,15 +145,27 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> ImageAnal
     mean = codes.mean(0)
     order = [int(f) for f in torch.argsort(mean, descending=True)[:top_n] if mean[f] > 0]
     out: ImageAnalysis = {
-           "image": image, "caption": caption,
-           "features": [{"feature": f, "mean_act": round(float(mean[f]), 4),
-                         "label": (shown_label(org.labels.get(str(f), {})) if org.is_hub
-                                   else org.labels.get(str(f), {}).get("label", ""))} for f in order],
-           "maps": {f: codes[:, f].reshape(g, g).numpy() for f in order},
-           "tile_maps": ({f: tile_codes[:, f].reshape(tile_shape).numpy() for f in order}
-                         if tile_codes is not None else {}),
-           "positions": positions_text(org, layout),
-           "ood": shift}  # backend.sae.ood.assess, or None for a model without a scene set
+        "image": image,
+        "caption": caption,
+        "features": [
+            {
+                "feature": f,
+                "mean_act": round(float(mean[f]), 4),
+                "label": (
+                    shown_label(org.labels.get(str(f), {}))
+                    if org.is_hub
+                    else org.labels.get(str(f), {}).get("label", "")
+                ),
+            }
+            for f in order
+        ],
+        "maps": {f: codes[:, f].reshape(g, g).numpy() for f in order},
+        "tile_maps": (
+            {f: tile_codes[:, f].reshape(tile_shape).numpy() for f in order} if tile_codes is not None else {}
+        ),
+        "positions": positions_text(org, layout),
+        "ood": shift,
+    }  # backend.sae.ood.assess, or None for a model without a scene set
     _RESULT_CACHE.put(key, out)
     return out
 
@@ -151,8 +181,12 @@ def family_rivals(org: Organism, feature: int) -> list[int]:
 
 def steering_defaults(org: Organism) -> SteeringDefaults:
     st = org.summary.get("steering", {})
-    return {"positions": st.get("default_positions", "prompt"), "multiple": float(st.get("value_multiple", 2.0)),
-            "suppress": bool(st.get("suppress_other_colours", False)), "hookpoint": org.hookpoint}
+    return {
+        "positions": st.get("default_positions", "prompt"),
+        "multiple": float(st.get("value_multiple", 2.0)),
+        "suppress": bool(st.get("suppress_other_colours", False)),
+        "hookpoint": org.hookpoint,
+    }
 
 
 def clamp_range(org: Organism) -> bounds.Range:
@@ -176,8 +210,16 @@ def default_clamp_value(org: Organism, feature: int, multiple: float | None = No
 
 @gpu(duration=40)  # two greedy captions (with and without the clamp)
 @torch.no_grad()
-def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, *, positions: str = "prompt",
-                  add_error: bool = False, suppress_family: bool = False) -> SteeringVerdict:
+def steer_caption(
+    org: Organism,
+    image: np.ndarray,
+    feature: int,
+    value: float,
+    *,
+    positions: str = "prompt",
+    add_error: bool = False,
+    suppress_family: bool = False,
+) -> SteeringVerdict:
     """Caption with and without the clamp, side by side."""
     if not np.isfinite(value):
         raise ValueError("clamp value must be a finite number")
@@ -193,19 +235,44 @@ def steer_caption(org: Organism, image: np.ndarray, feature: int, value: float, 
     with locked(org.model):
         if org.is_hub:
             base = vlm.hub_generate(org.model, org.processor, image)
-            steered = ST.hub_steered_caption(org.model, org.processor, org.sae, org.hookpoint, image, int(feature),
-                                             float(value), positions=positions, add_error=add_error,
-                                             suppress=suppress)
+            steered = ST.hub_steered_caption(
+                org.model,
+                org.processor,
+                org.sae,
+                org.hookpoint,
+                image,
+                int(feature),
+                float(value),
+                positions=positions,
+                add_error=add_error,
+                suppress=suppress,
+            )
         else:
             base = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
-            steered = ST.steered_captions(org.model, org.tokenizer, org.sae, org.hookpoint, image[None], int(feature),
-                                          float(value), positions=positions, add_error=add_error,
-                                          suppress=suppress)[0]
-    out: SteeredCaption = {"feature": int(feature), "value": float(value), "positions": positions, "add_error": bool(add_error),
-           "suppressed": list(suppress),
-           "hookpoint": org.hookpoint, "baseline": base, "steered": steered,
-           # the zoo's captions follow a template that can be checked; free text cannot
-           "well_formed": None if org.is_hub else S.parse_caption(steered) is not None}
+            steered = ST.steered_captions(
+                org.model,
+                org.tokenizer,
+                org.sae,
+                org.hookpoint,
+                image[None],
+                int(feature),
+                float(value),
+                positions=positions,
+                add_error=add_error,
+                suppress=suppress,
+            )[0]
+    out: SteeredCaption = {
+        "feature": int(feature),
+        "value": float(value),
+        "positions": positions,
+        "add_error": bool(add_error),
+        "suppressed": list(suppress),
+        "hookpoint": org.hookpoint,
+        "baseline": base,
+        "steered": steered,
+        # the zoo's captions follow a template that can be checked; free text cannot
+        "well_formed": None if org.is_hub else S.parse_caption(steered) is not None,
+    }
     _RESULT_CACHE.put(key, out)
     return concept_verdict(org, out)
 
@@ -215,14 +282,18 @@ def concept_verdict(org: Organism, out: SteeredCaption) -> SteeringVerdict:
     concept (its label now, which a hub model may have been asked for since), and did the one
     without the clamp already? `names_concept` is None for a feature without a label."""
     concept = shown_label(org.labels.get(str(out["feature"]), {}))
-    names: NamesConcept | None = ({"baseline": ST.names_concept(out["baseline"], concept), "steered": ST.names_concept(out["steered"], concept)}
-             if concept else None)
+    names: NamesConcept | None = (
+        {"baseline": ST.names_concept(out["baseline"], concept), "steered": ST.names_concept(out["steered"], concept)}
+        if concept
+        else None
+    )
     return {**out, "concept": concept, "names_concept": names}
 
 
 # ------------------------------------------------------------------------------ several clamps at once
-def check_steering(org: Organism, clamps, suppress=(), suppress_family: bool = False
-                   ) -> tuple[list[ST.Clamp], tuple[int, ...]]:
+def check_steering(
+    org: Organism, clamps, suppress=(), suppress_family: bool = False
+) -> tuple[list[ST.Clamp], tuple[int, ...]]:
     """Clamps and suppressions checked against this organism (feature ids, its clamp range, the
     bounds); `suppress_family` adds each clamped feature's family rivals, except the features clamped
     (clamping red and blue together must not zero blue as one of red's rivals)."""
@@ -235,18 +306,37 @@ def check_steering(org: Organism, clamps, suppress=(), suppress_family: bool = F
     return checked, sup
 
 
-def _caption(org: Organism, image: np.ndarray, clamps: list[ST.Clamp], suppress: tuple[int, ...],
-             positions: str, add_error: bool) -> str:
+def _caption(
+    org: Organism, image: np.ndarray, clamps: list[ST.Clamp], suppress: tuple[int, ...], positions: str, add_error: bool
+) -> str:
     """One greedy caption with these clamps (none: the model as it is); the caller holds the lock."""
     if org.is_hub:
         if not clamps:
             return vlm.hub_generate(org.model, org.processor, image)
-        return ST.hub_caption_with_clamps(org.model, org.processor, org.sae, org.hookpoint, image, clamps,
-                                          positions=positions, add_error=add_error, suppress=suppress)
+        return ST.hub_caption_with_clamps(
+            org.model,
+            org.processor,
+            org.sae,
+            org.hookpoint,
+            image,
+            clamps,
+            positions=positions,
+            add_error=add_error,
+            suppress=suppress,
+        )
     if not clamps:
         return vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
-    return ST.captions_with_clamps(org.model, org.tokenizer, org.sae, org.hookpoint, image[None], clamps,
-                                   positions=positions, add_error=add_error, suppress=suppress)[0]
+    return ST.captions_with_clamps(
+        org.model,
+        org.tokenizer,
+        org.sae,
+        org.hookpoint,
+        image[None],
+        clamps,
+        positions=positions,
+        add_error=add_error,
+        suppress=suppress,
+    )[0]
 
 
 def _verdict(org: Organism, caption: str, clamps: list[ST.Clamp], baseline: str | None = None) -> CaptionVerdict:
@@ -256,15 +346,27 @@ def _verdict(org: Organism, caption: str, clamps: list[ST.Clamp], baseline: str 
     for f, _ in clamps:
         concept = shown_label(org.labels.get(str(f), {}))
         names[str(f)] = ST.names_concept(caption, concept) if concept else None
-    return {"caption": caption, "well_formed": None if org.is_hub else S.parse_caption(caption) is not None,
-            "concepts": [] if org.is_hub else ST.concepts_named(caption), "names_concept": names,
-            "changed": None if org.is_hub or baseline is None else ST.changed_attributes(baseline, caption)}
+    return {
+        "caption": caption,
+        "well_formed": None if org.is_hub else S.parse_caption(caption) is not None,
+        "concepts": [] if org.is_hub else ST.concepts_named(caption),
+        "names_concept": names,
+        "changed": None if org.is_hub or baseline is None else ST.changed_attributes(baseline, caption),
+    }
 
 
 @gpu(duration=40)  # two greedy captions (with and without the clamps)
 @torch.no_grad()
-def steer_caption_many(org: Organism, image: np.ndarray, clamps, *, suppress=(), positions: str = "prompt",
-                       add_error: bool = False, suppress_family: bool = False) -> Steering:
+def steer_caption_many(
+    org: Organism,
+    image: np.ndarray,
+    clamps,
+    *,
+    suppress=(),
+    positions: str = "prompt",
+    add_error: bool = False,
+    suppress_family: bool = False,
+) -> Steering:
     """`steer_caption` with several clamps [(feature, value), ...] and suppressed features, applied
     together in one intervention: the caption with and without them."""
     return _steer_runs(org, image, clamps, suppress, positions, add_error, suppress_family, alone=False)
@@ -276,16 +378,33 @@ def _combination_seconds(org, image, clamps, *args, **kwargs) -> float:
 
 @gpu(duration=_combination_seconds)
 @torch.no_grad()
-def steer_combination(org: Organism, image: np.ndarray, clamps, *, suppress=(), positions: str = "prompt",
-                      add_error: bool = False, suppress_family: bool = False) -> Steering:
+def steer_combination(
+    org: Organism,
+    image: np.ndarray,
+    clamps,
+    *,
+    suppress=(),
+    positions: str = "prompt",
+    add_error: bool = False,
+    suppress_family: bool = False,
+) -> Steering:
     """For one image: the caption with no clamp, with each clamp alone (with the suppressions) and with
     all together, each with its verdict (the concepts it names, whether it names each clamped
     feature's concept, the attributes changed from the caption with no clamp)."""
     return _steer_runs(org, image, clamps, suppress, positions, add_error, suppress_family, alone=True)
 
 
-def _steer_runs(org: Organism, image: np.ndarray, clamps, suppress, positions: str, add_error: bool,
-                suppress_family: bool, *, alone: bool) -> Steering:
+def _steer_runs(
+    org: Organism,
+    image: np.ndarray,
+    clamps,
+    suppress,
+    positions: str,
+    add_error: bool,
+    suppress_family: bool,
+    *,
+    alone: bool,
+) -> Steering:
     bounds.check_choice("positions", positions, ST.POSITION_MODES)
     image = model_image(org, image)
     checked, sup = check_steering(org, clamps, suppress, suppress_family)
@@ -297,16 +416,23 @@ def _steer_runs(org: Organism, image: np.ndarray, clamps, suppress, positions: s
             base = _caption(org, image, [], (), positions, add_error)
             each = [_caption(org, image, [c], sup, positions, add_error) for c in checked] if alone else []
             # one clamp alone is all of them together: its caption is not computed twice
-            together = each[0] if alone and len(checked) == 1 else _caption(org, image, checked, sup, positions,
-                                                                             add_error)
+            together = (
+                each[0] if alone and len(checked) == 1 else _caption(org, image, checked, sup, positions, add_error)
+            )
         hit = {"base": base, "each": each, "together": together}
         _RESULT_CACHE.put(key, hit)
-    out: Steering = {"clamps": [{"feature": f, "value": v, "concept": shown_label(org.labels.get(str(f), {}))}
-                      for f, v in checked],
-           "suppressed": list(sup), "positions": positions, "add_error": bool(add_error), "hookpoint": org.hookpoint,
-           "baseline": _verdict(org, hit["base"], checked),
-           "together": _verdict(org, hit["together"], checked, hit["base"])}
+    out: Steering = {
+        "clamps": [{"feature": f, "value": v, "concept": shown_label(org.labels.get(str(f), {}))} for f, v in checked],
+        "suppressed": list(sup),
+        "positions": positions,
+        "add_error": bool(add_error),
+        "hookpoint": org.hookpoint,
+        "baseline": _verdict(org, hit["base"], checked),
+        "together": _verdict(org, hit["together"], checked, hit["base"]),
+    }
     if alone:
-        out["alone"] = [{"feature": f, "value": v, **_verdict(org, cap, [(f, v)], hit["base"])}
-                        for (f, v), cap in zip(checked, hit["each"])]
+        out["alone"] = [
+            {"feature": f, "value": v, **_verdict(org, cap, [(f, v)], hit["base"])}
+            for (f, v), cap in zip(checked, hit["each"])
+        ]
     return out

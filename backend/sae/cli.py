@@ -4,6 +4,7 @@ image sets is `backend.precompute.sae_index`, which writes the same file).
     python -m backend.sae.cli build [--organism llava-scenes-sae] [--out FILE] [--n-images N]
     python -m backend.sae.cli show FEATURE [--organism llava-scenes-sae] [--file FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,13 +19,19 @@ from .index import FeatureIndex, build_index
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m backend.sae.cli", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m backend.sae.cli", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="rebuild the feature index of an SAE organism")
     b.add_argument("--organism", default=organism.ZOO_SAE)
-    b.add_argument("--out", type=Path, default=None, help="file to write (default: a copy beside, "
-                   "feature_index.rebuilt.safetensors, so the committed organism's checksums stay valid)")
+    b.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="file to write (default: a copy beside, "
+        "feature_index.rebuilt.safetensors, so the committed organism's checksums stay valid)",
+    )
     b.add_argument("--n-images", type=int, default=None, help="use the first N scenes of the index set")
     b.add_argument("--top-k", type=int, default=16)
     s = sub.add_parser("show", help="print one feature's page from the stored index")
@@ -47,10 +54,19 @@ def main(argv=None) -> int:
         ap.error(f"{args.organism} has no feature index: pass --file")
     ids, _, scores = index.top(args.feature, 5)
     t = index.tensors
-    print(json.dumps({"feature": args.feature, "density": float(t["density"][args.feature]),
-                      "max_act": float(t["max_act"][args.feature]), "top_images": ids,
-                      "top_scores": [round(s, 4) for s in scores],
-                      "label": org.labels.get(str(args.feature), {})}, indent=2))
+    print(
+        json.dumps(
+            {
+                "feature": args.feature,
+                "density": float(t["density"][args.feature]),
+                "max_act": float(t["max_act"][args.feature]),
+                "top_images": ids,
+                "top_scores": [round(s, 4) for s in scores],
+                "label": org.labels.get(str(args.feature), {}),
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

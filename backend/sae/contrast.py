@@ -12,6 +12,7 @@ indexed scenes can be read from the index where it holds them (`index_activation
 
 Zoo scene sets by concept: backend.sae.contrast_scenes.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,7 @@ from .organism import Organism, shown_label
 
 ALPHA = 0.05
 SORTS = ("effect", "diff", "p")
-TEST = ("Mann–Whitney U, two-sided, normal approximation with tie and continuity corrections "
-        "(scipy.stats.mannwhitneyu)")
+TEST = "Mann–Whitney U, two-sided, normal approximation with tie and continuity corrections (scipy.stats.mannwhitneyu)"
 EFFECT = "rank-biserial correlation r = 2·AUC − 1 (+1: every image of A above every image of B)"
 CORRECTION = "Benjamini–Hochberg over the tested features (those that fire on at least one image of A or B)"
 ZOO_BATCH, HUB_BATCH = 64, 4  # the index build's batch sizes (index.build_index, hub_index)
@@ -92,7 +92,7 @@ def image_activations(org: Organism, images: Sequence[np.ndarray]) -> np.ndarray
             from .hub_index import encode_images  # hub_index imports analysis, as this module does
 
             for i in range(0, n, HUB_BATCH):
-                vals, idx = encode_images(org, shaped[i:i + HUB_BATCH])
+                vals, idx = encode_images(org, shaped[i : i + HUB_BATCH])
                 out.append(pooled(vals, idx, org.n_features))
         else:
             sl = vlm.image_slice(org.model)
@@ -118,6 +118,7 @@ class IndexedActivations:
     images only, so an entry is `known` where the image is among them, or where the feature fired on
     fewer than K indexed images (an image outside its list then scored 0); elsewhere the value is at
     most `ceiling[f]`, the lowest score the list kept, and `acts` holds 0."""
+
     acts: np.ndarray  # [n, F]
     known: np.ndarray  # [n, F] bool
     ceiling: np.ndarray  # [F]
@@ -177,16 +178,19 @@ def _top(col: np.ndarray, n: int) -> list[int]:
     return [int(i) for i in order if col[i] > 0]
 
 
-def contrast_stats(acts_a, acts_b, *, alpha: float = ALPHA, rows: int = 50, top_images: int = 5,
-                   sort: str = "effect") -> dict:
+def contrast_stats(
+    acts_a, acts_b, *, alpha: float = ALPHA, rows: int = 50, top_images: int = 5, sort: str = "effect"
+) -> dict:
     """Rank features by how differently they fire on set A than on set B ([n_a, F] and [n_b, F] per-image
     activations). Rows: feature, mean_a, mean_b, diff, rate_a, rate_b (share of images where it fires),
     effect (rank-biserial), p, q (Benjamini–Hochberg), significant (q ≤ alpha), top_a / top_b (row numbers
     of the set's images where it fires most)."""
     a, b = _check_set(acts_a, "A"), _check_set(acts_b, "B")
     if a.shape[1] != b.shape[1]:
-        raise ValueError(f"the sets have different feature widths ({a.shape[1]} and {b.shape[1]}): "
-                         "activations of the same SAE are needed")
+        raise ValueError(
+            f"the sets have different feature widths ({a.shape[1]} and {b.shape[1]}): "
+            "activations of the same SAE are needed"
+        )
     rows = bounds.check_whole(bounds.CONTRAST_ROWS, rows)
     top_images = bounds.check_whole(bounds.CONTRAST_TOP_IMAGES, top_images)
     bounds.check_choice("sort", sort, SORTS)
@@ -225,24 +229,47 @@ def contrast_stats(acts_a, acts_b, *, alpha: float = ALPHA, rows: int = 50, top_
     out_rows = []
     for f in order[:rows]:
         f = int(f)
-        out_rows.append({
-            "feature": f, "mean_a": float(mean_a[f]), "mean_b": float(mean_b[f]), "diff": float(diff[f]),
-            "rate_a": float(rate_a[f]), "rate_b": float(rate_b[f]), "effect": float(effect[f]),
-            "p": float(p[f]) if tested[f] else None, "q": float(q[f]) if tested[f] else None,
-            "significant": bool(sig[f]), "tested": bool(tested[f]),
-            "direction": "A" if diff[f] > 0 else "B" if diff[f] < 0 else "",
-            "top_a": _top(a[:, f], top_images), "top_b": _top(b[:, f], top_images)})
+        out_rows.append(
+            {
+                "feature": f,
+                "mean_a": float(mean_a[f]),
+                "mean_b": float(mean_b[f]),
+                "diff": float(diff[f]),
+                "rate_a": float(rate_a[f]),
+                "rate_b": float(rate_b[f]),
+                "effect": float(effect[f]),
+                "p": float(p[f]) if tested[f] else None,
+                "q": float(q[f]) if tested[f] else None,
+                "significant": bool(sig[f]),
+                "tested": bool(tested[f]),
+                "direction": "A" if diff[f] > 0 else "B" if diff[f] < 0 else "",
+                "top_a": _top(a[:, f], top_images),
+                "top_b": _top(b[:, f], top_images),
+            }
+        )
     n_tested = int(tested.sum())
     min_p = smallest_p(n_a, n_b)
-    return {"rows": out_rows, "n_a": n_a, "n_b": n_b, "n_features": F, "n_tested": n_tested,
-            "n_significant": int(sig.sum()), "alpha": float(alpha), "sort": sort, "smallest_p": min_p,
-            # BH passes the best feature only if its p ≤ alpha / m (its rank 1 of m): below that nothing can
-            "can_be_significant": bool(n_tested and min_p * n_tested <= alpha),
-            "test": TEST, "effect_size": EFFECT, "correction": CORRECTION}
+    return {
+        "rows": out_rows,
+        "n_a": n_a,
+        "n_b": n_b,
+        "n_features": F,
+        "n_tested": n_tested,
+        "n_significant": int(sig.sum()),
+        "alpha": float(alpha),
+        "sort": sort,
+        "smallest_p": min_p,
+        # BH passes the best feature only if its p ≤ alpha / m (its rank 1 of m): below that nothing can
+        "can_be_significant": bool(n_tested and min_p * n_tested <= alpha),
+        "test": TEST,
+        "effect_size": EFFECT,
+        "correction": CORRECTION,
+    }
 
 
-def contrast(org: Organism, acts_a, acts_b, *, alpha: float = ALPHA, rows: int = 50, top_images: int = 5,
-             sort: str = "effect") -> dict:
+def contrast(
+    org: Organism, acts_a, acts_b, *, alpha: float = ALPHA, rows: int = 50, top_images: int = 5, sort: str = "effect"
+) -> dict:
     """`contrast_stats` for this organism's SAE (feature widths checked against it), rows labelled."""
     for name, acts in (("A", acts_a), ("B", acts_b)):
         width = np.shape(acts)[-1] if np.ndim(acts) == 2 else None
@@ -278,8 +305,15 @@ def contrast_cost(org: Organism, n_a: int, n_b: int) -> dict:
     batch = _batch(org)
     # the rate this server measured for the marked call, per unit of its formula (backend.core.costs)
     measured = [costs.estimate("image_activations", org.model_id, (), _set_seconds(org, n)) for n in (n_a, n_b)]
-    seconds = (sum(m for m in measured if m is not None) if all(m is not None for m in measured)
-               else _set_seconds(org, n_a) + _set_seconds(org, n_b))
-    return {"images": n_a + n_b, "forward_passes": n_a + n_b,
-            "batches": math.ceil(n_a / batch) + math.ceil(n_b / batch),
-            "seconds": round(float(seconds), 1), "measured": all(m is not None for m in measured)}
+    seconds = (
+        sum(m for m in measured if m is not None)
+        if all(m is not None for m in measured)
+        else _set_seconds(org, n_a) + _set_seconds(org, n_b)
+    )
+    return {
+        "images": n_a + n_b,
+        "forward_passes": n_a + n_b,
+        "batches": math.ceil(n_a / batch) + math.ceil(n_b / batch),
+        "seconds": round(float(seconds), 1),
+        "measured": all(m is not None for m in measured),
+    }

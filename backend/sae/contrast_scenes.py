@@ -8,6 +8,7 @@ organism's concept explainer planted each concept in, to check a contrast agains
 A scene spec (backend.sae.scenes) lists objects with a colour, shape, texture and position; a filter
 of several concepts ("striped red circle") asks for one object that has them all.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -19,8 +20,10 @@ from . import scenes as S
 from .organism import Organism
 
 SOURCES = ("heldout", "index")  # the captioner's held-out scenes (256), the index's scene set (2048)
-NO_SCENES = ("this model has no scene recipes (concept filters pick the zoo organism's synthetic scenes): "
-             f"give both sets as your own images, {bounds.CONTRAST_IMAGES.lo:g} to {bounds.CONTRAST_IMAGES.hi:g} each")
+NO_SCENES = (
+    "this model has no scene recipes (concept filters pick the zoo organism's synthetic scenes): "
+    f"give both sets as your own images, {bounds.CONTRAST_IMAGES.lo:g} to {bounds.CONTRAST_IMAGES.hi:g} each"
+)
 PLANTED_MIN_IOU = 0.5  # the recipe's rule for a colour's carriers (zoo.recipes.features_steering.steering_features)
 
 
@@ -36,7 +39,7 @@ def parse_filter(text: str) -> tuple[str, ...]:
     found: list[str] = []
     i = 0
     while i < len(words):
-        two = " ".join(words[i:i + 2])
+        two = " ".join(words[i : i + 2])
         if two in S.POSITIONS:  # positions are two words
             found.append(two)
             i += 2
@@ -47,15 +50,18 @@ def parse_filter(text: str) -> tuple[str, ...]:
             raise ValueError(f"unknown concept {words[i]!r}; the scenes know {known_concepts()}")
     fams = [S.FAMILY_OF[c] for c in found]
     if len(set(fams)) != len(fams):
-        raise ValueError(f"{text!r} names two {next(f for f in fams if fams.count(f) > 1)}s for one object; "
-                         "an object has one of each")
+        raise ValueError(
+            f"{text!r} names two {next(f for f in fams if fams.count(f) > 1)}s for one object; "
+            "an object has one of each"
+        )
     return tuple(found)
 
 
 def matches(spec: dict, concepts: Sequence[str]) -> bool:
     """Whether one object of the scene has every concept of the filter."""
-    return any(all(c in (o["colour"], o["shape"], o["texture"], o["position"]) for c in concepts)
-               for o in spec["objects"])
+    return any(
+        all(c in (o["colour"], o["shape"], o["texture"], o["position"]) for c in concepts) for o in spec["objects"]
+    )
 
 
 def _specs(org: Organism, source: str) -> list[dict]:
@@ -66,8 +72,9 @@ def _specs(org: Organism, source: str) -> list[dict]:
     return specs
 
 
-def scene_sets(org: Organism, concept_a: str, concept_b: str, *, n: int = 64, source: str = "heldout",
-               exclusive: bool = True) -> dict:
+def scene_sets(
+    org: Organism, concept_a: str, concept_b: str, *, n: int = 64, source: str = "heldout", exclusive: bool = True
+) -> dict:
     """Up to `n` scenes of each concept filter, the first in the source's order (deterministic).
     `exclusive`: a scene that matches both filters is in neither set (a scene in both sets would be
     compared with itself, and a red-and-blue scene says nothing about red against blue)."""
@@ -80,14 +87,26 @@ def scene_sets(org: Organism, concept_a: str, concept_b: str, *, n: int = 64, so
     in_b = [i for i, s in enumerate(specs) if matches(s, fb) and not (exclusive and matches(s, fa))]
     for name, filt, ids in (("A", fa, in_a), ("B", fb, in_b)):
         if len(ids) < bounds.CONTRAST_IMAGES.lo:
-            raise ValueError(f"set {name} ({' '.join(filt)}) matches {len(ids)} of the {len(specs)} {source} scenes"
-                             f"{' without the other set' + chr(39) + 's concept' if exclusive else ''}; "
-                             f"at least {bounds.CONTRAST_IMAGES.lo:g} are needed")
+            raise ValueError(
+                f"set {name} ({' '.join(filt)}) matches {len(ids)} of the {len(specs)} {source} scenes"
+                f"{' without the other set' + chr(39) + 's concept' if exclusive else ''}; "
+                f"at least {bounds.CONTRAST_IMAGES.lo:g} are needed"
+            )
     ids_a, ids_b = in_a[:n], in_b[:n]
-    return {"concept_a": " ".join(fa), "concept_b": " ".join(fb), "source": source, "exclusive": bool(exclusive),
-            "ids_a": ids_a, "ids_b": ids_b, "available_a": len(in_a), "available_b": len(in_b),
-            "specs_a": [specs[i] for i in ids_a], "specs_b": [specs[i] for i in ids_b],
-            "captions_a": [S.caption(specs[i]) for i in ids_a], "captions_b": [S.caption(specs[i]) for i in ids_b]}
+    return {
+        "concept_a": " ".join(fa),
+        "concept_b": " ".join(fb),
+        "source": source,
+        "exclusive": bool(exclusive),
+        "ids_a": ids_a,
+        "ids_b": ids_b,
+        "available_a": len(in_a),
+        "available_b": len(in_b),
+        "specs_a": [specs[i] for i in ids_a],
+        "specs_b": [specs[i] for i in ids_b],
+        "captions_a": [S.caption(specs[i]) for i in ids_a],
+        "captions_b": [S.caption(specs[i]) for i in ids_b],
+    }
 
 
 def concept_features(org: Organism, concept: str, min_iou: float = PLANTED_MIN_IOU) -> list[int]:
@@ -96,8 +115,9 @@ def concept_features(org: Organism, concept: str, min_iou: float = PLANTED_MIN_I
     activation regions match the concept's masks best (explain.localisation_summary's pick)."""
     if concept not in S.CONCEPTS:
         raise ValueError(f"unknown concept {concept!r}; the scenes know {known_concepts()}")
-    labelled = sorted(int(f) for f, e in org.labels.items()
-                      if e.get("label") == concept and float(e.get("score", 0.0)) >= min_iou)
+    labelled = sorted(
+        int(f) for f, e in org.labels.items() if e.get("label") == concept and float(e.get("score", 0.0)) >= min_iou
+    )
     if labelled:
         return labelled
     scored = [(float(e.get("scores", {}).get(concept, 0.0)), int(f)) for f, e in org.labels.items()]
@@ -110,8 +130,9 @@ def _scenes_seconds(org: Organism, concept_a, concept_b, *args, n: int = 64, **k
 
 
 @gpu(duration=_scenes_seconds)
-def contrast_scenes(org: Organism, concept_a: str, concept_b: str, *, n: int = 64, source: str = "heldout",
-                    exclusive: bool = True, **kw) -> dict:
+def contrast_scenes(
+    org: Organism, concept_a: str, concept_b: str, *, n: int = 64, source: str = "heldout", exclusive: bool = True, **kw
+) -> dict:
     """The two recipe sets, their activations (computed, or read from the index where it holds every
     value) and their contrast; rows say which filter's planted features they are."""
     sets = scene_sets(org, concept_a, concept_b, n=n, source=source, exclusive=exclusive)

@@ -6,6 +6,7 @@ bilinearly to the image, thresholded relative to the map's maximum. A feature's 
 = mean IoU of that region with the concept's mask over the feature's top-5 images; the explanation
 is the best-scoring concept (the paper's Table 1 uses IoU with a segmentation of the explanation).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -45,12 +46,14 @@ def iou(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> float:
     return float((a & b).sum().item() / union) if union else 0.0
 
 
-def concept_ious(region_list: torch.Tensor, specs: Sequence[dict],
-                 concepts: Sequence[str] = S.CONCEPTS) -> dict[str, float]:
+def concept_ious(
+    region_list: torch.Tensor, specs: Sequence[dict], concepts: Sequence[str] = S.CONCEPTS
+) -> dict[str, float]:
     """Mean IoU over the images, for every concept."""
     masks = [S.render(s)[1] for s in specs]
-    return {c: float(np.mean([iou(r, m[c]) for r, m in zip(region_list, masks)])) if len(masks) else 0.0
-            for c in concepts}
+    return {
+        c: float(np.mean([iou(r, m[c]) for r, m in zip(region_list, masks)])) if len(masks) else 0.0 for c in concepts
+    }
 
 
 @dataclass
@@ -75,6 +78,7 @@ class Explainer(Protocol):
 
 class ConceptExplainer:
     """Offline: the planted concept whose masks best match the feature's activation regions."""
+
     name = "concept-iou"
 
     def __init__(self, concepts: Sequence[str] = S.CONCEPTS, rel: float = REL_THRESHOLD):
@@ -88,8 +92,14 @@ class ConceptExplainer:
         best = max(scores, key=lambda c: scores[c]) if scores else ""
         if not scores or scores[best] <= 0:  # a feature that never fires (or matches nothing) has no label
             best = ""
-        return Explanation(feature, best, S.FAMILY_OF.get(best, ""), round(scores.get(best, 0.0), 4),
-                           {k: round(v, 4) for k, v in scores.items()}, self.name)
+        return Explanation(
+            feature,
+            best,
+            S.FAMILY_OF.get(best, ""),
+            round(scores.get(best, 0.0), 4),
+            {k: round(v, 4) for k, v in scores.items()},
+            self.name,
+        )
 
 
 def dim_outside(image: np.ndarray, region: np.ndarray, factor: float = 0.25) -> np.ndarray:
@@ -103,9 +113,12 @@ class ModelExplainer:
     """The paper's explainer: a (large) VLM is shown the top images with the activation region
     highlighted and asked for the common concept. `describe(images, prompt) -> str` is any callable
     a hub preset provides; its text is matched to concept words when a concept list is known."""
+
     name = "model"
-    PROMPT = ("These images are highlighted where one feature of a vision-language model fires. "
-              "In one or two words, what do the highlighted regions have in common?")
+    PROMPT = (
+        "These images are highlighted where one feature of a vision-language model fires. "
+        "In one or two words, what do the highlighted regions have in common?"
+    )
 
     def __init__(self, describe: Callable[[list[np.ndarray], str], str], concepts: Sequence[str] = S.CONCEPTS):
         self.describe = describe
@@ -118,18 +131,33 @@ class ModelExplainer:
         scores = concept_ious(torch.as_tensor(reg), specs, self.concepts) if specs else {}
         named = [c for c in self.concepts if c in text.lower()]
         score = max((scores.get(c, 0.0) for c in named), default=0.0)
-        return Explanation(feature, text, S.FAMILY_OF.get(named[0], "") if named else "", round(score, 4),
-                           {k: round(v, 4) for k, v in scores.items()}, self.name)
+        return Explanation(
+            feature,
+            text,
+            S.FAMILY_OF.get(named[0], "") if named else "",
+            round(score, 4),
+            {k: round(v, 4) for k, v in scores.items()},
+            self.name,
+        )
 
 
-def explain_all(index, specs_all: Sequence[dict], explainer: Explainer | None = None, n_top: int = 5,
-                features: Sequence[int] | None = None) -> dict[int, Explanation]:
+def explain_all(
+    index,
+    specs_all: Sequence[dict],
+    explainer: Explainer | None = None,
+    n_top: int = 5,
+    features: Sequence[int] | None = None,
+) -> dict[int, Explanation]:
     explainer = explainer or ConceptExplainer()
     out = {}
-    for f in (features if features is not None else range(index.n_features)):
+    for f in features if features is not None else range(index.n_features):
         ids, maps, _ = index.top(f, n_top)
         specs = [specs_all[i] for i in ids]
-        imgs = np.stack([S.render(s)[0] for s in specs]) if specs else np.zeros((0, S.IMAGE_SIZE, S.IMAGE_SIZE, 3), np.uint8)
+        imgs = (
+            np.stack([S.render(s)[0] for s in specs])
+            if specs
+            else np.zeros((0, S.IMAGE_SIZE, S.IMAGE_SIZE, 3), np.uint8)
+        )
         out[f] = explainer.explain(f, specs, imgs, maps)
     return out
 
@@ -143,9 +171,15 @@ def localisation_summary(explanations: dict[int, Explanation], concepts: Sequenc
     return best
 
 
-def random_baseline(index, explanations: dict[int, Explanation], random_specs: Sequence[dict],
-                    random_maps: torch.Tensor, top_n_features: int = 50, n_random: int = 5,
-                    seed: int = 0) -> dict:
+def random_baseline(
+    index,
+    explanations: dict[int, Explanation],
+    random_specs: Sequence[dict],
+    random_maps: torch.Tensor,
+    top_n_features: int = 50,
+    n_random: int = 5,
+    seed: int = 0,
+) -> dict:
     """The paper's statistic over the top features by density: mean IoU of each feature's label
     concept with its regions on its top-5 images vs on random images (random_maps: [N, F, g, g])."""
     dens = index.tensors["density"]
@@ -164,5 +198,9 @@ def random_baseline(index, explanations: dict[int, Explanation], random_specs: S
         reg = regions(random_maps[pick, f], size)
         rnd.append(float(np.mean([iou(reg[j], masks[p][e.label]) for j, p in enumerate(pick)])))
     mt, mr = float(np.mean(top)) if top else 0.0, float(np.mean(rnd)) if rnd else 0.0
-    return {"n_features": len(feats), "top5_iou": round(mt, 4), "random_iou": round(mr, 4),
-            "ratio": round(mt / mr, 2) if mr > 0 else float("inf")}
+    return {
+        "n_features": len(feats),
+        "top5_iou": round(mt, 4),
+        "random_iou": round(mr, 4),
+        "ratio": round(mt / mr, 2) if mr > 0 else float("inf"),
+    }

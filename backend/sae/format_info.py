@@ -1,6 +1,7 @@
 """An SAE described from its files' metadata, before any weights load (the safetensors header's
 shapes, the config), its width checked against a model's, and the folder of a hub repository's file
 list that holds the SAE for a hookpoint (backend.sae.formats reads the files themselves)."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,16 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from .formats import (GEMMASCOPE_WEIGHTS, REFUSED_SAELENS, Entry, _read_cfg, _recorded_hookpoint, canonical_hookpoint, resolve,
-                      saelens_architecture)
+from .formats import (
+    GEMMASCOPE_WEIGHTS,
+    REFUSED_SAELENS,
+    Entry,
+    _read_cfg,
+    _recorded_hookpoint,
+    canonical_hookpoint,
+    resolve,
+    saelens_architecture,
+)
 from .sae import SAELENS_WEIGHTS, SPARSIFY_WEIGHTS, SAEFormatError
 
 
@@ -34,7 +43,9 @@ def describe_entry(e: Entry) -> dict:
             raise SAEFormatError("sparsify transcoder or SAE with a skip connection: not supported")
         arch, k = cfg.get("activation", "topk"), cfg.get("k")
         d = cfg.get("d_in")
-        n = cfg.get("num_latents") or (int(cfg["expansion_factor"]) * int(d) if cfg.get("expansion_factor") and d else None)
+        n = cfg.get("num_latents") or (
+            int(cfg["expansion_factor"]) * int(d) if cfg.get("expansion_factor") and d else None
+        )
         weights = SPARSIFY_WEIGHTS
     elif e.layout == "saelens":
         arch, k = saelens_architecture(cfg)
@@ -50,16 +61,25 @@ def describe_entry(e: Entry) -> dict:
     if not (d and n):
         raise SAEFormatError(f"{e.folder}: cfg.json does not give the SAE's size (d_in, latents)")
     k = int(k) if k else None
-    return {"d_in": int(d), "n_latents": int(n), "k": k, "architecture": arch, "hookpoint": e.hookpoint,
-            "layout": e.layout, "text": f"{arch}, k = {k}" if k else arch}
+    return {
+        "d_in": int(d),
+        "n_latents": int(n),
+        "k": k,
+        "architecture": arch,
+        "hookpoint": e.hookpoint,
+        "layout": e.layout,
+        "text": f"{arch}, k = {k}" if k else arch,
+    }
 
 
 def check_width(info: dict, d_model: int | None, model: str = "the model") -> None:
     """Refuse an SAE whose input width is not the model's residual width (an SAE of another model),
     before any weights load: every action would fail later with a shape error."""
     if d_model and int(info["d_in"]) != int(d_model):
-        raise SAEFormatError(f"the SAE reads {info['d_in']}-wide activations but {model}'s language model is "
-                             f"{d_model} wide: it was trained on another model; pick the SAE of this one")
+        raise SAEFormatError(
+            f"the SAE reads {info['d_in']}-wide activations but {model}'s language model is "
+            f"{d_model} wide: it was trained on another model; pick the SAE of this one"
+        )
 
 
 def describe(path: str | os.PathLike, hookpoint: str | None = None) -> dict:
@@ -72,8 +92,11 @@ SAE_FILES = ("cfg.json", "config.json", SPARSIFY_WEIGHTS, SAELENS_WEIGHTS, GEMMA
 
 
 def _layout_of(names: set[str]) -> str:
-    for weights, layout in ((SPARSIFY_WEIGHTS, "sparsify"), (SAELENS_WEIGHTS, "saelens"),
-                            (GEMMASCOPE_WEIGHTS, "gemmascope")):
+    for weights, layout in (
+        (SPARSIFY_WEIGHTS, "sparsify"),
+        (SAELENS_WEIGHTS, "saelens"),
+        (GEMMASCOPE_WEIGHTS, "gemmascope"),
+    ):
         if weights in names:
             return layout
     return "saelens" if "cfg.json" in names else "gemmascope"
@@ -94,8 +117,10 @@ def hub_folder(files: list[str], hookpoint: str | None, read_cfg=None) -> str:
             by_dir.setdefault(d, set()).add(base)
     folders = sorted(by_dir)
     if not folders:
-        raise SAEFormatError("the repository holds no SAE (no cfg.json with sae.safetensors or "
-                             "sae_weights.safetensors, nor params.safetensors)")
+        raise SAEFormatError(
+            "the repository holds no SAE (no cfg.json with sae.safetensors or "
+            "sae_weights.safetensors, nor params.safetensors)"
+        )
     if not hookpoint:
         if len(folders) == 1:
             return folders[0]

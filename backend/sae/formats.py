@@ -21,6 +21,7 @@ Layouts:
 - Gemma Scope 2: `params.safetensors` (`w_enc` [d, n], `w_dec`, `b_enc`, `b_dec`, `threshold`) beside
   an optional `config.json`; JumpReLU without b_dec subtracted from the input (as SAELens loads it).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,17 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from .sae import (SAELENS_WEIGHTS, SPARSIFY_WEIGHTS, GatedSAE, JumpReLUSAE, MatchingPursuitSAE, ReLUSAE,
-                  SAEFormatError, SparseAutoencoder, TopKSAE)
+from .sae import (
+    SAELENS_WEIGHTS,
+    SPARSIFY_WEIGHTS,
+    GatedSAE,
+    JumpReLUSAE,
+    MatchingPursuitSAE,
+    ReLUSAE,
+    SAEFormatError,
+    SparseAutoencoder,
+    TopKSAE,
+)
 
 GEMMASCOPE_WEIGHTS = "params.safetensors"
 SEARCH_DEPTH = 3  # Gemma Scope nests SAEs two folders down (resid_post/layer_12_width_16k_l0_small/)
@@ -44,9 +54,9 @@ REFUSED_SAELENS = {
     "abstopk": "AbsTopK SAE (signed codes, chosen by magnitude)",
     "temporal": "temporal SAE (codes depend on the preceding tokens)",
     "batchtopk": "BatchTopK training checkpoint (its codes depend on the whole batch; SAELens's "
-                 "save_inference_model writes it as a JumpReLU SAE, which loads)",
+    "save_inference_model writes it as a JumpReLU SAE, which loads)",
     "matryoshka_batchtopk": "Matryoshka BatchTopK training checkpoint (codes depend on the whole batch; "
-                            "SAELens's save_inference_model writes it as a JumpReLU SAE, which loads)",
+    "SAELens's save_inference_model writes it as a JumpReLU SAE, which loads)",
     "transcoder": "transcoder (predicts another hookpoint's activations)",
     "skip_transcoder": "skip transcoder (predicts another hookpoint's activations)",
     "jumprelu_transcoder": "JumpReLU transcoder (predicts another hookpoint's activations)",
@@ -57,6 +67,7 @@ REFUSED_SAELENS = {
 @dataclass
 class Entry:
     """One SAE found on disk, before its weights are read."""
+
     folder: Path
     layout: str
     cfg: dict
@@ -75,7 +86,7 @@ def canonical_hookpoint(name: str) -> str:
         return f"layers.{m.group(1)}" + (":input" if m.group(2) == "pre" else "")
     for prefix in ("model.language_model.", "language_model.model.", "language_model.", "model."):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name
 
 
@@ -110,15 +121,22 @@ def _recorded_hookpoint(folder: Path, layout: str, cfg: dict, nested: bool) -> s
 
 # ---------------------------------------------------------------------------------- finding SAEs
 def detect_layout(folder: Path) -> str:
-    for name, layout in ((SPARSIFY_WEIGHTS, "sparsify"), (SAELENS_WEIGHTS, "saelens"),
-                         (GEMMASCOPE_WEIGHTS, "gemmascope")):
+    for name, layout in (
+        (SPARSIFY_WEIGHTS, "sparsify"),
+        (SAELENS_WEIGHTS, "saelens"),
+        (GEMMASCOPE_WEIGHTS, "gemmascope"),
+    ):
         if (folder / name).exists():
             return layout
     if (folder / "params.npz").exists():
-        raise SAEFormatError(f"{folder}: params.npz (Gemma Scope 1) is a NumPy archive; the workbench reads "
-                             f"weights from safetensors only: convert it to {GEMMASCOPE_WEIGHTS}")
-    raise SAEFormatError(f"{folder}: no {SPARSIFY_WEIGHTS} (sparsify), {SAELENS_WEIGHTS} (SAELens) or "
-                         f"{GEMMASCOPE_WEIGHTS} (Gemma Scope) found")
+        raise SAEFormatError(
+            f"{folder}: params.npz (Gemma Scope 1) is a NumPy archive; the workbench reads "
+            f"weights from safetensors only: convert it to {GEMMASCOPE_WEIGHTS}"
+        )
+    raise SAEFormatError(
+        f"{folder}: no {SPARSIFY_WEIGHTS} (sparsify), {SAELENS_WEIGHTS} (SAELens) or "
+        f"{GEMMASCOPE_WEIGHTS} (Gemma Scope) found"
+    )
 
 
 def _read_cfg(folder: Path, layout: str) -> dict:
@@ -137,8 +155,10 @@ def _read_cfg(folder: Path, layout: str) -> dict:
 
 
 def _is_sae_folder(folder: Path) -> bool:
-    return any((folder / n).exists() for n in (SPARSIFY_WEIGHTS, SAELENS_WEIGHTS, GEMMASCOPE_WEIGHTS, "params.npz")) \
+    return (
+        any((folder / n).exists() for n in (SPARSIFY_WEIGHTS, SAELENS_WEIGHTS, GEMMASCOPE_WEIGHTS, "params.npz"))
         or (folder / "cfg.json").exists()
+    )
 
 
 def find_saes(path: Path) -> list[Entry]:
@@ -166,8 +186,9 @@ def find_saes(path: Path) -> list[Entry]:
                     nxt.append(sub)
         frontier = nxt
     if not found:
-        raise SAEFormatError(f"{path}: no SAE found (no cfg.json with {SPARSIFY_WEIGHTS} or {SAELENS_WEIGHTS}, "
-                             f"nor {GEMMASCOPE_WEIGHTS})")
+        raise SAEFormatError(
+            f"{path}: no SAE found (no cfg.json with {SPARSIFY_WEIGHTS} or {SAELENS_WEIGHTS}, nor {GEMMASCOPE_WEIGHTS})"
+        )
     return found
 
 
@@ -198,10 +219,14 @@ def resolve(path: Path, hookpoint: str | None) -> Entry:
     if len(hits) == 1:
         return hits[0]
     if hits:
-        raise SAEFormatError(f"{path} holds several SAEs for hookpoint {hookpoint!r} "
-                             f"{[str(e.folder.relative_to(path)) for e in hits]}: name the folder")
+        raise SAEFormatError(
+            f"{path} holds several SAEs for hookpoint {hookpoint!r} "
+            f"{[str(e.folder.relative_to(path)) for e in hits]}: name the folder"
+        )
     have = sorted({e.hookpoint for e in entries if e.hookpoint})
-    raise SAEFormatError(f"no SAE for hookpoint {hookpoint!r} in {path}; it holds SAEs for {have or _names(entries, path)}")
+    raise SAEFormatError(
+        f"no SAE for hookpoint {hookpoint!r} in {path}; it holds SAEs for {have or _names(entries, path)}"
+    )
 
 
 # ---------------------------------------------------------------------------------- reading weights
@@ -223,8 +248,10 @@ def _shapes(sae: SparseAutoencoder, w: dict[str, torch.Tensor]) -> None:
     for name, t in w.items():
         want = tuple(getattr(sae, name).shape)
         if tuple(t.shape) != want:
-            raise SAEFormatError(f"inconsistent SAE shapes: {name} {tuple(t.shape)}, expected {want} "
-                                 f"for d_in={sae.d_in}, {sae.n_latents} latents")
+            raise SAEFormatError(
+                f"inconsistent SAE shapes: {name} {tuple(t.shape)}, expected {want} "
+                f"for d_in={sae.d_in}, {sae.n_latents} latents"
+            )
 
 
 def _fill(sae: SparseAutoencoder, w: dict[str, torch.Tensor]) -> SparseAutoencoder:
@@ -249,8 +276,10 @@ def _dims(cfg: dict, W_dec: torch.Tensor, n_key: str) -> tuple[int, int]:
 def read_sparsify(e: Entry, dtype) -> SparseAutoencoder:
     cfg = e.cfg
     if cfg.get("transcode"):
-        raise SAEFormatError("sparsify transcoder (transcode=true): it predicts another hookpoint's "
-                             "activations; the workbench loads autoencoders only")
+        raise SAEFormatError(
+            "sparsify transcoder (transcode=true): it predicts another hookpoint's "
+            "activations; the workbench loads autoencoders only"
+        )
     if cfg.get("skip_connection"):
         raise SAEFormatError("sparsify SAE with a skip connection (W_skip): not supported")
     activation = cfg.get("activation", "topk")
@@ -268,7 +297,9 @@ def read_sparsify(e: Entry, dtype) -> SparseAutoencoder:
         sae = TopKSAE(d, n, k, hookpoint=e.hookpoint, activation=activation, dtype=dtype or w["W_dec"].dtype)
     except ValueError as err:
         raise SAEFormatError(str(err)) from err
-    return _fill(sae, {"W_enc": w["encoder.weight"], "b_enc": w["encoder.bias"], "W_dec": w["W_dec"], "b_dec": w["b_dec"]})
+    return _fill(
+        sae, {"W_enc": w["encoder.weight"], "b_enc": w["encoder.bias"], "W_dec": w["W_dec"], "b_dec": w["b_dec"]}
+    )
 
 
 def _saelens_version(cfg: dict) -> tuple[int, ...]:
@@ -299,14 +330,17 @@ def read_saelens(e: Entry, dtype) -> SparseAutoencoder:
     if arch in REFUSED_SAELENS:
         raise SAEFormatError(f"SAELens architecture {arch!r}: {REFUSED_SAELENS[arch]} is not supported")
     if arch not in ("topk", "standard", "jumprelu", "gated", "matching_pursuit"):
-        raise SAEFormatError(f"unknown SAELens architecture {arch!r} "
-                             "(supported: topk, standard, jumprelu, gated, matching_pursuit)")
+        raise SAEFormatError(
+            f"unknown SAELens architecture {arch!r} (supported: topk, standard, jumprelu, gated, matching_pursuit)"
+        )
     norm = cfg.get("normalize_activations", "none")
     if norm is True:
         norm = "expected_average_only_in"
     if norm not in ("none", None, False):
-        raise SAEFormatError(f"SAELens {arch} SAE with normalize_activations={norm!r}: not supported (its inputs "
-                             "are rescaled by statistics the reconstruction depends on; fold them into the weights first)")
+        raise SAEFormatError(
+            f"SAELens {arch} SAE with normalize_activations={norm!r}: not supported (its inputs "
+            "are rescaled by statistics the reconstruction depends on; fold them into the weights first)"
+        )
     if cfg.get("reshape_activations", "none") not in ("none", None) or str(e.hookpoint).endswith("hook_z"):
         raise SAEFormatError(f"SAELens {arch} SAE on attention heads (hook_z reshaping): not supported")
     w = _read_weights(e.folder / SAELENS_WEIGHTS)
@@ -317,12 +351,16 @@ def read_saelens(e: Entry, dtype) -> SparseAutoencoder:
     if arch == "matching_pursuit":
         _need(w, ("W_dec", "b_dec"), "SAELens matching_pursuit")
         n, d = _dims(cfg, w["W_dec"], "d_sae")
-        mp = MatchingPursuitSAE(d, n, hookpoint=e.hookpoint,
-                                apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
-                                residual_threshold=cfg.get("residual_threshold", 1e-2),
-                                max_iterations=cfg.get("max_iterations"),
-                                stop_on_duplicate_support=cfg.get("stop_on_duplicate_support", True),
-                                dtype=dtype or w["W_dec"].dtype)
+        mp = MatchingPursuitSAE(
+            d,
+            n,
+            hookpoint=e.hookpoint,
+            apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
+            residual_threshold=cfg.get("residual_threshold", 1e-2),
+            max_iterations=cfg.get("max_iterations"),
+            stop_on_duplicate_support=cfg.get("stop_on_duplicate_support", True),
+            dtype=dtype or w["W_dec"].dtype,
+        )
         return _fill(mp, {"W_enc": w["W_dec"], "W_dec": w["W_dec"], "b_dec": w["b_dec"]})
     if arch == "gated":
         _need(w, ("W_enc", "b_gate", "r_mag", "b_mag", "W_dec", "b_dec"), "SAELens gated")
@@ -332,9 +370,11 @@ def read_saelens(e: Entry, dtype) -> SparseAutoencoder:
     W_enc = w["W_enc"]
     if W_enc.ndim != 2 or tuple(W_enc.shape) != (d, n):
         raise SAEFormatError(f"inconsistent SAE shapes: W_enc {tuple(W_enc.shape)}, W_dec {tuple(w['W_dec'].shape)}")
-    common: dict[str, Any] = dict(hookpoint=e.hookpoint,
-                                  apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
-                                  dtype=dtype or w["W_dec"].dtype)
+    common: dict[str, Any] = dict(
+        hookpoint=e.hookpoint,
+        apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
+        dtype=dtype or w["W_dec"].dtype,
+    )
     W_enc, W_dec = W_enc.T, w["W_dec"]
     if arch == "topk":
         if k is None:
@@ -352,7 +392,9 @@ def read_saelens(e: Entry, dtype) -> SparseAutoencoder:
             raise SAEFormatError(str(err)) from err
         return _fill(sae, {"W_enc": W_enc, "b_enc": b_enc, "W_dec": W_dec, "b_dec": w["b_dec"]})
     if arch == "standard":
-        return _fill(ReLUSAE(d, n, **common), {"W_enc": W_enc, "b_enc": w["b_enc"], "W_dec": W_dec, "b_dec": w["b_dec"]})
+        return _fill(
+            ReLUSAE(d, n, **common), {"W_enc": W_enc, "b_enc": w["b_enc"], "W_dec": W_dec, "b_dec": w["b_dec"]}
+        )
     if arch == "jumprelu":
         if "threshold" in w:
             threshold = w["threshold"]
@@ -360,10 +402,21 @@ def read_saelens(e: Entry, dtype) -> SparseAutoencoder:
             threshold = w["log_threshold"].exp()
         else:
             raise SAEFormatError(f"SAELens jumprelu file lacks ['threshold'] (it holds {sorted(w)})")
-        return _fill(JumpReLUSAE(d, n, **common), {"W_enc": W_enc, "b_enc": w["b_enc"], "threshold": threshold,
-                                                   "W_dec": W_dec, "b_dec": w["b_dec"]})
-    return _fill(GatedSAE(d, n, **common), {"W_enc": W_enc, "b_gate": w["b_gate"], "r_mag": w["r_mag"],
-                                            "b_mag": w["b_mag"], "W_dec": W_dec, "b_dec": w["b_dec"]})
+        return _fill(
+            JumpReLUSAE(d, n, **common),
+            {"W_enc": W_enc, "b_enc": w["b_enc"], "threshold": threshold, "W_dec": W_dec, "b_dec": w["b_dec"]},
+        )
+    return _fill(
+        GatedSAE(d, n, **common),
+        {
+            "W_enc": W_enc,
+            "b_gate": w["b_gate"],
+            "r_mag": w["r_mag"],
+            "b_mag": w["b_mag"],
+            "W_dec": W_dec,
+            "b_dec": w["b_dec"],
+        },
+    )
 
 
 def read_gemmascope(e: Entry, dtype) -> SparseAutoencoder:
@@ -380,10 +433,20 @@ def read_gemmascope(e: Entry, dtype) -> SparseAutoencoder:
         raise SAEFormatError("Gemma Scope transcoder with a skip connection: not supported")
     n, d = _dims({}, w["w_dec"], "")
     if tuple(w["w_enc"].shape) != (d, n):
-        raise SAEFormatError(f"inconsistent SAE shapes: w_enc {tuple(w['w_enc'].shape)}, w_dec {tuple(w['w_dec'].shape)}")
+        raise SAEFormatError(
+            f"inconsistent SAE shapes: w_enc {tuple(w['w_enc'].shape)}, w_dec {tuple(w['w_dec'].shape)}"
+        )
     sae = JumpReLUSAE(d, n, hookpoint=e.hookpoint, apply_b_dec_to_input=False, dtype=dtype or w["w_dec"].dtype)
-    return _fill(sae, {"W_enc": w["w_enc"].T, "b_enc": w["b_enc"], "threshold": w["threshold"],
-                       "W_dec": w["w_dec"], "b_dec": w["b_dec"]})
+    return _fill(
+        sae,
+        {
+            "W_enc": w["w_enc"].T,
+            "b_enc": w["b_enc"],
+            "threshold": w["threshold"],
+            "W_dec": w["w_dec"],
+            "b_dec": w["b_dec"],
+        },
+    )
 
 
 READERS = {"sparsify": read_sparsify, "saelens": read_saelens, "gemmascope": read_gemmascope}
@@ -398,8 +461,13 @@ class SAEFolder:
         return load(path, **{k: v for k, v in kwargs.items() if k in ("hookpoint", "device", "dtype")})
 
 
-def load(path: str | os.PathLike, *, hookpoint: str | None = None, device: str | torch.device = "cpu",
-         dtype: torch.dtype | None = None) -> SparseAutoencoder:
+def load(
+    path: str | os.PathLike,
+    *,
+    hookpoint: str | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+) -> SparseAutoencoder:
     """The SAE in a local folder (or, for a folder of several, the one for `hookpoint`), in eval mode
     on `device`. Its `cfg.hookpoint` is the name the caller gave when it names the recorded one (or
     nothing is recorded), else the recorded one spelled as the model names it (`model.layers.N` for
@@ -414,6 +482,10 @@ def load(path: str | os.PathLike, *, hookpoint: str | None = None, device: str |
         sae.cfg.hookpoint = hookpoint
     elif recorded:
         sae.cfg.hookpoint = model_hookpoint(recorded)  # sparsify's trainer names a Llama's layer `layers.N`
-    sae.cfg.extra = {"layout": entry.layout, "path": str(entry.folder), "sae_hookpoint": recorded,
-                     **{k: v for k, v in entry.cfg.items() if isinstance(v, (str, int, float, bool))}}
+    sae.cfg.extra = {
+        "layout": entry.layout,
+        "path": str(entry.folder),
+        "sae_hookpoint": recorded,
+        **{k: v for k, v in entry.cfg.items() if isinstance(v, (str, int, float, bool))},
+    }
     return sae.to(device).eval()

@@ -5,6 +5,7 @@ Image positions on LLaVA-NeXT (anyres; see `vlm.ImageLayout`): the index uses th
 g × g patches (a fixed grid for every image; under causal attention their residuals do not depend on
 the high-resolution tiles that follow). Newline tokens are never part of a patch map.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,21 +26,38 @@ from .organism import HUB_HOOKPOINT, Organism, install_index
 def index_meta(org: Organism, source: ImageSource, top_k: int, **extra) -> dict:
     """The metadata of a hub index (the same from the tab and from the sharded job)."""
     model_id, sae_id = org.ids
-    return {"grid": org.grid, "top_k": top_k, "hookpoint": org.hookpoint,
-            "model": model_id, "sae": sae_id, "prompt": vlm.HUB_PROMPT,
-            "ranking": "mean activation over the base image's patch tokens",
-            "density": "fraction of base-image patch tokens where the feature is non-zero",
-            "positions": positions_text(org), "source": source.describe(), **extra}
+    return {
+        "grid": org.grid,
+        "top_k": top_k,
+        "hookpoint": org.hookpoint,
+        "model": model_id,
+        "sae": sae_id,
+        "prompt": vlm.HUB_PROMPT,
+        "ranking": "mean activation over the base image's patch tokens",
+        "density": "fraction of base-image patch tokens where the feature is non-zero",
+        "positions": positions_text(org),
+        "source": source.describe(),
+        **extra,
+    }
 
 
-def build_hub_index(org: Organism, source: ImageSource, *, top_k: int = 16, batch_size: int = 4,
-                    progress=None, should_stop=None, out: Path | None = None) -> FeatureIndex:
+def build_hub_index(
+    org: Organism,
+    source: ImageSource,
+    *,
+    top_k: int = 16,
+    batch_size: int = 4,
+    progress=None,
+    should_stop=None,
+    out: Path | None = None,
+) -> FeatureIndex:
     """Index a (small) image set and use it from now on (see `index_images`)."""
     target = out or org.index_out
     assert target is not None  # a hub organism has its index_out
     path = Path(target)
-    index = index_images(org, source, top_k=top_k, batch_size=batch_size, progress=progress,
-                         should_stop=should_stop, out=path)
+    index = index_images(
+        org, source, top_k=top_k, batch_size=batch_size, progress=progress, should_stop=should_stop, out=path
+    )
     install_index(org, index, path)
     return index
 
@@ -51,8 +69,16 @@ def _index_seconds(org, source, *args, **kwargs) -> float:
 
 
 @gpu(duration=_index_seconds)
-def index_images(org: Organism, source: ImageSource, *, top_k: int = 16, batch_size: int = 4,
-                 progress=None, should_stop=None, out: Path | None = None) -> FeatureIndex:
+def index_images(
+    org: Organism,
+    source: ImageSource,
+    *,
+    top_k: int = 16,
+    batch_size: int = 4,
+    progress=None,
+    should_stop=None,
+    out: Path | None = None,
+) -> FeatureIndex:
     """Index a (small) image set in this process, batch by batch, written atomically to `out`
     (default `org.index_out`) in the format the sharded job writes. Under ZeroGPU this runs in a
     GPU worker: the server process picks the file up (`refresh_index`), so nothing here needs to
@@ -67,12 +93,28 @@ def index_images(org: Organism, source: ImageSource, *, top_k: int = 16, batch_s
     assert org.sae is not None  # need_model loaded it
     g = org.grid
     t0 = time.perf_counter()
-    builder = build_streaming(lambda a, b: encode_images(org, [source.load(i) for i in range(a, b)]),
-                              len(source), org.n_features, g * g, top_k=top_k, batch_size=batch_size,
-                              device=org.sae.W_enc.device, progress=progress, should_stop=should_stop)
-    index = FeatureIndex(builder.tensors(), index_meta(org, source, top_k, n_images=builder.n_images,
-                                                       n_tokens=builder.n_tokens,
-                                                       build_s=round(time.perf_counter() - t0, 2)))
+    builder = build_streaming(
+        lambda a, b: encode_images(org, [source.load(i) for i in range(a, b)]),
+        len(source),
+        org.n_features,
+        g * g,
+        top_k=top_k,
+        batch_size=batch_size,
+        device=org.sae.W_enc.device,
+        progress=progress,
+        should_stop=should_stop,
+    )
+    index = FeatureIndex(
+        builder.tensors(),
+        index_meta(
+            org,
+            source,
+            top_k,
+            n_images=builder.n_images,
+            n_tokens=builder.n_tokens,
+            build_s=round(time.perf_counter() - t0, 2),
+        ),
+    )
     target = out or org.index_out
     assert target is not None  # a hub organism has its index_out
     path = Path(target)
@@ -90,9 +132,11 @@ def index_command(org: Organism, images: str = "IMAGE_FOLDER") -> str:
         return f"python -m backend.sae.cli build --organism {org.name.removeprefix('zoo:')}"
     model_id, sae_id = org.ids
     out = "OUT"
-    return (f"accelerate launch -m backend.precompute.sae_index --source hub --model {shlex.quote(model_id)} "
-            f"--sae {shlex.quote(sae_id)} --hookpoint {shlex.quote(org.summary.get('hub_hookpoint', HUB_HOOKPOINT))} "
-            f"--image-folder {images} --out {shlex.quote(str(out))}")
+    return (
+        f"accelerate launch -m backend.precompute.sae_index --source hub --model {shlex.quote(model_id)} "
+        f"--sae {shlex.quote(sae_id)} --hookpoint {shlex.quote(org.summary.get('hub_hookpoint', HUB_HOOKPOINT))} "
+        f"--image-folder {images} --out {shlex.quote(str(out))}"
+    )
 
 
 @torch.no_grad()

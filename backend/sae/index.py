@@ -12,6 +12,7 @@ positions in the source). This module knows nothing of organisms (backend.sae.lo
 the command line is `python -m backend.sae.cli` (one process) and `backend.precompute.sae_index`
 (sharded, resumable).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +34,9 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
 HIST_EDGES = torch.logspace(-2, 2, 41)  # 0.01 … 100, 40 log bins; outside values clamp to the ends
 
 
-def ranked(scores: torch.Tensor, ids: torch.Tensor, maps: torch.Tensor, top_k: int,
-           chunk: int = 8192) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def ranked(
+    scores: torch.Tensor, ids: torch.Tensor, maps: torch.Tensor, top_k: int, chunk: int = 8192
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each feature's entries [F, m] (maps [F, m, P]) ordered by score (descending), then by image id
     (ascending; empty slots, id -1, last), cut to `top_k`: one order whatever the slots or the split.
     Written chunk by chunk into the result, so the maps (gigabytes at 131k features) exist twice at
@@ -44,20 +46,27 @@ def ranked(scores: torch.Tensor, ids: torch.Tensor, maps: torch.Tensor, top_k: i
     out = (scores.new_empty(F, k), ids.new_empty(F, k), maps.new_empty(F, k, P))
     flat_maps = maps.reshape(-1, P)
     for f in range(0, F, chunk):
-        s, i = scores[f:f + chunk], ids[f:f + chunk]
+        s, i = scores[f : f + chunk], ids[f : f + chunk]
         order = torch.argsort(torch.where(i >= 0, i, torch.iinfo(torch.long).max), dim=1, stable=True)
         order = order.gather(1, torch.argsort(s.gather(1, order), dim=1, descending=True, stable=True))[:, :k]
-        torch.gather(s, 1, order, out=out[0][f:f + chunk])
-        torch.gather(i, 1, order, out=out[1][f:f + chunk])
+        torch.gather(s, 1, order, out=out[0][f : f + chunk])
+        torch.gather(i, 1, order, out=out[1][f : f + chunk])
         # whole maps move as rows (a gather over an expanded index moves one patch at a time, 6× slower)
         rows = (torch.arange(f, f + len(s), device=s.device)[:, None] * m + order).reshape(-1)
-        torch.index_select(flat_maps, 0, rows, out=out[2][f:f + chunk].view(-1, P))
+        torch.index_select(flat_maps, 0, rows, out=out[2][f : f + chunk].view(-1, P))
     return out
 
 
 class IndexBuilder:
-    def __init__(self, n_features: int, n_patches: int, top_k: int = 16, *, map_dtype=torch.float16,
-                 device: torch.device | str | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_patches: int,
+        top_k: int = 16,
+        *,
+        map_dtype=torch.float16,
+        device: torch.device | str | None = None,
+    ):
         # On a GPU the state sits beside the SAE: at 131k features it is gigabytes, and gathering it
         # on the host for every batch costs more than the LM's forward.
         self.F, self.P, self.K = n_features, n_patches, top_k
@@ -75,8 +84,18 @@ class IndexBuilder:
         self.n_images = 0
 
     def state_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (
-            self.top_scores, self.top_ids, self.top_maps, self.fire_count, self.act_sum, self.max_act, self.hist))
+        return sum(
+            t.numel() * t.element_size()
+            for t in (
+                self.top_scores,
+                self.top_ids,
+                self.top_maps,
+                self.fire_count,
+                self.act_sum,
+                self.max_act,
+                self.hist,
+            )
+        )
 
     @staticmethod
     def bound_bytes(n_features: int, n_patches: int, top_k: int, map_bytes: int = 2) -> int:
@@ -133,8 +152,9 @@ class IndexBuilder:
         self.top_ids[fs, ss] = image_ids[bs]
         self._write_maps(vals, idx, fs, ss, bs)
 
-    def _write_maps(self, vals: torch.Tensor, idx: torch.Tensor, fs: torch.Tensor, ss: torch.Tensor,
-                    bs: torch.Tensor) -> None:
+    def _write_maps(
+        self, vals: torch.Tensor, idx: torch.Tensor, fs: torch.Tensor, ss: torch.Tensor, bs: torch.Tensor
+    ) -> None:
         """The per-patch activation maps of feature fs[i] in batch image bs[i], written into its slot
         ss[i]: each code entry is routed to its (image, feature) pair, one pass over the B × P × k
         codes, straight into the state (no [pairs, P] map in between: at 131k features that copy
@@ -171,6 +191,7 @@ class IndexBuilder:
 @dataclass
 class FeatureIndex:
     """A loaded index (no recomputation): tensors plus metadata."""
+
     tensors: dict[str, torch.Tensor]
     meta: dict
 
@@ -197,8 +218,9 @@ class FeatureIndex:
         return ids[keep].tolist(), maps, self.tensors["top_scores"][feature, :n][keep].tolist()
 
     def save(self, path: Path) -> Path:
-        save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(path),
-                  metadata={"meta": json.dumps(self.meta)})
+        save_file(
+            {k: v.contiguous() for k, v in self.tensors.items()}, str(path), metadata={"meta": json.dumps(self.meta)}
+        )
         return path
 
     @classmethod
@@ -211,8 +233,18 @@ class FeatureIndex:
 
 
 @torch.no_grad()
-def build_index(model, tokenizer, sae: SparseAutoencoder, specs: list[dict], *, hookpoint: str, top_k: int = 16,
-                batch_size: int = 64, progress=None, images: np.ndarray | None = None) -> FeatureIndex:
+def build_index(
+    model,
+    tokenizer,
+    sae: SparseAutoencoder,
+    specs: list[dict],
+    *,
+    hookpoint: str,
+    top_k: int = 16,
+    batch_size: int = 64,
+    progress=None,
+    images: np.ndarray | None = None,
+) -> FeatureIndex:
     """Stream the scene set through the VLM once; encode the image-patch residuals; keep the index."""
     from . import scenes as S
     from . import vlm
@@ -222,18 +254,24 @@ def build_index(model, tokenizer, sae: SparseAutoencoder, specs: list[dict], *, 
     builder = IndexBuilder(sae.n_latents, n_p, top_k, device=sae.W_enc.device)
     t0 = time.perf_counter()
     for i in range(0, len(specs), batch_size):
-        chunk = specs[i:i + batch_size]
-        imgs = images[i:i + batch_size] if images is not None else np.stack([S.render(s)[0] for s in chunk])
+        chunk = specs[i : i + batch_size]
+        imgs = images[i : i + batch_size] if images is not None else np.stack([S.render(s)[0] for s in chunk])
         for _, h in vlm.residuals(model, tokenizer, imgs, hookpoint, batch_size=batch_size):
             vals, idx = sae.encode_sparse(h[:, sl])
             builder.update(vals, idx, torch.arange(i, i + len(chunk)))
         if progress:
             progress(min(1.0, (i + len(chunk)) / len(specs)))
-    grid = int(round(n_p ** 0.5))
-    meta = {"grid": grid, "n_images": builder.n_images, "n_tokens": builder.n_tokens, "top_k": top_k,
-            "hookpoint": hookpoint, "ranking": "mean activation over image-patch tokens",
-            "density": "fraction of image-patch tokens where the feature is non-zero",
-            "build_s": round(time.perf_counter() - t0, 2)}
+    grid = int(round(n_p**0.5))
+    meta = {
+        "grid": grid,
+        "n_images": builder.n_images,
+        "n_tokens": builder.n_tokens,
+        "top_k": top_k,
+        "hookpoint": hookpoint,
+        "ranking": "mean activation over image-patch tokens",
+        "density": "fraction of image-patch tokens where the feature is non-zero",
+        "build_s": round(time.perf_counter() - t0, 2),
+    }
     return FeatureIndex(builder.tensors(), meta)
 
 
@@ -242,8 +280,18 @@ class Cancelled(Exception):
 
 
 @torch.no_grad()
-def build_streaming(encode, n_items: int, n_latents: int, n_patches: int, *, top_k: int = 16,
-                    batch_size: int = 8, device=None, progress=None, should_stop=None) -> IndexBuilder:
+def build_streaming(
+    encode,
+    n_items: int,
+    n_latents: int,
+    n_patches: int,
+    *,
+    top_k: int = 16,
+    batch_size: int = 8,
+    device=None,
+    progress=None,
+    should_stop=None,
+) -> IndexBuilder:
     """Feed `encode(start, end) -> (vals, idx) [B, P, k]` batch by batch into one IndexBuilder.
     `progress(done, total)` after each batch; `should_stop()` is checked before each batch and a
     true answer raises `Cancelled` (the shared model is not touched by this loop itself)."""
@@ -264,6 +312,7 @@ def build_streaming(encode, n_items: int, n_latents: int, n_patches: int, *, top
 class ImageSource:
     """The images an index was built over: a folder (files in sorted relative-path order) or a
     `datasets` split with an image column. Image id i of the index is item i of the source."""
+
     kind: str  # "folder" | "dataset"
     root: str  # the folder, or the dataset's name
     files: list[str] = field(default_factory=list)
@@ -276,8 +325,11 @@ class ImageSource:
         root = Path(path).resolve()
         if not root.is_dir():
             raise ValueError(f"{path} is not a folder")
-        files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                       if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        files = sorted(
+            p.relative_to(root).as_posix()
+            for p in root.rglob("*")
+            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+        )
         if limit:
             files = files[:limit]
         if not files:
@@ -285,8 +337,7 @@ class ImageSource:
         return cls("folder", str(root), files)
 
     @classmethod
-    def dataset(cls, name: str, split: str = "train", column: str = "image", limit: int | None = None
-                ) -> "ImageSource":
+    def dataset(cls, name: str, split: str = "train", column: str = "image", limit: int | None = None) -> "ImageSource":
         src = cls("dataset", name, split=split, column=column)
         rows = len(src._rows())
         src.n = min(rows, limit) if limit else rows

@@ -6,6 +6,7 @@ The concept explainer's score is the IoU of the feature's activation regions wit
 planted masks over its top images. The paper reports a mean IoU of 0.20 for its labels (random
 0.005): below that the label reads as weak. A feature that fires on a large share of all image
 patches is broad whatever its IoU (a dense feature overlaps any large mask), and says so."""
+
 from __future__ import annotations
 
 from .organism import LABEL_MIN_IOU as NO_CONCEPT_IOU  # below it the best concept explains nothing

@@ -3,6 +3,7 @@ index), the VLM and SAE weights on the first request that needs them (`need_mode
 model store; the zoo organism, the paper's checkpoint, and a user's own VLM + SAE at a hookpoint.
 Every handler reaches its organism through `get_organism(source)`.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,20 @@ from ..core.device import device_of, place
 from . import format_info, formats, vlm
 from .formats import load as load_sae
 from .index import INDEX_ENV, INDEX_FILE, FeatureIndex
-from .organism import (HUB_HOOKPOINT, HUB_MODEL, HUB_SAE, NO_LABELS, TAB, ZOO_MODEL, ZOO_SAE, HubParts, Organism,
-                       _read_json, _vision, refresh_index)
+from .organism import (
+    HUB_HOOKPOINT,
+    HUB_MODEL,
+    HUB_SAE,
+    NO_LABELS,
+    TAB,
+    ZOO_MODEL,
+    ZOO_SAE,
+    HubParts,
+    Organism,
+    _read_json,
+    _vision,
+    refresh_index,
+)
 
 
 def _zoo_vision(cap_dir: Path) -> dict:
@@ -27,8 +40,11 @@ def _zoo_vision(cap_dir: Path) -> dict:
     cfg = _read_json(cap_dir / "config.json", {})
     v = cfg.get("vision_config", {})
     if "image_size" in v and "patch_size" in v:
-        return {"image_size": int(v["image_size"]), "patch_size": int(v["patch_size"]),
-                "anyres": cfg.get("image_grid_pinpoints") is not None}
+        return {
+            "image_size": int(v["image_size"]),
+            "patch_size": int(v["patch_size"]),
+            "anyres": cfg.get("image_grid_pinpoints") is not None,
+        }
     from transformers import AutoConfig
 
     return _vision(P.load_pretrained(AutoConfig, cap_dir, weights=False, roots=[cap_dir.parent]))
@@ -45,12 +61,22 @@ def zoo_shell(sae_name: str = ZOO_SAE, root: Path | None = None, parts_key: str 
     # the hookpoint as `formats.load` names it on the loaded SAE
     hook = formats.model_hookpoint(sae_info["hookpoint"]) if sae_info.get("hookpoint") else info.get("hookpoint", "")
     index = FeatureIndex.load(sae_dir / INDEX_FILE) if (sae_dir / INDEX_FILE).exists() else None
-    return Organism(sae_name, sae_dir, hookpoint=hook, index=index, labels=_read_json(sae_dir / "labels.json", {}),
-                    summary=_read_json(sae_dir / "summary.json", {}),
-                    index_specs=(vlm.load_scene_set(sae_dir, "index_scenes.json")
-                                 if (sae_dir / "index_scenes.json").exists() else []),
-                    heldout_specs=vlm.load_scene_set(cap_dir), model_id=f"zoo:{sae_name}", sae_info=sae_info,
-                    vision=_zoo_vision(cap_dir), parts_key=parts_key)
+    return Organism(
+        sae_name,
+        sae_dir,
+        hookpoint=hook,
+        index=index,
+        labels=_read_json(sae_dir / "labels.json", {}),
+        summary=_read_json(sae_dir / "summary.json", {}),
+        index_specs=(
+            vlm.load_scene_set(sae_dir, "index_scenes.json") if (sae_dir / "index_scenes.json").exists() else []
+        ),
+        heldout_specs=vlm.load_scene_set(cap_dir),
+        model_id=f"zoo:{sae_name}",
+        sae_info=sae_info,
+        vision=_zoo_vision(cap_dir),
+        parts_key=parts_key,
+    )
 
 
 def _captioner_dir(sae_dir: Path) -> Path:
@@ -68,8 +94,10 @@ def load_zoo_parts(org: Organism) -> "HubParts":
     processor = P.load_pretrained(AutoProcessor, cap_dir, weights=False, roots=roots)
     sae = load_sae(P.validate_local_path(sae_dir, roots), device=device_of(model))
     if sae.n_latents != org.n_features or (sae.cfg.hookpoint or org.hookpoint) != org.hookpoint:
-        raise ValueError(f"the SAE's weights ({sae.n_latents} latents at {sae.cfg.hookpoint!r}) do not match its "
-                         f"cfg ({org.n_features} latents at {org.hookpoint!r})")
+        raise ValueError(
+            f"the SAE's weights ({sae.n_latents} latents at {sae.cfg.hookpoint!r}) do not match its "
+            f"cfg ({org.n_features} latents at {org.hookpoint!r})"
+        )
     return HubParts(model, processor, sae)
 
 
@@ -91,7 +119,9 @@ def default_index_path(model_id: str, sae_id: str, hookpoint: str) -> Path:
     hub snapshot itself is not a place to write into). Keyed by the hookpoint in its one spelling
     (formats.canonical_hookpoint), so `layers.3` finds what `blocks.3.hook_resid_post` built."""
     hookpoint = formats.canonical_hookpoint(hookpoint)
-    hf_home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    hf_home = (
+        os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    )
     base = Path(hf_home) / "workbench" / "sae-index"
     return base / f"{_slug(model_id)}__{_slug(sae_id)}__{_slug(hookpoint)}" / INDEX_FILE
 
@@ -146,8 +176,13 @@ def sae_location(sae_id: str, hookpoint: str, *, weights: bool) -> tuple[Path, s
     return root, sub, format_info.listed_entry(root, sub, files)
 
 
-def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = HUB_HOOKPOINT,
-              *, model_class: str = "transformers.LlavaNextForConditionalGeneration") -> Organism:
+def hub_shell(
+    model_id: str = HUB_MODEL,
+    sae_id: str = HUB_SAE,
+    hookpoint: str = HUB_HOOKPOINT,
+    *,
+    model_class: str = "transformers.LlavaNextForConditionalGeneration",
+) -> Organism:
     """A hub organism without weights: the model's config, the SAE's cfg (size, k, architecture) and
     the feature index if one exists ($WORKBENCH_SAE_INDEX, else the file an earlier build from the
     tab wrote, else one beside the SAE; see `refresh_index`). Seconds, not a 16 GB download."""
@@ -157,11 +192,19 @@ def hub_shell(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str =
     root, sub, entry = sae_location(sae_id, hookpoint, weights=False)
     info = format_info.describe_entry(entry)
     format_info.check_width(info, getattr(getattr(config, "text_config", config), "hidden_size", None), str(model_id))
-    org = Organism(f"hub:{sae_id}", root, hookpoint=formats.model_hookpoint(hookpoint),
-                   model_id=f"hub:{model_id}|{sae_id}", source="hub", label_source=NO_LABELS,
-                   ids=(str(model_id), str(sae_id)), sae_info=info, vision=_vision(config),
-                   parts_key=f"{TAB}:hub:{model_id}|{sae_id}|{formats.canonical_hookpoint(hookpoint)}",
-                   model_class=model_class)
+    org = Organism(
+        f"hub:{sae_id}",
+        root,
+        hookpoint=formats.model_hookpoint(hookpoint),
+        model_id=f"hub:{model_id}|{sae_id}",
+        source="hub",
+        label_source=NO_LABELS,
+        ids=(str(model_id), str(sae_id)),
+        sae_info=info,
+        vision=_vision(config),
+        parts_key=f"{TAB}:hub:{model_id}|{sae_id}|{formats.canonical_hookpoint(hookpoint)}",
+        model_class=model_class,
+    )
     org.weights_key = weights.key(vlm_preset(org))
     org.summary = {"hub_hookpoint": hookpoint, "sae_folder": sub}
     org.index_out = index_target() or default_index_path(str(model_id), str(sae_id), hookpoint)
@@ -202,13 +245,24 @@ def attach(org: Organism, parts: HubParts | None) -> None:
             return
         if org.model is parts.model:
             return
-        org.model, org.processor, org.tokenizer, org.sae = parts.model, parts.processor, parts.processor.tokenizer, parts.sae
+        org.model, org.processor, org.tokenizer, org.sae = (
+            parts.model,
+            parts.processor,
+            parts.processor.tokenizer,
+            parts.sae,
+        )
         if org.is_hub:  # the zoo's hookpoint is its SAE's own, known before the weights
             org.hookpoint = vlm.resolve_hookpoint(parts.model, formats.model_hookpoint(org.summary["hub_hookpoint"]))
 
 
-def load_hub(model_id: str = HUB_MODEL, sae_id: str = HUB_SAE, hookpoint: str = HUB_HOOKPOINT,
-             *, model_class: str = "transformers.LlavaNextForConditionalGeneration", weights: bool = True) -> Organism:
+def load_hub(
+    model_id: str = HUB_MODEL,
+    sae_id: str = HUB_SAE,
+    hookpoint: str = HUB_HOOKPOINT,
+    *,
+    model_class: str = "transformers.LlavaNextForConditionalGeneration",
+    weights: bool = True,
+) -> Organism:
     """The paper's checkpoint and SAE (local folders under the allowed roots, or hub ids; from the
     hub only the SAE's hookpoint folder is fetched, as safetensors), with the weights loaded here
     (the command-line jobs); the tab uses `get_organism`, which loads them on first need."""
@@ -304,7 +358,7 @@ def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> 
     if kind is not None:
         return kind(source, model=model, progress=progress)
     if isinstance(source, str) and source.startswith(OWN):
-        vlm_id, sae_id, hookpoint = json.loads(source[len(OWN):])
+        vlm_id, sae_id, hookpoint = json.loads(source[len(OWN) :])
         org = own_organism(vlm_id, sae_id, hookpoint)
         refresh_index(org)
         return need_model(org, progress) if model else org
@@ -312,8 +366,9 @@ def get_organism(source: str = "zoo", *, model: bool = False, progress=None) -> 
     if preset.source == "hub":
         with _SHELLS_LOCK:
             if preset.model_id not in _SHELLS:
-                _SHELLS[preset.model_id] = hub_shell(preset.path_or_id, preset.extra["sae"],
-                                                     preset.extra["hookpoint"], model_class=preset.model_class)
+                _SHELLS[preset.model_id] = hub_shell(
+                    preset.path_or_id, preset.extra["sae"], preset.extra["hookpoint"], model_class=preset.model_class
+                )
             org = _SHELLS[preset.model_id]
         refresh_index(org)
         return need_model(org, progress) if model else org
@@ -336,8 +391,9 @@ def source_pick(source: str) -> picker.Picked:
     check `own_organism` made): under ZeroGPU the main process loads a user's own before a worker
     forks (backend.core.preload.own). The zoo and the listed checkpoint are picked as such."""
     org = get_organism(source)
-    return picker.resolve(org.ids[0], P.presets(TAB), "features", tab=TAB, sae=org.ids[1],
-                          hookpoint=org.summary.get("hub_hookpoint", ""))
+    return picker.resolve(
+        org.ids[0], P.presets(TAB), "features", tab=TAB, sae=org.ids[1], hookpoint=org.summary.get("hub_hookpoint", "")
+    )
 
 
 def _preload(preset: P.Preset, *own) -> Organism:

@@ -12,6 +12,7 @@ largest error is 1.26× the index scenes' 99th percentile (measured on the zoo o
 scenes); a factor 2 leaves room for that spread and for the sampling noise of a 99th percentile of
 REFERENCE_SCENES scenes, while a plain green circle on white sits at 4-9× it (drawn 96 or 48 px a side).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,8 +54,10 @@ def errors(org, images: np.ndarray) -> np.ndarray:
     """`unexplained` for uint8 images [B, H, W, 3] at the model's input size (the caller holds the
     model's lock, or nobody else uses the model)."""
     sl = vlm.image_slice(org.model)
-    out = [unexplained(org.sae, h[:, sl].to(org.sae.W_dec.device))
-           for _, h in vlm.residuals(org.model, org.tokenizer, images, org.hookpoint)]
+    out = [
+        unexplained(org.sae, h[:, sl].to(org.sae.W_dec.device))
+        for _, h in vlm.residuals(org.model, org.tokenizer, images, org.hookpoint)
+    ]
     return torch.cat(out).cpu().numpy()
 
 
@@ -77,11 +80,19 @@ def assess(error: float, ref: np.ndarray) -> Shift:
     edge = float(np.percentile(ref, EDGE_PERCENTILE))
     median = float(np.median(ref))
     threshold = OUT_FACTOR * edge
-    return {"error": float(error), "median": median, "edge": edge, "threshold": threshold,
-            "times_median": float(error) / max(median, 1e-12),
-            "percentile": 100.0 * float(np.searchsorted(ref, error, side="right")) / len(ref),
-            "n_scenes": int(len(ref)), "out": bool(error > threshold), "beyond_edge": bool(error > edge),
-            "edge_percentile": EDGE_PERCENTILE, "factor": OUT_FACTOR}
+    return {
+        "error": float(error),
+        "median": median,
+        "edge": edge,
+        "threshold": threshold,
+        "times_median": float(error) / max(median, 1e-12),
+        "percentile": 100.0 * float(np.searchsorted(ref, error, side="right")) / len(ref),
+        "n_scenes": int(len(ref)),
+        "out": bool(error > threshold),
+        "beyond_edge": bool(error > edge),
+        "edge_percentile": EDGE_PERCENTILE,
+        "factor": OUT_FACTOR,
+    }
 
 
 def _ordinal(n: int) -> str:
@@ -91,6 +102,7 @@ def _ordinal(n: int) -> str:
 def words(a: dict, hookpoint: str) -> tuple[str, str]:
     """(headline, details) in plain text: whether the picture is out of the distribution, and the
     numbers behind it with the threshold."""
+
     def pct(v: float) -> str:  # a no-break space: "4.1 %" never splits over two lines of a narrow column
         return f"{100 * v:.2g}\u00a0%" if v < 0.1 else f"{100 * v:.0f}\u00a0%"
 
@@ -100,10 +112,15 @@ def words(a: dict, hookpoint: str) -> tuple[str, str]:
         head = "This picture is within the distribution the zoo's model was trained on, near its edge"
     else:
         head = "This picture is within the distribution the zoo's model was trained on"
-    where = (f"above all {a['n_scenes']} scenes" if a["percentile"] >= 100 else
-             f"at their {_ordinal(int(a['percentile']))} percentile")
-    details = (f"the SAE leaves {pct(a['error'])} of its residual at {hookpoint} unexplained, "
-               f"{a['times_median']:.1f}× the median of {a['n_scenes']} of the zoo's scenes ({pct(a['median'])}), "
-               f"{where}. Threshold: out of distribution above {a['factor']:g}× the scenes' "
-               f"{_ordinal(int(a['edge_percentile']))} percentile ({pct(a['threshold'])}).")
+    where = (
+        f"above all {a['n_scenes']} scenes"
+        if a["percentile"] >= 100
+        else f"at their {_ordinal(int(a['percentile']))} percentile"
+    )
+    details = (
+        f"the SAE leaves {pct(a['error'])} of its residual at {hookpoint} unexplained, "
+        f"{a['times_median']:.1f}× the median of {a['n_scenes']} of the zoo's scenes ({pct(a['median'])}), "
+        f"{where}. Threshold: out of distribution above {a['factor']:g}× the scenes' "
+        f"{_ordinal(int(a['edge_percentile']))} percentile ({pct(a['threshold'])})."
+    )
     return head, details

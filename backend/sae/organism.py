@@ -8,6 +8,7 @@ build from the tab wrote (backend.sae.loading.default_index_path), else one besi
 (`refresh_index`). Loading the organisms: backend.sae.loading; what the tab shows: pages (feature
 list and pages), analysis (one image: features and steering), hub_index (building an index here).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,24 +28,44 @@ HUB_MODEL = "llava-hf/llama3-llava-next-8b-hf"
 HUB_SAE = "lmms-lab/llama3-llava-next-8b-hf-sae-131k"
 HUB_HOOKPOINT = "model.layers.24"
 
-ZOO_PRESET = P.register(P.Preset(TAB, "zoo", ZOO_MODEL, "transformers.LlavaForConditionalGeneration",
-                                 label="tiny LLaVA on synthetic scenes + TopK SAE",
-                                 extra={"sae": ZOO_SAE}))
-HUB_PRESET = P.register(P.Preset(TAB, "hub", HUB_MODEL, "transformers.LlavaNextForConditionalGeneration",
-                                 label="LLaVA-NeXT-8B + lmms-lab SAE (131k latents, k=256)",
-                                 extra={"sae": HUB_SAE, "hookpoint": HUB_HOOKPOINT}))
+ZOO_PRESET = P.register(
+    P.Preset(
+        TAB,
+        "zoo",
+        ZOO_MODEL,
+        "transformers.LlavaForConditionalGeneration",
+        label="tiny LLaVA on synthetic scenes + TopK SAE",
+        extra={"sae": ZOO_SAE},
+    )
+)
+HUB_PRESET = P.register(
+    P.Preset(
+        TAB,
+        "hub",
+        HUB_MODEL,
+        "transformers.LlavaNextForConditionalGeneration",
+        label="LLaVA-NeXT-8B + lmms-lab SAE (131k latents, k=256)",
+        extra={"sae": HUB_SAE, "hookpoint": HUB_HOOKPOINT},
+    )
+)
 
 
 LABEL_MIN_IOU = 0.05  # below this the best concept explains nothing: shown as "no concept"
-CONCEPT_LABELS = ("concept-iou: the planted concept whose masks best match the feature's activation "
-                  "regions (IoU over the top-5 images)")
-NO_LABELS = ("none yet: the concept explainer needs planted concept masks, which real images do not have. "
-             "“Ask the model” on a feature page runs the paper's model explainer (the VLM names what the "
-             "highlighted top images share), with the loaded model as the explainer; its labels are kept in "
-             "labels.json beside the index.")
-MODEL_LABELS = ("the loaded model, asked on request (the paper's model explainer: it sees the top images with "
-                "everything outside the activation region dimmed and names what they share); other features "
-                "are unlabelled")
+CONCEPT_LABELS = (
+    "concept-iou: the planted concept whose masks best match the feature's activation "
+    "regions (IoU over the top-5 images)"
+)
+NO_LABELS = (
+    "none yet: the concept explainer needs planted concept masks, which real images do not have. "
+    "“Ask the model” on a feature page runs the paper's model explainer (the VLM names what the "
+    "highlighted top images share), with the loaded model as the explainer; its labels are kept in "
+    "labels.json beside the index."
+)
+MODEL_LABELS = (
+    "the loaded model, asked on request (the paper's model explainer: it sees the top images with "
+    "everything outside the activation region dimmed and names what they share); other features "
+    "are unlabelled"
+)
 
 
 def shown_label(lab: dict) -> str:
@@ -59,6 +80,7 @@ class Organism:
     hub, starts as its metadata (SAE cfg, model config, index, labels, scene sets): the VLM and SAE
     weights load on the first request that needs them (`need_model`), kept in the model store under
     `parts_key`. One with an empty `parts_key` holds its own weights (`load_zoo`, `load_hub`)."""
+
     name: str
     folder: Path
     model: Any = None
@@ -111,8 +133,11 @@ class Organism:
 
 def _vision(config) -> dict:
     v = config.vision_config
-    return {"image_size": int(v.image_size), "patch_size": int(v.patch_size),
-            "anyres": getattr(config, "image_grid_pinpoints", None) is not None}
+    return {
+        "image_size": int(v.image_size),
+        "patch_size": int(v.patch_size),
+        "anyres": getattr(config, "image_grid_pinpoints", None) is not None,
+    }
 
 
 def _read_json(path: Path, default):
@@ -123,6 +148,7 @@ def _read_json(path: Path, default):
 class HubParts:
     """The weights of an organism: a zoo organism's own store entry, or a hub organism's view of its
     VLM's shared weights (backend.core.weights), the SAE's bytes counted in that entry."""
+
     model: Any
     processor: Any
     sae: SparseAutoencoder
@@ -183,8 +209,15 @@ def install_index(org: Organism, index: FeatureIndex, path: Path | None = None) 
         org.index, org.index_path = index, path
         if org.is_hub:
             org.labels = labels
-            org.label_source = (MODEL_LABELS if any(e.get("explainer") == "model" for e in labels.values())
-                                else "labels.json beside the index") if labels else NO_LABELS
+            org.label_source = (
+                (
+                    MODEL_LABELS
+                    if any(e.get("explainer") == "model" for e in labels.values())
+                    else "labels.json beside the index"
+                )
+                if labels
+                else NO_LABELS
+            )
         org.index_note = ""
         org.summary["index_stamp"] = _stamp(path)
         org.summary["labels_stamp"] = _stamp(own or beside)

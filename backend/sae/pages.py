@@ -1,6 +1,7 @@
 """The feature list and feature pages, read from the index alone (no model call), and the labels
 the loaded model gives a hub feature on request.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,15 +38,23 @@ def feature_table(org: Organism, query: str = "", sort: str = "density", limit: 
         lab = org.labels.get(str(f), {})
         if float(t["density"][f]) <= 0:
             continue
-        row: FeatureRow = {"feature": f, "label": shown_label(lab),
-                               "family": lab.get("family", "") if shown_label(lab) else "",
-                               "iou": float(lab.get("score", 0.0)), "density": float(t["density"][f]),
-                               "max_act": float(t["max_act"][f])}
+        row: FeatureRow = {
+            "feature": f,
+            "label": shown_label(lab),
+            "family": lab.get("family", "") if shown_label(lab) else "",
+            "iou": float(lab.get("score", 0.0)),
+            "density": float(t["density"][f]),
+            "max_act": float(t["max_act"][f]),
+        }
         if q and q not in row["label"].lower() and q not in row["family"].lower() and q != str(f):
             continue
         rows.append(row)
-    keys: dict[str, Literal["density", "max_act", "iou"]] = {"density": "density", "max activation": "max_act",
-                                                              "max_act": "max_act", "iou": "iou"}
+    keys: dict[str, Literal["density", "max_act", "iou"]] = {
+        "density": "density",
+        "max activation": "max_act",
+        "max_act": "max_act",
+        "iou": "iou",
+    }
     if sort not in keys:
         raise ValueError(f"sort by one of {sorted(set(keys))}, not {sort!r}")
     rows.sort(key=lambda r: (-r[keys[sort]], r["feature"]))
@@ -90,27 +99,49 @@ def feature_page(org: Organism, feature: int, n_top: int = 5) -> FeaturePage:
         imgs = [thumbnail(image_of(org, i)) for i in ids]
         up = [E.upsample(m, im.shape[:2])[0].numpy() for m, im in zip(maps, imgs)]
         reg = [E.regions(m, im.shape[:2])[0].numpy() for m, im in zip(maps, imgs)]
-        top = [{"image_id": int(i), "score": round(float(sc), 4), "caption": org.index.source.name(int(i)),
-                "iou_label": None} for i, sc in zip(ids, scores)]
+        top = [
+            {
+                "image_id": int(i),
+                "score": round(float(sc), 4),
+                "caption": org.index.source.name(int(i)),
+                "iou_label": None,
+            }
+            for i, sc in zip(ids, scores)
+        ]
     else:
         specs = [org.index_specs[i] for i in ids]
         imgs = [S.render(sp)[0] for sp in specs]
         size = imgs[0].shape[0] if imgs else S.IMAGE_SIZE
         up = E.upsample(maps, size).numpy() if len(ids) else np.zeros((0, size, size), np.float32)
         reg = E.regions(maps, size).numpy() if len(ids) else np.zeros((0, size, size), bool)
-        top = [{"image_id": int(i), "score": round(float(sc), 4), "caption": S.caption(sp),
-                "iou_label": round(E.iou(r, S.render(sp)[1][lab["label"]]), 4) if lab.get("label") in S.CONCEPTS else None}
-               for i, sc, sp, r in zip(ids, scores, specs, reg)]
+        top = [
+            {
+                "image_id": int(i),
+                "score": round(float(sc), 4),
+                "caption": S.caption(sp),
+                "iou_label": round(E.iou(r, S.render(sp)[1][lab["label"]]), 4)
+                if lab.get("label") in S.CONCEPTS
+                else None,
+            }
+            for i, sc, sp, r in zip(ids, scores, specs, reg)
+        ]
     t = org.index.tensors
     page: FeaturePage = {
         "feature": f,
-        "label": shown_label(lab), "family": lab.get("family", "") if shown_label(lab) else "",
+        "label": shown_label(lab),
+        "family": lab.get("family", "") if shown_label(lab) else "",
         "iou": float(lab.get("score", 0.0)),
         "concept_scores": lab.get("scores", {}),
         "labelled_by": org.label_source,
-        "density": float(t["density"][f]), "max_act": float(t["max_act"][f]), "mean_act": float(t["mean_act"][f]),
-        "hist_counts": t["hist"][f].tolist(), "hist_edges": t["hist_edges"].tolist(),
-        "top": top, "images": imgs, "maps": up, "regions": reg,
+        "density": float(t["density"][f]),
+        "max_act": float(t["max_act"][f]),
+        "mean_act": float(t["mean_act"][f]),
+        "hist_counts": t["hist"][f].tolist(),
+        "hist_edges": t["hist_edges"].tolist(),
+        "top": top,
+        "images": imgs,
+        "maps": up,
+        "regions": reg,
         "patch_maps": [m.numpy() for m in maps],  # the index's own per-patch values, for exact hover
     }
     PAGE_CACHE.put(key, page)
@@ -132,8 +163,14 @@ def model_label(org: Organism, feature: int, n_images: int = 4) -> ModelLabel:
     with locked(org.model):
         text = vlm.hub_describe(org.model, org.processor, views, E.ModelExplainer.PROMPT)
     label = " ".join(text.split())[:60] or "(no answer)"
-    return {"feature": int(feature), "label": label, "family": "", "score": 0.0, "explainer": "model",
-            "images": len(views)}
+    return {
+        "feature": int(feature),
+        "label": label,
+        "family": "",
+        "score": 0.0,
+        "explainer": "model",
+        "images": len(views),
+    }
 
 
 def save_label(org: Organism, entry: dict) -> None:

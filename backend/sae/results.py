@@ -1,6 +1,7 @@
 """The Features tab's main answers (backend.sae.analysis, backend.sae.pages, backend.sae.ood),
 declared: plain dicts at run time (cached, dumped as the API's and the MCP tools' JSON), their keys
 and types checked by mypy."""
+
 from __future__ import annotations
 
 from typing import NotRequired, TypedDict
@@ -10,6 +11,7 @@ import numpy as np
 
 class Shift(TypedDict):
     """backend.sae.ood.assess: how far one picture's SAE error lies from the training scenes'."""
+
     error: float  # the part of the residual the SAE leaves unexplained, relative
     median: float
     edge: float  # the scenes' error at `edge_percentile`
@@ -25,6 +27,7 @@ class Shift(TypedDict):
 
 class FeatureActivation(TypedDict):
     """One of the features that fire most on an image, by mean activation over its patches."""
+
     feature: int
     mean_act: float
     label: str
@@ -32,6 +35,7 @@ class FeatureActivation(TypedDict):
 
 class ImageAnalysis(TypedDict):
     """`analyse_image`: the features that fire on one image and where."""
+
     image: np.ndarray  # the picture as the model saw it (uint8 RGB)
     caption: str
     features: list[FeatureActivation]
@@ -43,6 +47,7 @@ class ImageAnalysis(TypedDict):
 
 class SteeringDefaults(TypedDict):
     """`steering_defaults`: the steering controls' starting values for an organism."""
+
     positions: str
     multiple: float  # of the feature's max activation
     suppress: bool  # zero the clamped feature's family rivals (the other colours)
@@ -51,6 +56,7 @@ class SteeringDefaults(TypedDict):
 
 class SteeredCaption(TypedDict):
     """The cached part of `steer_caption`: the captions with and without one clamped feature."""
+
     feature: int
     value: float
     positions: str
@@ -64,18 +70,21 @@ class SteeredCaption(TypedDict):
 
 class NamesConcept(TypedDict):
     """Whether each caption names the feature's concept."""
+
     baseline: bool
     steered: bool
 
 
 class SteeringVerdict(SteeredCaption):
     """`steer_caption`: the captions and whether they name the feature's concept (its label now)."""
+
     concept: str  # "" for a feature without a label
     names_concept: NamesConcept | None  # None for a feature without a label
 
 
 class CaptionVerdict(TypedDict):
     """What one caption says under a set of clamps."""
+
     caption: str
     well_formed: bool | None  # None on a hub model (free text)
     concepts: list[str]  # the scene template's concepts it names; [] on a hub model
@@ -85,6 +94,7 @@ class CaptionVerdict(TypedDict):
 
 class ClampShown(TypedDict):
     """A clamp as checked, with its feature's label."""
+
     feature: int
     value: float
     concept: str
@@ -92,12 +102,14 @@ class ClampShown(TypedDict):
 
 class AloneVerdict(CaptionVerdict):
     """The caption with one clamp alone, beside all together."""
+
     feature: int
     value: float
 
 
 class Steering(TypedDict):
     """`steer_caption_many` and `steer_combination`: captions with several clamps at once."""
+
     clamps: list[ClampShown]
     suppressed: list[int]
     positions: str
@@ -110,6 +122,7 @@ class Steering(TypedDict):
 
 class FeatureRow(TypedDict):
     """One alive feature of `feature_table`."""
+
     feature: int
     label: str
     family: str
@@ -120,6 +133,7 @@ class FeatureRow(TypedDict):
 
 class TopImage(TypedDict):
     """One of a feature's top images on its page."""
+
     image_id: int
     score: float
     caption: str
@@ -128,6 +142,7 @@ class TopImage(TypedDict):
 
 class FeaturePage(TypedDict):
     """`feature_page`: a feature's page, from the index alone."""
+
     feature: int
     label: str
     family: str
@@ -148,6 +163,7 @@ class FeaturePage(TypedDict):
 
 class ModelLabel(TypedDict):
     """`model_label`: the label the loaded model gives a hub feature, as labels.json keeps it."""
+
     feature: int
     label: str
     family: str

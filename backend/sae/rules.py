@@ -1,5 +1,6 @@
 """Which of a user's own models the Features tab takes (backend.core.modelcheck asks): the SAE reads
 the language model's residual stream behind LLaVA's vision tower and projector."""
+
 from __future__ import annotations
 
 from backend.core.modelcheck import MethodRule, register_rule
@@ -8,8 +9,12 @@ from backend.core.modelmeta import ModelMeta
 from .organism import TAB
 
 # LLaVA and its successors that keep LLaVA's vision tower → projector → language model layout.
-LLAVA = ("LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
-         "LlavaNextVideoForConditionalGeneration", "LlavaOnevisionForConditionalGeneration")
+LLAVA = (
+    "LlavaForConditionalGeneration",
+    "LlavaNextForConditionalGeneration",
+    "LlavaNextVideoForConditionalGeneration",
+    "LlavaOnevisionForConditionalGeneration",
+)
 
 
 def problem(meta: ModelMeta) -> str | None:

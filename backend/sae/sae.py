@@ -16,6 +16,7 @@ largest L0 otherwise), `decode`, `decode_sparse` and `forward` (the reconstructi
 tab's index, analysis and steering take any of them. Reading files in the sparsify, SAELens and
 Gemma Scope layouts lives in `formats.py` (`formats.load`), which builds on this module.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,17 +54,31 @@ class SparseAutoencoder(nn.Module):
 
     architecture = "?"
 
-    def __init__(self, d_in: int, n_latents: int, *, k: int | None = None, hookpoint: str = "",
-                 apply_b_dec_to_input: bool = True, dtype=torch.float32):
+    def __init__(
+        self,
+        d_in: int,
+        n_latents: int,
+        *,
+        k: int | None = None,
+        hookpoint: str = "",
+        apply_b_dec_to_input: bool = True,
+        dtype=torch.float32,
+    ):
         super().__init__()
         if int(d_in) <= 0 or int(n_latents) <= 0:
             raise ValueError(f"d_in and n_latents must be positive, got d_in={d_in}, n_latents={n_latents}")
-        self.cfg = SAEConfig(d_in=d_in, n_latents=n_latents, k=k, hookpoint=hookpoint,
-                             architecture=self.architecture, apply_b_dec_to_input=apply_b_dec_to_input)
+        self.cfg = SAEConfig(
+            d_in=d_in,
+            n_latents=n_latents,
+            k=k,
+            hookpoint=hookpoint,
+            architecture=self.architecture,
+            apply_b_dec_to_input=apply_b_dec_to_input,
+        )
         self.W_enc = nn.Parameter(torch.empty(n_latents, d_in, dtype=dtype))  # [n, d], sparsify's encoder.weight
         self.W_dec = nn.Parameter(torch.empty(n_latents, d_in, dtype=dtype))
         self.b_dec = nn.Parameter(torch.zeros(d_in, dtype=dtype))
-        nn.init.kaiming_uniform_(self.W_enc, a=5 ** 0.5)
+        nn.init.kaiming_uniform_(self.W_enc, a=5**0.5)
         with torch.no_grad():
             self.W_dec.copy_(self.W_enc)
             self.set_decoder_norm_to_unit_norm()
@@ -133,11 +148,19 @@ class SparseAutoencoder(nn.Module):
         path.mkdir(parents=True, exist_ok=True)
         tensors = {**self._saelens_tensors(), "W_dec": self.W_dec, "b_dec": self.b_dec}
         save_file({n: t.detach().contiguous().cpu() for n, t in tensors.items()}, str(path / SAELENS_WEIGHTS))
-        cfg = {"d_in": self.d_in, "d_sae": self.n_latents, "architecture": SAELENS_NAMES[self.architecture],
-               "apply_b_dec_to_input": self.cfg.apply_b_dec_to_input, "normalize_activations": "none",
-               "reshape_activations": "none", "dtype": str(self.W_dec.dtype).removeprefix("torch."),
-               "hook_name": self.cfg.hookpoint, "metadata": {"hook_name": self.cfg.hookpoint},
-               **self._saelens_cfg(), **cfg_extra}
+        cfg = {
+            "d_in": self.d_in,
+            "d_sae": self.n_latents,
+            "architecture": SAELENS_NAMES[self.architecture],
+            "apply_b_dec_to_input": self.cfg.apply_b_dec_to_input,
+            "normalize_activations": "none",
+            "reshape_activations": "none",
+            "dtype": str(self.W_dec.dtype).removeprefix("torch."),
+            "hook_name": self.cfg.hookpoint,
+            "metadata": {"hook_name": self.cfg.hookpoint},
+            **self._saelens_cfg(),
+            **cfg_extra,
+        }
         (path / "cfg.json").write_text(json.dumps(cfg, indent=2) + "\n")
         return path
 
@@ -155,8 +178,11 @@ def grouped_topk(x: torch.Tensor, k: int, group: int = 32) -> tuple[torch.Tensor
         return x.topk(k, dim=-1, sorted=False)
     rows = x.reshape(-1, n // group, group)
     top_g = rows.amax(-1).topk(k, dim=-1, sorted=False).indices
-    vals, j = rows.gather(1, top_g[..., None].expand(-1, -1, group)).reshape(len(rows), k * group).topk(
-        k, dim=-1, sorted=False)
+    vals, j = (
+        rows.gather(1, top_g[..., None].expand(-1, -1, group))
+        .reshape(len(rows), k * group)
+        .topk(k, dim=-1, sorted=False)
+    )
     idx = top_g.gather(1, j // group) * group + j % group
     return vals.reshape(*x.shape[:-1], k), idx.reshape(*x.shape[:-1], k)
 
@@ -166,8 +192,17 @@ class TopKSAE(SparseAutoencoder):
 
     steps_since_fired: torch.Tensor  # a buffer (register_buffer), which torch's types cannot see
 
-    def __init__(self, d_in: int, n_latents: int, k: int, *, hookpoint: str = "", dtype=torch.float32,
-                 activation: str = "topk", apply_b_dec_to_input: bool = True):
+    def __init__(
+        self,
+        d_in: int,
+        n_latents: int,
+        k: int,
+        *,
+        hookpoint: str = "",
+        dtype=torch.float32,
+        activation: str = "topk",
+        apply_b_dec_to_input: bool = True,
+    ):
         if not (0 < k <= n_latents):
             raise ValueError(f"k must lie in 1..n_latents, got k={k}, n_latents={n_latents}")
         if activation not in ("topk", "groupmax"):
@@ -175,8 +210,9 @@ class TopKSAE(SparseAutoencoder):
         if activation == "groupmax" and n_latents % k:
             raise ValueError(f"GroupMax needs n_latents divisible by k (its group count), got {n_latents} and {k}")
         self.architecture = activation
-        super().__init__(d_in, n_latents, k=k, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input,
-                         dtype=dtype)
+        super().__init__(
+            d_in, n_latents, k=k, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input, dtype=dtype
+        )
         self.b_enc = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
         # Tokens since each latent last fired (training bookkeeping; not saved).
         self.register_buffer("steps_since_fired", torch.zeros(n_latents, dtype=torch.long), persistent=False)
@@ -232,8 +268,9 @@ class TopKSAE(SparseAutoencoder):
         self.W_dec.grad.sub_(parallel * self.W_dec)
 
     # ------------------------------------------------------------------ training step
-    def losses(self, x: torch.Tensor, *, dead_after: int | None = None, auxk_alpha: float = 1 / 32,
-               k_aux: int | None = None) -> dict[str, torch.Tensor]:
+    def losses(
+        self, x: torch.Tensor, *, dead_after: int | None = None, auxk_alpha: float = 1 / 32, k_aux: int | None = None
+    ) -> dict[str, torch.Tensor]:
         """FVU of the reconstruction, and AuxK: the residual reconstructed from the top latents among
         the dead ones (those that have not fired for `dead_after` tokens), as in Gao et al."""
         x = x.reshape(-1, self.d_in).to(self.W_enc.dtype)
@@ -281,12 +318,30 @@ class TopKSAE(SparseAutoencoder):
             raise SAEFormatError("the sparsify layout always subtracts b_dec: save this SAE in the SAELens layout")
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        cfg = {"d_in": self.d_in, "num_latents": self.n_latents, "k": self.k, "activation": self.architecture,
-               "expansion_factor": max(1, self.n_latents // self.d_in), "normalize_decoder": True,
-               "multi_topk": False, "skip_connection": False, "hookpoint": self.cfg.hookpoint, **cfg_extra}
-        save_file({n: t.detach().contiguous().cpu() for n, t in
-                   (("encoder.weight", self.W_enc), ("encoder.bias", self.b_enc), ("W_dec", self.W_dec),
-                    ("b_dec", self.b_dec))}, str(path / SPARSIFY_WEIGHTS))
+        cfg = {
+            "d_in": self.d_in,
+            "num_latents": self.n_latents,
+            "k": self.k,
+            "activation": self.architecture,
+            "expansion_factor": max(1, self.n_latents // self.d_in),
+            "normalize_decoder": True,
+            "multi_topk": False,
+            "skip_connection": False,
+            "hookpoint": self.cfg.hookpoint,
+            **cfg_extra,
+        }
+        save_file(
+            {
+                n: t.detach().contiguous().cpu()
+                for n, t in (
+                    ("encoder.weight", self.W_enc),
+                    ("encoder.bias", self.b_enc),
+                    ("W_dec", self.W_dec),
+                    ("b_dec", self.b_dec),
+                )
+            },
+            str(path / SPARSIFY_WEIGHTS),
+        )
         (path / "cfg.json").write_text(json.dumps(cfg, indent=2) + "\n")
         return path
 
@@ -296,8 +351,9 @@ class ReLUSAE(SparseAutoencoder):
 
     architecture = "relu"
 
-    def __init__(self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True,
-                 dtype=torch.float32):
+    def __init__(
+        self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True, dtype=torch.float32
+    ):
         super().__init__(d_in, n_latents, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input, dtype=dtype)
         self.b_enc = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
 
@@ -317,8 +373,9 @@ class JumpReLUSAE(ReLUSAE):
 
     architecture = "jumprelu"
 
-    def __init__(self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True,
-                 dtype=torch.float32):
+    def __init__(
+        self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True, dtype=torch.float32
+    ):
         super().__init__(d_in, n_latents, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input, dtype=dtype)
         self.threshold = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
 
@@ -336,8 +393,9 @@ class GatedSAE(SparseAutoencoder):
 
     architecture = "gated"
 
-    def __init__(self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True,
-                 dtype=torch.float32):
+    def __init__(
+        self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True, dtype=torch.float32
+    ):
         super().__init__(d_in, n_latents, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input, dtype=dtype)
         self.b_gate = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
         self.r_mag = nn.Parameter(torch.zeros(n_latents, dtype=dtype))
@@ -361,9 +419,18 @@ class MatchingPursuitSAE(SparseAutoencoder):
 
     architecture = "matching_pursuit"
 
-    def __init__(self, d_in: int, n_latents: int, *, hookpoint: str = "", apply_b_dec_to_input: bool = True,
-                 residual_threshold: float = 1e-2, max_iterations: int | None = None,
-                 stop_on_duplicate_support: bool = True, dtype=torch.float32):
+    def __init__(
+        self,
+        d_in: int,
+        n_latents: int,
+        *,
+        hookpoint: str = "",
+        apply_b_dec_to_input: bool = True,
+        residual_threshold: float = 1e-2,
+        max_iterations: int | None = None,
+        stop_on_duplicate_support: bool = True,
+        dtype=torch.float32,
+    ):
         super().__init__(d_in, n_latents, hookpoint=hookpoint, apply_b_dec_to_input=apply_b_dec_to_input, dtype=dtype)
         self.residual_threshold = float(residual_threshold)
         self.max_iterations = d_in if max_iterations is None else int(max_iterations)
@@ -404,10 +471,18 @@ class MatchingPursuitSAE(SparseAutoencoder):
         return {}
 
     def _saelens_cfg(self) -> dict:
-        return {"residual_threshold": self.residual_threshold, "max_iterations": self.max_iterations,
-                "stop_on_duplicate_support": self.stop_on_duplicate_support}
+        return {
+            "residual_threshold": self.residual_threshold,
+            "max_iterations": self.max_iterations,
+            "stop_on_duplicate_support": self.stop_on_duplicate_support,
+        }
 
 
 # SAELens's name of each architecture, for saving
-SAELENS_NAMES = {"topk": "topk", "relu": "standard", "jumprelu": "jumprelu", "gated": "gated",
-                 "matching_pursuit": "matching_pursuit"}
+SAELENS_NAMES = {
+    "topk": "topk",
+    "relu": "standard",
+    "jumprelu": "jumprelu",
+    "gated": "gated",
+    "matching_pursuit": "matching_pursuit",
+}

@@ -9,6 +9,7 @@ re-rendered on demand, with the masks that serve as ground truth for the feature
     image, masks = render(spec)                   # uint8 [H, W, 3], {concept: bool [H, W]}
     caption(spec)                                 # "a plain red circle top left and a ..."
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,8 +41,9 @@ FAMILY_OF: dict[str, str] = {c: fam for fam, cs in FAMILIES.items() for c in cs}
 WORDS = ("a", "and") + tuple(COLOURS) + SHAPES + TEXTURES + ("top", "bottom", "left", "right")
 
 
-def sample_spec(rng: np.random.Generator, *, size: int = IMAGE_SIZE, max_objects: int = 2,
-                min_objects: int = 1) -> dict:
+def sample_spec(
+    rng: np.random.Generator, *, size: int = IMAGE_SIZE, max_objects: int = 2, min_objects: int = 1
+) -> dict:
     """A random scene: 1–2 objects in distinct quadrants, attributes uniform."""
     n = int(rng.integers(min_objects, max_objects + 1))
     quads = rng.choice(len(POSITIONS), size=n, replace=False)
@@ -52,13 +54,15 @@ def sample_spec(rng: np.random.Generator, *, size: int = IMAGE_SIZE, max_objects
         slack = half - extent
         oy = int(rng.integers(0, slack + 1)) + (half if q >= 2 else 0)
         ox = int(rng.integers(0, slack + 1)) + (half if q % 2 == 1 else 0)
-        objects.append({
-            "shape": SHAPES[int(rng.integers(len(SHAPES)))],
-            "colour": list(COLOURS)[int(rng.integers(len(COLOURS)))],
-            "texture": TEXTURES[int(rng.integers(len(TEXTURES)))],
-            "position": POSITIONS[q],
-            "box": [oy, ox, extent],  # top, left, side length in pixels
-        })
+        objects.append(
+            {
+                "shape": SHAPES[int(rng.integers(len(SHAPES)))],
+                "colour": list(COLOURS)[int(rng.integers(len(COLOURS)))],
+                "texture": TEXTURES[int(rng.integers(len(TEXTURES)))],
+                "position": POSITIONS[q],
+                "box": [oy, ox, extent],  # top, left, side length in pixels
+            }
+        )
     return {"size": size, "objects": objects, "noise_seed": int(rng.integers(2**31 - 1))}
 
 
@@ -118,9 +122,8 @@ def parse_caption(text: str) -> list[dict] | None:
     while True:
         if len(words) < i + 6 or words[i] != "a":
             return None
-        tex, col, shp, v, h = words[i + 1:i + 6]
-        if (tex not in TEXTURES or col not in COLOURS or shp not in SHAPES
-                or f"{v} {h}" not in POSITIONS):
+        tex, col, shp, v, h = words[i + 1 : i + 6]
+        if tex not in TEXTURES or col not in COLOURS or shp not in SHAPES or f"{v} {h}" not in POSITIONS:
             return None
         objs.append({"texture": tex, "colour": col, "shape": shp, "position": f"{v} {h}"})
         i += 6

@@ -15,6 +15,7 @@ so the clamp swaps a colour instead of mixing two). Several clamps [(feature, va
 hook (`clamp_features`), so they edit the same residual together; the single clamp is one of them.
 The hook is removed and the model's lock released in `finally`.
 """
+
 from __future__ import annotations
 
 import operator
@@ -39,8 +40,9 @@ class FeatureOutOfRange(ValueError, IndexError):
 Clamp = tuple[int, float]  # (feature, value)
 
 
-def check_clamps(clamps: Sequence[Sequence[float]], n_features: int, suppress: Sequence[int] = (),
-                 values: bounds.Range | None = None) -> tuple[list[Clamp], tuple[int, ...]]:
+def check_clamps(
+    clamps: Sequence[Sequence[float]], n_features: int, suppress: Sequence[int] = (), values: bounds.Range | None = None
+) -> tuple[list[Clamp], tuple[int, ...]]:
     """Clamps [(feature, value), ...] and the features to zero, checked: 1..8 clamps, distinct features
     within the SAE, finite values (within `values`, the organism's clamp range, where given), a suppressed
     feature that is not also clamped. Refused with a message, never corrected."""
@@ -73,12 +75,17 @@ def check_clamps(clamps: Sequence[Sequence[float]], n_features: int, suppress: S
         if not np.isfinite(x):
             raise ValueError(f"the clamp value of feature {fi} must be a finite number")
         if values is not None:
-            x = float(bounds.check(bounds.Range(f"{values.name} of feature {fi}", values.lo, values.hi,
-                                                values.whole, values.unit), x))
+            x = float(
+                bounds.check(
+                    bounds.Range(f"{values.name} of feature {fi}", values.lo, values.hi, values.whole, values.unit), x
+                )
+            )
         out.append((fi, x))
     fs = [f for f, _ in out]
     if len(set(fs)) != len(fs):
-        raise ValueError(f"feature {next(f for f in fs if fs.count(f) > 1)} is clamped twice: give each feature one value")
+        raise ValueError(
+            f"feature {next(f for f in fs if fs.count(f) > 1)} is clamped twice: give each feature one value"
+        )
     sup = tuple(dict.fromkeys(feature(g) for g in suppress))  # order kept, duplicates dropped
     both = sorted(set(sup) & set(fs))
     if both:
@@ -86,8 +93,9 @@ def check_clamps(clamps: Sequence[Sequence[float]], n_features: int, suppress: S
     return out, sup
 
 
-def clamp_codes_many(sae: TopKSAE, h: torch.Tensor, clamps: Sequence[Clamp], add_error: bool,
-                     suppress: tuple[int, ...] = ()) -> torch.Tensor:
+def clamp_codes_many(
+    sae: TopKSAE, h: torch.Tensor, clamps: Sequence[Clamp], add_error: bool, suppress: tuple[int, ...] = ()
+) -> torch.Tensor:
     """The reconstruction with every clamped feature at its value and the suppressed ones at 0."""
     vals, idx = sae.encode_sparse(h)
     # drop the clamped (and suppressed) features from the top-k slots in one pass (a selection: the kept
@@ -102,15 +110,24 @@ def clamp_codes_many(sae: TopKSAE, h: torch.Tensor, clamps: Sequence[Clamp], add
     return recon.to(h.dtype)
 
 
-def clamp_codes(sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_error: bool,
-                suppress: tuple[int, ...] = ()) -> torch.Tensor:
+def clamp_codes(
+    sae: TopKSAE, h: torch.Tensor, feature: int, value: float, add_error: bool, suppress: tuple[int, ...] = ()
+) -> torch.Tensor:
     return clamp_codes_many(sae, h, [(int(feature), float(value))], add_error, suppress)
 
 
 @contextmanager
-def clamp_features(model, sae: TopKSAE, hookpoint: str, clamps: Sequence[Sequence[float]], *,
-                   positions: str = "prompt", add_error: bool = False,
-                   image_positions: slice | torch.Tensor | None = None, suppress: Sequence[int] = ()):
+def clamp_features(
+    model,
+    sae: TopKSAE,
+    hookpoint: str,
+    clamps: Sequence[Sequence[float]],
+    *,
+    positions: str = "prompt",
+    add_error: bool = False,
+    image_positions: slice | torch.Tensor | None = None,
+    suppress: Sequence[int] = (),
+):
     """Several clamps and suppressions as one intervention: one hook, removed (and the model's lock
     released) in `finally`, so the edits are applied together to the same residual."""
     if positions not in POSITION_MODES:
@@ -139,33 +156,90 @@ def clamp_features(model, sae: TopKSAE, hookpoint: str, clamps: Sequence[Sequenc
 
 
 @contextmanager
-def clamp_feature(model, sae: TopKSAE, hookpoint: str, feature: int, value: float, *,
-                  positions: str = "prompt", add_error: bool = False,
-                  image_positions: slice | torch.Tensor | None = None,
-                  suppress: Sequence[int] = ()):
-    with clamp_features(model, sae, hookpoint, [(feature, value)], positions=positions, add_error=add_error,
-                        image_positions=image_positions, suppress=suppress):
+def clamp_feature(
+    model,
+    sae: TopKSAE,
+    hookpoint: str,
+    feature: int,
+    value: float,
+    *,
+    positions: str = "prompt",
+    add_error: bool = False,
+    image_positions: slice | torch.Tensor | None = None,
+    suppress: Sequence[int] = (),
+):
+    with clamp_features(
+        model,
+        sae,
+        hookpoint,
+        [(feature, value)],
+        positions=positions,
+        add_error=add_error,
+        image_positions=image_positions,
+        suppress=suppress,
+    ):
         yield model
 
 
 @torch.no_grad()
-def captions_with_clamps(model, tokenizer, sae, hookpoint: str, images: np.ndarray, clamps: Sequence[Sequence[float]],
-                         *, positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = ()) -> list[str]:
+def captions_with_clamps(
+    model,
+    tokenizer,
+    sae,
+    hookpoint: str,
+    images: np.ndarray,
+    clamps: Sequence[Sequence[float]],
+    *,
+    positions: str = "prompt",
+    add_error: bool = False,
+    suppress: Sequence[int] = (),
+) -> list[str]:
     with clamp_features(model, sae, hookpoint, clamps, positions=positions, add_error=add_error, suppress=suppress):
         return vlm.generate_captions(model, tokenizer, images)
 
 
 @torch.no_grad()
-def steered_captions(model, tokenizer, sae, hookpoint: str, images: np.ndarray, feature: int, value: float, *,
-                     positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = ()) -> list[str]:
-    return captions_with_clamps(model, tokenizer, sae, hookpoint, images, [(feature, value)], positions=positions,
-                                add_error=add_error, suppress=suppress)
+def steered_captions(
+    model,
+    tokenizer,
+    sae,
+    hookpoint: str,
+    images: np.ndarray,
+    feature: int,
+    value: float,
+    *,
+    positions: str = "prompt",
+    add_error: bool = False,
+    suppress: Sequence[int] = (),
+) -> list[str]:
+    return captions_with_clamps(
+        model,
+        tokenizer,
+        sae,
+        hookpoint,
+        images,
+        [(feature, value)],
+        positions=positions,
+        add_error=add_error,
+        suppress=suppress,
+    )
 
 
 @torch.no_grad()
-def hub_caption_with_clamps(model, processor, sae, hookpoint: str, image, clamps: Sequence[Sequence[float]], *,
-                            positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = (),
-                            text: str = vlm.HUB_PROMPT, max_new_tokens: int = 24) -> str:
+def hub_caption_with_clamps(
+    model,
+    processor,
+    sae,
+    hookpoint: str,
+    image,
+    clamps: Sequence[Sequence[float]],
+    *,
+    positions: str = "prompt",
+    add_error: bool = False,
+    suppress: Sequence[int] = (),
+    text: str = vlm.HUB_PROMPT,
+    max_new_tokens: int = 24,
+) -> str:
     """The clamps on a hub VLM, prompted through its processor and chat template (LLaVA-NeXT's
     image_sizes included); "image" positions are all of the prompt's image tokens (base image,
     tiles and row newlines)."""
@@ -174,18 +248,49 @@ def hub_caption_with_clamps(model, processor, sae, hookpoint: str, image, clamps
     lay = vlm.image_layout(model, inputs["input_ids"][0], None if sizes is None else sizes[0])
     tok = processor.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    with clamp_features(model, sae, hookpoint, clamps, positions=positions, add_error=add_error,
-                        image_positions=lay.image.to(inputs["input_ids"].device), suppress=suppress):
+    with clamp_features(
+        model,
+        sae,
+        hookpoint,
+        clamps,
+        positions=positions,
+        add_error=add_error,
+        image_positions=lay.image.to(inputs["input_ids"].device),
+        suppress=suppress,
+    ):
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
-    return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+    return tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
 
 
 @torch.no_grad()
-def hub_steered_caption(model, processor, sae, hookpoint: str, image, feature: int, value: float, *,
-                        positions: str = "prompt", add_error: bool = False, suppress: Sequence[int] = (),
-                        text: str = vlm.HUB_PROMPT, max_new_tokens: int = 24) -> str:
-    return hub_caption_with_clamps(model, processor, sae, hookpoint, image, [(feature, value)], positions=positions,
-                                   add_error=add_error, suppress=suppress, text=text, max_new_tokens=max_new_tokens)
+def hub_steered_caption(
+    model,
+    processor,
+    sae,
+    hookpoint: str,
+    image,
+    feature: int,
+    value: float,
+    *,
+    positions: str = "prompt",
+    add_error: bool = False,
+    suppress: Sequence[int] = (),
+    text: str = vlm.HUB_PROMPT,
+    max_new_tokens: int = 24,
+) -> str:
+    return hub_caption_with_clamps(
+        model,
+        processor,
+        sae,
+        hookpoint,
+        image,
+        [(feature, value)],
+        positions=positions,
+        add_error=add_error,
+        suppress=suppress,
+        text=text,
+        max_new_tokens=max_new_tokens,
+    )
 
 
 def concepts_named(caption: str) -> list[str]:
@@ -229,20 +334,44 @@ def names_concept(caption: str, concept: str) -> bool:
 
 
 @torch.no_grad()
-def steering_success(model, tokenizer, sae, hookpoint: str, specs: list[dict], colour_features: dict[str, int],
-                     value_for: dict[str, float], *, positions: str = "prompt", add_error: bool = False,
-                     n: int = 25, suppress_for: Mapping[str, Sequence[int]] | None = None) -> dict:
+def steering_success(
+    model,
+    tokenizer,
+    sae,
+    hookpoint: str,
+    specs: list[dict],
+    colour_features: dict[str, int],
+    value_for: dict[str, float],
+    *,
+    positions: str = "prompt",
+    add_error: bool = False,
+    n: int = 25,
+    suppress_for: Mapping[str, Sequence[int]] | None = None,
+) -> dict:
     """For every colour: fraction of held-out scenes without that colour whose steered caption is
     well formed and names it."""
     out = {}
     for colour, f in colour_features.items():
         pool = [s for s in specs if all(o["colour"] != colour for o in s["objects"])][:n]
         imgs = np.stack([S.render(s)[0] for s in pool])
-        caps = steered_captions(model, tokenizer, sae, hookpoint, imgs, f, value_for[colour],
-                                positions=positions, add_error=add_error,
-                                suppress=(suppress_for or {}).get(colour, ()))
+        caps = steered_captions(
+            model,
+            tokenizer,
+            sae,
+            hookpoint,
+            imgs,
+            f,
+            value_for[colour],
+            positions=positions,
+            add_error=add_error,
+            suppress=(suppress_for or {}).get(colour, ()),
+        )
         ok = [names_colour(c, colour) for c in caps]
-        out[colour] = {"feature": int(f), "value": round(float(value_for[colour]), 3), "success": float(np.mean(ok)),
-                       "malformed": float(np.mean([S.parse_caption(c) is None for c in caps])),
-                       "example": caps[0] if caps else ""}
+        out[colour] = {
+            "feature": int(f),
+            "value": round(float(value_for[colour]), 3),
+            "success": float(np.mean(ok)),
+            "malformed": float(np.mean([S.parse_caption(c) is None for c in caps])),
+            "example": caps[0] if caps else "",
+        }
     return out

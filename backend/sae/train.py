@@ -5,6 +5,7 @@ scenes; `train_sae(...)` fits the SAE with FVU + AuxK (dead latents revived by r
 residual), unit-norm decoder rows (gradient parallel to them removed), decoder init from the data
 mean (b_dec = geometric-ish centre), and reports held-out FVU and the dead fraction.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,21 +36,37 @@ def evaluate(sae: TopKSAE, x: torch.Tensor, batch: int = 8192) -> dict[str, floa
     mean = x.mean(0)
     l0 = 0.0
     for i in range(0, len(x), batch):
-        xb = x[i:i + batch]
+        xb = x[i : i + batch]
         vals, idx = sae.encode_sparse(xb)
         recon = sae.decode_sparse(vals, idx)
         err += (xb - recon).pow(2).sum().item()
         tot += (xb - mean).pow(2).sum().item()
         fired[idx[vals > 0]] = True
         l0 += (vals > 0).sum().item()
-    return {"fvu": err / max(tot, 1e-12), "dead_fraction": 1.0 - fired.float().mean().item(),
-            "l0": l0 / len(x), "n_tokens": int(len(x))}
+    return {
+        "fvu": err / max(tot, 1e-12),
+        "dead_fraction": 1.0 - fired.float().mean().item(),
+        "l0": l0 / len(x),
+        "n_tokens": int(len(x)),
+    }
 
 
-def train_sae(train_x: torch.Tensor, *, n_latents: int, k: int, steps: int, batch: int = 1024,
-              lr: float = 2e-3, seed: int = 0, dead_after: int | None = None, auxk_alpha: float = 1 / 32,
-              hookpoint: str = "", log: Callable[[dict], None] | None = None,
-              log_every: int = 250, init_from_data: bool = True) -> tuple[TopKSAE, list[dict]]:
+def train_sae(
+    train_x: torch.Tensor,
+    *,
+    n_latents: int,
+    k: int,
+    steps: int,
+    batch: int = 1024,
+    lr: float = 2e-3,
+    seed: int = 0,
+    dead_after: int | None = None,
+    auxk_alpha: float = 1 / 32,
+    hookpoint: str = "",
+    log: Callable[[dict], None] | None = None,
+    log_every: int = 250,
+    init_from_data: bool = True,
+) -> tuple[TopKSAE, list[dict]]:
     """Fit a TopK SAE to activations `train_x` [N, d] (sampled with replacement, seeded)."""
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -71,7 +88,8 @@ def train_sae(train_x: torch.Tensor, *, n_latents: int, k: int, steps: int, batc
     opt = torch.optim.Adam(sae.parameters(), lr=lr, betas=(0.9, 0.999))
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * (1.0 if s < 0.8 * steps else max(0.0, (steps - s) / (0.2 * steps))))
+        opt, lambda s: min(1.0, (s + 1) / warm) * (1.0 if s < 0.8 * steps else max(0.0, (steps - s) / (0.2 * steps)))
+    )
     history = []
     t0 = time.perf_counter()
     for step in range(steps):
@@ -85,9 +103,12 @@ def train_sae(train_x: torch.Tensor, *, n_latents: int, k: int, steps: int, batc
         sched.step()
         sae.set_decoder_norm_to_unit_norm()
         if step % log_every == 0 or step == steps - 1:
-            rec = {"step": step, "fvu": round(out["fvu"].item(), 4),
-                   "dead_fraction": round(float(out.get("dead_fraction", torch.tensor(0.0))), 4),
-                   "t": round(time.perf_counter() - t0, 1)}
+            rec = {
+                "step": step,
+                "fvu": round(out["fvu"].item(), 4),
+                "dead_fraction": round(float(out.get("dead_fraction", torch.tensor(0.0))), 4),
+                "t": round(time.perf_counter() - t0, 1),
+            }
             history.append(rec)
             if log:
                 log(rec)

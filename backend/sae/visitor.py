@@ -6,6 +6,7 @@ The tab's session state keeps a source that names the shared organism and the vi
 the model store) whose index, labels and cache keys are the visitor's. Views of a session's files
 are dropped when the session ends.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,7 +42,7 @@ def session_source(base_source: str, index_file: str | Path, labels_file: str | 
 def base_of(source: str) -> str:
     """The shared organism's source behind a session source (itself otherwise)."""
     if isinstance(source, str) and source.startswith(PREFIX):
-        return json.loads(source[len(PREFIX):])[0]
+        return json.loads(source[len(PREFIX) :])[0]
     return source
 
 
@@ -53,7 +54,7 @@ def organism(source: str, *, model: bool = False, progress=None) -> Organism:
     """The visitor's view: the shared organism with the visitor's index. A session file that is gone
     (the session ended or was swept) is said so (sessions.SessionGone): never the shared organism in
     its place, whose index the visitor did not ask for and whose labels file a label would write."""
-    base_source, index_file, labels_file = json.loads(source[len(PREFIX):])
+    base_source, index_file, labels_file = json.loads(source[len(PREFIX) :])
     path = Path(index_file)
     if sessions.lost(path):
         raise sessions.SessionGone("the feature index built from your images")
@@ -67,14 +68,26 @@ def organism(source: str, *, model: bool = False, progress=None) -> Organism:
         view = _VIEWS.get(source)
         if view is None or view.parts_key != base.parts_key:
             tag = sessions.content_name([str(path), labels_file], 12)
-            own: dict[str, Any] = {"labels_file": Path(labels_file) if labels_file else None, "index_out": path,
-                   "lock": threading.RLock(), "model_id": f"{base.model_id}|visitor:{tag}:{next(_SERIAL)}"}
+            own: dict[str, Any] = {
+                "labels_file": Path(labels_file) if labels_file else None,
+                "index_out": path,
+                "lock": threading.RLock(),
+                "model_id": f"{base.model_id}|visitor:{tag}:{next(_SERIAL)}",
+            }
             if base.index_path is not None and Path(base.index_path) == path:  # the shared index, own labels
                 view = replace(base, **own, summary={**base.summary, "labels_stamp": None})
             else:
-                view = replace(base, **own, index=None, index_path=None, labels={}, label_source=NO_LABELS,
-                               index_note="", version=0,
-                               summary={**base.summary, "index_stamp": None, "labels_stamp": None})
+                view = replace(
+                    base,
+                    **own,
+                    index=None,
+                    index_path=None,
+                    labels={},
+                    label_source=NO_LABELS,
+                    index_note="",
+                    version=0,
+                    summary={**base.summary, "index_stamp": None, "labels_stamp": None},
+                )
             _VIEWS[source] = view
         _VIEWS.move_to_end(source)
         while len(_VIEWS) > MAX_VIEWS:

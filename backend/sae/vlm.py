@@ -6,6 +6,7 @@ or a name with the suffix `:input` (`model.language_model.layers.0:input`: the r
 entering the layer, i.e. the LM input embeddings for layer 0). The same names work on the hub
 checkpoint (`model.language_model.layers.24`; the paper's "model.layers.24").
 """
+
 from __future__ import annotations
 
 import json
@@ -40,43 +41,84 @@ def make_tokenizer():
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>", extra_special_tokens={"image_token": "<image>"},
-                                   model_max_length=512)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        extra_special_tokens={"image_token": "<image>"},
+        model_max_length=512,
+    )
 
 
 def make_processor(tokenizer, image_size: int = S.IMAGE_SIZE, patch_size: int = S.PATCH_SIZE):
     from transformers import LlavaProcessor
+
     try:  # the PIL backend (torchvision is not installed); same preprocessing
         from transformers import CLIPImageProcessorPil as CLIPImageProcessor
     except ImportError:  # pragma: no cover
         # the same processor on older transformers: mypy wants one class for both imports
         from transformers import CLIPImageProcessor  # type: ignore[assignment]
 
-    ip = CLIPImageProcessor(do_resize=False, do_center_crop=False, do_rescale=True, rescale_factor=1 / 255,
-                            do_normalize=True, image_mean=[0.5] * 3, image_std=[0.5] * 3,
-                            do_convert_rgb=True, size={"shortest_edge": image_size},
-                            crop_size={"height": image_size, "width": image_size})
-    return LlavaProcessor(image_processor=ip, tokenizer=tokenizer, patch_size=patch_size,
-                          vision_feature_select_strategy="default", num_additional_image_tokens=1)
+    ip = CLIPImageProcessor(
+        do_resize=False,
+        do_center_crop=False,
+        do_rescale=True,
+        rescale_factor=1 / 255,
+        do_normalize=True,
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+        do_convert_rgb=True,
+        size={"shortest_edge": image_size},
+        crop_size={"height": image_size, "width": image_size},
+    )
+    return LlavaProcessor(
+        image_processor=ip,
+        tokenizer=tokenizer,
+        patch_size=patch_size,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+    )
 
 
-def make_model(tokenizer, *, image_size=S.IMAGE_SIZE, patch_size=S.PATCH_SIZE, hidden=64, vision_layers=3,
-               text_layers=2, heads=4):
+def make_model(
+    tokenizer, *, image_size=S.IMAGE_SIZE, patch_size=S.PATCH_SIZE, hidden=64, vision_layers=3, text_layers=2, heads=4
+):
     from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
-    vision = CLIPVisionConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=vision_layers,
-                              num_attention_heads=heads, image_size=image_size, patch_size=patch_size,
-                              projection_dim=hidden)
+    vision = CLIPVisionConfig(
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=vision_layers,
+        num_attention_heads=heads,
+        image_size=image_size,
+        patch_size=patch_size,
+        projection_dim=hidden,
+    )
     n_img = (image_size // patch_size) ** 2
-    text = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-                       num_hidden_layers=text_layers, num_attention_heads=heads, num_key_value_heads=heads,
-                       max_position_embeddings=n_img + 64, bos_token_id=tokenizer.bos_token_id,
-                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                       tie_word_embeddings=False)
-    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
-                      image_seq_length=n_img, vision_feature_select_strategy="default", vision_feature_layer=-1,
-                      projector_hidden_act="gelu")
+    text = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=text_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=n_img + 64,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    cfg = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        image_seq_length=n_img,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        projector_hidden_act="gelu",
+    )
     return LlavaForConditionalGeneration(cfg)
 
 
@@ -92,8 +134,11 @@ def n_image_tokens(model) -> int:
 
 
 def prompt_ids(tokenizer, model, batch: int = 1) -> torch.Tensor:
-    ids = [tokenizer.bos_token_id] + [model.config.image_token_index] * n_image_tokens(model) \
+    ids = (
+        [tokenizer.bos_token_id]
+        + [model.config.image_token_index] * n_image_tokens(model)
         + [tokenizer.convert_tokens_to_ids(PROMPT_WORD)]
+    )
     return torch.tensor([ids] * batch, device=device_of(model))
 
 
@@ -112,7 +157,7 @@ def training_batch(tokenizer, model, specs: list[dict], images: np.ndarray):
     for i, c in enumerate(caps):
         n = len(prompt) + len(c)
         ids[i, :n] = torch.tensor(prompt + c)
-        labels[i, len(prompt):n] = torch.tensor(c)
+        labels[i, len(prompt) : n] = torch.tensor(c)
         att[i, :n] = 1
     return {"input_ids": ids, "attention_mask": att, "labels": labels, "pixel_values": pixel_values(images)}
 
@@ -133,17 +178,24 @@ def patch_targets(specs: list[dict], patch: int = S.PATCH_SIZE) -> dict[str, tor
 
 
 @torch.no_grad()
-def generate_captions(model, tokenizer, images: np.ndarray, *, max_new_tokens: int = 16,
-                      batch_size: int = 64) -> list[str]:
+def generate_captions(
+    model, tokenizer, images: np.ndarray, *, max_new_tokens: int = 16, batch_size: int = 64
+) -> list[str]:
     """Greedy captions for uint8 images [B, H, W, 3] (the caller holds the model's lock)."""
     out: list[str] = []
     for i in range(0, len(images), batch_size):
-        imgs = images[i:i + batch_size]
+        imgs = images[i : i + batch_size]
         ids = prompt_ids(tokenizer, model, len(imgs))
-        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixel_values(imgs).to(ids.device),
-                             max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id)
-        for row in gen[:, ids.shape[1]:]:
+        gen = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            pixel_values=pixel_values(imgs).to(ids.device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        for row in gen[:, ids.shape[1] :]:
             out.append(tokenizer.decode(row, skip_special_tokens=True).strip())
     return out
 
@@ -160,8 +212,11 @@ def resolve_hookpoint(model, hookpoint: str) -> str:
     model.language_model."""
     name, is_input = _split(hookpoint)
     names = dict(model.named_modules())
-    for cand in (name, name.replace("model.layers.", "model.language_model.layers.", 1),
-                 "model.language_model." + name.removeprefix("model.")):
+    for cand in (
+        name,
+        name.replace("model.layers.", "model.language_model.layers.", 1),
+        "model.language_model." + name.removeprefix("model."),
+    ):
         if cand in names:
             return cand + (":input" if is_input else "")
     raise KeyError(f"no module {name!r} in the model")
@@ -179,6 +234,7 @@ def edit_residual(model, hookpoint: str, fn: Callable[[torch.Tensor], torch.Tens
     module = model.get_submodule(name)
     with model_lock(model):
         if is_input:
+
             def pre(_m, args, kwargs):
                 h = kwargs.get("hidden_states", args[0] if args else None)
                 new = fn(h)
@@ -188,13 +244,16 @@ def edit_residual(model, hookpoint: str, fn: Callable[[torch.Tensor], torch.Tens
                     kwargs = {**kwargs, "hidden_states": new}
                     return args, kwargs
                 return (new,) + tuple(args[1:]), kwargs
+
             handle = module.register_forward_pre_hook(pre, with_kwargs=True)
         else:
+
             def post(_m, _inp, out):
                 new = fn(_first(out))
                 if new is None:
                     return None
                 return (new,) + tuple(out[1:]) if isinstance(out, tuple) else new
+
             handle = module.register_forward_hook(post)
         try:
             yield model
@@ -203,8 +262,9 @@ def edit_residual(model, hookpoint: str, fn: Callable[[torch.Tensor], torch.Tens
 
 
 @torch.no_grad()
-def residuals(model, tokenizer, images: np.ndarray, hookpoint: str, *, batch_size: int = 64
-              ) -> Iterator[tuple[int, torch.Tensor]]:
+def residuals(
+    model, tokenizer, images: np.ndarray, hookpoint: str, *, batch_size: int = 64
+) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield (offset, activations [b, T, d]) of the prompt pass at a hookpoint, batch by batch."""
     grabbed: list[torch.Tensor] = []
 
@@ -213,7 +273,7 @@ def residuals(model, tokenizer, images: np.ndarray, hookpoint: str, *, batch_siz
 
     with edit_residual(model, hookpoint, grab):
         for i in range(0, len(images), batch_size):
-            imgs = images[i:i + batch_size]
+            imgs = images[i : i + batch_size]
             ids = prompt_ids(tokenizer, model, len(imgs))
             grabbed.clear()
             model(input_ids=ids, pixel_values=pixel_values(imgs).to(ids.device), attention_mask=torch.ones_like(ids))
@@ -237,6 +297,7 @@ def stop_at(model, hookpoint: str, grabbed: list):
     """Record the residual at a hookpoint and end the forward pass there: reading layer 24 of a
     32-layer LM need not run layers 25-31 and the LM head. Use: `with stop_at(...): run(model)`;
     the pass leaves through `_Reached`, which this context swallows."""
+
     def keep(h):
         grabbed.append(h.detach())
         raise _Reached
@@ -298,6 +359,7 @@ class ImageLayout:
     high-resolution tiles stitched into one grid over the picture and cropped to its aspect ratio
     (`tile_shape` rows × columns, row by row), each row followed by (3) one learned newline token.
     The base image comes first, so under causal attention its residuals never see the tiles."""
+
     base: torch.Tensor
     grid: int
     tiles: torch.Tensor
@@ -326,15 +388,17 @@ def image_layout(model, input_ids: torch.Tensor, image_size_hw=None) -> ImageLay
     nh, nw = get_anyres_image_grid_shape(hw, model.config.image_grid_pinpoints, v.image_size)
     th, tw = unpad_image(torch.empty(0, nh * g, nw * g), hw).shape[1:]
     if len(pos) != g * g + th * (tw + 1):
-        raise ValueError(f"{len(pos)} image tokens do not match a {g}×{g} base image and {th}×{tw} tiles "
-                         "with one newline per row")
-    rest = pos[g * g:].view(th, tw + 1)
+        raise ValueError(
+            f"{len(pos)} image tokens do not match a {g}×{g} base image and {th}×{tw} tiles with one newline per row"
+        )
+    rest = pos[g * g :].view(th, tw + 1)
     return ImageLayout(pos[: g * g], g, rest[:, :tw].reshape(-1), (int(th), int(tw)), rest[:, tw], pos)
 
 
 @torch.no_grad()
-def hub_residuals(model, processor, images, hookpoint: str, text: str = HUB_PROMPT
-                  ) -> tuple[torch.Tensor, dict, list[ImageLayout]]:
+def hub_residuals(
+    model, processor, images, hookpoint: str, text: str = HUB_PROMPT
+) -> tuple[torch.Tensor, dict, list[ImageLayout]]:
     """(activations [B, T, d] at the hookpoint, the inputs, each row's layout), the pass stopped
     right after the hookpoint. The caller holds the model's lock."""
     inputs = hub_inputs(model, processor, images, text)
@@ -342,8 +406,9 @@ def hub_residuals(model, processor, images, hookpoint: str, text: str = HUB_PROM
     with stop_at(model, hookpoint, grabbed):
         model(**inputs, use_cache=False)
     sizes = inputs.get("image_sizes")
-    layouts = [image_layout(model, inputs["input_ids"][i], None if sizes is None else sizes[i])
-               for i in range(len(images))]
+    layouts = [
+        image_layout(model, inputs["input_ids"][i], None if sizes is None else sizes[i]) for i in range(len(images))
+    ]
     return grabbed[0], inputs, layouts
 
 
@@ -354,7 +419,7 @@ def hub_generate(model, processor, image, *, text: str = HUB_PROMPT, max_new_tok
     tok = processor.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
-    return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+    return tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
 
 
 @torch.no_grad()
@@ -370,12 +435,13 @@ def hub_describe(model, processor, images, text: str, *, max_new_tokens: int = 1
     tok = processor.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
-    return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+    return tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
 
 
 @torch.no_grad()
-def hub_base_residuals(model, processor, images, hookpoint: str, text: str = HUB_PROMPT
-                       ) -> tuple[torch.Tensor, list[ImageLayout]]:
+def hub_base_residuals(
+    model, processor, images, hookpoint: str, text: str = HUB_PROMPT
+) -> tuple[torch.Tensor, list[ImageLayout]]:
     """Activations [B, g*g, d] at the hookpoint over each image's base-image patches only.
 
     On LLaVA-NeXT the base image comes before the tiles, so under causal attention its residuals
@@ -395,7 +461,8 @@ def hub_base_residuals(model, processor, images, hookpoint: str, text: str = HUB
     cut = max(int(lay.base[-1]) + 1 for lay in layouts)
     grabbed: list[torch.Tensor] = []
     with stop_at(model, hookpoint, grabbed):
-        model.model.language_model(inputs_embeds=emb[:, :cut], attention_mask=inputs["attention_mask"][:, :cut],
-                                   use_cache=False)
+        model.model.language_model(
+            inputs_embeds=emb[:, :cut], attention_mask=inputs["attention_mask"][:, :cut], use_cache=False
+        )
     h = grabbed[0]
     return torch.stack([h[i, lay.base.to(h.device)] for i, lay in enumerate(layouts)]), layouts

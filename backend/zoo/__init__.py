@@ -1,4 +1,5 @@
 """Model organisms: tiny models of the real classes, trained here, with planted ground truth."""
+
 from .build import build, load, remeasure, verify_all, zoo_path
 from .registry import Recipe, recipe, recipes
 

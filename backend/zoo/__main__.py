@@ -1,4 +1,5 @@
 """python -m backend.zoo {list | build NAME [--steps N] [--out DIR] | measure NAME | verify}"""
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:28s} seed={rec.seed:<6d} {rec.description}")
         return 0
     if args.cmd == "build":
-        manifest = build(args.name, out_root=args.out, steps=args.steps, seed=args.seed,
-                         threads=args.threads)
+        manifest = build(args.name, out_root=args.out, steps=args.steps, seed=args.seed, threads=args.threads)
         print(json.dumps({k: manifest[k] for k in ("name", "steps", "wall_time_s", "metrics")}, indent=2))
         return 0
     if args.cmd == "measure":

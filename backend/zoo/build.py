@@ -1,4 +1,5 @@
 """Deterministic training of an organism into assets/zoo/NAME, and loading it back."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build(name: str, *, out_root: Path | None = None, steps: int | None = None,
-          seed: int | None = None, threads: int | None = None) -> dict:
+def build(
+    name: str,
+    *,
+    out_root: Path | None = None,
+    steps: int | None = None,
+    seed: int | None = None,
+    threads: int | None = None,
+) -> dict:
     """Train recipe `name` and write its folder with a manifest; returns the manifest.
 
     The folder is written to a temporary sibling first and swapped in at the end, so an interrupted
@@ -43,10 +50,17 @@ def build(name: str, *, out_root: Path | None = None, steps: int | None = None,
         t0 = time.perf_counter()
         result = rec.train(tmp, seed=seed, steps=steps if steps is not None else rec.default_steps) or {}
         wall = time.perf_counter() - t0
-        info = {"name": name, "recipe": f"{rec.train.__module__}.{rec.train.__name__}",
-                "model_class": rec.model_class, "seed": seed, "wall_time_s": round(wall, 2),
-                "steps": result.pop("steps", steps), "metrics": result.pop("metrics", {}),
-                "description": rec.description, **result}
+        info = {
+            "name": name,
+            "recipe": f"{rec.train.__module__}.{rec.train.__name__}",
+            "model_class": rec.model_class,
+            "seed": seed,
+            "wall_time_s": round(wall, 2),
+            "steps": result.pop("steps", steps),
+            "metrics": result.pop("metrics", {}),
+            "description": rec.description,
+            **result,
+        }
         manifest = mf.write(tmp, info)
         final = out_root / name
         if final.exists():
@@ -87,8 +101,11 @@ def remeasure(name: str, *, root: Path | None = None, threads: int | None = None
 
 def verify_all(root: Path | None = None) -> dict[str, list[str]]:
     root = Path(root or ZOO_ROOT)
-    return {d.name: mf.verify(d) for d in sorted(root.iterdir())
-            if d.is_dir() and not d.name.startswith(".")} if root.exists() else {}
+    return (
+        {d.name: mf.verify(d) for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")}
+        if root.exists()
+        else {}
+    )
 
 
 def load(name: str, cls=None, *, root: Path | None = None, check: bool = False, **kwargs):

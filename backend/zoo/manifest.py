@@ -1,5 +1,6 @@
 """Manifests: what a zoo folder holds (sha256 per file) and how it was made (recipe, seed, steps,
 wall time, metrics reached, library versions)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,11 @@ def sha256_file(path: Path) -> str:
 
 
 def checksums(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): sha256_file(p)
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    return {
+        p.relative_to(folder).as_posix(): sha256_file(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
 
 
 def versions() -> dict[str, str]:

@@ -6,13 +6,13 @@ truth it plants) into `out_dir` and returns at least {"steps": int, "metrics": {
 is one module in backend/zoo/recipes/ that registers its recipes with `@recipe` (found by listing
 that package; no list to edit).
 """
+
 from __future__ import annotations
 
 import importlib
 import pkgutil
 from dataclasses import dataclass
 from typing import Callable
-
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,19 @@ class Recipe:
 _RECIPES: dict[str, Recipe] = {}
 
 
-def recipe(name: str, *, seed: int, model_class: str, description: str = "",
-           default_steps: int | None = None, measure: Callable | None = None):
+def recipe(
+    name: str,
+    *,
+    seed: int,
+    model_class: str,
+    description: str = "",
+    default_steps: int | None = None,
+    measure: Callable | None = None,
+):
     def deco(fn: Callable) -> Callable:
         _RECIPES[name] = Recipe(name, fn, seed, model_class, description, default_steps, measure)
         return fn
+
     return deco
 
 

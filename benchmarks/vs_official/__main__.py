@@ -13,6 +13,7 @@ Everything done to the official code is glue, named where it happens: the device
 calls on a CPU), the resolution and layer layout of a model other than theirs, and the same seeds.
 Times are medians of alternated runs, one thread per process unless --threads says otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,10 @@ def table(rows: list[dict]) -> str:
     head = "| method | case | workbench s | official s | ratio | largest difference | note |"
     lines = [head, "|" + "---|" * 7]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['case']} | {r['work_s']:.3f} | {r['off_s']:.3f} | "
-                     f"{r['ratio']:.2f} | {r['diff']} | {r['note']} |")
+        lines.append(
+            f"| {r['method']} | {r['case']} | {r['work_s']:.3f} | {r['off_s']:.3f} | "
+            f"{r['ratio']:.2f} | {r['diff']} | {r['note']} |"
+        )
     return "\n".join(lines)
 
 
@@ -55,9 +58,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     only = set(args.only.split(","))
     start = datetime.now(timezone.utc)
-    print(f"start {start:%Y-%m-%d %H:%M} UTC  load {os.getloadavg()[0]:.2f}  cpus {os.cpu_count()}  "
-          f"threads {args.threads}  torch {torch.__version__}  {platform.processor() or platform.machine()}"
-          f"  GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
+    print(
+        f"start {start:%Y-%m-%d %H:%M} UTC  load {os.getloadavg()[0]:.2f}  cpus {os.cpu_count()}  "
+        f"threads {args.threads}  torch {torch.__version__}  {platform.processor() or platform.machine()}"
+        f"  GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}"
+    )
     sections = {
         "lrp": lambda: bench_lrp(args.official / "MambaLRP", args.repeats),
         "mathneuro": lambda: bench_mathneuro(args.official / "MathNeuro"),

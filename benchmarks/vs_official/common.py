@@ -1,5 +1,6 @@
 """What every comparison shares: alternated timing, a result row, the official repository on
 sys.path for the length of a block, and their CUDA calls kept on the CPU."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,8 +34,15 @@ def alternate(work: Callable, official: Callable, repeats: int) -> tuple[float, 
 
 
 def row(method: str, case: str, work_s: float, off_s: float, diff: str, note: str = "") -> dict:
-    return {"method": method, "case": case, "work_s": work_s, "off_s": off_s,
-            "ratio": work_s / off_s, "diff": diff, "note": note}
+    return {
+        "method": method,
+        "case": case,
+        "work_s": work_s,
+        "off_s": off_s,
+        "ratio": work_s / off_s,
+        "diff": diff,
+        "note": note,
+    }
 
 
 @contextlib.contextmanager
@@ -67,5 +75,3 @@ def cuda_calls_on_cpu():
         yield
     finally:
         torch.Tensor.cuda = saved
-
-

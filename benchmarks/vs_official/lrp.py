@@ -1,4 +1,5 @@
 """MambaLRP: one explanation by the official wrapper beside backend.lrp.attribute_text."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,9 +14,17 @@ def mamba_130m():
     from transformers import MambaConfig, MambaForCausalLM
 
     torch.manual_seed(0)
-    cfg = MambaConfig(vocab_size=50280, hidden_size=768, state_size=16, num_hidden_layers=24,
-                      intermediate_size=1536, conv_kernel=4, time_step_rank=48, use_conv_bias=True,
-                      residual_in_fp32=True)
+    cfg = MambaConfig(
+        vocab_size=50280,
+        hidden_size=768,
+        state_size=16,
+        num_hidden_layers=24,
+        intermediate_size=1536,
+        conv_kernel=4,
+        time_step_rank=48,
+        use_conv_bias=True,
+        residual_in_fp32=True,
+    )
     return MambaForCausalLM(cfg).eval().requires_grad_(False)
 
 
@@ -39,11 +48,17 @@ def bench_lrp(folder: Path, repeats: int, lengths=(128, 512)) -> list[dict]:
         def official():
             return torch.as_tensor(relevance_propagation(explainable, emb, torch.tensor([target]), vocab)[0])
 
-        w, o, rw, ro = alternate(lambda: attribute_text(model, ids, target=target, method="mambalrp"),
-                                 official, repeats)
+        w, o, rw, ro = alternate(
+            lambda: attribute_text(model, ids, target=target, method="mambalrp"), official, repeats
+        )
         d = float((rw - ro).abs().max())
-        rows.append(row("MambaLRP", f"one explanation, mamba-130m config, {n} tokens", w, o,
-                        f"{d:.1e} (relevance max {float(ro.abs().max()):.2f})"))
+        rows.append(
+            row(
+                "MambaLRP",
+                f"one explanation, mamba-130m config, {n} tokens",
+                w,
+                o,
+                f"{d:.1e} (relevance max {float(ro.abs().max()):.2f})",
+            )
+        )
     return rows
-
-

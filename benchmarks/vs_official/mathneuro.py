@@ -1,5 +1,6 @@
 """MathNeuro: identification by the official script (run as a program, its GPL code never read)
 beside backend.mathneuro.core.identify."""
+
 from __future__ import annotations
 
 import contextlib
@@ -64,21 +65,46 @@ def bench_mathneuro(folder: Path, proportion: float = 0.05) -> list[dict]:
         with files[-1].open("w", newline="") as f:  # their column names, from their error messages
             csv.writer(f).writerows([["question", "solution", "answer"], [text, "", ""]])
     argv = sys.argv
-    sys.argv = ["MathNeuro.py", "--model", str(zoo), "--save_path", str(tmp / "out"), "--train_dataset",
-                str(files[0]), "--calibration_datasets", str(files[1]), "--calibration_dataset_names", "Other",
-                "--eval_datasets", "race", "--num_samples", "1", "--num_repeats", "1",
-                "--proportion", str(proportion)]
+    sys.argv = [
+        "MathNeuro.py",
+        "--model",
+        str(zoo),
+        "--save_path",
+        str(tmp / "out"),
+        "--train_dataset",
+        str(files[0]),
+        "--calibration_datasets",
+        str(files[1]),
+        "--calibration_dataset_names",
+        "Other",
+        "--eval_datasets",
+        "race",
+        "--num_samples",
+        "1",
+        "--num_repeats",
+        "1",
+        "--proportion",
+        str(proportion),
+    ]
     try:
-        with official_path(folder), observed_mathneuro() as (models, texts), \
-                contextlib.redirect_stdout(open(os.devnull, "w")):
+        with (
+            official_path(folder),
+            observed_mathneuro() as (models, texts),
+            contextlib.redirect_stdout(open(os.devnull, "w")),
+        ):
             t0 = time.perf_counter()
             runpy.run_path(str(folder / "MathNeuro.py"), run_name="__main__")
             off_s = time.perf_counter() - t0
     finally:
         sys.argv = argv
-    pruned = next(({n: (p.detach() == 0) & (w0[n] != 0) for n, p in m.named_parameters()}
-                   for m, w0 in models if any(bool((p.detach() != w0[n]).any()) for n, p in m.named_parameters())),
-                  None)
+    pruned = next(
+        (
+            {n: (p.detach() == 0) & (w0[n] != 0) for n, p in m.named_parameters()}
+            for m, w0 in models
+            if any(bool((p.detach() != w0[n]).any()) for n, p in m.named_parameters())
+        ),
+        None,
+    )
     base = models[0][0]
     tok = AutoTokenizer.from_pretrained(zoo)
     t0 = time.perf_counter()
@@ -89,9 +115,17 @@ def bench_mathneuro(folder: Path, proportion: float = 0.05) -> list[dict]:
     else:
         inter = sum(int((pruned[n] & masks[n].to(pruned[n].device)).sum()) for n in masks if n in pruned)
         union = core.count(masks) + sum(int(v.sum()) for v in pruned.values()) - inter
-        diff = (f"sets: official {sum(int(v.sum()) for v in pruned.values())}, workbench "
-                f"{core.count(masks)}, Jaccard {inter / max(1, union):.3f}")
-    return [row("MathNeuro", f"identification, zoo math LM, 1 + 1 texts, top {proportion:g}", work_s, off_s, diff,
-                "their time: the whole script")]
-
-
+        diff = (
+            f"sets: official {sum(int(v.sum()) for v in pruned.values())}, workbench "
+            f"{core.count(masks)}, Jaccard {inter / max(1, union):.3f}"
+        )
+    return [
+        row(
+            "MathNeuro",
+            f"identification, zoo math LM, 1 + 1 texts, top {proportion:g}",
+            work_s,
+            off_s,
+            diff,
+            "their time: the whole script",
+        )
+    ]

@@ -1,4 +1,5 @@
 """NeMo: detection scores and neuron localisation by the official code beside backend.nemo."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,10 +47,11 @@ class SlotUNet:
                 to_v = self.fillers[-1]
             else:
                 to_v = unet.get_submodule(name)
-            return types.SimpleNamespace(transformer_blocks=[types.SimpleNamespace(attn2=types.SimpleNamespace(to_v=to_v))])
+            return types.SimpleNamespace(
+                transformer_blocks=[types.SimpleNamespace(attn2=types.SimpleNamespace(to_v=to_v))]
+            )
 
-        blocks = [types.SimpleNamespace(attentions=[holder(self.names[2 * b + a]) for a in range(2)])
-                  for b in range(3)]
+        blocks = [types.SimpleNamespace(attentions=[holder(self.names[2 * b + a]) for a in range(2)]) for b in range(3)]
         self.down_blocks, self.mid_block = blocks, types.SimpleNamespace(attentions=[holder(self.names[6])])
 
     def to(self, *a, **k):  # glue (device): the model is already where it runs
@@ -62,8 +64,10 @@ class SlotUNet:
 
     def stats_lists(self, stats):
         """The workbench's μ, σ in the official file's layout (one tensor per slot)."""
-        return ([stats.mean[n] if n else torch.zeros(0) for n in self.names],
-                [stats.std[n] if n else torch.zeros(0) for n in self.names])
+        return (
+            [stats.mean[n] if n else torch.zeros(0) for n in self.names],
+            [stats.std[n] if n else torch.zeros(0) for n in self.names],
+        )
 
     def spec(self, lists) -> dict[str, list[int]]:
         return {n: list(v) for n, v in zip(self.names, lists) if n and v}
@@ -91,7 +95,7 @@ def workbench_seeds(drawn: torch.Tensor):
 
     def randn(*shape, generator=None, **kw):
         if generator is not None and len(shape) == 1 and len(shape[0]) == 4:
-            return drawn[:shape[0][0]].clone()
+            return drawn[: shape[0][0]].clone()
         return saved(*shape, generator=generator, **kw)
 
     torch.randn = randn
@@ -131,8 +135,12 @@ class OfficialNemo:
         self.stats_file = self.tmp / "stats.pt"
         if stats is not None:
             torch.save(self.unet.stats_lists(stats), self.stats_file)
-        sys.modules.setdefault("rtpt", types.SimpleNamespace(  # glue: a progress-title helper
-            RTPT=lambda *a, **k: types.SimpleNamespace(start=lambda: None, step=lambda: None)))
+        sys.modules.setdefault(
+            "rtpt",
+            types.SimpleNamespace(  # glue: a progress-title helper
+                RTPT=lambda *a, **k: types.SimpleNamespace(start=lambda: None, step=lambda: None)
+            ),
+        )
         with official_path(folder):
             import utils.activation_detection as ad
 
@@ -159,9 +167,18 @@ class OfficialNemo:
     def score(self, prompt: str, seeds: int):
         """Normalised noise differences and the max pairwise SSIM, at guidance 0."""
         with self.loaded() as (ad, _):
-            d = ad.compute_noise_diff([prompt], self.pipe.tokenizer, self.pipe.text_encoder, self.unet,
-                                      self._scheduler(), blocked_indices=None, guidance_scale=0, seed=1,
-                                      samples_per_prompt=seeds, scaling_factor=0.0)
+            d = ad.compute_noise_diff(
+                [prompt],
+                self.pipe.tokenizer,
+                self.pipe.text_encoder,
+                self.unet,
+                self._scheduler(),
+                blocked_indices=None,
+                guidance_scale=0,
+                seed=1,
+                samples_per_prompt=seeds,
+                scaling_factor=0.0,
+            )
             return d.float().cpu(), float(ad.calculate_max_pairwise_ssim(d).max())
 
     def localize(self, prompt: str, theta_mem: float, seeds: int, dedup: bool = False) -> tuple[dict, dict]:
@@ -176,12 +193,27 @@ class OfficialNemo:
         with data.open("w", newline="") as f:
             csv.writer(f, delimiter=";").writerows([["Caption", "URL"], [prompt, ""]])
         args = argparse.Namespace(
-            version=str(self.stats_file), dataset=str(data), output=str(out), seed=1,
-            samples_per_prompt=seeds, num_inference_steps=50, scaling_factor=0.0,
-            pairwise_ssim_threshold=theta_mem, ssim_threshold_initial_selection=theta_mem,
-            ssim_threshold_refinement=theta_mem, rel_threshold_refinement=None, guidance_scale=0.0,
-            theta_reduction_per_step=0.25, min_theta=1.0, no_theta=False, initial_theta=5.0,
-            no_top_k=False, initial_k=0, name="XX", continue_run=False)
+            version=str(self.stats_file),
+            dataset=str(data),
+            output=str(out),
+            seed=1,
+            samples_per_prompt=seeds,
+            num_inference_steps=50,
+            scaling_factor=0.0,
+            pairwise_ssim_threshold=theta_mem,
+            ssim_threshold_initial_selection=theta_mem,
+            ssim_threshold_refinement=theta_mem,
+            rel_threshold_refinement=None,
+            guidance_scale=0.0,
+            theta_reduction_per_step=0.25,
+            min_theta=1.0,
+            no_theta=False,
+            initial_theta=5.0,
+            no_top_k=False,
+            initial_k=0,
+            name="XX",
+            continue_run=False,
+        )
         select = self.script.initial_neuron_selection
         if dedup:
             self.script.initial_neuron_selection = lambda *a, **k: [list(dict.fromkeys(v)) for v in select(*a, **k)]
@@ -192,8 +224,10 @@ class OfficialNemo:
             self.script.initial_neuron_selection = select
         with out.open() as f:
             res = next(csv.DictReader(f, delimiter=";"))
-        return (self.unet.spec(ast.literal_eval(res["Initial Neurons"])),
-                self.unet.spec(ast.literal_eval(res["Refined Neurons"])))
+        return (
+            self.unet.spec(ast.literal_eval(res["Initial Neurons"])),
+            self.unet.spec(ast.literal_eval(res["Refined Neurons"])),
+        )
 
 
 def labels(spec) -> str:
@@ -243,13 +277,18 @@ def localisations(off: OfficialNemo, stats, prompts, theta_mem: float, seeds: in
         inter = len(as_set(loc.initial) & as_set(init_o)) / max(1, len(as_set(loc.initial) | as_set(init_o)))
         dup = sum(len(v) - len(set(v)) for v in init_o.values())
         state = "skipped" if loc.skipped else "relaxed" if loc.relaxed else "found"
-        lines.append(f"  prompt {i} ({state}, {wt[-1]:.2f} s vs {ot[-1]:.2f} s): initial J {inter:.2f}, "
-                     f"official duplicates {dup}; refined equal to official de-duplicated {same}, "
-                     f"to official as is {same_raw}\n    workbench {labels(loc.neurons)}\n"
-                     f"    official de-duplicated {labels(ref_d)}\n    official as is {labels(ref_o)}")
+        lines.append(
+            f"  prompt {i} ({state}, {wt[-1]:.2f} s vs {ot[-1]:.2f} s): initial J {inter:.2f}, "
+            f"official duplicates {dup}; refined equal to official de-duplicated {same}, "
+            f"to official as is {same_raw}\n    workbench {labels(loc.neurons)}\n"
+            f"    official de-duplicated {labels(ref_d)}\n    official as is {labels(ref_o)}"
+        )
     print("\n".join(lines))
-    return (statistics.median(wt), statistics.median(ot),
-            f"refined sets equal {equal}/{len(prompts)} (official as is: {equal_raw}/{len(prompts)})")
+    return (
+        statistics.median(wt),
+        statistics.median(ot),
+        f"refined sets equal {equal}/{len(prompts)} (official as is: {equal_raw}/{len(prompts)})",
+    )
 
 
 def bench_nemo_zoo(folder: Path, repeats: int, n_prompts: int | None) -> list[dict]:
@@ -260,10 +299,21 @@ def bench_nemo_zoo(folder: Path, repeats: int, n_prompts: int | None) -> list[di
     off = OfficialNemo(folder, m.pipe, stats)
     prompts = [x["prompt"] for x in m.memorized][:n_prompts]
     seeds = m.num_seeds
-    rows = [row("NeMo", f"noise difference + score, zoo sd-memo ({seeds} seeds, {len(prompts)} prompts)",
-                *scores(off, prompts, seeds, repeats))]
-    rows.append(row("NeMo", f"localisation, zoo sd-memo ({len(prompts)} memorized prompts, guidance 0)",
-                    *localisations(off, stats, prompts, m.theta_mem, seeds), "medians per prompt"))
+    rows = [
+        row(
+            "NeMo",
+            f"noise difference + score, zoo sd-memo ({seeds} seeds, {len(prompts)} prompts)",
+            *scores(off, prompts, seeds, repeats),
+        )
+    ]
+    rows.append(
+        row(
+            "NeMo",
+            f"localisation, zoo sd-memo ({len(prompts)} memorized prompts, guidance 0)",
+            *localisations(off, stats, prompts, m.theta_mem, seeds),
+            "medians per prompt",
+        )
+    )
     return rows
 
 
@@ -279,8 +329,12 @@ def sd14_reduced():
     pipe = sd_pipeline("tiny", torch.device("cpu"))
     torch.manual_seed(0)
     cfg = {k: v for k, v in SD14_UNET.items() if not k.startswith("_")}
-    cfg.update(block_out_channels=[32, 64, 128, 128], norm_num_groups=8, sample_size=16,
-               cross_attention_dim=pipe.text_encoder.config.hidden_size)
+    cfg.update(
+        block_out_channels=[32, 64, 128, 128],
+        norm_num_groups=8,
+        sample_size=16,
+        cross_attention_dim=pipe.text_encoder.config.hidden_size,
+    )
     pipe.unet = UNet2DConditionModel(**cfg).eval().requires_grad_(False)
     return pipe
 
@@ -297,19 +351,30 @@ def bench_nemo_sd14(folder: Path, repeats: int, n_prompts: int = 3) -> list[dict
     pipe = sd_pipeline("full", torch.device("cpu"))
     pipe.unet.register_to_config(sample_size=32)
     off = OfficialNemo(folder, pipe, None)
-    rows.append(row("NeMo", f"noise difference + score, SD-1.4 config (full widths, 32×32 latents, {seeds} seeds)",
-                    *scores(off, GENERIC_PROMPTS[:1], seeds, 1), "CPU: 32×32 latents instead of 64×64"))
+    rows.append(
+        row(
+            "NeMo",
+            f"noise difference + score, SD-1.4 config (full widths, 32×32 latents, {seeds} seeds)",
+            *scores(off, GENERIC_PROMPTS[:1], seeds, 1),
+            "CPU: 32×32 latents instead of 64×64",
+        )
+    )
     del pipe, off
     pipe = sd14_reduced()
     stats = nemo.neuron_stats(pipe, GENERIC_PROMPTS)
     off = OfficialNemo(folder, pipe, stats)
     prompts = GENERIC_PROMPTS[:n_prompts]
-    agree = min(float(nemo.seed_agreement(nemo.noise_differences(pipe, p, range(seeds), guidance_scale=0)).min())
-                for p in prompts)
-    rows.append(row("NeMo", f"localisation, SD-1.4 layout at 1/10 width, 16×16 latents ({n_prompts} prompts, "
-                    f"{seeds} seeds, θ_mem {agree - 1e-3:.3f})",
-                    *localisations(off, stats, prompts, agree - 1e-3, seeds),
-                    "reduced size for the CPU; medians per prompt"))
+    agree = min(
+        float(nemo.seed_agreement(nemo.noise_differences(pipe, p, range(seeds), guidance_scale=0)).min())
+        for p in prompts
+    )
+    rows.append(
+        row(
+            "NeMo",
+            f"localisation, SD-1.4 layout at 1/10 width, 16×16 latents ({n_prompts} prompts, "
+            f"{seeds} seeds, θ_mem {agree - 1e-3:.3f})",
+            *localisations(off, stats, prompts, agree - 1e-3, seeds),
+            "reduced size for the CPU; medians per prompt",
+        )
+    )
     return rows
-
-

@@ -1,4 +1,5 @@
 """PiSSA: initialisation by peft and by GraphPKU/PiSSA's init_pissa.py beside backend.pissa."""
+
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +19,15 @@ def llama_for_pissa(folder: Path):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=1000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=2,
-                      num_attention_heads=16, num_key_value_heads=16, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=1000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=2,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(ROOT / "assets" / "zoo" / "math-llama").save_pretrained(folder)
@@ -52,15 +60,33 @@ def bench_pissa(folder: Path, repeats: int, rank: int = 16) -> list[dict]:
 
         def peft_itself():
             with seeded(0):
-                return get_peft_model(copy.deepcopy(model), LoraConfig(
-                    r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=targets, init_lora_weights=init))
+                return get_peft_model(
+                    copy.deepcopy(model),
+                    LoraConfig(
+                        r=rank, lora_alpha=rank, lora_dropout=0.0, target_modules=targets, init_lora_weights=init
+                    ),
+                )
 
         def script():
             out = tmp / init
             argv = sys.argv
-            sys.argv = ["init_pissa.py", "--base_model_path", str(tmp / "base"), "--output_dir", str(out),
-                        "--bits", "fp32", "--init_weights", init, "--lora_r", str(rank), "--lora_alpha",
-                        str(rank), "--target_modules", *targets]
+            sys.argv = [
+                "init_pissa.py",
+                "--base_model_path",
+                str(tmp / "base"),
+                "--output_dir",
+                str(out),
+                "--bits",
+                "fp32",
+                "--init_weights",
+                init,
+                "--lora_r",
+                str(rank),
+                "--lora_alpha",
+                str(rank),
+                "--target_modules",
+                *targets,
+            ]
             try:
                 with contextlib.redirect_stdout(open(os.devnull, "w")):
                     runpy.run_path(str(folder / "utils" / "init_pissa.py"), run_name="__main__")
@@ -78,8 +104,10 @@ def bench_pissa(folder: Path, repeats: int, rank: int = 16) -> list[dict]:
             return out
 
         def script_states(out: Path) -> dict[str, torch.Tensor]:
-            ad = {k.replace("base_model.model.", ""): v.float()
-                  for k, v in load_file(out / "pissa_init" / "adapter_model.safetensors").items()}
+            ad = {
+                k.replace("base_model.model.", ""): v.float()
+                for k, v in load_file(out / "pissa_init" / "adapter_model.safetensors").items()
+            }
             res = {k: v.float() for k, v in load_file(out / "model.safetensors").items() if k.endswith("proj.weight")}
             return {**ad, **res}
 
@@ -90,18 +118,31 @@ def bench_pissa(folder: Path, repeats: int, rank: int = 16) -> list[dict]:
             # the factors of an SVD are unique up to the sign of each singular pair: compare the
             # adapter's product B·A and the residual, which are not
             prods = [k for k in keys if k.endswith("lora_A.weight")]
-            dp = max(float((a[k.replace("_A", "_B")] @ a[k] - b[k.replace("_A", "_B")] @ b[k]).abs().max())
-                     for k in prods)
+            dp = max(
+                float((a[k.replace("_A", "_B")] @ a[k] - b[k.replace("_A", "_B")] @ b[k]).abs().max()) for k in prods
+            )
             dr = max(float((a[k] - b[k]).abs().max()) for k in keys if "lora_" not in k)
             return f"B·A {dp:.1e}, W_res {dr:.1e}"
 
         w, o, pw, po = alternate(work, peft_itself, repeats)
-        rows.append(row("PiSSA", f"init {init}, r={rank}, 14 linear layers (Llama 1024×2816, 2 layers) vs peft",
-                        w, o, largest(states(pw), states(po))))
+        rows.append(
+            row(
+                "PiSSA",
+                f"init {init}, r={rank}, 14 linear layers (Llama 1024×2816, 2 layers) vs peft",
+                w,
+                o,
+                largest(states(pw), states(po)),
+            )
+        )
         w, o, pw, out = alternate(work, script, repeats)
-        rows.append(row("PiSSA", f"init {init}, same layers, vs GraphPKU/PiSSA utils/init_pissa.py",
-                        w, o, largest(states(pw), script_states(out)),
-                        "their time includes loading the folder and saving adapter + residual"))
+        rows.append(
+            row(
+                "PiSSA",
+                f"init {init}, same layers, vs GraphPKU/PiSSA utils/init_pissa.py",
+                w,
+                o,
+                largest(states(pw), script_states(out)),
+                "their time includes loading the folder and saving adapter + residual",
+            )
+        )
     return rows
-
-

@@ -1,5 +1,6 @@
 """What the Adapters tab's panels share: one colour and name per method, a service error shown as
 the toast, and export files under names any file system takes."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,18 @@ from components.common import fail
 # One colour per method here and in the guided tour (backend.core.colors): PiSSA and its quantized
 # QPiSSA in PiSSA's orange family, LoRA blue, LoftQ green/purple, the frozen residual W_res blue as
 # the tour draws it, the untouched W grey.
-COLORS = {"lora": C.LORA, "pissa": C.PISSA, "full": C.NEUTRAL, "W": C.NEUTRAL, "W_res": C.LORA,
-          "qlora": "#bbbbbb", "loftq-1": C.QUALITATIVE[2], "loftq-5": C.QUALITATIVE[4],
-          "qpissa-1": C.PISSA, "qpissa-5": C.QUALITATIVE[3]}
+COLORS = {
+    "lora": C.LORA,
+    "pissa": C.PISSA,
+    "full": C.NEUTRAL,
+    "W": C.NEUTRAL,
+    "W_res": C.LORA,
+    "qlora": "#bbbbbb",
+    "loftq-1": C.QUALITATIVE[2],
+    "loftq-5": C.QUALITATIVE[4],
+    "qpissa-1": C.PISSA,
+    "qpissa-5": C.QUALITATIVE[3],
+}
 NAMES = {"lora": "LoRA", "pissa": "PiSSA", "full": "full fine-tuning"}
 
 

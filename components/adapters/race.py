@@ -1,5 +1,6 @@
 """The Adapters tab's race: LoRA against PiSSA (and full) fine-tuning, streamed to API clients at a
 pace a browser keeps up with and to the page through its live view (components.adapters.race_live)."""
+
 from __future__ import annotations
 
 import time
@@ -43,22 +44,35 @@ def _thin(n: int, most: int = MAX_PLOT_POINTS) -> list[int]:
 
 
 def race_figure(curves: dict, title: str = "") -> go.Figure:
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("training loss", "gradient norm"),
-                        horizontal_spacing=0.08)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("training loss", "gradient norm"), horizontal_spacing=0.08)
     seeds = sorted({s for _, s in curves})
     for (method, seed), c in sorted(curves.items()):
         dash = DASHES[seeds.index(seed) % len(DASHES)]
         name = f"{NAMES.get(method, method)} · seed {seed}"
         keep = _thin(len(c["step"]))
         for col, k in ((1, "loss"), (2, "grad_norm")):
-            fig.add_trace(go.Scatter(x=[c["step"][i] for i in keep], y=[c[k][i] for i in keep],
-                                     mode="lines", name=name, legendgroup=name,
-                                     showlegend=col == 1,
-                                     line=dict(color=COLORS.get(method), dash=dash, width=2)), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=[c["step"][i] for i in keep],
+                    y=[c[k][i] for i in keep],
+                    mode="lines",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    line=dict(color=COLORS.get(method), dash=dash, width=2),
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(type="log", row=1, col=2)
-    fig.update_layout(title=title or "LoRA vs PiSSA", height=400, margin=dict(l=50, r=20, t=60, b=45),
-                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"), uirevision="race")
+    fig.update_layout(
+        title=title or "LoRA vs PiSSA",
+        height=400,
+        margin=dict(l=50, r=20, t=60, b=45),
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"),
+        uirevision="race",
+    )
     return themed(fig)
 
 
@@ -96,13 +110,17 @@ def _status(curves: dict, done: dict | None, elapsed: float, total: int) -> str:
         run, planned = s.get("steps_run", 0), s.get("steps_planned", 0)
         cut = bool(done.get("stopped")) and run < planned
         if cut:  # a stopped race compares only the steps every run completed, and says so
-            lines.append(f"Race **stopped** at step {run} of {planned}" + (": nothing to compare yet." if not run else "."))
+            lines.append(
+                f"Race **stopped** at step {run} of {planned}" + (": nothing to compare yet." if not run else ".")
+            )
         if "pissa_beats_lora" in s and run:
             w = s["pissa_beats_lora"]
             when = f"at step {run} (of the {planned} planned)" if cut else "at the end"
-            lines.append(f"PiSSA's loss is below LoRA's {when} for **{w['wins']}/{w['seeds']}** seeds "
-                         f"(same lr {s['settings']['lr']:g}, r {s['settings']['rank']}, "
-                         f"alpha {s['settings']['alpha']:g}).")
+            lines.append(
+                f"PiSSA's loss is below LoRA's {when} for **{w['wins']}/{w['seeds']}** seeds "
+                f"(same lr {s['settings']['lr']:g}, r {s['settings']['rank']}, "
+                f"alpha {s['settings']['alpha']:g})."
+            )
         limit = done.get("time_limit_s")
         if limit:
             lines.append(f"**stopped at this server's time limit of {limit:g} s**; fewer steps or seeds finish")
@@ -156,8 +174,7 @@ def _race(key, methods, n_seeds, steps, rank, lr, request, live: str):
         fail("Tick at least one method (LoRA, PiSSA, full fine-tuning).")
     n_seeds, steps = _call(bounds.check, bounds.PISSA_SEEDS, n_seeds), _call(bounds.check, bounds.PISSA_STEPS, steps)
     rank, lr = _call(bounds.check, bounds.PISSA_RANK, rank), _call(bounds.check, bounds.PISSA_LR, lr or 0)
-    cfg = RaceConfig(methods=tuple(methods), seeds=tuple(range(n_seeds)), steps=steps,
-                     lr=lr or None, rank=rank)
+    cfg = RaceConfig(methods=tuple(methods), seeds=tuple(range(n_seeds)), steps=steps, lr=lr or None, rank=rank)
     _call(cfg.validate)
     _call(service.preset_for, key)
     session = getattr(request, "session_hash", None) or "local"
@@ -190,8 +207,10 @@ def _race(key, methods, n_seeds, steps, rank, lr, request, live: str):
         for ev in stream:
             if ev.get("done"):
                 settings = ev["summary"]["settings"]
-                title = (f"{key} · task {settings['task']} · r {settings['rank']} · alpha "
-                         f"{settings['alpha']:g} · lr {settings['lr']:g}")
+                title = (
+                    f"{key} · task {settings['task']} · r {settings['rank']} · alpha "
+                    f"{settings['alpha']:g} · lr {settings['lr']:g}"
+                )
                 status = _status(curves, ev, time.perf_counter() - t0, total)
                 # the client hears that the race is over before the exports are drawn and written
                 # (a loaded machine takes a second or more over the PNG)
@@ -200,8 +219,11 @@ def _race(key, methods, n_seeds, steps, rank, lr, request, live: str):
                 else:
                     updates.wait()
                     yield gr.skip(), status, gr.skip(), gr.skip()
-                data = {"summary": ev["summary"], "stopped": ev["stopped"],
-                        "curves": [{"method": m, "seed": s, **c} for (m, s), c in sorted(curves.items())]}
+                data = {
+                    "summary": ev["summary"],
+                    "stopped": ev["stopped"],
+                    "curves": [{"method": m, "seed": s, **c} for (m, s), c in sorted(curves.items())],
+                }
 
                 def write(folder):
                     png = folder / export_name("pissa-race", key, ext="png")
@@ -246,4 +268,3 @@ def _race(key, methods, n_seeds, steps, rank, lr, request, live: str):
 def stop_race(request: gr.Request = None):
     """The API's Stop (the page's goes through its live view: components.adapters.race_live.stop)."""
     return race_live.stop_session(getattr(request, "session_hash", None) or "local")
-

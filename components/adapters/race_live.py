@@ -11,6 +11,7 @@ status line, which it writes into its own element. The finished race stays drawn
 readout of every run's values at the step under the pointer: a Plotly figure sent through Gradio at
 the end cost the page one more of those refreshes. The API's `/race` still streams as before.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,6 +42,7 @@ STOP_WAIT_S = 0.8
 @dataclass
 class Live:
     """One update of a race for its page: new points per run since the last update, the status."""
+
     session: str  # the page's id (page_of)
     status: str
     points: dict = field(default_factory=dict)  # (method, seed) -> (steps, losses, grad_norms)
@@ -94,6 +96,7 @@ def take(item) -> bool:
 def relayed(handler):
     """The page's race handler, in the server process: its Live updates go to `take`, the rest
     (the first and the final outputs) to Gradio."""
+
     @functools.wraps(handler)
     def gen(*args, **kwargs):
         inner = handler(*args, **kwargs)
@@ -108,6 +111,7 @@ def relayed(handler):
             inner.close()
             if session is not None:  # a race that failed or was abandoned is over for its page too
                 _end(session, "The race did not finish: see the message.")
+
     return gen
 
 
@@ -186,7 +190,7 @@ def _thin(n: int, most: int = MAX_POINTS) -> range | list:
 def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     if log:
         a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-        return [10.0 ** e for e in range(a, b + 1)]
+        return [10.0**e for e in range(a, b + 1)]
     span = (hi - lo) or 1.0
     step = 10 ** math.floor(math.log10(span / 4))
     step = next(m * step for m in (1, 2, 2.5, 5, 10) if span / (m * step) <= 5)
@@ -201,9 +205,11 @@ def _fmt(v: float) -> str:
 def svg(curves: dict, title: str = "") -> str:
     """Loss (linear) and gradient norm (log) of every run against the step, as one SVG string in
     the tab's colours: method = colour, seed = dash pattern, as in the race's plotly figure."""
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {W} {H}' class='wb-race-svg' "
-             f"role='img' aria-label='{html.escape(title or 'race', quote=True)}: training loss and gradient "
-             f"norm per step' font-size='12' fill='currentColor'>"]
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {W} {H}' class='wb-race-svg' "
+        f"role='img' aria-label='{html.escape(title or 'race', quote=True)}: training loss and gradient "
+        f"norm per step' font-size='12' fill='currentColor'>"
+    ]
     if title:
         parts.append(f"<text x='{W / 2}' y='16' text-anchor='middle' font-size='14'>{html.escape(title)}</text>")
     runs = sorted(curves)
@@ -214,9 +220,11 @@ def svg(curves: dict, title: str = "") -> str:
         values = [v for c in curves.values() for v in c[col] if math.isfinite(v) and (v > 0 or not log)]
         parts.append(f"<text x='{left + PANEL_W / 2}' y='{TOP - 8}' text-anchor='middle'>{name}</text>")
         # the pointer's area: the view reads the values at its step (hover_data) and draws a guide
-        parts.append(f"<rect x='{left}' y='{TOP}' width='{PANEL_W}' height='{PLOT_H}' fill='transparent' "
-                     "pointer-events='all' class='wb-race-panel' "
-                     "stroke='currentColor' stroke-opacity='0.35'/>")
+        parts.append(
+            f"<rect x='{left}' y='{TOP}' width='{PANEL_W}' height='{PLOT_H}' fill='transparent' "
+            "pointer-events='all' class='wb-race-panel' "
+            "stroke='currentColor' stroke-opacity='0.35'/>"
+        )
         if not values or last < 1:
             continue
         lo, hi = min(values), max(values)
@@ -226,40 +234,53 @@ def svg(curves: dict, title: str = "") -> str:
             lo, hi = lo - 0.5, hi + 0.5
         if not log:
             lo = min(lo, 0.0)
+
         def y_of(v, lo=lo, hi=hi, log=log):
             v = math.log10(v) if log else v
             return TOP + PLOT_H * (1 - (v - lo) / (hi - lo))
 
         def x_of(step, left=left):
             return left + PANEL_W * (step / last)
-        for t in _ticks(10 ** lo if log else lo, 10 ** hi if log else hi, log):
+
+        for t in _ticks(10**lo if log else lo, 10**hi if log else hi, log):
             y = y_of(t)
             if TOP - 0.5 <= y <= TOP + PLOT_H + 0.5:
-                parts.append(f"<line x1='{left}' x2='{left + PANEL_W}' y1='{y:.1f}' y2='{y:.1f}' "
-                             "stroke='currentColor' stroke-opacity='0.12'/>"
-                             f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end'>{_fmt(t)}</text>")
+                parts.append(
+                    f"<line x1='{left}' x2='{left + PANEL_W}' y1='{y:.1f}' y2='{y:.1f}' "
+                    "stroke='currentColor' stroke-opacity='0.12'/>"
+                    f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end'>{_fmt(t)}</text>"
+                )
         for t in _ticks(0, last, False):
             x = x_of(t)
             parts.append(f"<text x='{x:.1f}' y='{TOP + PLOT_H + 16}' text-anchor='middle'>{_fmt(t)}</text>")
         parts.append(f"<text x='{left + PANEL_W / 2}' y='{TOP + PLOT_H + 32}' text-anchor='middle'>step</text>")
         for method, seed in runs:
             steps, ys = curves[(method, seed)][0], curves[(method, seed)][col]
-            pts = " ".join(f"{x_of(steps[i]):.1f},{y_of(ys[i]):.1f}" for i in _thin(len(steps))
-                           if math.isfinite(ys[i]) and (ys[i] > 0 or not log))
+            pts = " ".join(
+                f"{x_of(steps[i]):.1f},{y_of(ys[i]):.1f}"
+                for i in _thin(len(steps))
+                if math.isfinite(ys[i]) and (ys[i] > 0 or not log)
+            )
             dash = DASHES[seeds.index(seed) % len(DASHES)]
-            parts.append(f"<polyline points='{pts}' fill='none' stroke='{COLORS.get(method, C.NEUTRAL)}' "
-                         f"stroke-width='2'{f' stroke-dasharray={chr(39)}{dash}{chr(39)}' if dash else ''}>"
-                         f"<title>{html.escape(NAMES.get(method, method))} · seed {seed}</title></polyline>")
+            parts.append(
+                f"<polyline points='{pts}' fill='none' stroke='{COLORS.get(method, C.NEUTRAL)}' "
+                f"stroke-width='2'{f' stroke-dasharray={chr(39)}{dash}{chr(39)}' if dash else ''}>"
+                f"<title>{html.escape(NAMES.get(method, method))} · seed {seed}</title></polyline>"
+            )
     x = 70
     for method, seed in runs:
         label = f"{NAMES.get(method, method)} · seed {seed}"
         dash = DASHES[seeds.index(seed) % len(DASHES)]
-        parts.append(f"<line x1='{x}' x2='{x + 28}' y1='{H - 14}' y2='{H - 14}' stroke-width='2' "
-                     f"stroke='{COLORS.get(method, C.NEUTRAL)}'{f' stroke-dasharray={chr(39)}{dash}{chr(39)}' if dash else ''}/>"
-                     f"<text x='{x + 34}' y='{H - 10}'>{html.escape(label)}</text>")
+        parts.append(
+            f"<line x1='{x}' x2='{x + 28}' y1='{H - 14}' y2='{H - 14}' stroke-width='2' "
+            f"stroke='{COLORS.get(method, C.NEUTRAL)}'{f' stroke-dasharray={chr(39)}{dash}{chr(39)}' if dash else ''}/>"
+            f"<text x='{x + 34}' y='{H - 10}'>{html.escape(label)}</text>"
+        )
         x += 46 + 7 * len(label)
-    parts.append(f"<line class='wb-race-guide' y1='{TOP}' y2='{TOP + PLOT_H}' x1='0' x2='0' "
-                 "stroke='currentColor' stroke-opacity='0.5' visibility='hidden' pointer-events='none'/>")
+    parts.append(
+        f"<line class='wb-race-guide' y1='{TOP}' y2='{TOP + PLOT_H}' x1='0' x2='0' "
+        "stroke='currentColor' stroke-opacity='0.5' visibility='hidden' pointer-events='none'/>"
+    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -272,17 +293,24 @@ def hover_data(curves: dict) -> dict:
     for method, seed in sorted(curves):
         steps, losses, grads = curves[(method, seed)]
         keep = _thin(len(steps))
-        out.append({"name": f"{NAMES.get(method, method)} · seed {seed}", "color": COLORS.get(method, C.NEUTRAL),
-                    "step": [steps[i] for i in keep],
-                    "loss": [losses[i] if math.isfinite(losses[i]) else None for i in keep],
-                    "grad": [grads[i] if math.isfinite(grads[i]) else None for i in keep]})
+        out.append(
+            {
+                "name": f"{NAMES.get(method, method)} · seed {seed}",
+                "color": COLORS.get(method, C.NEUTRAL),
+                "step": [steps[i] for i in keep],
+                "loss": [losses[i] if math.isfinite(losses[i]) else None for i in keep],
+                "grad": [grads[i] if math.isfinite(grads[i]) else None for i in keep],
+            }
+        )
     return {"last": last, "lefts": list(LEFTS), "width": PANEL_W, "top": TOP, "height": PLOT_H, "runs": out}
 
 
 # --- the page -----------------------------------------------------------------------------------
-TEMPLATE = ("<div class='wb-race-stop' id='pissa-stop-msg' role='status'></div>"
-            "<div class='wb-race-live' aria-live='polite'><div class='wb-race-live-status'></div>"
-            "<div class='wb-race-live-plot'></div><div class='wb-race-hover' hidden></div></div>")
+TEMPLATE = (
+    "<div class='wb-race-stop' id='pissa-stop-msg' role='status'></div>"
+    "<div class='wb-race-live' aria-live='polite'><div class='wb-race-live-status'></div>"
+    "<div class='wb-race-live-plot'></div><div class='wb-race-hover' hidden></div></div>"
+)
 # Started by the Start button, it asks for the session's race every POLL_MS until that race is over
 # (up to two minutes for a race still queued behind other users' work); Stop is acknowledged at once.
 # The last race stays drawn, with a readout of the values at the step under the pointer.
@@ -384,22 +412,27 @@ document.addEventListener('click', (e) => {
   }
 }, {capture: true, signal: window.wbRaceLive.signal});
 """.replace("__POLL__", str(POLL_MS))
-IDLE_STATUS = ("No race yet: press Start race. LoRA and PiSSA then fine-tune the same model on the same task "
-               "from the same data, seed by seed, and their loss and gradient norm are drawn here as they train.")
+IDLE_STATUS = (
+    "No race yet: press Start race. LoRA and PiSSA then fine-tune the same model on the same task "
+    "from the same data, seed by seed, and their loss and gradient norm are drawn here as they train."
+)
 JS = JS.replace("__IDLE_SVG__", json.dumps(svg({}))).replace("__IDLE_STATUS__", json.dumps(IDLE_STATUS))
-CSS = (".wb-race-stop{color:var(--body-text-color-subdued);font-size:.9em;min-height:1.2em}"
-       ".wb-race-live{position:relative}"
-       ".wb-race-live-status{font-size:.95em;margin:.2em 0 .4em;white-space:pre-line}"
-       ".wb-race-svg{width:100%;height:auto;max-height:420px}"
-       ".wb-race-hover{position:absolute;z-index:5;pointer-events:none;font-size:.82em;line-height:1.35;"
-       "padding:.35em .55em;border-radius:4px;background:var(--background-fill-primary);"
-       "border:1px solid var(--border-color-primary);box-shadow:0 1px 4px rgba(0,0,0,.2);white-space:nowrap}")
+CSS = (
+    ".wb-race-stop{color:var(--body-text-color-subdued);font-size:.9em;min-height:1.2em}"
+    ".wb-race-live{position:relative}"
+    ".wb-race-live-status{font-size:.95em;margin:.2em 0 .4em;white-space:pre-line}"
+    ".wb-race-svg{width:100%;height:auto;max-height:420px}"
+    ".wb-race-hover{position:absolute;z-index:5;pointer-events:none;font-size:.82em;line-height:1.35;"
+    "padding:.35em .55em;border-radius:4px;background:var(--background-fill-primary);"
+    "border:1px solid var(--border-color-primary);box-shadow:0 1px 4px rgba(0,0,0,.2);white-space:nowrap}"
+)
 
 
 def live_view(**kwargs) -> gr.HTML:
     """The view; its value is the page's id, an input of the race handler (`page_of`)."""
-    return gr.HTML("", html_template=TEMPLATE, js_on_load=JS, css_template=CSS, server_functions=[progress, stop],
-                   **kwargs)
+    return gr.HTML(
+        "", html_template=TEMPLATE, js_on_load=JS, css_template=CSS, server_functions=[progress, stop], **kwargs
+    )
 
 
 def page_of(value, request=None) -> str:

@@ -1,5 +1,6 @@
 """The Adapters tab's first panel: one layer's spectrum and its PiSSA split (W_res against W), a
 pinned analysis drawn over the next, and the layer list a model pick fills."""
+
 from __future__ import annotations
 
 import html
@@ -18,12 +19,17 @@ from components.mpl import pyplot
 from components.report import redraw
 
 
-
 def describe_analysis(key, a: dict) -> dict:
     """A shown layer analysis as plain numbers: what a pin keeps (the two spectra, no tensors)."""
-    return {"model": key, "layer": a["layer"], "shape": list(a["shape"]), "rank": int(a["rank"]),
-            "init": a["init"], "singular_values": [float(v) for v in a["singular_values"]],
-            "residual_singular_values": [float(v) for v in a["residual_singular_values"]]}
+    return {
+        "model": key,
+        "layer": a["layer"],
+        "shape": list(a["shape"]),
+        "rank": int(a["rank"]),
+        "init": a["init"],
+        "singular_values": [float(v) for v in a["singular_values"]],
+        "residual_singular_values": [float(v) for v in a["residual_singular_values"]],
+    }
 
 
 def pin_label(p: dict) -> str:
@@ -41,27 +47,61 @@ def spectrum_figure(a: dict, pinned: dict | None = None) -> go.Figure:
     res = res[res > sv[0] * 1e-6]
     fig = go.Figure()
     fig.add_vrect(x0=0.5, x1=r + 0.5, fillcolor=COLORS["pissa"], opacity=0.12, line_width=0)
-    fig.add_trace(go.Scatter(x=idx, y=sv, mode="lines+markers", name="W", marker=dict(size=4),
-                             line=dict(color=COLORS["W"])))
-    fig.add_trace(go.Scatter(x=idx[:r], y=sv[:r], mode="markers", name=f"principal part (top {r}) → adapter AB",
-                             marker=dict(size=8, color=COLORS["pissa"])))
-    fig.add_trace(go.Scatter(x=np.arange(1, len(res) + 1), y=res, mode="lines", name="W_res (frozen)",
-                             line=dict(color=COLORS["W_res"], dash="dash")))
+    fig.add_trace(
+        go.Scatter(x=idx, y=sv, mode="lines+markers", name="W", marker=dict(size=4), line=dict(color=COLORS["W"]))
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=idx[:r],
+            y=sv[:r],
+            mode="markers",
+            name=f"principal part (top {r}) → adapter AB",
+            marker=dict(size=8, color=COLORS["pissa"]),
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=np.arange(1, len(res) + 1),
+            y=res,
+            mode="lines",
+            name="W_res (frozen)",
+            line=dict(color=COLORS["W_res"], dash="dash"),
+        )
+    )
     if pinned:
         psv = np.asarray(pinned["singular_values"])
         pres = np.asarray(pinned["residual_singular_values"])
         pres = pres[pres > psv[0] * 1e-6]
         pidx = np.arange(1, len(psv) + 1)
-        fig.add_trace(go.Scatter(x=pidx, y=psv, mode="lines", name=pin_label(pinned) + " · W",
-                                 line=dict(color=COLORS["W"], dash="dot", width=2), opacity=0.7))
-        fig.add_trace(go.Scatter(x=np.arange(1, len(pres) + 1), y=pres, mode="lines",
-                                 name=pin_label(pinned) + " · W_res",
-                                 line=dict(color=COLORS["W_res"], dash="dot", width=2), opacity=0.7))
-    fig.update_layout(title=f"Singular values of {a['layer']} {tuple(a['shape'])}"
-                            + (" · pinned one dotted" if pinned else ""),
-                      xaxis_title="index i", yaxis_title="σᵢ (log scale)", yaxis_type="log",
-                      height=360, margin=dict(l=50, r=20, t=50, b=45),
-                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"))
+        fig.add_trace(
+            go.Scatter(
+                x=pidx,
+                y=psv,
+                mode="lines",
+                name=pin_label(pinned) + " · W",
+                line=dict(color=COLORS["W"], dash="dot", width=2),
+                opacity=0.7,
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=np.arange(1, len(pres) + 1),
+                y=pres,
+                mode="lines",
+                name=pin_label(pinned) + " · W_res",
+                line=dict(color=COLORS["W_res"], dash="dot", width=2),
+                opacity=0.7,
+            )
+        )
+    fig.update_layout(
+        title=f"Singular values of {a['layer']} {tuple(a['shape'])}" + (" · pinned one dotted" if pinned else ""),
+        xaxis_title="index i",
+        yaxis_title="σᵢ (log scale)",
+        yaxis_type="log",
+        height=360,
+        margin=dict(l=50, r=20, t=50, b=45),
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"),
+    )
     return themed(fig)
 
 
@@ -78,27 +118,46 @@ def histogram_figure(a: dict) -> go.Figure:
     edges = np.linspace(lo, hi if hi > lo else lo + 1.0, HIST_BINS + 1)
     centers, width = (edges[:-1] + edges[1:]) / 2, float(edges[1] - edges[0])
     fig = go.Figure()
-    for values, name, color in ((w, f"W (std {a['w_std']:.3g})", COLORS["W"]),
-                                (res, f"W_res (std {a['w_res_std']:.3g})", COLORS["W_res"])):
+    for values, name, color in (
+        (w, f"W (std {a['w_std']:.3g})", COLORS["W"]),
+        (res, f"W_res (std {a['w_res_std']:.3g})", COLORS["W_res"]),
+    ):
         counts, _ = np.histogram(values, bins=edges)
-        fig.add_trace(go.Bar(x=centers, y=counts, width=width, name=name, opacity=0.6, marker_color=color,
-                             marker_line_width=0,
-                             hovertemplate="%{x:.3g} ± " + f"{width / 2:.2g}" + ": %{y} entries<extra>" + name
-                             + "</extra>"))
-    fig.update_layout(barmode="overlay", bargap=0, title="Distribution of entries: W vs W_res",
-                      xaxis_title="value", yaxis_title="count", height=360,
-                      margin=dict(l=50, r=20, t=50, b=45), legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"))
+        fig.add_trace(
+            go.Bar(
+                x=centers,
+                y=counts,
+                width=width,
+                name=name,
+                opacity=0.6,
+                marker_color=color,
+                marker_line_width=0,
+                hovertemplate="%{x:.3g} ± " + f"{width / 2:.2g}" + ": %{y} entries<extra>" + name + "</extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="overlay",
+        bargap=0,
+        title="Distribution of entries: W vs W_res",
+        xaxis_title="value",
+        yaxis_title="count",
+        height=360,
+        margin=dict(l=50, r=20, t=50, b=45),
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"),
+    )
     return themed(fig)
 
 
 def layer_stats_md(a: dict) -> str:
-    return (f"**{html.escape(a['layer'])}** {tuple(a['shape'])}, rank **{a['rank']}** "
-            f"(`{a['init']}`): the top {a['rank']} singular values hold **{a['energy_top_r']:.1%}** of "
-            f"‖W‖²_F.  W_res + AB reproduces W to a relative error of "
-            f"**{a['reconstruction_rel_error']:.1e}**; the adapted layer's output at init differs from "
-            f"the base layer's by **{a['init_output_rel_gap']:.1e}** (relative).  "
-            f"absmax W = {a['w_absmax']:.3g} → W_res = {a['w_res_absmax']:.3g}: a narrower range for "
-            f"the 4-bit quantizer.")
+    return (
+        f"**{html.escape(a['layer'])}** {tuple(a['shape'])}, rank **{a['rank']}** "
+        f"(`{a['init']}`): the top {a['rank']} singular values hold **{a['energy_top_r']:.1%}** of "
+        f"‖W‖²_F.  W_res + AB reproduces W to a relative error of "
+        f"**{a['reconstruction_rel_error']:.1e}**; the adapted layer's output at init differs from "
+        f"the base layer's by **{a['init_output_rel_gap']:.1e}** (relative).  "
+        f"absmax W = {a['w_absmax']:.3g} → W_res = {a['w_res_absmax']:.3g}: a narrower range for "
+        f"the 4-bit quantizer."
+    )
 
 
 def _analysis_png(a: dict, path: Path) -> None:
@@ -131,8 +190,10 @@ def analyse(key, layer, rank, init, pinned=None, progress=gr.Progress()):
         fail("Pick a layer first.")
     names = _call(service.layer_names, key)
     if layer not in names:
-        fail(f"{str(layer)[:60]!r} is not a linear layer of {key}: choose one of "
-             f"{', '.join(names[:12])}{' …' if len(names) > 12 else ''}. Nothing was computed.")
+        fail(
+            f"{str(layer)[:60]!r} is not a linear layer of {key}: choose one of "
+            f"{', '.join(names[:12])}{' …' if len(names) > 12 else ''}. Nothing was computed."
+        )
     _call(bounds.check_choice, "init", init, bounds.PISSA_INITS)
     progress(0.1, desc="SVD of the layer")
     a = _call(service.layer_analysis, key, layer, _call(bounds.check, bounds.PISSA_RANK, rank), init)

@@ -1,4 +1,5 @@
 """Adapters as MCP tools: the same service as the tab's handlers (registered in components.adapters)."""
+
 # No `from __future__ import annotations`: gr.api reads the real type objects from the signatures
 # (components.agents.tools) to build each tool's schema; each docstring's Args and Returns entry is one
 # long line: Gradio's parser keeps only an entry's first line.
@@ -27,8 +28,9 @@ def pissa_layers(model: str = "") -> str:
     key = model or (opts[0][1] if opts else "")
     if not key:
         raise ValueError("No Adapters model is available.")
-    return _json({"models": [{"key": k, "label": lab} for lab, k in opts], "model": key,
-                  "layers": service.layer_names(key)})
+    return _json(
+        {"models": [{"key": k, "label": lab} for lab, k in opts], "model": key, "layers": service.layer_names(key)}
+    )
 
 
 def pissa_layer(layer: str, rank: int = 8, init: PissaInit = "pissa", model: str = "") -> str:

@@ -1,6 +1,7 @@
 """How the MCP tools answer (components.agents.tools): JSON with numbers to four significant digits,
 pictures as PNG files Gradio serves and MCP hands over as images, checked whole numbers, and the
 app's preset source the tools read their models from."""
+
 from __future__ import annotations
 
 import json
@@ -86,10 +87,9 @@ def _grid(rows: list[list[np.ndarray]], side: int = 96, pad: int = 4) -> np.ndar
         for j, im in enumerate(row):
             tile = np.asarray(Image.fromarray(_to_uint8(im)).resize((side, side), Image.NEAREST))
             y, x = pad + i * (side + pad), pad + j * (side + pad)
-            canvas[y:y + side, x:x + side] = tile
+            canvas[y : y + side, x : x + side] = tile
     return canvas
 
 
 def _whole(value, name: str, lo: int, hi: int) -> int:
     return bounds.check(bounds.Range(name, lo, hi), value)
-

@@ -15,6 +15,7 @@
 - a tool with two outputs (JSON + image) hands them over one by one when the client asks for no
   progress updates (Gradio wrapped them in one more list, so they reached the client as one text).
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,8 +39,9 @@ BODY_BYTES = 32 * 2**20  # an 8 MB image in base64 (≈ 10.7 MB) with room for a
 _STATE: dict[str, dict] = {"annotations": {}, "extras": {}, "ranges": {}}
 
 
-def adjust(annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, dict]],
-           ranges: dict[str, dict[str, Any]]) -> None:
+def adjust(
+    annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, dict]], ranges: dict[str, dict[str, Any]]
+) -> None:
     """`ranges`: tool → parameter → its backend.core.bounds.Range (or a tuple of choices). The schema
     states them, and a value outside is refused in the tab's words before the `mcp` package's own
     schema check (whose words differ) sees it."""
@@ -56,8 +58,9 @@ def adjust(annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, d
     if getattr(cls, "_wb_adjusted", False):
         return
     cls._wb_adjusted = True
-    cls.StreamableHTTPSessionManager = functools.partial(cls.StreamableHTTPSessionManager,
-                                                        max_request_body_size=BODY_BYTES)
+    cls.StreamableHTTPSessionManager = functools.partial(
+        cls.StreamableHTTPSessionManager, max_request_body_size=BODY_BYTES
+    )
     cls.SseServerTransport = functools.partial(cls.SseServerTransport, max_request_body_size=BODY_BYTES)
 
     get_input_schema = cls.get_input_schema
@@ -81,8 +84,14 @@ def adjust(annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, d
 
     def without_image_urls(self, data, root_url):
         out = postprocess(self, data, root_url)
-        out = [c for c in out if not (getattr(c, "type", "") == "text" and
-                                      str(getattr(c, "text", "")).startswith(("Image URL: ", "SVG Image URL: ")))]
+        out = [
+            c
+            for c in out
+            if not (
+                getattr(c, "type", "") == "text"
+                and str(getattr(c, "text", "")).startswith(("Image URL: ", "SVG Image URL: "))
+            )
+        ]
         for c in out:
             if getattr(c, "type", "") == "text":
                 c.text = file_link(str(c.text), root_url)
@@ -128,8 +137,9 @@ def adjust(annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, d
                     else:
                         bounds.check_choice(name, args[name], r)
                 except ValueError as e:
-                    return types.ServerResult(types.CallToolResult(
-                        content=[types.TextContent(type="text", text=str(e))], isError=True))
+                    return types.ServerResult(
+                        types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
+                    )
             return await called(req)
 
         server.request_handlers[types.CallToolRequest] = call_tool
@@ -171,6 +181,10 @@ async def _serve_link(request):
     if path is None or not Path(path).is_file():
         return PlainTextResponse("No such file: the link has expired or was never given.", status_code=404)
     # a download, never a page of this origin: a report's HTML carries scripts
-    return FileResponse(path, filename=Path(path).name, content_disposition_type="attachment",
-                        media_type=mimetypes.guess_type(path)[0] or "application/octet-stream",
-                        headers={"X-Content-Type-Options": "nosniff"})
+    return FileResponse(
+        path,
+        filename=Path(path).name,
+        content_disposition_type="attachment",
+        media_type=mimetypes.guess_type(path)[0] or "application/octet-stream",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )

@@ -10,6 +10,7 @@ text, plus a PNG where a picture carries the result (MCP clients show it as an i
 guarded and marked for ZeroGPU like a model-touching handler, and takes the UI's own events out of
 the tool list. Gradio then serves them as MCP tools with `launch(mcp_server=True)` (app.py --mcp).
 """
+
 # No `from __future__ import annotations`: gr.api reads the real type objects from the signatures
 # (through the guard's and ZeroGPU's wrappers) to build each tool's schema. Each docstring's Args
 # and Returns entries are one long line: Gradio's parser keeps only an entry's first line.
@@ -29,8 +30,12 @@ from components.tab import AgentTool
 # ------------------------------------------------------------------------------- registration
 # Each tab names its tools (components.tab.Tab.tools); the report's belongs to no tab. A tool shares
 # its tab's ZeroGPU allowance and model queue (components.serving.guard).
-REPORT_TOOL = AgentTool(report_writer.session_report, reads_model=False, intervention=False,
-                        cost="milliseconds to a second (writes one HTML file)")
+REPORT_TOOL = AgentTool(
+    report_writer.session_report,
+    reads_model=False,
+    intervention=False,
+    cost="milliseconds to a second (writes one HTML file)",
+)
 
 
 def registered() -> list[tuple[AgentTool, str]]:
@@ -45,16 +50,26 @@ def tool_names() -> list[str]:
 def ranges() -> dict[str, dict]:
     """The declared ranges of the tools' cost arguments (backend.core.bounds), stated in the schemas."""
     return {tool.name: dict(tool.ranges) for tool, _tab in registered() if tool.ranges}
+
+
 READS_GROUP = "agent-reads"  # the tools that touch no model: never behind a model call
 
 
 def annotations() -> dict[str, dict]:
     """MCP tool annotations: nothing a tool does persists (interventions are undone before the
     answer), so every tool is read-only to the world; `intervention` and `cost` say more."""
-    return {tool.name: {"title": tool.name.replace("_", " "), "readOnlyHint": True, "destructiveHint": False,
-                          "idempotentHint": True, "openWorldHint": False, "intervention": tool.intervention,
-                          "cost": tool.cost}
-            for tool, _tab in registered()}
+    return {
+        tool.name: {
+            "title": tool.name.replace("_", " "),
+            "readOnlyHint": True,
+            "destructiveHint": False,
+            "idempotentHint": True,
+            "openWorldHint": False,
+            "intervention": tool.intervention,
+            "cost": tool.cost,
+        }
+        for tool, _tab in registered()
+    }
 
 
 def schema_extras(source: str) -> dict[str, dict[str, dict]]:
@@ -109,7 +124,9 @@ def install(demo: gr.Blocks, source: str) -> list[str]:
             fn._wb_guarded = True  # guard_events leaves it as it is
             gr.api(fn, api_name=tool.name, **queue)
     mcp_server.adjust(annotations(), schema_extras(source), ranges())
-    report.tool_results(demo, [(tool.fn, tab) for tool, tab in registered() if tool is not REPORT_TOOL])  # the tools' answers
+    report.tool_results(
+        demo, [(tool.fn, tab) for tool, tab in registered() if tool is not REPORT_TOOL]
+    )  # the tools' answers
     return tool_names()
 
 

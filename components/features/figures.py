@@ -1,5 +1,6 @@
 """The Features tab's pictures: activation overlays and dimmed views, the colour bar, the
 activation histogram, per-patch heatmaps to hover, the concept IoU bars and a feature page as PNG."""
+
 from __future__ import annotations
 
 import html
@@ -38,10 +39,12 @@ def dimmed(image: np.ndarray, region: np.ndarray) -> np.ndarray:
 
 
 def colorbar_html(vmax: float, label: str = "activation") -> str:
-    return (f"<div style='display:flex;align-items:center;gap:8px;font-size:0.8rem'>"
-            f"<span>0</span><div style='flex:1;max-width:320px;height:12px;border-radius:3px;"
-            f"background:{C.css_gradient(C.ACTIVATION_CMAP)}'></div><span>{vmax:.2f}</span>"
-            f"<span class='wb-muted'>{html.escape(label)}</span></div>")
+    return (
+        f"<div style='display:flex;align-items:center;gap:8px;font-size:0.8rem'>"
+        f"<span>0</span><div style='flex:1;max-width:320px;height:12px;border-radius:3px;"
+        f"background:{C.css_gradient(C.ACTIVATION_CMAP)}'></div><span>{vmax:.2f}</span>"
+        f"<span class='wb-muted'>{html.escape(label)}</span></div>"
+    )
 
 
 def hist_plot(page: dict):
@@ -53,13 +56,22 @@ def hist_plot(page: dict):
     lo, hi = (int(nz[0]), int(nz[-1]) + 1) if len(nz) else (0, len(counts))
     x = list(range(hi - lo))
     labels = [f"{np.sqrt(edges[i] * edges[i + 1]):.2g}" for i in range(lo, hi)]
-    fig = go.Figure(go.Bar(x=x, y=counts[lo:hi], marker_color=C.QUALITATIVE[0],
-                           hovertext=[f"{edges[i]:.3g}–{edges[i + 1]:.3g}: {counts[i]}" for i in range(lo, hi)]))
+    fig = go.Figure(
+        go.Bar(
+            x=x,
+            y=counts[lo:hi],
+            marker_color=C.QUALITATIVE[0],
+            hovertext=[f"{edges[i]:.3g}–{edges[i + 1]:.3g}: {counts[i]}" for i in range(lo, hi)],
+        )
+    )
     step = -(-len(x) // 6)  # at most 6 bin labels: every bin's crowded a narrow plot's axis
-    fig.update_layout(title=f"density {page['density']:.2%}",
-                      xaxis=dict(tickmode="array", tickvals=x[::step], ticktext=labels[::step],
-                                 title="activation (log bins)"),
-                      yaxis_title="tokens", height=260, margin=dict(l=40, r=10, t=40, b=40))
+    fig.update_layout(
+        title=f"density {page['density']:.2%}",
+        xaxis=dict(tickmode="array", tickvals=x[::step], ticktext=labels[::step], title="activation (log bins)"),
+        yaxis_title="tokens",
+        height=260,
+        margin=dict(l=40, r=10, t=40, b=40),
+    )
     return themed(fig)
 
 
@@ -90,15 +102,27 @@ def patch_figure(images, patch_maps, titles, vmax: float | None = None, height: 
         gh, gw = m.shape
         rows, cols = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
         fig.add_trace(go.Image(z=im, hoverinfo="skip"), 1, j + 1)
-        fig.add_trace(go.Heatmap(z=m, x0=w / gw / 2 - 0.5, dx=w / gw, y0=h / gh / 2 - 0.5, dy=h / gh,
-                                 zmin=0, zmax=vmax, colorscale=_clear_zero_scale(), opacity=0.6,
-                                 customdata=np.stack([rows, cols], -1), showscale=j == n - 1,
-                                 colorbar=dict(title="activation", thickness=10),
-                                 hovertemplate="patch row %{customdata[0]}, col %{customdata[1]}"
-                                               "<br>activation %{z:.4f}<extra></extra>"), 1, j + 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=m,
+                x0=w / gw / 2 - 0.5,
+                dx=w / gw,
+                y0=h / gh / 2 - 0.5,
+                dy=h / gh,
+                zmin=0,
+                zmax=vmax,
+                colorscale=_clear_zero_scale(),
+                opacity=0.6,
+                customdata=np.stack([rows, cols], -1),
+                showscale=j == n - 1,
+                colorbar=dict(title="activation", thickness=10),
+                hovertemplate="patch row %{customdata[0]}, col %{customdata[1]}<br>activation %{z:.4f}<extra></extra>",
+            ),
+            1,
+            j + 1,
+        )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed",
-                     scaleanchor="x")
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed", scaleanchor="x")
     for j in range(1, n):
         fig.update_yaxes(scaleanchor=f"x{j + 1}", row=1, col=j + 1)
     # titles below the block label (about 36 px), their lines above the pictures; the pictures keep
@@ -120,11 +144,15 @@ def wrapped_title(text, width: int = TITLE_CHARS, max_lines: int = 4) -> str:
     import textwrap
 
     name, paren, rest = str(text).partition(" (")  # a label's quality starts a line of its own
-    lines = [line for part in (name, paren.strip() + rest) if part
-             for line in textwrap.wrap(part, width, break_long_words=True)] or [""]
+    lines = [
+        line
+        for part in (name, paren.strip() + rest)
+        if part
+        for line in textwrap.wrap(part, width, break_long_words=True)
+    ] or [""]
     if len(lines) > max_lines:
         lines = lines[:max_lines]
-        lines[-1] = lines[-1][:width - 1].rstrip() + "…"
+        lines[-1] = lines[-1][: width - 1].rstrip() + "…"
     return "<br>".join(html.escape(line, quote=False) for line in lines)
 
 
@@ -134,11 +162,20 @@ def concept_plot(page: dict):
     scores = page.get("concept_scores") or {}
     names = list(scores)
     fam_colour = {fam: C.qualitative(i) for i, fam in enumerate(("colour", "shape", "texture", "position"))}
-    fig = go.Figure(go.Bar(x=list(range(len(names))), y=[scores[n] for n in names],
-                           marker_color=[fam_colour.get(S.FAMILY_OF.get(n, ""), C.NEUTRAL) for n in names]))
-    fig.update_layout(title="IoU per planted concept (top-5 images)",
-                      xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names),
-                      yaxis=dict(range=[0, 1], title="IoU"), height=260, margin=dict(l=40, r=10, t=40, b=60))
+    fig = go.Figure(
+        go.Bar(
+            x=list(range(len(names))),
+            y=[scores[n] for n in names],
+            marker_color=[fam_colour.get(S.FAMILY_OF.get(n, ""), C.NEUTRAL) for n in names],
+        )
+    )
+    fig.update_layout(
+        title="IoU per planted concept (top-5 images)",
+        xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names),
+        yaxis=dict(range=[0, 1], title="IoU"),
+        height=260,
+        margin=dict(l=40, r=10, t=40, b=60),
+    )
     return themed(fig)
 
 
@@ -153,8 +190,12 @@ def page_png(page: dict, path: Path) -> Path:
     H = head + 3 * (t + pad) + 40
     canvas = Image.new("RGB", (W, H), "white")
     draw = ImageDraw.Draw(canvas)
-    draw.text((pad, 6), f"feature {page['feature']}: {page['label'] or 'no concept'} (IoU {page['iou']:.2f})  "
-              f"density {page['density']:.2%}  max {page['max_act']:.2f}", fill="black")
+    draw.text(
+        (pad, 6),
+        f"feature {page['feature']}: {page['label'] or 'no concept'} (IoU {page['iou']:.2f})  "
+        f"density {page['density']:.2%}  max {page['max_act']:.2f}",
+        fill="black",
+    )
     draw.text((pad, 22), "rows: top images (score) / activation overlay / outside the region dimmed", fill="gray")
     vmax = max(maps_max(page["maps"]), 1e-9)
     for j, (im, m, r) in enumerate(zip(page["images"], page["maps"], page["regions"])):

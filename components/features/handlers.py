@@ -2,6 +2,7 @@
 explicit inputs and outputs, which the tab's events call and tests call without a running app. The
 panels' own handlers sit beside their panels (pages.py, steering.py, contrast.py, index_build.py);
 `source` is the tab's State, which a loaded model and SAE replace."""
+
 from __future__ import annotations
 
 import gradio as gr
@@ -46,13 +47,21 @@ def planted_views(source: str):
     org = loading.get_organism(source)
     planted = not org.is_hub
     suppress = planted and analysis.steering_defaults(org)["suppress"]
-    return (_explain(org), gr.update(visible=planted), gr.update(visible=planted, value=suppress),
-            gr.update(choices=sorts_of(org), value="IoU" if planted else "density"),
-            gr.update(label="search concept" if planted else "search label or id",
-                      placeholder="e.g. red, circle, striped" if planted else "a feature id"),
-            gr.update(**scene_picker(org)), gr.update(label=upload_label(org)), link_note(org),
-            gr.update(label=input_label(org)),
-            gr.update(label="image given to the model" if org.is_hub else "scene given to the captioner"))
+    return (
+        _explain(org),
+        gr.update(visible=planted),
+        gr.update(visible=planted, value=suppress),
+        gr.update(choices=sorts_of(org), value="IoU" if planted else "density"),
+        gr.update(
+            label="search concept" if planted else "search label or id",
+            placeholder="e.g. red, circle, striped" if planted else "a feature id",
+        ),
+        gr.update(**scene_picker(org)),
+        gr.update(label=upload_label(org)),
+        link_note(org),
+        gr.update(label=input_label(org)),
+        gr.update(label="image given to the model" if org.is_hub else "scene given to the captioner"),
+    )
 
 
 def cleared(source: str):

@@ -5,6 +5,7 @@ Every image is checked from its header (format, size against the bound Analyse a
 in a zip, from the sizes the zip declares, before a byte of it is written or a pixel decoded. What a
 refused or cancelled build wrote is removed again, and a visitor's new index replaces the previous
 one on disk (the quota counts what is in use)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -32,6 +33,7 @@ class Build:
     folder (`images` set), or, when the owner shares builds (WORKBENCH_SHARED_BUILDS=1), the
     organism's index file for everyone (`images` None: beside that file). `made`: the folders this
     build created, removed if it is refused or cancelled."""
+
     org: object
     space: sessions.Space
     images: Path | None
@@ -108,8 +110,10 @@ def collect_images(org, files, folder: str, build: Build | None = None) -> "Imag
                 fail("Upload one zip of images, or the images themselves, not both.")
             return images_from_zip(org, paths[0], dest_root, build)
         if len(paths) > MAX_TAB_IMAGES:
-            fail(f"{len(paths)} images: at most {MAX_TAB_IMAGES} from the tab; index larger sets with: "
-                 f"{hub_index.index_command(org)}")
+            fail(
+                f"{len(paths)} images: at most {MAX_TAB_IMAGES} from the tab; index larger sets with: "
+                f"{hub_index.index_command(org)}"
+            )
         for p in paths:
             if p.suffix.lower() not in IMAGE_SUFFIXES:
                 fail(f"{p.name} is not an image ({', '.join(IMAGE_SUFFIXES)}).")
@@ -128,8 +132,10 @@ def collect_images(org, files, folder: str, build: Build | None = None) -> "Imag
     if folder and folder.strip():
         src = ImageSource.folder(P.validate_local_path(folder.strip()))
         if len(src) > MAX_TAB_IMAGES:
-            fail(f"{len(src)} images: at most {MAX_TAB_IMAGES} from the tab; for a folder this size run: "
-                 f"{hub_index.index_command(org)}")
+            fail(
+                f"{len(src)} images: at most {MAX_TAB_IMAGES} from the tab; for a folder this size run: "
+                f"{hub_index.index_command(org)}"
+            )
         for name in src.files:
             path = Path(src.root) / name
             _checked(path, name, path.stat().st_size)
@@ -153,14 +159,20 @@ def images_from_zip(org, path: Path, dest_root: Path, build: Build) -> "ImageSou
     entry's header read (from the first kilobytes it inflates) before anything is written."""
     try:
         with zipfile.ZipFile(path) as z:
-            entries = [i for i in z.infolist() if not i.is_dir()
-                       and Path(i.filename).suffix.lower() in IMAGE_SUFFIXES
-                       and not Path(i.filename).name.startswith(".")]
+            entries = [
+                i
+                for i in z.infolist()
+                if not i.is_dir()
+                and Path(i.filename).suffix.lower() in IMAGE_SUFFIXES
+                and not Path(i.filename).name.startswith(".")
+            ]
             if not entries:
                 fail(f"{path.name} holds no images ({', '.join(IMAGE_SUFFIXES)}).")
             if len(entries) > MAX_TAB_IMAGES:
-                fail(f"{path.name} holds {len(entries)} images: at most {MAX_TAB_IMAGES} from the tab; unpack it "
-                     f"and run: {hub_index.index_command(org)}")
+                fail(
+                    f"{path.name} holds {len(entries)} images: at most {MAX_TAB_IMAGES} from the tab; unpack it "
+                    f"and run: {hub_index.index_command(org)}"
+                )
             if sum(i.file_size for i in entries) > MAX_ZIP_BYTES:
                 fail(f"{path.name} unpacks to more than {MAX_ZIP_BYTES // 2**20} MiB of images.")
             for info in entries:

@@ -1,5 +1,6 @@
 """Features as MCP tools: the same services as the tab's handlers, with a picture where one carries the
 result (registered in components.features)."""
+
 # No `from __future__ import annotations`: gr.api reads the real type objects from the signatures
 # (components.agents.tools) to build each tool's schema; each docstring's Args and Returns entry is one
 # long line: Gradio's parser keeps only an entry's first line.
@@ -24,8 +25,7 @@ def _organism():
         raise ValueError(f"The Features organism is not built: {e}") from None
 
 
-def find_features(query: str = "", sort: Literal["density", "max_act", "iou"] = "density",
-                  limit: int = 20) -> str:
+def find_features(query: str = "", sort: Literal["density", "max_act", "iou"] = "density", limit: int = 20) -> str:
     """List sparse-autoencoder features of the Features tab's vision-language model, with their labels.
 
     Reads the feature index only (no model call; milliseconds). Use it to pick a feature id for
@@ -72,16 +72,27 @@ def open_feature(feature: int) -> tuple[str, gr.FileData]:
     page = pages.feature_page(org, f)
     vmax = max([float(np.max(m)) for m in page["maps"] if np.size(m)] or [1.0])
     imgs = list(page["images"])
-    rows = [imgs, [overlay(im, m, vmax) for im, m in zip(imgs, page["maps"])],
-            [dimmed(im, r) for im, r in zip(imgs, page["regions"])]]
-    return _json(pages.page_json(page)), _png(_grid(rows if imgs else [[np.full((8, 8, 3), 255, np.uint8)]]),
-                                             f"feature-{f}")
+    rows = [
+        imgs,
+        [overlay(im, m, vmax) for im, m in zip(imgs, page["maps"])],
+        [dimmed(im, r) for im, r in zip(imgs, page["regions"])],
+    ]
+    return _json(pages.page_json(page)), _png(
+        _grid(rows if imgs else [[np.full((8, 8, 3), 255, np.uint8)]]), f"feature-{f}"
+    )
 
 
-def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: SteerPositions = "default",
-                  add_error: bool = False, suppress_rivals: bool | None = None,
-                  image_base64: str = "", more_clamps: list[dict] | None = None,
-                  suppress: list[int] | None = None) -> tuple[str, gr.FileData]:
+def steer_feature(
+    feature: int,
+    value: float = -1.0,
+    scene: int = 0,
+    positions: SteerPositions = "default",
+    add_error: bool = False,
+    suppress_rivals: bool | None = None,
+    image_base64: str = "",
+    more_clamps: list[dict] | None = None,
+    suppress: list[int] | None = None,
+) -> tuple[str, gr.FileData]:
     """Clamp one SAE feature while the model captions an image; compare the caption with and without.
 
     During the prompt pass the feature is set to `value` and the hooked layer's output is replaced
@@ -112,8 +123,11 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
     if own is None and not org.heldout_specs:
         raise ValueError("This model has no held-out scenes to caption: pass your image as image_base64.")
     i = None if own is not None else _whole(scene, "The held-out scene", 0, len(org.heldout_specs) - 1)
-    v = analysis.default_clamp_value(org, f) if value is None or (isinstance(value, (int, float)) and value < 0) \
+    v = (
+        analysis.default_clamp_value(org, f)
+        if value is None or (isinstance(value, (int, float)) and value < 0)
         else bounds.check(analysis.clamp_range(org), value)
+    )
     defaults = analysis.steering_defaults(org)
     positions = defaults["positions"] if positions == "default" else positions
     if positions not in ST.POSITION_MODES:
@@ -127,11 +141,19 @@ def steer_feature(feature: int, value: float = -1.0, scene: int = 0, positions: 
             clamps = [(f, v)] + [(c["feature"], c["value"]) for c in more_clamps or []]
         except KeyError:
             raise ValueError('each of more_clamps needs "feature" and "value".') from None
-        out = analysis.steer_combination(org, img, clamps, suppress=list(suppress or []), positions=positions,
-                                         add_error=bool(add_error), suppress_family=family)
+        out = analysis.steer_combination(
+            org,
+            img,
+            clamps,
+            suppress=list(suppress or []),
+            positions=positions,
+            add_error=bool(add_error),
+            suppress_family=family,
+        )
     else:
-        out = analysis.steer_caption(org, img, f, v, positions=positions, add_error=bool(add_error),
-                                     suppress_family=family)
+        out = analysis.steer_caption(
+            org, img, f, v, positions=positions, add_error=bool(add_error), suppress_family=family
+        )
     name = f"scene-{i}" if i is not None else "your-image"
     return _json({**out, "scene": i}), _png(_grid([[img]], side=192), name)
 
@@ -167,8 +189,14 @@ def _decode_image(data: str) -> np.ndarray:
         raise ValueError("image_base64 is not a base64-encoded PNG or JPEG image.") from None
 
 
-def contrast_features(concept_a: str = "red", concept_b: str = "blue", n: int = 64, images_a_base64: list[str] | None = None,
-                      images_b_base64: list[str] | None = None, rows: int = 20) -> str:
+def contrast_features(
+    concept_a: str = "red",
+    concept_b: str = "blue",
+    n: int = 64,
+    images_a_base64: list[str] | None = None,
+    images_b_base64: list[str] | None = None,
+    rows: int = 20,
+) -> str:
     """Which SAE features tell two image sets apart: every feature tested for firing more on set A than on set B.
 
     A set is your images (base64 PNG or JPEG each), or on the zoo a concept filter over the held-out scenes ("red", "striped circle"; a scene matching both filters is in neither set). Per feature: mean activation and firing rate in each set, the rank-biserial effect r (+1: every image of A above every image of B), a two-sided Mann-Whitney U p-value and its Benjamini-Hochberg q over the features tested. Cost: one prompt pass per image (about a second for 2 × 64 zoo scenes).
@@ -206,7 +234,37 @@ def contrast_features(concept_a: str = "red", concept_b: str = "blue", n: int = 
         how = {"a": f"held-out scenes: {concept_a}", "b": f"held-out scenes: {concept_b}"}
     else:
         raise ValueError("Give both sets as images, or neither (then the two concept filters make them).")
-    keep = ("feature", "label", "mean_a", "mean_b", "rate_a", "rate_b", "effect", "p", "q", "significant", "top_a", "top_b")
-    return _json({"sets": how, **{k: out[k] for k in ("n_a", "n_b", "n_tested", "n_significant", "can_be_significant",
-                                                       "alpha", "test", "effect_size", "correction")},
-                  "rows": [{k: row.get(k) for k in keep} for row in out["rows"] if row["tested"]]})
+    keep = (
+        "feature",
+        "label",
+        "mean_a",
+        "mean_b",
+        "rate_a",
+        "rate_b",
+        "effect",
+        "p",
+        "q",
+        "significant",
+        "top_a",
+        "top_b",
+    )
+    return _json(
+        {
+            "sets": how,
+            **{
+                k: out[k]
+                for k in (
+                    "n_a",
+                    "n_b",
+                    "n_tested",
+                    "n_significant",
+                    "can_be_significant",
+                    "alpha",
+                    "test",
+                    "effect_size",
+                    "correction",
+                )
+            },
+            "rows": [{k: row.get(k) for k in keep} for row in out["rows"] if row["tested"]],
+        }
+    )

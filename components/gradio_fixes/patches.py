@@ -1,4 +1,5 @@
 """Workarounds for Gradio behaviour that the workbench cannot accept, applied once by app.py."""
+
 from __future__ import annotations
 
 import html
@@ -195,8 +196,12 @@ def compressed_front_end_kept() -> None:
         if scope["type"] != "http" or scope.get("method") != "GET" or not _PACKAGE_FILES.match(scope.get("path", "")):
             return False
         headers = Headers(scope=scope)
-        return ("br" in headers.get("accept-encoding", "") and "range" not in headers
-                and "if-none-match" not in headers and "if-modified-since" not in headers)
+        return (
+            "br" in headers.get("accept-encoding", "")
+            and "range" not in headers
+            and "if-none-match" not in headers
+            and "if-modified-since" not in headers
+        )
 
     async def __call__(self, scope, receive, send):
         if not keepable(scope):
@@ -218,8 +223,10 @@ def compressed_front_end_kept() -> None:
             if start.get("status") == 200 and encoded and size + len(body) <= _KEPT_MAX_BYTES:
                 headers = [(k, v) for k, v in start["headers"] if k.lower() not in (b"content-length", b"date")]
                 headers.append((b"content-length", str(len(body)).encode()))
-                kept[path] = [{**start, "headers": headers},
-                              {"type": "http.response.body", "body": body, "more_body": False}]
+                kept[path] = [
+                    {**start, "headers": headers},
+                    {"type": "http.response.body", "body": body, "more_body": False},
+                ]
             return
         for message in kept[path]:
             await send(message)
@@ -232,9 +239,11 @@ def compressed_front_end_kept() -> None:
 # too, so a marker on the function would be hidden under the other wrapper.
 _PUSH_WRAPPED: set[str] = set()
 
-EMPTY_SESSION_HASH = ("session_hash is empty. Send your session's hash (any string of letters and digits your "
-                      "client keeps for its calls and listens on), or leave session_hash out where a call may "
-                      "have none (/gradio_api/call/<name>). Nothing was queued.")
+EMPTY_SESSION_HASH = (
+    "session_hash is empty. Send your session's hash (any string of letters and digits your "
+    "client keeps for its calls and listens on), or leave session_hash out where a call may "
+    "have none (/gradio_api/call/<name>). Nothing was queued."
+)
 
 
 def _without_empty_hash(push):
@@ -244,6 +253,7 @@ def _without_empty_hash(push):
                 return False, EMPTY_SESSION_HASH, "error"
             body.session_hash = None
         return await push(self, body, request, username)
+
     return join
 
 
@@ -266,8 +276,10 @@ def argument_count_refusal(fn, sent: int) -> str:
     inputs = [b for b in fn.inputs if not getattr(b, "skip_api", False)]
     names = ", ".join(str(getattr(b, "label", None) or type(b).__name__)[:40] for b in inputs)
     n = len(inputs)
-    return (f"/{fn.api_name} takes {n} argument{'' if n == 1 else 's'}{f' ({names})' if n else ''}; "
-            f"this request sent {sent}. Nothing was run.")
+    return (
+        f"/{fn.api_name} takes {n} argument{'' if n == 1 else 's'}{f' ({names})' if n else ''}; "
+        f"this request sent {sent}. Nothing was run."
+    )
 
 
 def _counted(push):
@@ -277,6 +289,7 @@ def _counted(push):
         if fn is not None and getattr(body, "simple_format", False) and len(body.data) != len(fn.inputs):
             return False, argument_count_refusal(fn, len(body.data)), "error"
         return await push(self, body, request, username)
+
     return join
 
 
@@ -287,6 +300,7 @@ def _validated(validate):
         if len(inputs) < len(block_fn.inputs):
             raise Error(argument_count_refusal(block_fn, len(inputs)))
         return validate(self, block_fn, inputs)
+
     return validate_inputs
 
 
@@ -315,9 +329,11 @@ _UNBOUNDED_PATHS = ("/gradio_api/upload",)
 def _body_refusal(size: int | None) -> str:
     """`size`: the declared length; None for a streamed body, stopped where it passed the limit."""
     said = f"is {size / 1e6:.1f} MB, over" if size is not None else "went past"
-    return (f"This request's body {said} this server's limit of {REQUEST_BODY_BYTES / 1e6:.1f} MB for a "
-            "request; send files through /gradio_api/upload (what gradio_client does) and their "
-            "references in the call. Nothing was run.")
+    return (
+        f"This request's body {said} this server's limit of {REQUEST_BODY_BYTES / 1e6:.1f} MB for a "
+        "request; send files through /gradio_api/upload (what gradio_client does) and their "
+        "references in the call. Nothing was run."
+    )
 
 
 class _BodyTooLarge(HTTPException):

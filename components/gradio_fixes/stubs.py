@@ -10,6 +10,7 @@ into the app's source folder. This module is imported before gradio: it wraps th
 component class is created. Nothing else of Gradio changes: the stubs are only read by type
 checkers, and the wheel ships its own.
 """
+
 from __future__ import annotations
 
 import importlib.abc

@@ -7,6 +7,7 @@ computed in some boxes, did nothing in others and only broke the line in the mul
 clicks that button, so the key runs exactly what a click runs (its checks, its chained events, its
 queue). A box whose own `.submit` is wired already is not given to `runs`.
 """
+
 from __future__ import annotations
 
 import gradio as gr
@@ -44,8 +45,12 @@ def runs(button: gr.Button, *boxes) -> None:
         raise ValueError("a button run by Enter needs an elem_id")
     for box in boxes:
         multi = is_multiline(box)
-        box.elem_classes = [*(box.elem_classes or []), "wb-enter", PREFIX + button.elem_id,
-                            "wb-enter-multi" if multi else "wb-enter-one"]
+        box.elem_classes = [
+            *(box.elem_classes or []),
+            "wb-enter",
+            PREFIX + button.elem_id,
+            "wb-enter-multi" if multi else "wb-enter-one",
+        ]
         if multi and MULTI_HINT not in (box.info or ""):
             box.info = f"{box.info} · {MULTI_HINT}" if box.info else MULTI_HINT
 

@@ -5,6 +5,7 @@ unreadable upload) is refused with the control's name and valid range, and nothi
 Gradio's own checks let NaN through, clamp silently or fail with a generic message. Each class
 keeps the stock front end (`is_template`), so only the server side changes.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,7 @@ def keep_on_failure(event, outputs: list):
     finished status again, so the view stays and the message lives in the toast only. One
     `gr.skip()` skips any number of outputs; a tuple of them would be one value for a single output,
     which Gradio refuses."""
-    event.failure(lambda: gr.skip(), None, outputs, show_progress="hidden",
-                  queue=False, api_visibility="private")
+    event.failure(lambda: gr.skip(), None, outputs, show_progress="hidden", queue=False, api_visibility="private")
     return event
 
 
@@ -35,8 +35,9 @@ def clear_unreadable(image: gr.Image) -> gr.Image:
     keep showing it as a broken-image icon, and the next click would be refused again."""
     # queued (a refusal outside the queue reaches the page as a bare 500, with no toast), but never
     # behind model work
-    ev = image.upload(lambda _: gr.skip(), image, image, show_progress="hidden", concurrency_limit=None,
-                      api_visibility="private")
+    ev = image.upload(
+        lambda _: gr.skip(), image, image, show_progress="hidden", concurrency_limit=None, api_visibility="private"
+    )
     ev.failure(lambda: None, None, image, show_progress="hidden", queue=False, api_visibility="private")
     return image
 
@@ -44,14 +45,18 @@ def clear_unreadable(image: gr.Image) -> gr.Image:
 class CheckedNumber(gr.Number):
     """A number box that refuses 'nan', 'inf', out-of-range and (precision 0) fractional values with
     its label and valid range, in the words of backend.core.bounds (the API's and the tools')."""
+
     is_template = True
 
     def preprocess(self, payload):
         if payload is None:
             return None
-        r = bounds.Range(f"The {(self.label or 'value').split(' (')[0]}",
-                         -math.inf if self.minimum is None else self.minimum,
-                         math.inf if self.maximum is None else self.maximum, whole=self.precision == 0)
+        r = bounds.Range(
+            f"The {(self.label or 'value').split(' (')[0]}",
+            -math.inf if self.minimum is None else self.minimum,
+            math.inf if self.maximum is None else self.maximum,
+            whole=self.precision == 0,
+        )
         try:
             x = bounds.check(r, payload)
         except ValueError as e:
@@ -64,6 +69,7 @@ class CheckedSlider(gr.Slider):
     NaN, infinity, text) with the message of backend.core.bounds, the one the API and the MCP tools
     give. Build it with `bounded_slider`: Gradio binds a component's constructor arguments by
     signature. In the browser, a number typed into its box is refused the same way (RANGE_JS)."""
+
     is_template = True
     what = "The value"
     unit = ""
@@ -73,8 +79,11 @@ class CheckedSlider(gr.Slider):
         # a slider rebuilt by a gr.update() (Gradio makes a new one from its constructor arguments)
         # has lost `what`: its label names it then
         name = self.what if self.what != "The value" or not self.label else f"The {self.label.split(' (')[0]}"
-        whole = self.whole if self.whole is not None else \
-            float(self.step or 1).is_integer() and float(self.minimum).is_integer()
+        whole = (
+            self.whole
+            if self.whole is not None
+            else float(self.step or 1).is_integer() and float(self.minimum).is_integer()
+        )
         try:
             x = bounds.check(bounds.Range(name, self.minimum, self.maximum, whole, self.unit), payload)
         except ValueError as e:
@@ -86,8 +95,10 @@ def unreadable(name: str | None, what: str = "the uploaded file") -> str:
     """The one refusal of an image file that cannot be read (damaged, not an image, a decompression
     bomb), in every tab and on the API alike: the file's name (or what it is), why, what to do."""
     name = str(name)[:60] if name else what[:1].upper() + what[1:60]
-    return (f"{name} could not be read as an image: it is not a PNG, JPEG or WebP "
-            "picture, or it is damaged. Upload another image; nothing was computed.")
+    return (
+        f"{name} could not be read as an image: it is not a PNG, JPEG or WebP "
+        "picture, or it is damaged. Upload another image; nothing was computed."
+    )
 
 
 def check_image_header(payload, what: str = "the uploaded file") -> None:
@@ -111,6 +122,7 @@ class CheckedImage(gr.Image):
     """An image upload checked from its header before it is decoded (`check_image_header`), whose
     unreadable file (corrupt, not an image) gets a clear message naming it; `what` says which image
     it is ("the reference image"; see `checked_image`)."""
+
     is_template = True
     what = "the uploaded file"
 
@@ -121,14 +133,14 @@ class CheckedImage(gr.Image):
         except gr.Error:
             raise
         except Exception:  # PIL's UnidentifiedImageError, a truncated file, a decompression bomb
-            raise gr.Error(unreadable(getattr(payload, "orig_name", None), self.what),
-                           print_exception=False) from None
+            raise gr.Error(unreadable(getattr(payload, "orig_name", None), self.what), print_exception=False) from None
 
 
 class CheckedRadio(gr.Radio):
     """A radio whose value must be one of its choices, refused in the words of
     backend.core.bounds.check_choice (the API's and the MCP tools'), not Gradio's own. Build it with
     `checked_radio`, which names the argument as the API and the tools do."""
+
     is_template = True
     what = "The choice"
 

@@ -6,6 +6,7 @@ deep link carries it: components.links.deep_links). Under it one line says what 
 metadata only (class, parameters, size) or why it is refused, as soon as it changes; the tab's own
 handlers resolve the same key with `backend.core.picker.resolve` before loading anything.
 """
+
 from __future__ import annotations
 
 import html
@@ -49,18 +50,27 @@ def _line(text: str) -> str:
 LABEL = "Model"  # one name in every tab; what a tab takes is said in the hint under it
 
 
-def model_picker(listed: list[P.Preset], method: str, *, elem_id: str, value: str | None = None,
-                 takes: str = "", scale: int = 1):
+def model_picker(
+    listed: list[P.Preset], method: str, *, elem_id: str, value: str | None = None, takes: str = "", scale: int = 1
+):
     """(dropdown, status line). The dropdown's value is a key for `picker.resolve(key, listed, method)`;
     `takes` names the kind of model the tab takes, for the hint ("Mamba language model")."""
     listed = list(listed)
     value = value or (listed[0].path_or_id if listed else None)
     allow = M.custom_models_setting() is not False
     with gr.Column(scale=scale, min_width=260, elem_classes=["wb-picker"]):
-        box = gr.Dropdown(picker.choices(listed), value=value, label=LABEL, allow_custom_value=allow,
-                          filterable=True, info=custom_hint(takes), elem_id=elem_id)
-        line = gr.HTML(_line(first := picker.check_line(value, listed, method)), elem_id=f"{elem_id}-check",
-                       padding=False)
+        box = gr.Dropdown(
+            picker.choices(listed),
+            value=value,
+            label=LABEL,
+            allow_custom_value=allow,
+            filterable=True,
+            info=custom_hint(takes),
+            elem_id=elem_id,
+        )
+        line = gr.HTML(
+            _line(first := picker.check_line(value, listed, method)), elem_id=f"{elem_id}-check", padding=False
+        )
     # a tab's method is named as the tab: under ZeroGPU the main process resolves this box's value
     # with the tab's pick check and loads a user's own model before a worker forks (components.serving.guard)
     box.wb_pick_tab = method
@@ -72,6 +82,5 @@ def model_picker(listed: list[P.Preset], method: str, *, elem_id: str, value: st
         text = picker.check_line(k, listed, method)
         return _line(text), (last if text.startswith("✗") else k)
 
-    box.change(check, [box, accepted], [line, accepted], queue=False, show_progress="hidden",
-               api_visibility="private")
+    box.change(check, [box, accepted], [line, accepted], queue=False, show_progress="hidden", api_visibility="private")
     return box, line

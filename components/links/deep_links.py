@@ -29,6 +29,7 @@ in the browser as pictures appear (`install` wires it).
 Presenter view and the theme switch are client-side only (a class on <body>), so they cost no
 round trip; links carry them as `presenter=1` and Gradio's own `__theme=dark`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,8 +42,15 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from components.links.values import (MAX_TEXT, LinkValueError, accept_link, coerce, decode, encode,  # noqa: F401
-                          walk)  # (LinkValueError, accept_link, MAX_TEXT: the tabs and tests reach them here)
+from components.links.values import (
+    MAX_TEXT,  # noqa: F401
+    LinkValueError,
+    accept_link,  # noqa: F401
+    coerce,
+    decode,
+    encode,
+    walk,
+)  # (LinkValueError, accept_link, MAX_TEXT: the tabs and tests reach them here)
 
 log = logging.getLogger("workbench.links")
 LINKABLE = (gr.Textbox, gr.Slider, gr.Number, gr.Dropdown, gr.Radio, gr.Checkbox, gr.CheckboxGroup)
@@ -50,7 +58,8 @@ RESERVED = {"tab", "presenter", "__theme"}
 LINK_PREFIX = "wb-link"
 
 # Runs in the browser after Python built "?tab=...": make it absolute, keep presenter and theme.
-ABSOLUTE_JS = """(q) => {
+ABSOLUTE_JS = (
+    """(q) => {
   if (typeof q !== 'string' || !q.startsWith('?')) { return q; }
   let u = window.location.origin + window.location.pathname + q;
   if (document.body.classList.contains('wb-presenter')) { u += '&presenter=1'; }
@@ -70,7 +79,9 @@ ABSOLUTE_JS = """(q) => {
     navigator.clipboard.writeText(u).then(() => say('Copied ✓'), () => say('Copy it from the box'));
   } else { say('Copy it from the box'); }
   return u;
-}""" % LINK_PREFIX
+}"""
+    % LINK_PREFIX
+)
 
 PRESENTER_JS = """(on) => {
   document.body.classList.toggle('wb-presenter', !!on);
@@ -159,6 +170,7 @@ def parse_query(params, registry: dict[str, Any], own: Iterable[str] = ()) -> tu
 @dataclass
 class TabLinks:
     """One tab's link row and the inputs it reads."""
+
     tab_id: str
     tab: Any
     button: Any = None
@@ -181,14 +193,22 @@ class DeepLinks:
         `runs=False` (a tab that failed to build) skips its link_runs: its events may not exist."""
         entry = TabLinks(tab_id, tab, runs=runs)
         with gr.Row(elem_classes=["wb-linkrow"]):
-            entry.button = gr.Button("Link to this view", size="sm", scale=0, min_width=170,
-                                     elem_id=f"{LINK_PREFIX}-btn-{tab_id}")
-            entry.box = gr.Textbox(show_label=False, container=False, interactive=False, scale=4,
-                                   placeholder="a link that reopens this tab with these settings",
-                                   buttons=["copy"], elem_id=f"{LINK_PREFIX}-url-{tab_id}")
+            entry.button = gr.Button(
+                "Link to this view", size="sm", scale=0, min_width=170, elem_id=f"{LINK_PREFIX}-btn-{tab_id}"
+            )
+            entry.box = gr.Textbox(
+                show_label=False,
+                container=False,
+                interactive=False,
+                scale=4,
+                placeholder="a link that reopens this tab with these settings",
+                buttons=["copy"],
+                elem_id=f"{LINK_PREFIX}-url-{tab_id}",
+            )
             # Clicked by the page (RUN_JS) when a link carries this tab's inputs: reruns its results.
-            entry.run = gr.Button("run linked view", elem_id=f"{RUN_PREFIX}-{tab_id}",
-                                  elem_classes=["wb-hidden"], scale=0, min_width=0)
+            entry.run = gr.Button(
+                "run linked view", elem_id=f"{RUN_PREFIX}-{tab_id}", elem_classes=["wb-hidden"], scale=0, min_width=0
+            )
         self.tabs.append(entry)
         return entry
 
@@ -196,15 +216,25 @@ class DeepLinks:
         used = {id(c) for fn in demo.fns.values() for c in (fn.inputs or [])}
         # Inputs a tab itself sets on page load (its own defaults or URL handling): restored a second
         # time once the page's own load events have finished, so the link wins.
-        self.load_written = {id(c) for fn in demo.fns.values()
-                             if any(ev == "load" for _, ev in (fn.targets or [])) for c in (fn.outputs or [])}
+        self.load_written = {
+            id(c)
+            for fn in demo.fns.values()
+            if any(ev == "load" for _, ev in (fn.targets or []))
+            for c in (fn.outputs or [])
+        }
         mine = {id(t.box) for t in self.tabs} | {id(t.run) for t in self.tabs if t.run is not None}
         for entry in self.tabs:
             entry.inputs = []
             for comp in walk(entry.tab):
                 eid = getattr(comp, "elem_id", None)
-                if (isinstance(comp, LINKABLE) and eid and id(comp) in used and id(comp) not in mine
-                        and eid not in RESERVED and eid not in self.registry):
+                if (
+                    isinstance(comp, LINKABLE)
+                    and eid
+                    and id(comp) in used
+                    and id(comp) not in mine
+                    and eid not in RESERVED
+                    and eid not in self.registry
+                ):
                     self.registry[eid] = comp
                     entry.inputs.append(comp)
                     entry.defaults.append(_plain(_empty_text(comp, getattr(comp, "value", None))))
@@ -225,16 +255,22 @@ class DeepLinks:
                 # A tab that built without some events (e.g. a mode with nothing to list) must not take
                 # the app down: its links then restore inputs only. tests/unit/test_links.py checks that
                 # every tab of the zoo app declares events that exist.
-                log.error("tab %s: its link_runs name unknown events %s; its links restore inputs only",
-                          entry.tab_id, missing)
+                log.error(
+                    "tab %s: its link_runs name unknown events %s; its links restore inputs only", entry.tab_id, missing
+                )
                 continue
             if not fns or entry.run is None or not entry.inputs:
                 continue
             dep = None
             for bf in fns:
-                kw = dict(fn=bf.fn, inputs=list(bf.inputs or []), outputs=list(bf.outputs or []),
-                          api_visibility="private", concurrency_id=bf.concurrency_id,
-                          concurrency_limit=bf.concurrency_limit)
+                kw = dict(
+                    fn=bf.fn,
+                    inputs=list(bf.inputs or []),
+                    outputs=list(bf.outputs or []),
+                    api_visibility="private",
+                    concurrency_id=bf.concurrency_id,
+                    concurrency_limit=bf.concurrency_limit,
+                )
                 dep = entry.run.click(**kw) if dep is None else dep.then(**kw)
             plan.append([entry.run.elem_id, [c.elem_id for c in entry.inputs]])
         if plan:
@@ -248,21 +284,31 @@ class DeepLinks:
             fallbacks = [getattr(c, "wb_link_fallback", None) for c in entry.inputs]
             extra = [s for s in fallbacks if s is not None]
 
-            def make(*values, _tab=entry.tab_id, _inputs=tuple(entry.inputs), _defaults=tuple(entry.defaults),
-                     _fallbacks=tuple(fallbacks)):
+            def make(
+                *values,
+                _tab=entry.tab_id,
+                _inputs=tuple(entry.inputs),
+                _defaults=tuple(entry.defaults),
+                _fallbacks=tuple(fallbacks),
+            ):
                 # Only what the user changed: a short link, and a later change of a default reaches it.
                 # A value the control refuses (typed past its range, not whole) computed nothing: the
                 # link leaves it out rather than carry what the view does not show. A model pick the
                 # tab refused is replaced by the session's last accepted pick (its picker's state).
-                values, last = values[:len(_inputs)], iter(values[len(_inputs):])
+                values, last = values[: len(_inputs)], iter(values[len(_inputs) :])
                 changed, refused = [], []
                 for comp, v, d, fb in zip(_inputs, values, _defaults, _fallbacks):
                     if fb is not None:
                         accepted = next(last)
                         if v != accepted:
-                            refused.append(f"{comp.elem_id}: the pick {str(v)[:60]!r} was refused, "
-                                           + (f"the link keeps {str(accepted)[:60]!r}" if accepted is not None
-                                              and _plain(accepted) != d else "the link keeps the default"))
+                            refused.append(
+                                f"{comp.elem_id}: the pick {str(v)[:60]!r} was refused, "
+                                + (
+                                    f"the link keeps {str(accepted)[:60]!r}"
+                                    if accepted is not None and _plain(accepted) != d
+                                    else "the link keeps the default"
+                                )
+                            )
                             v = accepted
                     if v is None or _plain(_empty_text(comp, v)) == d:
                         continue
@@ -279,9 +325,15 @@ class DeepLinks:
             # preprocess=False: a value the control refuses (a feature id past its maximum) reaches
             # `make`, which leaves it out with a notice, instead of failing the request in preprocess
             # queued (Gradio shows a handler's gr.Warning only for a queued event), never behind model work
-            entry.button.click(make, inputs=entry.inputs + extra, outputs=entry.box, api_visibility="private",
-                               show_progress="hidden", concurrency_limit=None, preprocess=False).then(
-                None, inputs=entry.box, outputs=entry.box, js=ABSOLUTE_JS, api_visibility="private")
+            entry.button.click(
+                make,
+                inputs=entry.inputs + extra,
+                outputs=entry.box,
+                api_visibility="private",
+                show_progress="hidden",
+                concurrency_limit=None,
+                preprocess=False,
+            ).then(None, inputs=entry.box, outputs=entry.box, js=ABSOLUTE_JS, api_visibility="private")
 
         outputs = [c for t in self.tabs for c in t.inputs]
         registry = self.registry
@@ -302,14 +354,18 @@ class DeepLinks:
             # this answer was on its way (an Overview button that opens the tour, a tab name)
             selected = gr.Tabs(selected=wanted) if wanted in ids and wanted != default_tab else gr.skip()
             return [selected] + [
-                _restored(c, values[c.elem_id]) if c.elem_id in values else gr.update() for c in outputs]
+                _restored(c, values[c.elem_id]) if c.elem_id in values else gr.update() for c in outputs
+            ]
 
         # A tab's own load event that writes a linked input (its defaults, its own URL handling) would
         # race with the restore: let the link's value win in that event's answer too.
         for fn in list(demo.fns.values()):
             if any(ev == "load" for _, ev in (fn.targets or [])) and fn.fn is not None:
-                slots = [(i, c) for i, c in enumerate(fn.outputs or []) if id(c) in self.load_written
-                         and c.elem_id in registry and registry[c.elem_id] is c]
+                slots = [
+                    (i, c)
+                    for i, c in enumerate(fn.outputs or [])
+                    if id(c) in self.load_written and c.elem_id in registry and registry[c.elem_id] is c
+                ]
                 if slots and not inspect.isgeneratorfunction(fn.fn) and not inspect.iscoroutinefunction(fn.fn):
                     fn.fn = _link_wins(fn.fn, slots, registry, len(fn.outputs))
 
@@ -397,8 +453,14 @@ def header_controls(demo=None) -> tuple[Any, Any]:
     """The presenter switch and the light/dark button (browser-only events). Call inside the header Row."""
     with gr.Column(scale=0, min_width=330, elem_classes=["wb-header-controls"]):
         with gr.Row(equal_height=True):
-            presenter = gr.Checkbox(label="Presenter view", value=False, container=False, scale=0,
-                                    min_width=150, elem_id="wb-presenter-toggle")
+            presenter = gr.Checkbox(
+                label="Presenter view",
+                value=False,
+                container=False,
+                scale=0,
+                min_width=150,
+                elem_id="wb-presenter-toggle",
+            )
             theme = gr.Button("◐ Light / dark", size="sm", scale=0, min_width=130, elem_id="wb-theme-toggle")
     presenter.input(None, inputs=presenter, outputs=presenter, js=PRESENTER_JS, api_visibility="private")
     theme.click(None, js=THEME_JS, api_visibility="private")

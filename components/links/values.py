@@ -1,6 +1,7 @@
 """A deep link's values: JSON in the URL, each checked against the component it restores (type,
 range, choices, length) before it is restored; a value that does not fit is a LinkValueError with
 the reason (components.links.deep_links skips it with a notice)."""
+
 from __future__ import annotations
 
 import json
@@ -85,8 +86,9 @@ def coerce(comp, raw: Any) -> Any:
         return list(raw)
     if isinstance(comp, (gr.Dropdown, gr.Radio)):
         allowed = _choice_values(comp)
-        if raw in allowed or (isinstance(comp, gr.Dropdown) and comp.allow_custom_value
-                              and isinstance(raw, str) and len(raw) <= MAX_TEXT):
+        if raw in allowed or (
+            isinstance(comp, gr.Dropdown) and comp.allow_custom_value and isinstance(raw, str) and len(raw) <= MAX_TEXT
+        ):
             return raw
         raise LinkValueError(f"{what}: {str(raw)[:40]!r} is not among the choices")
     if isinstance(comp, gr.Textbox):

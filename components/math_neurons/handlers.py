@@ -4,6 +4,7 @@ Each takes what the controls hold and answers what the outputs show, in their or
 raises gr.Error naming the control and its range before any model work. `progress(fraction, desc=…)`
 is Gradio's tracker or a no-op. The model is modified only inside the service's `scaled(...)`, under
 its lock, and restored bit-exactly before an answer returns."""
+
 from __future__ import annotations
 
 import html
@@ -18,9 +19,20 @@ from backend.mathneuro import service, sets, visitor_sets
 from backend.mathneuro.service import Setting
 from components.common import fail
 from components.links import deep_links as links
-from components.math_neurons.figures import (LABEL_OF, METHOD_LABELS, accuracy_html, accuracy_plot,
-                                             consistency_plot, curve_plot, describe_result, export_png,
-                                             figure2_plot, layers_plot, samples_rows, setting_title)
+from components.math_neurons.figures import (
+    LABEL_OF,
+    METHOD_LABELS,
+    accuracy_html,
+    accuracy_plot,
+    consistency_plot,
+    curve_plot,
+    describe_result,
+    export_png,
+    figure2_plot,
+    layers_plot,
+    samples_rows,
+    setting_title,
+)
 from components.math_neurons.words import ASK_EXAMPLES, ask_label, data_html, explain_for, samples_label
 from components.report import redraw
 from components.serving import exports
@@ -49,12 +61,20 @@ def _setting(method_label, k_pct, factor, n_samples, nonmath=None, math_set=None
     if method_label not in METHOD_LABELS:
         fail(f"Unknown method {str(method_label)[:40]!r}: choose one of {', '.join(METHOD_LABELS)}.")
     try:
-        k, f, n = (bounds.check(r, v) for r, v in ((bounds.MATH_K, k_pct), (bounds.MATH_FACTOR, factor),
-                                                    (bounds.MATH_SAMPLES, n_samples)))
+        k, f, n = (
+            bounds.check(r, v)
+            for r, v in ((bounds.MATH_K, k_pct), (bounds.MATH_FACTOR, factor), (bounds.MATH_SAMPLES, n_samples))
+        )
     except ValueError as e:
         fail(str(e))
-    return Setting(METHOD_LABELS[method_label], k / 100.0, n, f, nonmath=nonmath or sets.DEFAULT_NONMATH,
-                   math=math_set or sets.DEFAULT_MATH)
+    return Setting(
+        METHOD_LABELS[method_label],
+        k / 100.0,
+        n,
+        f,
+        nonmath=nonmath or sets.DEFAULT_NONMATH,
+        math=math_set or sets.DEFAULT_MATH,
+    )
 
 
 def _bench(source, model=None, progress=None):
@@ -85,12 +105,13 @@ def computed_figures(b, s) -> dict:
     """The method comparison and the scale sweep of this setting as far as they have been computed
     (cached), else None with a note: the export holds what was computed, and costs no model call."""
     fig2 = {m: b.evaluated(s.but(method=m, factor=0.0)) for m in service.core.METHODS}
-    curve = [{"factor": float(f), **r} if (r := b.evaluated(s.but(factor=float(f)))) else None
-             for f in SCALE_FACTORS]
-    out = {"figure2": fig2 if all(fig2.values()) else None,
-           "scale_curve": curve if all(curve) else None}
-    missing = [what for key, what in (("figure2", "Compare methods"), ("scale_curve", "Sweep the scale factor"))
-               if out[key] is None]
+    curve = [{"factor": float(f), **r} if (r := b.evaluated(s.but(factor=float(f)))) else None for f in SCALE_FACTORS]
+    out = {"figure2": fig2 if all(fig2.values()) else None, "scale_curve": curve if all(curve) else None}
+    missing = [
+        what
+        for key, what in (("figure2", "Compare methods"), ("scale_curve", "Sweep the scale factor"))
+        if out[key] is None
+    ]
     if missing:
         out["not_computed"] = f"press {' and '.join(repr(m) for m in missing)} first to include them"
     return out
@@ -105,8 +126,13 @@ def live(source: str, method_label, k_pct, factor, n_samples, nonmath=None, pinn
     mod = _run(b.evaluate, s)
     n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
     desc = describe_result(s, base, mod)
-    return (accuracy_html(base, mod, s, n_total, _run(b.n_ident, s)), accuracy_plot(desc, pinned),
-            samples_rows(_run(b.samples, s)), layers_plot(_run(b.layers, s), s), desc)
+    return (
+        accuracy_html(base, mod, s, n_total, _run(b.n_ident, s)),
+        accuracy_plot(desc, pinned),
+        samples_rows(_run(b.samples, s)),
+        layers_plot(_run(b.layers, s), s),
+        desc,
+    )
 
 
 def figure2(source: str, k_pct, n_samples, nonmath=None, model=None, math_set=None, progress: Progress = _quiet):
@@ -120,7 +146,9 @@ def figure2(source: str, k_pct, n_samples, nonmath=None, model=None, math_set=No
     return figure2_plot(base, results, s.top_k)
 
 
-def curve(source: str, method_label, k_pct, n_samples, nonmath=None, model=None, math_set=None, progress: Progress = _quiet):
+def curve(
+    source: str, method_label, k_pct, n_samples, nonmath=None, model=None, math_set=None, progress: Progress = _quiet
+):
     s = _setting(method_label, k_pct, 1.0, n_samples, nonmath, math_set)
     b = _bench(source, model)
     out = []
@@ -145,18 +173,30 @@ def ask(source: str, prompt, method_label, k_pct, factor, n_samples, nonmath=Non
         fail("The question is too long (400 characters at most).")
     s = _setting(method_label, k_pct, factor, n_samples, nonmath, math_set)
     r = _run(_bench(source, model).answer, prompt, s)
-    return (f"<div class='wb-card' style='min-height:0'><b>unmodified:</b> {html.escape(r['before'] or '∅')}"
-            f" &nbsp;·&nbsp; <b>modified:</b> {html.escape(r['after'] or '∅')}</div>")
+    return (
+        f"<div class='wb-card' style='min-height:0'><b>unmodified:</b> {html.escape(r['before'] or '∅')}"
+        f" &nbsp;·&nbsp; <b>modified:</b> {html.escape(r['after'] or '∅')}</div>"
+    )
 
 
-def export(source: str, method_label, k_pct, factor, n_samples, nonmath=None, model=None, math_set=None,
-           progress: Progress = _quiet):
+def export(
+    source: str,
+    method_label,
+    k_pct,
+    factor,
+    n_samples,
+    nonmath=None,
+    model=None,
+    math_set=None,
+    progress: Progress = _quiet,
+):
     s = _setting(method_label, k_pct, factor, n_samples, nonmath, math_set)
     b = _bench(source, model)
     progress(0.2, desc="collecting results")
     state = {
-        "title": setting_title({"method": s.method, "top_k": s.top_k, "factor": s.factor,
-                                "n_samples": s.n_samples}, b.model_id),
+        "title": setting_title(
+            {"method": s.method, "top_k": s.top_k, "factor": s.factor, "n_samples": s.n_samples}, b.model_id
+        ),
         "model": b.model_id,
         "data": service.describe(b, s.nonmath, s.math),
         "setting": {"method": s.method, "top_k": s.top_k, "factor": s.factor, "n_samples": s.n_samples},
@@ -169,6 +209,7 @@ def export(source: str, method_label, k_pct, factor, n_samples, nonmath=None, mo
         "modules": service.core.per_module(_run(b.masks, s)),
         "samples": _run(b.samples, s),
     }
+
     def write(out: Path) -> list[str]:
         (out / "mathneuro.json").write_text(json.dumps(state, indent=1))
         export_png(state, out / "mathneuro.png")
@@ -199,8 +240,7 @@ def name_data(source: str, side: str, via: str):
         except (ValueError, RuntimeError, UnicodeDecodeError) as e:
             fail(f"Could not read that {what} {'file' if via == 'file' else 'dataset'}: {e}")
         keys = (key, other) if side == "math" else (other, key)
-        return key, data_html(service.describe(b, keys[1] or sets.DEFAULT_NONMATH,
-                                               keys[0] or sets.DEFAULT_MATH))
+        return key, data_html(service.describe(b, keys[1] or sets.DEFAULT_NONMATH, keys[0] or sets.DEFAULT_MATH))
 
     # under ZeroGPU the set must be registered in the main process, or it would die with a worker
     return main_only(handler)
@@ -249,10 +289,12 @@ def words_for(source: str, model, asked):
     kind = "zoo" if preset.source == "zoo" else "hub"
     ours = any(asked == q for qs in ASK_EXAMPLES.values() for q in qs)
     template = None if kind == "zoo" else service.describe(_bench(source, model))["template"]
-    return (explain_for(preset, template),
-            gr.update(label=ask_label(preset), **({"value": ASK_EXAMPLES[kind][0]} if ours else {})),
-            gr.Dataset(samples=[[q] for q in ASK_EXAMPLES[kind][1:]]),
-            gr.update(label=samples_label(kind == "zoo")))
+    return (
+        explain_for(preset, template),
+        gr.update(label=ask_label(preset), **({"value": ASK_EXAMPLES[kind][0]} if ours else {})),
+        gr.Dataset(samples=[[q] for q in ASK_EXAMPLES[kind][1:]]),
+        gr.update(label=samples_label(kind == "zoo")),
+    )
 
 
 def first_view(source: str, *args):

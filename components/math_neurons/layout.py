@@ -2,6 +2,7 @@
 
 UI only: the controls, their layout and events; the handlers (handlers.py) answer, and every number
 comes from backend.mathneuro.service (cached per setting)."""
+
 from __future__ import annotations
 
 import gradio as gr
@@ -21,14 +22,17 @@ from components.serving import range_guard
 
 NONMATH_TYPES = [".jsonl", ".json", ".csv", ".tsv", ".txt"]
 
-PRESENTER_CAPTION = ("<div class='wb-explain'>Switch off the few weights that matter only for math: "
-                     "arithmetic breaks, everything else still works.</div>")
+PRESENTER_CAPTION = (
+    "<div class='wb-explain'>Switch off the few weights that matter only for math: "
+    "arithmetic breaks, everything else still works.</div>"
+)
 
 
 class Bounded(gr.Slider):
     """Gradio's slider, its value checked by this tab instead of Gradio's preprocess: a refusal
     names the control and its range, and an empty, 'nan' or 'inf' box gets a clear message rather
     than Gradio's generic error (a template keeps the stock slider in the browser)."""
+
     is_template = True
 
     def preprocess(self, payload):
@@ -54,8 +58,7 @@ def build(ctx) -> None:
     def ask(prompt, method_label, k_pct, factor, n_samples, nonmath=None, model=None, math_set=None):
         return H.ask(source, prompt, method_label, k_pct, factor, n_samples, nonmath, model, math_set)
 
-    def export(method_label, k_pct, factor, n_samples, nonmath=None, model=None, math_set=None,
-               progress=gr.Progress()):
+    def export(method_label, k_pct, factor, n_samples, nonmath=None, model=None, math_set=None, progress=gr.Progress()):
         return H.export(source, method_label, k_pct, factor, n_samples, nonmath, model, math_set, progress)
 
     def on_model(model, progress=gr.Progress()):
@@ -75,20 +78,36 @@ def build(ctx) -> None:
     math_set = gr.State(sets.DEFAULT_MATH)
     with gr.Row():
         # the zoo organism, the paper's Llama, or your own causal LM with nn.Linear layers
-        model, _ = model_picker(service.listed(ctx.source), "math_neurons", elem_id="mn-model",
-                                takes="causal language model")
+        model, _ = model_picker(
+            service.listed(ctx.source), "math_neurons", elem_id="mn-model", takes="causal language model"
+        )
     # the data: the organism's own sets on the zoo, GSM8K and a non-math file (or RACE + MMLU when
     # the hub is reachable) for a real LM; either side can be the user's own file or dataset id
     with gr.Row(elem_classes=["wb-advanced"]):
         with gr.Column(scale=1, min_width=220):
-            m_file = gr.File(label="Your math set (JSONL/CSV/text)", file_types=NONMATH_TYPES,
-                             type="filepath", elem_id="mn-math-file", height=120)
+            m_file = gr.File(
+                label="Your math set (JSONL/CSV/text)",
+                file_types=NONMATH_TYPES,
+                type="filepath",
+                elem_id="mn-math-file",
+                height=120,
+            )
         with gr.Column(scale=1, min_width=220):
-            nm_file = gr.File(label="Non-math set (JSONL/CSV/text)", file_types=NONMATH_TYPES,
-                              type="filepath", elem_id="mn-nonmath-file", height=120)
+            nm_file = gr.File(
+                label="Non-math set (JSONL/CSV/text)",
+                file_types=NONMATH_TYPES,
+                type="filepath",
+                elem_id="mn-nonmath-file",
+                height=120,
+            )
         with gr.Column(scale=1, min_width=220):
-            ds_id = gr.Textbox(label="or a dataset id (needs the hub)", value="", max_lines=1,
-                               placeholder="owner/name:config@split", elem_id="mn-dataset")
+            ds_id = gr.Textbox(
+                label="or a dataset id (needs the hub)",
+                value="",
+                max_lines=1,
+                placeholder="owner/name:config@split",
+                elem_id="mn-dataset",
+            )
             with gr.Row():
                 ds_math = gr.Button("Use as math", size="sm", elem_id="mn-dataset-math")
                 ds_non = gr.Button("Use as non-math", size="sm", elem_id="mn-dataset-nonmath")
@@ -97,29 +116,52 @@ def build(ctx) -> None:
     with gr.Row(elem_classes=["wb-presenter-row"]):
         with gr.Column(scale=1, min_width=280):
             method = gr.Radio(list(METHOD_LABELS), value="MathNeuro", label="Method", elem_id="mn-method")
-            k_pct = Bounded(*H.K_RANGE, value=H.DEFAULTS["k"], step=1, label="K: top % per weight matrix", elem_id="mn-k")
-            factor = Bounded(*H.FACTOR_RANGE, value=H.DEFAULTS["factor"], step=0.05,
-                             label="Scale factor (0 = prune, 1 = unmodified)", elem_id="mn-factor")
-            n_samples = Bounded(*H.N_RANGE, value=H.DEFAULTS["n"], step=1, elem_classes=["wb-advanced"],
-                                label="Samples per set (math, non-math) to find the weights", elem_id="mn-n")
+            k_pct = Bounded(
+                *H.K_RANGE, value=H.DEFAULTS["k"], step=1, label="K: top % per weight matrix", elem_id="mn-k"
+            )
+            factor = Bounded(
+                *H.FACTOR_RANGE,
+                value=H.DEFAULTS["factor"],
+                step=0.05,
+                label="Scale factor (0 = prune, 1 = unmodified)",
+                elem_id="mn-factor",
+            )
+            n_samples = Bounded(
+                *H.N_RANGE,
+                value=H.DEFAULTS["n"],
+                step=1,
+                elem_classes=["wb-advanced"],
+                label="Samples per set (math, non-math) to find the weights",
+                elem_id="mn-n",
+            )
             for sl, r in ((k_pct, bounds.MATH_K), (factor, bounds.MATH_FACTOR), (n_samples, bounds.MATH_SAMPLES)):
                 range_guard.declare(sl.elem_id, r)
             run = gr.Button("Apply", variant="primary", elem_id="mn-run")
             with gr.Row():
                 pin_btn = gr.Button("Pin this result", size="sm", elem_id="mn-pin")
                 unpin_btn = gr.Button("Clear pin", size="sm", elem_id="mn-unpin")
-            gr.Markdown("<span class='wb-muted'>Sliders update the accuracies when released; each "
-                        "setting is computed once and cached. A pinned result stays beside the current "
-                        "one in the accuracy figure.</span>", elem_classes=["wb-advanced"])
+            gr.Markdown(
+                "<span class='wb-muted'>Sliders update the accuracies when released; each "
+                "setting is computed once and cached. A pinned result stays beside the current "
+                "one in the accuracy figure.</span>",
+                elem_classes=["wb-advanced"],
+            )
         with gr.Column(scale=2):
             acc = gr.HTML(elem_id="mn-acc", elem_classes=["wb-advanced"])  # the figure title says it in presenter view
-            acc_fig = gr.Plot(label="Math and non-math accuracy", elem_id="mn-accfig", elem_classes=["wb-keyfig", "wb-keyfirst"])
+            acc_fig = gr.Plot(
+                label="Math and non-math accuracy", elem_id="mn-accfig", elem_classes=["wb-keyfig", "wb-keyfirst"]
+            )
     with gr.Row(elem_classes=["wb-advanced"]):
-        table = gr.Dataframe(headers=["set", "question", "reference", "unmodified", "modified"],
-                             interactive=False, wrap=True,
-                             label=samples_label(source == "zoo"),
-                             column_widths=(["10%", "54%", "12%", "12%", "12%"] if source == "zoo" else
-                                            ["8%", "38%", "8%", "23%", "23%"]), elem_id="mn-samples")
+        table = gr.Dataframe(
+            headers=["set", "question", "reference", "unmodified", "modified"],
+            interactive=False,
+            wrap=True,
+            label=samples_label(source == "zoo"),
+            column_widths=(
+                ["10%", "54%", "12%", "12%", "12%"] if source == "zoo" else ["8%", "38%", "8%", "23%", "23%"]
+            ),
+            elem_id="mn-samples",
+        )
     with gr.Row():
         with gr.Column():
             fig2_btn = gr.Button("Compare methods (prune each set)", elem_id="mn-fig2-btn")
@@ -135,8 +177,9 @@ def build(ctx) -> None:
             cons_out = gr.Plot(label="Consistency", elem_id="mn-cons")
     with gr.Row():
         with gr.Column(scale=3):
-            prompt = gr.Textbox(label=ask_label(active(TAB, ctx.source)),
-                                elem_id="mn-prompt", value=ASK_EXAMPLES[source][0])
+            prompt = gr.Textbox(
+                label=ask_label(active(TAB, ctx.source)), elem_id="mn-prompt", value=ASK_EXAMPLES[source][0]
+            )
             examples = gr.Examples([[q] for q in ASK_EXAMPLES[source][1:]], inputs=[prompt])
             ask_btn = gr.Button("Answer", elem_id="mn-ask-btn")
             enter.runs(ask_btn, prompt)
@@ -152,8 +195,14 @@ def build(ctx) -> None:
     numbers = [k_pct, factor, n_samples]
 
     def chain(trigger, fn, inputs, outputs, **kw):
-        first = trigger(H.check, [method, k_pct, factor, n_samples], None, show_progress="hidden",
-                        api_visibility="private", concurrency_limit=None)
+        first = trigger(
+            H.check,
+            [method, k_pct, factor, n_samples],
+            None,
+            show_progress="hidden",
+            api_visibility="private",
+            concurrency_limit=None,
+        )
         first.failure(H.restore, shown, numbers, queue=False, show_progress="hidden", api_visibility="private")
         event = first.success(fn, inputs, outputs, **model_event(**kw))
         keep_on_failure(event, outputs)
@@ -164,29 +213,46 @@ def build(ctx) -> None:
         chain(sl.release, live, controls, live_out, api_visibility="private")
     chain(method.change, live, controls, live_out, api_visibility="private")
     chain(fig2_btn.click, figure2, [k_pct, n_samples, nonmath, model, math_set], [fig2], api_name="mn_figure2")
-    chain(curve_btn.click, curve, [method, k_pct, n_samples, nonmath, model, math_set], [curve_out],
-          api_name="mn_scale_curve")
-    chain(cons_btn.click, consistency, [k_pct, n_samples, nonmath, model, math_set], [cons_out],
-          api_name="mn_consistency")
+    chain(
+        curve_btn.click,
+        curve,
+        [method, k_pct, n_samples, nonmath, model, math_set],
+        [curve_out],
+        api_name="mn_scale_curve",
+    )
+    chain(
+        cons_btn.click, consistency, [k_pct, n_samples, nonmath, model, math_set], [cons_out], api_name="mn_consistency"
+    )
     chain(ask_btn.click, ask, [prompt] + controls[:5] + [model, math_set], [ask_out], api_name="mn_ask")
     chain(export_btn.click, export, controls[:5] + [model, math_set], [files], api_name="mn_export")
-    picked = model.change(on_model, model, [nonmath, math_set, data_box, m_file, nm_file],
-                          **model_event(api_name="mn_model"))
+    picked = model.change(
+        on_model, model, [nonmath, math_set, data_box, m_file, nm_file], **model_event(api_name="mn_model")
+    )
     keep_on_failure(picked, [nonmath, math_set, data_box, m_file, nm_file])
     keep_on_failure(picked.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
 
-    picked.success(words_for, [model, prompt], [explain, prompt, examples.dataset, table], queue=False,
-                   show_progress="hidden", api_visibility="private")
+    picked.success(
+        words_for,
+        [model, prompt],
+        [explain, prompt, examples.dataset, table],
+        queue=False,
+        show_progress="hidden",
+        api_visibility="private",
+    )
 
     pin_btn.click(H.pin, shown, [pinned, acc_fig], api_visibility="private", show_progress="hidden")
     unpin_btn.click(H.unpin, shown, [pinned, acc_fig], api_visibility="private", show_progress="hidden")
     # a named file or dataset is read at once; the accuracies follow with it
     for trigger, given, side, via, api in (
-            (nm_file.upload, nm_file, "nonmath", "file", "mn_nonmath"), (m_file.upload, m_file, "math", "file", "mn_math"),
-            (ds_non.click, ds_id, "nonmath", "dataset", "mn_nonmath_dataset"),
-            (ds_math.click, ds_id, "math", "dataset", "mn_math_dataset")):
+        (nm_file.upload, nm_file, "nonmath", "file", "mn_nonmath"),
+        (m_file.upload, m_file, "math", "file", "mn_math"),
+        (ds_non.click, ds_id, "nonmath", "dataset", "mn_nonmath_dataset"),
+        (ds_math.click, ds_id, "math", "dataset", "mn_math_dataset"),
+    ):
         mine, other = (math_set, nonmath) if side == "math" else (nonmath, math_set)
-        named = trigger(H.name_data(source, side, via), [given, model, other], [mine, data_box], **model_event(api_name=api))
+        named = trigger(
+            H.name_data(source, side, via), [given, model, other], [mine, data_box], **model_event(api_name=api)
+        )
         keep_on_failure(named, [mine, data_box])
         keep_on_failure(named.success(live, controls, live_out, **model_event(api_visibility="private")), live_out)
 

@@ -1,4 +1,5 @@
 """Math neurons as an MCP tool: the same service as the tab's handler (registered in components.math_neurons)."""
+
 # No `from __future__ import annotations`: gr.api reads the real type objects from the signatures
 # (components.agents.tools) to build each tool's schema; each docstring's Args and Returns entry is one
 # long line: Gradio's parser keeps only an entry's first line.
@@ -16,9 +17,14 @@ from components.agents.answers import _json, _source
 MathMethod = Literal["mathneuro", "wanda", "random", "lape"]
 
 
-def math_neurons(method: MathMethod = "mathneuro", k_percent: float = 3.0, factor: float = 0.0,
-                 n_samples: int = 64, math_items: list[dict] | None = None,
-                 nonmath_items: list[dict] | None = None) -> str:
+def math_neurons(
+    method: MathMethod = "mathneuro",
+    k_percent: float = 3.0,
+    factor: float = 0.0,
+    n_samples: int = 64,
+    math_items: list[dict] | None = None,
+    nonmath_items: list[dict] | None = None,
+) -> str:
     """Find math-specific parameters (MathNeuro) and measure math vs non-math accuracy with them scaled.
 
     Scores every linear weight by |W_ij|·‖X_j‖ summed over samples, keeps the top K % per matrix on
@@ -60,21 +66,33 @@ def math_neurons(method: MathMethod = "mathneuro", k_percent: float = 3.0, facto
     call = f"mcp-call-{uuid.uuid4().hex}"
     s = None
     try:
-        sets = {side: _own_items(service, side, items, call)
-                for side, items in (("math", math_items), ("nonmath", nonmath_items))}
+        sets = {
+            side: _own_items(service, side, items, call)
+            for side, items in (("math", math_items), ("nonmath", nonmath_items))
+        }
         sets = {side: key for side, key in sets.items() if key}
         s = Setting(method, k / 100.0, n, f, **sets)
         base, mod = b.baseline(**{side: s.__dict__[side] for side in ("math", "nonmath")}), b.evaluate(s)
         n_total = sum(m.weight.numel() for m in service.core.linear_layers(b.model).values())
-        return _json({"method": method, "k_percent": k, "factor": f, "n_samples": n, "model": b.model_id,
-                      "action": "pruned" if f == 0 else f"scaled × {f:g}",
-                      "baseline": base, "modified": {k_: mod[k_] for k_ in ("math", "nonmath")},
-                      "n_scored": {side: len(b.eval_items(side, UI_EVAL, s.__dict__[side]))
-                                   for side in ("math", "nonmath")},
-                      "math_set": "yours" if "math" in sets else "the model's",
-                      "nonmath_set": "yours" if "nonmath" in sets else "the model's",
-                      "n_params": mod["n_params"], "n_total": n_total, "share": mod["n_params"] / max(n_total, 1),
-                      "layers": b.layers(s)})
+        return _json(
+            {
+                "method": method,
+                "k_percent": k,
+                "factor": f,
+                "n_samples": n,
+                "model": b.model_id,
+                "action": "pruned" if f == 0 else f"scaled × {f:g}",
+                "baseline": base,
+                "modified": {k_: mod[k_] for k_ in ("math", "nonmath")},
+                "n_scored": {side: len(b.eval_items(side, UI_EVAL, s.__dict__[side])) for side in ("math", "nonmath")},
+                "math_set": "yours" if "math" in sets else "the model's",
+                "nonmath_set": "yours" if "nonmath" in sets else "the model's",
+                "n_params": mod["n_params"],
+                "n_total": n_total,
+                "share": mod["n_params"] / max(n_total, 1),
+                "layers": b.layers(s),
+            }
+        )
     finally:
         visitor_sets.release(call)
         if s is not None and sets:  # the masks found on the caller's own items go with them
@@ -86,7 +104,7 @@ def _own_items(service, side: str, items, call: str) -> str | None:
     if items is None:
         return None
     if not isinstance(items, list) or not all(isinstance(it, dict) for it in items):
-        raise ValueError(f"{side}_items must be a list of objects like {{\"question\": ..., \"answer\": ...}}.")
+        raise ValueError(f'{side}_items must be a list of objects like {{"question": ..., "answer": ...}}.')
     folder = Path(tempfile.mkdtemp(prefix="wb-agent-items-"))
     path = folder / f"{side}.jsonl"
     try:

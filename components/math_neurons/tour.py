@@ -1,4 +1,5 @@
 """The MathNeuro tour (beside the Math neurons tab): where the tiny Llama keeps its arithmetic."""
+
 from __future__ import annotations
 
 import html
@@ -30,17 +31,28 @@ def baseline():
     ex = b.samples(S.Setting("mathneuro", MATH_K, MATH_N, 1.0), k=2)
     names = ["arithmetic questions", "questions about a story"]
     vals = [base["math"] * 100, base["nonmath"] * 100]
-    fig = go.Figure(go.Bar(y=names[::-1], x=vals[::-1], orientation="h", marker_color=[STORY_COLOUR, MATH_COLOUR],
-                           text=[f"{v:.1f}%" for v in vals[::-1]], textposition="outside", cliponaxis=False,
-                           hovertemplate="%{y}: %{x:.2f}% exact<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            y=names[::-1],
+            x=vals[::-1],
+            orientation="h",
+            marker_color=[STORY_COLOUR, MATH_COLOUR],
+            text=[f"{v:.1f}%" for v in vals[::-1]],
+            textposition="outside",
+            cliponaxis=False,
+            hovertemplate="%{y}: %{x:.2f}% exact<extra></extra>",
+        )
+    )
     fig.update_xaxes(title="exact answers on held-out questions (%)", range=[0, 108])
     P.finish(fig, height=300, margin=dict(l=170))
     m, n = ex[0], ex[1]
-    cap = (f"A tiny language model, trained here, answers two kinds of questions it never saw: arithmetic "
-           f"(“{html.escape(m['prompt'])}” → <b>{html.escape(m['before'])}</b>) and questions about a short "
-           f"story (“{html.escape(n['prompt'])}” → <b>{html.escape(n['before'])}</b>). It gets "
-           f"{base['math']:.0%} of the arithmetic and {base['nonmath']:.0%} of the story questions right. "
-           f"Question: are there weights that only matter for arithmetic?")
+    cap = (
+        f"A tiny language model, trained here, answers two kinds of questions it never saw: arithmetic "
+        f"(“{html.escape(m['prompt'])}” → <b>{html.escape(m['before'])}</b>) and questions about a short "
+        f"story (“{html.escape(n['prompt'])}” → <b>{html.escape(n['before'])}</b>). It gets "
+        f"{base['math']:.0%} of the arithmetic and {base['nonmath']:.0%} of the story questions right. "
+        f"Question: are there weights that only matter for arithmetic?"
+    )
     return fig, cap, {"baseline": base, "examples": ex}
 
 
@@ -53,20 +65,31 @@ def prune():
     fig = go.Figure()
     for key, name, col in (("math", "arithmetic", MATH_COLOUR), ("nonmath", "story questions", STORY_COLOUR)):
         vals = [r[key] * 100 for r in (base, mn, rnd)]
-        fig.add_trace(go.Bar(x=groups, y=vals, name=name, marker_color=col, text=[f"{v:.0f}%" for v in vals],
-                             textposition="outside", cliponaxis=False,
-                             hovertemplate="%{x}<br>" + name + ": %{y:.2f}%<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=groups,
+                y=vals,
+                name=name,
+                marker_color=col,
+                text=[f"{v:.0f}%" for v in vals],
+                textposition="outside",
+                cliponaxis=False,
+                hovertemplate="%{x}<br>" + name + ": %{y:.2f}%<extra></extra>",
+            )
+        )
     _percent_axis(fig)
     P.finish(fig, legend_top=True, barmode="group")
     share = mn["n_params"]
     d_math, d_story = base["math"] - mn["math"], base["nonmath"] - mn["nonmath"]
     story = "barely move" if d_story < 0.03 else ("fall far less" if d_math > 3 * d_story else "fall too")
-    cap = (f"MathNeuro compares, weight by weight, how much each one is used on arithmetic and on ordinary "
-           f"text, and keeps those important <i>only</i> for arithmetic: {share:,} weights here. Switch them "
-           f"off and arithmetic falls from {base['math']:.0%} to <b>{mn['math']:.0%}</b>, while the story "
-           f"questions {story} ({base['nonmath']:.0%} → {mn['nonmath']:.0%}). Switching off as many "
-           f"random weights does little ({rnd['math']:.0%} arithmetic). Much of the model's arithmetic lives "
-           f"in a small set of weights that can be found.")
+    cap = (
+        f"MathNeuro compares, weight by weight, how much each one is used on arithmetic and on ordinary "
+        f"text, and keeps those important <i>only</i> for arithmetic: {share:,} weights here. Switch them "
+        f"off and arithmetic falls from {base['math']:.0%} to <b>{mn['math']:.0%}</b>, while the story "
+        f"questions {story} ({base['nonmath']:.0%} → {mn['nonmath']:.0%}). Switching off as many "
+        f"random weights does little ({rnd['math']:.0%} arithmetic). Much of the model's arithmetic lives "
+        f"in a small set of weights that can be found."
+    )
     return fig, cap, {"baseline": base, "mathneuro_pruned": mn, "random_pruned": rnd}
 
 
@@ -76,9 +99,17 @@ def scale():
     curve = b.scale_curve(S.Setting("mathneuro", MATH_K, MATH_N, 1.0), factors)
     fig = go.Figure()
     for key, name, col in (("math", "arithmetic", MATH_COLOUR), ("nonmath", "story questions", STORY_COLOUR)):
-        fig.add_trace(go.Scatter(x=factors, y=[c[key] * 100 for c in curve], mode="lines+markers", name=name,
-                                 line=dict(color=col, width=2.5), marker=dict(size=8),
-                                 hovertemplate="factor %{x}<br>" + name + ": %{y:.2f}%<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=factors,
+                y=[c[key] * 100 for c in curve],
+                mode="lines+markers",
+                name=name,
+                line=dict(color=col, width=2.5),
+                marker=dict(size=8),
+                hovertemplate="factor %{x}<br>" + name + ": %{y:.2f}%<extra></extra>",
+            )
+        )
     fig.add_vline(x=1.0, line_dash="dot", line_color=colors.NEUTRAL, line_width=1)
     fig.update_xaxes(title="factor applied to the MathNeuro weights (0 = off, 1 = unchanged)")
     _percent_axis(fig)
@@ -87,15 +118,22 @@ def scale():
     gain = (at[1.1]["math"] - at[1.0]["math"]) * 100
     lo, hi = min(c["nonmath"] for c in curve), max(c["nonmath"] for c in curve)
     story = f"at {lo:.0%}" if f"{lo:.0%}" == f"{hi:.0%}" else f"between {lo:.0%} and {hi:.0%}"
-    cap = (f"Turn the same weights down or up by a factor and re-test. Only the arithmetic line moves: "
-           f"story questions stay {story}. The paper boosts them by 1.1; here that changes arithmetic "
-           f"by {gain:+.1f} points ({at[1.0]['math']:.1%} → {at[1.1]['math']:.1%}). One knob, one skill, "
-           f"the rest untouched.")
+    cap = (
+        f"Turn the same weights down or up by a factor and re-test. Only the arithmetic line moves: "
+        f"story questions stay {story}. The paper boosts them by 1.1; here that changes arithmetic "
+        f"by {gain:+.1f} points ({at[1.0]['math']:.1%} → {at[1.1]['math']:.1%}). One knob, one skill, "
+        f"the rest untouched."
+    )
     return fig, cap, {"factors": factors, "curve": curve}
 
 
-TOUR = Tour("math", "Math neurons — where arithmetic lives (MathNeuro)", "math-llama", [
-    Step("The model answers two kinds of questions", baseline),
-    Step("Switch off the math-only weights", prune),
-    Step("Turn them down or up", scale),
-])
+TOUR = Tour(
+    "math",
+    "Math neurons — where arithmetic lives (MathNeuro)",
+    "math-llama",
+    [
+        Step("The model answers two kinds of questions", baseline),
+        Step("Switch off the math-only weights", prune),
+        Step("Turn them down or up", scale),
+    ],
+)

@@ -1,6 +1,7 @@
 """What the Math neurons tab says: the explanation of the variant and data in use (the zoo's
 organism, or a real LM with GSM8K and a non-math set), the labels that follow the picked model, the
 data card and the example questions."""
+
 from __future__ import annotations
 
 import html
@@ -20,7 +21,8 @@ EXPLAIN = (
     "own sets (files above, prompt + answer in the organism's words) replace either side. "
     "Baselines: Wanda (the math top K without subtraction), random weights (same count per matrix), "
     "LAPE (MLP neurons by activation-probability entropy). The model is restored bit-exactly after "
-    "every evaluation.</div>")
+    "every evaluation.</div>"
+)
 
 
 def explain_hub(preset, template: str | None = None) -> str:
@@ -46,7 +48,8 @@ def explain_hub(preset, template: str | None = None) -> str:
         "with a number is scored by its final number (after “####”, else the last one in it), multiple "
         "choice by the letter, plain text by next-token accuracy. "
         "Baselines: Wanda, random weights (same count per matrix), LAPE. The model is restored "
-        "bit-exactly after every evaluation.</div>")
+        "bit-exactly after every evaluation.</div>"
+    )
 
 
 def explain_for(preset, template: str | None = None) -> str:
@@ -54,32 +57,44 @@ def explain_for(preset, template: str | None = None) -> str:
 
 
 def samples_label(zoo: bool) -> str:
-    return ("Sample answers (greedy, ✓ = exact match)" if zoo else
-            "Sample answers (greedy, ✓ = right under the set's rule)")
+    return (
+        "Sample answers (greedy, ✓ = exact match)" if zoo else "Sample answers (greedy, ✓ = right under the set's rule)"
+    )
 
 
 def ask_label(preset) -> str:
-    return ("Ask your own question (the organism's language)" if preset.source == "zoo" else
-            "Ask your own question (answered as a GSM8K problem is)")
+    return (
+        "Ask your own question (the organism's language)"
+        if preset.source == "zoo"
+        else "Ask your own question (answered as a GSM8K problem is)"
+    )
 
 
 def data_html(info: dict) -> str:
     """The data status card: what the tab is using right now (or what it still needs)."""
-    non = (f"<b>non-math:</b> {html.escape(info['nonmath'])} · scored by {html.escape(info['nonmath_rule'])}"
-           if info.get("nonmath") else
-           f"<b>non-math: none loaded</b> ({html.escape(info.get('nonmath_error') or 'no set named')}). "
-           "Name a non-math file above to identify and evaluate.")
+    non = (
+        f"<b>non-math:</b> {html.escape(info['nonmath'])} · scored by {html.escape(info['nonmath_rule'])}"
+        if info.get("nonmath")
+        else f"<b>non-math: none loaded</b> ({html.escape(info.get('nonmath_error') or 'no set named')}). "
+        "Name a non-math file above to identify and evaluate."
+    )
     tmpl = f" · prompts in {html.escape(info['template'])}" if info.get("template") else ""
-    return (f"<div class='wb-card' style='min-height:0'><b>model:</b> <code>{html.escape(info['model'])}</code>"
-            f"{tmpl}<br><b>math:</b> {html.escape(info['math'])} · scored by {html.escape(info['math_rule'])}"
-            f"<br>{non}</div>")
+    return (
+        f"<div class='wb-card' style='min-height:0'><b>model:</b> <code>{html.escape(info['model'])}</code>"
+        f"{tmpl}<br><b>math:</b> {html.escape(info['math'])} · scored by {html.escape(info['math_rule'])}"
+        f"<br>{non}</div>"
+    )
 
 
 ASK_EXAMPLES = {
-    "zoo": ["ann has 23 pens . she finds 45 more . how many pens does ann have now ?",
-            "bob has 57 cards . he loses 19 . then he finds 8 more . how many cards does bob have now ?",
-            "one day kim went to the lake . she was calm . where does ann live ?"],
-    "hub": ["Tom has 23 pens and finds 45 more. How many pens does he have now?",
-            "A baker makes 12 trays of 8 rolls and sells 57 rolls. How many rolls are left?",
-            "What is the capital of Norway?"],
+    "zoo": [
+        "ann has 23 pens . she finds 45 more . how many pens does ann have now ?",
+        "bob has 57 cards . he loses 19 . then he finds 8 more . how many cards does bob have now ?",
+        "one day kim went to the lake . she was calm . where does ann live ?",
+    ],
+    "hub": [
+        "Tom has 23 pens and finds 45 more. How many pens does he have now?",
+        "A baker makes 12 trays of 8 rolls and sells 57 rolls. How many rolls are left?",
+        "What is the capital of Norway?",
+    ],
 }

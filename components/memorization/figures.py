@@ -1,6 +1,7 @@
 """The Memorization tab's pictures and exports: the score card, z-scores per value neuron, the
 generation grids and comparison cards, the statistics, the checked list's rows and the PNG export
 (the results for the memorized prompts, the paper's table, are in table.py)."""
+
 from __future__ import annotations
 
 import html
@@ -22,7 +23,7 @@ Z_OUTLIER = 3.0
 
 def score_html(r: dict) -> str:
     s, th = r["score"], r["theta_mem"]
-    verdict = ("memorized" if r["memorized"] else "not memorized")
+    verdict = "memorized" if r["memorized"] else "not memorized"
     colour = "#e11d48" if r["memorized"] else "#16a34a"
     pct = max(0.0, min(1.0, s)) * 100
     tpct = max(0.0, min(1.0, th)) * 100
@@ -30,25 +31,33 @@ def score_html(r: dict) -> str:
         train = " · <span class='wb-muted'>this caption is in the training set with its own image</span>"
     elif r.get("listed_type"):
         t = r["listed_type"]
-        train = (f" · <span class='wb-muted'>the NeMo paper lists this caption as memorized "
-                 f"({html.escape(t)}: {html.escape(TYPES.get(t, t))})</span>")
+        train = (
+            f" · <span class='wb-muted'>the NeMo paper lists this caption as memorized "
+            f"({html.escape(t)}: {html.escape(TYPES.get(t, t))})</span>"
+        )
     else:
         train = ""
     det = r.get("detection")
-    auc = (f" · <span title='how well the score tells the memorized prompts from held-out ordinary ones "
-           f"(1 = perfectly, 0.5 = chance)'>detection AUROC <b>{det['auroc']:.2f}</b></span>" if det else "")
-    return (f"<div class='wb-card' style='min-height:0' id='memo-score-card' "
-            f"data-memorized='{int(bool(r['memorized']))}'>"
-            f"<div><b>Memorization score</b> {s:.3f} vs θ<sub>mem</sub> {th:.3f} → "
-            f"<b style='color:{colour}'>{verdict}</b>{auc}{train}</div>"
-            f"<div title='score {s:.4f} · θ_mem {th:.4f}' style='position:relative;height:14px;"
-            f"background:var(--background-fill-secondary);"
-            f"border-radius:7px;margin-top:8px'>"
-            f"<div style='width:{pct:.1f}%;height:14px;background:{colour};border-radius:7px'></div>"
-            f"<div title='θ_mem' style='position:absolute;left:{tpct:.1f}%;top:-3px;width:2px;height:20px;"
-            f"background:var(--body-text-color)'></div></div>"
-            f"<div class='wb-muted wb-advanced'>0 … 1 (SSIM); the tick is θ<sub>mem</sub>. Largest neuron "
-            f"z-score: {r['max_z']:.1f}</div>{theta_words(th, det)}</div>")
+    auc = (
+        f" · <span title='how well the score tells the memorized prompts from held-out ordinary ones "
+        f"(1 = perfectly, 0.5 = chance)'>detection AUROC <b>{det['auroc']:.2f}</b></span>"
+        if det
+        else ""
+    )
+    return (
+        f"<div class='wb-card' style='min-height:0' id='memo-score-card' "
+        f"data-memorized='{int(bool(r['memorized']))}'>"
+        f"<div><b>Memorization score</b> {s:.3f} vs θ<sub>mem</sub> {th:.3f} → "
+        f"<b style='color:{colour}'>{verdict}</b>{auc}{train}</div>"
+        f"<div title='score {s:.4f} · θ_mem {th:.4f}' style='position:relative;height:14px;"
+        f"background:var(--background-fill-secondary);"
+        f"border-radius:7px;margin-top:8px'>"
+        f"<div style='width:{pct:.1f}%;height:14px;background:{colour};border-radius:7px'></div>"
+        f"<div title='θ_mem' style='position:absolute;left:{tpct:.1f}%;top:-3px;width:2px;height:20px;"
+        f"background:var(--body-text-color)'></div></div>"
+        f"<div class='wb-muted wb-advanced'>0 … 1 (SSIM); the tick is θ<sub>mem</sub>. Largest neuron "
+        f"z-score: {r['max_z']:.1f}</div>{theta_words(th, det)}</div>"
+    )
 
 
 NO_TYPE = "—"
@@ -58,10 +67,12 @@ def relaxed_words(theta_mem: float, reached: float) -> str:
     """NeMo's fallback in plain words: switching off even the widest candidate set did not make the
     seeds' images differ as much as an ordinary prompt's do (θ_mem), so the search kept the neurons
     needed for the largest difference it did reach (the official code does the same)."""
-    return (f"Even with every candidate neuron switched off, the model's first denoising steps for different "
-            f"seeds stayed more alike (similarity {reached:.3f}) than the memorization threshold allows "
-            f"({theta_mem:.3f}): these neurons weaken the copy but do not remove it. The list keeps only the "
-            f"neurons needed to get that far.")
+    return (
+        f"Even with every candidate neuron switched off, the model's first denoising steps for different "
+        f"seeds stayed more alike (similarity {reached:.3f}) than the memorization threshold allows "
+        f"({theta_mem:.3f}): these neurons weaken the copy but do not remove it. The list keeps only the "
+        f"neurons needed to get that far."
+    )
 
 
 def type_shown(card: str | None, listed_type: str | None) -> str:
@@ -73,15 +84,21 @@ def type_shown(card: str | None, listed_type: str | None) -> str:
 
 def theta_words(th: float, det: dict | None) -> str:
     """What θ_mem is and how far to trust one verdict: the rule, and the measured separation."""
-    rule = ("θ<sub>mem</sub> = mean + 1 σ of ordinary prompts' scores, so about one ordinary prompt in six "
-            "scores above it: a score just over it is weak evidence. ")
+    rule = (
+        "θ<sub>mem</sub> = mean + 1 σ of ordinary prompts' scores, so about one ordinary prompt in six "
+        "scores above it: a score just over it is weak evidence. "
+    )
     if det:
-        how = (f"Detection AUROC {det['auroc']:.2f} over this model's {det['n_memorized']} memorized and "
-               f"{det['n_ordinary']} held-out ordinary prompts ({det['memorized_above']} of {det['n_memorized']} "
-               f"and {det['ordinary_above']} of {det['n_ordinary']} above θ<sub>mem</sub> {th:.3f}).")
+        how = (
+            f"Detection AUROC {det['auroc']:.2f} over this model's {det['n_memorized']} memorized and "
+            f"{det['n_ordinary']} held-out ordinary prompts ({det['memorized_above']} of {det['n_memorized']} "
+            f"and {det['ordinary_above']} of {det['n_ordinary']} above θ<sub>mem</sub> {th:.3f})."
+        )
     else:
-        how = ("No scores are recorded for this model: “Check a list of prompts” with memorized and "
-               "ordinary ones measures its AUROC.")
+        how = (
+            "No scores are recorded for this model: “Check a list of prompts” with memorized and "
+            "ordinary ones measures its AUROC."
+        )
     return f"<div class='wb-muted wb-advanced' id='memo-theta-words'>{rule}{how}</div>"
 
 
@@ -95,17 +112,35 @@ def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
         z = r["z"][layer]
         act = r.get("activation", {}).get(layer) or [None] * len(z)
         xs = list(range(offset, offset + len(z)))
-        tips = [f"{layer}:{c}<br>z = {v:.3f}" + (f"<br>mean |activation| {a:.4g}" if a is not None else "")
-                for c, (v, a) in enumerate(zip(z, act))]
-        fig.add_trace(go.Bar(x=xs, y=z, name=layer, marker_color=LAYER_COLOURS[i % len(LAYER_COLOURS)],
-                             hovertext=tips, hoverinfo="text"))
+        tips = [
+            f"{layer}:{c}<br>z = {v:.3f}" + (f"<br>mean |activation| {a:.4g}" if a is not None else "")
+            for c, (v, a) in enumerate(zip(z, act))
+        ]
+        fig.add_trace(
+            go.Bar(
+                x=xs,
+                y=z,
+                name=layer,
+                marker_color=LAYER_COLOURS[i % len(LAYER_COLOURS)],
+                hovertext=tips,
+                hoverinfo="text",
+            )
+        )
         out = [(x, v, c) for c, (x, v) in enumerate(zip(xs, z)) if v > Z_OUTLIER]
         if out:
-            fig.add_trace(go.Scatter(x=[o[0] for o in out], y=[o[1] for o in out], mode="markers",
-                                     marker=dict(symbol="triangle-up", size=9, color=C.NEUTRAL),
-                                     name=f"outlier (z > {Z_OUTLIER:g})", legendgroup="outlier",
-                                     showlegend=not any(t.name.startswith("outlier") for t in fig.data),
-                                     hovertext=[f"{layer}:{o[2]} z = {o[1]:.3f}" for o in out], hoverinfo="text"))
+            fig.add_trace(
+                go.Scatter(
+                    x=[o[0] for o in out],
+                    y=[o[1] for o in out],
+                    mode="markers",
+                    marker=dict(symbol="triangle-up", size=9, color=C.NEUTRAL),
+                    name=f"outlier (z > {Z_OUTLIER:g})",
+                    legendgroup="outlier",
+                    showlegend=not any(t.name.startswith("outlier") for t in fig.data),
+                    hovertext=[f"{layer}:{o[2]} z = {o[1]:.3f}" for o in out],
+                    hoverinfo="text",
+                )
+            )
         for c, (x, v) in enumerate(zip(xs, z)):
             if f"{layer}:{c}" in found:
                 fx.append(x)
@@ -115,19 +150,34 @@ def z_plot(r: dict, found: list[str] | None = None) -> go.Figure:
         ticktext.append(layer)
         offset += len(z)
     if fx:
-        fig.add_trace(go.Scatter(x=fx, y=fy, mode="markers", hovertext=ftxt, hoverinfo="text",
-                                 marker=dict(symbol="diamond", size=10, color=C.POSITIVE,
-                                             line=dict(width=1, color="#ffffff")),
-                                 name="found by NeMo"))
+        fig.add_trace(
+            go.Scatter(
+                x=fx,
+                y=fy,
+                mode="markers",
+                hovertext=ftxt,
+                hoverinfo="text",
+                marker=dict(symbol="diamond", size=10, color=C.POSITIVE, line=dict(width=1, color="#ffffff")),
+                name="found by NeMo",
+            )
+        )
     fig.add_hline(y=Z_OUTLIER, line_dash="dot", line_color="#94a3b8")
-    fig.update_layout(height=320 if len(tickvals) <= 4 else 400, margin=dict(l=40, r=10, t=30, b=40), bargap=0,
-                      title=dict(text="z = |a − μ| / σ per value neuron", font=dict(size=13)),
-                      # many layers of unequal widths (SD: 320 to 1280 neurons): names upright, not slanted into each other
-                      xaxis=dict(tickvals=tickvals, ticktext=ticktext, title="layer (neurons in order)",
-                                 tickangle=-90 if len(tickvals) > 4 else None),
-                      yaxis=dict(title="z-score"),
-                      # below the axis words however many layers turn them: anchored to the figure's foot
-                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0))
+    fig.update_layout(
+        height=320 if len(tickvals) <= 4 else 400,
+        margin=dict(l=40, r=10, t=30, b=40),
+        bargap=0,
+        title=dict(text="z = |a − μ| / σ per value neuron", font=dict(size=13)),
+        # many layers of unequal widths (SD: 320 to 1280 neurons): names upright, not slanted into each other
+        xaxis=dict(
+            tickvals=tickvals,
+            ticktext=ticktext,
+            title="layer (neurons in order)",
+            tickangle=-90 if len(tickvals) > 4 else None,
+        ),
+        yaxis=dict(title="z-score"),
+        # below the axis words however many layers turn them: anchored to the figure's foot
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
+    )
     return themed(fig)
 
 
@@ -142,7 +192,7 @@ def gallery_items(c: dict) -> list[tuple[np.ndarray, str]]:
     items = []
     if c["train_image"] is not None:
         items.append((_big(c["train_image"]), c.get("reference_kind") or "training image"))
-    for tag in ("on", "off")[:2 if c.get("n_neurons") else 1]:
+    for tag in ("on", "off")[: 2 if c.get("n_neurons") else 1]:
         for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
             cap = f"s{seed} {tag}"
             if c[f"ssim_{tag}"] is not None:
@@ -177,8 +227,10 @@ def _figure(img: np.ndarray, tip: str, cap: str, attrs: str = "", style: str = "
     """One image of the grid; `cap` is HTML (already escaped), `tip` plain text for the hover."""
     pix = "image-rendering:pixelated;" if max(img.shape[:2]) <= SMALL_PX else ""
     t = html.escape(tip, quote=True)
-    return (f"<figure style='margin:0;min-width:0;{style}' {attrs}><img src='{_data_uri(img)}' title='{t}' alt='{t}' "
-            f"style='{_IMG}{pix}'><figcaption style='{_CAP}'>{cap}</figcaption></figure>")
+    return (
+        f"<figure style='margin:0;min-width:0;{style}' {attrs}><img src='{_data_uri(img)}' title='{t}' alt='{t}' "
+        f"style='{_IMG}{pix}'><figcaption style='{_CAP}'>{cap}</figcaption></figure>"
+    )
 
 
 def grid_html(c: dict, grid_id: str = "memo-grid") -> str:
@@ -197,22 +249,30 @@ def grid_html(c: dict, grid_id: str = "memo-grid") -> str:
     cells += [f"<div class='memo-colhead' style='{head}'>seed {s}</div>" for s in c["seeds"]]
     off_label = f"{k} neuron{'s' if k != 1 else ''} off" if k else "no neurons off"
     for tag, label in (("on", "all neurons on"), ("off", off_label)):
-        cells.append(f"<div class='memo-rowhead' data-row='{tag}' style='font-weight:600;align-self:center;"
-                     f"font-size:0.9rem'>{label}</div>")
+        cells.append(
+            f"<div class='memo-rowhead' data-row='{tag}' style='font-weight:600;align-self:center;"
+            f"font-size:0.9rem'>{label}</div>"
+        )
         if tag == "off" and not k:
-            cells.append(f"<div class='memo-none wb-muted' data-row='off' style='grid-column:span {n};"
-                         f"align-self:center;padding:8px'>{NO_NEURONS_OFF}</div>")
+            cells.append(
+                f"<div class='memo-none wb-muted' data-row='off' style='grid-column:span {n};"
+                f"align-self:center;padding:8px'>{NO_NEURONS_OFF}</div>"
+            )
             continue
         ss = c[f"ssim_{tag}"]
         for i, (seed, im) in enumerate(zip(c["seeds"], c[f"images_{tag}"])):
             tip = f"seed {seed}, {label}" + (f": SSIM to the {kind} {ss[i]:.4f}" if ss is not None else "")
             # presenter view says "similarity" where the expert view says SSIM
-            cap = (f"<span class='wb-advanced'>SSIM</span><span class='wb-presenter-only'>similarity</span> "
-                   f"{ss[i]:.2f}" if ss is not None else "")
-            cells.append(_figure(im, tip, cap,
-                                 f"class='memo-cell' data-row='{tag}' data-seed='{seed}'"))
-    return (f"<div class='memo-grid wb-keyfig' id='{grid_id}' style='display:grid;grid-template-columns:{cols};"
-            f"gap:6px 8px;max-width:{width}px;align-items:start'>{''.join(cells)}</div>")
+            cap = (
+                f"<span class='wb-advanced'>SSIM</span><span class='wb-presenter-only'>similarity</span> {ss[i]:.2f}"
+                if ss is not None
+                else ""
+            )
+            cells.append(_figure(im, tip, cap, f"class='memo-cell' data-row='{tag}' data-seed='{seed}'"))
+    return (
+        f"<div class='memo-grid wb-keyfig' id='{grid_id}' style='display:grid;grid-template-columns:{cols};"
+        f"gap:6px 8px;max-width:{width}px;align-items:start'>{''.join(cells)}</div>"
+    )
 
 
 def _fmt(x, nd=3):
@@ -224,18 +284,26 @@ def compare_html(c: dict, card_id: str = "memo-compare-card") -> str:
     conds = (("on", "all neurons on"), ("off", f"{c['n_neurons']} neuron(s) off"))
     for tag, label in conds if c["n_neurons"] else conds[:1]:  # nothing off: no "off" row to report
         ss = c[f"ssim_{tag}"]
-        rows.append(f"<tr><td>{label}</td><td>{_fmt(float(np.median(ss)) if ss else None)}</td>"
-                    f"<td>{_fmt(c[f'diversity_{tag}'])}</td><td>{_fmt(c[f'alignment_{tag}'], 2)}</td>"
-                    f"<td>{_fmt(c[f'score_{tag}'])}</td></tr>")
+        rows.append(
+            f"<tr><td>{label}</td><td>{_fmt(float(np.median(ss)) if ss else None)}</td>"
+            f"<td>{_fmt(c[f'diversity_{tag}'])}</td><td>{_fmt(c[f'alignment_{tag}'], 2)}</td>"
+            f"<td>{_fmt(c[f'score_{tag}'])}</td></tr>"
+        )
     neurons = html.escape(", ".join(c["neurons"]) or "none")
     ref = c.get("reference_kind")
-    ref_note = ("" if ref else "<div class='wb-muted'>No reference image: upload one (e.g. the training "
-                "image, if you have it) to measure the copy; diversity across seeds tells without one.</div>")
-    return (f"<div class='wb-card' style='min-height:0;margin-top:8px' id='{card_id}'>"
-            f"<table style='width:100%;font-size:0.9rem'><tr><th></th><th>median SSIM to {html.escape(ref or 'a reference')}</th>"
-            "<th>diversity (1 − mean pairwise SSIM)</th><th>prompt alignment (colour proxy)</th>"
-            f"<th>memorization score (θ<sub>mem</sub> {c['theta_mem']:.3f})</th></tr>{''.join(rows)}</table>"
-            f"<div class='wb-muted'>Switched off: {neurons}</div>{ref_note}</div>")
+    ref_note = (
+        ""
+        if ref
+        else "<div class='wb-muted'>No reference image: upload one (e.g. the training "
+        "image, if you have it) to measure the copy; diversity across seeds tells without one.</div>"
+    )
+    return (
+        f"<div class='wb-card' style='min-height:0;margin-top:8px' id='{card_id}'>"
+        f"<table style='width:100%;font-size:0.9rem'><tr><th></th><th>median SSIM to {html.escape(ref or 'a reference')}</th>"
+        "<th>diversity (1 − mean pairwise SSIM)</th><th>prompt alignment (colour proxy)</th>"
+        f"<th>memorization score (θ<sub>mem</sub> {c['theta_mem']:.3f})</th></tr>{''.join(rows)}</table>"
+        f"<div class='wb-muted'>Switched off: {neurons}</div>{ref_note}</div>"
+    )
 
 
 def result_html(c: dict) -> str:
@@ -246,10 +314,14 @@ def result_html(c: dict) -> str:
 def pin_html(c: dict) -> str:
     """The pinned generation set, drawn like the current one below it for a side-by-side reading."""
     off = html.escape(", ".join(c["neurons"]) or "none")
-    return (f"<div id='memo-pinned' style='margin-top:10px;border-top:2px dashed var(--border-color-primary);"
-            f"padding-top:8px'><div style='margin-bottom:6px'><b>Pinned</b> · "
-            f"<span class='wb-muted'>{html.escape(c['prompt'][:120])} · switched off: {off}</span></div>"
-            + grid_html(c, "memo-pin-grid") + compare_html(c, "memo-pin-card") + "</div>")
+    return (
+        f"<div id='memo-pinned' style='margin-top:10px;border-top:2px dashed var(--border-color-primary);"
+        f"padding-top:8px'><div style='margin-bottom:6px'><b>Pinned</b> · "
+        f"<span class='wb-muted'>{html.escape(c['prompt'][:120])} · switched off: {off}</span></div>"
+        + grid_html(c, "memo-pin-grid")
+        + compare_html(c, "memo-pin-card")
+        + "</div>"
+    )
 
 
 def stats_html(st: dict) -> str:
@@ -257,26 +329,43 @@ def stats_html(st: dict) -> str:
     if st.get("kind") == "file":
         n = st.get("n_prompts")
         # the file's name only: a page shows no server folder
-        what = (f"precomputed file <code>{html.escape(Path(str(st.get('file'))).name)}</code>"
-                + (f" ({n:,} prompts)" if n else ""))
+        what = f"precomputed file <code>{html.escape(Path(str(st.get('file'))).name)}</code>" + (
+            f" ({n:,} prompts)" if n else ""
+        )
     elif st.get("own"):
         what = f"{st.get('n_prompts', 0):,} ordinary prompts you gave, computed in this process"
     else:
-        what = (f"the first {st.get('n_prompts', 0):,} of {st.get('total', 0):,} "
-                f"{html.escape(st.get('set', 'ordinary prompts'))}, computed in this process")
+        what = (
+            f"the first {st.get('n_prompts', 0):,} of {st.get('total', 0):,} "
+            f"{html.escape(st.get('set', 'ordinary prompts'))}, computed in this process"
+        )
     when = " (at first use)" if st.get("pending") else ""
     if st.get("session"):  # backend.nemo.visitor: the other visitors keep the shared ones
         when += "; yours only: the other visitors' z-scores use the shared statistics"
-    job = (f"<div class='wb-muted'>For the paper's statistics over all of them run "
-           f"<code>{html.escape(st['job'])}</code>.</div>" if st.get("job") else "")
-    err = (f"<div class='wb-muted'>{html.escape(st['error'])}</div>" if st.get("error") else "")
-    return (f"<div class='wb-card' style='min-height:0' id='memo-stats-card'><b>Neuron statistics</b> "
-            f"(μ, σ per value neuron for the z-scores): {what}{when}.{job}{err}</div>")
+    job = (
+        f"<div class='wb-muted'>For the paper's statistics over all of them run "
+        f"<code>{html.escape(st['job'])}</code>.</div>"
+        if st.get("job")
+        else ""
+    )
+    err = f"<div class='wb-muted'>{html.escape(st['error'])}</div>" if st.get("error") else ""
+    return (
+        f"<div class='wb-card' style='min-height:0' id='memo-stats-card'><b>Neuron statistics</b> "
+        f"(μ, σ per value neuron for the z-scores): {what}{when}.{job}{err}</div>"
+    )
 
 
 def batch_rows(rows: list[dict]) -> list[list]:
-    return [[r["prompt"], round(r["score"], 4), "memorized" if r["memorized"] else "not memorized",
-             round(r["max_z"], 2), r["listed_type"] or ""] for r in rows]
+    return [
+        [
+            r["prompt"],
+            round(r["score"], 4),
+            "memorized" if r["memorized"] else "not memorized",
+            round(r["max_z"], 2),
+            r["listed_type"] or "",
+        ]
+        for r in rows
+    ]
 
 
 def export_figure(c: dict | None, check: dict | None, table: dict | None):
@@ -293,6 +382,7 @@ def export_figure(c: dict | None, check: dict | None, table: dict | None):
             ax = fig.add_subplot(grid[row, col])
             ax.axis("off")
             return ax
+
         if c is not None:
             if c["train_image"] is not None:
                 ax = cell(0, 0)

@@ -1,5 +1,6 @@
 """Memorization as MCP tools: the same services as the tab's handlers, with a picture where one carries
 the result (registered in components.memorization)."""
+
 # No `from __future__ import annotations`: gr.api reads the real type objects from the signatures
 # (components.agents.tools) to build each tool's schema; each docstring's Args and Returns entry is one
 # long line: Gradio's parser keeps only an entry's first line.
@@ -31,8 +32,7 @@ def check_memorization(prompt: str) -> str:
     r = service.check(prompt, source=_source())
     ranked = sorted(((z, f"{layer}:{c}") for layer, zs in r["z"].items() for c, z in enumerate(zs)), reverse=True)
     keep = ("prompt", "score", "theta_mem", "memorized", "max_z", "layers", "is_training_prompt", "listed_type")
-    return _json({**{k: r[k] for k in keep},
-                  "top_neurons": [{"neuron": n, "z": z} for z, n in ranked[:TOP_Z]]})
+    return _json({**{k: r[k] for k in keep}, "top_neurons": [{"neuron": n, "z": z} for z, n in ranked[:TOP_Z]]})
 
 
 def find_memorization_neurons(prompt: str) -> str:
@@ -102,5 +102,6 @@ def memorized_prompts() -> str:
 
     d = service.describe(_source())
     rows = [{"prompt": p, "type": t} for p, t in zip(d["memorized"], d["memorized_types"])]
-    return _json({"model": d["model_id"], "prompts": rows, "n": len(rows),
-                  "has_training_images": d["has_train_images"]})
+    return _json(
+        {"model": d["model_id"], "prompts": rows, "n": len(rows), "has_training_images": d["has_train_images"]}
+    )

@@ -1,4 +1,5 @@
 """Overview: what the workbench is, which models each instrument uses, and the way into each tab."""
+
 from components.overview import layout
 from components.tab import Tab
 

@@ -1,4 +1,5 @@
 """Overview: what the workbench is, which models each instrument uses, and the way into each tab."""
+
 from __future__ import annotations
 
 import html
@@ -54,14 +55,15 @@ def runtime_summary(status: dict) -> str:
     health = "no problems found" if problems == 0 else f"**{problems} problem(s)**: see the JSON below"
     st = status.get("model_store") or {}
     budget = st.get("budget_bytes")
-    held = (f" ({st.get('resident_bytes', 0) / 2**30:.2f} of {budget / 2**30:.1f} GiB model budget)"
-            if budget else "")
-    return (f"{loaded} model(s) loaded on {html.escape(status['device'])}{held}; caches hold "
-            f"{used / 2**20:.1f} MiB; integrity checks: {health}.")
+    held = f" ({st.get('resident_bytes', 0) / 2**30:.2f} of {budget / 2**30:.1f} GiB model budget)" if budget else ""
+    return (
+        f"{loaded} model(s) loaded on {html.escape(status['device'])}{held}; caches hold "
+        f"{used / 2**20:.1f} MiB; integrity checks: {health}."
+    )
 
 
 def papers_in_words(tabs) -> str:
-    """"five": as many as the tabs that put a paper to work (a sixth such tab makes it "six")."""
+    """ "five": as many as the tabs that put a paper to work (a sixth such tab makes it "six")."""
     n = sum(1 for t in tabs if t.paper)
     return "one two three four five six seven eight nine ten".split()[n - 1] if 0 < n <= 10 else str(n)
 
@@ -78,34 +80,52 @@ def build(ctx) -> None:
     # The one obvious first step, above the five instruments: all of it on the first screen at
     # 1000×800 (the Adapters card and the tour once lay below the fold).
     with gr.Row(elem_classes=["wb-start"], equal_height=True):
-        gr.HTML("<div class='wb-start-lead'><b>New here? Start with the guided tour:</b> one step per "
-                "paper, each with its key figure computed live.</div>", elem_classes=["wb-start-text"])
-        gr.Button("Start here: the guided tour ▸", size="md", variant="primary",
-                  elem_id="overview-tour-all", visible=False, scale=0, min_width=260)
+        gr.HTML(
+            "<div class='wb-start-lead'><b>New here? Start with the guided tour:</b> one step per "
+            "paper, each with its key figure computed live.</div>",
+            elem_classes=["wb-start-text"],
+        )
+        gr.Button(
+            "Start here: the guided tour ▸",
+            size="md",
+            variant="primary",
+            elem_id="overview-tour-all",
+            visible=False,
+            scale=0,
+            min_width=260,
+        )
     buttons = []
     with gr.Row(equal_height=True, elem_classes=["wb-instruments"]):
         for t in instruments:
             # A flex column whose card grows: every card ends at one height, so the buttons line up.
             with gr.Column(min_width=150, elem_classes=["wb-instrument"]):
-                gr.HTML(f"<div class='wb-card'><h3>{html.escape(t.title)}</h3>"
-                        f"<div class='wb-paper'>{html.escape(t.paper)}</div>"
-                        f"<p>{html.escape(t.card)}</p></div>", elem_classes=["wb-card-wrap"])
+                gr.HTML(
+                    f"<div class='wb-card'><h3>{html.escape(t.title)}</h3>"
+                    f"<div class='wb-paper'>{html.escape(t.paper)}</div>"
+                    f"<p>{html.escape(t.card)}</p></div>",
+                    elem_classes=["wb-card-wrap"],
+                )
                 btn = gr.Button(f"Open {t.title} →", size="sm", variant="primary")
                 buttons.append((btn, t.id))
                 # Shown and wired by the Guided tour tab (components.tour.layout) when it has this tab's tour.
                 gr.Button("Guided tour ▸", size="sm", elem_id=f"overview-tour-{t.id}", visible=False)
     for btn, tab_id in buttons:
-        btn.click(lambda t=tab_id: gr.Tabs(selected=t), inputs=None, outputs=ctx.tabs,
-                  api_visibility="private")
+        btn.click(lambda t=tab_id: gr.Tabs(selected=t), inputs=None, outputs=ctx.tabs, api_visibility="private")
 
     gr.Markdown("#### Models")
-    models = gr.Dataframe(headers=["tab", "source", "checkpoint", "class", "state"],
-                          value=_model_table(ctx.source), interactive=False, wrap=True,
-                          column_widths=["14%", "9%", "37%", "28%", "12%"], elem_id="overview-models")
+    models = gr.Dataframe(
+        headers=["tab", "source", "checkpoint", "class", "state"],
+        value=_model_table(ctx.source),
+        interactive=False,
+        wrap=True,
+        column_widths=["14%", "9%", "37%", "28%", "12%"],
+        elem_id="overview-models",
+    )
     gr.Markdown(
         f"<span class='wb-muted'>Preset source: <b>{ctx.source}</b> · device: "
         f"<b>{html.escape(device.describe())}</b> · switch to the papers' checkpoints with "
-        "<code>WORKBENCH_PRESET=hub python app.py</code> on a GPU machine.</span>")
+        "<code>WORKBENCH_PRESET=hub python app.py</code> on a GPU machine.</span>"
+    )
     # Runtime details are for whoever runs the server, not for an audience: closed by default.
     with gr.Accordion("Runtime details (for the server's operator)", open=False):
         summary = gr.Markdown(runtime_summary(system_status(ctx.source)), elem_id="overview-runtime")

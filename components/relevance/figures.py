@@ -1,6 +1,7 @@
 """The Relevance tab's pictures and exports: token heatmaps with their colour bar, relevance per
 position, the conservation note, long-range ranks and image heatmaps. The held-out evaluation's
 curves and tables are in heldout.py."""
+
 from __future__ import annotations
 
 import html
@@ -24,7 +25,6 @@ def md_code(text: str) -> str:
     text = str(text)
     fence = "``" if "`" in text else "`"
     return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
-
 
 
 def _rgb(v: float) -> str:
@@ -52,8 +52,13 @@ def _in_scale(res: dict, template: bool) -> np.ndarray | None:
 
 def max_abs(res: dict, template: bool = False) -> float:
     keep = _in_scale(res, template)
-    return max(max(float(np.abs(np.asarray(v, float)[keep] if keep is not None else np.asarray(v, float)).max())
-                   for v in res["relevance"].values()), 1e-12)
+    return max(
+        max(
+            float(np.abs(np.asarray(v, float)[keep] if keep is not None else np.asarray(v, float)).max())
+            for v in res["relevance"].values()
+        ),
+        1e-12,
+    )
 
 
 def _scale(res: dict, normalise: bool, vmax: float | None = None, template: bool = False) -> tuple[dict, float]:
@@ -72,10 +77,12 @@ def _scale(res: dict, normalise: bool, vmax: float | None = None, template: bool
 def colorbar_html(vmax: float, normalise: bool) -> str:
     lo, hi = ("−1", "+1") if normalise else (f"−{vmax:.3g}", f"+{vmax:.3g}")
     what = "relevance ÷ each method's max |R|" if normalise else "relevance (one scale for all methods)"
-    return (f"<div style='display:flex;align-items:center;gap:8px;margin:6px 0 2px 0;font-size:0.8rem'>"
-            f"<span>{lo}</span><div style='width:220px;height:12px;border-radius:3px;"
-            f"background:{C.css_gradient(C.SIGNED_CMAP)};border:1px solid #ccc'></div><span>{hi}</span>"
-            f"<span class='wb-muted'>{what} · red supports the target, blue speaks against it</span></div>")
+    return (
+        f"<div style='display:flex;align-items:center;gap:8px;margin:6px 0 2px 0;font-size:0.8rem'>"
+        f"<span>{lo}</span><div style='width:220px;height:12px;border-radius:3px;"
+        f"background:{C.css_gradient(C.SIGNED_CMAP)};border:1px solid #ccc'></div><span>{hi}</span>"
+        f"<span class='wb-muted'>{what} · red supports the target, blue speaks against it</span></div>"
+    )
 
 
 def token_html(tok: str) -> str:
@@ -92,8 +99,13 @@ def token_html(tok: str) -> str:
 TEMPLATE_STYLE = "outline:2px dotted #6b7280;outline-offset:-2px;"
 
 
-def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | None = None,
-                 vmax: float | None = None, template: bool = False) -> str:
+def heatmap_html(
+    res: dict,
+    normalise: bool = True,
+    mark: dict[str, set[int]] | None = None,
+    vmax: float | None = None,
+    template: bool = False,
+) -> str:
     """One row of tokens per method; `mark[method]` underlines that method's own chosen positions
     (the long-range section marks each method's top-10). Template tokens are outlined and, unless
     `template`, left out of the colour scale and drawn grey."""
@@ -115,25 +127,37 @@ def heatmap_html(res: dict, normalise: bool = True, mark: dict[str, set[int]] | 
                 title += " · template token" + ("" if template else ", left out of the colour scale")
                 if not template:
                     bg, ink = "var(--background-fill-secondary)", "var(--body-text-color-subdued)"
-            spans.append(f"<span title='{title}' class='wb-token{' wb-template' if i in tpl else ''}' "
-                         f"style='background:{bg};color:{ink};"
-                         f"padding:1px 3px;margin:1px;border-radius:3px;display:inline-block;{border}'>"
-                         f"{token_html(tok)}</span>")
+            spans.append(
+                f"<span title='{title}' class='wb-token{' wb-template' if i in tpl else ''}' "
+                f"style='background:{bg};color:{ink};"
+                f"padding:1px 3px;margin:1px;border-radius:3px;display:inline-block;{border}'>"
+                f"{token_html(tok)}</span>"
+            )
         tag = "" if meth in SIGNED else " <span class='wb-muted'>(≥ 0 only)</span>"
-        rows.append(f"<div style='margin:4px 0'><div style='font-weight:600;font-size:0.85rem'>"
-                    f"{html.escape(LABELS[meth])}{tag}</div><div style='line-height:1.9'>{''.join(spans)}</div></div>")
+        rows.append(
+            f"<div style='margin:4px 0'><div style='font-weight:600;font-size:0.85rem'>"
+            f"{html.escape(LABELS[meth])}{tag}</div><div style='line-height:1.9'>{''.join(spans)}</div></div>"
+        )
     note = ""
     if unknown:
         words = ", ".join(html.escape(w) for w in res["unknown_words"])
-        note = (f"<div class='wb-muted wb-unknown'>Not in this model's vocabulary (read as the unknown "
-                f"token, outlined): {words}</div>")
+        note = (
+            f"<div class='wb-muted wb-unknown'>Not in this model's vocabulary (read as the unknown "
+            f"token, outlined): {words}</div>"
+        )
     if tpl:
         names = ", ".join(html.escape(visible(res["tokens"][i])) for i in sorted(tpl))
-        note += (f"<div class='wb-muted wb-template-note'>Template tokens (dotted outline: {names}) are the "
-                 f"prompt format the model was trained on, not your text; "
-                 + ("they are included in the colour scale." if template else
-                    "they are left out of the colour scale and drawn grey (hover for their relevance; "
-                    "tick “Template tokens in the colour scale” to include them).") + "</div>")
+        note += (
+            f"<div class='wb-muted wb-template-note'>Template tokens (dotted outline: {names}) are the "
+            f"prompt format the model was trained on, not your text; "
+            + (
+                "they are included in the colour scale."
+                if template
+                else "they are left out of the colour scale and drawn grey (hover for their relevance; "
+                "tick “Template tokens in the colour scale” to include them)."
+            )
+            + "</div>"
+        )
     return f"<div class='wb-relevance-heatmap'>{colorbar_html(vmax, normalise)}{note}{''.join(rows)}</div>"
 
 
@@ -156,17 +180,29 @@ def position_plot(res: dict, normalise: bool = True, template: bool = False):
         else:
             y = raw
             hover = "%{text}<br>relevance %{y:.4g}"
-        fig.add_bar(x=keep, y=y, name=LABELS[meth], marker_color=C.qualitative(n), customdata=raw, text=shown,
-                    textposition="none", hovertemplate=hover + "<extra>" + LABELS[meth] + "</extra>")
+        fig.add_bar(
+            x=keep,
+            y=y,
+            name=LABELS[meth],
+            marker_color=C.qualitative(n),
+            customdata=raw,
+            text=shown,
+            textposition="none",
+            hovertemplate=hover + "<extra>" + LABELS[meth] + "</extra>",
+        )
     left_out = len(res["tokens"]) - len(keep)
     title = "Relevance by position" + (", normalised" if normalise else "")
     if left_out:
         title += f"<br><sup>template tokens left out ({left_out})</sup>"
-    fig.update_layout(barmode="group", height=380, margin=dict(l=50, r=10, t=50 if left_out else 40, b=40),
-                      title=title,  # fits 1000 px
-                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
-                      xaxis=dict(tickmode="array", tickvals=keep, ticktext=shown, tickangle=-45),
-                      yaxis_title="relevance ÷ method's max |R|" if normalise else "relevance")
+    fig.update_layout(
+        barmode="group",
+        height=380,
+        margin=dict(l=50, r=10, t=50 if left_out else 40, b=40),
+        title=title,  # fits 1000 px
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
+        xaxis=dict(tickmode="array", tickvals=keep, ticktext=shown, tickangle=-45),
+        yaxis_title="relevance ÷ method's max |R|" if normalise else "relevance",
+    )
     if normalise:
         fig.update_yaxes(range=[-1.05, 1.05])
     return themed(fig)
@@ -182,14 +218,18 @@ def conservation_md(res: dict) -> str:
         s = res["sum_relevance"][meth]
         lines.append(f"| {LABELS[meth]} | {s:.4f} | {s - f:+.2e} | {abs(s - f) / max(abs(f), 1e-12):.2e} |")
     lines.append("")
-    lines.append("<span class='wb-muted'>With every rule on and zero biases, MambaLRP's relevance sums to "
-                 "the logit (conservation); drop a rule to see it break. Attention methods are not "
-                 "meant to sum to f.</span>")
+    lines.append(
+        "<span class='wb-muted'>With every rule on and zero biases, MambaLRP's relevance sums to "
+        "the logit (conservation); drop a rule to see it break. Attention methods are not "
+        "meant to sum to f.</span>"
+    )
     if res.get("conv_bias"):
         lines.append("")
-        lines.append("<span class='wb-muted'>This model's conv1d layers have biases (as Mamba-130M's "
-                     "do): the biases absorb a share of the logit, so Σ R − f is not zero here even "
-                     "with every rule on; that gap is the biases' share, not a broken rule.</span>")
+        lines.append(
+            "<span class='wb-muted'>This model's conv1d layers have biases (as Mamba-130M's "
+            "do): the biases absorb a share of the logit, so Σ R − f is not zero here even "
+            "with every rule on; that gap is the biases' share, not a broken rule.</span>"
+        )
     return "\n".join(lines)
 
 
@@ -209,7 +249,9 @@ def _write_text(res: dict, d: Path) -> tuple[str, str]:
         fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(res["tokens"])), 0.6 * len(res["methods"]) + 1.6), dpi=110)
         im = ax.imshow(M, cmap=C.SIGNED_CMAP, vmin=-1, vmax=1, aspect="auto")
         ax.set_yticks(range(len(res["methods"])), [LABELS[m] for m in res["methods"]])
-        ax.set_xticks(range(len(res["tokens"])), [visible(t) for t in res["tokens"]], rotation=60, ha="right", fontsize=8)
+        ax.set_xticks(
+            range(len(res["tokens"])), [visible(t) for t in res["tokens"]], rotation=60, ha="right", fontsize=8
+        )
         ax.set_title(f"explaining '{visible(res['target'])}' (logit {res['logit']:.3f})", fontsize=9)
         fig.colorbar(im, ax=ax, label="relevance / max|R|", fraction=0.03)
         fig.tight_layout()
@@ -264,21 +306,37 @@ def longrange_plot(res: dict):
             if not idx:
                 continue
             fig.add_scatter(
-                x=[xs[k] for k in idx], y=[y] * len(idx), mode="markers+text" if slot else "markers",
-                text=[labels[k] for k in idx] if slot else None, textposition=slot or None,
-                marker=dict(color=colour, size=[7 + 11 * max(share[k], 0.0) for k in idx],
-                            line=dict(color="white", width=1.2 if meth == "mambalrp" else 0.5)),
-                customdata=[[tops[k]["relevance"], share[k]] for k in idx], cliponaxis=False,
+                x=[xs[k] for k in idx],
+                y=[y] * len(idx),
+                mode="markers+text" if slot else "markers",
+                text=[labels[k] for k in idx] if slot else None,
+                textposition=slot or None,
+                marker=dict(
+                    color=colour,
+                    size=[7 + 11 * max(share[k], 0.0) for k in idx],
+                    line=dict(color="white", width=1.2 if meth == "mambalrp" else 0.5),
+                ),
+                customdata=[[tops[k]["relevance"], share[k]] for k in idx],
+                cliponaxis=False,
                 hovertext=[visible(tops[k]["token"]) for k in idx],
                 hovertemplate="%{hovertext} · %{x} tokens back<br>relevance %{customdata[0]:.4g} "
-                              "(%{customdata[1]:.2f} of the top)<extra>" + LABELS[meth] + "</extra>",
-                name=LABELS[meth], showlegend=False)
-    fig.update_layout(height=max(260, 90 + 62 * len(order)), margin=dict(l=110, r=30, t=50, b=40),
-                      title=f"Explaining '{visible(res['target'])}': each method's top-10 tokens",
-                      xaxis=dict(title="distance back from the answer position (tokens)",
-                                 range=[-0.06 * far - 1, far * 1.06 + 1]),
-                      yaxis=dict(tickvals=list(range(len(order))), ticktext=[LABELS[m] for m in reversed(order)],
-                                 range=[-0.7, len(order) - 0.3], showgrid=False, zeroline=False))
+                "(%{customdata[1]:.2f} of the top)<extra>" + LABELS[meth] + "</extra>",
+                name=LABELS[meth],
+                showlegend=False,
+            )
+    fig.update_layout(
+        height=max(260, 90 + 62 * len(order)),
+        margin=dict(l=110, r=30, t=50, b=40),
+        title=f"Explaining '{visible(res['target'])}': each method's top-10 tokens",
+        xaxis=dict(title="distance back from the answer position (tokens)", range=[-0.06 * far - 1, far * 1.06 + 1]),
+        yaxis=dict(
+            tickvals=list(range(len(order))),
+            ticktext=[LABELS[m] for m in reversed(order)],
+            range=[-0.7, len(order) - 0.3],
+            showgrid=False,
+            zeroline=False,
+        ),
+    )
     return themed(fig)
 
 
@@ -289,8 +347,9 @@ def image_plot(res: dict):
 
     meths = res["methods"]
     share = res.get("share_in_region") or {}
-    titles = [f"input → {res['pred']}"] + [LABELS[m] + (f"<br>{100 * share[m]:.0f}% of R⁺ in box" if m in share else "")
-                                           for m in meths]
+    titles = [f"input → {res['pred']}"] + [
+        LABELS[m] + (f"<br>{100 * share[m]:.0f}% of R⁺ in box" if m in share else "") for m in meths
+    ]
     fig = make_subplots(1, len(meths) + 1, subplot_titles=titles, horizontal_spacing=0.02)
     img = np.asarray(res["image"], float)
     rgb = np.repeat((np.clip(img, 0, 1) * 255).round()[..., None], 3, -1)
@@ -299,19 +358,38 @@ def image_plot(res: dict):
         raw = np.asarray(res["maps"][meth], float)
         fig.add_image(z=rgb, hoverinfo="skip", row=1, col=j)
         # one shared colour axis: every map on the same scale, one colour bar
-        fig.add_heatmap(z=raw / max(np.abs(raw).max(), 1e-12), customdata=raw, coloraxis="coloraxis",
-                        opacity=0.85,
-                        hovertemplate="x %{x}, y %{y}<br>relevance %{customdata:.4g}<br>÷ max|R| %{z:.3f}"
-                                      "<extra>" + LABELS[meth] + "</extra>", row=1, col=j)
-    fig.update_layout(coloraxis=dict(colorscale=C.SIGNED_PLOTLY, cmin=-1, cmax=1,
-                                     colorbar=dict(title=dict(text="R ÷ max|R|", side="right"), len=0.9,
-                                                   thickness=12)))
+        fig.add_heatmap(
+            z=raw / max(np.abs(raw).max(), 1e-12),
+            customdata=raw,
+            coloraxis="coloraxis",
+            opacity=0.85,
+            hovertemplate="x %{x}, y %{y}<br>relevance %{customdata:.4g}<br>÷ max|R| %{z:.3f}"
+            "<extra>" + LABELS[meth] + "</extra>",
+            row=1,
+            col=j,
+        )
+    fig.update_layout(
+        coloraxis=dict(
+            colorscale=C.SIGNED_PLOTLY,
+            cmin=-1,
+            cmax=1,
+            colorbar=dict(title=dict(text="R ÷ max|R|", side="right"), len=0.9, thickness=12),
+        )
+    )
     mask = res.get("mask")
     if mask is not None and np.asarray(mask).any():
         ys, xs = np.nonzero(np.asarray(mask))
         for j in range(1, len(meths) + 2):
-            fig.add_shape(type="rect", x0=xs.min() - 0.5, x1=xs.max() + 0.5, y0=ys.min() - 0.5, y1=ys.max() + 0.5,
-                          line=dict(color="lime", width=2), row=1, col=j)
+            fig.add_shape(
+                type="rect",
+                x0=xs.min() - 0.5,
+                x1=xs.max() + 0.5,
+                y0=ys.min() - 0.5,
+                y1=ys.max() + 0.5,
+                line=dict(color="lime", width=2),
+                row=1,
+                col=j,
+            )
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
     for j in range(1, len(meths) + 2):

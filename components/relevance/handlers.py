@@ -2,6 +2,7 @@
 tab's events call (layout.py binds the tab's preset source) and tests call without a running app.
 Each takes what the controls hold and answers what the outputs show, in their order; a refused input
 raises gr.Error with the service's words. `progress(fraction, desc=…)` is Gradio's tracker or a no-op."""
+
 from __future__ import annotations
 
 import html
@@ -18,10 +19,25 @@ from backend.lrp.forward import RULES
 from backend.lrp.methods import LABELS
 from backend.lrp.tokens import visible
 from components.common import fail
-from components.relevance.figures import (conservation_md, export_text, heatmap_html, image_figure, image_plot,
-                                          longrange_plot, max_abs, md_code, position_plot)
-from components.relevance.heldout import (curves_plot, daf_table, scatter_plot, sentence_frame, sentence_html,
-                                          sentence_widths)
+from components.relevance.figures import (
+    conservation_md,
+    export_text,
+    heatmap_html,
+    image_figure,
+    image_plot,
+    longrange_plot,
+    max_abs,
+    md_code,
+    position_plot,
+)
+from components.relevance.heldout import (
+    curves_plot,
+    daf_table,
+    scatter_plot,
+    sentence_frame,
+    sentence_html,
+    sentence_widths,
+)
 from components.relevance.models import long_on_pick
 from components.report import redraw
 from components.serving import exports
@@ -33,10 +49,18 @@ def _quiet(*_a, **_k) -> None:
     return None
 
 
-RULE_LABELS = {"norm": "RMSNorm: detach the normaliser", "silu": "SiLU: x·stopgrad(σ(x))",
-               "ssm": "SSM: detach Ā, B̄, C", "gate": "Gate: half rule"}
-HELD_SOURCES = {"zoo": "zoo held-out set", "captions": "COCO captions (shipped)", "file": "my sentence file",
-                "sst2": "SST-2 from the hub"}
+RULE_LABELS = {
+    "norm": "RMSNorm: detach the normaliser",
+    "silu": "SiLU: x·stopgrad(σ(x))",
+    "ssm": "SSM: detach Ā, B̄, C",
+    "gate": "Gate: half rule",
+}
+HELD_SOURCES = {
+    "zoo": "zoo held-out set",
+    "captions": "COCO captions (shipped)",
+    "file": "my sentence file",
+    "sst2": "SST-2 from the hub",
+}
 
 
 def _is_zoo_sentiment_preset(p) -> bool:
@@ -52,18 +76,27 @@ def held_sources_for(preset) -> list[str]:
 
 def describe(text, methods, rules, target, model) -> dict:
     """What a pin keeps: the inputs of an explanation (recomputed from the cache), never tensors."""
-    return {"text": text, "methods": list(methods or []), "rules": list(rules or []), "target": target or "",
-            "model": model}
+    return {
+        "text": text,
+        "methods": list(methods or []),
+        "rules": list(rules or []),
+        "target": target or "",
+        "model": model,
+    }
 
 
 def pinned_html(pin: dict, res: dict, normalise: bool, vmax: float | None, template: bool = False) -> str:
     dropped = [RULE_LABELS[r].split(":")[0] for r in RULES if r not in pin["rules"]]
     rules = "all MambaLRP rules" if not dropped else "without " + ", ".join(dropped)
-    head = (f"<div class='wb-pinned-head'><b>Pinned</b> · {html.escape(str(pin['model']).split('/')[-1])} · "
-            f"{rules} · target {html.escape(visible(res['target']))} (logit {res['logit']:.3f}) · "
-            f"“{html.escape(pin['text'][:80])}”</div>")
-    return f"<div class='wb-pinned' style='border-top:2px dashed #9ca3af;margin-top:6px;padding-top:4px'>{head}" \
-           f"{heatmap_html(res, normalise, vmax=vmax, template=template)}</div>"
+    head = (
+        f"<div class='wb-pinned-head'><b>Pinned</b> · {html.escape(str(pin['model']).split('/')[-1])} · "
+        f"{rules} · target {html.escape(visible(res['target']))} (logit {res['logit']:.3f}) · "
+        f"“{html.escape(pin['text'][:80])}”</div>"
+    )
+    return (
+        f"<div class='wb-pinned' style='border-top:2px dashed #9ca3af;margin-top:6px;padding-top:4px'>{head}"
+        f"{heatmap_html(res, normalise, vmax=vmax, template=template)}</div>"
+    )
 
 
 def _guard(fn, *args, **kwargs):
@@ -75,9 +108,12 @@ def _guard(fn, *args, **kwargs):
 
 def heldout_note(hres: dict) -> str:
     """What data and targets the held-out numbers come from."""
-    src = {"zoo": "the zoo organism's held-out sentences (planted evidence words)",
-           "sst2": "SST-2 validation sentences from the hub", "file": "your sentence file",
-           "captions": "COCO 2014 captions shipped with the app (assets/data/nemo, MIT; no labels)"}
+    src = {
+        "zoo": "the zoo organism's held-out sentences (planted evidence words)",
+        "sst2": "SST-2 validation sentences from the hub",
+        "file": "your sentence file",
+        "captions": "COCO 2014 captions shipped with the app (assets/data/nemo, MIT; no labels)",
+    }
     parts = [f"**Data:** {src.get(hres.get('source', 'zoo'), hres.get('source'))} · {hres['n']} sentences"]
     if hres.get("source") == "zoo":
         parts.append("**Target:** the label the organism prefers for each sentence")
@@ -96,9 +132,11 @@ def heldout_note(hres: dict) -> str:
     for note in hres.get("notes", []):
         parts.append(f"<span class='wb-muted'>{html.escape(note)}</span>")
     if hres.get("source") != "zoo":
-        parts.append("<span class='wb-muted'>No planted evidence here, so no precision@k. The paper's "
-                     "ΔA^F figures are for Mamba-130M fine-tuned on SST-2; a base checkpoint explains "
-                     "its own next-token predictions.</span>")
+        parts.append(
+            "<span class='wb-muted'>No planted evidence here, so no precision@k. The paper's "
+            "ΔA^F figures are for Mamba-130M fine-tuned on SST-2; a base checkpoint explains "
+            "its own next-token predictions.</span>"
+        )
     return "  \n".join(parts)
 
 
@@ -109,8 +147,10 @@ def read_heldout(data: str, upload) -> list[dict]:
     if data == "captions":
         return S.load_captions()
     if not upload:
-        raise S.DataError("Upload a sentence file (one per line, or CSV/TSV/JSONL with a 'sentence' or "
-                          "'text' column and an optional 'label').")
+        raise S.DataError(
+            "Upload a sentence file (one per line, or CSV/TSV/JSONL with a 'sentence' or "
+            "'text' column and an optional 'label')."
+        )
     path = upload if isinstance(upload, str) else getattr(upload, "name", None) or upload.get("path")
     return S.read_sentences(path)
 
@@ -135,8 +175,10 @@ def with_pin(source: str, pin, res, normalise, template=False):
     m = _guard(svc.load_text, source, pin["model"])
     pres = _guard(svc.explain_text, m, pin["text"], pin["methods"], pin["rules"], pin["target"] or None)
     vmax = max(max_abs(res, template), max_abs(pres, template))
-    return (heatmap_html(res, normalise, vmax=vmax, template=template),
-            pinned_html(pin, pres, normalise, vmax, template))
+    return (
+        heatmap_html(res, normalise, vmax=vmax, template=template),
+        pinned_html(pin, pres, normalise, vmax, template),
+    )
 
 
 def pin(source: str, last_inputs, res, normalise, template=False):
@@ -157,8 +199,19 @@ def redraw_bars(res, normalise, template):
 
 
 # ----------------------------------------------------------------------------- held-out evaluation
-def heldout(source: str, default_data: str, methods, n, data=None, upload=None, target="predicted", words="",
-            suffix="", model_id=None, progress: Progress = _quiet):
+def heldout(
+    source: str,
+    default_data: str,
+    methods,
+    n,
+    data=None,
+    upload=None,
+    target="predicted",
+    words="",
+    suffix="",
+    model_id=None,
+    progress: Progress = _quiet,
+):
     """(ΔA^F table, MoRF/LeRF curves, conservation scatter, note, result) of the held-out evaluation."""
     n = bounds.check(bounds.REL_SENTENCES, n)
     m = _guard(svc.load_text, source, model_id)
@@ -169,8 +222,18 @@ def heldout(source: str, default_data: str, methods, n, data=None, upload=None, 
     else:
         progress(0.02, desc="reading sentences")
         items = _guard(read_heldout, data, upload)
-        res = _guard(held.heldout_sentences, m, items, methods, target=target or "predicted", label_words=words,
-                     suffix=suffix, n=n, source=data, progress=report)
+        res = _guard(
+            held.heldout_sentences,
+            m,
+            items,
+            methods,
+            target=target or "predicted",
+            label_words=words,
+            suffix=suffix,
+            n=n,
+            source=data,
+            progress=report,
+        )
     return daf_table(res), curves_plot(res), scatter_plot(res), heldout_note(res), res
 
 
@@ -199,8 +262,10 @@ def held_choices(source: str, model_id):
         options = held_sources_for(svc.pick_text(source, model_id or None).preset)
     except svc.InputError:
         return gr.skip(), gr.skip()
-    return (gr.update(choices=[(HELD_SOURCES[k], k) for k in options], value=options[0]),
-            gr.update(visible=options[0] not in ("zoo", "captions")))
+    return (
+        gr.update(choices=[(HELD_SOURCES[k], k) for k in options], value=options[0]),
+        gr.update(visible=options[0] not in ("zoo", "captions")),
+    )
 
 
 # ----------------------------------------------------------------------------- long range
@@ -212,8 +277,11 @@ def longrange(source: str, hub: bool, text, methods, model_id=None, progress: Pr
     m = _guard(svc.load_text, source, model_id) if hub or long_on_pick(source, model_id) else svc.load_longrange()
     res = _guard(svc.longrange, m, text, methods)
     mark = {meth: {d["position"] for d in tops} for meth, tops in res["top_tokens"].items()}
-    return heatmap_html(res, True, mark), longrange_plot(res), {"model": m.model_id, "target": res["target"],
-                                                                 "top_tokens": res["top_tokens"]}
+    return (
+        heatmap_html(res, True, mark),
+        longrange_plot(res),
+        {"model": m.model_id, "target": res["target"], "top_tokens": res["top_tokens"]},
+    )
 
 
 # ----------------------------------------------------------------------------- image
@@ -230,8 +298,10 @@ def explain_image(image, methods, rules, progress: Progress = _quiet):
     logits = ", ".join(f"{k} {v:.2f}" for k, v in res["logits"].items())
     md = [f"**Prediction:** {res['pred']} (logits: {logits})"]
     if res["share_in_region"]:
-        md.append("Share of positive relevance inside the object's box: " + ", ".join(
-            f"{LABELS[k]} {100 * v:.0f}%" for k, v in res["share_in_region"].items())
-                  + f" (the box covers {100 * np.mean(res['mask']):.0f}% of the image)")
+        md.append(
+            "Share of positive relevance inside the object's box: "
+            + ", ".join(f"{LABELS[k]} {100 * v:.0f}%" for k, v in res["share_in_region"].items())
+            + f" (the box covers {100 * np.mean(res['mask']):.0f}% of the image)"
+        )
     md.append("Σ relevance: " + ", ".join(f"{LABELS[k]} {v:.3f}" for k, v in res["sum_relevance"].items()))
     return image_plot(res), "\n\n".join(md), path

@@ -1,4 +1,5 @@
 """Relevance as an MCP tool: the same service as the tab's handler (registered in components.relevance)."""
+
 # No `from __future__ import annotations`: gr.api reads the real type objects from the signatures
 # (components.agents.tools) to build each tool's schema; each docstring's Args and Returns entry is one
 # long line: Gradio's parser keeps only an entry's first line.
@@ -10,8 +11,13 @@ RelMethod = Literal["mambalrp", "lrp_ln", "gi", "smoothgrad", "ig", "attnroll", 
 RelRule = Literal["norm", "silu", "ssm", "gate"]
 
 
-def token_relevance(text: str, methods: list[RelMethod] | None = None, rules: list[RelRule] | None = None,
-                    target: str = "", model: str = "") -> str:
+def token_relevance(
+    text: str,
+    methods: list[RelMethod] | None = None,
+    rules: list[RelRule] | None = None,
+    target: str = "",
+    model: str = "",
+) -> str:
     """Explain a Mamba language model's prediction as relevance per input token (MambaLRP and baselines).
 
     Runs the text through the Relevance tab's Mamba LM and attributes the target's logit at the last

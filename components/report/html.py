@@ -11,6 +11,7 @@ system setting, and a button switches them.
 
 The page is templates/report.html.j2 (Jinja2, autoescaped), with its style and script beside it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -54,9 +55,20 @@ def _numbered(parts: list[dict], count: itertools.count) -> list[dict]:
 
 def _result(r: dict, count: itertools.count) -> dict:
     meta = [(k, r.get(k, "")) for k in ("model", "revision", "method")]
-    return {"section": "", "heading": "", "computed_at": "", "pinned_at": "", "note": "", "settings": [],
-            "link": "", "link_note": "", **r, "seconds": r.get("seconds"),
-            "meta": [m for m in meta if m[1]], "parts": _numbered(r.get("parts", []), count)}
+    return {
+        "section": "",
+        "heading": "",
+        "computed_at": "",
+        "pinned_at": "",
+        "note": "",
+        "settings": [],
+        "link": "",
+        "link_note": "",
+        **r,
+        "seconds": r.get("seconds"),
+        "meta": [m for m in meta if m[1]],
+        "parts": _numbered(r.get("parts", []), count),
+    }
 
 
 def build_html(report: dict, plotly_b64: str | None = None) -> str:
@@ -64,18 +76,32 @@ def build_html(report: dict, plotly_b64: str | None = None) -> str:
     tour (steps). Every string in it is text except the *_html fields and html parts, which the
     caller has cleaned (components.report.record.clean_html)."""
     count = itertools.count()
-    tabs = [{**t, "current": [_result(r, count) for r in t.get("current", [])],
-             "pins": [_result(r, count) for r in t.get("pins", [])]} for t in report.get("tabs", [])]
-    tour = [{"header_html": "", "caption_html": "", **s, "parts": _numbered(s.get("parts", []), count)}
-            for s in report.get("tour", [])]
+    tabs = [
+        {
+            **t,
+            "current": [_result(r, count) for r in t.get("current", [])],
+            "pins": [_result(r, count) for r in t.get("pins", [])],
+        }
+        for t in report.get("tabs", [])
+    ]
+    tour = [
+        {"header_html": "", "caption_html": "", **s, "parts": _numbered(s.get("parts", []), count)}
+        for s in report.get("tour", [])
+    ]
     n_figures = next(count)
     env = _environment()
     return env.get_template("report.html.j2").render(
-        title=report.get("title", "Workbench session report"), origin=report.get("origin", ""),
-        generated_at=report.get("generated_at", ""), tabs=tabs, tour=tour, n_figures=n_figures,
+        title=report.get("title", "Workbench session report"),
+        origin=report.get("origin", ""),
+        generated_at=report.get("generated_at", ""),
+        tabs=tabs,
+        tour=tour,
+        n_figures=n_figures,
         n_results=sum(len(t["current"]) + len(t["pins"]) for t in tabs),
         plotly_b64=(plotly_b64 or plotly_bundle()) if n_figures else "",
-        css=_read("report.css"), js=_read("report.js"))
+        css=_read("report.css"),
+        js=_read("report.js"),
+    )
 
 
 @functools.lru_cache(maxsize=None)

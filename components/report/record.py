@@ -10,6 +10,7 @@ Session scope as for uploads: records are keyed by the Gradio session hash, drop
 session ends (components.serving.visitor's unload, backend.core.sessions.end) or has been idle longer than
 WORKBENCH_SESSION_TTL, and bounded in bytes per session (older pins go first).
 """
+
 from __future__ import annotations
 
 import base64
@@ -46,8 +47,11 @@ class SessionRecord:
     touched: float = field(default_factory=time.time)
 
     def nbytes(self) -> int:
-        items = [r for t in self.current.values() for r in t.values()] + \
-                [r for ps in self.pins.values() for r in ps] + self.tour
+        items = (
+            [r for t in self.current.values() for r in t.values()]
+            + [r for ps in self.pins.values() for r in ps]
+            + self.tour
+        )
         return sum(r.get("_bytes", 0) for r in items)
 
 
@@ -161,13 +165,14 @@ _WIN_PATH = re.compile(r"\b[A-Za-z]:\\(?:[^\\\s'\"<>]+\\)+[^\\\s'\"<>]*")
 
 def scrub_paths(text: str) -> str:
     """Absolute server paths → their last part ("…/name"); data URIs are left alone."""
+
     def cut(m: re.Match) -> str:
         last = m.group(0).rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
         return f"…/{last}"
 
     out, pos = [], 0
     for m in _DATA_URI.finditer(text):
-        out.append(_WIN_PATH.sub(cut, _ABS_PATH.sub(cut, text[pos:m.start()])))
+        out.append(_WIN_PATH.sub(cut, _ABS_PATH.sub(cut, text[pos : m.start()])))
         out.append(m.group(0))
         pos = m.end()
     out.append(_WIN_PATH.sub(cut, _ABS_PATH.sub(cut, text[pos:])))
@@ -237,8 +242,11 @@ def png_b64(img: Any) -> str | None:
         else:
             a = np.asarray(img)
             if a.dtype != np.uint8:
-                a = (np.clip(a.astype(np.float32), 0, 1) * 255).round().astype(np.uint8) if a.max(initial=0) <= 1.0 \
+                a = (
+                    (np.clip(a.astype(np.float32), 0, 1) * 255).round().astype(np.uint8)
+                    if a.max(initial=0) <= 1.0
                     else np.clip(a, 0, 255).astype(np.uint8)
+                )
             im = Image.fromarray(a)
         im = im.convert("RGBA" if im.mode in ("RGBA", "LA", "P") else "RGB")
         if max(im.size) > MAX_IMAGE_SIDE:
@@ -263,8 +271,12 @@ def figure_part(value: Any, title: str) -> dict | None:
     fig = value if isinstance(value, go.Figure) else go.Figure(value) if isinstance(value, dict) else None
     if fig is None:
         return None
-    return {"kind": "figure", "title": title, "json": scrub_paths(pio.to_json(fig, validate=False)),
-            "tables": figure_tables(fig)}
+    return {
+        "kind": "figure",
+        "title": title,
+        "json": scrub_paths(pio.to_json(fig, validate=False)),
+        "tables": figure_tables(fig),
+    }
 
 
 def figure_tables(fig) -> list[dict]:
@@ -302,8 +314,12 @@ def table_part(value: Any, comp, title: str) -> dict | None:
     if not rows:
         return None
     cols = list(cols or getattr(comp, "headers", None) or [f"column {i + 1}" for i in range(len(rows[0]))])
-    part = {"kind": "table", "title": title, "columns": [fmt(c) for c in cols],
-            "rows": [[fmt(v) for v in r] for r in rows[:MAX_ROWS]]}
+    part = {
+        "kind": "table",
+        "title": title,
+        "columns": [fmt(c) for c in cols],
+        "rows": [[fmt(v) for v in r] for r in rows[:MAX_ROWS]],
+    }
     if len(rows) > MAX_ROWS:
         part["more"] = f"the first {MAX_ROWS} of {len(rows)} rows"
     return part
@@ -329,8 +345,12 @@ def json_part(value: Any, title: str) -> dict | None:
                 walk(x, f"{key}[{i}]")
         elif isinstance(v, (list, tuple, np.ndarray)):
             v = list(v)
-            rows.append([key, fmt(v) if len(v) <= 24 and all(not isinstance(x, (list, dict)) for x in v)
-                         else f"{len(v)} values"])
+            rows.append(
+                [
+                    key,
+                    fmt(v) if len(v) <= 24 and all(not isinstance(x, (list, dict)) for x in v) else f"{len(v)} values",
+                ]
+            )
         else:
             rows.append([key, fmt(v)])
 
@@ -344,8 +364,11 @@ def images_part(value: Any, title: str) -> dict | None:
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):  # one (image, caption)
         seq = [value]
     for it in seq:
-        img, cap = (it[0], it[1]) if isinstance(it, (list, tuple)) and len(it) == 2 and (
-            it[1] is None or isinstance(it[1], str)) else (it, None)
+        img, cap = (
+            (it[0], it[1])
+            if isinstance(it, (list, tuple)) and len(it) == 2 and (it[1] is None or isinstance(it[1], str))
+            else (it, None)
+        )
         png = png_b64(img)
         if png:
             items.append({"png": png, "caption": fmt(cap) if cap else ""})
@@ -393,7 +416,10 @@ def setting_of(comp, value: Any) -> tuple[str, str] | None:
         if value is None:
             return label, "none"
         a = value if isinstance(value, np.ndarray) else None
-        return label, f"an image ({a.shape[1]}×{a.shape[0]} px; shown below)" if a is not None else "an image (shown below)"
+        return (
+            label,
+            f"an image ({a.shape[1]}×{a.shape[0]} px; shown below)" if a is not None else "an image (shown below)",
+        )
     choices = getattr(comp, "choices", None)
     if choices and isinstance(comp, (gr.Dropdown, gr.Radio, gr.CheckboxGroup)):
         names = {}

@@ -15,6 +15,7 @@ into its pins. Handlers with linked inputs (components.links.deep_links) keep th
 restores the inputs that led to it (an example picked before an image was explained, too). The
 guided tour's steps are kept as they are shown.
 """
+
 from __future__ import annotations
 
 import functools
@@ -109,8 +110,11 @@ def install(demo: gr.Blocks, links, source: str) -> int:
         if bf.fn is None or any(ev == "failure" for _, ev in (bf.targets or [])):
             continue
         name = getattr(_inner(bf.fn), "__name__", "")
-        tabs = [comp_tab[i] for i in [id(c) for c in (bf.outputs or [])] + [id(demo.blocks.get(t[0])) for t in
-                                                                          (bf.targets or [])] if i in comp_tab]
+        tabs = [
+            comp_tab[i]
+            for i in [id(c) for c in (bf.outputs or [])] + [id(demo.blocks.get(t[0])) for t in (bf.targets or [])]
+            if i in comp_tab
+        ]
         tab = tabs[0] if tabs else None
         mod = mods.get(tab)
         results = dict(mod.report_results) if mod else {}
@@ -152,6 +156,7 @@ def _filled(value) -> bool:
 def _wrap(fn, after):
     """`fn` unchanged for Gradio (signature, streaming), then `after(args, kwargs, output, seconds)`
     in the server process; a failure of `after` is logged, never the visitor's."""
+
     def note(args, kwargs, out, t0):
         try:
             after(args, kwargs, out, time.perf_counter() - t0)
@@ -161,6 +166,7 @@ def _wrap(fn, after):
     if inspect.isasyncgenfunction(fn) or inspect.iscoroutinefunction(fn):
         return fn  # none of the result handlers is async; left as they are
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def gen(*args, **kwargs):
             t0, last = time.perf_counter(), None
@@ -169,6 +175,7 @@ def _wrap(fn, after):
                 yield item
             if last is not None:
                 note(args, kwargs, last, t0)
+
         gen._wb_report = after
         return gen
 
@@ -178,6 +185,7 @@ def _wrap(fn, after):
         out = fn(*args, **kwargs)
         note(args, kwargs, out, t0)
         return out
+
     plain._wb_report = after
     return plain
 
@@ -187,7 +195,7 @@ _SPECIAL = (gr.Request, gr.Progress, gr.EventData)
 
 def _values(bf, args) -> list:
     """The handler's input values in the order of its input components (Gradio's own arguments out)."""
-    return [a for a in args if not isinstance(a, _SPECIAL)][:len(bf.inputs or [])]
+    return [a for a in args if not isinstance(a, _SPECIAL)][: len(bf.inputs or [])]
 
 
 def _outputs(bf, out) -> list:
@@ -229,7 +237,8 @@ def _on_result(bf, tab, section, heading, mod, on_load, args, kwargs, out, secon
     query = getattr(request, "query_params", None) or {}
     parts = [p for c, v in zip(bf.outputs or [], _outputs(bf, out)) if (p := R.part_of(c, v))]
     if not any(p["kind"] in ("figure", "table", "images") for p in parts) and not any(
-            getattr(c, "elem_id", None) == section for c, v in zip(bf.outputs or [], _outputs(bf, out)) if _filled(v)):
+        getattr(c, "elem_id", None) == section for c, v in zip(bf.outputs or [], _outputs(bf, out)) if _filled(v)
+    ):
         return  # an event that blanks the outputs: the last result stays the current one
     settings, images = [], []
     for comp, v in zip(bf.inputs or [], values):
@@ -243,13 +252,28 @@ def _on_result(bf, tab, section, heading, mod, on_load, args, kwargs, out, secon
         if inp:
             parts.insert(0, inp)
     model, revision = model_of(tab, bf, values)
-    R.put_result(sid, tab, section, {
-        "tab": tab, "section": section, "heading": heading, "computed_at": now(), "seconds": round(seconds, 3),
-        "model": model, "revision": revision, "method": method_of(mod, settings),
-        "settings": settings, "note": note_of(mod), "parts": parts,
-        "link": link_for(sid, tab, request), "link_note": "; an image you uploaded is not part of a link" if images else "",
-        "on_load": on_load, "opened_here": on_load and query.get("tab") == tab,
-    })
+    R.put_result(
+        sid,
+        tab,
+        section,
+        {
+            "tab": tab,
+            "section": section,
+            "heading": heading,
+            "computed_at": now(),
+            "seconds": round(seconds, 3),
+            "model": model,
+            "revision": revision,
+            "method": method_of(mod, settings),
+            "settings": settings,
+            "note": note_of(mod),
+            "parts": parts,
+            "link": link_for(sid, tab, request),
+            "link_note": "; an image you uploaded is not part of a link" if images else "",
+            "on_load": on_load,
+            "opened_here": on_load and query.get("tab") == tab,
+        },
+    )
 
 
 def _on_pin(tab, section, args, kwargs, out, seconds):
@@ -265,13 +289,23 @@ def _on_tour(bf, args, kwargs, out, seconds):
         return
     outs = dict(zip([getattr(c, "elem_id", None) for c in bf.outputs or []], _outputs(bf, out)))
     header = R.unwrap(outs.get("tour-header")) or ""
-    parts = [p for c, v in zip(bf.outputs or [], _outputs(bf, out))
-             if getattr(c, "elem_id", None) in ("tour-figure", "tour-numbers") and (p := R.part_of(c, v))]
+    parts = [
+        p
+        for c, v in zip(bf.outputs or [], _outputs(bf, out))
+        if getattr(c, "elem_id", None) in ("tour-figure", "tour-numbers") and (p := R.part_of(c, v))
+    ]
     if not header or not parts:
         return
-    R.put_tour_step(sid, {"key": R.plain(header), "header_html": R.clean_html(header),
-                          "caption_html": R.clean_html(R.unwrap(outs.get("tour-caption")) or ""),
-                          "parts": parts, "computed_at": now()})
+    R.put_tour_step(
+        sid,
+        {
+            "key": R.plain(header),
+            "header_html": R.clean_html(header),
+            "caption_html": R.clean_html(R.unwrap(outs.get("tour-caption")) or ""),
+            "parts": parts,
+            "computed_at": now(),
+        },
+    )
 
 
 # ------------------------------------------------------------------------------ what a result says
@@ -286,8 +320,11 @@ def model_of(tab: str, bf, values) -> tuple[str, str]:
     listed = P.presets(tab)
     preset = next((p for p in listed if pick in (p.path_or_id, p.model_id, p.label)), None) if pick else None
     if pick and preset is None:
-        shown = pick if re.fullmatch(r"[\w.-]+/[\w.-]+", pick) and not P.looks_local(pick) \
+        shown = (
+            pick
+            if re.fullmatch(r"[\w.-]+/[\w.-]+", pick) and not P.looks_local(pick)
             else f"your own model (folder {Path(pick).name})"
+        )
         return shown, "main (hub) or as saved (folder)"
     if preset is None:
         images = any(isinstance(c, gr.Image) for c in bf.inputs or [])
@@ -338,7 +375,7 @@ def note_of(mod) -> str:
 
 def link_for(sid: str, tab: str, request) -> str:
     rec = R.record(sid, create=False)
-    vals = (rec.link_values.get(tab, {}) if rec else {})
+    vals = rec.link_values.get(tab, {}) if rec else {}
     defaults = _STATE["defaults"].get(tab, {})
     pairs = [(k, v) for k, v in vals.items() if k in defaults and _plain(v) != defaults[k]]
     return base_url(request) + build_query(tab, pairs)
@@ -377,8 +414,24 @@ def _on_tool(bf, tab, args, kwargs, out, seconds):
     params = list(inspect.signature(_inner(bf.fn)).parameters)
     settings = [(k, R.fmt(v)) for k, v in zip(params, _values(bf, args))]
     model, revision = model_of(tab, bf, [])
-    R.put_result(sid, tab, f"tool:{bf.api_name}", {
-        "tab": tab, "section": f"tool:{bf.api_name}", "heading": f"{bf.api_name} (MCP tool)", "computed_at": now(),
-        "seconds": round(seconds, 3), "model": model, "revision": revision, "method": method_of(mod, []),
-        "settings": settings, "note": note_of(mod) if mod else "", "parts": parts, "link": "", "link_note": ""})
+    R.put_result(
+        sid,
+        tab,
+        f"tool:{bf.api_name}",
+        {
+            "tab": tab,
+            "section": f"tool:{bf.api_name}",
+            "heading": f"{bf.api_name} (MCP tool)",
+            "computed_at": now(),
+            "seconds": round(seconds, 3),
+            "model": model,
+            "revision": revision,
+            "method": method_of(mod, []),
+            "settings": settings,
+            "note": note_of(mod) if mod else "",
+            "parts": parts,
+            "link": "",
+            "link_note": "",
+        },
+    )
     R.mark_used(sid, tab)

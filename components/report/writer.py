@@ -2,6 +2,7 @@
 visitor's space, the header's Report button and the MCP tool session_report. Apart from the wiring
 that keeps the results (components.report.session), which runs on every event; this runs on a click.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,11 +42,23 @@ def report_html(sid: str | None, progress=None) -> tuple[str, dict]:
             tabs.append({"tab": t, "title": titles.get(t, t), "current": current.get(t, []), "pins": pins.get(t, [])})
     if progress is not None:
         progress((len(tabs), len(tabs) + 1), desc="Report: writing the page")
-    page = build_html({"title": "Interpretability workbench — session report", "generated_at": now(),
-                       "origin": f"{'zoo models' if _STATE['source'] == 'zoo' else 'hub checkpoints'}",
-                       "tabs": tabs, "tour": tour}, plotly_bundle())
-    summary = {"tabs": [t["tab"] for t in tabs], "results": sum(len(t["current"]) for t in tabs),
-               "pinned": sum(len(t["pins"]) for t in tabs), "tour_steps": len(tour), "bytes": len(page.encode())}
+    page = build_html(
+        {
+            "title": "Interpretability workbench — session report",
+            "generated_at": now(),
+            "origin": f"{'zoo models' if _STATE['source'] == 'zoo' else 'hub checkpoints'}",
+            "tabs": tabs,
+            "tour": tour,
+        },
+        plotly_bundle(),
+    )
+    summary = {
+        "tabs": [t["tab"] for t in tabs],
+        "results": sum(len(t["current"]) for t in tabs),
+        "pinned": sum(len(t["pins"]) for t in tabs),
+        "tour_steps": len(tour),
+        "bytes": len(page.encode()),
+    }
     return page, summary
 
 
@@ -84,15 +97,29 @@ def header_button() -> None:
 
     def make(request: gr.Request, progress=gr.Progress()):
         path, s = write_report(request, progress)
-        said = (f"{len(s['tabs'])} tab(s), {s['pinned']} pinned · {s['bytes'] / 1e6:.2f} MB · {s['seconds']:.1f} s"
-                if s["tabs"] else "nothing computed yet")
+        said = (
+            f"{len(s['tabs'])} tab(s), {s['pinned']} pinned · {s['bytes'] / 1e6:.2f} MB · {s['seconds']:.1f} s"
+            if s["tabs"]
+            else "nothing computed yet"
+        )
         return gr.update(value=str(path), visible=True, label=f"⤓ {said}"), gr.update(interactive=True)
 
-    made = btn.click(lambda: (gr.update(visible=True, value=None, label="writing the report…"),
-                              gr.update(interactive=False)),
-                     None, [dl, btn], queue=False, api_visibility="private", show_progress="hidden").then(
-        make, None, [dl, btn], api_visibility="private", concurrency_limit=4, concurrency_id="wb-report",
-        show_progress_on=[dl])
+    made = btn.click(
+        lambda: (gr.update(visible=True, value=None, label="writing the report…"), gr.update(interactive=False)),
+        None,
+        [dl, btn],
+        queue=False,
+        api_visibility="private",
+        show_progress="hidden",
+    ).then(
+        make,
+        None,
+        [dl, btn],
+        api_visibility="private",
+        concurrency_limit=4,
+        concurrency_id="wb-report",
+        show_progress_on=[dl],
+    )
     # Whatever fails (the page, its file, Gradio handing the file over), the button comes back and
     # says so: "writing the report…" must never be the last word.
     made.failure(report_failed, None, [dl, btn], queue=False, api_visibility="private", show_progress="hidden")
@@ -113,8 +140,10 @@ def session_report() -> tuple[str, gr.FileData]:
     request = _request()
     path, s = write_report(request)
     if scope_of(request) is None:
-        s["note"] = ("this MCP connection carries no session id (the server is stateless) and no "
-                     "credentials, so no answers could be kept as yours: send an Authorization header")
+        s["note"] = (
+            "this MCP connection carries no session id (the server is stateless) and no "
+            "credentials, so no answers could be kept as yours: send an Authorization header"
+        )
     return json.dumps(s), gr.FileData(path=str(path), mime_type="text/html", orig_name=path.name)
 
 

@@ -21,6 +21,7 @@ after WORKBENCH_SESSION_TTL) the `on_end` listener removes every copy named for 
 Python calling a handler, shared builds, a ZeroGPU worker where Gradio's request is not at hand)
 writes in a temp folder removed before it returns, and its copy is Gradio's alone.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -124,8 +125,9 @@ def hand_out(write: Callable[[Path], Any], request=None, name: str = SPACE) -> A
             # folder went with it, and nobody is left to take the files. Said, not an internal error.
             import gradio as gr
 
-            raise gr.Error("This session ended before its files were written; nothing was kept.",
-                           print_exception=False) from None
+            raise gr.Error(
+                "This session ended before its files were written; nothing was kept.", print_exception=False
+            ) from None
 
 
 def drop_others(request, pattern: str, keep: str | os.PathLike) -> None:

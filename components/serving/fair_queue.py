@@ -18,6 +18,7 @@ person topping the queue up never fills it for everyone else ("Queue is full").
 Gradio 6.31 has no hook for either, so `Queue.get_events` and `Queue.push` are replaced
 (`install`); the other groups keep Gradio's order.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -93,8 +94,7 @@ def get_events(self):
         first_event = event_queue.queue[0]
         events = [first_event]
         if first_event.fn.batch:
-            events += [e for e in event_queue.queue[1:] if e.fn == first_event.fn][
-                : first_event.fn.max_batch_size - 1]
+            events += [e for e in event_queue.queue[1:] if e.fn == first_event.fn][: first_event.fn.max_batch_size - 1]
         for event in events:
             event_queue.queue.remove(event)
         return events, first_event.fn.batch, concurrency_id
@@ -107,13 +107,16 @@ def waiting_of(queue, who: str) -> int:
 
 
 def too_many_waiting(n: int) -> str:
-    return (f"You already have {n} calls waiting in the queue, the most one visitor may have "
-            f"({WAITING_ENV}); this one was not queued. Wait for them to finish, then try again.")
+    return (
+        f"You already have {n} calls waiting in the queue, the most one visitor may have "
+        f"({WAITING_ENV}); this one was not queued. Wait for them to finish, then try again."
+    )
 
 
 def _limited_push(push):
     """Gradio's `Queue.push`, refusing a person's call past their waiting places. The count and the
     join are one step (a lock per queue): two calls joined at once cannot both take the last place."""
+
     async def limited(self, body, request, username):
         lock = self.__dict__.setdefault("_wb_join_lock", asyncio.Lock())
         async with lock:
@@ -122,6 +125,7 @@ def _limited_push(push):
             if n >= waiting_cap():
                 return False, too_many_waiting(n), "error"
             return await push(self, body, request, username)
+
     limited._wb_fair = True
     return limited
 

@@ -28,6 +28,7 @@ The store holds JSON and .npy files (`_encode`): text, numbers, plotly figures, 
 pictures as the tab returned them, read back without pickle (the app never unpickles). A view
 holding anything else (a component update object) is kept in memory only.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -141,6 +142,7 @@ def _keep_files(steps: list, folder: Path) -> list:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(x, target)
         return str(target)
+
     return _map(steps, keep)
 
 
@@ -154,8 +156,9 @@ def _save(view: _View) -> None:
         # the kept files' paths name the staging folder until it becomes the view's
         steps = _rename(steps, str(staging), str(folder))
         arrays = staging / "arrays"
-        (staging / "view.json").write_text(json.dumps({"defaults": _encode(view.defaults, arrays),
-                                                       "steps": _encode(steps, arrays)}))
+        (staging / "view.json").write_text(
+            json.dumps({"defaults": _encode(view.defaults, arrays), "steps": _encode(steps, arrays)})
+        )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -165,7 +168,7 @@ def _save(view: _View) -> None:
 
 
 def _rename(steps, old: str, new: str):
-    return _map(steps, lambda x: new + x[len(old):] if isinstance(x, str) and x.startswith(old + os.sep) else x)
+    return _map(steps, lambda x: new + x[len(old) :] if isinstance(x, str) and x.startswith(old + os.sep) else x)
 
 
 class Unkeepable(TypeError):
@@ -196,8 +199,11 @@ def _encode(x, arrays: Path):
         return {"__t": "npy", "f": f"{name}.npy"}
     kind = type(x).__module__.split(".")[0]
     if kind == "gradio" and _component_args(x) is not None:  # an update: gr.Number(maximum=…)
-        return {"__t": "component", "cls": f"{type(x).__module__}:{type(x).__qualname__}",
-                "v": _encode(_component_args(x), arrays)}
+        return {
+            "__t": "component",
+            "cls": f"{type(x).__module__}:{type(x).__qualname__}",
+            "v": _encode(_component_args(x), arrays),
+        }
     if kind == "plotly":
         return {"__t": "plotly", "v": x.to_json()}
     if kind == "pandas" and hasattr(x, "to_json"):
@@ -296,11 +302,12 @@ def live(tab: str, args: tuple) -> Iterator[Callable[[list], None]]:
     defaults and nobody computes that view yet, the visitor's result becomes the kept view: call the
     yielded `keep(steps)` with the outputs, step by step; a failed computation leaves it unclaimed."""
     view = _VIEWS.get(tab)
-    mine = (view is not None and enabled() and [_norm(a) for a in args] == view.defaults and _claim(view))
+    mine = view is not None and enabled() and [_norm(a) for a in args] == view.defaults and _claim(view)
     kept = []
 
     def keep(steps: list) -> None:
         kept.append(list(steps))
+
     with _BUSY:
         _VISITORS[0] += 1
     try:
@@ -373,8 +380,13 @@ def warm(tabs: list[str] | None = None) -> threading.Thread | None:
 def ready(tab: str, args: tuple) -> bool:
     """Whether `tab`'s first view for these inputs is kept and computed (served without waiting)."""
     view = _VIEWS.get(tab)
-    return (view is not None and enabled() and view.done.is_set() and view.steps is not None
-            and [_norm(a) for a in args] == view.defaults)
+    return (
+        view is not None
+        and enabled()
+        and view.done.is_set()
+        and view.steps is not None
+        and [_norm(a) for a in args] == view.defaults
+    )
 
 
 def served(tab: str, args: tuple) -> list | None:
@@ -397,6 +409,7 @@ def served(tab: str, args: tuple) -> list | None:
         if type(x).__module__.startswith("gradio.") and (args := _component_args(x)) is not None:
             return type(x)(**args)  # each visitor's answer its own update object
         return x
+
     try:
         return _map(list(view.steps), hand)
     except OSError:  # a kept file went missing: compute live

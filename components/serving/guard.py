@@ -6,6 +6,7 @@ message. Anything else is a defect: it is
 logged with its traceback, counted in INTERNAL_ERRORS (the fuzz and load tests assert it stays 0)
 and shown as a short, non-revealing message — the server keeps serving either way.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -59,8 +60,10 @@ def _translate(exc: BaseException, where: str) -> BaseException:
     log.exception("internal error in %s", where)
     with _LOCK:
         INTERNAL_ERRORS.append(f"{where}: {type(exc).__name__}: {exc}")
-    return gr.Error(f"Internal error ({type(exc).__name__}) while running {where}; the input was "
-                    "not changed and the server keeps running.")
+    return gr.Error(
+        f"Internal error ({type(exc).__name__}) while running {where}; the input was "
+        "not changed and the server keeps running."
+    )
 
 
 # Notes raised inside a marked handler travel back with its result (`_Noted`) and are shown by the
@@ -83,6 +86,7 @@ class _Noted:
     """A marked handler's result (or stream item) with the notes raised while computing it and the
     models its process had to load (a worker's: the main process mirrors them), with the presets of
     the user's own models among them."""
+
     value: Any
     notes: list[str]
     loads: list[str]
@@ -103,6 +107,7 @@ def _with_deadline(k: dict) -> dict:
 def _carrying(fn):
     """Inside the ZeroGPU mark: collect the notes and the worker's loads with each result, under the
     deadline the call brought (its time limit counts from when it was made, wait included)."""
+
     def noted(step, deadline=(None, None)):
         carry, count, timed = [], store.load_count(), costs.count()
         token = _CARRY.set(carry)
@@ -117,6 +122,7 @@ def _carrying(fn):
         return _Noted(value, carry, loads, picker.checked_own(loads), costs.since(timed))
 
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def gen(*a, **k):
             deadline = k.pop(_DEADLINE_KW, (None, None))
@@ -129,12 +135,14 @@ def _carrying(fn):
                         return
             finally:
                 it.close()
+
         return gen
 
     @functools.wraps(fn)
     def plain(*a, **k):
         deadline = k.pop(_DEADLINE_KW, (None, None))
         return noted(lambda: fn(*a, **k), deadline)
+
     return plain
 
 
@@ -169,8 +177,11 @@ def pick_position(block_fn) -> tuple[str, int] | None:
     places); None without exactly one."""
     from gradio.helpers import special_args
 
-    marked = [(i, c.wb_pick_tab) for i, c in enumerate(block_fn.inputs or [])
-              if isinstance(getattr(c, "wb_pick_tab", None), str)]
+    marked = [
+        (i, c.wb_pick_tab)
+        for i, c in enumerate(block_fn.inputs or [])
+        if isinstance(getattr(c, "wb_pick_tab", None), str)
+    ]
     if len(marked) != 1 or block_fn.inputs_as_dict:
         return None
     (index, tab), slots = marked[0], [object() for _ in block_fn.inputs]
@@ -186,6 +197,7 @@ def pick_position(block_fn) -> tuple[str, int] | None:
 def _delivering(fn, tab: str, pick: tuple[str, int] | None = None):
     """Outside the ZeroGPU mark: unwrap each `_Noted` result."""
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def gen(*a, **k):
             _ahead(tab, a, k, pick)
@@ -195,12 +207,14 @@ def _delivering(fn, tab: str, pick: tuple[str, int] | None = None):
                     yield _deliver(noted)
             finally:
                 it.close()  # a page that stops the stream stops the worker's too
+
         return gen
 
     @functools.wraps(fn)
     def plain(*a, **k):
         _ahead(tab, a, k, pick)
         return _deliver(fn(*a, **_with_deadline(k)))
+
     return plain
 
 
@@ -232,6 +246,7 @@ def guarded(fn):
     are shown in the tab, and any model load it waits for is reported on its progress bar."""
     where = getattr(fn, "__qualname__", repr(fn))
     if inspect.isasyncgenfunction(fn):
+
         @functools.wraps(fn)
         async def agen(*a, **k):
             try:  # no budget: the app's streams are synchronous (an async one is no model call)
@@ -239,8 +254,10 @@ def guarded(fn):
                     yield x
             except Exception as e:
                 raise _translate(e, where) from e
+
         return agen
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def gen(*a, **k):
             limit = job_seconds()  # one deadline over all the stream's steps, whatever thread runs them
@@ -249,8 +266,10 @@ def guarded(fn):
                 yield from scoped_iter(_reporting(steps, _load_reporter()), show_notes)
             except Exception as e:
                 raise _translate(e, where) from e
+
         return gen
     if inspect.iscoroutinefunction(fn):
+
         @functools.wraps(fn)
         async def coro(*a, **k):
             try:
@@ -260,6 +279,7 @@ def guarded(fn):
                     return out
             except Exception as e:
                 raise _translate(e, where) from e
+
         return coro
 
     @functools.wraps(fn)
@@ -271,6 +291,7 @@ def guarded(fn):
                 return out
         except Exception as e:
             raise _translate(e, where) from e
+
     return plain
 
 
@@ -283,6 +304,7 @@ def gated(fn):
     answers such a call at once: it waited behind the start-up's loads of other tabs' models."""
     unneeded = getattr(fn, "model_unneeded", None)
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def gen(*a, **k):
             if unneeded is not None and unneeded(*a, **k):
@@ -294,6 +316,7 @@ def gated(fn):
                 yield from limits.stepwise(loadgate.gated_iter(fn(*a, **k)), limits.deadline_after(limit), limit)
             except JobTooLong as e:  # a wait at the gate, outside the guard's translation
                 raise _translate(e, getattr(fn, "__qualname__", repr(fn))) from e
+
         return gen
     if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
         return fn  # the app's model handlers are synchronous; an async one runs ungated
@@ -309,6 +332,7 @@ def gated(fn):
                 return fn(*a, **k)
         except JobTooLong as e:  # a wait at the gate, outside the guard's translation
             raise _translate(e, getattr(fn, "__qualname__", repr(fn))) from e
+
     return plain
 
 
@@ -317,12 +341,14 @@ def _translating(fn):
     guard shows it; everything else passes as it is."""
     where = getattr(fn, "__qualname__", repr(fn))
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def gen(*a, **k):
             try:
                 yield from fn(*a, **k)
             except JobTooLong as e:
                 raise _translate(e, where) from e
+
         return gen
 
     @functools.wraps(fn)
@@ -331,6 +357,7 @@ def _translating(fn):
             return fn(*a, **k)
         except JobTooLong as e:
             raise _translate(e, where) from e
+
     return plain
 
 
@@ -373,8 +400,11 @@ def guard_events(demo: gr.Blocks) -> gr.Blocks:
         if block_fn.concurrency_id == MODEL_GROUP:
             fn = gated(fn)
             if sync and not getattr(block_fn.fn, "main_only", False):
-                fn = _delivering(gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(_carrying(fn)),
-                                 handler_tab(block_fn.fn), pick_position(block_fn))
+                fn = _delivering(
+                    gpu(duration=handler_gpu_seconds(block_fn.fn), estimate=False)(_carrying(fn)),
+                    handler_tab(block_fn.fn),
+                    pick_position(block_fn),
+                )
             if sync:  # in the main process, around the worker: one visitor's calls keep their order,
                 # and the job limit counts from the call, its wait for its turn included
                 fn = _translating(in_session_order(fn, handler_tab(block_fn.fn), job_seconds))

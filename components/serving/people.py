@@ -16,6 +16,7 @@ Hugging Face Spaces tell people apart:
 The key is a keyed hash (backend.core.sessions.key_of): neither a user name nor an address is kept
 in memory, in a folder name or in a log line.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,11 @@ def address(headers, client_host: str | None, hops: int | None = None) -> str:
     hops = proxy_hops() if hops is None else hops
     if hops:
         # every X-Forwarded-For line, in order (a proxy may add a line of its own)
-        forwarded = ",".join(headers.getlist("x-forwarded-for") if hasattr(headers, "getlist")
-                             else [headers.get("x-forwarded-for") or ""])
+        forwarded = ",".join(
+            headers.getlist("x-forwarded-for")
+            if hasattr(headers, "getlist")
+            else [headers.get("x-forwarded-for") or ""]
+        )
         chain = [a.strip() for a in forwarded.split(",") if a.strip()]
         if len(chain) >= hops:
             return chain[-hops]

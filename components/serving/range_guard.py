@@ -9,6 +9,7 @@ give), the box shows the value in use again, and the click whose press left the 
 so nothing is computed; the user's next click goes through. Enter in any number box behaves as Tab:
 an accepted number is committed by leaving the box, so a slider computes on Enter too.
 """
+
 from __future__ import annotations
 
 import json
@@ -113,8 +114,13 @@ def refusal(payload: str) -> None:
         return None
     known = DECLARED.get(str(d.get("id") or ""))
     label = str(d.get("label") or "value").split(" (")[0][:60]
-    r = bounds.Range(known.name if known else f"The {label}", lo, hi,
-                     known.whole if known else step.is_integer() and lo.is_integer(), known.unit if known else "")
+    r = bounds.Range(
+        known.name if known else f"The {label}",
+        lo,
+        hi,
+        known.whole if known else step.is_integer() and lo.is_integer(),
+        known.unit if known else "",
+    )
     value = d.get("value")
     raise gr.Error(r.refusal(value if isinstance(value, (int, float, str)) else None), print_exception=False)
 

@@ -16,6 +16,7 @@ app's heap costs about a second of CPU with the interpreter held, and visitors l
 apart when many come (67 s of the served app's 610 s of CPU over the browser tests, one collection
 per sweep that released a session).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -49,8 +50,14 @@ def _busy_sessions(queue) -> set[str]:
 class Releaser:
     """Releases the state of one Blocks' sessions that are over (`sweep`)."""
 
-    def __init__(self, demo, *, closed_grace_s: float = CLOSED_GRACE_S, idle_s: float | None = None,
-                 collect_every_s: float = COLLECT_EVERY_S):
+    def __init__(
+        self,
+        demo,
+        *,
+        closed_grace_s: float = CLOSED_GRACE_S,
+        idle_s: float | None = None,
+        collect_every_s: float = COLLECT_EVERY_S,
+    ):
         self.demo = demo
         self.closed_grace_s = closed_grace_s
         self.idle_s = idle_s

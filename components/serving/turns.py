@@ -13,6 +13,7 @@ counted. `in_session_order(fn, tab, limit_s)` starts the call's clock when the c
 whose limit runs out while it waits is not run (JobTooLong), and gives its place up so that the
 calls behind it move on.
 """
+
 from __future__ import annotations
 
 import functools
@@ -62,8 +63,10 @@ class Turns:
                     self._given_up.setdefault(key, set()).add(ticket)
                     self._advance(key)
                     limit = f"its time limit of {limit_s:g} s" if limit_s else "its time limit"
-                    raise JobTooLong(f"This call waited behind your earlier calls in this tab past {limit} "
-                                     "and was not run; try again when they have ended.")
+                    raise JobTooLong(
+                        f"This call waited behind your earlier calls in this tab past {limit} "
+                        "and was not run; try again when they have ended."
+                    )
                 self._cv.wait(left)
         try:
             yield
@@ -74,8 +77,7 @@ class Turns:
 
     def waiting(self) -> int:
         with self._cv:
-            return sum(self._drawn[k] - self._served.get(k, 0) - len(self._given_up.get(k, ()))
-                       for k in self._drawn)
+            return sum(self._drawn[k] - self._served.get(k, 0) - len(self._given_up.get(k, ())) for k in self._drawn)
 
 
 TURNS = Turns()
@@ -93,11 +95,13 @@ def in_session_order(fn, tab: str, limit_s: Callable[[], float | None] | None = 
     """`fn`, a model handler of `tab`, run in its session's turn (a stream holds the turn until it
     ends or is stopped), under a time limit of `limit_s()` seconds counted from the call, its wait
     for the turn included. A call outside any session (a direct call, a test) takes no turn."""
+
     def clock() -> tuple[float | None, float | None]:
         limit = limit_s() if limit_s is not None else None
         return limits.deadline_after(limit), limit
 
     if inspect.isgeneratorfunction(fn):
+
         @functools.wraps(fn)
         def gen(*a, **k):
             session = _session()
@@ -109,6 +113,7 @@ def in_session_order(fn, tab: str, limit_s: Callable[[], float | None] | None = 
             # each step is put under the one deadline by limits.stepwise
             with TURNS.turn((session, tab), deadline, limit):
                 yield from limits.stepwise(fn(*a, **k), deadline, limit)
+
         return gen
 
     @functools.wraps(fn)
@@ -119,4 +124,5 @@ def in_session_order(fn, tab: str, limit_s: Callable[[], float | None] | None = 
         deadline, limit = clock()
         with limits.until(deadline, limit), TURNS.turn((session, tab), deadline, limit):
             return fn(*a, **k)
+
     return plain

@@ -13,6 +13,7 @@ An ASGI middleware placed innermost (after Gradio's OAuth session middleware, so
 visitor is one person from any address) on the app Gradio creates (`install` wraps
 `App.create_app`, as components.gradio_fixes.patches wraps Gradio's other parts).
 """
+
 from __future__ import annotations
 
 import os
@@ -58,9 +59,11 @@ def take(person: str, n: int, now: float | None = None) -> str | None:
     with _LOCK:
         used = _used(person, now, window)
         if used + n > cap:
-            return (f"Refused: this upload ({_mb(n)}) would take your uploads of the last {window / 3600:g} h to "
-                    f"{_mb(used + n)}, over a visitor's allowance of {_mb(cap)} ({ALLOWANCE_ENV}). "
-                    "Nothing was uploaded.")
+            return (
+                f"Refused: this upload ({_mb(n)}) would take your uploads of the last {window / 3600:g} h to "
+                f"{_mb(used + n)}, over a visitor's allowance of {_mb(cap)} ({ALLOWANCE_ENV}). "
+                "Nothing was uploaded."
+            )
         _SENT.setdefault(person, deque()).append((now, n))
     return None
 

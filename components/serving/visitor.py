@@ -11,6 +11,7 @@ under WORKBENCH_SHARED_BUILDS=1, never because a request lacks a session.
 
 `space(request, SPACE, write=)` is how every handler reaches its visitor's files (the convention:
 backend.core.sessions.Space, docs/architecture.md)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,10 +22,12 @@ from backend.core import sessions
 from components.serving import people
 from components.serving import session_memory
 
-NO_SESSION = ("This call carries no session, so it has no place of its own to keep what it builds, and "
-              "visitors never write the server's shared files. Call it from the page or with gradio_client "
-              "(each client is a session of its own), or send a session_hash with the request. "
-              "Nothing was written.")
+NO_SESSION = (
+    "This call carries no session, so it has no place of its own to keep what it builds, and "
+    "visitors never write the server's shared files. Call it from the page or with gradio_client "
+    "(each client is a session of its own), or send a session_hash with the request. "
+    "Nothing was written."
+)
 
 
 def session_of(request: gr.Request | None) -> str | None:

@@ -1,4 +1,5 @@
 """Guided tour: each paper's main finding, step by step, computed live on the zoo models."""
+
 from components.tour import layout
 from components.tab import Tab
 

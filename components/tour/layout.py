@@ -7,6 +7,7 @@ so Back / Next stay in one place from step to step and a step fits a 1440×1000 
 plotly with the shared theme (transparent, exact values on hover), so they follow the page's light
 or dark theme without being redrawn. The Overview's "Guided tour" buttons open a tour here.
 """
+
 from __future__ import annotations
 
 import html
@@ -34,8 +35,12 @@ def tours() -> dict[str, Tour]:
     ready = [t for t in all_tours() if t.available()]
     out = {t.tour_id: t for t in ready}
     if ready:
-        out["all"] = Tour("all", "All papers, one after the other", "",
-                          [Step(f"{t.title.split(' — ')[0]}: {s.title}", s.compute) for t in ready for s in t.steps])
+        out["all"] = Tour(
+            "all",
+            "All papers, one after the other",
+            "",
+            [Step(f"{t.title.split(' — ')[0]}: {s.title}", s.compute) for t in ready for s in t.steps],
+        )
     return out
 
 
@@ -60,12 +65,19 @@ def run_step(tour_id: str, step) -> tuple[str, str, object, dict]:
         raise ValueError(f"The {tour_id!r} tour has steps 1 to {len(tour.steps)}.")
     s = tour.steps[k - 1]
     # Steps shared by 'all' and a paper's tour share one cache entry (keyed by the step function).
-    fig_json, cap, numbers = CACHE.get_or_compute(f"{s.compute.__module__}.{s.compute.__qualname__}",
-                                                  lambda: _computed(s))
-    head = (f"<div class='wb-tour-head' title='{html.escape(s.title)}'><span class='wb-tour-step'>Step {k} of "
-            f"{len(tour.steps)}</span> · {html.escape(s.title)}</div>")
-    return head, f"<div class='wb-explain wb-tour-caption'>{cap}</div>", pio.from_json(fig_json), {
-        "tour": tour_id, "step": k, "title": s.title, **numbers}
+    fig_json, cap, numbers = CACHE.get_or_compute(
+        f"{s.compute.__module__}.{s.compute.__qualname__}", lambda: _computed(s)
+    )
+    head = (
+        f"<div class='wb-tour-head' title='{html.escape(s.title)}'><span class='wb-tour-step'>Step {k} of "
+        f"{len(tour.steps)}</span> · {html.escape(s.title)}</div>"
+    )
+    return (
+        head,
+        f"<div class='wb-explain wb-tour-caption'>{cap}</div>",
+        pio.from_json(fig_json),
+        {"tour": tour_id, "step": k, "title": s.title, **numbers},
+    )
 
 
 def _clamp(tour_id, step, delta: int = 0) -> tuple[int, int]:
@@ -99,8 +111,9 @@ def _overview_buttons() -> dict[str, gr.Button]:
         for child in getattr(block, "children", None) or []:
             eid = getattr(child, "elem_id", None) or ""
             if isinstance(child, gr.Button) and eid.startswith("overview-tour-"):
-                found[eid[len("overview-tour-"):]] = child
+                found[eid[len("overview-tour-") :]] = child
             walk(child)
+
     walk(gr.context.Context.root_block)
     return found
 
@@ -115,18 +128,26 @@ def _wire_overview(ctx, available: dict, tour, step) -> None:
         if tour_id not in available:
             continue
         btn.visible = True
-        btn.click(lambda t=tour_id, here=ctx.tab_id: (gr.Tabs(selected=here), t, 1), None, [ctx.tabs, tour, step],
-                  api_visibility="private", queue=False)
+        btn.click(
+            lambda t=tour_id, here=ctx.tab_id: (gr.Tabs(selected=here), t, 1),
+            None,
+            [ctx.tabs, tour, step],
+            api_visibility="private",
+            queue=False,
+        )
 
 
 def build(ctx) -> None:
     available = tours()
     missing = [t.title.split(" — ")[0] for t in all_tours() if not t.available()]
-    note = (f" Tours for {', '.join(missing)} appear once their zoo models are built." if missing else "")
-    gr.HTML("<div class='wb-explain'>Each tour tells one paper's main finding in a few steps, computed "
-            "live on this workbench's small models. Press <b>Next</b> to move on; every figure is "
-            "recomputed by the paper's method the first time it is shown (hover for exact values)."
-            f"{html.escape(note)}</div>", elem_classes=["wb-advanced"])
+    note = f" Tours for {', '.join(missing)} appear once their zoo models are built." if missing else ""
+    gr.HTML(
+        "<div class='wb-explain'>Each tour tells one paper's main finding in a few steps, computed "
+        "live on this workbench's small models. Press <b>Next</b> to move on; every figure is "
+        "recomputed by the paper's method the first time it is shown (hover for exact values)."
+        f"{html.escape(note)}</div>",
+        elem_classes=["wb-advanced"],
+    )
     if not available:
         gr.Markdown("No tour is available: no zoo model is built yet.")
         return
@@ -135,10 +156,10 @@ def build(ctx) -> None:
     # height from step to step, so they never move under the presenter's pointer, and the figure
     # with the caption beside it fits a 1440×1000 screen.
     with gr.Row(elem_classes=["wb-tour-controls"]):
-        tour = gr.Dropdown([(t.title, k) for k, t in available.items()], value=first, label="Tour",
-                           elem_id="tour-name", scale=4)
-        step = gr.Number(value=1, precision=0, minimum=1, label="Step", elem_id="tour-step", scale=0,
-                         min_width=90)
+        tour = gr.Dropdown(
+            [(t.title, k) for k, t in available.items()], value=first, label="Tour", elem_id="tour-name", scale=4
+        )
+        step = gr.Number(value=1, precision=0, minimum=1, label="Step", elem_id="tour-step", scale=0, min_width=90)
         back = gr.Button("← Back", elem_id="tour-back", scale=1, min_width=110, interactive=False)
         nxt = gr.Button("Next →", variant="primary", elem_id="tour-next", scale=1, min_width=110)
     head = gr.HTML(elem_id="tour-header", elem_classes=["wb-tour-header"])
@@ -173,24 +194,28 @@ def build(ctx) -> None:
 
     back.click(lambda t, k: move(t, k, -1), [tour, step], [step, back, nxt], api_visibility="private", queue=False)
     nxt.click(lambda t, k: move(t, k, +1), [tour, step], [step, back, nxt], api_visibility="private", queue=False)
-    tour.input(lambda t: (1, *_buttons(*_clamp(t, 1))), tour, [step, back, nxt], api_visibility="private",
-               queue=False)
+    tour.input(lambda t: (1, *_buttons(*_clamp(t, 1))), tour, [step, back, nxt], api_visibility="private", queue=False)
     _wire_overview(ctx, available, tour, step)
 
     outputs = [head, caption, figure, numbers]
     # One event draws for both boxes: its runs never overlap and the last one reads the boxes as they
     # end (always_last), where two events (the tour's, the step's) could finish in either order and
     # leave the old tour's step drawn under a box that reads 1.
-    drawn = gr.on([tour.change, step.change], draw, [tour, step], outputs, trigger_mode="always_last",
-                  **model_event(api_visibility="private"))
+    drawn = gr.on(
+        [tour.change, step.change],
+        draw,
+        [tour, step],
+        outputs,
+        trigger_mode="always_last",
+        **model_event(api_visibility="private"),
+    )
     # Fast Back / Next while the figure computes; after each drawing they are set from the boxes again,
     # since a tour's change can still carry the last tour's step.
     step.change(held, [tour, step], [step, back, nxt], api_visibility="private", queue=False)
     drawn.then(buttons, [tour, step], [back, nxt], api_visibility="private", queue=False)
     # The API's step, checked strictly (a step past the end is an error, not the last step). Nothing
     # on the page triggers it: the page draws through the event above.
-    gr.Button(visible=False, elem_id="tour-api").click(show, [tour, step], outputs,
-                                                       **model_event(api_name="tour_step"))
+    gr.Button(visible=False, elem_id="tour-api").click(show, [tour, step], outputs, **model_event(api_name="tour_step"))
 
     def first_view(tour_id, k):
         k, n = _clamp(tour_id, k)

@@ -1,6 +1,7 @@
 """Plotly building blocks shared by the tours' figures: one figure size that fits a 1440×1000
 screen beside the tour's controls, token bars plotted by position, images and activation maps
 with exact values on hover."""
+
 from __future__ import annotations
 
 import html
@@ -21,8 +22,9 @@ def figure(rows: int = 1, cols: int = 1, **kw) -> go.Figure:
     return make_subplots(rows=rows, cols=cols, **kw) if rows * cols > 1 or kw else go.Figure()
 
 
-def finish(fig: go.Figure, title: str | None = None, height: int = HEIGHT, legend_top: bool = False,
-           **layout) -> go.Figure:
+def finish(
+    fig: go.Figure, title: str | None = None, height: int = HEIGHT, legend_top: bool = False, **layout
+) -> go.Figure:
     """The shared theme, the tour's size and margins, an optional left-aligned title."""
     colors.themed(fig)
     margin = {**dict(l=60, r=20, t=56 if title else 24, b=50), **layout.pop("margin", {})}
@@ -37,15 +39,25 @@ def finish(fig: go.Figure, title: str | None = None, height: int = HEIGHT, legen
 def token_bars(tokens, values, name: str) -> go.Bar:
     """Bars by position (plotly merges equal category labels, so never plot by token text)."""
     v = np.asarray(values, dtype=float)
-    return go.Bar(x=np.arange(len(v)), y=v, name=name, marker_color=colors.signed_colors(v),
-                  customdata=[html.escape(str(t)) for t in tokens], showlegend=False,
-                  hovertemplate="“%{customdata}”<br>relevance %{y:.4g}<extra>" + name + "</extra>")
+    return go.Bar(
+        x=np.arange(len(v)),
+        y=v,
+        name=name,
+        marker_color=colors.signed_colors(v),
+        customdata=[html.escape(str(t)) for t in tokens],
+        showlegend=False,
+        hovertemplate="“%{customdata}”<br>relevance %{y:.4g}<extra>" + name + "</extra>",
+    )
 
 
 def token_axis(tokens, highlight: int | None = None) -> dict:
     """x-axis settings that label positions with their tokens; the highlighted one in bold red."""
-    text = [f"<b><span style='color:{colors.POSITIVE}'>{html.escape(str(t))}</span></b>" if i == highlight
-            else html.escape(str(t)) for i, t in enumerate(tokens)]
+    text = [
+        f"<b><span style='color:{colors.POSITIVE}'>{html.escape(str(t))}</span></b>"
+        if i == highlight
+        else html.escape(str(t))
+        for i, t in enumerate(tokens)
+    ]
     return dict(tickmode="array", tickvals=list(range(len(tokens))), ticktext=text, tickangle=-40)
 
 
@@ -60,14 +72,17 @@ def as_uint8(img) -> np.ndarray:
 
 def image(img, name: str = "image") -> go.Image:
     """An image panel with its pixel values on hover."""
-    return go.Image(z=as_uint8(img), name=name,
-                    hovertemplate="x %{x}, y %{y}<br>RGB %{z}<extra>" + name + "</extra>")
+    return go.Image(z=as_uint8(img), name=name, hovertemplate="x %{x}, y %{y}<br>RGB %{z}<extra>" + name + "</extra>")
 
 
 def heatmap(z, name: str, coloraxis: str = "coloraxis", label: str = "activation") -> go.Heatmap:
     """An activation map (shared colour axis) with the exact value on hover; row 0 at the top."""
-    return go.Heatmap(z=np.asarray(z, dtype=float), coloraxis=coloraxis, name=name,
-                      hovertemplate="x %{x}, y %{y}<br>" + label + " %{z:.3g}<extra>" + name + "</extra>")
+    return go.Heatmap(
+        z=np.asarray(z, dtype=float),
+        coloraxis=coloraxis,
+        name=name,
+        hovertemplate="x %{x}, y %{y}<br>" + label + " %{z:.3g}<extra>" + name + "</extra>",
+    )
 
 
 def bare_axes(fig: go.Figure, rows: int, cols: int, square: bool = True) -> None:
@@ -95,11 +110,15 @@ def note(fig: go.Figure, row: int, col: int, text: str, x: float = 0.0, y: float
     so an 'x5 domain' reference to a text-only cell would fall back to the first cell."""
     ax = fig.get_subplot(row, col)
     (x0, x1), (y0, y1) = ax.xaxis.domain, ax.yaxis.domain
-    fig.add_annotation(xref="paper", yref="paper", x=x0 + x * (x1 - x0), y=y0 + y * (y1 - y0),
-                       showarrow=False, text=text, **kw)
+    fig.add_annotation(
+        xref="paper", yref="paper", x=x0 + x * (x1 - x0), y=y0 + y * (y1 - y0), showarrow=False, text=text, **kw
+    )
 
 
 def activation_axis(vmax: float, title: str = "activation") -> dict:
-    return dict(colorscale=colors.ACTIVATION_PLOTLY, cmin=0, cmax=float(vmax) if vmax > 0 else 1.0,
-                colorbar=dict(title=dict(text=title, side="right"), thickness=12, len=0.8))
-
+    return dict(
+        colorscale=colors.ACTIVATION_PLOTLY,
+        cmin=0,
+        cmax=float(vmax) if vmax > 0 else 1.0,
+        colorbar=dict(title=dict(text=title, side="right"), thickness=12, len=0.8),
+    )

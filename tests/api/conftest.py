@@ -6,6 +6,7 @@ Every test that drives the app through `client` runs with the ZeroGPU boundary c
 (backend.core.zerogpu): the outermost marked call of each request, a model-touching handler, pickles
 its arguments and results as ZeroGPU's worker queue would.
 """
+
 import os
 
 import pytest
@@ -38,8 +39,7 @@ def app_url(local_models):
 
     demo = app.build_app("zoo")
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **app.launch_kwargs())
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **app.launch_kwargs())
     # a stand-in's GSM8K answers are noise at any length: 16 tokens, not 256 (the answer rules are
     # tested in tests/unit/test_mathneuro_hub.py)
     with pytest.MonkeyPatch.context() as mp:
@@ -86,8 +86,14 @@ def mcp_url():
     demo = app.build_app("zoo")
     agent_tools.install(demo, "zoo")
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                mcp_server=True, **app.launch_kwargs())
+    demo.launch(
+        server_name="127.0.0.1",
+        server_port=port,
+        prevent_thread_lock=True,
+        quiet=True,
+        mcp_server=True,
+        **app.launch_kwargs(),
+    )
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:

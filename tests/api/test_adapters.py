@@ -1,5 +1,6 @@
 """The Adapters tab through gradio_client: analysis, error table, streamed race with stop,
 PiSSA→LoRA conversion, bad input, parallel clients."""
+
 import json
 import re
 import time
@@ -27,8 +28,9 @@ def test_analyse_reports_exact_split_and_exports(client):
     assert a["w_res_absmax"] < a["w_absmax"]
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     # the fast init (pissa_niter_4) is exact too
-    a4 = _read([f for f in client.predict(MODEL, "fc2", 8, "pissa_niter_4", api_name="/analyse")[3]
-                if f.endswith(".json")][0])
+    a4 = _read(
+        [f for f in client.predict(MODEL, "fc2", 8, "pissa_niter_4", api_name="/analyse")[3] if f.endswith(".json")][0]
+    )
     assert a4["reconstruction_rel_error"] <= 1e-5
 
 
@@ -59,8 +61,13 @@ def test_race_streams_every_second_and_pissa_wins(client):
         stamps.append(time.perf_counter())
     outputs = job.outputs()
     # cadence as the server emitted it: every status line carries the race's elapsed time
-    server_t = [float(m.group(1)) for o in outputs if isinstance(o[1], str)
-                for m in [re.search(r"(?:in |\()([\d.]+) s", o[1])] if m]
+    server_t = [
+        float(m.group(1))
+        for o in outputs
+        if isinstance(o[1], str)
+        for m in [re.search(r"(?:in |\()([\d.]+) s", o[1])]
+        if m
+    ]
     server_t.sort()
     assert len(server_t) >= 3
     gaps = sorted(b - a for a, b in zip(server_t, server_t[1:]))
@@ -116,24 +123,31 @@ def test_conversion_gives_the_same_outputs(client):
     assert "the same outputs" in md
 
 
-@pytest.mark.parametrize("args,api,msg", [
-    ((MODEL, "head", 64, "pissa"), "/analyse", "rank must be between 1 and 10"),
-    ((None, "fc2", 8, "pissa"), "/analyse", "Pick a model"),
-    ((MODEL, [], 2, 10, 8, 0), "/race", "Tick at least one method"),
-    ((MODEL, ["lora"], 2, 10, 8, 5), "/race", "learning rate must be between 0 and 0.99"),
-    # issue 19: one rule for numbers (the control's valid range, nothing computed) and unknown layers
-    ((MODEL, "fc2", 0, "pissa"), "/analyse", "The rank r must be a whole number between 1 and 128"),
-    ((MODEL, "fc2", 500, "pissa"), "/analyse", "between 1 and 128 (got 500)"),
-    ((MODEL, "fc2", "nan", "pissa"), "/analyse", "The rank r must be a whole number between 1 and 128 (got 'nan')"),
-    ((MODEL, "fc2", 2.5, "pissa"), "/analyse", "The rank r must be a whole number"),
-    ((MODEL, "fc9", 8, "pissa"), "/analyse", "not a linear layer of pissa-toy: choose one of fc1, fc2, head"),
-    ((MODEL, ["lora"], 9, 10, 8, 0), "/race", "The number of seeds must be a whole number between 1 and 5 (got 9)"),
-    ((MODEL, ["lora"], 2, 5000, 8, 0), "/race", "The number of steps must be a whole number between 10 and 500"),
-    ((MODEL, ["lora"], 2, 10, 8, "nan"), "/race", "learning rate must be between 0 and 0.99 (got 'nan')"),
-    ((MODEL, ["lora"], 2, 10, 8, "inf"), "/race", "learning rate must be between 0 and 0.99 (got 'inf')"),
-    ((MODEL, 8, 0, "fc2"), "/convert", "The number of PiSSA steps before converting must be a whole number between 1 and 100"),
-    ((MODEL, 0, "qpissa-1"), "/errors", "The rank r"),
-])
+@pytest.mark.parametrize(
+    "args,api,msg",
+    [
+        ((MODEL, "head", 64, "pissa"), "/analyse", "rank must be between 1 and 10"),
+        ((None, "fc2", 8, "pissa"), "/analyse", "Pick a model"),
+        ((MODEL, [], 2, 10, 8, 0), "/race", "Tick at least one method"),
+        ((MODEL, ["lora"], 2, 10, 8, 5), "/race", "learning rate must be between 0 and 0.99"),
+        # issue 19: one rule for numbers (the control's valid range, nothing computed) and unknown layers
+        ((MODEL, "fc2", 0, "pissa"), "/analyse", "The rank r must be a whole number between 1 and 128"),
+        ((MODEL, "fc2", 500, "pissa"), "/analyse", "between 1 and 128 (got 500)"),
+        ((MODEL, "fc2", "nan", "pissa"), "/analyse", "The rank r must be a whole number between 1 and 128 (got 'nan')"),
+        ((MODEL, "fc2", 2.5, "pissa"), "/analyse", "The rank r must be a whole number"),
+        ((MODEL, "fc9", 8, "pissa"), "/analyse", "not a linear layer of pissa-toy: choose one of fc1, fc2, head"),
+        ((MODEL, ["lora"], 9, 10, 8, 0), "/race", "The number of seeds must be a whole number between 1 and 5 (got 9)"),
+        ((MODEL, ["lora"], 2, 5000, 8, 0), "/race", "The number of steps must be a whole number between 10 and 500"),
+        ((MODEL, ["lora"], 2, 10, 8, "nan"), "/race", "learning rate must be between 0 and 0.99 (got 'nan')"),
+        ((MODEL, ["lora"], 2, 10, 8, "inf"), "/race", "learning rate must be between 0 and 0.99 (got 'inf')"),
+        (
+            (MODEL, 8, 0, "fc2"),
+            "/convert",
+            "The number of PiSSA steps before converting must be a whole number between 1 and 100",
+        ),
+        ((MODEL, 0, "qpissa-1"), "/errors", "The rank r"),
+    ],
+)
 def test_bad_input_gives_a_clear_message(client, args, api, msg):
     with pytest.raises(Exception) as e:
         client.predict(*args, api_name=api)

@@ -6,6 +6,7 @@ that writes (build_index, ask_model, memo_stats, mn_nonmath / mn_math) is called
 session hash (POST /gradio_api/run/<name>) and through gradio_client, off and on a Space; the sha256
 of every owner file (the index, its folder, assets/) must not change, and the shared NeMo statistics
 and MathNeuro sets must stay what they were."""
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,12 @@ SPACE = {"SYSTEM": "spaces", "SPACE_ID": "owner/workbench", "WORKBENCH_CUSTOM_MO
 
 
 def digest_tree(*folders: Path) -> dict[str, str]:
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
-            for folder in folders for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for folder in folders
+        for p in sorted(Path(folder).rglob("*"))
+        if p.is_file()
+    }
 
 
 def changed(before: dict, after: dict) -> list[str]:
@@ -43,8 +48,11 @@ def folders(root: Path) -> set[str]:
 
 def raw_run(url: str, api_name: str, data: list) -> tuple[int, str]:
     """POST /gradio_api/run/<api_name> as a script would: no session hash."""
-    req = urllib.request.Request(f"{url}gradio_api/run/{api_name}", data=json.dumps({"data": data}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}gradio_api/run/{api_name}",
+        data=json.dumps({"data": data}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, r.read().decode()
@@ -54,11 +62,17 @@ def raw_run(url: str, api_name: str, data: list) -> tuple[int, str]:
 
 def raw_upload(url: str, path: Path) -> dict:
     boundary = "wbboundary"
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{path.name}\"\r\n"
-            "Content-Type: application/octet-stream\r\n\r\n").encode() + path.read_bytes() + \
-        f"\r\n--{boundary}--\r\n".encode()
-    req = urllib.request.Request(f"{url}gradio_api/upload", data=body,
-                                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{path.name}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + path.read_bytes()
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    req = urllib.request.Request(
+        f"{url}gradio_api/upload", data=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         server_path = json.loads(r.read())[0]
     return {"path": server_path, "orig_name": path.name, "meta": {"_type": "gradio.FileData"}}
@@ -137,16 +151,19 @@ def test_no_call_writes_the_owners_files(lab, app_url, tmp_path, monkeypatch, wh
     sets = {k: set(v) for k, v in mn.bench("zoo").data.items() if k.endswith("_sets")}
     archive = visitor_zip(tmp_path, "anon", 5)
     items = tmp_path / "mine.jsonl"
-    items.write_text("\n".join(json.dumps({"prompt": f"where does ann live {i} ?", "answer": "ann lives here"})
-                               for i in range(4)))
+    items.write_text(
+        "\n".join(json.dumps({"prompt": f"where does ann live {i} ?", "answer": "ann lives here"}) for i in range(4))
+    )
 
     # raw HTTP, no session hash: each writing endpoint refused, saying why
     kept = folders(sessions_root)  # (an earlier test's visitors' folders may still be going)
     # (the tab's source is a gr.State: /run takes a slot for it and ignores what is sent there)
-    calls = [(url, "build_index", [None, [raw_upload(url, archive)], ""]),
-             (url, "ask_model", [None, 0]),
-             (app_url, "memo_stats", [10, None, "a red circle\na green triangle\na blue star"]),
-             (app_url, "mn_nonmath", [raw_upload(app_url, items), None, None])]
+    calls = [
+        (url, "build_index", [None, [raw_upload(url, archive)], ""]),
+        (url, "ask_model", [None, 0]),
+        (app_url, "memo_stats", [10, None, "a red circle\na green triangle\na blue star"]),
+        (app_url, "mn_nonmath", [raw_upload(app_url, items), None, None]),
+    ]
     refused = {}
     for base, name, data in calls:
         status, body = raw_run(base, name, data)
@@ -163,8 +180,9 @@ def test_no_call_writes_the_owners_files(lab, app_url, tmp_path, monkeypatch, wh
 
         c = Client(url, verbose=False, httpx_kwargs=SLOW_OK)
         try:
-            built = c.predict([handle_file(str(visitor_zip(tmp_path, f"v{k}", 10 + k)))], "",
-                              api_name="/build_index")[0]
+            built = c.predict([handle_file(str(visitor_zip(tmp_path, f"v{k}", 10 + k)))], "", api_name="/build_index")[
+                0
+            ]
             table = c.predict("", "density", api_name="/features_list")
             fid = int((table["data"] if isinstance(table, dict) else table)[0][0])
             assert c.predict(fid, api_name="/ask_model")[7]["label"]
@@ -216,8 +234,7 @@ def test_a_visitors_builds_keep_no_leftovers_and_a_lost_session_says_so(lab, tmp
         assert not list(folder.rglob("*.png")), "a refused build left its upload"
         said = []
         for k in range(2):
-            out = c.predict([handle_file(str(visitor_zip(tmp_path, f"again{k}", 30 + k)))], "",
-                            api_name="/build_index")
+            out = c.predict([handle_file(str(visitor_zip(tmp_path, f"again{k}", 30 + k)))], "", api_name="/build_index")
             said += [out[0], out[3]]
         assert len(list(folder.rglob("feature_index.safetensors"))) == 1
         assert len(list(folder.rglob("*.png"))) == 3  # the second build's images only
@@ -228,9 +245,11 @@ def test_a_visitors_builds_keep_no_leftovers_and_a_lost_session_says_so(lab, tmp
         fid = int((rows["data"] if isinstance(rows, dict) else rows)[0][0])
 
         shutil.rmtree(folder)  # as the time limit's sweep, or a dropped heartbeat, removes it
-        for call in (lambda: c.predict("", "density", api_name="/features_list"),
-                     lambda: c.predict(fid, api_name="/feature_page"),
-                     lambda: c.predict(fid, api_name="/ask_model")):
+        for call in (
+            lambda: c.predict("", "density", api_name="/features_list"),
+            lambda: c.predict(fid, api_name="/feature_page"),
+            lambda: c.predict(fid, api_name="/ask_model"),
+        ):
             with pytest.raises(AppError, match="This session has ended on the server.*Reload the page"):
                 call()
     finally:

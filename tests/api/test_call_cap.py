@@ -1,6 +1,7 @@
 """The per-call cap (WORKBENCH_CALL_CAP_S) as a Space owner sets it: a request whose estimate, from
 the times this server measured for the same computation, reaches it is refused with the estimate and
 the cap, through the API, before anything is computed; a quick one is never refused."""
+
 import re
 import time
 

@@ -7,6 +7,7 @@ may put them (WORKBENCH_SESSION_DIR on persistent storage, outside the temp fold
   serve a file outside the temp folder (InvalidPathError). Now the report comes, and the session's
   own folder still cannot be fetched by URL.
 """
+
 from __future__ import annotations
 
 import json
@@ -93,7 +94,8 @@ def test_explanations_leave_no_temp_folder_and_their_files_go_with_the_session(a
     assert len(exports.copies_of(sid)) > len(texts)  # Gradio's copies, named for the session (one per content)
     client.close()  # the visitor leaves: Gradio's unload ends the session
     assert _wait_gone(lambda: not mine.exists() and not exports.copies_of(sid)), (
-        list(mine.rglob("*")) if mine.exists() else exports.copies_of(sid)[:3])
+        list(mine.rglob("*")) if mine.exists() else exports.copies_of(sid)[:3]
+    )
     assert os.listdir(own_tmp) == []
 
 
@@ -101,8 +103,12 @@ def test_a_call_with_no_session_gets_its_export_and_leaves_no_folder(app_url, st
     """A raw POST carries no session: its files are nobody's, and still nothing stays in the temp
     folder or among the session folders."""
     body = json.dumps({"data": ["the plot was dull but the cast was lovely", ["mambalrp"], RULES, "", True, None]})
-    req = urllib.request.Request(app_url + "gradio_api/run/explain_text", data=body.encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+    req = urllib.request.Request(
+        app_url + "gradio_api/run/explain_text",
+        data=body.encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(req, timeout=120) as r:
         out = json.loads(r.read())["data"]
     jfile = out[3]
@@ -121,8 +127,13 @@ def _browser_click(url: str, session_hash: str, fn_index: int, trigger_id: int) 
     the queue with the event's index, then read the session's event stream to its end."""
     import httpx
 
-    body = {"data": [], "event_data": None, "fn_index": fn_index, "trigger_id": trigger_id,
-            "session_hash": session_hash}
+    body = {
+        "data": [],
+        "event_data": None,
+        "fn_index": fn_index,
+        "trigger_id": trigger_id,
+        "session_hash": session_hash,
+    }
     with httpx.Client(timeout=120) as http:
         joined = http.post(url + "gradio_api/queue/join", json=body)
         assert joined.status_code == 200, joined.text
@@ -140,13 +151,17 @@ def test_the_report_button_gives_its_file_wherever_the_session_folders_are(app_u
     from gradio_client import Client
 
     client = Client(app_url, verbose=False, download_files=False)
-    client.predict("the plot was dull but the cast was brilliant", ["mambalrp"], RULES, "", True,
-                   api_name="/explain_text")
+    client.predict(
+        "the plot was dull but the cast was brilliant", ["mambalrp"], RULES, "", True, api_name="/explain_text"
+    )
     config = _config(app_url)
     ids = {c.get("props", {}).get("elem_id"): c["id"] for c in config["components"]}
     dl, btn = ids["wb-report-file"], ids["wb-report-btn"]
-    make = next(d for d in config["dependencies"] if d["outputs"] == [dl, btn] and d.get("trigger_after") is not None
-                and not d.get("trigger_only_on_failure"))
+    make = next(
+        d
+        for d in config["dependencies"]
+        if d["outputs"] == [dl, btn] and d.get("trigger_after") is not None and not d.get("trigger_only_on_failure")
+    )
     done = _browser_click(app_url, client.session_hash, make["id"], btn)
     assert done.get("success"), done  # was: InvalidPathError, and the page kept "writing the report…"
     file_update, button = done["output"]["data"]

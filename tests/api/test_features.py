@@ -1,5 +1,6 @@
 """The Features tab through its API (gradio_client): pages, search, analysis, steering, bad input,
 parallel clients that must not see each other's clamp."""
+
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -97,8 +98,16 @@ def test_steering_and_parallel_clients(app_url, org):
         # a held-out scene without that colour
         ex = next(j for j, s in enumerate(org.heldout_specs[:40]) if all(o["colour"] != colour for o in s["objects"]))
         f = colour_feature(org, colour)
-        jobs.append((colour, str(ex), f, round(mult * float(org.index.tensors["max_act"][f]), 3),
-                     best["positions"], best["suppress_other_colours"]))
+        jobs.append(
+            (
+                colour,
+                str(ex),
+                f,
+                round(mult * float(org.index.tensors["max_act"][f]), 3),
+                best["positions"],
+                best["suppress_other_colours"],
+            )
+        )
     clients = [Client(app_url, verbose=False) for _ in range(2)]
     with ThreadPoolExecutor(4) as pool:
         par = list(pool.map(lambda j: _steer(clients[jobs.index(j) % 2], *j[1:]), jobs))
@@ -167,8 +176,10 @@ def test_corrupt_and_odd_uploads(client, tmp_path):
 
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not really a picture" * 10)
-    for api, args in (("/analyse_image", (handle_file(str(bad)), None)),
-                      ("/steer", (handle_file(str(bad)), None, 0, 1.0, "prompt", False, False))):
+    for api, args in (
+        ("/analyse_image", (handle_file(str(bad)), None)),
+        ("/steer", (handle_file(str(bad)), None, 0, 1.0, "prompt", False, False)),
+    ):
         with pytest.raises(AppError, match="could not be read as an image"):
             client.predict(*args, api_name=api)
     # a 2000×50 strip is padded to a square (its shapes kept) and the answer says how it was resized

@@ -4,6 +4,7 @@ its own LLaVA-NeXT + SAE, the hub preset's classes), never the other's; the CSV 
 named for its session. A visitor's uploads for a contrast count against one allowance per person,
 as an index build's do (components.serving.upload_allowance), however many sessions the person
 opens; the several-clamps steering answers on LLaVA-NeXT through the API too."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,10 @@ def pixels(path) -> np.ndarray:
 def image_sets(folder: Path, seed: int) -> tuple[list[str], list[str]]:
     from tests.helpers.standins.features import sample_images
 
-    return ([str(p) for p in sample_images(folder / "a", 3, seed=seed)],
-            [str(p) for p in sample_images(folder / "b", 3, seed=seed + 100)])
+    return (
+        [str(p) for p in sample_images(folder / "a", 3, seed=seed)],
+        [str(p) for p in sample_images(folder / "b", 3, seed=seed + 100)],
+    )
 
 
 def rows(table) -> list:
@@ -52,8 +55,14 @@ def test_two_visitors_contrast_their_own_sets_at_once(app_url, local_models, tmp
             if who == "next":  # this visitor's own LLaVA-NeXT and SAE, for this session only
                 c.predict(vlm, sae, NEXT_HOOK, api_name="/features_load")
             a, b = sets[who]
-            out = c.predict("red", "blue", [handle_file(p) for p in a], [handle_file(p) for p in b], 64,
-                            api_name="/features_contrast")
+            out = c.predict(
+                "red",
+                "blue",
+                [handle_file(p) for p in a],
+                [handle_file(p) for p in b],
+                64,
+                api_name="/features_contrast",
+            )
             return {"session": c.session_hash, "out": out, "client": c}
         except Exception:
             c.close()
@@ -62,8 +71,10 @@ def test_two_visitors_contrast_their_own_sets_at_once(app_url, local_models, tmp
     with ThreadPoolExecutor(2) as pool:
         seen = dict(zip(("zoo", "next"), pool.map(visit, ("zoo", "next"))))
     try:
-        orgs = {"zoo": loading.get_organism("zoo"),
-                "next": loading.get_organism(loading.own_source(vlm, sae, NEXT_HOOK))}
+        orgs = {
+            "zoo": loading.get_organism("zoo"),
+            "next": loading.get_organism(loading.own_source(vlm, sae, NEXT_HOOK)),
+        }
         own_csvs = {}
         for who, other in (("zoo", "next"), ("next", "zoo")):
             head, _plot, table, gallery, csv = seen[who]["out"]
@@ -84,11 +95,12 @@ def test_two_visitors_contrast_their_own_sets_at_once(app_url, local_models, tmp
             assert list(got["feature"]) == [r["feature"] for r in tested]
             np.testing.assert_allclose(got["p"], [r["p"] for r in tested], rtol=1e-9)
             np.testing.assert_allclose(got["effect"], [r["effect"] for r in tested], atol=1e-12)
-            assert [int(r[0]) for r in rows(table)] == [r["feature"] for r in tested][:len(rows(table))]
+            assert [int(r[0]) for r in rows(table)] == [r["feature"] for r in tested][: len(rows(table))]
             assert got.shape[0] == want["n_tested"] and want["n_features"] == orgs[who].n_features
             # the server's copy of the CSV is named for this visitor's session, and holds its numbers
-            copies = list(exports.cache_root().glob(f"{exports.PREFIX}{key_of(seen[who]['session'])}-*/"
-                                                    "features-contrast.csv"))
+            copies = list(
+                exports.cache_root().glob(f"{exports.PREFIX}{key_of(seen[who]['session'])}-*/features-contrast.csv")
+            )
             digest = hashlib.sha256(Path(csv).read_bytes()).hexdigest()
             assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in copies].count(digest) == 1
             own_csvs[who] = digest
@@ -99,10 +111,15 @@ def test_two_visitors_contrast_their_own_sets_at_once(app_url, local_models, tmp
 
         # the several-clamps steering on the LLaVA-NeXT visitor's own model, through the API
         c = seen["next"]["client"]
-        frame, out = c.predict(handle_file(sets["next"][0][1]), None, 3, 40.0, "10=30", "7", "prompt", False, False,
-                               api_name="/steer_many")
-        assert [r[0] for r in rows(frame)] == ["no clamp", "3 = 40 alone", "10 = 30 alone",
-                                              "3 = 40 + 10 = 30 (all together)"]
+        frame, out = c.predict(
+            handle_file(sets["next"][0][1]), None, 3, 40.0, "10=30", "7", "prompt", False, False, api_name="/steer_many"
+        )
+        assert [r[0] for r in rows(frame)] == [
+            "no clamp",
+            "3 = 40 alone",
+            "10 = 30 alone",
+            "3 = 40 + 10 = 30 (all together)",
+        ]
         assert out["suppressed"] == [7] and out["hookpoint"] == orgs["next"].hookpoint
         assert out["together"]["caption"] != out["baseline"]["caption"]
         # no hook is left on either model and every weight is as loaded: the package's models_untouched
@@ -132,9 +149,16 @@ def test_one_persons_sessions_share_one_upload_allowance_for_contrast_sets(app_u
     first, second = Client(app_url, verbose=False, headers=here), Client(app_url, verbose=False, headers=here)
     elsewhere = Client(app_url, verbose=False)
     try:
+
         def contrast(c):
-            return c.predict("red", "blue", [handle_file(p) for p in files[:3]], [handle_file(p) for p in files[3:]],
-                             64, api_name="/features_contrast")
+            return c.predict(
+                "red",
+                "blue",
+                [handle_file(p) for p in files[:3]],
+                [handle_file(p) for p in files[3:]],
+                64,
+                api_name="/features_contrast",
+            )
 
         assert "Sets: your images" in contrast(first)[0]
         with pytest.raises(httpx.HTTPStatusError) as refused:

@@ -3,6 +3,7 @@ Relevance image, Features' Analyse and Steer, Memorization's reference image and
 `image_base64`. A 13000×13000 PNG of a few hundred kilobytes once took +3.4 GB of the server's
 memory to be refused; now the peak RSS of the serving process grows by at most 300 MB (here: by the
 few MB a call costs), and the refusal names the picture's size and the bound."""
+
 import asyncio
 import base64
 import struct
@@ -20,14 +21,19 @@ GROWTH_MB = 300  # the most the peak RSS of the serving process may grow before 
 def huge_png(path, side: int = SIDE) -> None:
     """A valid 8-bit grayscale PNG of side × side black pixels, written row by row: it decodes to
     side² bytes (169 MB for 13000) but compresses to a few hundred kilobytes."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     pack = zlib.compressobj(9)
     row = bytes(1 + side)  # filter byte 0, then the row's pixels
     data = b"".join(pack.compress(row) for _ in range(side)) + pack.flush()
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0))
-                     + chunk(b"IDAT", data) + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", data)
+        + chunk(b"IEND", b"")
+    )
 
 
 def _status_kb(field: str) -> int:
@@ -65,12 +71,15 @@ def _refused(raised, name: str = "huge.png") -> str:
     return text
 
 
-@pytest.mark.parametrize("api,args", [
-    ("/explain_image", lambda f: (f, ["mambalrp"], ["ssm", "gate", "norm"])),
-    ("/analyse_image", lambda f: (f, None)),
-    ("/steer", lambda f: (f, None, 0, 1.0, "prompt", False, False)),
-    ("/memo_generate", lambda f: ("a red circle", [], "", 1, f)),
-])
+@pytest.mark.parametrize(
+    "api,args",
+    [
+        ("/explain_image", lambda f: (f, ["mambalrp"], ["ssm", "gate", "norm"])),
+        ("/analyse_image", lambda f: (f, None)),
+        ("/steer", lambda f: (f, None, 0, 1.0, "prompt", False, False)),
+        ("/memo_generate", lambda f: ("a red circle", [], "", 1, f)),
+    ],
+)
 def test_a_large_picture_is_refused_before_it_is_decoded(client, big, api, args):
     from gradio_client import handle_file
 
@@ -100,8 +109,7 @@ def test_the_mcp_tool_answers_the_refusal(mcp_url, big):
         async with streamablehttp_client(mcp_url + "gradio_api/mcp/") as (read, write, _):
             async with ClientSession(read, write) as s:
                 await s.initialize()
-                return await s.call_tool("steer_feature", {"feature": 0, "positions": "prompt",
-                                                           "image_base64": data})
+                return await s.call_tool("steer_feature", {"feature": 0, "positions": "prompt", "image_base64": data})
 
     growth, _ = peak_growth_mb(lambda: setattr(run, "answer", asyncio.run(run())))
     answer = run.answer

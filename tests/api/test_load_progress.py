@@ -1,5 +1,6 @@
 """The first request of a tab shows its model loading on the event's progress bar, through the same
 Gradio channel the browser reads (the messages themselves: tests/unit/test_load_progress.py)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -39,12 +40,19 @@ def test_first_explain_reports_its_model_load(client, monkeypatch):
         def slower():
             time.sleep(5 * PROGRESS_POLL_S)
             return loader()
+
         return load(model_id, slower, *rest)
 
     monkeypatch.setattr(store, "_load", slow_load)
     assert model_id not in store.loaded()
-    job = client.submit("the plot was dull but the cast was brilliant", ["mambalrp"],
-                        ["norm", "silu", "ssm", "gate"], "", True, api_name="/explain_text")
+    job = client.submit(
+        "the plot was dull but the cast was brilliant",
+        ["mambalrp"],
+        ["norm", "silu", "ssm", "gate"],
+        "",
+        True,
+        api_name="/explain_text",
+    )
     job.result(timeout=240)
     seen = progress_messages(job)
     assert model_id in store.loaded()
@@ -52,5 +60,6 @@ def test_first_explain_reports_its_model_load(client, monkeypatch):
     assert name == "mamba-sentiment", name  # as a person reads it, without the entry's class suffix
     # the load's messages reach the client: its start or shard (what the queue sent while the load
     # ran, it sends the latest pending one) and its end
-    assert any(m.startswith(f"loading {name}") for m in seen) or any(
-        m.startswith(f"loaded {name} in") for m in seen), seen
+    assert any(m.startswith(f"loading {name}") for m in seen) or any(m.startswith(f"loaded {name} in") for m in seen), (
+        seen
+    )

@@ -1,5 +1,6 @@
 """The Math neurons tab through gradio_client: every endpoint, bad input, parallel clients, and
 the shared model left bit-identical to the committed weights."""
+
 import json
 import threading
 from pathlib import Path
@@ -54,8 +55,13 @@ def test_figure2_curve_consistency_and_export(client, tmp_path):
     fig2 = client.predict(15, 64, api_name="/mn_figure2")
     curve = client.predict("MathNeuro", 15, 64, api_name="/mn_scale_curve")
     cons = client.predict(15, 64, api_name="/mn_consistency")
-    assert names(fig2) == ["unmodified", "MathNeuro", "Wanda (no subtraction)", "Random (same count)",
-                           "LAPE (MLP neurons)"] and "top 15 %" in title(fig2)
+    assert names(fig2) == [
+        "unmodified",
+        "MathNeuro",
+        "Wanda (no subtraction)",
+        "Random (same count)",
+        "LAPE (MLP neurons)",
+    ] and "top 15 %" in title(fig2)
     math, nonmath = traces(curve)  # accuracy per scale factor, both sets at the same factors
     assert (math["name"], nonmath["name"]) == ("math", "non-math") and math["x"] == nonmath["x"]
     assert len(math["x"]) == len(math["y"]) > 2 and "K = 15 %" in title(curve)
@@ -80,8 +86,12 @@ def test_parallel_clients_see_only_their_own_setting(app_url):
     from backend.zoo import load
 
     q = "bob has 57 cards . he loses 19 . how many cards are left ?"
-    settings = [("MathNeuro", 15, 0.0, 64), ("Random (same count)", 15, 0.0, 64),
-                ("MathNeuro", 15, 1.0, 64), ("Wanda (no subtraction)", 10, 0.0, 32)]
+    settings = [
+        ("MathNeuro", 15, 0.0, 64),
+        ("Random (same count)", 15, 0.0, 64),
+        ("MathNeuro", 15, 1.0, 64),
+        ("Wanda (no subtraction)", 10, 0.0, 32),
+    ]
     alone = [Client(app_url, verbose=False).predict(q, *s, api_name="/mn_ask") for s in settings]
     results: dict[int, str] = {}
 
@@ -106,11 +116,16 @@ def test_figure2_labels_of_coinciding_points_do_not_overlap():
     from components.math_neurons.figures import figure2_plot
 
     base = {"math": 0.76, "nonmath": 1.0}
-    res = {"mathneuro": {"math": 0.1, "nonmath": 0.99}, "random": {"math": 0.75, "nonmath": 1.0},
-           "wanda": {"math": 0.2, "nonmath": 0.9}, "lape": {"math": 0.74, "nonmath": 0.99}}
+    res = {
+        "mathneuro": {"math": 0.1, "nonmath": 0.99},
+        "random": {"math": 0.75, "nonmath": 1.0},
+        "wanda": {"math": 0.2, "nonmath": 0.9},
+        "lape": {"math": 0.74, "nonmath": 0.99},
+    }
     fig = figure2_plot(base, res, 0.05)
     pos = {t.name: (t.x[0], t.y[0], t.textposition) for t in fig.data}
-    near = [(a, b) for a in pos for b in pos if a < b and abs(pos[a][0] - pos[b][0]) < 8
-            and abs(pos[a][1] - pos[b][1]) < 8]
+    near = [
+        (a, b) for a in pos for b in pos if a < b and abs(pos[a][0] - pos[b][0]) < 8 and abs(pos[a][1] - pos[b][1]) < 8
+    ]
     assert near, "the example must contain coinciding points"
     assert all(pos[a][2] != pos[b][2] for a, b in near), pos

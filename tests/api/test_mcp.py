@@ -7,6 +7,7 @@ same input, called by gradio_client on the api tests' app (same process, same mo
 are public, so an input a tab adds later keeps its default).
 Those comparisons are in tests/api/test_mcp_equals_ui.py.
 """
+
 import asyncio
 import base64
 import io
@@ -82,7 +83,9 @@ def test_lists_exactly_the_tools_with_their_schemas(mcp_url):
     for t in tools:
         assert len(t.description) > 150, t.name
         props = t.inputSchema["properties"]
-        assert (props or t.name in ("memorized_prompts", "session_report")) and all(p.get("description") for p in props.values()), t.name
+        assert (props or t.name in ("memorized_prompts", "session_report")) and all(
+            p.get("description") for p in props.values()
+        ), t.name
     by = {t.name: t for t in tools}
     assert by["math_neurons"].inputSchema["properties"]["method"]["enum"] == ["mathneuro", "wanda", "random", "lape"]
     assert by["token_relevance"].inputSchema["required"] == ["text"]
@@ -97,8 +100,15 @@ def test_schemas_enumerate_choices_state_defaults_ranges_and_annotations(mcp_url
     tools = {t.name: t for t in _session(mcp_url, lambda s: s.list_tools()).tools}
     props = {n: t.inputSchema["properties"] for n, t in tools.items()}
     rel = props["token_relevance"]
-    assert rel["methods"]["oneOf"][1]["items"]["enum"] == ["mambalrp", "lrp_ln", "gi", "smoothgrad", "ig",
-                                                           "attnroll", "mambaattr"]
+    assert rel["methods"]["oneOf"][1]["items"]["enum"] == [
+        "mambalrp",
+        "lrp_ln",
+        "gi",
+        "smoothgrad",
+        "ig",
+        "attnroll",
+        "mambaattr",
+    ]
     assert rel["rules"]["oneOf"][1]["items"]["enum"] == ["norm", "silu", "ssm", "gate"]
     assert rel["target"]["default"] == "" and rel["model"]["default"] == ""
     models = rel["model"].get("enum") or rel["model"]["examples"]
@@ -132,10 +142,22 @@ def test_cost_arguments_past_their_range_are_refused_identically(mcp_url, client
         (bounds.MATH_K, 40, "math_neurons", {"k_percent": 40}, "/mn_evaluate", ("MathNeuro", 40, 0.0, 64)),
         (bounds.MATH_FACTOR, 5, "math_neurons", {"factor": 5}, "/mn_evaluate", ("MathNeuro", 3, 5, 64)),
         (bounds.MATH_SAMPLES, 65, "math_neurons", {"n_samples": 65}, "/mn_evaluate", ("MathNeuro", 3, 0.0, 65)),
-        (bounds.MEMO_SEEDS, 9, "generate_without_neurons", {"prompt": "a red circle", "neurons": [], "seeds": 9},
-         "/memo_generate", ("a red circle", [], "", 9)),
-        (bounds.PISSA_RANK, 500, "pissa_layer", {"layer": "fc2", "rank": 500}, "/analyse",
-         ("pissa-toy", "fc2", 500, "pissa")),
+        (
+            bounds.MEMO_SEEDS,
+            9,
+            "generate_without_neurons",
+            {"prompt": "a red circle", "neurons": [], "seeds": 9},
+            "/memo_generate",
+            ("a red circle", [], "", 9),
+        ),
+        (
+            bounds.PISSA_RANK,
+            500,
+            "pissa_layer",
+            {"layer": "fc2", "rank": 500},
+            "/analyse",
+            ("pissa-toy", "fc2", 500, "pissa"),
+        ),
     ]
     for r, bad, tool, args, api, api_args in cases:
         message = r.refusal(bad)
@@ -163,7 +185,7 @@ def test_answers_are_bounded(mcp_url):
     long_word = "a" * 100_000
     refused = error_of(mcp_url, "token_relevance", text=long_word)
     assert "at most 2,000 are taken" in refused and len(refused) < 500
-    words = ("the movie was great and the plot was weak but the cast was fine " * 40).split()[:svc.MAX_TOKENS - 4]
+    words = ("the movie was great and the plot was weak but the cast was fine " * 40).split()[: svc.MAX_TOKENS - 4]
     methods = ["mambalrp", "lrp_ln", "gi", "smoothgrad", "ig", "attnroll", "mambaattr"]
     res = _session(mcp_url, lambda s: s.call_tool("token_relevance", {"text": " ".join(words), "methods": methods}))
     assert not res.isError, res.content[0].text[:300]
@@ -186,19 +208,24 @@ def test_ui_events_stay_callable_but_are_not_tools(mcp_url, client):
     from components.agents.tools import tool_names
 
     ui = Client(mcp_url, verbose=False)
-    assert set(ui.view_api(return_format="dict", print_info=False)["named_endpoints"]) == {"/" + n for n in tool_names()}
+    assert set(ui.view_api(return_format="dict", print_info=False)["named_endpoints"]) == {
+        "/" + n for n in tool_names()
+    }
     listed, _, _ = call(mcp_url, "pissa_layers")
     assert ui.predict(listed["model"], api_name="/layers") == client.predict(listed["model"], api_name="/layers")
 
 
-@pytest.mark.parametrize("argv, env, on", [
-    ([], {}, False),
-    (["--mcp"], {}, True),
-    ([], {"WORKBENCH_MCP": "1"}, True),
-    ([], {"WORKBENCH_MCP": "1", "SPACE_ID": "someone/workbench"}, True),
-    ([], {"SPACE_ID": "someone/workbench"}, False),
-    (["--mcp"], {"WORKBENCH_MCP": "0"}, False),
-])
+@pytest.mark.parametrize(
+    "argv, env, on",
+    [
+        ([], {}, False),
+        (["--mcp"], {}, True),
+        ([], {"WORKBENCH_MCP": "1"}, True),
+        ([], {"WORKBENCH_MCP": "1", "SPACE_ID": "someone/workbench"}, True),
+        ([], {"SPACE_ID": "someone/workbench"}, False),
+        (["--mcp"], {"WORKBENCH_MCP": "0"}, False),
+    ],
+)
 def test_app_serves_the_tools_only_when_asked(monkeypatch, argv, env, on):
     """app.main's launch: the flag and the setting decide; without them nothing changes."""
     import gradio as gr
@@ -292,8 +319,9 @@ def test_feature_pages_answer_while_a_long_model_call_runs(mcp_url):
         assert race.done(), "the race went on after its stop"
     times.sort()
     p95 = times[18]  # the 19th of 20
-    print(f"feature pages during a model call: p95 {p95:.3f} s, median {times[10]:.3f} s, "
-          f"race ran ≥ {running_for:.1f} s")
+    print(
+        f"feature pages during a model call: p95 {p95:.3f} s, median {times[10]:.3f} s, race ran ≥ {running_for:.1f} s"
+    )
     assert p95 <= 1.0, times
 
 
@@ -309,8 +337,7 @@ def test_an_image_under_the_documented_size_is_taken_and_a_larger_one_refused(mc
     def png_of(side: int) -> str:
         rng = np.random.default_rng(side)  # noise: a PNG as large as its pixels
         buf = io.BytesIO()
-        Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(buf, format="PNG",
-                                                                                     compress_level=1)
+        Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(buf, format="PNG", compress_level=1)
         return base64.b64encode(buf.getvalue()).decode()
 
     six, ten = png_of(1420), png_of(1850)
@@ -347,10 +374,16 @@ def _raw_call(url: str, name: str, arguments_json: str) -> str:
     answer's text."""
     import httpx
 
-    body = ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "%s", "arguments": %s}}'
-            % (name, arguments_json))
-    r = httpx.post(url + "gradio_api/mcp/", content=body, timeout=60,
-                   headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+    body = '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "%s", "arguments": %s}}' % (
+        name,
+        arguments_json,
+    )
+    r = httpx.post(
+        url + "gradio_api/mcp/",
+        content=body,
+        timeout=60,
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+    )
     data = next(json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:"))
     return " ".join(c.get("text", "") for c in data["result"]["content"])
 

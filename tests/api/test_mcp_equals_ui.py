@@ -1,4 +1,5 @@
 """The MCP tools answer as the UI does: each tool beside its tab's endpoint, for the same input."""
+
 import json
 from pathlib import Path
 
@@ -19,8 +20,9 @@ def test_token_relevance_equals_the_ui(mcp_url, client):
     before = zerogpu.BOUNDARY_CHECKS["calls"]
     tool, _, _ = call(mcp_url, "token_relevance", text=text, methods=["mambalrp", "gi"], target="")
     assert zerogpu.BOUNDARY_CHECKS["calls"] == before + 1  # the tool is marked for ZeroGPU, outermost
-    res = client.predict(text, ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"], "", True,
-                         api_name="/explain_text")[5]
+    res = client.predict(text, ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"], "", True, api_name="/explain_text")[
+        5
+    ]
     for k in ("tokens", "target", "logit", "relevance", "sum_relevance", "methods"):
         assert tool[k] == sig(res[k]), k
     assert tool["sum_relevance"]["mambalrp"] == pytest.approx(tool["logit"], rel=0.05, abs=0.05)
@@ -28,8 +30,9 @@ def test_token_relevance_equals_the_ui(mcp_url, client):
     ablated, _, _ = call(mcp_url, "token_relevance", text=text, methods=["mambalrp"], rules=["norm", "silu", "gate"])
     assert ablated["relevance"]["mambalrp"] != tool["relevance"]["mambalrp"]
     assert error_of(mcp_url, "token_relevance", text=text, methods=["nope"])  # not one of the enum
-    assert "'magic' is not one of ['norm', 'silu', 'ssm', 'gate']" in error_of(mcp_url, "token_relevance", text=text,
-                                                                              rules=["magic"])
+    assert "'magic' is not one of ['norm', 'silu', 'ssm', 'gate']" in error_of(
+        mcp_url, "token_relevance", text=text, rules=["magic"]
+    )
 
 
 @pytest.mark.skipif(not FEATURES_BUILT, reason="the Features organism is not built")
@@ -57,8 +60,9 @@ def test_feature_tools_equal_the_ui(mcp_url, client):
     w, h = png_size(images[0])
     assert w > 4 * h / 3  # five images across, three rows
 
-    steered, images, _ = call(mcp_url, "steer_feature", feature=f, value=40.0, scene=0, positions="prompt",
-                              suppress_rivals=False)
+    steered, images, _ = call(
+        mcp_url, "steer_feature", feature=f, value=40.0, scene=0, positions="prompt", suppress_rivals=False
+    )
     out = client.predict(None, "0", f, 40.0, "prompt", False, False, api_name="/steer")[2]
     assert (steered["baseline"], steered["steered"]) == (out["baseline"], out["steered"])
     assert steered["value"] == 40.0 and png_size(images[0])[0] > 0
@@ -69,11 +73,13 @@ def test_feature_tools_equal_the_ui(mcp_url, client):
     org = loading.get_organism("zoo")
     top = analysis.clamp_range(org).hi  # 10× the index's largest activation; 1e308 was once accepted
     assert f"The clamp value must be between 0 and {top:g} (got 1e+308)" in error_of(
-        mcp_url, "steer_feature", feature=f, value=1e308)
+        mcp_url, "steer_feature", feature=f, value=1e308
+    )
     d = analysis.steering_defaults(org)
     steered, _, _ = call(mcp_url, "steer_feature", feature=f)
-    out = client.predict(None, "0", f, analysis.default_clamp_value(org, f), d["positions"], False, d["suppress"],
-                         api_name="/steer")[2]
+    out = client.predict(
+        None, "0", f, analysis.default_clamp_value(org, f), d["positions"], False, d["suppress"], api_name="/steer"
+    )[2]
     assert steered == sig({**out, "scene": 0})
     n = page.get("n_features") or 10**6
     assert "The feature id must be a whole number between 0 and" in error_of(mcp_url, "open_feature", feature=n)
@@ -93,8 +99,15 @@ def test_feature_tools_equal_the_ui(mcp_url, client):
     Image.fromarray(S.render(org.heldout_specs[3])[0]).save(buf, format="PNG")
     with tempfile.NamedTemporaryFile(suffix=".png", delete=False) as fh:
         fh.write(buf.getvalue())
-    own, _, _ = call(mcp_url, "steer_feature", feature=f, value=40.0, positions="prompt", suppress_rivals=False,
-                     image_base64="data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
+    own, _, _ = call(
+        mcp_url,
+        "steer_feature",
+        feature=f,
+        value=40.0,
+        positions="prompt",
+        suppress_rivals=False,
+        image_base64="data:image/png;base64," + base64.b64encode(buf.getvalue()).decode(),
+    )
     out = client.predict(handle_file(fh.name), None, f, 40.0, "prompt", False, False, api_name="/steer")[2]
     assert (own["baseline"], own["steered"]) == (out["baseline"], out["steered"]) and own["scene"] is None
     assert "not a base64-encoded PNG" in error_of(mcp_url, "steer_feature", feature=f, image_base64="bm90IGFuIGltYWdl")
@@ -127,7 +140,8 @@ def test_memorization_tools_equal_the_ui(mcp_url, client):
     assert "Type a prompt" in error_of(mcp_url, "check_memorization", prompt="  ")
     assert "layer:channel" in error_of(mcp_url, "generate_without_neurons", prompt=prompt, neurons=["hello"])
     assert "seeds must be a whole number between 1 and 8" in error_of(
-        mcp_url, "generate_without_neurons", prompt=prompt, neurons=[], seeds=9)
+        mcp_url, "generate_without_neurons", prompt=prompt, neurons=[], seeds=9
+    )
     listed, _, _ = call(mcp_url, "memorized_prompts")  # an agent finds the memorized prompts to test
     assert [p["prompt"] for p in listed["prompts"]] == service.describe("zoo")["memorized"]
     assert listed["n"] == len(listed["prompts"]) > 0
@@ -154,9 +168,14 @@ def test_math_neurons_equals_the_ui(mcp_url, client):
 
     b = service.bench("zoo")
     own = [dict(it) for it in b.eval_items("math", 6)]
-    mine, _, _ = call(mcp_url, "math_neurons", k_percent=3, factor=1.0, n_samples=4,
-                      math_items=[{"question": it.get("question") or it.get("prompt"), "answer": it["answer"]}
-                                  for it in own])
+    mine, _, _ = call(
+        mcp_url,
+        "math_neurons",
+        k_percent=3,
+        factor=1.0,
+        n_samples=4,
+        math_items=[{"question": it.get("question") or it.get("prompt"), "answer": it["answer"]} for it in own],
+    )
     assert mine["math_set"] == "yours" and mine["n_scored"]["math"] == len(own)
     assert "is not of type 'object'" in error_of(mcp_url, "math_neurons", math_items=["not an object"])
 
@@ -188,8 +207,9 @@ def test_pissa_tools_equal_the_ui(mcp_url, client):
     exported = json.loads(next(p for p in paths if p.suffix == ".json").read_text())
     for k in ("shape", "rank", "energy_top_r", "reconstruction_rel_error", "w_absmax", "w_res_absmax"):
         assert tool[k] == sig(exported[k]), k
-    assert tool["singular_values"] == sig(exported["singular_values"][:len(tool["singular_values"])])
+    assert tool["singular_values"] == sig(exported["singular_values"][: len(tool["singular_values"])])
     assert "no adaptable linear layer" in error_of(mcp_url, "pissa_layer", layer="nope", model=key)
-    assert "rank r must be a whole number between 1 and 128" in error_of(mcp_url, "pissa_layer", layer="fc2",
-                                                                        rank=10**6, model=key)
+    assert "rank r must be a whole number between 1 and 128" in error_of(
+        mcp_url, "pissa_layer", layer="fc2", rank=10**6, model=key
+    )
     assert "unknown model" in error_of(mcp_url, "pissa_layers", model="nope")

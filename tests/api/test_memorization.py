@@ -1,6 +1,7 @@
 """The Memorization tab through gradio_client: every endpoint, bad input, parallel clients with
 different neuron selections, exports; the shared pipeline is left without hooks and bit-identical
 (checked after every test by tests/api/conftest.py)."""
+
 import json
 import threading
 from pathlib import Path
@@ -86,8 +87,7 @@ def test_parallel_clients_see_only_their_own_neurons(app_url, zoo_info):
 
     mem = zoo_info["memorized"][2]
     selections = ["", "mid.attn0:1, mid.attn0:2", "down0.attn0:4, down1.attn0:5"]
-    alone = [Client(app_url, verbose=False).predict(mem, [], s, 2, api_name="/memo_generate")[1]
-             for s in selections]
+    alone = [Client(app_url, verbose=False).predict(mem, [], s, 2, api_name="/memo_generate")[1] for s in selections]
     from backend.nemo import service
 
     service._RESULTS.clear()  # recompute under concurrency, not from the cache
@@ -119,9 +119,15 @@ def test_export_json_and_png(client, zoo_info):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # nothing switched off: the export says so and reports no "off" condition
     files = client.predict(mem, [], "", 2, api_name="/memo_export")
-    state = json.loads(Path([f if isinstance(f, str) else f.get("path", f.get("name")) for f in files
-                             if str(f if isinstance(f, str) else f.get("path", f.get("name"))).endswith(".json")][0]
-                            ).read_text())
+    state = json.loads(
+        Path(
+            [
+                f if isinstance(f, str) else f.get("path", f.get("name"))
+                for f in files
+                if str(f if isinstance(f, str) else f.get("path", f.get("name"))).endswith(".json")
+            ][0]
+        ).read_text()
+    )
     assert state["switched_off"] == [] and "No neurons switched off" in state["note"]
     assert not [k for k in state["comparison"] if k.endswith("_off")] and len(state["comparison"]["ssim_on"]) == 2
 
@@ -150,7 +156,9 @@ def test_batch_and_statistics_bad_input(client):
         client.predict("  \n ", None, api_name="/memo_batch")
     with pytest.raises(AppError, match="at most 100"):
         client.predict("\n".join(f"a red circle {i}" for i in range(101)), None, api_name="/memo_batch")
-    with pytest.raises(AppError, match=r"whole number between 2 and 160 \(got 1\)"):  # the slider refuses with its range
+    with pytest.raises(
+        AppError, match=r"whole number between 2 and 160 \(got 1\)"
+    ):  # the slider refuses with its range
         client.predict(1, api_name="/memo_stats")
     from backend.nemo import service
 
@@ -201,6 +209,7 @@ def test_generations_against_an_uploaded_reference(client, zoo_info, tmp_path):
 
     def median_on(h):
         return float(h.split("all neurons on</td><td>")[1].split("<")[0])
+
     assert median_on(html_same) >= 0.8 > 0.3 >= median_on(html_other)
     from gradio_client.exceptions import AppError
 
@@ -219,6 +228,7 @@ def test_generations_against_an_uploaded_reference(client, zoo_info, tmp_path):
 # (tests/helpers/standins/memorization.py). The hub library reads its cache location at import, so
 # the tab runs in a child process under that environment; the child reports what it saw as JSON.
 
+
 def _hub_probe(out_path: str) -> None:  # runs in the child process
     import gradio as gr
     import numpy as np
@@ -232,8 +242,9 @@ def _hub_probe(out_path: str) -> None:  # runs in the child process
     with gr.Blocks():  # the tab builds (it once raised on an empty memorized list)
         tab.build(TabContext(tabs=None, source="hub"))
     d = service.describe("hub")
-    res["describe"] = {k: d[k] for k in ("model_id", "layers", "stats_plan", "guidance_scale", "search_guidance",
-                                         "has_train_images")}
+    res["describe"] = {
+        k: d[k] for k in ("model_id", "layers", "stats_plan", "guidance_scale", "search_guidance", "has_train_images")
+    }
     res["n_memorized"], res["types"] = len(d["memorized"]), sorted(set(d["memorized_types"]))
     res["first_memorized"], res["first_ordinary"] = d["memorized"][0], d["ordinary"][0]
     check, find, generate, batch, sample, stats, table, export, _on_model = tab.make_handlers("hub")
@@ -261,8 +272,19 @@ def _hub_probe(out_path: str) -> None:  # runs in the child process
     res["check_after_stats"] = service.check(d["memorized"][0], source="hub")["stats"]
     # the CLI job over the paper's COCO captions, then its file in use
     out = Path(out_path).parent / "stats"
-    nemo_stats.main(["--source", "hub", "--out", str(out), "--cpu", "--samples", "40",
-                     "--prompts", str(Path("assets/data/nemo/coco2014_val_10000.csv"))])
+    nemo_stats.main(
+        [
+            "--source",
+            "hub",
+            "--out",
+            str(out),
+            "--cpu",
+            "--samples",
+            "40",
+            "--prompts",
+            str(Path("assets/data/nemo/coco2014_val_10000.csv")),
+        ]
+    )
     os.environ["WORKBENCH_NEMO_STATS"] = str(out / "nemo-stats.safetensors")
     m = service.get("hub")
     m._stats = m._stats_source = None  # as a restart with the variable set
@@ -292,9 +314,14 @@ def hub_probe(tmp_path_factory):
     env = {**os.environ, **cache_env(cache), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.pop("WORKBENCH_NEMO_STATS", None)
     root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-c", f"from tests.api.test_memorization import _hub_probe; "
-                        f"_hub_probe({str(out)!r})"], cwd=root, env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", f"from tests.api.test_memorization import _hub_probe; _hub_probe({str(out)!r})"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -306,8 +333,15 @@ def test_hub_tab_builds_with_the_papers_prompt_lists(hub_probe):
     d = p["describe"]
     assert "CompVis/stable-diffusion-v1-4" in d["model_id"]
     # SD-1.4's shape: 7 value layers (3 down blocks × 2 + mid), read from the cached config
-    assert [n for n, _ in d["layers"]] == ["down0.attn0", "down0.attn1", "down1.attn0", "down1.attn1",
-                                          "down2.attn0", "down2.attn1", "mid.attn0"]
+    assert [n for n, _ in d["layers"]] == [
+        "down0.attn0",
+        "down0.attn1",
+        "down1.attn0",
+        "down1.attn1",
+        "down2.attn0",
+        "down2.attn1",
+        "mid.attn0",
+    ]
     assert p["n_memorized"] == 500 and p["types"] == ["TM", "VM"]
     assert p["first_memorized"] == data.memorized_laion()[0]["prompt"]
     assert p["first_ordinary"] == data.unmemorized_laion()[0]

@@ -4,6 +4,7 @@ same model take turns. So while a long call runs on one model, a call on another
 tab completes; two visitors on the same model, one of them pruning its weights in place, each get
 what they get alone (no intervention leaks); and calls that touch no model (feature pages from the
 index) never wait behind model calls (tests/api/test_mcp.py)."""
+
 from __future__ import annotations
 
 import json

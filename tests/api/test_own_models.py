@@ -1,5 +1,6 @@
 """Users' own models through the API: architectures the papers did not use, picked by their folder
 (tests/helpers/standins, `local_models` is an allowed root), and every refusal with its reason."""
+
 import json
 
 import pytest
@@ -10,8 +11,10 @@ def own(local_models, name: str) -> str:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("name, arch_layer", [("own-qwen2", "model.layers.0.self_attn.q_proj"),
-                                              ("own-gemma", "model.layers.1.mlp.gate_proj")])
+@pytest.mark.parametrize(
+    "name, arch_layer",
+    [("own-qwen2", "model.layers.0.self_attn.q_proj"), ("own-gemma", "model.layers.1.mlp.gate_proj")],
+)
 def test_adapters_analyse_a_layer_of_your_own_model(client, local_models, name, arch_layer):
     key = own(local_models, name)
     layer, _ = client.predict(key, api_name="/layers")
@@ -39,12 +42,15 @@ def test_adapters_race_and_error_table_run_on_your_own_model(client, local_model
     assert len(curves) == 2 and all(len(c["loss"]) == 10 for c in curves)
 
 
-@pytest.mark.parametrize("name, words", [
-    ("own-gpt2", "GPT2LMHeadModel: PiSSA adapts nn.Linear weights, and gpt2 models use transformers' Conv1D"),
-    ("own-pickle", "only safetensors checkpoints are loaded"),
-    ("own-noconfig", "no config.json in"),
-    ("no-such-folder", "no model at"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("own-gpt2", "GPT2LMHeadModel: PiSSA adapts nn.Linear weights, and gpt2 models use transformers' Conv1D"),
+        ("own-pickle", "only safetensors checkpoints are loaded"),
+        ("own-noconfig", "no config.json in"),
+        ("no-such-folder", "no model at"),
+    ],
+)
 def test_adapters_refuse_with_the_reason(client, local_models, name, words):
     with pytest.raises(Exception) as e:
         client.predict(own(local_models, name), api_name="/layers")
@@ -74,12 +80,16 @@ def test_too_large_and_space_policy_are_checked_before_loading(client, local_mod
     assert not any("own-gemma" in k for k in set(store.loaded()) - before)  # nothing was loaded
 
 
-NONMATH = [{"prompt": "What colour is a clear daytime sky?", "answer": "blue"},
-           {"prompt": "Which animal barks?", "answer": "dog"},
-           {"prompt": "What is the opposite of hot?", "answer": "cold"},
-           {"prompt": "Which season comes after winter?", "answer": "spring"}]
-MATH = [{"question": f"Ann has {a} pens and buys {b} more. How many pens does she have?", "answer": str(a + b)}
-        for a, b in ((12, 7), (30, 45), (8, 9), (61, 23))]
+NONMATH = [
+    {"prompt": "What colour is a clear daytime sky?", "answer": "blue"},
+    {"prompt": "Which animal barks?", "answer": "dog"},
+    {"prompt": "What is the opposite of hot?", "answer": "cold"},
+    {"prompt": "Which season comes after winter?", "answer": "spring"},
+]
+MATH = [
+    {"question": f"Ann has {a} pens and buys {b} more. How many pens does she have?", "answer": str(a + b)}
+    for a, b in ((12, 7), (30, 45), (8, 9), (61, 23))
+]
 
 
 @pytest.mark.timeout(300)
@@ -108,7 +118,9 @@ def test_math_neurons_on_your_own_model_and_non_math_file(app_url, local_models,
     rows = table["data"]
     assert {r[0] for r in rows} == {"math", "non-math"}
     assert any(r[1] in {x["prompt"] for x in NONMATH} for r in rows)  # the user's own questions are asked
-    assert [r[2] for r in rows if r[0] == "math"] == [x["answer"] for x in MATH][:len([r for r in rows if r[0] == "math"])]
+    assert [r[2] for r in rows if r[0] == "math"] == [x["answer"] for x in MATH][
+        : len([r for r in rows if r[0] == "math"])
+    ]
     # pruning the top 3 % per matrix changes what this model answers
     assert any(r[3] != r[4] for r in rows), rows
 
@@ -120,11 +132,20 @@ def test_math_neurons_refuse_a_conv1d_model(client, local_models):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("name, cls", [("own-falcon-mamba", "FalconMambaForCausalLM"), ("own-mamba", "MambaForCausalLM")])
+@pytest.mark.parametrize(
+    "name, cls", [("own-falcon-mamba", "FalconMambaForCausalLM"), ("own-mamba", "MambaForCausalLM")]
+)
 def test_relevance_explains_your_own_mamba_and_falcon_mamba(client, local_models, name, cls):
     key = own(local_models, name)
-    out = client.predict("the movie was good and the cast was great", ["mambalrp", "gi"],
-                         ["norm", "silu", "ssm", "gate"], "", True, key, api_name="/explain_text")
+    out = client.predict(
+        "the movie was good and the cast was great",
+        ["mambalrp", "gi"],
+        ["norm", "silu", "ssm", "gate"],
+        "",
+        True,
+        key,
+        api_name="/explain_text",
+    )
     res = out[5]
     assert res["model"] == f"local:{key}@main"
     rel = res["relevance"]["mambalrp"]
@@ -132,8 +153,9 @@ def test_relevance_explains_your_own_mamba_and_falcon_mamba(client, local_models
     # MambaLRP's total is the explained logit up to what the conv biases absorb (both models have them)
     assert abs(res["sum_relevance"]["mambalrp"] - res["logit"]) < 0.2 * abs(res["logit"])
     with pytest.raises(Exception) as e:
-        client.predict("good", ["mambalrp"], ["norm"], "", True, own(local_models, "own-qwen2"),
-                       api_name="/explain_text")
+        client.predict(
+            "good", ["mambalrp"], ["norm"], "", True, own(local_models, "own-qwen2"), api_name="/explain_text"
+        )
     assert "Qwen2ForCausalLM: MambaLRP needs a Mamba model" in str(e.value)
 
 
@@ -145,11 +167,13 @@ def test_memorization_checks_and_generates_on_your_own_pipeline(client, local_mo
     assert "COCO 2014 captions" in stats_card
     score, _z, stats_card = client.predict("a photo of a dog on the beach", key, api_name="/memo_check")
     assert "θ" in score and "first 1,000 of 10,000 COCO 2014 captions" in stats_card
-    gallery, card = client.predict("a photo of a dog", [], "down0.attn0:1, mid.attn0:2", 2, None, key,
-                                   api_name="/memo_generate")
+    gallery, card = client.predict(
+        "a photo of a dog", [], "down0.attn0:1, mid.attn0:2", 2, None, key, api_name="/memo_generate"
+    )
     assert len(gallery) == 4 and "down0.attn0:1" in card  # 2 seeds, neurons on and off
-    card = client.predict(10, key, "a bowl of soup on a table\na red bus in the rain\ntwo cats on a sofa",
-                          api_name="/memo_stats")
+    card = client.predict(
+        10, key, "a bowl of soup on a table\na red bus in the rain\ntwo cats on a sofa", api_name="/memo_stats"
+    )
     assert "3 ordinary prompts you gave" in card
     with pytest.raises(Exception) as e:
         client.predict("a dog", own(local_models, "own-qwen2"), api_name="/memo_check")
@@ -157,10 +181,14 @@ def test_memorization_checks_and_generates_on_your_own_pipeline(client, local_mo
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("vlm, sae, hook, cls", [
-    ("own-llava15", "own-llava15-sae", "layers.2", "LlavaForConditionalGeneration"),
-    ("own-llava15", "own-llava15-saelens", "model.layers.2", "LlavaForConditionalGeneration"),
-    ("own-llava-next", "own-llava-next-sae", "model.layers.8", "LlavaNextForConditionalGeneration")])
+@pytest.mark.parametrize(
+    "vlm, sae, hook, cls",
+    [
+        ("own-llava15", "own-llava15-sae", "layers.2", "LlavaForConditionalGeneration"),
+        ("own-llava15", "own-llava15-saelens", "model.layers.2", "LlavaForConditionalGeneration"),
+        ("own-llava-next", "own-llava-next-sae", "model.layers.8", "LlavaNextForConditionalGeneration"),
+    ],
+)
 def test_features_on_your_own_vlm_and_sae(app_url, local_models, tmp_path, monkeypatch, vlm, sae, hook, cls):
     from gradio_client import Client, handle_file
 
@@ -195,8 +223,9 @@ def test_features_on_your_own_vlm_and_sae(app_url, local_models, tmp_path, monke
     assert [float(r[2]) for r in firing] == sorted((float(r[2]) for r in firing), reverse=True)
     assert {int(r[0]) for r in firing} <= {int(r[0]) for r in rows}
     fid = int(firing[0][0])
-    _img, md, result = client.predict(handle_file(str(images[1])), None, fid, 5.0, "all", False, False,
-                                      api_name="/steer")
+    _img, md, result = client.predict(
+        handle_file(str(images[1])), None, fid, 5.0, "all", False, False, api_name="/steer"
+    )
     assert result["feature"] == fid and "with" in md.lower()
     with pytest.raises(Exception) as e:  # a hookpoint the SAE has no folder for: refused with the list
         client.predict(own(local_models, vlm), own(local_models, sae), "model.layers.1", api_name="/features_load")
@@ -208,10 +237,12 @@ def test_features_refuse_a_model_that_is_not_llava(app_url, local_models):
 
     client = Client(app_url, verbose=False)
     with pytest.raises(Exception) as e:
-        client.predict(own(local_models, "own-qwen2"), own(local_models, "own-llava15-sae"), "layers.2",
-                       api_name="/features_load")
+        client.predict(
+            own(local_models, "own-qwen2"), own(local_models, "own-llava15-sae"), "layers.2", api_name="/features_load"
+        )
     assert "Qwen2ForCausalLM: the Features tab needs a LLaVA-family vision-language model" in str(e.value)
     with pytest.raises(Exception) as e:
-        client.predict(own(local_models, "own-llava15"), own(local_models, "no-such-sae"), "layers.2",
-                       api_name="/features_load")
+        client.predict(
+            own(local_models, "own-llava15"), own(local_models, "no-such-sae"), "layers.2", api_name="/features_load"
+        )
     assert "no model at" in str(e.value)

@@ -2,6 +2,7 @@
 session_hash (HTTP 500), a wrong number of arguments (`{"error": null}`), a body of any size (a
 60 MB JSON body read and parsed whole, +133 MB). components.gradio_fixes.patches has the fixes; each is
 checked here against the served app, over plain HTTP as any client would send it."""
+
 import json
 import select
 import socket
@@ -30,8 +31,11 @@ def test_an_empty_session_hash_is_no_session_on_call_and_refused_on_join(app_url
     r = httpx.post(app_url + "gradio_api/call/status", json={"data": [], "session_hash": ""}, timeout=30)
     assert r.status_code == 200, r.text
     assert "event: complete" in _answer(app_url, "status", r.json()["event_id"])
-    r = httpx.post(app_url + "gradio_api/queue/join", timeout=30,
-                   json={"data": [], "fn_index": _fn_index(app_url, "status"), "session_hash": ""})
+    r = httpx.post(
+        app_url + "gradio_api/queue/join",
+        timeout=30,
+        json={"data": [], "fn_index": _fn_index(app_url, "status"), "session_hash": ""},
+    )
     assert r.status_code == 400, r.text
     assert r.json()["detail"].startswith("session_hash is empty.")
 
@@ -66,8 +70,13 @@ def _raw_post(app_url: str, path: str, headers: list[str], chunks, timeout: floa
     sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
     sent = 0
     try:
-        sock.sendall((f"POST {path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
-                      + "".join(h + "\r\n" for h in headers) + "\r\n").encode())
+        sock.sendall(
+            (
+                f"POST {path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
+                + "".join(h + "\r\n" for h in headers)
+                + "\r\n"
+            ).encode()
+        )
         for chunk in chunks:
             if select.select([sock], [], [], 0)[0]:
                 break  # the server has answered
@@ -86,8 +95,10 @@ def _raw_post(app_url: str, path: str, headers: list[str], chunks, timeout: floa
         if b"\r\n\r\n" not in raw:
             return 0, "", sent
         head, body = raw.split(b"\r\n\r\n", 1)
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                       if line.lower().startswith(b"content-length:")), None)
+        length = next(
+            (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
+            None,
+        )
         while length is not None and len(body) < length and select.select([sock], [], [], 2)[0]:
             part = sock.recv(65536)
             if not part:
@@ -117,11 +128,13 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(app_url):
         yield tail
 
     declared = size + len(head) + len(tail)
-    status, text, sent = _raw_post(app_url, path, ["Content-Type: application/json", f"Content-Length: {declared}"],
-                                   body(1))
+    status, text, sent = _raw_post(
+        app_url, path, ["Content-Type: application/json", f"Content-Length: {declared}"], body(1)
+    )
     assert status == 413, f"no refusal before the body was sent whole ({status}, {text[:200]!r})"
-    assert json.loads(text)["detail"].startswith("This request's body is 62.9 MB, over this server's limit of "
-                                                 f"{REQUEST_BODY_BYTES / 1e6:.1f} MB"), text
+    assert json.loads(text)["detail"].startswith(
+        f"This request's body is 62.9 MB, over this server's limit of {REQUEST_BODY_BYTES / 1e6:.1f} MB"
+    ), text
 
     def chunked(n_mb: int):
         for piece in body(n_mb):
@@ -131,8 +144,9 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(app_url):
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     before = _status_kb("VmRSS")
-    status, text, sent = _raw_post(app_url, path, ["Content-Type: application/json", "Transfer-Encoding: chunked"],
-                                   chunked(60))
+    status, text, sent = _raw_post(
+        app_url, path, ["Content-Type: application/json", "Transfer-Encoding: chunked"], chunked(60)
+    )
     growth_mb = (_status_kb("VmHWM") - before) / 1024
     print(f"a chunked body refused after {sent / 2**20:.0f} MiB sent; peak RSS +{growth_mb:.0f} MB; {text}")
     assert status == 413, (status, text[:200])

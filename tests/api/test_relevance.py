@@ -1,5 +1,6 @@
 """The Relevance tab through gradio_client: every endpoint, bad input, exports, parallel clients,
 and the shared models left exactly as committed."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,9 @@ def _path(f):
 
 
 def test_explain_text_heatmaps_conservation_and_exports(client):
-    heat, plot, cons, jfile, pfile, res = explain(client, "the plot was dull but the cast was brilliant",
-                                                  methods=("mambalrp", "gi", "ig", "attnroll"))
+    heat, plot, cons, jfile, pfile, res = explain(
+        client, "the plot was dull but the cast was brilliant", methods=("mambalrp", "gi", "ig", "attnroll")
+    )
     assert "MambaLRP" in heat and "Integrated Gradients" in heat and "brilliant" in heat
     assert "linear-gradient" in heat  # the colour bar
     # one bar per position for each method, in the order asked for
@@ -95,9 +97,12 @@ def test_text_refusals_load_no_model(client, monkeypatch):
         raise AssertionError("a model was loaded for a refused request")
 
     monkeypatch.setattr(svc, "load_text", no_load)
-    refused = [("   ", ("gi",), ALL_RULES, "Type a sentence"), ("a" * 5000, ("gi",), ALL_RULES, "characters long"),
-               ("a good film", (), ALL_RULES, "(?i)pick at least one method"),
-               ("a good film", ("gi",), ["warp"], "warp")]
+    refused = [
+        ("   ", ("gi",), ALL_RULES, "Type a sentence"),
+        ("a" * 5000, ("gi",), ALL_RULES, "characters long"),
+        ("a good film", (), ALL_RULES, "(?i)pick at least one method"),
+        ("a good film", ("gi",), ["warp"], "warp"),
+    ]
     for text, methods, rules, message in refused:
         with pytest.raises(AppError, match=message):
             explain(client, text, methods=methods, rules=rules)
@@ -150,11 +155,16 @@ def test_heldout_on_an_uploaded_file_and_sst2_offline(client, tmp_path):
     from gradio_client.exceptions import AppError
 
     path = tmp_path / "mine.jsonl"
-    rows = [("a lovely and superb film", "positive"), ("the plot was dull and awful", "negative"),
-            ("weak script but a brilliant cast", "positive"), ("a boring sequel", "negative")]
+    rows = [
+        ("a lovely and superb film", "positive"),
+        ("the plot was dull and awful", "negative"),
+        ("weak script but a brilliant cast", "positive"),
+        ("a boring sequel", "negative"),
+    ]
     path.write_text("".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in rows))
-    table, curves, scatter, note = client.predict(["mambalrp", "gi"], 20, "file", handle_file(str(path)), "label",
-                                                  "", "", api_name="/heldout_eval")
+    table, curves, scatter, note = client.predict(
+        ["mambalrp", "gi"], 20, "file", handle_file(str(path)), "label", "", "", api_name="/heldout_eval"
+    )
     by = {r[0]: r for r in (table["data"] if isinstance(table, dict) else table)}
     assert set(by) == {"MambaLRP", "Gradient×Input", "Random"} and by["MambaLRP"][5] in ("", None)
     assert "your sentence file" in note and "4 sentences" in note and "`positive`" in note
@@ -179,7 +189,9 @@ def test_image_example_and_explanation(client):
     from gradio_client import handle_file
 
     img = client.predict(5, api_name="/image_example")
-    out, md, png = client.predict(handle_file(img), ["mambalrp", "gi", "mambaattr"], ALL_RULES, api_name="/explain_image")
+    out, md, png = client.predict(
+        handle_file(img), ["mambalrp", "gi", "mambaattr"], ALL_RULES, api_name="/explain_image"
+    )
     assert "Prediction" in md and "inside the object" in md
     assert _path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     kinds = [t["type"] for t in traces(out)]  # the picture, then each method's map over it
@@ -190,7 +202,11 @@ def test_image_example_and_explanation(client):
 def test_parallel_clients_get_their_own_answers(app_url):
     from gradio_client import Client
 
-    texts = ["a superb and lovely story", "the ending was awful and dull", "weak script but brilliant cast and lovely music"]
+    texts = [
+        "a superb and lovely story",
+        "the ending was awful and dull",
+        "weak script but brilliant cast and lovely music",
+    ]
     solo = {t: explain(Client(app_url, verbose=False), t, methods=("mambalrp",))[-1] for t in texts}
     got, errors = {}, []
 

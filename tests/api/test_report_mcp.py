@@ -1,4 +1,5 @@
 """The MCP tool session_report: an agent's report holds the answers of its own MCP session only."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,14 @@ def mcp_url():
     for attempt in range(3):
         port = free_port()
         try:
-            demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                        mcp_server=True, **app.launch_kwargs())
+            demo.launch(
+                server_name="127.0.0.1",
+                server_port=port,
+                prevent_thread_lock=True,
+                quiet=True,
+                mcp_server=True,
+                **app.launch_kwargs(),
+            )
             break
         except ValueError:
             demo.close()

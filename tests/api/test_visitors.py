@@ -2,6 +2,7 @@
 from them, neuron statistics over its own prompts) stays with it. The other visitor's view, the
 shared statistics and the owner's index file do not change, and the visitor's folder goes when its
 session ends."""
+
 from __future__ import annotations
 
 import hashlib
@@ -52,8 +53,9 @@ def owner_index(local_models, tmp_path, monkeypatch, sessions_dir):
     return target
 
 
-def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_index, sessions_dir, tmp_path,
-                                                 monkeypatch):
+def test_a_visitors_index_stays_with_the_visitor(
+    app_url, local_models, owner_index, sessions_dir, tmp_path, monkeypatch
+):
     from gradio_client import Client, handle_file
     from gradio_client.exceptions import AppError
 
@@ -91,8 +93,7 @@ def test_a_visitors_index_stays_with_the_visitor(app_url, local_models, owner_in
     assert list(a_folder.rglob(INDEX_FILE))
     a_rows = rows(a.predict("", "density", api_name="/features_list"))
     a_page = a.predict(int(a_rows[0][0]), api_name="/feature_page")[7]
-    assert a_page["top"] and all(t["caption"].startswith("0") and "visitor-a" in t["caption"]
-                                 for t in a_page["top"])
+    assert a_page["top"] and all(t["caption"].startswith("0") and "visitor-a" in t["caption"] for t in a_page["top"])
 
     # B asks the model to name a feature of the owner's index: B's label, kept in B's folder
     labelled = b.predict(fid, api_name="/ask_model")
@@ -180,8 +181,9 @@ def test_a_visitors_math_set_goes_with_the_session(app_url, tmp_path):
     data = service.bench("zoo").data
     before = set(data["nonmath_sets"])
     path = tmp_path / "mine.jsonl"
-    path.write_text("\n".join(json.dumps({"prompt": f"where does ann live {i} ?", "answer": "ann lives here"})
-                              for i in range(4)))
+    path.write_text(
+        "\n".join(json.dumps({"prompt": f"where does ann live {i} ?", "answer": "ann lives here"}) for i in range(4))
+    )
     a = Client(app_url, verbose=False)
     card = a.predict(handle_file(str(path)), None, api_name="/mn_nonmath")
     assert "mine.jsonl (4 items)" in card
@@ -238,8 +240,9 @@ def test_parallel_visitors_count_zero_leaks(app_url, local_models, owner_index, 
     assert sha(owner_index) == before
 
 
-def test_sessions_of_one_address_share_one_quota(app_url, local_models, owner_index, sessions_dir, tmp_path,
-                                                 monkeypatch):
+def test_sessions_of_one_address_share_one_quota(
+    app_url, local_models, owner_index, sessions_dir, tmp_path, monkeypatch
+):
     """Sessions are free to make, so a quota per session bounds nobody (four build_index calls from
     four sessions once wrote 1,050 MB in 12 s): a second session from the same address is refused
     once the first's files fill the visitor's quota, while a visitor at another address builds."""

@@ -1,4 +1,5 @@
 """The app served on 127.0.0.1 in a child process; Debian Chromium via playwright."""
+
 import pytest
 
 from components import tabs
@@ -17,13 +18,17 @@ def local_models(tmp_path_factory):
 
 @pytest.fixture(scope="package")
 def server_url(local_models):
-    with serve(log_path=artifact("e2e-server.log"),
-               # an index the Features tab builds for an own model is written under HF_HOME
-               env={"WORKBENCH_MODEL_ROOTS": str(local_models),
-                    "HF_HOME": str(local_models.parent / "hf-home"),
-                    # a stand-in's GSM8K answers are noise at any length: 16 tokens, not 256 (the
-                    # answer rules are tested in tests/unit/test_mathneuro_hub.py)
-                    "WORKBENCH_MATH_NEW_TOKENS": "16"}) as (url, _proc):
+    with serve(
+        log_path=artifact("e2e-server.log"),
+        # an index the Features tab builds for an own model is written under HF_HOME
+        env={
+            "WORKBENCH_MODEL_ROOTS": str(local_models),
+            "HF_HOME": str(local_models.parent / "hf-home"),
+            # a stand-in's GSM8K answers are noise at any length: 16 tokens, not 256 (the
+            # answer rules are tested in tests/unit/test_mathneuro_hub.py)
+            "WORKBENCH_MATH_NEW_TOKENS": "16",
+        },
+    ) as (url, _proc):
         yield url
 
 
@@ -46,8 +51,9 @@ def first_view(page, tab_id: str, timeout_ms: int = 120_000):
     try:
         page.wait_for_function(f"() => !!({FIRST_VIEW[tab_id]})", timeout=timeout_ms)
     except PlaywrightTimeout:
-        raise AssertionError(f"{tab_id}: no first view within {timeout_ms / 1000:.0f} s "
-                             f"({FIRST_VIEW[tab_id]})") from None
+        raise AssertionError(
+            f"{tab_id}: no first view within {timeout_ms / 1000:.0f} s ({FIRST_VIEW[tab_id]})"
+        ) from None
 
 
 def open_tab(page, url: str, tab_id: str):

@@ -1,4 +1,5 @@
 """The Adapters tab in Chromium: every control exercised, screenshots saved."""
+
 import re
 import time
 
@@ -24,8 +25,11 @@ STEPS_SHOWN = """(total) => +((new RegExp('(\\\\d+)/' + total + ' steps')).exec(
 def _race_moves_on(page, total: int, times: int) -> None:
     """Wait until the live race view's count of steps done (of `total`) has moved on `times` times."""
     for _ in range(times):
-        page.wait_for_function(f"([total, n]) => ({STEPS_SHOWN})(total) > n",
-                               arg=[total, page.evaluate(STEPS_SHOWN, total)], timeout=60_000)
+        page.wait_for_function(
+            f"([total, n]) => ({STEPS_SHOWN})(total) > n",
+            arg=[total, page.evaluate(STEPS_SHOWN, total)],
+            timeout=60_000,
+        )
 
 
 def _set_number(page, elem_id: str, value) -> None:
@@ -86,8 +90,7 @@ def test_adapters_tab_controls(page, server_url):
     _race_moves_on(page, 4500, times=2)  # a few figure updates in
     t0 = time.perf_counter()
     page.locator("#pissa-init").get_by_text("full SVD (pissa)").click(timeout=10_000)
-    page.wait_for_function("() => document.querySelector('#pissa-init input[value=pissa]').checked",
-                           timeout=10_000)
+    page.wait_for_function("() => document.querySelector('#pissa-init input[value=pissa]').checked", timeout=10_000)
     clicked = time.perf_counter() - t0
     # (the race once kept the page busy for 5-24 s at a time; a loaded 2-core machine takes < 1 s)
     assert clicked < 5.0, clicked
@@ -117,7 +120,8 @@ def test_adapters_tab_controls(page, server_url):
     page.locator("#pissa-model input").first.click()
     page.get_by_role("option", name="math-llama (tiny Llama)", exact=True).click()
     page.wait_for_function(
-        "() => document.querySelector('#pissa-layer input').value.endsWith('q_proj')", timeout=60_000)
+        "() => document.querySelector('#pissa-layer input').value.endsWith('q_proj')", timeout=60_000
+    )
     page.locator("#pissa-analyse").click()
     page.locator("#pissa-stats").get_by_text("q_proj").wait_for(timeout=90_000)
     page.locator("#pissa-methods").get_by_text("full fine-tuning").click()  # untick
@@ -168,8 +172,9 @@ def _race(page, stop: bool) -> dict:
     page.wait_for_function("() => window.wbRace.running", timeout=120_000)
     if stop:
         page.locator("#pissa-stop").click(no_wait_after=True)
-        page.wait_for_function("() => /\\.$/.test(document.querySelector('#pissa-stop-msg').innerText)",
-                               timeout=30_000)  # the server's answer, whatever it says
+        page.wait_for_function(
+            "() => /\\.$/.test(document.querySelector('#pissa-stop-msg').innerText)", timeout=30_000
+        )  # the server's answer, whatever it says
         assert "Race stopped" in page.locator("#pissa-stop-msg").inner_text(), page.evaluate("window.wbRace")
     page.wait_for_function("() => window.wbRace.ended", timeout=120_000)
     page.locator(STATUS).get_by_text("stopped" if stop else "finished").wait_for(timeout=60_000)
@@ -203,10 +208,12 @@ def test_race_keeps_the_page_responsive_and_stops_within_a_second(page, server_u
     final = page.locator(STATUS).inner_text()
     assert "1800/1800 steps" in final and "PiSSA's loss is below LoRA's" in final, final
     longest = max((d for _, d in run["tasks"]), default=0)
-    print(f"race: first steps on the page {(run['running'] - run['start']) / 1000:.1f} s after Start, "
-          f"ended {(run['ended'] - run['start']) / 1000:.1f} s, exports {(run['exports'] - run['start']) / 1000:.1f} s; "
-          f"longest main-thread task from Start to exports + 1 s: {longest:.0f} ms; tasks over 50 ms "
-          f"(ms after Start, ms): {[(round(t), round(d)) for t, d in run['tasks'] if d > 50]}")
+    print(
+        f"race: first steps on the page {(run['running'] - run['start']) / 1000:.1f} s after Start, "
+        f"ended {(run['ended'] - run['start']) / 1000:.1f} s, exports {(run['exports'] - run['start']) / 1000:.1f} s; "
+        f"longest main-thread task from Start to exports + 1 s: {longest:.0f} ms; tasks over 50 ms "
+        f"(ms after Start, ms): {[(round(t), round(d)) for t, d in run['tasks'] if d > 50]}"
+    )
     assert longest <= 200, run["tasks"]
 
     # the finished race stays drawn, and the pointer reads every run's values at its step
@@ -229,8 +236,10 @@ def test_race_keeps_the_page_responsive_and_stops_within_a_second(page, server_u
     final = page.locator(STATUS).inner_text()
     shot(page, "adapters-race-stopped")
     longest = max((d for _, d in stop["tasks"]), default=0)
-    print(f"Stop acknowledged {stop['acknowledged'] - stop['clicked']:.0f} ms after the click, race shown "
-          f"ended {stop['ended'] - stop['acknowledged']:.0f} ms after that: {said}; longest task {longest:.0f} ms")
+    print(
+        f"Stop acknowledged {stop['acknowledged'] - stop['clicked']:.0f} ms after the click, race shown "
+        f"ended {stop['ended'] - stop['acknowledged']:.0f} ms after that: {said}; longest task {longest:.0f} ms"
+    )
     assert stop["acknowledged"] - stop["clicked"] <= 1000, stop
     assert stop["ended"] - stop["acknowledged"] <= 1000, stop
     assert longest <= 200, stop["tasks"]
@@ -272,8 +281,12 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     box = page.locator("#pissa-rank input[type='number']")
     box.fill("500")
     # Tab refuses it; the next click is the user's and computes with the rank in use: its own run
-    with result_of(page, toast="The rank r must be a whole number between 1 and 128 (got 500)",
-                   done="#pissa-stats", timeout_ms=30_000):
+    with result_of(
+        page,
+        toast="The rank r must be a whole number between 1 and 128 (got 500)",
+        done="#pissa-stats",
+        timeout_ms=30_000,
+    ):
         box.press("Tab")
         page.locator("#pissa-analyse").click()
     settle(page)
@@ -306,8 +319,15 @@ def test_refusal_pin_and_presenter_view(page, server_url):
     page.locator("#wb-presenter-toggle input").check()
     expect(page.locator("body.wb-presenter")).to_have_count(1)
     expect(page.locator("#tab-adapters .block.wb-presenter-only")).to_contain_text("biggest directions")
-    for hidden in ("#pissa-init", "#pissa-rank", "#pissa-lr", "#pissa-methods", "#pissa-seeds",
-                   "#pissa-hist", "#pissa-stats"):
+    for hidden in (
+        "#pissa-init",
+        "#pissa-rank",
+        "#pissa-lr",
+        "#pissa-methods",
+        "#pissa-seeds",
+        "#pissa-hist",
+        "#pissa-stats",
+    ):
         expect(page.locator(hidden)).to_be_hidden()
     plots_fitted(page, "#pissa-spectrum")  # plotly re-fits to the wider row
     box = spec.bounding_box()

@@ -9,6 +9,7 @@ dark mode (a new session): the same results must appear without a click, every f
 the shared transparent template, and the link copied there (L2) must equal L1. Each dark view is
 screenshotted (test-artifacts/deeplink-dark-<tab>.png).
 """
+
 import contextlib
 import json
 import urllib.request
@@ -35,16 +36,27 @@ RESULTS = {
 # Values the generic changer cannot invent (its "<text> linked" would be refused by the models, and
 # the results compared below must exist): words of the zoo's vocabularies, and neuron tick boxes,
 # empty until a search fills them, yet a link may carry any of the zoo model's value neurons.
-EXTRA = {"rel-text": "this sequel is long and boring and the dialogue is awful", "rel-target": "positive",
-         "features-query": "red", "memo-prompt": "a red ring on a purple background",
-         "memo-free": "down0.attn0:3", "memo-neurons": ["mid.attn0:5", "down1.attn0:17"],
-         # small but changed settings keep the first (uncached) computation short
-         "memo-seeds": 2, "mn-n": 8, "pissa-rank": 4,
-         # the contrast's concept filters and several clamps: values the tab accepts, a smaller set
-         "features-contrast-a": "green", "features-contrast-b": "yellow", "features-contrast-n": 16,
-         "features-more-clamps": "5=2", "features-suppress-ids": "7",
-         # the Features tab's own SAE and hookpoint go with a picked model (tests/e2e/test_own_models.py)
-         "feat-sae": None, "feat-hookpoint": None}
+EXTRA = {
+    "rel-text": "this sequel is long and boring and the dialogue is awful",
+    "rel-target": "positive",
+    "features-query": "red",
+    "memo-prompt": "a red ring on a purple background",
+    "memo-free": "down0.attn0:3",
+    "memo-neurons": ["mid.attn0:5", "down1.attn0:17"],
+    # small but changed settings keep the first (uncached) computation short
+    "memo-seeds": 2,
+    "mn-n": 8,
+    "pissa-rank": 4,
+    # the contrast's concept filters and several clamps: values the tab accepts, a smaller set
+    "features-contrast-a": "green",
+    "features-contrast-b": "yellow",
+    "features-contrast-n": 16,
+    "features-more-clamps": "5=2",
+    "features-suppress-ids": "7",
+    # the Features tab's own SAE and hookpoint go with a picked model (tests/e2e/test_own_models.py)
+    "feat-sae": None,
+    "feat-hookpoint": None,
+}
 
 DRAWN_JS = """([tab, n]) => [...document.querySelectorAll('#tab-' + tab + ' .js-plotly-plot')]
   .filter((el) => el._fullLayout).length >= n"""
@@ -78,14 +90,16 @@ def result_view(page, tab, figures: int = 0) -> dict:
     at least `figures` figures are drawn (the tab's first view may arrive after its link's results)."""
     sels = RESULTS.get(tab, [])
     for sel in sels:
-        page.wait_for_function("(s) => { const el = document.querySelector(s); "
-                               "return el && el.innerText.trim().length > 0; }", arg=sel, timeout=120_000)
+        page.wait_for_function(
+            "(s) => { const el = document.querySelector(s); return el && el.innerText.trim().length > 0; }",
+            arg=sel,
+            timeout=120_000,
+        )
     with contextlib.suppress(PlaywrightTimeout):  # fewer: the comparison below says which
         page.wait_for_function(DRAWN_JS, arg=[tab, figures], timeout=60_000)
     settle(page, 120_000)
     plots_drawn(page, f"#tab-{tab}", 120_000)  # plotly draws a figure after its event has ended
-    return {"texts": {sel: page.locator(sel).first.inner_text() for sel in sels},
-            "plots": page.evaluate(VIEW_JS, tab)}
+    return {"texts": {sel: page.locator(sel).first.inner_text() for sel in sels}, "plots": page.evaluate(VIEW_JS, tab)}
 
 
 def _config(url):
@@ -116,9 +130,14 @@ def linked_defaults(url) -> dict:
         comp = by_id.get(node["id"], {})
         eid = str(comp.get("props", {}).get("elem_id") or "")
         if comp.get("type") == "tabitem" and eid.startswith("tab-"):
-            out[eid[4:]] = {by_id[i]["props"]["elem_id"]: by_id[i]["props"].get("value") for i in below(node)
-                            if by_id.get(i, {}).get("type") in LINKABLE and by_id[i]["props"].get("elem_id")
-                            and i in used and not by_id[i]["props"]["elem_id"].startswith("wb-link")}
+            out[eid[4:]] = {
+                by_id[i]["props"]["elem_id"]: by_id[i]["props"].get("value")
+                for i in below(node)
+                if by_id.get(i, {}).get("type") in LINKABLE
+                and by_id[i]["props"].get("elem_id")
+                and i in used
+                and not by_id[i]["props"]["elem_id"].startswith("wb-link")
+            }
             return
         for ch in node.get("children", []) or []:
             visit(ch)
@@ -257,8 +276,9 @@ def test_deep_link_from_every_tab_restores_in_a_fresh_browser(server_url):
         for tab in tabs:
             fresh = fresh_browser.context.new_page()  # a new page, a new Gradio session
             fresh.set_default_timeout(90_000)
-            l2, view = copy_link(fresh, server_url, "?" + urlencode({**l1[tab], "__theme": "dark"}), tab,
-                                 len(views[tab]["plots"]))
+            l2, view = copy_link(
+                fresh, server_url, "?" + urlencode({**l1[tab], "__theme": "dark"}), tab, len(views[tab]["plots"])
+            )
             l2.pop("__theme", None)
             assert l2 == l1[tab], tab
             if tab in RESULTS:

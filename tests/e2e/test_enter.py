@@ -2,6 +2,7 @@
 action, Ctrl+Enter (⌘+Enter) in a multi-line box runs it and the box says so, plain Enter there
 starts a new line. Once, Enter computed in two boxes, did nothing in three and only broke the line
 in two."""
+
 import pytest
 from playwright.sync_api import expect
 

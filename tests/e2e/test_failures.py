@@ -1,5 +1,6 @@
 """Issue 26: a refused or failed action leaves the view clean in Chromium: the message in a toast,
 no server error, no "[object Object]", no Error badge, no broken-image icon."""
+
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import open_tab, settle, shot

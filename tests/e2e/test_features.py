@@ -1,4 +1,5 @@
 """The Features tab in Chromium: deep link to a feature, search, sort, open, analyse, steer, exports."""
+
 import pytest
 
 from tests.e2e.conftest import first_view, settle, shot
@@ -22,8 +23,10 @@ def test_features_tab(page, server_url, tmp_path):
     page.locator("#features-query textarea, #features-query input").first.fill("red")
     page.locator("#features-query textarea, #features-query input").first.press("Enter")
     table = page.locator("#features-table")
-    page.wait_for_function("() => { const t = document.querySelector('#features-table').innerText;"
-                           " return t.includes('red') && !t.includes('circle') && !t.includes('striped'); }")
+    page.wait_for_function(
+        "() => { const t = document.querySelector('#features-table').innerText;"
+        " return t.includes('red') && !t.includes('circle') && !t.includes('striped'); }"
+    )
     page.locator("#features-sort input").click()
     page.get_by_role("option", name="density").click()
     settle(page)  # the table listed again in that order
@@ -150,8 +153,9 @@ def _refused(page, result, text: str, outputs: list[str]):
     toasts = result.toasts()
     assert toasts and all(kind == "error" and text in said for kind, said in toasts), toasts
     with contextlib.suppress(PlaywrightTimeout):  # the asserts below say which badge stayed
-        page.wait_for_function(f"(sels) => sels.every(s => ({VISIBLE_TRACKERS})(s).length === 0)",
-                               arg=outputs, timeout=10_000)
+        page.wait_for_function(
+            f"(sels) => sels.every(s => ({VISIBLE_TRACKERS})(s).length === 0)", arg=outputs, timeout=10_000
+        )
     for sel in outputs:
         assert page.evaluate(VISIBLE_TRACKERS, sel) == [], sel
 
@@ -224,6 +228,8 @@ def test_presenter_view_and_a_pinned_result(page, server_url):
     assert "FVU" not in page.locator("#tab-features").inner_text()
     page.wait_for_function(  # the gallery lays its images out again for the wider column
         "(w) => document.querySelector('#features-overlay img').getBoundingClientRect().width > w",
-        arg=1.3 * width_before, timeout=30_000)
+        arg=1.3 * width_before,
+        timeout=30_000,
+    )
     assert page.locator("#features-overlay img").first.bounding_box()["width"] > 1.3 * width_before
     page.locator("#wb-presenter-toggle input").uncheck()

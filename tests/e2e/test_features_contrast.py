@@ -1,6 +1,7 @@
 """The Features tab's contrast of two image sets and its several-clamps steering, in Chromium at 1440
 and 1000 px: a concept contrast drawn with its table and CSV, a row opening its feature page, a
 refused filter said in a toast, and each clamp alone beside all together."""
+
 import pytest
 
 from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
@@ -36,6 +37,7 @@ def test_contrast_and_several_clamps(server_url, width):
 
         def cell(row, col=0):  # as shown: aria-rowindex counts the header as 1
             return table.locator(f"[role=gridcell][aria-rowindex='{row + 2}'][aria-colindex='{col + 1}']")
+
         assert rows.count() >= 2
         top2 = {cell(i).inner_text().strip() for i in range(2)}
         assert top2 == {str(red), str(blue)}, top2

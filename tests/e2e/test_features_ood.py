@@ -1,6 +1,7 @@
 """The Features tab on a picture unlike any scene the zoo's model saw (a plain green circle on white):
 the analysis says it is out of distribution, a degenerate caption is shown collapsed, and the
 per-patch figure's titles neither overlap nor run off its edges, at a wide and a narrow page."""
+
 import numpy as np
 import pytest
 
@@ -42,8 +43,12 @@ def _green_circle_on_white(path):
 
 
 def _overlaps(a, b, slack=0.5):
-    return (a["left"] < b["right"] - slack and b["left"] < a["right"] - slack
-            and a["top"] < b["bottom"] - slack and b["top"] < a["bottom"] - slack)
+    return (
+        a["left"] < b["right"] - slack
+        and b["left"] < a["right"] - slack
+        and a["top"] < b["bottom"] - slack
+        and b["top"] < a["bottom"] - slack
+    )
 
 
 @pytest.mark.parametrize("width", [1440, 1000])
@@ -77,6 +82,6 @@ def test_green_circle_on_white_is_out_of_distribution(server_url, tmp_path, widt
             assert t["right"] <= min(svg["right"], block["right"]) + 0.5, (t, svg, block)
             assert t["top"] >= svg["top"] - 0.5, (t, svg)
         for i, a in enumerate(heads):
-            for b in heads[i + 1:]:
+            for b in heads[i + 1 :]:
                 assert not _overlaps(a, b), (a, b)
         shot(page, f"features-ood-{width}")

@@ -2,6 +2,7 @@
 the background at its start and keeps them on disk; every tab then opens on its kept view, drawn as
 a live one is, and a restarted server reads them back instead of computing them again. (How fast:
 benchmarks/first_views.py, against the same app computing them live.)"""
+
 import time
 
 import pytest
@@ -61,6 +62,9 @@ def test_first_views_are_kept_served_and_read_back_after_a_restart(tmp_path):
         first_view(page, "memorization")
         # the server's pass over the views at its start has ended (it logs each one it read back or
         # computed, the tour's last): a view it wrote again would be written by now
-        until(lambda: "first view of tour ready" in restart_log.read_text(), timeout=120,
-              what="the restarted server's pass over the kept views")
+        until(
+            lambda: "first view of tour ready" in restart_log.read_text(),
+            timeout=120,
+            what="the restarted server's pass over the kept views",
+        )
         assert _kept(store) == kept

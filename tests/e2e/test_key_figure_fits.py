@@ -1,6 +1,7 @@
 """Presenter view: every tab's key figure lies wholly inside the first screen, at 1000×800 and at
 1440×900, before any scrolling. Once, Relevance's heatmap ran from 270 to 909 px at 1000×800 (its
 fourth method cut) and Memorization's comparison to 930 px (1,018 px at 1440×900)."""
+
 import pytest
 
 from components import tabs

@@ -8,6 +8,7 @@ with this module and the first size's tabs open cold (later ones find the server
 bar's labels, numbers broken in tables and, in presenter view, where the key figure starts. Each
 state is saved as test-artifacts/layout/<size>-<tab>-<view>-<theme>.png for a reviewer.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,13 +35,17 @@ KEY_FIGURE = {t.id: t.key_figure for t in tabs()}
 def _set_view(page, presenter: bool, dark: bool) -> list[str]:
     """The header's own switches (components.links.deep_links): presenter view and light/dark. Once the figures
     are drawn for it, no problem; else one."""
-    state = page.evaluate("() => [document.body.classList.contains('wb-presenter'), document.body.classList.contains('dark')]")
+    state = page.evaluate(
+        "() => [document.body.classList.contains('wb-presenter'), document.body.classList.contains('dark')]"
+    )
     if state[0] != presenter:
         page.click("#wb-presenter-toggle input")
     if state[1] != dark:
         page.click("#wb-theme-toggle")
-    page.wait_for_function(f"() => document.body.classList.contains('wb-presenter') === {str(presenter).lower()}"
-                           f" && document.body.classList.contains('dark') === {str(dark).lower()}")
+    page.wait_for_function(
+        f"() => document.body.classList.contains('wb-presenter') === {str(presenter).lower()}"
+        f" && document.body.classList.contains('dark') === {str(dark).lower()}"
+    )
     page.evaluate("() => window.scrollTo(0, 0)")
     try:  # plotly redraws a figure whose box changed on a debounced resize
         waits.plots_fitted(page, timeout_ms=20_000)
@@ -77,8 +82,10 @@ def check_size(url: str, w: int, h: int, tabs=None) -> tuple[dict, list[str]]:
                 for dark in (False, True):
                     unfit = _set_view(page, presenter, dark)
                     where = f"{w}x{h}-{tab}-{'presenter' if presenter else 'normal'}-{'dark' if dark else 'light'}"
-                    found += [f"{where}: {p}" for p in
-                              unfit + layout.problems(page, titles, KEY_FIGURE[tab] if presenter else None)]
+                    found += [
+                        f"{where}: {p}"
+                        for p in unfit + layout.problems(page, titles, KEY_FIGURE[tab] if presenter else None)
+                    ]
                     page.screenshot(path=str(SHOTS / f"{where}.png"), full_page=True)
             _set_view(page, False, False)
         found += [f"{w}x{h}: script error {e}" for e in errors]
@@ -89,11 +96,15 @@ def check_size(url: str, w: int, h: int, tabs=None) -> tuple[dict, list[str]]:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("size", [(1440, 1000), (1000, 800)], ids=["1440x1000", "1000x800"])
 def test_every_tab_view_and_theme(server_url, size):
-    assert {t for t, _ in TABS} == set(FIRST_VIEW), "every tab declares when its first view is drawn (Tab.first_view_drawn)"
+    assert {t for t, _ in TABS} == set(FIRST_VIEW), (
+        "every tab declares when its first view is drawn (Tab.first_view_drawn)"
+    )
     assert all(KEY_FIGURE.values()), "every tab declares its key figure (Tab.key_figure)"
     times, found = check_size(server_url, *size)
     # the measured seconds to each first view, beside the screenshots, for a reviewer
     (SHOTS / f"first-view-seconds-{size[0]}x{size[1]}.json").write_text(json.dumps(times, indent=1))
     slow = {t: s for t, s in times.items() if s is None or s > FIRST_VIEW_S}
-    assert not slow, f"first view not shown within {FIRST_VIEW_S} s (None: not within {4 * FIRST_VIEW_S:.0f} s): {times}"
+    assert not slow, (
+        f"first view not shown within {FIRST_VIEW_S} s (None: not within {4 * FIRST_VIEW_S:.0f} s): {times}"
+    )
     assert not found, "\n".join(found)

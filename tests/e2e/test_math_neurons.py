@@ -1,4 +1,5 @@
 """The Math neurons tab in Chromium: every control once, then a screenshot."""
+
 import pytest
 from playwright.sync_api import expect
 
@@ -100,8 +101,9 @@ def test_pin_a_result_and_compare_it_in_presenter_view(page, server_url):
     box.press("Tab")
     expect(acc).to_contain_text("K = 10 %", timeout=LONG)
     legend = fig.locator(".legendtext")
-    expect(legend).to_have_text(["unmodified", "now: MathNeuro, K 10 %, pruned",
-                                 "pinned: MathNeuro, K 3 %, pruned"], timeout=LONG)
+    expect(legend).to_have_text(
+        ["unmodified", "now: MathNeuro, K 10 %, pruned", "pinned: MathNeuro, K 3 %, pruned"], timeout=LONG
+    )
     expect(fig.locator(".trace.bars")).to_have_count(3)
     # exact values on hover (plotly reads the pointer)
     hover_until_shown(page, "#mn-accfig .trace.bars .point", 0, "#mn-accfig .hoverlayer .hovertext")
@@ -128,8 +130,7 @@ def test_math_neurons_on_your_own_llama_folder(page, server_url, local_models):
     loading, then the main action prunes its MathNeuro set and shows its accuracy."""
     from tests.e2e.test_own_models import open_and_pick
 
-    line, errors = open_and_pick(page, server_url, "math_neurons", "#mn-run", "mn-model",
-                                 local_models / "own-llama")
+    line, errors = open_and_pick(page, server_url, "math_neurons", "#mn-run", "mn-model", local_models / "own-llama")
     seen = toasts_from_now(page)  # every toast from here on, one closed again after its 10 s included
     assert "LlamaForCausalLM" in line and "parameters" in line and not line.startswith("✗"), line
     # the data card names the chat template the questions go through and the answer rule

@@ -1,4 +1,5 @@
 """The Memorization tab in Chromium: every control once, then a screenshot."""
+
 import pytest
 from playwright.sync_api import expect
 

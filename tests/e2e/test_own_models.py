@@ -1,5 +1,6 @@
 """Your own model, picked in a real browser: typed into a tab's model picker as a folder, checked
 from metadata (the line under the picker), then used by the tab's main action."""
+
 import pytest
 from playwright.sync_api import expect
 
@@ -19,8 +20,9 @@ def pick(page, elem_id: str, value: str) -> str:
     return line.inner_text()
 
 
-def open_and_pick(page, url: str, tab: str, ready: str, picker_id: str, folder,
-                  toast: str | None = None) -> tuple[str, list]:
+def open_and_pick(
+    page, url: str, tab: str, ready: str, picker_id: str, folder, toast: str | None = None
+) -> tuple[str, list]:
     """Open a tab, wait for its main button, pick a model folder; (check line, page errors so far).
     With `toast`, the pick must also show a toast saying it (seen even if it closed again)."""
     errors: list = []
@@ -36,8 +38,9 @@ def open_and_pick(page, url: str, tab: str, ready: str, picker_id: str, folder,
 
 @pytest.mark.timeout(300)
 def test_adapters_on_your_own_qwen2_and_a_refused_gpt2(page, server_url, local_models):
-    line, errors = open_and_pick(page, server_url, "adapters", "#pissa-analyse", "pissa-model",
-                                 local_models / "own-gpt2", toast="Conv1D")  # the layer list refused too
+    line, errors = open_and_pick(
+        page, server_url, "adapters", "#pissa-analyse", "pissa-model", local_models / "own-gpt2", toast="Conv1D"
+    )  # the layer list refused too
     assert line.startswith("✗") and "Conv1D" in line
 
     line = pick(page, "pissa-model", str(local_models / "own-qwen2"))
@@ -57,8 +60,9 @@ def test_adapters_on_your_own_qwen2_and_a_refused_gpt2(page, server_url, local_m
 
 @pytest.mark.timeout(300)
 def test_relevance_on_your_own_falcon_mamba(page, server_url, local_models):
-    line, errors = open_and_pick(page, server_url, "relevance", "#rel-explain", "rel-model",
-                                 local_models / "own-falcon-mamba")
+    line, errors = open_and_pick(
+        page, server_url, "relevance", "#rel-explain", "rel-model", local_models / "own-falcon-mamba"
+    )
     assert "FalconMambaForCausalLM" in line and not line.startswith("✗")
     page.locator("#rel-explain").click()
     page.locator("#rel-conservation").get_by_text("relevance").first.wait_for(timeout=90_000)
@@ -73,11 +77,15 @@ def test_relevance_on_your_own_falcon_mamba(page, server_url, local_models):
 def test_relevance_per_sentence_table_of_your_own_file(page, server_url, local_models, tmp_path):
     """A user's sentence file on their own Mamba: the held-out section's per-sentence table sorts by
     a column, and a selected row shows that sentence's heatmap."""
-    line, errors = open_and_pick(page, server_url, "relevance", "#rel-explain", "rel-model",
-                                 local_models / "own-mamba")
+    line, errors = open_and_pick(page, server_url, "relevance", "#rel-explain", "rel-model", local_models / "own-mamba")
     assert "MambaForCausalLM" in line and not line.startswith("✗")
-    texts = ["the film was a quiet joy", "a dull plot and a weak cast", "the music carried every scene",
-             "nothing happened for two hours", "a bright, funny and warm story"]
+    texts = [
+        "the film was a quiet joy",
+        "a dull plot and a weak cast",
+        "the music carried every scene",
+        "nothing happened for two hours",
+        "a bright, funny and warm story",
+    ]
     path = tmp_path / "reviews.txt"
     path.write_text("\n".join(texts) + "\n")
     with result_of(page, rendered="#rel-n"):  # its controls rendered and written by Gradio: a pick stays
@@ -101,6 +109,7 @@ def test_relevance_per_sentence_table_of_your_own_file(page, server_url, local_m
     settle(page)
     rows = table.locator("[role=row].virtual-row")  # Gradio's virtual table: one div per body row
     assert rows.count() == 5
+
     def cell(row, col):  # as shown: aria-rowindex counts the header as 1
         return table.locator(f"[role=gridcell][aria-rowindex='{row + 2}'][aria-colindex='{col + 1}']").inner_text()
 
@@ -122,8 +131,7 @@ def test_relevance_per_sentence_table_of_your_own_file(page, server_url, local_m
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["own-sd21", "own-sd15"])
 def test_memorization_on_your_own_sd_pipeline(page, server_url, local_models, name):
-    line, errors = open_and_pick(page, server_url, "memorization", "#memo-check", "memo-model",
-                                 local_models / name)
+    line, errors = open_and_pick(page, server_url, "memorization", "#memo-check", "memo-model", local_models / name)
     assert "StableDiffusionPipeline" in line and not line.startswith("✗")
     settle(page)
     page.locator("#memo-prompt textarea").fill("a photo of a dog on the beach")
@@ -143,10 +151,14 @@ def test_memorization_on_your_own_sd_pipeline(page, server_url, local_models, na
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("vlm, sae, hook, cls", [
-    ("own-llava15", "own-llava15-sae", "model.layers.2", "LlavaForConditionalGeneration"),
-    ("own-llava15", "own-llava15-saelens", "model.layers.2", "LlavaForConditionalGeneration"),
-    ("own-llava-next", "own-llava-next-sae", "model.layers.8", "LlavaNextForConditionalGeneration")])
+@pytest.mark.parametrize(
+    "vlm, sae, hook, cls",
+    [
+        ("own-llava15", "own-llava15-sae", "model.layers.2", "LlavaForConditionalGeneration"),
+        ("own-llava15", "own-llava15-saelens", "model.layers.2", "LlavaForConditionalGeneration"),
+        ("own-llava-next", "own-llava-next-sae", "model.layers.8", "LlavaNextForConditionalGeneration"),
+    ],
+)
 def test_features_on_your_own_vlm_and_sae(page, server_url, local_models, vlm, sae, hook, cls):
     from tests.helpers.standins.features import sample_images
 
@@ -202,15 +214,23 @@ def test_a_deep_link_carries_your_own_model_and_reruns_on_it(page, server_url, l
     from urllib.parse import urlencode
 
     key = str(local_models / "own-gemma")
-    query = urlencode({"tab": "adapters", "pissa-model": json.dumps(key),
-                       "pissa-layer": json.dumps("model.layers.0.mlp.up_proj"), "pissa-rank": "4"})
+    query = urlencode(
+        {
+            "tab": "adapters",
+            "pissa-model": json.dumps(key),
+            "pissa-layer": json.dumps("model.layers.0.mlp.up_proj"),
+            "pissa-rank": "4",
+        }
+    )
     page.goto(f"{server_url}?{query}", timeout=120_000)
     page.wait_for_selector("#pissa-analyse", state="visible", timeout=120_000)
     page.locator("#pissa-stats").get_by_text("model.layers.0.mlp.up_proj").wait_for(timeout=120_000)
     settle(page)
     assert "GemmaForCausalLM" in page.locator("#pissa-model-check").inner_text()
-    assert "rank **4**" in page.locator("#pissa-stats").inner_text() or "rank 4" in page.locator(
-        "#pissa-stats").inner_text()
+    assert (
+        "rank **4**" in page.locator("#pissa-stats").inner_text()
+        or "rank 4" in page.locator("#pissa-stats").inner_text()
+    )
 
 
 @pytest.mark.timeout(450)  # three live evaluations, each generating GSM8K-length answers on 2 cores
@@ -222,9 +242,17 @@ def test_math_neurons_on_your_own_qwen2(page, server_url, local_models, tmp_path
     # the data card says what the model is measured on and by which rule; no non-math set offline
     page.locator("#mn-data").get_by_text("last number").wait_for(timeout=120_000)
     nonmath = tmp_path / "my-questions.jsonl"
-    nonmath.write_text("\n".join(json.dumps({"prompt": q, "answer": a}) for q, a in [
-        ("Which animal barks?", "dog"), ("What is the opposite of hot?", "cold"),
-        ("Which season comes after winter?", "spring"), ("What colour is grass?", "green")]))
+    nonmath.write_text(
+        "\n".join(
+            json.dumps({"prompt": q, "answer": a})
+            for q, a in [
+                ("Which animal barks?", "dog"),
+                ("What is the opposite of hot?", "cold"),
+                ("Which season comes after winter?", "spring"),
+                ("What colour is grass?", "green"),
+            ]
+        )
+    )
     page.locator("#mn-nonmath-file input[type=file]").set_input_files(str(nonmath))
     page.locator("#mn-data").get_by_text("my-questions.jsonl (4 items)").wait_for(timeout=120_000)
     # the evaluation on the new set: the accuracy card already read "unmodified" from the view before
@@ -235,8 +263,13 @@ def test_math_neurons_on_your_own_qwen2(page, server_url, local_models, tmp_path
     assert "unmodified" in page.locator("#mn-acc").inner_text()
     # and its own math problems in place of GSM8K
     mine = tmp_path / "my-sums.csv"
-    mine.write_text("question,answer\n" + "".join(f"Ann has {a} pens and buys {b} more. How many now?,{a + b}\n"
-                                                  for a, b in ((12, 7), (30, 45), (8, 9), (61, 23))))
+    mine.write_text(
+        "question,answer\n"
+        + "".join(
+            f"Ann has {a} pens and buys {b} more. How many now?,{a + b}\n"
+            for a, b in ((12, 7), (30, 45), (8, 9), (61, 23))
+        )
+    )
     page.locator("#mn-math-file input[type=file]").set_input_files(str(mine))
     page.locator("#mn-data").get_by_text("my-sums.csv (4 items)").wait_for(timeout=120_000)
     page.locator("#mn-samples").get_by_text("Ann has 12 pens").first.wait_for(timeout=180_000)

@@ -1,4 +1,5 @@
 """The Relevance tab in Chromium: every control once, then screenshots."""
+
 import contextlib
 
 import pytest
@@ -44,7 +45,8 @@ def test_relevance_controls_and_screenshot(page, server_url):
 
     # the examples row fills the text box
     page.locator(".gallery-item, button.gallery-item, [data-testid='examples'] button").filter(
-        has_text="this sequel is long").first.click()
+        has_text="this sequel is long"
+    ).first.click()
     expect(page.locator("#rel-text textarea")).to_have_value("this sequel is long and boring and the dialogue is awful")
     page.locator("#rel-rules").get_by_text("Gate: half rule").click()
     page.locator("#rel-target textarea, #rel-target input").first.fill("")
@@ -115,8 +117,9 @@ def test_failed_request_keeps_the_last_view_clean(page, server_url):
     assert any(kind == "error" and "not a token" in said for kind, said in refused.toasts()), refused.toasts()
     outputs = ["#rel-heatmap", "#rel-bars", "#rel-conservation", "#rel-json", "#rel-png"]
     with contextlib.suppress(PlaywrightTimeout):  # the badge would stay: the asserts below say where
-        page.wait_for_function(f"(sels) => sels.every(s => ({VISIBLE_TRACKERS})(s).length === 0)",
-                               arg=outputs, timeout=15_000)
+        page.wait_for_function(
+            f"(sels) => sels.every(s => ({VISIBLE_TRACKERS})(s).length === 0)", arg=outputs, timeout=15_000
+        )
         settle(page, 15_000)  # and nothing chained to the refused run is still to come
     for sel in outputs:
         assert page.evaluate(VISIBLE_TRACKERS, sel) == [], sel
@@ -142,9 +145,12 @@ def test_failed_request_keeps_the_last_view_clean(page, server_url):
     # the pinned heatmap is redrawn on the shared scale by a follow-up with its progress hidden,
     # which `settle` cannot see: wait for the state
     with contextlib.suppress(PlaywrightTimeout):
-        page.wait_for_function("() => { const b = s => document.querySelector(s + ' .wb-relevance-heatmap > div')?.innerText;"
-                               " const c = b('#rel-heatmap'), o = b('#rel-pinned');"
-                               " return !!c && c.includes('one scale') && c === o; }", timeout=30_000)
+        page.wait_for_function(
+            "() => { const b = s => document.querySelector(s + ' .wb-relevance-heatmap > div')?.innerText;"
+            " const c = b('#rel-heatmap'), o = b('#rel-pinned');"
+            " return !!c && c.includes('one scale') && c === o; }",
+            timeout=30_000,
+        )
     cur, old = page.evaluate(bar, "#rel-heatmap"), page.evaluate(bar, "#rel-pinned")
     assert "one scale" in cur and cur == old  # the same colour scale for both
     shot(page, "relevance-pinned")

@@ -2,6 +2,7 @@
 from the header, and opens it with the network blocked: every figure draws, hover works, the numbers
 are the tab's, the links restore the views. Two visitors' reports hold only their own results; a
 report of a session that computed nothing says so."""
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,13 @@ from tests.helpers.waits import result_of
 
 pytestmark = pytest.mark.timeout(900)
 LONG = 180_000
-TITLES = {"relevance": "Relevance", "features": "Features", "memorization": "Memorization",
-          "math_neurons": "Math neurons", "adapters": "Adapters"}
+TITLES = {
+    "relevance": "Relevance",
+    "features": "Features",
+    "memorization": "Memorization",
+    "math_neurons": "Math neurons",
+    "adapters": "Adapters",
+}
 MEMO_PROMPT = "a striped blue square on the left"
 
 
@@ -31,8 +37,11 @@ def open_tab(page, tab_id: str):
 
 def plot_data(page, selector: str) -> list:
     """The y values of every trace of the plotly figure under `selector`."""
-    return page.eval_on_selector(selector, "el => (el.classList.contains('js-plotly-plot') ? el : "
-                                           "el.querySelector('.js-plotly-plot')).data.map(t => Array.from(t.y || []))")
+    return page.eval_on_selector(
+        selector,
+        "el => (el.classList.contains('js-plotly-plot') ? el : "
+        "el.querySelector('.js-plotly-plot')).data.map(t => Array.from(t.y || []))",
+    )
 
 
 def take_report(page, name: str) -> tuple[Path, str, float]:
@@ -53,8 +62,10 @@ def open_offline(context, path: Path):
     """The report in a new page with every non-file request aborted and counted."""
     requests: list[str] = []
     page = context.new_page()
-    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
-               else (requests.append(r.request.url), r.abort()))
+    page.route(
+        "**/*",
+        lambda r: r.continue_() if r.request.url.startswith("file:") else (requests.append(r.request.url), r.abort()),
+    )
     page.on("request", lambda r: None if r.url.startswith(("file:", "data:", "blob:")) else requests.append(r.url))
     page.goto(path.as_uri())
     page.wait_for_function("document.body.dataset.ready === '1'", timeout=LONG)
@@ -90,7 +101,9 @@ def test_report_of_five_tabs_offline_with_hover_numbers_and_links(page, server_u
     page.wait_for_function(
         "(before) => { const t = document.querySelector('#memo-score').innerText.trim();"
         " return t && !/^[\\d.]+\\s*s\\b/.test(t) && t !== before.trim(); }",
-        arg=first_score, timeout=LONG)
+        arg=first_score,
+        timeout=LONG,
+    )
     expect(page.locator("#memo-z .js-plotly-plot")).to_be_visible(timeout=LONG)
     settle(page, LONG)
     memo_score = page.locator("#memo-score").inner_text()
@@ -111,8 +124,10 @@ def test_report_of_five_tabs_offline_with_hover_numbers_and_links(page, server_u
     shot(page, "report-header")
     size = path.stat().st_size
     built_s = float(re.search(r"([\d.]+) s$", status).group(1))
-    print(f"report: {status}; {size / 1e6:.2f} MB; built in {built_s:.2f} s on the server, "
-          f"{click_s:.2f} s from the click to the file")
+    print(
+        f"report: {status}; {size / 1e6:.2f} MB; built in {built_s:.2f} s on the server, "
+        f"{click_s:.2f} s from the click to the file"
+    )
     assert "5 tab(s)" in status and "1 pinned" in status
     assert size <= 5_000_000
     assert built_s <= 3.0
@@ -171,8 +186,10 @@ def test_report_of_five_tabs_offline_with_hover_numbers_and_links(page, server_u
 
 def test_two_visitors_reports_hold_only_their_own(page, server_url):
     other = page.context.new_page()
-    texts = {page: "the music was lovely and the cast was brilliant",
-             other: "the plot was dull and the ending was awful"}
+    texts = {
+        page: "the music was lovely and the cast was brilliant",
+        other: "the plot was dull and the ending was awful",
+    }
     try:
         for p, text in texts.items():
             p.set_default_timeout(LONG)

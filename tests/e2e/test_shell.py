@@ -1,4 +1,5 @@
 """The Overview's controls work (every tab's opening through its link: tests/e2e/test_layout.py)."""
+
 from components import tabs
 from tests.e2e.conftest import open_tab, settle, shot
 from tests.helpers.waits import result_of
@@ -24,8 +25,10 @@ def test_overview_refresh_and_open_buttons(page, server_url):
     summary = page.locator("#overview-runtime").inner_text()
     assert "integrity checks: no problems found" in summary, (summary, _status(server_url))
     # the cards end at one height, so every "Open" button sits on one line
-    tops = page.evaluate("() => Array.from(document.querySelectorAll('.wb-instrument button'))"
-                         ".filter(b => b.textContent.trim().startsWith('Open')).map(b => b.getBoundingClientRect().top)")
+    tops = page.evaluate(
+        "() => Array.from(document.querySelectorAll('.wb-instrument button'))"
+        ".filter(b => b.textContent.trim().startsWith('Open')).map(b => b.getBoundingClientRect().top)"
+    )
     assert len(tops) == 5 and max(tops) - min(tops) < 1, tops
     first = next(t for t in tabs() if t.card)  # the first instrument opens from its card
     page.get_by_role("button", name=f"Open {first.title} →").click()
@@ -47,6 +50,9 @@ def test_the_status_timer_loop_runs_ten_frames_a_second(page, server_url):
     b.start_tracing(page=page, categories=["devtools.timeline"])
     page.wait_for_timeout(3000)
     events = json.loads(b.stop_tracing())["traceEvents"]
-    timer_calls = [e for e in events if e.get("name") == "FunctionCall"
-                   and "statustracker" in e.get("args", {}).get("data", {}).get("url", "")]
+    timer_calls = [
+        e
+        for e in events
+        if e.get("name") == "FunctionCall" and "statustracker" in e.get("args", {}).get("data", {}).get("url", "")
+    ]
     assert 0 < len(timer_calls) <= 3 * 12, len(timer_calls)

@@ -1,6 +1,7 @@
 """Every guided tour runs start to end in Chromium at 1440×1000: each step computes its figure with a
 caption; Back and Next stay in one place from step to step, Back is off on the first step and Next
 on the last; the figure ends above the fold; it reads in dark mode; screenshots of every step."""
+
 import io
 import re
 
@@ -14,8 +15,14 @@ from tests.helpers.waits import hover_until_shown, plots_fitted, result_of
 pytestmark = pytest.mark.timeout(600)
 
 WIDTH, HEIGHT = 1440, 1000
-PREFIX = {"relevance": "Relevance", "features": "Features", "memorization": "Memorization",
-          "math": "Math neurons", "adapters": "Adapters", "all": "All papers"}
+PREFIX = {
+    "relevance": "Relevance",
+    "features": "Features",
+    "memorization": "Memorization",
+    "math": "Math neurons",
+    "adapters": "Adapters",
+    "all": "All papers",
+}
 
 
 @pytest.fixture
@@ -71,12 +78,14 @@ def _walk(page, tour_id, theme):
     seen, nexts = [], set()
     for k in range(1, n + 1):
         if k > 1:  # the step's own run (its figure replaced, not the last step's still standing)
-            with result_of(page, done="#tour-caption", changed={"#tour-header": f"Step {k} of {n}"},
-                           timeout_ms=180_000):
+            with result_of(
+                page, done="#tour-caption", changed={"#tour-header": f"Step {k} of {n}"}, timeout_ms=180_000
+            ):
                 page.click("#tour-next")
             settle(page, 180_000)
-        page.wait_for_function(f"() => document.querySelector('#tour-header').innerText.includes('Step {k} of {n}')",
-                               timeout=180_000)
+        page.wait_for_function(
+            f"() => document.querySelector('#tour-header').innerText.includes('Step {k} of {n}')", timeout=180_000
+        )
         page.wait_for_selector("#tour-figure .js-plotly-plot .main-svg")
         page.evaluate("() => window.scrollTo(0, 0)")
         caption = caption_of(page)
@@ -86,11 +95,11 @@ def _walk(page, tour_id, theme):
         assert page.locator("#tour-back").is_disabled() == (k == 1), k
         assert page.locator("#tour-next").is_disabled() == (k == n), k
         fig = page.locator("#tour-figure").bounding_box()
-        assert fig["y"] + fig["height"] <= HEIGHT, (tour_id, k, fig)      # the whole figure above the fold
+        assert fig["y"] + fig["height"] <= HEIGHT, (tour_id, k, fig)  # the whole figure above the fold
         corner = _figure_corner(page)
         assert (corner < 80) if theme == "dark" else (corner > 200), (tour_id, k, theme, corner)
         shot(page, f"tour-{tour_id}-{k}-{theme}")
-    assert len(nexts) == 1, nexts                                          # Next never moved
+    assert len(nexts) == 1, nexts  # Next never moved
     # Back goes back one and Next comes back on.
     with result_of(page, done="#tour-caption", changed={"#tour-header": f"Step {n - 1} of"}, timeout_ms=180_000):
         page.click("#tour-back")
@@ -106,9 +115,9 @@ def test_every_tour_start_to_end(page, server_url):
     for tour_id in ("relevance", "features", "memorization", "math", "adapters"):
         captions[tour_id], place = _walk(page, tour_id, "light")
         places.add(place)
-    assert len(places) == 1, places                                        # the same place in every tour
-    assert "superb" in captions["relevance"][1]          # the planted evidence word is found
-    assert "red" in captions["features"][3]               # the steered captions name the colour
+    assert len(places) == 1, places  # the same place in every tour
+    assert "superb" in captions["relevance"][1]  # the planted evidence word is found
+    assert "red" in captions["features"][3]  # the steered captions name the colour
     assert "neurons" in captions["memorization"][2]
     # Exact values on hover: a bar of the relevance step names its word and value.
     choose(page, "relevance")
@@ -122,7 +131,7 @@ def test_every_tour_start_to_end(page, server_url):
     page.click("#wb-theme-toggle")
     page.wait_for_function("() => document.body.classList.contains('dark')")
     again, _ = _walk(page, "memorization", "dark")
-    assert again == captions["memorization"]             # cached: the same computation, same words
+    assert again == captions["memorization"]  # cached: the same computation, same words
     # 'all' chains every paper's steps (same cached computations)
     choose(page, "all")
     total = sum(len(c) for c in captions.values())
@@ -142,22 +151,25 @@ def test_every_tour_start_to_end(page, server_url):
     assert bigger > size
     page.evaluate("() => window.scrollTo(0, 0)")
     fig, cap = page.locator("#tour-figure").bounding_box(), page.locator("#tour-caption").bounding_box()
-    assert fig["y"] + fig["height"] <= HEIGHT and cap["x"] > fig["x"] + fig["width"] - 1   # one screen, side by side
+    assert fig["y"] + fig["height"] <= HEIGHT and cap["x"] > fig["x"] + fig["width"] - 1  # one screen, side by side
     shot(page, "tour-presenter-dark")
 
 
 def test_overview_buttons_open_each_tour(page, server_url):
     open_tab(page, server_url, "overview")
     # first the tour the tab already holds: no value changes, so only the tab's first opening draws it
-    for key, tour_id, first in (("all", "all", "Relevance: The model and its answer"),
-                                ("features", "features", "A scene and the model"),
-                                ("memorization", "memorization", "This prompt gives a copy"),
-                                ("all", "all", "Relevance: The model and its answer")):
+    for key, tour_id, first in (
+        ("all", "all", "Relevance: The model and its answer"),
+        ("features", "features", "A scene and the model"),
+        ("memorization", "memorization", "This prompt gives a copy"),
+        ("all", "all", "Relevance: The model and its answer"),
+    ):
         page.get_by_role("tab", name="Overview").click()
         page.click(f"#overview-tour-{key}")
         page.wait_for_selector("#tab-tour", state="visible")
-        page.wait_for_function(f"() => document.querySelector('#tour-header').innerText.includes({first!r})",
-                               timeout=180_000)
+        page.wait_for_function(
+            f"() => document.querySelector('#tour-header').innerText.includes({first!r})", timeout=180_000
+        )
         settle(page, 180_000)
         assert page.locator("#tour-name input").input_value().startswith(PREFIX[tour_id])
         assert "Step 1 of" in page.locator("#tour-header").inner_text()

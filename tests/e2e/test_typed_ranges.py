@@ -5,6 +5,7 @@ Gradio's slider used to clamp it silently and compute: held-out example 500 load
 Memorization seeds 99 became 8 and 0 became 1, and Math's card said "scaled × 2" after "5" was
 refused while its box went back to 0.5.
 """
+
 import pytest
 from playwright.sync_api import expect
 
@@ -53,8 +54,7 @@ def test_memorization_seeds_past_the_range_are_refused_not_clamped(page, server_
     box.scroll_into_view_if_needed()
     before = box.input_value()
     box.fill(typed)
-    message = (f"The number of seeds must be a whole number between 1 and 8 (got {typed}). "
-               "Nothing was computed.")
+    message = f"The number of seeds must be a whole number between 1 and 8 (got {typed}). Nothing was computed."
     with waits.result_of(page, toast=message, timeout_ms=30_000):
         box.press("Tab")
     expect(box).to_have_value(before)  # neither 8 nor 1: the value in use
@@ -75,8 +75,9 @@ def test_math_card_agrees_with_the_box_after_a_refusal(page, server_url):
     expect(acc).to_contain_text("scaled × 0.5", timeout=LONG)
     settle(page, LONG)
     box.fill("5")
-    with waits.result_of(page, toast="The scale factor must be between 0 and 2 (got 5). Nothing was computed.",
-                         timeout_ms=30_000) as refused:
+    with waits.result_of(
+        page, toast="The scale factor must be between 0 and 2 (got 5). Nothing was computed.", timeout_ms=30_000
+    ) as refused:
         page.click("#mn-run")
     settle(page, LONG)
     expect(box).to_have_value("0.5")

@@ -2,6 +2,7 @@
 from the page; the Relevance per-sentence table and long-range plot; Memorization's one progress
 bar and its images as files; Features' clamp value per feature; Adapters after a refused pick. One
 browser session per tab."""
+
 import pytest
 
 from tests.e2e.conftest import first_view, open_tab, settle, shot
@@ -9,8 +10,12 @@ from tests.helpers.browser import chromium_page
 from tests.helpers.waits import result_of
 
 LONG = 180_000
-KEYFIRST = {"features": "#features-overlay", "memorization": "#memo-generate", "math_neurons": "#mn-accfig",
-            "adapters": "#pissa-spectrum"}
+KEYFIRST = {
+    "features": "#features-overlay",
+    "memorization": "#memo-generate",
+    "math_neurons": "#mn-accfig",
+    "adapters": "#pissa-spectrum",
+}
 
 
 def _top(page, sel: str) -> float:
@@ -18,8 +23,12 @@ def _top(page, sel: str) -> float:
 
 
 def _boxes_apart(a, b) -> bool:
-    return a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"] or \
-        a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"]
+    return (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
 
 
 @pytest.mark.timeout(600)
@@ -37,8 +46,10 @@ def test_presenter_view_at_1000_by_800(server_url):
         assert _boxes_apart(badge, page.locator("#wb-presenter-toggle").bounding_box())
         # a presenter link from the page: the link row stays, and the link keeps the view
         page.click("#wb-link-btn-adapters")
-        page.wait_for_function("() => document.querySelector('#wb-link-url-adapters textarea, "
-                               "#wb-link-url-adapters input').value.includes('presenter=1')")
+        page.wait_for_function(
+            "() => document.querySelector('#wb-link-url-adapters textarea, "
+            "#wb-link-url-adapters input').value.includes('presenter=1')"
+        )
         # the Math figure's title fits its plot (expert view: the accuracy card shows too)
         page.goto(f"{server_url}?tab=math_neurons")
         page.wait_for_selector("#mn-accfig .gtitle", timeout=LONG)

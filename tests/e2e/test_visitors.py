@@ -1,6 +1,7 @@
 """Two visitors in two browser contexts at once: A builds a feature index from uploaded images, B
 (beside A, on the same server) still browses the owner's index; the owner's file is unchanged and A's
 folder goes when A's page closes."""
+
 from __future__ import annotations
 
 import hashlib
@@ -48,10 +49,12 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
     # the owner's precomputed index over the owner's images, named by WORKBENCH_SAE_INDEX
     monkeypatch.setenv("WORKBENCH_MODEL_ROOTS", str(local_models))
     owner = tmp_path / "owner" / INDEX_FILE
-    org = loading.load_hub(str(local_models / VLM), str(local_models / SAE), HOOK,
-                      model_class="transformers.LlavaForConditionalGeneration")
-    hub_index.index_images(org, ImageSource.folder(sample_images(tmp_path / "owner-images", 4, seed=1)[0].parent),
-                    out=owner)
+    org = loading.load_hub(
+        str(local_models / VLM), str(local_models / SAE), HOOK, model_class="transformers.LlavaForConditionalGeneration"
+    )
+    hub_index.index_images(
+        org, ImageSource.folder(sample_images(tmp_path / "owner-images", 4, seed=1)[0].parent), out=owner
+    )
     before = hashlib.sha256(owner.read_bytes()).hexdigest()
     mine = []
     for i, p in enumerate(sample_images(tmp_path / "a-raw", 3, seed=7)):
@@ -59,8 +62,12 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
         mine[-1].parent.mkdir(exist_ok=True)
         shutil.copyfile(p, mine[-1])
     sessions_dir = tmp_path / "sessions"
-    env = {"WORKBENCH_MODEL_ROOTS": str(local_models), "WORKBENCH_SAE_INDEX": str(owner),
-           "WORKBENCH_SESSION_DIR": str(sessions_dir), "HF_HOME": str(tmp_path / "hf-home")}
+    env = {
+        "WORKBENCH_MODEL_ROOTS": str(local_models),
+        "WORKBENCH_SAE_INDEX": str(owner),
+        "WORKBENCH_SESSION_DIR": str(sessions_dir),
+        "HF_HOME": str(tmp_path / "hf-home"),
+    }
     ARTIFACTS.mkdir(exist_ok=True)
     with serve(env=env, log_path=ARTIFACTS / "e2e-visitors.log") as (url, _):
         ctx_a, ctx_b = (browser().new_context(viewport={"width": 1440, "height": 1000}) for _ in range(2))
@@ -101,8 +108,13 @@ def test_two_browsers_one_builds_an_index_the_other_keeps_the_owners(local_model
             folders = [d for d in sessions_dir.iterdir() if d.is_dir()]
             holding = [d for d in folders if list(d.rglob(INDEX_FILE))]
             assert len(holding) == 1
-            assert not [p for d in folders if d not in holding for p in d.rglob("*")
-                        if p.is_file() and not p.name.startswith(".")]
+            assert not [
+                p
+                for d in folders
+                if d not in holding
+                for p in d.rglob("*")
+                if p.is_file() and not p.name.startswith(".")
+            ]
             ctx_a.close()  # A leaves: Gradio's unload removes A's folder
             deadline = time.monotonic() + 60  # polled: a file-system state, not a page's
             while holding[0].exists() and time.monotonic() < deadline:

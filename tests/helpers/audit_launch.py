@@ -2,6 +2,7 @@
 
 Usage: python audit_launch.py LOGFILE app.py [app args...]
 """
+
 import ipaddress
 import json
 import runpy

@@ -12,14 +12,23 @@ cache, as a fresh profile had), since starting Chromium costs about a second and
 work each time. tests/conftest.py closes it at the module's end: while playwright's sync API is
 started, the main thread cannot run an event loop of its own (`asyncio.run`).
 """
+
 from __future__ import annotations
 
 import contextlib
 import shutil
 
 CHROMIUM = shutil.which("chromium-headless-shell") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 _STARTED: dict = {}  # "playwright" and "browser", while a module uses them
 

@@ -7,6 +7,7 @@ otherwise, so the timing checks (`alone`) see no load from it. Its test then rea
 waiting if it is not there yet. Whichever test process collects first starts it (an exclusive
 create of a marker file in a folder named for the run); one run, one mypy.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,13 @@ def start(session, root: Path) -> None:
     except FileExistsError:
         return
     with open(folder / "output", "w") as out:
-        proc = subprocess.Popen(mypy_command(root, folder / "cache"), cwd=root, stdout=out,
-                                stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(19))
+        proc = subprocess.Popen(
+            mypy_command(root, folder / "cache"),
+            cwd=root,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: os.nice(19),
+        )
     _started.append((proc, folder))
     # the exit status is written by a thread of this process, the one that can wait for mypy
     import threading

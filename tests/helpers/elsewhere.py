@@ -1,4 +1,5 @@
 """Another request holding something (a model load, a model's lock) while a test's own call runs."""
+
 from __future__ import annotations
 
 import contextlib

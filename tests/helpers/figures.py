@@ -1,4 +1,5 @@
 """A plotly figure as an endpoint answers it ({"type": "plotly", "plot": "<json>"}), read back."""
+
 from __future__ import annotations
 
 import json

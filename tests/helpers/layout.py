@@ -12,6 +12,7 @@ header), empty when it reads cleanly:
   placeholders "1 2 3" (a table shown before it has columns);
 - in presenter view, the tab's key figure not starting in the first screen.
 """
+
 from __future__ import annotations
 
 _JS = r"""

@@ -3,6 +3,7 @@ per UNet forward, ε copied to the host, min–max scaling and a float64 SSIM th
 validates and indexes its channels on every forward (`nemo.deactivate`). Kept as the reference the
 batched search is checked against (tests/unit/test_nemo_batched.py) and timed against
 (benchmarks.fullsize, benchmarks.nemo)."""
+
 from __future__ import annotations
 
 import torch
@@ -17,8 +18,7 @@ class SequentialChecker:
         self.all_seeds = [int(s) for s in seeds]
         inputs = core.NoiseInputs(pipe, prompt, self.all_seeds, guidance_scale=guidance_scale, **kw)
         vanilla = inputs.differences(pipe.unet)
-        keep = (core.seed_agreement(vanilla) > theta_mem if len(self.all_seeds) > 1
-                else torch.ones(1, dtype=torch.bool))
+        keep = core.seed_agreement(vanilla) > theta_mem if len(self.all_seeds) > 1 else torch.ones(1, dtype=torch.bool)
         self.seeds = [s for s, k in zip(self.all_seeds, keep.tolist()) if k]
         self.vanilla = vanilla[keep]
         self.inputs = inputs.subset(keep)

@@ -6,6 +6,7 @@ set in tests/conftest.py), and each gradio_client Client and each browser contex
 from an address of its own (IPv6's documentation prefix, so no address is anybody's), so tests of
 two visitors are two people, as on a Space. A test of one person with many sessions gives its
 clients one address (`as_person`)."""
+
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,5 @@
 """Serve the app on 127.0.0.1 in a child process, for api, e2e and network tests."""
+
 from __future__ import annotations
 
 import contextlib
@@ -34,14 +35,24 @@ def wait_until_up(url: str, proc: subprocess.Popen | None = None, timeout: float
 
 
 @contextlib.contextmanager
-def serve(args: list[str] | None = None, env: dict | None = None, python: list[str] | None = None,
-          log_path: Path | None = None, app_path: Path | None = None):
+def serve(
+    args: list[str] | None = None,
+    env: dict | None = None,
+    python: list[str] | None = None,
+    log_path: Path | None = None,
+    app_path: Path | None = None,
+):
     """Yield (url, process). The child is killed on exit whatever happens."""
     port = free_port()
-    full_env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
-                "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    cmd = (python or [sys.executable]) + [str(app_path or ROOT / "app.py"), "--port", str(port),
-                                          "--host", "127.0.0.1"]
+    full_env = {
+        **os.environ,
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+    cmd = (python or [sys.executable]) + [str(app_path or ROOT / "app.py"), "--port", str(port), "--host", "127.0.0.1"]
     log = open(log_path, "w") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(cmd + (args or []), cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"

@@ -1,5 +1,6 @@
 """Waiting for a state in another thread of the same process, never for a fixed time: a pause long
 enough on a quiet machine is too short on a loaded one, and an order that rests on it is hoped for."""
+
 from __future__ import annotations
 
 import time

@@ -6,6 +6,7 @@ event in the page: plotly's figures re-fitted to their boxes, the main thread id
 `result_of` (armed before one action), what that action itself produced: its toast, its blocks'
 status going pending and done, its changed text, the content it rendered, its upload answered.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -226,8 +227,18 @@ def _names(x) -> list[str]:
 
 
 @contextlib.contextmanager
-def result_of(page, *, toast: str | None = None, pending=(), done=(), changed=(), rendered: str | None = None,
-              upload: bool = False, load: bool = False, timeout_ms: int = WAIT_MS):
+def result_of(
+    page,
+    *,
+    toast: str | None = None,
+    pending=(),
+    done=(),
+    changed=(),
+    rendered: str | None = None,
+    upload: bool = False,
+    load: bool = False,
+    timeout_ms: int = WAIT_MS,
+):
     """Around ONE action (a click, a key, setting files): arm a watch in the page before it, and on
     leaving the block wait until the page has shown what that action produces — never a state that
     may have been true before it. Everything named must be seen:
@@ -258,8 +269,15 @@ def result_of(page, *, toast: str | None = None, pending=(), done=(), changed=()
     from playwright.sync_api import TimeoutError as NotSeen
 
     changed_texts = dict(changed) if isinstance(changed, dict) else {}
-    spec = {"id": f"r{next(_KEYS)}", "toast": toast, "pending": _names(pending), "done": _names(done),
-            "changed": list(changed_texts) or _names(changed), "texts": changed_texts, "rendered": rendered}
+    spec = {
+        "id": f"r{next(_KEYS)}",
+        "toast": toast,
+        "pending": _names(pending),
+        "done": _names(done),
+        "changed": list(changed_texts) or _names(changed),
+        "texts": changed_texts,
+        "rendered": rendered,
+    }
     if load:
         page.add_init_script(script=f"({_RESULT_ARM})({json.dumps(spec)});")
         refused = ""
@@ -284,11 +302,18 @@ def result_of(page, *, toast: str | None = None, pending=(), done=(), changed=()
             wanted = {k: v for k, v in spec.items() if v and k not in ("id", "texts")}
             seen = result.seen()
             probe = seen["probe"] or {}
-            why = (" (the probe was typed and never written back: Gradio rendered this box without writing"
-                   " it again, as it does in an accordion an event showed after the page loaded; there is"
-                   " nothing to wait for there)") if probe.get("typed") and not probe.get("pushed") else ""
-            raise AssertionError(f"the action's result was not seen within {timeout_ms / 1000:.0f} s: "
-                                 f"wanted {wanted}, seen {seen}{why}") from None
+            why = (
+                (
+                    " (the probe was typed and never written back: Gradio rendered this box without writing"
+                    " it again, as it does in an accordion an event showed after the page loaded; there is"
+                    " nothing to wait for there)"
+                )
+                if probe.get("typed") and not probe.get("pushed")
+                else ""
+            )
+            raise AssertionError(
+                f"the action's result was not seen within {timeout_ms / 1000:.0f} s: wanted {wanted}, seen {seen}{why}"
+            ) from None
     finally:  # the frame loop ends; the toasts are still recorded (Result.toasts after a settle)
         with contextlib.suppress(Exception):
             page.evaluate("(id) => { window.wbResults[id].stopped = true; }", spec["id"])

@@ -6,6 +6,7 @@ Two servers: `hub_server` runs every call in its own process; `hub_forked_server
 ZeroGPU Space, with the stand-in `spaces` package (tests/helpers/zerogpu) whose GPU runs every
 marked call in a forked child with pickled arguments and results. `any_server` / `any_client` are
 each of the two in turn, so the suite that uses them passes under both process models."""
+
 import pytest
 
 from tests.conftest import ROOT, artifact
@@ -43,8 +44,13 @@ def hub_forked_server(hub_cache, hub_own_models, tmp_path_factory):
     """(url, log, workers): `workers` gets one line per GPU worker started."""
     log = artifact("hub-zerogpu-server.log")
     workers = tmp_path_factory.mktemp("zerogpu") / "workers.log"
-    env = {**cache_env(hub_cache), **SMALL_MATH, "PYTHONPATH": str(ROOT / "tests" / "helpers" / "zerogpu"),
-           "WORKBENCH_FAKE_SPACES_LOG": str(workers), "WORKBENCH_MODEL_ROOTS": str(hub_own_models)}
+    env = {
+        **cache_env(hub_cache),
+        **SMALL_MATH,
+        "PYTHONPATH": str(ROOT / "tests" / "helpers" / "zerogpu"),
+        "WORKBENCH_FAKE_SPACES_LOG": str(workers),
+        "WORKBENCH_MODEL_ROOTS": str(hub_own_models),
+    }
     with serve(env=env, log_path=log) as (url, _proc):
         yield url, log, workers
 

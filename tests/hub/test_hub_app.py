@@ -1,6 +1,7 @@
 """Hub mode end to end: the app starts on the stand-ins of every paper checkpoint, every tab builds,
 a page load raises no error toast, and each tab's main endpoints answer with a result — served in
 one process, and again as on ZeroGPU, every model call in a forked worker (tests/hub/conftest.py)."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,11 @@ def app_config(url: str) -> dict:
 def test_every_tab_builds_in_hub_mode(any_server):
     url, log = any_server
     cfg = app_config(url)
-    failed = [c["props"].get("elem_id") for c in cfg["components"]
-              if str(c.get("props", {}).get("elem_id") or "").startswith("wb-tab-failed-")]
+    failed = [
+        c["props"].get("elem_id")
+        for c in cfg["components"]
+        if str(c.get("props", {}).get("elem_id") or "").startswith("wb-tab-failed-")
+    ]
     assert failed == [], log.read_text()[-3000:]
     assert "could not start" not in log.read_text()
     texts = " ".join(str(c.get("props", {}).get("value", "")) for c in cfg["components"])
@@ -36,9 +40,12 @@ def test_every_tab_builds_in_hub_mode(any_server):
 
 
 # Each tab's main button, clicked in the browser as a user would; its result block must fill.
-CLICKS = {"relevance": (["#rel-explain"], "#rel-heatmap"), "memorization": (["#memo-check"], "#memo-score"),
-          # a hub model's layers are listed on demand (it loads the model), then one is analysed
-          "adapters": (["#pissa-list-layers", "#pissa-analyse"], "#pissa-stats")}
+CLICKS = {
+    "relevance": (["#rel-explain"], "#rel-heatmap"),
+    "memorization": (["#memo-check"], "#memo-score"),
+    # a hub model's layers are listed on demand (it loads the model), then one is analysed
+    "adapters": (["#pissa-list-layers", "#pissa-analyse"], "#pissa-stats"),
+}
 
 
 def test_page_load_raises_no_error_toast_and_every_tab_renders(any_server):
@@ -74,7 +81,9 @@ def test_page_load_raises_no_error_toast_and_every_tab_renders(any_server):
                 settle(page, 120_000)
                 page.wait_for_function(
                     "(sel) => { const el = document.querySelector(sel); return el && el.innerText.trim().length > 20; }",
-                    arg=result, timeout=120_000)
+                    arg=result,
+                    timeout=120_000,
+                )
                 settle(page, 120_000)  # the screenshot shows the result drawn
             name = tab.inner_text().strip().lower().replace(" ", "-")
             page.screenshot(path=str(ARTIFACTS / f"hub-{name}{suffix}.png"), full_page=True)
@@ -119,21 +128,39 @@ def _files(files, *suffixes: str) -> bool:
 
 def test_relevance_main_endpoints(any_client):
     heat, _plot_, cons, _j, _p, res = any_client.predict(
-        "the plot was dull but the cast was brilliant", ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"],
-        "was", True, "state-spaces/mamba-130m-hf", api_name="/explain_text")
+        "the plot was dull but the cast was brilliant",
+        ["mambalrp", "gi"],
+        ["norm", "silu", "ssm", "gate"],
+        "was",
+        True,
+        "state-spaces/mamba-130m-hf",
+        api_name="/explain_text",
+    )
     # byte-level BPE pieces are shown as text, the leading space as a faint mark, never as 'Ġ'
     assert "Ġ" not in heat and "wb-space" in heat
     assert " was" in res["tokens"] and not any(t.startswith("Ġ") for t in res["tokens"])
     assert len(res["tokens"]) == len(res["relevance"]["mambalrp"]) > 3
     table, curves, scatter, note = any_client.predict(
-        ["mambalrp", "gi"], 20, "captions", None, "predicted", "", "", "state-spaces/mamba-130m-hf",
-        api_name="/heldout_eval")
+        ["mambalrp", "gi"],
+        20,
+        "captions",
+        None,
+        "predicted",
+        "",
+        "",
+        "state-spaces/mamba-130m-hf",
+        api_name="/heldout_eval",
+    )
     rows = _rows(table)
     assert {r[0] for r in rows} == {"MambaLRP", "Gradient×Input", "Random"} and all(len(r) == 7 for r in rows)
     assert [r[1] for r in rows] == sorted((r[1] for r in rows), reverse=True)  # sorted by ΔA^F
     assert "20 sentences" in note and _plot(curves) and _plot(scatter)
-    heat, plot, tops = any_client.predict("The code is 4817. Much later, the code is", ["mambalrp"],
-                                          "state-spaces/mamba-1.4b-hf", api_name="/explain_longrange")
+    heat, plot, tops = any_client.predict(
+        "The code is 4817. Much later, the code is",
+        ["mambalrp"],
+        "state-spaces/mamba-1.4b-hf",
+        api_name="/explain_longrange",
+    )
     assert tops["model"] == "hub:state-spaces/mamba-1.4b-hf@main" and tops["target"] == " is"
     top = tops["top_tokens"]["mambalrp"]
     assert len(top) == 10 and [t["relevance"] for t in top] == sorted((t["relevance"] for t in top), reverse=True)
@@ -145,8 +172,9 @@ def test_relevance_main_endpoints(any_client):
 def test_features_main_endpoints(any_client, images):
     from gradio_client import handle_file
 
-    status, table, densest, _summary = any_client.predict([handle_file(p) for p in images], None,
-                                                          api_name="/build_index")
+    status, table, densest, _summary = any_client.predict(
+        [handle_file(p) for p in images], None, api_name="/build_index"
+    )
     assert status.startswith("**Indexed 3 images**")
     fired = _rows(table)
     assert fired and all(len(r) == 4 for r in fired) and densest == fired[0][0]  # the densest one is open
@@ -156,8 +184,9 @@ def test_features_main_endpoints(any_client, images):
     assert "Feature 0" in page[0] and page[7]["feature"] == 0  # the page header names the feature
     assert len(page[7]["hist_counts"]) + 1 == len(page[7]["hist_edges"])
     clamp = page[-1]["maximum"] / 2  # the clamp slider's range follows the index's activations
-    image, caption, gallery, feats, _scale, hover = any_client.predict(handle_file(images[0]), None,
-                                                                         api_name="/analyse_image")
+    image, caption, gallery, feats, _scale, hover = any_client.predict(
+        handle_file(images[0]), None, api_name="/analyse_image"
+    )
     assert _path(image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "Model answer" in caption
     # each feature listed is shown twice in the gallery: over the base image and over the tiles
     assert feats["data"] and len(gallery) == 2 * len(feats["data"]) and _plot(hover)
@@ -168,7 +197,9 @@ def test_features_main_endpoints(any_client, images):
 def test_memorization_main_endpoints(any_client):
     prompt = "The No Limits Business Woman Podcast"  # a memorized LAION prompt of the paper's list
     score, neurons, stats = any_client.predict(prompt, api_name="/memo_check")
-    assert "id='memo-score-card'" in score and "Memorization score" in score and "lists this caption as memorized" in score
+    assert (
+        "id='memo-score-card'" in score and "Memorization score" in score and "lists this caption as memorized" in score
+    )
     assert _plot(neurons) and "Neuron statistics" in stats
     found, pick, found_neurons = any_client.predict(prompt, api_name="/memo_find")
     assert "id='memo-found-card'" in found and _plot(found_neurons)
@@ -190,8 +221,9 @@ def test_math_main_endpoints(any_client):
     assert _plot(acc_fig) and _plot(per_layer)
     assert samples["headers"] == ["set", "question", "reference", "unmodified", "modified"]
     assert {r[0] for r in _rows(samples)} == {"math", "non-math"}
-    answer = any_client.predict("Tom has 23 pens and finds 45 more. How many pens does he have now?", "MathNeuro",
-                                3, 0.0, 8, api_name="/mn_ask")
+    answer = any_client.predict(
+        "Tom has 23 pens and finds 45 more. How many pens does he have now?", "MathNeuro", 3, 0.0, 8, api_name="/mn_ask"
+    )
     assert "<b>unmodified:</b>" in answer and "<b>modified:</b>" in answer
 
 

@@ -3,6 +3,7 @@
 pickled arguments and results. The checkpoints preload in the main process at start; every tab's
 main endpoint, called twice, answers as the app run in-process does (the hub suite's own server),
 although whatever a call loads or caches dies with its worker."""
+
 from __future__ import annotations
 
 import json
@@ -69,13 +70,25 @@ def calls(image):
     from gradio_client import handle_file
 
     return {
-        "relevance": lambda c: c.predict("the plot was dull but the cast was brilliant", ["mambalrp", "gi"],
-                                         ["norm", "silu", "ssm", "gate"], "was", True, "state-spaces/mamba-130m-hf",
-                                         api_name="/explain_text")[-1],
+        "relevance": lambda c: c.predict(
+            "the plot was dull but the cast was brilliant",
+            ["mambalrp", "gi"],
+            ["norm", "silu", "ssm", "gate"],
+            "was",
+            True,
+            "state-spaces/mamba-130m-hf",
+            api_name="/explain_text",
+        )[-1],
         "features": lambda c: c.predict(handle_file(image), None, api_name="/analyse_image")[1:],
         "memorization": lambda c: c.predict(PROMPT, api_name="/memo_check")[0],
-        "math_neurons": lambda c: c.predict("Tom has 23 pens and finds 45 more. How many pens does he have now?",
-                                            "MathNeuro", 3, 0.0, 8, api_name="/mn_ask"),
+        "math_neurons": lambda c: c.predict(
+            "Tom has 23 pens and finds 45 more. How many pens does he have now?",
+            "MathNeuro",
+            3,
+            0.0,
+            8,
+            api_name="/mn_ask",
+        ),
         "adapters": lambda c: c.predict(KEY, "model.layers.0.self_attn.q_proj", 4, "pissa", api_name="/analyse")[2],
     }
 
@@ -99,8 +112,13 @@ def test_checkpoints_preload_in_the_main_process_and_workers_leave_it_alone(fork
     client, _workers, _log = forked
     store = client.predict(api_name="/status")[1]["model_store"]
     loaded = {m["id"].split("|")[0] for m in store["models"]}
-    for repo in ("state-spaces/mamba-130m-hf", "state-spaces/mamba-1.4b-hf", "CompVis/stable-diffusion-v1-4",
-                 "meta-llama/Llama-3.2-1B-Instruct", KEY):
+    for repo in (
+        "state-spaces/mamba-130m-hf",
+        "state-spaces/mamba-1.4b-hf",
+        "CompVis/stable-diffusion-v1-4",
+        "meta-llama/Llama-3.2-1B-Instruct",
+        KEY,
+    ):
         assert any(repo in m for m in loaded), (repo, loaded)
     assert any("llava" in m for m in loaded)
     # the main process loaded each once, at start; the workers' loads (none were needed) stay theirs
@@ -117,8 +135,10 @@ def test_a_refusal_in_a_worker_reaches_the_user_as_it_does_in_process(forked, hu
     assert "is not a linear layer" in want and refusal(forked[0]) == want
 
 
-MATH = [{"question": f"Ann has {a} pens and buys {b} more. How many pens does she have?", "answer": str(a + b)}
-        for a, b in ((12, 7), (30, 45), (8, 9), (61, 23))]
+MATH = [
+    {"question": f"Ann has {a} pens and buys {b} more. How many pens does she have?", "answer": str(a + b)}
+    for a, b in ((12, 7), (30, 45), (8, 9), (61, 23))
+]
 
 
 def test_a_visitors_own_math_set_outlives_the_call_that_named_it(forked, tmp_path):

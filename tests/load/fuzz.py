@@ -12,6 +12,7 @@ error; what must never happen is a crash: the server stops answering, a handler 
 An endpoint family is the tab that registers the endpoints (components/<tab>/): the issue's
 "≥ 1,000 inputs per endpoint family" is counted per tab, spread round-robin over its endpoints.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,30 @@ from typing import Any
 
 from tests.load.harness import make_client
 
-TEXTS = ["", " ", "a" * 100_000, "word " * 5000, "\x00\x01\x02\x1b[31m\x7f", "🔬🧠💥" * 50,
-         # Non-UTF-8 input as it reaches a server: bytes decoded as Latin-1 (mojibake, C1 controls)
-         # and the replacement / non-characters. (Lone surrogates cannot be sent as JSON text.)
-         b"\xff\xfe\xc3\x28\x80\x81".decode("latin-1"), "\ufffd\ufffe\uffff",
-         "null", "None", "-1", "<script>alert(1)</script>", "../../etc/passwd", "a\nb\r\nc\t", "😀",
-         "٩(◕‿◕｡)۶ ñ ü 中文 العربية", "' OR 1=1 --", "%s%s%n", "\u202e\u200b\ufeff"]
-NUMBERS = [float("nan"), float("inf"), float("-inf"), -1, -1e9, 0, 1e9, 1e308, -0.0, 0.5, 3.7, 2 ** 63]
+TEXTS = [
+    "",
+    " ",
+    "a" * 100_000,
+    "word " * 5000,
+    "\x00\x01\x02\x1b[31m\x7f",
+    "🔬🧠💥" * 50,
+    # Non-UTF-8 input as it reaches a server: bytes decoded as Latin-1 (mojibake, C1 controls)
+    # and the replacement / non-characters. (Lone surrogates cannot be sent as JSON text.)
+    b"\xff\xfe\xc3\x28\x80\x81".decode("latin-1"),
+    "\ufffd\ufffe\uffff",
+    "null",
+    "None",
+    "-1",
+    "<script>alert(1)</script>",
+    "../../etc/passwd",
+    "a\nb\r\nc\t",
+    "😀",
+    "٩(◕‿◕｡)۶ ñ ü 中文 العربية",
+    "' OR 1=1 --",
+    "%s%s%n",
+    "\u202e\u200b\ufeff",
+]
+NUMBERS = [float("nan"), float("inf"), float("-inf"), -1, -1e9, 0, 1e9, 1e308, -0.0, 0.5, 3.7, 2**63]
 
 
 def _image_bytes(kind: str, rng: random.Random) -> bytes:
@@ -59,8 +77,21 @@ def _image_bytes(kind: str, rng: random.Random) -> bytes:
     return data[: len(data) // 2] if kind == "truncated" else data
 
 
-IMAGE_KINDS = ["tiny", "huge", "wide", "grayscale", "rgba", "cmyk", "palette", "16bit", "animated",
-               "truncated", "not-an-image", "empty", "normal"]
+IMAGE_KINDS = [
+    "tiny",
+    "huge",
+    "wide",
+    "grayscale",
+    "rgba",
+    "cmyk",
+    "palette",
+    "16bit",
+    "animated",
+    "truncated",
+    "not-an-image",
+    "empty",
+    "normal",
+]
 
 
 @dataclass
@@ -75,8 +106,12 @@ def endpoint_params(client) -> dict[str, list[Param]]:
     info = client.view_api(return_format="dict", print_info=False)
     out = {}
     for name, ep in info["named_endpoints"].items():
-        out[name] = [Param(p.get("parameter_name") or "", p.get("component", ""), p.get("type") or {},
-                           p.get("parameter_default")) for p in ep["parameters"]]
+        out[name] = [
+            Param(
+                p.get("parameter_name") or "", p.get("component", ""), p.get("type") or {}, p.get("parameter_default")
+            )
+            for p in ep["parameters"]
+        ]
     return out
 
 
@@ -111,8 +146,16 @@ def draw(p: Param, rng: random.Random, tmp: Path) -> Any:
     enum = schema.get("enum") or (schema.get("items") or {}).get("enum")
     if schema.get("type") == "array" or comp == "checkboxgroup":
         choices = list(enum or ["x"])
-        return rng.choice([[], [rng.choice(TEXTS)], rng.sample(choices, k=min(len(choices), rng.randint(1, 3))),
-                           choices * 3, [None], "not a list"])
+        return rng.choice(
+            [
+                [],
+                [rng.choice(TEXTS)],
+                rng.sample(choices, k=min(len(choices), rng.randint(1, 3))),
+                choices * 3,
+                [None],
+                "not a list",
+            ]
+        )
     if enum:
         return rng.choice(list(enum) * 2 + [rng.choice(TEXTS), None, 7])
     if schema.get("type") in ("number", "integer") or comp in ("slider", "number"):
@@ -140,19 +183,29 @@ class FuzzReport:
     per_family: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
-        return (f"{self.calls} fuzz calls over {len(self.per_endpoint)} endpoints in "
-                f"{len(self.per_family)} families: "
-                f"{self.succeeded} answered, {self.answered_error} refused with a message, "
-                f"{len(self.crashes)} crashes")
+        return (
+            f"{self.calls} fuzz calls over {len(self.per_endpoint)} endpoints in "
+            f"{len(self.per_family)} families: "
+            f"{self.succeeded} answered, {self.answered_error} refused with a message, "
+            f"{len(self.crashes)} crashes"
+        )
 
 
 def status(client) -> dict:
     return client.predict(api_name="/status")[1]
 
 
-def fuzz(url: str, *, per_endpoint: int | None = None, per_family: int | None = None, seed: int = 0,
-         skip: tuple[str, ...] = ("/status",), max_seconds_per_endpoint: float = 120.0,
-         max_seconds_per_family: float = 900.0, progress: bool = False) -> FuzzReport:
+def fuzz(
+    url: str,
+    *,
+    per_endpoint: int | None = None,
+    per_family: int | None = None,
+    seed: int = 0,
+    skip: tuple[str, ...] = ("/status",),
+    max_seconds_per_endpoint: float = 120.0,
+    max_seconds_per_family: float = 900.0,
+    progress: bool = False,
+) -> FuzzReport:
     """`per_endpoint` calls on each endpoint, or `per_family` calls on each family (round-robin over
     its endpoints); each stops early when its time allowance is spent."""
     rng = random.Random(seed)
@@ -163,8 +216,10 @@ def fuzz(url: str, *, per_endpoint: int | None = None, per_family: int | None = 
     params_of = {n: ps for n, ps in endpoint_params(client).items() if n not in skip}
     families = endpoint_families(params_of)
     if per_family is not None:
-        plan = [(fam, itertools.islice(itertools.cycle(names), per_family), max_seconds_per_family)
-                for fam, names in families.items()]
+        plan = [
+            (fam, itertools.islice(itertools.cycle(names), per_family), max_seconds_per_family)
+            for fam, names in families.items()
+        ]
     else:
         fam_of = {n: fam for fam, names in families.items() for n in names}
         plan = [(fam_of[n], [n] * (per_endpoint or 0), max_seconds_per_endpoint) for n in params_of]
@@ -202,8 +257,11 @@ def fuzz(url: str, *, per_endpoint: int | None = None, per_family: int | None = 
                 report.crashes.append(f"{name}: {s['integrity']}")
                 break
         if progress:
-            print(f"family {family}: {report.per_family.get(family, 0)} calls in "
-                  f"{time.perf_counter() - t0:.0f} s, crashes so far {len(report.crashes)}", flush=True)
+            print(
+                f"family {family}: {report.per_family.get(family, 0)} calls in "
+                f"{time.perf_counter() - t0:.0f} s, crashes so far {len(report.crashes)}",
+                flush=True,
+            )
     return report
 
 
@@ -220,10 +278,15 @@ def main() -> None:
 
     with serve(env={"WORKBENCH_CHECK_WEIGHTS": "1"}) as (url, _):
         t0 = time.perf_counter()
-        rep = fuzz(url, per_endpoint=args.per_endpoint,
-                   per_family=None if args.per_endpoint else args.per_family, seed=args.seed,
-                   max_seconds_per_endpoint=args.seconds_per_endpoint,
-                   max_seconds_per_family=args.seconds_per_family, progress=True)
+        rep = fuzz(
+            url,
+            per_endpoint=args.per_endpoint,
+            per_family=None if args.per_endpoint else args.per_family,
+            seed=args.seed,
+            max_seconds_per_endpoint=args.seconds_per_endpoint,
+            max_seconds_per_family=args.seconds_per_family,
+            progress=True,
+        )
     print(rep.summary(), f"in {time.perf_counter() - t0:.0f} s")
     for fam, n in sorted(rep.per_family.items()):
         print(f"family {fam:14s} {n}")

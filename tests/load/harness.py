@@ -3,6 +3,7 @@
 Used by tests/load/test_load.py (short, in CI) and `python -m tests.load.run_load` (2 minutes).
 Requests go to 127.0.0.1 only and are bounded in count and time.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,8 +63,10 @@ class LoadReport:
     seconds: float = 0.0
 
     def summary(self) -> str:
-        return (f"{self.requests} requests in {self.seconds:.1f} s; cross-talk (answers differing "
-                f"from solo): {len(self.mismatches)}; server errors: {len(self.errors)}")
+        return (
+            f"{self.requests} requests in {self.seconds:.1f} s; cross-talk (answers differing "
+            f"from solo): {len(self.mismatches)}; server errors: {len(self.errors)}"
+        )
 
 
 def solo_answers(url: str, calls: list[Call]) -> list[str]:
@@ -71,8 +74,9 @@ def solo_answers(url: str, calls: list[Call]) -> list[str]:
     return [fingerprint(cl.predict(*c.args, api_name=c.api_name)) for c in calls]
 
 
-def run_parallel(url: str, calls: list[Call], *, clients: int = 16, seconds: float = 30.0,
-                 max_requests: int = 2000, seed: int = 0) -> LoadReport:
+def run_parallel(
+    url: str, calls: list[Call], *, clients: int = 16, seconds: float = 30.0, max_requests: int = 2000, seed: int = 0
+) -> LoadReport:
     """`clients` threads, each with its own gradio_client, call random scenarios until time or
     count runs out; each answer is compared with the solo answer of the same call."""
     expected = solo_answers(url, calls)

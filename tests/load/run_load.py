@@ -1,9 +1,10 @@
 """Parallel users for a bounded time against the app on 127.0.0.1.
 
-    python -m tests.load.run_load --clients 16 --seconds 120
-    python -m tests.load.run_load --figures   # and issue 37's figures: fair turns, time limits, the
-                                              # smallest settings under a cap, memory after sessions
+python -m tests.load.run_load --clients 16 --seconds 120
+python -m tests.load.run_load --figures   # and issue 37's figures: fair turns, time limits, the
+                                          # smallest settings under a cap, memory after sessions
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,7 @@ def main() -> None:
         client = make_client(url)
         calls = available(SCENARIOS, set(endpoint_params(client)))
         print(f"{len(calls)} scenarios: {', '.join(c.label for c in calls)}")
-        rep = run_parallel(url, calls, clients=args.clients, seconds=args.seconds,
-                           max_requests=args.max_requests)
+        rep = run_parallel(url, calls, clients=args.clients, seconds=args.seconds, max_requests=args.max_requests)
         final = status(client)
     print(rep.summary())
     print(f"hooks left / weights changed: {final['integrity'] or 'none'}; handler defects: {final['internal_errors']}")

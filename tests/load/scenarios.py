@@ -1,6 +1,7 @@
 """Model-touching calls with conflicting interventions, per endpoint (only those the app serves
 are used). Each pair of calls on one endpoint applies a different intervention to the same shared
 model: different LRP rule sets, scale factors / pruning, feature clamps, neuron masks."""
+
 from __future__ import annotations
 
 from tests.load.harness import Call

@@ -3,6 +3,7 @@ each make one call and close, then the server's RSS some seconds after the last 
 
     python -m tests.load.session_memory --rounds 3 --sessions 30
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,11 @@ class MemoryReport:
 
     def summary(self) -> str:
         rounds = ", ".join(f"{m:.0f}" for m in self.after_rounds_mb)
-        return (f"RSS {self.start_mb:.0f} MB at the start; after each round of sessions {rounds} MB; "
-                f"{self.settle_s:.0f} s after all {self.sessions} sessions closed {self.settled_mb:.0f} MB "
-                f"({self.kept_mb:+.0f} MB kept)")
+        return (
+            f"RSS {self.start_mb:.0f} MB at the start; after each round of sessions {rounds} MB; "
+            f"{self.settle_s:.0f} s after all {self.sessions} sessions closed {self.settled_mb:.0f} MB "
+            f"({self.kept_mb:+.0f} MB kept)"
+        )
 
 
 def _visit(url: str) -> None:
@@ -42,8 +45,9 @@ def _visit(url: str) -> None:
         client.close()  # the heartbeat goes: Gradio marks the session closed
 
 
-def sessions_memory(url: str, pid: int, *, rounds: int = 3, per_round: int = 30, parallel: int = 6,
-                    settle_s: float = 60.0) -> MemoryReport:
+def sessions_memory(
+    url: str, pid: int, *, rounds: int = 3, per_round: int = 30, parallel: int = 6, settle_s: float = 60.0
+) -> MemoryReport:
     import psutil
 
     from tests.load.harness import make_client
@@ -77,8 +81,10 @@ def main() -> None:
     with serve() as (url, proc):
         rep = sessions_memory(url, proc.pid, rounds=args.rounds, per_round=args.sessions, settle_s=args.settle)
     print(rep.summary())
-    print(f"goal: within 50 MB of the start {args.settle:.0f} s after {rep.sessions} sessions closed: "
-          f"{'met' if rep.kept_mb <= 50 else 'NOT met'}")
+    print(
+        f"goal: within 50 MB of the start {args.settle:.0f} s after {rep.sessions} sessions closed: "
+        f"{'met' if rep.kept_mb <= 50 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

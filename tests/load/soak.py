@@ -4,6 +4,7 @@
 
 Prints the memory after warm-up and at the end, the growth, and each cache's bytes vs budget.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,11 @@ class SoakReport:
         return self.rss_mb[-1] / self.warm_rss_mb - 1 if self.warm_rss_mb else 0.0
 
     def summary(self) -> str:
-        lines = [f"{self.requests} requests, {len(self.errors)} errors; resident memory after warm-up "
-                 f"{self.warm_rss_mb:.0f} MB, at the end {self.rss_mb[-1]:.0f} MB, peak {max(self.rss_mb):.0f} MB "
-                 f"(growth {100 * self.growth:+.1f} %)"]
+        lines = [
+            f"{self.requests} requests, {len(self.errors)} errors; resident memory after warm-up "
+            f"{self.warm_rss_mb:.0f} MB, at the end {self.rss_mb[-1]:.0f} MB, peak {max(self.rss_mb):.0f} MB "
+            f"(growth {100 * self.growth:+.1f} %)"
+        ]
         for name, (peak, budget) in sorted(self.cache_peaks.items()):
             lines.append(f"  cache {name:24s} peak {peak / 1e6:8.2f} MB of {budget / 1e6:8.2f} MB")
         return "\n".join(lines)

@@ -1,4 +1,5 @@
 """Every endpoint of the served app survives hostile input (fewer inputs than the full script)."""
+
 import pytest
 
 from tests.conftest import ARTIFACTS

@@ -1,5 +1,6 @@
 """16 parallel users with conflicting interventions: 0 cross-talk, 0 server errors (short run;
 `python -m tests.load.run_load` runs it for 2 minutes)."""
+
 import pytest
 
 from tests.conftest import ARTIFACTS

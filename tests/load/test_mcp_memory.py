@@ -13,6 +13,7 @@ the process itself, then +3 to +4 MB per six calls, the masks of each new settin
 cache) is not memory the calls keep. With glibc's moving mmap threshold the calls' tensors came
 from heap arenas and +22 to +57 MB stayed beside two busy processes; the app now fixes it at 1 MB.
 """
+
 import asyncio
 import time
 
@@ -66,8 +67,10 @@ def test_large_mcp_calls_leave_no_memory_behind_after_a_collection():
             peak = max(peak, _rss_mb(proc.pid))
         assert _collected(url, log), f"no collection within {SETTLE_S:.0f} s of a session's end (see {log})"
         now = _rss_mb(proc.pid)
-    print(f"VmRSS {start:.0f} MB before, {peak:.0f} MB at most during {CALLS} calls of {ITEMS} items, "
-          f"{now:.0f} MB after the collection")
+    print(
+        f"VmRSS {start:.0f} MB before, {peak:.0f} MB at most during {CALLS} calls of {ITEMS} items, "
+        f"{now:.0f} MB after the collection"
+    )
     assert now - start <= KEPT_MB, f"{now - start:+.0f} MB kept after {CALLS} calls of {ITEMS} items"
 
 

@@ -1,4 +1,5 @@
 """Soak (CI-sized): mixed requests; memory growth after warm-up ≤ 10 %, caches within budget."""
+
 import pytest
 
 from tests.conftest import ARTIFACTS

@@ -3,6 +3,7 @@ on a served app: sessions are free to make, so one address with a hundred sessio
 person's queue places, turns and uploads, and a call's time limit covers its wait behind the same
 visitor's calls. Every client here stands for a person by the address a proxy would report
 (tests/helpers/people.py; the suite's servers trust one proxy hop)."""
+
 import time
 
 import pytest
@@ -40,12 +41,19 @@ def test_a_hundred_sessions_of_one_address_neither_fill_the_queue_nor_hold_up_an
         params = other.view_api(return_format="dict", print_info=False)["named_endpoints"][name]["parameters"]
         data = [kw.get(p["parameter_name"], p.get("parameter_default")) for p in params]
         # the REST route joins the queue under a new session for every call
-        answers = [httpx.post(f"{url}gradio_api/call{name}", json={"data": data}, timeout=30,
-                              headers=as_person("2001:db8:1::1")) for _ in range(100)]
+        answers = [
+            httpx.post(
+                f"{url}gradio_api/call{name}", json={"data": data}, timeout=30, headers=as_person("2001:db8:1::1")
+            )
+            for _ in range(100)
+        ]
         accepted = [a for a in answers if a.status_code == 200]
         # the short call is sent once the server runs the accepted races (they left its queue)
-        until(lambda: httpx.get(f"{url}gradio_api/queue/status", timeout=10).json()["queue_size"] < len(accepted),
-              timeout=60, what=f"the server starting any of the {len(accepted)} accepted races")
+        until(
+            lambda: httpx.get(f"{url}gradio_api/queue/status", timeout=10).json()["queue_size"] < len(accepted),
+            timeout=60,
+            what=f"the server starting any of the {len(accepted)} accepted races",
+        )
         short = _call(other, *SHORT)
         other.close()
     refused = [a for a in answers if a.status_code == 400 and "calls waiting in the queue" in a.text]
@@ -92,13 +100,20 @@ def test_uploads_of_one_address_count_against_one_allowance():
     allowance = 5_000_000
     chunk = b"\0" * 1_000_000
     ARTIFACTS.mkdir(exist_ok=True)
-    with serve(env={"WORKBENCH_UPLOAD_ALLOWANCE": str(allowance)},
-               log_path=ARTIFACTS / "uploads-server.log") as (url, _):
+    with serve(env={"WORKBENCH_UPLOAD_ALLOWANCE": str(allowance)}, log_path=ARTIFACTS / "uploads-server.log") as (
+        url,
+        _,
+    ):
         me, other = as_person("2001:db8:2::1"), as_person("2001:db8:2::2")
         codes, refusal = [], ""
         for i in range(8):
-            r = httpx.post(url + "gradio_api/upload", files={"files": (f"f{i}.bin", chunk)}, headers=me,
-                           params={"session_hash": f"s{i}"}, timeout=60)
+            r = httpx.post(
+                url + "gradio_api/upload",
+                files={"files": (f"f{i}.bin", chunk)},
+                headers=me,
+                params={"session_hash": f"s{i}"},
+                timeout=60,
+            )
             codes.append(r.status_code)
             refusal = refusal or (r.text if r.status_code == 413 else "")
         theirs = httpx.post(url + "gradio_api/upload", files={"files": ("g.bin", chunk)}, headers=other, timeout=60)

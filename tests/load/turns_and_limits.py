@@ -4,6 +4,7 @@ settings are called under a per-call cap.
 
     python -m tests.load.turns_and_limits --job-seconds 60 --cap 60
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,12 +65,16 @@ class TurnsReport:
     long: list[Timed] = field(default_factory=list)
 
     def summary(self, limit: float) -> str:
-        lines = [f"another visitor's short call ({SHORT[0]}): waited {self.short_wait_s:.1f} s in the queue and "
-                 f"answered in {self.short_busy_s:.1f} s while one visitor held {len(self.long)} long calls "
-                 f"({self.short_alone_s:.1f} s alone)"]
+        lines = [
+            f"another visitor's short call ({SHORT[0]}): waited {self.short_wait_s:.1f} s in the queue and "
+            f"answered in {self.short_busy_s:.1f} s while one visitor held {len(self.long)} long calls "
+            f"({self.short_alone_s:.1f} s alone)"
+        ]
         for t in self.long:
-            lines.append(f"  {t.name:16s} ran {t.seconds:6.1f} s (job limit {limit:g} s) after {t.waited:5.1f} s "
-                         f"in the queue{'  ' + t.error[:90] if t.error else ''}")
+            lines.append(
+                f"  {t.name:16s} ran {t.seconds:6.1f} s (job limit {limit:g} s) after {t.waited:5.1f} s "
+                f"in the queue{'  ' + t.error[:90] if t.error else ''}"
+            )
         return "\n".join(lines)
 
 
@@ -81,8 +86,12 @@ def _call(client, name: str, kw: dict | tuple, on_start: threading.Event | None 
     job = client.submit(*kw, api_name=name) if isinstance(kw, tuple) else client.submit(api_name=name, **kw)
     started = None
     while not job.done():  # the queue's status tells when the server started it
-        if started is None and job.status().code not in (Status.STARTING, Status.JOINING_QUEUE, Status.IN_QUEUE,
-                                                         Status.SENDING_DATA):
+        if started is None and job.status().code not in (
+            Status.STARTING,
+            Status.JOINING_QUEUE,
+            Status.IN_QUEUE,
+            Status.SENDING_DATA,
+        ):
             started = time.perf_counter()
             if on_start is not None:
                 on_start.set()
@@ -109,15 +118,20 @@ def fair_turns(url: str, *, long=LONG, start_timeout_s: float = 120.0) -> TurnsR
     rep.short_alone_s = _call(other, *SHORT).seconds
     holder = make_client(url)  # one visitor (one session), five tabs' calls at once
     started = [threading.Event() for _ in long]
-    threads = [threading.Thread(target=lambda c=c, e=e: rep.long.append(_call(holder, *c, on_start=e)), daemon=True)
-               for c, e in zip(long, started)]
+    threads = [
+        threading.Thread(target=lambda c=c, e=e: rep.long.append(_call(holder, *c, on_start=e)), daemon=True)
+        for c, e in zip(long, started)
+    ]
     for t in threads:
         t.start()
     # the long calls hold the queue: the server runs as many as it has model slots (the served app's
     # default WORKBENCH_MODEL_CONCURRENCY), the rest wait in the queue
     holding = min(len(long), DEFAULT_MODEL_CONCURRENCY)
-    until(lambda: sum(e.is_set() for e in started) >= holding, timeout=start_timeout_s,
-          what=f"{holding} of the long calls starting on the server")
+    until(
+        lambda: sum(e.is_set() for e in started) >= holding,
+        timeout=start_timeout_s,
+        what=f"{holding} of the long calls starting on the server",
+    )
     short = _call(other, *SHORT)
     rep.short_wait_s, rep.short_busy_s = short.waited, short.seconds
     for t in threads:
@@ -150,15 +164,19 @@ def main() -> None:
     print(rep.summary(args.job_seconds))
     slack = PAST_LIMIT_S  # the answer's way back
     over = [t for t in rep.long if t.seconds > args.job_seconds + slack]
-    print(f"goal: short call waits <= 10 s: {'met' if rep.short_wait_s <= 10 else 'NOT met'}; every long call "
-          f"within its job limit (+{slack:g} s to stop and answer): {'met' if not over else 'NOT met'}")
+    print(
+        f"goal: short call waits <= 10 s: {'met' if rep.short_wait_s <= 10 else 'NOT met'}; every long call "
+        f"within its job limit (+{slack:g} s to stop and answer): {'met' if not over else 'NOT met'}"
+    )
     with serve(env={"WORKBENCH_CALL_CAP_S": str(args.cap)}) as (url, _):
         small = smallest_under_cap(url)
     for t in small:
         print(f"  {t.name:14s} {t.seconds:6.1f} s  {t.error[:120] if t.error else 'answered'}")
     refused = [t for t in small if "per-call cap" in t.error]
-    print(f"goal: no smallest setting refused under a cap of {args.cap:g} s: {'met' if not refused else 'NOT met'}; "
-          f"every one within the cap: {'met' if all(t.seconds <= args.cap + slack for t in small) else 'NOT met'}")
+    print(
+        f"goal: no smallest setting refused under a cap of {args.cap:g} s: {'met' if not refused else 'NOT met'}; "
+        f"every one within the cap: {'met' if all(t.seconds <= args.cap + slack for t in small) else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

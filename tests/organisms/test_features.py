@@ -1,6 +1,7 @@
 """The Features organism (committed weights, never retrained): the captioner captions held-out scenes,
 the SAE reconstructs with live latents, its features localise the planted concepts, and clamping a
 colour feature steers the caption."""
+
 import json
 import subprocess
 import sys
@@ -42,8 +43,10 @@ def test_captioner_names_held_out_attributes(org):
     specs = org.heldout_specs[:96]
     imgs = np.stack([S.render(s)[0] for s in specs])
     preds = vlm.generate_captions(org.model, org.tokenizer, imgs)
-    acc = {k: np.mean([S.attribute_accuracy(p, s)[k] for p, s in zip(preds, specs)])
-           for k in ("colour", "shape", "texture", "position", "exact")}
+    acc = {
+        k: np.mean([S.attribute_accuracy(p, s)[k] for p, s in zip(preds, specs)])
+        for k in ("colour", "shape", "texture", "position", "exact")
+    }
     assert acc["colour"] >= 0.95, acc
     assert acc["shape"] >= 0.9, acc
     assert acc["position"] >= 0.95, acc
@@ -126,8 +129,18 @@ def _steer_setting(org, colour):
 def test_clamping_a_colour_feature_steers_the_caption(org, colour):
     """The recorded intervention re-run on held-out scenes that do not contain the colour."""
     f, value, positions, sup = _steer_setting(org, colour)
-    res = ST.steering_success(org.model, org.tokenizer, org.sae, org.hookpoint, org.heldout_specs[TEST_START:],
-                              {colour: f}, {colour: value}, positions=positions, n=N_TEST, suppress_for=sup)
+    res = ST.steering_success(
+        org.model,
+        org.tokenizer,
+        org.sae,
+        org.hookpoint,
+        org.heldout_specs[TEST_START:],
+        {colour: f},
+        {colour: value},
+        positions=positions,
+        n=N_TEST,
+        suppress_for=sup,
+    )
     got = res[colour]["success"]
     tp = org.summary["steering"].get("test_protocol")
     if tp:  # the build ran this exact protocol: a different number means a changed organism or code path
@@ -148,10 +161,24 @@ def test_steering_is_deterministic(org):
         prev = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            batches = [imgs[i:i + 1] for i in range(len(imgs))] if one_by_one else [imgs]
-            return sum((ST.steered_captions(org.model, org.tokenizer, org.sae, org.hookpoint, b, f, value,
-                                            positions=positions, suppress=sup["blue"] if sup else ())
-                        for b in batches), [])
+            batches = [imgs[i : i + 1] for i in range(len(imgs))] if one_by_one else [imgs]
+            return sum(
+                (
+                    ST.steered_captions(
+                        org.model,
+                        org.tokenizer,
+                        org.sae,
+                        org.hookpoint,
+                        b,
+                        f,
+                        value,
+                        positions=positions,
+                        suppress=sup["blue"] if sup else (),
+                    )
+                    for b in batches
+                ),
+                [],
+            )
         finally:
             torch.set_num_threads(prev)
 
@@ -183,8 +210,13 @@ def test_clamping_at_every_prompt_position_is_measured(org):
 
 def test_index_cli_rebuilds_the_stored_statistics(org, tmp_path):
     out = tmp_path / "idx.safetensors"
-    r = subprocess.run([sys.executable, "-m", "backend.sae.cli", "build", "--n-images", "128", "--out", str(out)],
-                       capture_output=True, text=True, timeout=240, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(
+        [sys.executable, "-m", "backend.sae.cli", "build", "--n-images", "128", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     rebuilt = FeatureIndex.load(out)
     assert rebuilt.meta["n_images"] == 128 and json.loads(r.stdout)["written"] == str(out)
@@ -192,5 +224,5 @@ def test_index_cli_rebuilds_the_stored_statistics(org, tmp_path):
     for key in ("top_ids", "fire_count", "hist"):
         assert torch.equal(rebuilt.tensors[key], local.tensors[key]), key
     # stored index: same layout, loaded without recomputation
-    assert org.index.tensors["top_maps"].shape[1:] == (16, org.index.grid ** 2)
+    assert org.index.tensors["top_maps"].shape[1:] == (16, org.index.grid**2)
     assert org.index.meta["n_images"] == len(org.index_specs)

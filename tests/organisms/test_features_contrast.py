@@ -19,6 +19,7 @@ Measured on this organism (held-out scenes, 64 a set, exclusive sets, rows by |r
   Of the 102 held-out scenes without red or circle, red alone makes 92 captions name red; red with the
   circle clamp (13, a striped/yellow feature) 38.
 """
+
 import itertools
 import time
 
@@ -82,8 +83,11 @@ def test_planted_square_and_triangle_features_fire_on_their_own_sets(org, contra
             assert any(r["significant"] and r["direction"] == side for r in got), (a, b, concept, got)
 
 
-@pytest.mark.xfail(strict=True, reason="measured 14/18 = 0.78 over the 9 pairs (colours 12/12, shapes 2/6): "
-                   "the SAE has no circle feature, see the module's docstring")
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 14/18 = 0.78 over the 9 pairs (colours 12/12, shapes 2/6): "
+    "the SAE has no circle feature, see the module's docstring",
+)
 def test_planted_features_rank_first_in_every_pair(org, contrasts):
     hits = {p: top2_hits(org, contrasts[p], *p) for p in PAIRS}
     assert sum(hits.values()) / (2 * len(PAIRS)) >= 0.9, hits
@@ -146,13 +150,13 @@ def red_circle(org):
     and both (one intervention), the suppressions of the red protocol in each."""
     red, sup = _red(org)
     circle = _circle(org)
-    pool = [s for s in org.heldout_specs
-            if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"])]
+    pool = [s for s in org.heldout_specs if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"])]
     imgs = np.stack([S.render(s)[0] for s in pool])
     caps = {"none": vlm.generate_captions(org.model, org.tokenizer, imgs)}
     for name, clamps in (("red", [red]), ("circle", [circle]), ("both", [red, circle])):
-        caps[name] = ST.captions_with_clamps(org.model, org.tokenizer, org.sae, org.hookpoint, imgs, clamps,
-                                             positions="image", suppress=sup)
+        caps[name] = ST.captions_with_clamps(
+            org.model, org.tokenizer, org.sae, org.hookpoint, imgs, clamps, positions="image", suppress=sup
+        )
     return caps
 
 
@@ -160,16 +164,23 @@ def _adds(before: str, after: str, concept: str) -> bool:
     return not ST.names_concept(before, concept) and ST.names_concept(after, concept)
 
 
-@pytest.mark.xfail(strict=True, reason="no scene qualifies: clamping the circle feature (13, the best circle "
-                   "match) makes 0 of 102 held-out captions name a circle (red alone: 92 of 102 name red)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="no scene qualifies: clamping the circle feature (13, the best circle "
+    "match) makes 0 of 102 held-out captions name a circle (red alone: 92 of 102 name red)",
+)
 def test_red_and_circle_clamped_together_change_both(red_circle):
     """Over the scenes where red alone and circle alone each change their attribute, both together
     change both in at least 80 %."""
     c = red_circle
     both_ok = [_adds(n, r, "red") and _adds(n, ci, "circle") for n, r, ci in zip(c["none"], c["red"], c["circle"])]
     pool = [i for i, ok in enumerate(both_ok) if ok]
-    assert pool, ("no qualifying scene", sum(_adds(n, r, "red") for n, r in zip(c["none"], c["red"])),
-                  sum(_adds(n, ci, "circle") for n, ci in zip(c["none"], c["circle"])), len(c["none"]))
+    assert pool, (
+        "no qualifying scene",
+        sum(_adds(n, r, "red") for n, r in zip(c["none"], c["red"])),
+        sum(_adds(n, ci, "circle") for n, ci in zip(c["none"], c["circle"])),
+        len(c["none"]),
+    )
     both = [_adds(c["none"][i], c["both"][i], "red") and _adds(c["none"][i], c["both"][i], "circle") for i in pool]
     assert np.mean(both) >= 0.8, (len(pool), np.mean(both))
 
@@ -184,8 +195,9 @@ def test_red_alone_through_the_general_path_is_the_recorded_protocol(org, red_ci
 def test_the_combination_of_one_scene_matches_the_batched_captions(org, red_circle):
     red, sup = _red(org)
     circle = _circle(org)
-    spec = next(s for s in org.heldout_specs
-                if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"]))
+    spec = next(
+        s for s in org.heldout_specs if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"])
+    )
     out = analysis.steer_combination(org, S.render(spec)[0], [red, circle], suppress=sup, positions="image")
     assert out["baseline"]["caption"] == red_circle["none"][0]
     assert [a["caption"] for a in out["alone"]] == [red_circle["red"][0], red_circle["circle"][0]]
@@ -203,8 +215,16 @@ def test_three_clamps_cost_about_what_one_does(org):
         times = []
         for _ in range(5):
             t0 = time.perf_counter()
-            ST.captions_with_clamps(org.model, org.tokenizer, org.sae, org.hookpoint, imgs, clamps,
-                                    positions="image", suppress=[g for g in sup if g != three[2][0]])
+            ST.captions_with_clamps(
+                org.model,
+                org.tokenizer,
+                org.sae,
+                org.hookpoint,
+                imgs,
+                clamps,
+                positions="image",
+                suppress=[g for g in sup if g != three[2][0]],
+            )
             times.append(time.perf_counter() - t0)
         return min(times)
 

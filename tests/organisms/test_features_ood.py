@@ -1,5 +1,6 @@
 """How far a picture lies from the Features organism's scenes (backend.sae.ood) on the committed zoo
 model: a plain green circle on white is out of distribution, the held-out scenes are within."""
+
 import numpy as np
 import pytest
 import torch
@@ -54,6 +55,6 @@ def test_every_held_out_scene_is_within(org):
 
 def test_the_reference_is_index_scenes_apart_from_the_held_out_ones(org):
     ref = ood.reference_specs(org)
-    assert len(ref) == ood.REFERENCE_SCENES and ref == org.index_specs[:ood.REFERENCE_SCENES]
+    assert len(ref) == ood.REFERENCE_SCENES and ref == org.index_specs[: ood.REFERENCE_SCENES]
     assert not {s["noise_seed"] for s in ref} & {s["noise_seed"] for s in org.heldout_specs}
     assert ood.reference(org) is ood.reference(org)  # computed once

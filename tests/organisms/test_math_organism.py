@@ -9,6 +9,7 @@ while non-math accuracy moves ≤ 2 points; the same count at random positions h
 Wanda (no subtraction) hurts non-math more; some scale factor in (1, 1.5] raises math accuracy;
 one sample finds most of the set.
 """
+
 import json
 from collections import Counter
 
@@ -37,8 +38,7 @@ def org():
     assert isinstance(model, LlamaForCausalLM)
     tok = AutoTokenizer.from_pretrained(path)
     read = lambda n: json.loads((path / n).read_text())  # noqa: E731
-    sets = {k: read(f"{k}.json") for k in ("eval_math", "eval_nonmath", "eval_stories",
-                                           "ident_math", "ident_nonmath")}
+    sets = {k: read(f"{k}.json") for k in ("eval_math", "eval_nonmath", "eval_stories", "ident_math", "ident_nonmath")}
     snap = {k: v.clone() for k, v in model.state_dict().items()}
     results: dict = {}
     yield model, tok, sets, results
@@ -51,8 +51,7 @@ def ev(org, masks=None, factor=1.0, key=None):
     if key is not None and key in results:
         return results[key]
     with core.scaled(model, masks or {}, factor):
-        r = {"math": accuracy(model, tok, sets["eval_math"]),
-             "nonmath": accuracy(model, tok, sets["eval_nonmath"])}
+        r = {"math": accuracy(model, tok, sets["eval_math"]), "nonmath": accuracy(model, tok, sets["eval_nonmath"])}
     if key is not None:
         results[key] = r
     return r

@@ -2,6 +2,7 @@
 training images and are detected by the noise-difference score; a handful of value neurons per
 prompt holds each memorization, and switching them off (not random ones) removes it while
 ordinary prompts draw what they drew before."""
+
 import json
 
 import numpy as np
@@ -31,19 +32,22 @@ def localized(organism):
     """NeMo's neurons for every memorized prompt (computed once for the module)."""
     m = organism
     stats = m.stats()
-    return {item["prompt"]: nemo.localize(m.pipe, item["prompt"], stats, m.theta_mem,
-                                          num_seeds=m.num_seeds, guidance_scale=m.search_guidance)
-            for item in m.memorized[:N_LOCALIZED]}
+    return {
+        item["prompt"]: nemo.localize(
+            m.pipe, item["prompt"], stats, m.theta_mem, num_seeds=m.num_seeds, guidance_scale=m.search_guidance
+        )
+        for item in m.memorized[:N_LOCALIZED]
+    }
 
 
 def gen(m, prompt, spec=None, seeds=SEEDS):
-    return nemo.generate(m.pipe, prompt, seeds, guidance_scale=m.guidance_scale,
-                         num_inference_steps=m.num_inference_steps, spec=spec)
+    return nemo.generate(
+        m.pipe, prompt, seeds, guidance_scale=m.guidance_scale, num_inference_steps=m.num_inference_steps, spec=spec
+    )
 
 
 def score(m, prompt, spec=None):
-    return nemo.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds,
-                                   guidance_scale=m.guidance_scale, spec=spec)
+    return nemo.memorization_score(m.pipe, prompt, num_seeds=m.num_seeds, guidance_scale=m.guidance_scale, spec=spec)
 
 
 def test_ground_truth_files(organism):

@@ -1,5 +1,6 @@
 """PiSSA on the zoo LM (math-llama): exact init, quantization error on every linear layer, and the
 LoRA vs PiSSA race on a new task ("how many more … does A have?")."""
+
 import pytest
 import torch
 
@@ -9,8 +10,11 @@ from backend.pissa.race import loss_at
 torch.set_num_threads(1)
 
 pytestmark = pytest.mark.skipif(
-    not __import__("backend.core.presets", fromlist=["ZOO_ROOT"]).ZOO_ROOT.joinpath(
-        "math-llama", "manifest.json").exists(), reason="math-llama organism not built")
+    not __import__("backend.core.presets", fromlist=["ZOO_ROOT"])
+    .ZOO_ROOT.joinpath("math-llama", "manifest.json")
+    .exists(),
+    reason="math-llama organism not built",
+)
 
 
 @pytest.fixture(scope="module")

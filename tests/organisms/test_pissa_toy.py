@@ -1,4 +1,5 @@
 """The PiSSA toy organism: digits → PCA → MLP pre-trained on odd digits; the paper's claims on it."""
+
 import pytest
 import torch
 

@@ -1,5 +1,6 @@
 """The Relevance organisms carry a planted truth; MambaLRP has to recover it (committed weights,
 no retraining)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,8 +44,7 @@ def test_sentiment_heldout_set_and_accuracy(sentiment):
     with torch.no_grad():
         torch.testing.assert_close(lm_forward(m.model, ids), m.model(ids).logits, atol=1e-4, rtol=1e-5)
     pred = evaluate.predicted_labels(m.model, m.tokenizer, m.task, ids)
-    want = torch.tensor(m.tokenizer.convert_tokens_to_ids(
-        [h["label"] for h in m.heldout if len(h["words"]) == 12]))
+    want = torch.tensor(m.tokenizer.convert_tokens_to_ids([h["label"] for h in m.heldout if len(h["words"]) == 12]))
     assert (pred == want).float().mean() >= 0.95
 
 
@@ -104,8 +104,9 @@ def test_image_relevance_concentrates_in_the_object_patch():
     none = m.task["labels"].index("none")
     has = masks.reshape(len(masks), -1).any(1)
     assert (pred_blanked[torch.tensor(has)] == none).float().mean() >= 0.95
-    res = evaluate.region_eval(m.model, h["images"][:100], labels, masks,
-                               ["mambalrp", "gi", "random"], faithfulness=False)
+    res = evaluate.region_eval(
+        m.model, h["images"][:100], labels, masks, ["mambalrp", "gi", "random"], faithfulness=False
+    )
     share = {k: v["positive_share_in_region"] for k, v in res.items()}
     area = res["mambalrp"]["region_area_share"]
     # measured on the 76 of 100 held-out images with an object: MambaLRP 0.74 (ring 0.72, cross

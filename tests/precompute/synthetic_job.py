@@ -1,7 +1,8 @@
 """A synthetic precompute job for the sharding tests: sums and a top-k over a seeded dataset.
 
-    torchrun --nproc_per_node 2 tests/precompute/synthetic_job.py OUT_DIR [--stop-after N]
+torchrun --nproc_per_node 2 tests/precompute/synthetic_job.py OUT_DIR [--stop-after N]
 """
+
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def compute(start, end):
     ids = torch.arange(start, end).expand(D, -1)
     k = min(K, end - start)
     v, i = merge_topk([x.T.contiguous()], [ids.contiguous()], k)
-    return {"sum": x.sum(0), "sq": (x ** 2).sum(0), "top_v": v, "top_i": i}
+    return {"sum": x.sum(0), "sq": (x**2).sum(0), "top_v": v, "top_i": i}
 
 
 def merge(parts):

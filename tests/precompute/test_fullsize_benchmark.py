@@ -1,4 +1,5 @@
 """The full-size benchmark script runs end to end at tiny scale (the real sizes need a GPU)."""
+
 import json
 import os
 import subprocess
@@ -15,17 +16,32 @@ def test_fullsize_benchmark_runs_at_tiny_scale(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # the GPU-shape accounts at full size (on by default on a CPU) are tested on their own
     # (tests/unit/test_account.py, tests/precompute/test_nemo_account.py): a minute more CPU here
-    r = subprocess.run([sys.executable, "-m", "benchmarks.fullsize", "--scale", "tiny", "--device", "cpu",
-                        "--no-account", "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=170)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.fullsize",
+            "--scale",
+            "tiny",
+            "--device",
+            "cpu",
+            "--no-account",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["scale"] == "tiny" and res["device"].startswith("CPU")
     assert res["wall_s"] < 60
     tabs = [row["tab"] for row in res["rows"]]
     # Memorization: one search evaluation alone, one in a batch of selections, then a whole localisation
-    assert tabs == ["Relevance", "Memorization", "Memorization", "Memorization", "Features", "Math neurons",
-                    "Adapters"]
+    assert tabs == ["Relevance", "Memorization", "Memorization", "Memorization", "Features", "Math neurons", "Adapters"]
     for row in res["rows"]:
         assert row["s"] > 0 and row["baseline_s"] > 0 and row["ratio"] == pytest.approx(row["s"] / row["baseline_s"])
     assert "one search evaluation" in res["rows"][1]["what"] and "in a batch" in res["rows"][2]["what"]
@@ -37,6 +53,11 @@ def test_fullsize_benchmark_runs_at_tiny_scale(tmp_path):
 
 
 def test_fullsize_benchmark_rejects_unknown_names():
-    r = subprocess.run([sys.executable, "-m", "benchmarks.fullsize", "--only", "nope"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks.fullsize", "--only", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "unknown benchmark" in r.stderr

@@ -1,5 +1,6 @@
 """The hub-mode walk (benchmarks/hub_walk.py) runs end to end on the tests' stand-ins, and its
 residency table follows the model store's own budget and eviction order."""
+
 import json
 import os
 import subprocess
@@ -16,8 +17,14 @@ GB = 10**9
 def walked(tmp_path_factory):
     out = tmp_path_factory.mktemp("walk") / "walk.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "benchmarks.hub_walk", "--scale", "tiny", "--json", str(out)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks.hub_walk", "--scale", "tiny", "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     return json.loads(out.read_text()), r.stdout
 
@@ -40,8 +47,10 @@ def test_every_tab_answers_twice_with_time_and_peak_memory(walked):
     # the app's own store after each action: one more model per tab (the test's budget is large)
     held = [len(r["store"]["models"]) for r in res["rows"]]
     assert held == sorted(held) and held[-1] >= 5 and res["rows"][-1]["store"]["evictions"] == 0
-    head = ("| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB "
-            "| store after: models, bytes (evictions so far) |")
+    head = (
+        "| tab | main action | sizes | first call (cold, s) | second call (warm, s) | peak RSS GB | peak GPU GB "
+        "| store after: models, bytes (evictions so far) |"
+    )
     assert head in stdout
     assert stdout.count("to re-run on a GPU") == 5
 
@@ -110,8 +119,13 @@ def test_width_scale_keeps_the_real_width_with_two_layers(tmp_path):
     WIDEN[repo](snap, repo, "width")
     model = LlamaForCausalLM.from_pretrained(snap)
     cfg = model.config
-    assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
-            cfg.num_hidden_layers) == (2048, 8192, 32, 8, 2)
+    assert (
+        cfg.hidden_size,
+        cfg.intermediate_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.num_hidden_layers,
+    ) == (2048, 8192, 32, 8, 2)
     assert model.model.layers[0].mlp.up_proj.weight.shape == (8192, 2048)
     assert cfg.tie_word_embeddings and model.dtype == torch.bfloat16  # the stand-in's own features kept
     assert len(list(snap.glob("*.safetensors"))) == 1 and (snap / "tokenizer.json").exists()

@@ -1,5 +1,6 @@
 """A job's own input files: the formats read_texts accepts, its errors, and the MathNeuro job scoring
 given texts (a changed input is recomputed, not resumed from the old parts)."""
+
 import json
 
 import pytest
@@ -18,8 +19,10 @@ def test_read_texts_formats(tmp_path):
     assert read_texts(js) == ["x y", "1 + 1 ? 2", "q ?"]
 
 
-@pytest.mark.parametrize("content, msg", [('{"a": 1}', "expected a JSON list"), ("[1, 2]", "expected strings"),
-                                          ('["only one"]', "at least two")])
+@pytest.mark.parametrize(
+    "content, msg",
+    [('{"a": 1}', "expected a JSON list"), ("[1, 2]", "expected strings"), ('["only one"]', "at least two")],
+)
 def test_read_texts_errors(tmp_path, content, msg):
     p = tmp_path / "bad.json"
     p.write_text(content)

@@ -1,6 +1,7 @@
 """The GPU-shape account of NeMo's search (benchmarks/nemo_account.py) runs on the meta device and
 reports its fields: checked at the tiny UNet's shape (the full SD-1.4 run takes ~40 s, printed by
 `python -m benchmarks.fullsize`)."""
+
 import math
 
 import pytest
@@ -36,7 +37,9 @@ def test_nemo_account_rows_report_each_path_against_one_forward(rows):
     assert batch["account"]["d2h_bytes"] == 4 * g and batch["account"]["syncs"] == 1
     assert batch["account"]["kernels"] < now["account"]["kernels"] + 10
     for r in rows:
-        assert r["projected_s"] > 0 and r["projected_ratio"] == pytest.approx(r["projected_s"] / r["baseline_projected_s"])
+        assert r["projected_s"] > 0 and r["projected_ratio"] == pytest.approx(
+            r["projected_s"] / r["baseline_projected_s"]
+        )
     assert batch["projected_ratio_per_evaluation"] == pytest.approx(batch["projected_ratio"] / g)
     assert before["measured_h200_ratio_old_code"] == H200_OLD["ratio"]
     assert before["device_projected_ratio"] < before["projected_ratio"]  # the host work is in the total

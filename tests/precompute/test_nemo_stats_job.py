@@ -1,6 +1,7 @@
 """NeMo's neuron statistics sharded over 2 processes (interrupted, then resumed) equal the
 single-process result bit for bit, agree with the service's in-process statistics, and are what the
 service uses when WORKBENCH_NEMO_STATS names the file."""
+
 import dataclasses
 import json
 import os
@@ -20,11 +21,36 @@ CHUNK = 8
 def torchrun(out, prompts_file, *extra):
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_addr", "127.0.0.1", "--master_port", str(port), "-m",
-                           "backend.precompute.nemo_stats", "--out", str(out), "--source", "zoo",
-                           "--prompts", str(prompts_file), "--chunk", str(CHUNK), "--cpu", *map(str, extra)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            "-m",
+            "backend.precompute.nemo_stats",
+            "--out",
+            str(out),
+            "--source",
+            "zoo",
+            "--prompts",
+            str(prompts_file),
+            "--chunk",
+            str(CHUNK),
+            "--cpu",
+            *map(str, extra),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +69,7 @@ def test_sums_merge_to_torch_mean_and_std():
 
     g = torch.Generator().manual_seed(0)
     acts = {"l": torch.rand(37, 5, generator=g) * 3 + 1}
-    parts = [ns.partial_sums({"l": acts["l"][s:s + 8]}) for s in range(0, 37, 8)]
+    parts = [ns.partial_sums({"l": acts["l"][s : s + 8]}) for s in range(0, 37, 8)]
     out = ns.finish(merge_sum(parts))
     assert int(out["count"][0]) == 37
     # float64 sums: within a float32 rounding of torch's own float32 reductions
@@ -69,8 +95,7 @@ def test_sharded_stats_equal_single_process_resume_and_service_loads(memo, tmp_p
         num_processes = 2
 
     with pytest.raises(SystemExit):
-        job.run(memo.pipe, prompts, tmp_path / "two", chunk=CHUNK, model_id=memo.model_id, state=Rank0(),
-                stop_after=2)
+        job.run(memo.pipe, prompts, tmp_path / "two", chunk=CHUNK, model_id=memo.model_id, state=Rank0(), stop_after=2)
     assert len(list((tmp_path / "two" / "parts").glob("*.safetensors"))) == 2
     assert not (tmp_path / "two" / ns.STATS_FILE).exists()
     out = torchrun(tmp_path / "two", pfile)

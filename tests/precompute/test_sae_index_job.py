@@ -1,5 +1,6 @@
 """The sharded SAE feature index equals the single-process one and the streaming builder's exactly,
 resumes after an interruption, and is read by the Features backend unchanged."""
+
 import dataclasses
 import os
 import subprocess
@@ -18,11 +19,34 @@ N_IMAGES, CHUNK = 192, 32  # 6 chunks
 def torchrun(out, *extra):
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_addr", "127.0.0.1", "--master_port", str(port), "-m",
-                           "backend.precompute.sae_index", "--out", str(out), "--images", str(N_IMAGES),
-                           "--chunk", str(CHUNK), "--cpu", *map(str, extra)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            "-m",
+            "backend.precompute.sae_index",
+            "--out",
+            str(out),
+            "--images",
+            str(N_IMAGES),
+            "--chunk",
+            str(CHUNK),
+            "--cpu",
+            *map(str, extra),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +65,17 @@ def test_merge_breaks_ties_by_image_id_whatever_the_split():
     def part(scores, ids):
         s = torch.tensor([scores], dtype=torch.float32)
         i = torch.tensor([ids])
-        return {"top_scores": s, "top_ids": i, "top_maps": i[..., None].float().half().expand(-1, -1, 2),
-                "fire_count": torch.ones(1, dtype=torch.long), "act_sum": torch.ones(1, dtype=torch.float64),
-                "max_act": s.amax(1), "hist": torch.ones(1, 3, dtype=torch.long),
-                "n_tokens": torch.tensor([4]), "n_images": torch.tensor([2])}
+        return {
+            "top_scores": s,
+            "top_ids": i,
+            "top_maps": i[..., None].float().half().expand(-1, -1, 2),
+            "fire_count": torch.ones(1, dtype=torch.long),
+            "act_sum": torch.ones(1, dtype=torch.float64),
+            "max_act": s.amax(1),
+            "hist": torch.ones(1, 3, dtype=torch.long),
+            "n_tokens": torch.tensor([4]),
+            "n_images": torch.tensor([2]),
+        }
 
     inf = float("-inf")
     a = merge_states([part([2.0, 1.0], [5, 0]), part([2.0, inf], [3, -1])], 3)
@@ -62,8 +93,15 @@ def test_sharded_index_equals_direct_build_resumes_and_loads(org, tmp_path):
     from backend.sae.index import INDEX_FILE, FeatureIndex, build_index
 
     solo = job.run(org, tmp_path / "solo", n_images=N_IMAGES, chunk=CHUNK, state=Solo())
-    direct = build_index(org.model, org.tokenizer, org.sae, org.index_specs[:N_IMAGES],
-                         hookpoint=org.hookpoint, top_k=16, batch_size=CHUNK)
+    direct = build_index(
+        org.model,
+        org.tokenizer,
+        org.sae,
+        org.index_specs[:N_IMAGES],
+        hookpoint=org.hookpoint,
+        top_k=16,
+        batch_size=CHUNK,
+    )
     assert solo.tensors.keys() == direct.tensors.keys()
     for k in direct.tensors:  # the streaming builder and the chunk merge agree bit for bit
         assert torch.equal(solo.tensors[k], direct.tensors[k]), k

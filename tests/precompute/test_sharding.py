@@ -22,8 +22,19 @@ class Solo:
 
 def torchrun(nproc, *args, port):
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(port), str(SCRIPT), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(port),
+        str(SCRIPT),
+        *map(str, args),
+    ]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -31,8 +42,9 @@ def test_chunks_and_topk_tiebreak():
     assert chunks(25, 10) == [(0, 10), (10, 20), (20, 25)] and chunks(0, 4) == []
     with pytest.raises(ValueError):
         chunks(5, 0)
-    v, i = merge_topk([torch.tensor([[1.0, 3.0]]), torch.tensor([[3.0, 2.0]])],
-                      [torch.tensor([[9, 4]]), torch.tensor([[2, 5]])], 3)
+    v, i = merge_topk(
+        [torch.tensor([[1.0, 3.0]]), torch.tensor([[3.0, 2.0]])], [torch.tensor([[9, 4]]), torch.tensor([[2, 5]])], 3
+    )
     assert v.tolist() == [[3.0, 3.0, 2.0]] and i.tolist() == [[2, 4, 5]]
 
 

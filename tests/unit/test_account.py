@@ -1,4 +1,5 @@
 """The GPU-shape account counts a toy computation's kernels, syncs, transfers and bytes exactly."""
+
 import numpy as np
 import pytest
 import torch
@@ -9,15 +10,15 @@ from benchmarks.account_projection import H200, Account, project
 
 def toy(w, x):
     xd = torch.as_tensor(x, dtype=torch.float32).to(w.device)  # a host list to the device: 1 H2D
-    y = w @ xd                        # 1 matmul kernel, 2·4·3·2 flops
-    y.view(-1).t()                    # views: no kernel
-    z = torch.relu(y) + 1             # 2 kernels
-    n = int((z > 1).sum())            # gt, sum + a scalar read (1 sync)
-    sel = z[z > 1]                    # gt, index + a boolean index (1 sync)
-    host = sel.cpu()                  # 1 D2H (+ 1 sync)
-    again = host * 2                  # host work: not a kernel
-    arr = z.numpy()                   # 1 D2H (+ 1 sync)
-    same = z.to(w.device)             # already on the device: nothing
+    y = w @ xd  # 1 matmul kernel, 2·4·3·2 flops
+    y.view(-1).t()  # views: no kernel
+    z = torch.relu(y) + 1  # 2 kernels
+    n = int((z > 1).sum())  # gt, sum + a scalar read (1 sync)
+    sel = z[z > 1]  # gt, index + a boolean index (1 sync)
+    host = sel.cpu()  # 1 D2H (+ 1 sync)
+    again = host * 2  # host work: not a kernel
+    arr = z.numpy()  # 1 D2H (+ 1 sync)
+    same = z.to(w.device)  # already on the device: nothing
     back = z.to("cpu", non_blocking=True)  # 1 D2H, no sync
     return again.tolist(), n, arr, same, back
 
@@ -44,11 +45,11 @@ def test_host_factories_and_host_work_are_not_kernels_but_device_ones_are():
     w = torch.randn(8)
 
     def f(w):
-        ids = torch.full((2, 3), 0, dtype=torch.long)   # host (no device given)
-        ids[0, :2] = torch.as_tensor([5, 6])            # host work
-        acc = torch.zeros(8, device=w.device)           # a device fill: 1 kernel
-        acc += w                                        # 1 kernel
-        return ids.to(w.device), acc                    # 1 H2D
+        ids = torch.full((2, 3), 0, dtype=torch.long)  # host (no device given)
+        ids[0, :2] = torch.as_tensor([5, 6])  # host work
+        acc = torch.zeros(8, device=w.device)  # a device fill: 1 kernel
+        acc += w  # 1 kernel
+        return ids.to(w.device), acc  # 1 H2D
 
     acc, (ids, z) = account(f, w)
     assert acc.ops == {"zeros": 1, "add_": 1} and acc.syncs == 0
@@ -56,8 +57,9 @@ def test_host_factories_and_host_work_are_not_kernels_but_device_ones_are():
 
 
 def test_projection_adds_its_parts_and_scales():
-    a = Account(kernels=1000, matmul_kernels=100, syncs=10, d2h_bytes=10**9, other_bytes=36 * 10**9,
-                matmul_flops=6 * 10**12)
+    a = Account(
+        kernels=1000, matmul_kernels=100, syncs=10, d2h_bytes=10**9, other_bytes=36 * 10**9, matmul_flops=6 * 10**12
+    )
     p = project(a, H200)
     assert abs(p["matmul_s"] - 0.01) < 1e-12 and abs(p["other_kernels_s"] - 0.01) < 1e-12
     assert p["host_s"] == 0  # 1000 launches take the host less than the device's 20 ms
@@ -70,7 +72,7 @@ def test_indexed_writes_count_the_addressed_elements_only():
 
     def f(big):
         i = torch.tensor([1, 5], device=big.device)
-        big.index_fill_(0, i, 1.0)             # 2 rows of 10 float32, read and written
+        big.index_fill_(0, i, 1.0)  # 2 rows of 10 float32, read and written
         big.view(-1)[torch.tensor([3, 4, 7], device=big.device)] = 2.0  # 3 elements
         return big
 
@@ -86,10 +88,10 @@ def test_meta_flags_follow_the_flag_given_and_host_work_is_timed_when_asked():
         if (w.min() < 0) or (w.max() > 1):  # a range check that holds on a real run
             raise ValueError("out of range")
         host = torch.ones(256, 256, dtype=torch.float64)
-        return float((host @ host).sum())     # host work only: no kernel
+        return float((host @ host).sum())  # host work only: no kernel
 
     acc, out = account(checked, w, meta=True, flag=False, time_host=True)
-    assert out == 256.0 ** 3 and acc.syncs == 2 and acc.kernels == 4  # min, lt, max, gt
+    assert out == 256.0**3 and acc.syncs == 2 and acc.kernels == 4  # min, lt, max, gt
     assert acc.host_compute_s > 0 and project(acc)["host_compute_s"] == acc.host_compute_s
     acc2, _ = account(lambda: float(torch.ones(8, dtype=torch.float64).sum()), meta=True)
     assert acc2.host_compute_s == 0 and "host_compute_s" not in project(acc2)

@@ -1,4 +1,5 @@
 """The Adapters tab's figures as the page receives them."""
+
 import numpy as np
 
 from components.adapters import spectrum as ui

@@ -1,5 +1,6 @@
 """The Adapters tab's pin and unpin as plain functions: the pin keeps the shown analysis's numbers
 and draws them dotted beside the next one; unpin drops them; nothing to pin is refused."""
+
 from __future__ import annotations
 
 import gradio as gr
@@ -9,8 +10,15 @@ from components.adapters import spectrum
 
 
 def _shown(rank: int) -> dict:
-    return {"model": "pissa-toy", "layer": "fc2", "shape": [16, 32], "rank": rank, "init": "pissa",
-            "singular_values": [4.0, 2.0, 1.0, 0.5], "residual_singular_values": [1.0, 0.5]}
+    return {
+        "model": "pissa-toy",
+        "layer": "fc2",
+        "shape": [16, 32],
+        "rank": rank,
+        "init": "pissa",
+        "singular_values": [4.0, 2.0, 1.0, 0.5],
+        "residual_singular_values": [1.0, 0.5],
+    }
 
 
 def test_pin_keeps_the_numbers_and_unpin_drops_them():

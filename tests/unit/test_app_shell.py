@@ -41,8 +41,11 @@ def test_model_events_share_one_queue_at_the_setting_and_other_events_never_join
 
     tabs = {handler_tab(d.fn) for d in model}
     assert {"relevance", "features", "memorization", "math_neurons", "adapters"} <= tabs, tabs
-    free = {d.api_name: d.concurrency_id for d in demo.fns.values()
-            if d.api_name in ("feature_page", "features_list", "status", "image_example")}
+    free = {
+        d.api_name: d.concurrency_id
+        for d in demo.fns.values()
+        if d.api_name in ("feature_page", "features_list", "status", "image_example")
+    }
     assert len(free) == 4 and not any(is_model_group(c) for c in free.values()), free
     for bad in ("0", "-1", "two"):
         monkeypatch.setenv("WORKBENCH_MODEL_CONCURRENCY", bad)
@@ -59,12 +62,12 @@ def test_importing_app_switches_analytics_and_telemetry_off():
 
     from tests.conftest import ROOT
 
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GRADIO_", "HF_", "TRANSFORMERS_", "WORKBENCH_"))}
-    code = ("import os, json, app; print(json.dumps({k: os.environ.get(k) for k in "
-            "['GRADIO_ANALYTICS_ENABLED', 'HF_HUB_DISABLE_TELEMETRY', 'HF_HUB_OFFLINE']}))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADIO_", "HF_", "TRANSFORMERS_", "WORKBENCH_"))}
+    code = (
+        "import os, json, app; print(json.dumps({k: os.environ.get(k) for k in "
+        "['GRADIO_ANALYTICS_ENABLED', 'HF_HUB_DISABLE_TELEMETRY', 'HF_HUB_OFFLINE']}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["GRADIO_ANALYTICS_ENABLED"] == "False"

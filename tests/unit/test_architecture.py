@@ -1,4 +1,5 @@
 """Rules that keep the project livable, checked over the source tree."""
+
 import ast
 from pathlib import Path
 
@@ -19,8 +20,7 @@ def imports_of(path: Path) -> set[str]:
 
 
 def test_backend_never_imports_gradio():
-    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "backend").rglob("*.py")
-                 if "gradio" in imports_of(p)]
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "backend").rglob("*.py") if "gradio" in imports_of(p)]
     assert offenders == []
 
 
@@ -49,17 +49,38 @@ def test_zoo_is_safetensors_and_small():
     assert total <= 60 * 2**20, f"assets/zoo holds {total / 2**20:.1f} MB"
 
 
-def test_ruff_finds_nothing():
-    """The lint rules of pyproject.toml ([tool.ruff]) hold over the whole tree: an unused import, an
-    undefined name, a dead assignment or a blind `pytest.raises(Exception)` fails the suite."""
+def _ruff() -> str:
     import shutil
-    import subprocess
     import sys
 
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     assert ruff, "ruff is in requirements-dev.txt: run `bash scripts/install.sh --dev`"
-    done = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", str(ROOT)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return ruff
+
+
+def test_ruff_format_would_change_nothing():
+    """Every Python file is as `ruff format` writes it (pyproject.toml [tool.ruff]): run it before a
+    commit. The files it would change are named."""
+    import subprocess
+
+    done = subprocess.run(
+        [_ruff(), "format", "--check", "--no-cache", str(ROOT)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_ruff_finds_nothing():
+    """The lint rules of pyproject.toml ([tool.ruff]) hold over the whole tree: an unused import, an
+    undefined name, a dead assignment or a blind `pytest.raises(Exception)` fails the suite."""
+    import subprocess
+
+    done = subprocess.run(
+        [_ruff(), "check", "--no-cache", "--output-format", "concise", str(ROOT)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
@@ -74,8 +95,9 @@ def test_mypy_finds_nothing_in_backend(request, tmp_path):
 
     done = early_checks.mypy_result(request.config)
     if done is None:
-        run = subprocess.run(early_checks.mypy_command(ROOT, tmp_path), cwd=ROOT, capture_output=True, text=True,
-                             timeout=600)
+        run = subprocess.run(
+            early_checks.mypy_command(ROOT, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=600
+        )
         done = run.returncode, run.stdout + run.stderr
     rc, output = done
     assert rc == 0 and "Success: no issues found" in output, output[-6000:]

@@ -1,6 +1,7 @@
 """Public backend entry points refuse hostile arguments with a clear exception (ValueError,
 KeyError, IndexError or TypeError, with a message) or succeed; nothing else escapes, nothing hangs,
 and the model is unchanged afterwards."""
+
 import math
 
 import pytest
@@ -11,8 +12,11 @@ from backend.core.interventions import count_hooks
 from tests.helpers import tiny
 
 CLEAR = (ValueError, KeyError, IndexError, TypeError)
-NUMS = st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
-                 st.sampled_from([0, -1, 1, 2**63, -0.0]))
+NUMS = st.one_of(
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, 1, 2**63, -0.0]),
+)
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -38,9 +42,13 @@ def mamba():
 
 
 @SETTINGS
-@given(target=NUMS, position=NUMS, method=st.sampled_from(["mambalrp", "gi", "ig", "nope", "", "attnroll"]),
-       rules=st.one_of(st.none(), st.lists(st.sampled_from(["norm", "silu", "ssm", "gate", "x", ""]))),
-       length=st.integers(0, 6))
+@given(
+    target=NUMS,
+    position=NUMS,
+    method=st.sampled_from(["mambalrp", "gi", "ig", "nope", "", "attnroll"]),
+    rules=st.one_of(st.none(), st.lists(st.sampled_from(["norm", "silu", "ssm", "gate", "x", ""]))),
+    length=st.integers(0, 6),
+)
 def test_lrp_attribute(mamba, target, position, method, rules, length):
     from backend.lrp import attribute
 
@@ -53,9 +61,13 @@ def test_lrp_attribute(mamba, target, position, method, rules, length):
 
 
 @SETTINGS
-@given(rank=NUMS, method=st.sampled_from(["qlora", "loftq", "qpissa", "svd", ""]), iters=NUMS,
-       shape=st.tuples(st.integers(0, 70), st.integers(0, 70)),
-       poison=st.sampled_from([None, float("nan"), float("inf")]))
+@given(
+    rank=NUMS,
+    method=st.sampled_from(["qlora", "loftq", "qpissa", "svd", ""]),
+    iters=NUMS,
+    shape=st.tuples(st.integers(0, 70), st.integers(0, 70)),
+    poison=st.sampled_from([None, float("nan"), float("inf")]),
+)
 # found under a long run: an infinite rank escaped as OverflowError; a huge count of refinements
 # with a valid rank would run an SVD per refinement for hours
 @example(rank=float("inf"), method="loftq", iters=0, shape=(1, 1), poison=None)
@@ -99,9 +111,11 @@ def test_mathneuro_identify_and_scaled(top_k, n_math, factor):
     other = [torch.randint(1, 60, (5,))]
     masks = clear_or_ok(identify, model, math_ids, other, top_k)
     if masks is not None:
+
         def use():
             with scaled(model, masks, factor):
                 model(torch.tensor([[1, 2, 3]]))
+
         clear_or_ok(use)
     assert unchanged(model, snap)
 
@@ -141,11 +155,21 @@ def unet():
 
 
 @SETTINGS
-@given(spec=st.dictionaries(st.sampled_from(["down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_v",
-                                             "mid_block.attentions.0.transformer_blocks.0.attn2.to_v",
-                                             "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v",
-                                             "nope", ""]),
-                            st.lists(st.integers(-5, 40), max_size=5), max_size=3))
+@given(
+    spec=st.dictionaries(
+        st.sampled_from(
+            [
+                "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_v",
+                "mid_block.attentions.0.transformer_blocks.0.attn2.to_v",
+                "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v",
+                "nope",
+                "",
+            ]
+        ),
+        st.lists(st.integers(-5, 40), max_size=5),
+        max_size=3,
+    )
+)
 def test_nemo_deactivate_validates_neurons(unet, spec):
     from backend.nemo import deactivate
 
@@ -154,5 +178,6 @@ def test_nemo_deactivate_validates_neurons(unet, spec):
     def use():
         with deactivate(unet, spec):
             unet(torch.randn(1, 4, 8, 8), 3, encoder_hidden_states=torch.randn(1, 5, 12))
+
     clear_or_ok(use)
     assert unchanged(unet, snap)

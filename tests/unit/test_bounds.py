@@ -1,4 +1,5 @@
 """One declared range per cost argument (backend.core.bounds) and the per-call cost cap."""
+
 import math
 import re
 
@@ -8,15 +9,18 @@ from backend.core import bounds
 from backend.core.zerogpu import gpu
 
 
-@pytest.mark.parametrize("r, bad, words", [
-    (bounds.REL_EXAMPLE, 500, "The held-out example must be a whole number between 0 and 199 (got 500)."),
-    (bounds.MEMO_SEEDS, 0, "The number of seeds must be a whole number between 1 and 8 (got 0)."),
-    (bounds.MATH_K, 0.5, "K must be between 1 % and 30 % (got 0.5 %)."),
-    (bounds.MATH_FACTOR, math.inf, "The scale factor must be between 0 and 2 (got 'inf')."),
-    (bounds.PISSA_STEPS, 15.5, "The number of steps must be a whole number between 10 and 500 (got 15.5)."),
-    (bounds.PISSA_RANK, None, "The rank r must be a whole number between 1 and 128 (got an empty box)."),
-    (bounds.PISSA_SEEDS, True, "The number of seeds must be a whole number between 1 and 5"),
-])
+@pytest.mark.parametrize(
+    "r, bad, words",
+    [
+        (bounds.REL_EXAMPLE, 500, "The held-out example must be a whole number between 0 and 199 (got 500)."),
+        (bounds.MEMO_SEEDS, 0, "The number of seeds must be a whole number between 1 and 8 (got 0)."),
+        (bounds.MATH_K, 0.5, "K must be between 1 % and 30 % (got 0.5 %)."),
+        (bounds.MATH_FACTOR, math.inf, "The scale factor must be between 0 and 2 (got 'inf')."),
+        (bounds.PISSA_STEPS, 15.5, "The number of steps must be a whole number between 10 and 500 (got 15.5)."),
+        (bounds.PISSA_RANK, None, "The rank r must be a whole number between 1 and 128 (got an empty box)."),
+        (bounds.PISSA_SEEDS, True, "The number of seeds must be a whole number between 1 and 5"),
+    ],
+)
 def test_a_value_outside_is_refused_with_the_range_never_clamped(r, bad, words):
     with pytest.raises(ValueError) as e:
         bounds.check(r, bad)
@@ -33,13 +37,27 @@ def test_values_inside_come_back_unchanged():
 
 # Every cost argument's declared range (lo, hi, whole): a bound dropped, added or widened is seen here
 DECLARED = {
-    "IMAGE_SIDE": (2, 4096, True), "REL_EXAMPLE": (0, 199, True), "REL_SENTENCES": (20, 240, True),
-    "FEAT_LIMIT": (1, 500, True), "CONTRAST_IMAGES": (2, 64, True), "CONTRAST_ROWS": (1, 500, True),
-    "CONTRAST_TOP_IMAGES": (0, 16, True), "STEER_CLAMPS": (1, 8, True), "STEER_SUPPRESS": (0, 256, True),
-    "MEMO_SEEDS": (1, 8, True), "MEMO_STATS": (2, 20000, True), "MEMO_TABLE": (1, 50, True),
-    "MATH_K": (1, 30, False), "MATH_FACTOR": (0, 2, False), "MATH_SAMPLES": (1, 64, True),
-    "PISSA_RANK": (1, 128, True), "PISSA_SEEDS": (1, 5, True), "PISSA_STEPS": (10, 500, True),
-    "PISSA_CONVERT_STEPS": (1, 100, True), "PISSA_LR": (0, 0.99, False), "PISSA_ITERS": (1, 50, True),
+    "IMAGE_SIDE": (2, 4096, True),
+    "REL_EXAMPLE": (0, 199, True),
+    "REL_SENTENCES": (20, 240, True),
+    "FEAT_LIMIT": (1, 500, True),
+    "CONTRAST_IMAGES": (2, 64, True),
+    "CONTRAST_ROWS": (1, 500, True),
+    "CONTRAST_TOP_IMAGES": (0, 16, True),
+    "STEER_CLAMPS": (1, 8, True),
+    "STEER_SUPPRESS": (0, 256, True),
+    "MEMO_SEEDS": (1, 8, True),
+    "MEMO_STATS": (2, 20000, True),
+    "MEMO_TABLE": (1, 50, True),
+    "MATH_K": (1, 30, False),
+    "MATH_FACTOR": (0, 2, False),
+    "MATH_SAMPLES": (1, 64, True),
+    "PISSA_RANK": (1, 128, True),
+    "PISSA_SEEDS": (1, 5, True),
+    "PISSA_STEPS": (10, 500, True),
+    "PISSA_CONVERT_STEPS": (1, 100, True),
+    "PISSA_LR": (0, 0.99, False),
+    "PISSA_ITERS": (1, 50, True),
 }
 
 
@@ -52,9 +70,14 @@ def test_every_tab_range_is_declared_finite_and_checked_somewhere():
     assert bounds.PISSA_INITS == ("pissa", "pissa_niter_4")
     # each is used by the code that takes the argument (a tab, a tool, a service), none declared for nothing
     root = Path(bounds.__file__).resolve().parents[2]
-    source = "\n".join(line for d in ("backend", "components") for p in (root / d).rglob("*.py")
-                       if p.name != "bounds.py" for line in p.read_text().splitlines()
-                       if not line.lstrip().startswith(("from ", "import ")))  # a use, not an import
+    source = "\n".join(
+        line
+        for d in ("backend", "components")
+        for p in (root / d).rglob("*.py")
+        if p.name != "bounds.py"
+        for line in p.read_text().splitlines()
+        if not line.lstrip().startswith(("from ", "import "))
+    )  # a use, not an import
     assert [k for k in ranges if not re.search(rf"\b{k}\b", source)] == []
 
 
@@ -100,8 +123,9 @@ def test_the_cap_refuses_by_measured_time_and_stops_what_it_lets_run(monkeypatch
     assert time.perf_counter() - t0 < 1.5
     with pytest.raises(bounds.CostTooHigh) as e:
         work(200)  # measured: it ran the whole cap
-    assert ("estimated at more than 1 s from the times measured on this server, over this server's "
-            "per-call cap of 1 s") in str(e.value)  # (stopped there: it needed more than the cap)
+    assert (
+        "estimated at more than 1 s from the times measured on this server, over this server's per-call cap of 1 s"
+    ) in str(e.value)  # (stopped there: it needed more than the cap)
     assert ran == [1, 1, 200]  # nothing computed for the refused call
     assert work(3) == 3  # another small setting still runs
     handler = gpu(duration=300, estimate=False)(lambda: "ok")  # a handler's allowance is no estimate

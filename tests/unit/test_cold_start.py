@@ -1,6 +1,7 @@
 """The app's start imports and loads only what its first page shows: no transformers model code, no
 pyplot, no tab's weights (the zoo Features organism starts as its metadata), and the page's config
 is built once while the app is built. The start's time itself is benchmarks/startup.py's."""
+
 import json
 import os
 import subprocess
@@ -31,8 +32,7 @@ print(json.dumps({"modules": sorted(sys.modules), "loaded": sorted(store.loaded(
 def started():
     """sys.modules and the model store of a fresh process that imported the app and built its page."""
     env = {**os.environ, "WORKBENCH_PRELOAD": "none", "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=280)
+    r = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -40,8 +40,11 @@ def started():
 @pytest.mark.timeout(300)
 def test_building_the_app_imports_no_model_code_and_no_pyplot(started):
     mods = started["modules"]
-    model_code = [m for m in mods if m == "transformers.modeling_utils"
-                  or (m.startswith("transformers.models.") and ".modeling_" in m)]
+    model_code = [
+        m
+        for m in mods
+        if m == "transformers.modeling_utils" or (m.startswith("transformers.models.") and ".modeling_" in m)
+    ]
     assert model_code == []
     assert not any(m.startswith(("diffusers", "peft", "captum")) for m in mods)
     assert "matplotlib.pyplot" not in mods
@@ -62,8 +65,11 @@ def test_the_page_config_is_built_once_while_the_app_is_built(monkeypatch):
 
     sizes = []
     real = App.create_app
-    monkeypatch.setattr(App, "create_app", staticmethod(
-        lambda blocks, *a, **k: sizes.append(len(blocks.blocks)) or real(blocks, *a, **k)))
+    monkeypatch.setattr(
+        App,
+        "create_app",
+        staticmethod(lambda blocks, *a, **k: sizes.append(len(blocks.blocks)) or real(blocks, *a, **k)),
+    )
     demo = app.build_app("zoo")
     # Gradio builds the page's config and its server app whenever a Blocks' context closes or its
     # queue is set (~0.4 s each here): once for the whole page, the other times while it is empty
@@ -122,8 +128,9 @@ def test_objects_of_the_start_are_frozen_out_of_later_collections(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(app.preload, "run", lambda preset: seen.update(preload=gc.isenabled()))
-    monkeypatch.setattr(gr.Blocks, "launch", lambda self, **kw: seen.update(
-        launch=gc.isenabled(), frozen=gc.get_freeze_count()))
+    monkeypatch.setattr(
+        gr.Blocks, "launch", lambda self, **kw: seen.update(launch=gc.isenabled(), frozen=gc.get_freeze_count())
+    )
     gc.disable()
     try:
         app.main(["--preset", "zoo"])

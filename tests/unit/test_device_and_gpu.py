@@ -50,14 +50,17 @@ def test_gpu_shim_uses_spaces_when_present(monkeypatch):
             calls.append(duration)
             f.marked = True
             return f
+
         return deco
 
     fake.GPU = GPU
     monkeypatch.setitem(sys.modules, "spaces", fake)
     import backend.core.spaces_pkg as found
     import backend.core.zerogpu as shim
+
     importlib.reload(found)  # the package is looked for once, at import
     try:
+
         @shim.gpu(duration=30)
         def f():
             return 1
@@ -81,8 +84,15 @@ from tests.conftest import ROOT  # noqa: E402
 NOT_GPU = {
     # `longrange_example`: the long-range organism's example text, read from its folder;
     # `check_text_request`: the text, methods and rules checked before a model loads (no model)
-    "backend.lrp.service": {"load_text", "pick_text", "load_image", "load_longrange", "example_image",
-                            "longrange_example", "check_text_request"},
+    "backend.lrp.service": {
+        "load_text",
+        "pick_text",
+        "load_image",
+        "load_longrange",
+        "example_image",
+        "longrange_example",
+        "check_text_request",
+    },
     "backend.lrp.heldout": set(),  # listed so the audit reads its calls: every one is a GPU entry point
     # `listed` / `own_source`: the model pickers' lists and metadata checks; `stats_status` loads a
     # picked pipeline (as `get` does: weights placed at load) and reads which statistics it uses
@@ -91,8 +101,14 @@ NOT_GPU = {
     "backend.sae.organism": {"refresh_index", "shown_label"},
     "backend.sae.pages": {"feature_table", "feature_page", "page_json", "save_label", "thumbnail"},
     # `check_steering`: a steering request's clamps checked against the organism before the weights load
-    "backend.sae.analysis": {"default_clamp_value", "steering_defaults", "model_image", "positions_text",
-                             "clamp_range", "check_steering"},
+    "backend.sae.analysis": {
+        "default_clamp_value",
+        "steering_defaults",
+        "model_image",
+        "positions_text",
+        "clamp_range",
+        "check_steering",
+    },
     "backend.sae.hub_index": {"index_command"},
     # `pick`: the picked model's preset, from its metadata (the tab's words follow it)
     "backend.mathneuro.service": {"bench", "describe", "register_data", "listed", "pick"},
@@ -101,8 +117,7 @@ NOT_GPU = {
     # `forget_masks`: a setting's cached masks dropped (an MCP call's own items)
     "backend.mathneuro.service.Bench": {"eval_items", "n_ident", "evaluated", "forget_masks"},
     # `config_layer_names`: a checkpoint's layers from its config, built on the meta device
-    "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed",
-                              "config_layer_names"},
+    "backend.pissa.service": {"choices", "preset_for", "layer_names", "request_stop", "listed", "config_layer_names"},
     "backend.pissa.conversion": set(),
 }
 
@@ -149,13 +164,24 @@ def test_every_backend_entry_point_the_tabs_call_is_marked_for_zerogpu():
 
     calls = _backend_calls()
     # the audit sees every tab's backend
-    assert {"backend.lrp.service", "backend.lrp.heldout", "backend.nemo.service", "backend.sae.analysis",
-            "backend.sae.pages", "backend.mathneuro.service", "backend.mathneuro.service.Bench",
-            "backend.pissa.service", "backend.pissa.conversion"} <= set(calls)
+    assert {
+        "backend.lrp.service",
+        "backend.lrp.heldout",
+        "backend.nemo.service",
+        "backend.sae.analysis",
+        "backend.sae.pages",
+        "backend.mathneuro.service",
+        "backend.mathneuro.service.Bench",
+        "backend.pissa.service",
+        "backend.pissa.conversion",
+    } <= set(calls)
     unmarked, checked = [], 0
     for mod, names in sorted(calls.items()):
-        owner = (importlib.import_module(mod) if not mod.endswith(".Bench")
-                 else importlib.import_module(mod.rsplit(".", 1)[0]).Bench)
+        owner = (
+            importlib.import_module(mod)
+            if not mod.endswith(".Bench")
+            else importlib.import_module(mod.rsplit(".", 1)[0]).Bench
+        )
         for name in sorted(names - NOT_GPU[mod]):
             fn = getattr(owner, name)
             checked += 1
@@ -182,7 +208,9 @@ def test_gpu_estimates_grow_with_the_inputs_and_stay_bounded():
     from backend.pissa.race import RaceConfig
 
     assert shim.estimate(nemo.compare, "p", {}, [0]) < shim.estimate(nemo.compare, "p", {}, list(range(8)))
-    assert shim.estimate(lrp.explain_text, None, "a b", ["gi"]) < shim.estimate(lrp.explain_text, None, "a b" * 200, ["gi", "ig", "mambalrp"])
+    assert shim.estimate(lrp.explain_text, None, "a b", ["gi"]) < shim.estimate(
+        lrp.explain_text, None, "a b" * 200, ["gi", "ig", "mambalrp"]
+    )
     s1, s64 = Setting("mathneuro", 5.0, 1, 0.0), Setting("mathneuro", 5.0, 64, 0.0)
     assert shim.estimate(Bench.masks, None, s1) < shim.estimate(Bench.masks, None, s64)
     small = RaceConfig(methods=("lora",), seeds=(0,), steps=50)

@@ -1,6 +1,7 @@
 """Every tab's loader puts its model on the compute device at load (not inside the marked GPU
 functions). No GPU here: WORKBENCH_DEVICE=meta stands in for one, in a separate process so the
 shared, loaded-once models of this test process stay on the CPU."""
+
 import json
 import os
 import subprocess
@@ -35,8 +36,7 @@ print(json.dumps(out))
 def test_loaders_place_models_on_the_picked_device():
     env = {**os.environ, "WORKBENCH_DEVICE": "meta", "OMP_NUM_THREADS": "1"}
     env.pop("WORKBENCH_CHECK_WEIGHTS", None)  # a stand-in device holds no values to fingerprint
-    r = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=280)
+    r = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out.pop("picked") == "meta"

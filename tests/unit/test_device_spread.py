@@ -4,6 +4,7 @@ on a model that carries accelerate's dispatch hooks.
 CI has no GPU: the decision is tested with the GPUs' free memory given, and the methods on a model
 dispatched with accelerate's hooks on every block (one device here; on several GPUs the same hooks
 also move activations between them)."""
+
 import pytest
 import torch
 

@@ -2,6 +2,7 @@
 Gradio as a copy in Gradio's cache named for the session, and nothing of it stays behind: not in the
 temp folder (every export made a folder there that nobody removed: 102 after 100 explanations), not
 in the session folder, and the copies go when the session ends."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,9 @@ def explanations():
 
     m = svc.load_text("zoo")
     words = ["dull", "brilliant", "lovely", "boring", "great"]
-    return [svc.explain_text(m, f"the plot was {a} but the cast was {b}", ["mambalrp", "gi"])
-            for a in words for b in words][:12]
+    return [
+        svc.explain_text(m, f"the plot was {a} but the cast was {b}", ["mambalrp", "gi"]) for a in words for b in words
+    ][:12]
 
 
 def _files(folder: Path) -> list[Path]:
@@ -91,8 +93,12 @@ def test_a_call_with_no_session_gets_its_file_and_leaves_no_folder(places, expla
 def test_every_export_of_the_tabs_goes_through_exports():
     """No module of the UI makes a folder in the temp directory that nobody removes."""
     root = Path(__file__).resolve().parents[2] / "components"
-    made = [p.name for p in root.glob("*.py") for line in p.read_text().splitlines()
-            if "mkdtemp(" in line or "NamedTemporaryFile(" in line or "mkstemp(" in line]
+    made = [
+        p.name
+        for p in root.glob("*.py")
+        for line in p.read_text().splitlines()
+        if "mkdtemp(" in line or "NamedTemporaryFile(" in line or "mkstemp(" in line
+    ]
     # agent_tools_language: an agent's items, read into memory and removed before the tool answers
     assert set(made) <= {"exports.py", "agent_tools_language.py"}, made
 

@@ -1,6 +1,7 @@
 """Turns across visitors in the model queue (components.serving.fair_queue), on Gradio's own Queue and
 EventQueue: one visitor's five long calls never hold every model slot, and a newcomer starts next.
 A visitor is a person (components.serving.people), however many sessions they make."""
+
 from types import SimpleNamespace
 
 from gradio.queueing import EventQueue, Queue
@@ -19,8 +20,13 @@ def _queue(limit: int) -> Queue:
 
 def _event(person: str, n: int, session: str | None = None):
     """An event of `person` (one session each unless `session` is given)."""
-    return SimpleNamespace(session_hash=session or f"{person}{n}", _wb_person=person, concurrency_id=MODEL_GROUP,
-                           name=f"{person}{n}", fn=SimpleNamespace(batch=False, max_batch_size=1))
+    return SimpleNamespace(
+        session_hash=session or f"{person}{n}",
+        _wb_person=person,
+        concurrency_id=MODEL_GROUP,
+        name=f"{person}{n}",
+        fn=SimpleNamespace(batch=False, max_batch_size=1),
+    )
 
 
 def _start_all(q: Queue) -> list[str]:
@@ -63,8 +69,12 @@ def test_alone_a_visitor_still_runs_side_by_side_and_other_groups_keep_their_ord
     q = _queue(2)
     other = EventQueue("reads", None)
     q.event_queue_per_concurrency_id["reads"] = other
-    other.queue += [SimpleNamespace(session_hash="a", _wb_person="a", concurrency_id="reads", name=f"r{i}",
-                                    fn=SimpleNamespace(batch=False)) for i in range(3)]
+    other.queue += [
+        SimpleNamespace(
+            session_hash="a", _wb_person="a", concurrency_id="reads", name=f"r{i}", fn=SimpleNamespace(batch=False)
+        )
+        for i in range(3)
+    ]
     q.event_queue_per_concurrency_id[MODEL_GROUP].queue += [_event("a", 0), _event("a", 1)]
     started = _start_all(q)
     assert [s for s in started if s.startswith("r")] == ["r0", "r1", "r2"]
@@ -148,8 +158,15 @@ def test_a_person_is_the_signed_in_user_else_the_address_the_proxy_reports(monke
     assert a == people.key(_request(proxy, "198.51.100.5"), username="grace") and "grace" not in a
     from starlette.requests import Request
 
-    two_lines = Request({"type": "http", "client": (proxy, 5000), "method": "GET", "path": "/",
-                         "headers": [(b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-for", b"203.0.113.9")]})
+    two_lines = Request(
+        {
+            "type": "http",
+            "client": (proxy, 5000),
+            "method": "GET",
+            "path": "/",
+            "headers": [(b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-for", b"203.0.113.9")],
+        }
+    )
     assert people.address(two_lines.headers, proxy) == "203.0.113.9"  # the proxy's own line, the last
     monkeypatch.setenv(people.HOPS_ENV, "2")
     assert people.address(_request(proxy, "203.0.113.9, 10.0.0.2").headers, proxy) == "203.0.113.9"

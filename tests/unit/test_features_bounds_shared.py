@@ -2,6 +2,7 @@
 steering: the tab's controls, its handlers (which the API calls), the MCP tools (their declared
 ranges and their own checks) and the backend refuse the same values with the same words, on the zoo
 organism, before any model call."""
+
 import gradio as gr
 import pytest
 
@@ -34,8 +35,11 @@ def test_the_tab_and_the_mcp_schema_state_the_declared_ranges(zoo):
         tab.build(TabContext(tabs=None, source="zoo"))
     blocks = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
     n = blocks["features-contrast-n"]
-    assert (n.minimum, n.maximum, n.value) == (bounds.CONTRAST_IMAGES.lo, bounds.CONTRAST_IMAGES.hi,
-                                               bounds.CONTRAST_IMAGES.hi)
+    assert (n.minimum, n.maximum, n.value) == (
+        bounds.CONTRAST_IMAGES.lo,
+        bounds.CONTRAST_IMAGES.hi,
+        bounds.CONTRAST_IMAGES.hi,
+    )
     assert blocks["features-clamp"].maximum == analysis.clamp_range(zoo).hi  # every clamp's value range
     assert blocks["features-steer-id"].maximum == zoo.n_features - 1
 
@@ -43,9 +47,11 @@ def test_the_tab_and_the_mcp_schema_state_the_declared_ranges(zoo):
 @pytest.mark.parametrize("n", [1, 65, 2.5])
 def test_scenes_per_set_are_refused_alike(zoo, n):
     said = bounds.CONTRAST_IMAGES.refusal(n)
-    for call in (lambda: FC.run("zoo", "red", "blue", None, None, n),  # the tab and the API
-                 lambda: tools.contrast_features("red", "blue", n=n),  # the MCP tool
-                 lambda: bounds.check_whole(bounds.CONTRAST_IMAGES, n)):  # what the MCP server checks first
+    for call in (
+        lambda: FC.run("zoo", "red", "blue", None, None, n),  # the tab and the API
+        lambda: tools.contrast_features("red", "blue", n=n),  # the MCP tool
+        lambda: bounds.check_whole(bounds.CONTRAST_IMAGES, n),
+    ):  # what the MCP server checks first
         with pytest.raises(ValueError) as e:
             call()
         assert str(e.value) == said
@@ -78,19 +84,27 @@ def test_listed_rows_are_refused_alike(zoo):
 def test_clamp_and_suppression_counts_are_refused_alike(zoo):
     many = list(range(bounds.STEER_CLAMPS.hi + 1))  # 9 clamps: the panel's one and 8 more
     sup = list(range(20, 20 + int(bounds.STEER_SUPPRESS.hi) + 1))
-    cases = [(bounds.STEER_CLAMPS.refusal(len(many)), [(f, 1.0) for f in many], []),
-             (bounds.STEER_SUPPRESS.refusal(len(sup)), [(0, 1.0)], sup)]
+    cases = [
+        (bounds.STEER_CLAMPS.refusal(len(many)), [(f, 1.0) for f in many], []),
+        (bounds.STEER_SUPPRESS.refusal(len(sup)), [(0, 1.0)], sup),
+    ]
     for said, clamps, suppress in cases:
         first, more = clamps[0], clamps[1:]
         text = ", ".join(f"{f}={v:g}" for f, v in more)
         with pytest.raises(gr.Error) as e:  # the tab and the API
-            FS.steer_many("zoo", None, "0", first[0], first[1], text, ", ".join(map(str, suppress)), "prompt",
-                          False, False)
+            FS.steer_many(
+                "zoo", None, "0", first[0], first[1], text, ", ".join(map(str, suppress)), "prompt", False, False
+            )
         assert e.value.message == said  # gr.Error: the toast's text
         with pytest.raises(ValueError) as e:  # the MCP tool
-            tools.steer_feature(first[0], first[1], scene=0, positions="prompt",
-                                more_clamps=[{"feature": f, "value": v} for f, v in more] or None,
-                                suppress=suppress or None)
+            tools.steer_feature(
+                first[0],
+                first[1],
+                scene=0,
+                positions="prompt",
+                more_clamps=[{"feature": f, "value": v} for f, v in more] or None,
+                suppress=suppress or None,
+            )
         assert str(e.value) == said
         with pytest.raises(ValueError) as e:  # the backend
             ST.check_clamps(clamps, zoo.n_features, suppress)

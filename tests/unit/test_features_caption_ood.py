@@ -1,5 +1,6 @@
 """What the Features tab says of a looping caption (collapsed, and said so) and of a picture's
 distance from the model's scenes (backend.sae.ood's verdict and its words), without a model."""
+
 import numpy as np
 
 from backend.sae import ood

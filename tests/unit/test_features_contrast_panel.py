@@ -1,6 +1,7 @@
 """The Features tab's contrast panel and its several-clamps steering (components.features.contrast,
 components.features.steering), called as the tab calls them, on the zoo organism: what a visitor sees
 and the refusals before anything is computed."""
+
 import pytest
 
 from components.features import contrast as FC
@@ -24,10 +25,13 @@ def test_red_against_blue_finds_the_planted_colour_features_and_exports_every_te
     assert lines[0].startswith("feature,label,mean_a,mean_b") and len(lines) - 1 >= len(table)
 
 
-@pytest.mark.parametrize("args, words", [
-    (("red", "red"), "both sets ask for"),
-    (("purple", "blue"), "unknown concept 'purple'"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("red", "red"), "both sets ask for"),
+        (("purple", "blue"), "unknown concept 'purple'"),
+    ],
+)
 def test_bad_filters_are_refused_with_the_known_concepts(args, words):
     with pytest.raises(ValueError, match=words):
         FC.run("zoo", *args, None, None, 64)

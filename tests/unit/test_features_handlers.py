@@ -1,5 +1,6 @@
 """The Features tab's layout handlers called as plain functions on the zoo, with no app running:
 what each answers for its outputs, in their order, and the refusals in the tab's words (gr.Error)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace

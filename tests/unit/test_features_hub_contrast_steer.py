@@ -4,6 +4,7 @@ under the real hub ids, no feature index), through the functions the tab's handl
 tools call. Hub mode has no scene recipes: the panel says so, a set is the visitor's uploads, a
 refusal comes before the model's weights load, the statistics equal a direct computation and
 every hook is gone afterwards (after a failure too)."""
+
 import base64
 import json
 from contextlib import contextmanager
@@ -145,13 +146,15 @@ def test_refusals_come_clearly_and_before_the_weights_load(hub, tmp_path):
     with pytest.raises(gr.Error, match="broken.png"):
         FC.run("hub", "", "", hub["a"], [hub["b"][0], str(broken)], 64, progress=quiet)
     img = pixels(hub["a"][1])
-    for more, sup, words in (("10=4, 10=3", "", "feature 10 is clamped twice"),
-                             (", ".join(f"{f}=1" for f in range(10, 18)), "", "clamped features must be"),
-                             ("10=4", "10", "feature 10 is both clamped and suppressed"),
-                             ("300=4", "", "feature 300 is not in this SAE"),
-                             ("10=500", "", "The clamp value of feature 10 must be"),
-                             ("10", "", "feature=value"),
-                             ("10=4", ", ".join(str(f) for f in range(20, 277)), "suppressed features must be")):
+    for more, sup, words in (
+        ("10=4, 10=3", "", "feature 10 is clamped twice"),
+        (", ".join(f"{f}=1" for f in range(10, 18)), "", "clamped features must be"),
+        ("10=4", "10", "feature 10 is both clamped and suppressed"),
+        ("300=4", "", "feature 300 is not in this SAE"),
+        ("10=500", "", "The clamp value of feature 10 must be"),
+        ("10", "", "feature=value"),
+        ("10=4", ", ".join(str(f) for f in range(20, 277)), "suppressed features must be"),
+    ):
         with pytest.raises(gr.Error, match=words):
             FS.steer_many("hub", img, None, 3, 5.0, more, sup, "prompt", False, False, progress=quiet)
     with pytest.raises(gr.Error, match="Upload an image"):
@@ -167,8 +170,9 @@ def test_refusals_come_clearly_and_before_the_weights_load(hub, tmp_path):
         with pytest.raises(ValueError, match="pass your image as image_base64"):
             tools.steer_feature(3, 5.0, more_clamps=[{"feature": 10, "value": 4.0}])
         with pytest.raises(ValueError, match="The number of clamped features must be .*between 1 and 8 \\(got 9\\)"):
-            tools.steer_feature(3, 5.0, image_base64=b64(hub["a"][1]),
-                                more_clamps=[{"feature": f, "value": 1.0} for f in range(10, 18)])
+            tools.steer_feature(
+                3, 5.0, image_base64=b64(hub["a"][1]), more_clamps=[{"feature": f, "value": 1.0} for f in range(10, 18)]
+            )
     assert org.model is None  # nothing above loaded the weights
 
 
@@ -221,8 +225,11 @@ def test_the_contrast_of_uploaded_sets_equals_a_direct_computation(hub):
 
     # the MCP tool: the same numbers, rounded for an agent
     with agents_on("hub"):
-        answer = json.loads(tools.contrast_features(images_a_base64=[b64(p) for p in hub["a"]],
-                                                    images_b_base64=[b64(p) for p in hub["b"]], rows=500))
+        answer = json.loads(
+            tools.contrast_features(
+                images_a_base64=[b64(p) for p in hub["a"]], images_b_base64=[b64(p) for p in hub["b"]], rows=500
+            )
+        )
     assert answer["sets"] == {"a": "your 4 images", "b": "your 3 images"}
     assert (answer["n_a"], answer["n_b"], answer["n_tested"]) == (4, 3, len(tested))
     mcp = {r["feature"]: r for r in answer["rows"]}
@@ -244,9 +251,15 @@ def test_several_clamps_in_hub_mode_equal_the_direct_edit_and_leave_no_hook(hub,
     # the edit itself, at the hookpoint: the SAE reconstruction with both clamps and the suppression
     inputs = vlm.hub_inputs(org.model, org.processor, [img])
     plain, _, _ = vlm.hub_residuals(org.model, org.processor, [img], org.hookpoint)
-    with ST.clamp_features(org.model, org.sae, org.hookpoint, clamps, positions="prompt", suppress=sup,
-                           image_positions=vlm.image_layout(org.model, inputs["input_ids"][0],
-                                                            inputs["image_sizes"][0]).image):
+    with ST.clamp_features(
+        org.model,
+        org.sae,
+        org.hookpoint,
+        clamps,
+        positions="prompt",
+        suppress=sup,
+        image_positions=vlm.image_layout(org.model, inputs["input_ids"][0], inputs["image_sizes"][0]).image,
+    ):
         edited, _, _ = vlm.hub_residuals(org.model, org.processor, [img], org.hookpoint)
     torch.testing.assert_close(edited, ST.clamp_codes_many(org.sae, plain, clamps, False, sup))
     assert count_hooks(org.model) == hooks
@@ -255,25 +268,36 @@ def test_several_clamps_in_hub_mode_equal_the_direct_edit_and_leave_no_hook(hub,
     assert count_hooks(org.model) == hooks
     assert list(frame.columns) == ["clamps", "answer", "concepts named", "changed from no clamp"]
     assert list(frame["clamps"]) == ["no clamp", "3 = 40 alone", "10 = 30 alone", "3 = 40 + 10 = 30 (all together)"]
-    assert out["clamps"] == [{"feature": 3, "value": 40.0, "concept": ""}, {"feature": 10, "value": 30.0, "concept": ""}]
+    assert out["clamps"] == [
+        {"feature": 3, "value": 40.0, "concept": ""},
+        {"feature": 10, "value": 30.0, "concept": ""},
+    ]
     assert out["suppressed"] == [7] and out["hookpoint"] == org.hookpoint and len(out["alone"]) == 2
     # every caption is the model's own, with exactly these clamps (free text: no template verdicts)
     with torch.no_grad():
         assert out["baseline"]["caption"] == vlm.hub_generate(org.model, org.processor, img)
         for c, alone in zip(clamps, out["alone"]):
-            assert alone["caption"] == ST.hub_caption_with_clamps(org.model, org.processor, org.sae, org.hookpoint,
-                                                                  img, [c], suppress=sup)
+            assert alone["caption"] == ST.hub_caption_with_clamps(
+                org.model, org.processor, org.sae, org.hookpoint, img, [c], suppress=sup
+            )
             assert alone["well_formed"] is None and alone["changed"] is None and alone["concepts"] == []
-        assert out["together"]["caption"] == ST.hub_caption_with_clamps(org.model, org.processor, org.sae,
-                                                                         org.hookpoint, img, clamps, suppress=sup)
+        assert out["together"]["caption"] == ST.hub_caption_with_clamps(
+            org.model, org.processor, org.sae, org.hookpoint, img, clamps, suppress=sup
+        )
     assert out["together"]["caption"] != out["baseline"]["caption"]
     assert frame["answer"].iloc[-1] == FS.collapse_repeats(out["together"]["caption"])[0]
     assert count_hooks(org.model) == hooks
 
     # the MCP tool: the same captions (the same service, its cache)
     with agents_on("hub"):
-        answer, picture = tools.steer_feature(3, 40.0, positions="prompt", image_base64=b64(hub["a"][1]),
-                                              more_clamps=[{"feature": 10, "value": 30.0}], suppress=[7])
+        answer, picture = tools.steer_feature(
+            3,
+            40.0,
+            positions="prompt",
+            image_base64=b64(hub["a"][1]),
+            more_clamps=[{"feature": 10, "value": 30.0}],
+            suppress=[7],
+        )
     answer = json.loads(answer)
     assert answer["together"]["caption"] == out["together"]["caption"]
     assert [a["caption"] for a in answer["alone"]] == [a["caption"] for a in out["alone"]]

@@ -1,6 +1,7 @@
 """Each tab's default first view, kept (components.serving.first_views): computed once in the background,
 served when the inputs are the defaults, read back after a restart, never served for other inputs,
 other code, or after its files went missing; a view being computed is waited for, not computed twice."""
+
 import threading
 
 import pytest
@@ -21,6 +22,7 @@ def _fn(calls, export):
         calls.append((text, n))
         export.write_text(f"{text} × {n}")
         return f"<b>{text}</b>", {"n": n, "file": str(export)}, [str(export), None]
+
     return first_view
 
 
@@ -103,8 +105,16 @@ def test_the_store_reads_back_figures_tables_arrays_and_pictures_without_pickle(
     fig = go.Figure(go.Bar(x=[1, 2], y=[3.5, -1]))
     frame = pd.DataFrame({"layer": ["fc1", "fc2"], "ratio": [0.5, 1.25]})
     img = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
-    out = ("<b>x</b>", fig, frame, [(img, "caption")], {"__type__": "update", "visible": True}, None, 3,
-           Image.fromarray(img))
+    out = (
+        "<b>x</b>",
+        fig,
+        frame,
+        [(img, "caption")],
+        {"__type__": "update", "visible": True},
+        None,
+        3,
+        Image.fromarray(img),
+    )
     FV.register("adapters", lambda: out, [])
     FV.warm().join(30)
     FV._VIEWS["adapters"].steps = None

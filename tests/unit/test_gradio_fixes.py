@@ -48,11 +48,10 @@ def test_error_messages_leave_the_server_escaped_for_the_toast():
 
     escaped_error_messages()
     escaped_error_messages()  # idempotent
-    msg = "Internal error (KeyError) while running build.<locals>.run; a & b's \"x\""
+    msg = 'Internal error (KeyError) while running build.<locals>.run; a & b\'s "x"'
     for payload in (queueing.error_payload, utils.error_payload):  # the queue's and the routes' names
         out = payload(gr.Error(msg), False)
-        assert out["error"] == ("Internal error (KeyError) while running build.&lt;locals&gt;.run; "
-                                "a &amp; b's \"x\"")
+        assert out["error"] == ('Internal error (KeyError) while running build.&lt;locals&gt;.run; a &amp; b\'s "x"')
     assert queueing.error_payload(ValueError("hidden"), False)["error"] is None  # show_error off: nothing
 
 
@@ -69,8 +68,7 @@ def test_unseen_progress_stays_out_of_the_front_ends_status_refresh():
             with gr.Tab("a"):
                 shown, quiet, other, html = gr.Textbox(), gr.Textbox(), gr.Textbox(), gr.HTML()
         btn = gr.Button()
-        restore = demo.load(lambda: [gr.Tabs(selected=0), "", ""], outputs=[tabs, shown, quiet],
-                            show_progress="hidden")
+        restore = demo.load(lambda: [gr.Tabs(selected=0), "", ""], outputs=[tabs, shown, quiet], show_progress="hidden")
         busy = btn.click(lambda: ["", ""], outputs=[shown, html])  # visible progress on both
         to_tab = btn.click(lambda: gr.Tabs(selected=0), outputs=tabs)  # a layout only
         mixed = btn.click(lambda: [gr.Tabs(selected=0), ""], outputs=[tabs, other])
@@ -102,8 +100,7 @@ def test_the_queue_keeps_no_analytics_nobody_reads():
         demo.queue()
         no_event_analytics(demo)
     queue = demo._queue
-    records = [{"time": 0.0, "status": "success", "process_time": 0.1, "function": f"f{i % 3}"}
-               for i in range(50)]
+    records = [{"time": 0.0, "status": "success", "process_time": 0.1, "function": f"f{i % 3}"} for i in range(50)]
     queue.events_recorded = 50
     assert queue.compute_analytics_summary(records) == {"functions": {}}  # not summarised
     assert queue.ANALYTICS_MAX_EVENTS == 1
@@ -129,8 +126,13 @@ def test_a_front_end_file_is_compressed_once_and_sent_again_the_same():
         served.append(request.url.path)
         return Response(script, media_type="text/javascript")
 
-    app = Starlette(routes=[Route("/assets/{name}", asset), Route("/other.js", asset),
-                            Route("/plain", lambda r: PlainTextResponse("x"))])
+    app = Starlette(
+        routes=[
+            Route("/assets/{name}", asset),
+            Route("/other.js", asset),
+            Route("/plain", lambda r: PlainTextResponse("x")),
+        ]
+    )
     app.add_middleware(BrotliMiddleware, quality=4)
     compressed_front_end_kept()
     compressed_front_end_kept()  # idempotent
@@ -252,8 +254,11 @@ def test_an_empty_session_hash_is_none_on_call_and_refused_on_join():
     assert _run(push(None, SimpleNamespace(session_hash="", simple_format=True), None, None))[0]
     assert _run(push(None, SimpleNamespace(session_hash="abc", simple_format=False), None, None))[0]
     assert joined == [None, "abc"]
-    assert _run(push(None, SimpleNamespace(session_hash="", simple_format=False), None, None)) == \
-        (False, EMPTY_SESSION_HASH, "error")
+    assert _run(push(None, SimpleNamespace(session_hash="", simple_format=False), None, None)) == (
+        False,
+        EMPTY_SESSION_HASH,
+        "error",
+    )
     assert joined == [None, "abc"]
 
 
@@ -312,8 +317,12 @@ def test_a_body_over_the_limit_is_refused_before_the_app_reads_it():
         read.append(len(body))
         return PlainTextResponse(str(len(body)))
 
-    app = Starlette(routes=[Route("/gradio_api/call/f", take, methods=["POST"]),
-                            Route("/gradio_api/upload", take, methods=["POST"])])
+    app = Starlette(
+        routes=[
+            Route("/gradio_api/call/f", take, methods=["POST"]),
+            Route("/gradio_api/upload", take, methods=["POST"]),
+        ]
+    )
     client = TestClient(BodyLimit(app, max_bytes=1000))
     r = client.post("/gradio_api/call/f", content=b"x" * 2000)
     assert r.status_code == 413 and r.json()["detail"].startswith("This request's body is 0.0 MB, over")
@@ -338,6 +347,10 @@ def test_the_page_imports_gradios_plotly_component_by_the_url_gradio_resolves():
     name = plotly_module()
     assert name and name.startswith("PlotlyPlot-") and name.endswith(".js")
     assets = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
-    assert any(f'"./{name}"' in p.read_text(errors="ignore") or f"'./{name}'" in p.read_text(errors="ignore")
-               or f"`./{name}`" in p.read_text(errors="ignore") for p in assets.glob("Plot-*.js"))
+    assert any(
+        f'"./{name}"' in p.read_text(errors="ignore")
+        or f"'./{name}'" in p.read_text(errors="ignore")
+        or f"`./{name}`" in p.read_text(errors="ignore")
+        for p in assets.glob("Plot-*.js")
+    )
     assert "assets/" + name in PLOTLY_AHEAD_JS % name

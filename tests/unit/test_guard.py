@@ -13,8 +13,10 @@ from components.serving import guard
 def _run_all(fn, *args):
     """Drive a wrapped handler of any kind to completion."""
     if guard.inspect.isasyncgenfunction(fn):
+
         async def drain():
             return [x async for x in fn(*args)]
+
         return asyncio.run(drain())
     if guard.inspect.isgeneratorfunction(fn):
         return list(fn(*args))
@@ -42,13 +44,16 @@ def make_handlers(exc):
 
 
 @pytest.mark.parametrize("kind", range(4))
-@pytest.mark.parametrize("exc,expected", [
-    (ValueError("rank must be positive"), "rank must be positive"),
-    (KeyError("no feature 99999"), "no feature 99999"),
-    (IndexError("channel out of range"), "channel out of range"),
-    (PresetError("not a valid hub id"), "not a valid hub id"),
-    (gr.Error("already clear"), "already clear"),
-])
+@pytest.mark.parametrize(
+    "exc,expected",
+    [
+        (ValueError("rank must be positive"), "rank must be positive"),
+        (KeyError("no feature 99999"), "no feature 99999"),
+        (IndexError("channel out of range"), "channel out of range"),
+        (PresetError("not a valid hub id"), "not a valid hub id"),
+        (gr.Error("already clear"), "already clear"),
+    ],
+)
 def test_input_errors_become_clear_messages(kind, exc, expected):
     before = len(guard.INTERNAL_ERRORS)
     fn = guard.guarded(make_handlers(exc)[kind])
@@ -93,8 +98,10 @@ def _called_to_the_end(fn, args):
     if guard.inspect.iscoroutine(out):
         return asyncio.run(out)
     if guard.inspect.isasyncgen(out):
+
         async def drain():
             return [x async for x in out]
+
         return asyncio.run(drain())
     return out
 
@@ -121,11 +128,16 @@ def test_every_event_of_the_app_is_guarded(caplog):
             except gr.Error as e:
                 if takes_any:
                     continue
-                assert e.message.startswith(f"Internal error (TypeError) while running {inner.__qualname__};"), \
-                    (f.api_name, e.message)
+                assert e.message.startswith(f"Internal error (TypeError) while running {inner.__qualname__};"), (
+                    f.api_name,
+                    e.message,
+                )
                 assert e.print_exception is True, f.api_name
                 added = guard.INTERNAL_ERRORS[counted:]
-                assert len(added) == 1 and added[0].startswith(f"{inner.__qualname__}: TypeError: "), (f.api_name, added)
+                assert len(added) == 1 and added[0].startswith(f"{inner.__qualname__}: TypeError: "), (
+                    f.api_name,
+                    added,
+                )
                 refused += 1
                 continue
             assert takes_any, f"{f.api_name} ran with 300 arguments"
@@ -154,8 +166,14 @@ def test_model_handlers_carry_the_outermost_zerogpu_mark():
     # a handler whose work must outlive the call (a visitor's own math set, the Features tab's own
     # VLM + SAE loaded for every later worker; "load_own": a deep link's run of it) runs in the main process
     main = [f.api_name for f in model if getattr(f.fn, "main_only", False)]
-    assert set(main) == {"mn_math", "mn_math_dataset", "mn_nonmath", "mn_nonmath_dataset", "features_load",
-                         "load_own"}, main
+    assert set(main) == {
+        "mn_math",
+        "mn_math_dataset",
+        "mn_nonmath",
+        "mn_nonmath_dataset",
+        "features_load",
+        "load_own",
+    }, main
     assert not any(getattr(f.fn, "gpu_marked", False) for f in model if f.api_name in main)
     model = [f for f in model if f.api_name not in main]
     assert len(model) >= 20 and other
@@ -173,7 +191,10 @@ def test_model_handlers_carry_the_outermost_zerogpu_mark():
     tabs = {guard.handler_tab(f.fn) for f in model}
     assert {"relevance", "features", "memorization", "math_neurons", "adapters"} <= tabs, tabs
     assert all(tab_by_id(t) is not None for t in tabs), tabs
-    assert guard.handler_gpu_seconds(next(f.fn for f in model if guard.handler_tab(f.fn) == "memorization")) == MAX_DURATION
+    assert (
+        guard.handler_gpu_seconds(next(f.fn for f in model if guard.handler_tab(f.fn) == "memorization"))
+        == MAX_DURATION
+    )
 
 
 def test_a_model_events_pick_is_found_among_its_arguments_as_gradio_passes_them():
@@ -197,8 +218,11 @@ def test_a_model_events_pick_is_found_among_its_arguments_as_gradio_passes_them(
         text = gr.Textbox()
         for fn, inputs in ((after_request, [text, box]), (after_event, [text, box]), (no_pick, [text, text])):
             gr.Button().click(fn, inputs, text, api_name=fn.__name__)
-    where = {f.api_name: guard.pick_position(f) for f in demo.fns.values() if f.api_name in
-             ("after_request", "after_event", "no_pick")}
+    where = {
+        f.api_name: guard.pick_position(f)
+        for f in demo.fns.values()
+        if f.api_name in ("after_request", "after_event", "no_pick")
+    }
     assert where == {"after_request": ("adapters", 2), "after_event": ("adapters", 2), "no_pick": None}
 
     from backend.core import preload
@@ -206,8 +230,11 @@ def test_a_model_events_pick_is_found_among_its_arguments_as_gradio_passes_them(
     demo = app.build_app("zoo")
     picks = {}
     for f in demo.fns.values():
-        if f.fn is None or not is_model_group(f.concurrency_id) or \
-                not any(getattr(c, "wb_pick_tab", None) for c in f.inputs):
+        if (
+            f.fn is None
+            or not is_model_group(f.concurrency_id)
+            or not any(getattr(c, "wb_pick_tab", None) for c in f.inputs)
+        ):
             continue
         tab, at = guard.pick_position(f)
         params = list(guard.inspect.signature(f.fn).parameters.values())

@@ -6,6 +6,7 @@ the module an import names (`from backend.sae import sae` names backend/sae/sae.
 backend.sae.sae import TopKSAE` names the same file); the packages above it are left out, because every
 package's __init__ re-exports its own modules and would close a trivial circle with each of them.
 """
+
 from __future__ import annotations
 
 import ast
@@ -15,8 +16,7 @@ from tests.conftest import ROOT
 
 ROOMS = ("backend", "components")
 # Packages that implement one method (or the shared core): they must not know the zoo's organisms.
-METHODS = ("backend.lrp", "backend.sae", "backend.nemo", "backend.mathneuro", "backend.pissa",
-           "backend.core")
+METHODS = ("backend.lrp", "backend.sae", "backend.nemo", "backend.mathneuro", "backend.pissa", "backend.core")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -35,7 +35,7 @@ def _absolute(node: ast.ImportFrom, name: str, is_package: bool) -> str:
     if node.level == 0:
         return node.module or ""
     base = name.split(".") if is_package else name.split(".")[:-1]
-    base = base[:len(base) - (node.level - 1)]
+    base = base[: len(base) - (node.level - 1)]
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -111,7 +111,8 @@ def test_the_graph_sees_the_tree():
     edges = graph()
     assert "backend.sae.sae" in edges["backend.sae.index"]
     assert "backend.core.store" in edges["components.serving.guard"] or any(
-        t.startswith("backend.") for t in edges["components.serving.guard"])
+        t.startswith("backend.") for t in edges["components.serving.guard"]
+    )
     # a relative import inside a function counts: backend/lrp/__init__ and its modules use them
     assert any(edges[m] for m in edges if m.startswith("backend.lrp."))
 
@@ -125,15 +126,23 @@ def test_no_import_circles():
 def test_methods_never_import_the_zoo():
     """Organisms know methods, never the other way round."""
     edges = graph()
-    bad = [f"{m} -> {t} (line {line})" for m, targets in edges.items()
-           if m.startswith(METHODS) for t, line in targets.items()
-           if t == "backend.zoo" or t.startswith("backend.zoo.")]
+    bad = [
+        f"{m} -> {t} (line {line})"
+        for m, targets in edges.items()
+        if m.startswith(METHODS)
+        for t, line in targets.items()
+        if t == "backend.zoo" or t.startswith("backend.zoo.")
+    ]
     assert not bad, "a method package imports the zoo:\n" + "\n".join(bad)
 
 
 def test_backend_never_imports_gradio_even_lazily():
     modules = source_modules()
-    bad = [f"{name} (line {line}): {target}" for name, path in modules.items()
-           if name.startswith("backend") for target, line in imports_of(path, name)
-           if target == "gradio" or target.startswith(("gradio.", "gradio_client"))]
+    bad = [
+        f"{name} (line {line}): {target}"
+        for name, path in modules.items()
+        if name.startswith("backend")
+        for target, line in imports_of(path, name)
+        if target == "gradio" or target.startswith(("gradio.", "gradio_client"))
+    ]
     assert not bad, "backend imports gradio:\n" + "\n".join(bad)

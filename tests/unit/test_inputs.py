@@ -1,5 +1,6 @@
 """The checked inputs every tab uses: a value a control cannot take is refused with its name and
 valid range before any handler runs; an unreadable upload is named; the stock front end is kept."""
+
 import gradio as gr
 import pytest
 from gradio.data_classes import FileData
@@ -20,9 +21,13 @@ def test_slider_refuses_with_the_valid_range():
 def test_number_refuses_nan_inf_out_of_range_and_fractions():
     n = CheckedNumber(value=3, minimum=0, maximum=255, precision=0, label="feature id (0–255)")
     assert n.get_block_name() == "number"
-    for bad, words in (("nan", "between 0 and 255 \\(got 'nan'\\)"), ("inf", "got 'inf'"),
-                       (300, "The feature id must be a whole number between 0 and 255 \\(got 300\\). Nothing was computed"),
-                       (2.5, "whole number"), ("abc", "got 'abc'")):
+    for bad, words in (
+        ("nan", "between 0 and 255 \\(got 'nan'\\)"),
+        ("inf", "got 'inf'"),
+        (300, "The feature id must be a whole number between 0 and 255 \\(got 300\\). Nothing was computed"),
+        (2.5, "whole number"),
+        ("abc", "got 'abc'"),
+    ):
         with pytest.raises(gr.Error, match=words):
             n.preprocess(bad)
     assert n.preprocess(None) is None and n.preprocess(7) == 7
@@ -44,8 +49,11 @@ def test_image_names_an_unreadable_upload(tmp_path):
     assert img.get_block_name() == "image" and img.preprocess(None) is None
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")
-    with pytest.raises(gr.Error, match="broken.png could not be read as an image: it is not a PNG, JPEG or WebP "
-                                       "picture, or it is damaged. Upload another image; nothing was computed."):
+    with pytest.raises(
+        gr.Error,
+        match="broken.png could not be read as an image: it is not a PNG, JPEG or WebP "
+        "picture, or it is damaged. Upload another image; nothing was computed.",
+    ):
         img.preprocess(FileData(path=str(bad), orig_name="broken.png"))
     with pytest.raises(gr.Error, match="The reference image could not be read as an image: it is not a PNG"):
         img.preprocess(FileData(path=str(bad)))
@@ -101,9 +109,11 @@ def test_one_wording_for_an_unreadable_image_in_every_tab(tmp_path):
     bad.write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")
     payload = FileData(path=str(bad), orig_name="broken.png")
     said = []
-    for preprocess in (refuse_unreadable(gr.Image(type="numpy")).preprocess,   # Relevance
-                       CheckedImage(type="numpy").preprocess,                   # Features, Memorization
-                       lambda p: _image_input(None, p.path, None)):             # Features' API path
+    for preprocess in (
+        refuse_unreadable(gr.Image(type="numpy")).preprocess,  # Relevance
+        CheckedImage(type="numpy").preprocess,  # Features, Memorization
+        lambda p: _image_input(None, p.path, None),
+    ):  # Features' API path
         with pytest.raises(gr.Error) as e:
             preprocess(payload)
         said.append(e.value.message)

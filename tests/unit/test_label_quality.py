@@ -1,6 +1,7 @@
 """A feature's label says how well it holds: its IoU beside it, "weak" under the paper's mean IoU,
 "broad" for a feature that fires on a large share of all patches, and no label at all under the
 concept explainer's floor. Checked on the zoo's own labels (features 5 "green" and 59 "square")."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,9 @@ from backend.sae.label_quality import quality, with_quality
 
 def test_words_beside_a_label():
     assert with_quality({"label": "green", "score": 0.1091}) == "green (weak: IoU 0.11)"
-    assert with_quality({"label": "square", "score": 0.7865}, 0.43) == "square (IoU 0.79; broad: fires on 43% of patches)"
+    assert (
+        with_quality({"label": "square", "score": 0.7865}, 0.43) == "square (IoU 0.79; broad: fires on 43% of patches)"
+    )
     assert with_quality({"label": "red", "score": 0.62}, 0.05) == "red (IoU 0.62)"
     assert with_quality({"label": "circle", "score": 0.0022}) == "no concept (best guess circle, IoU 0.00)"
     assert with_quality({"label": "", "score": 0.0}, unlabelled="?") == "?"

@@ -1,5 +1,6 @@
 """backend.core.limits.Steps: a loop ends before a step that would pass its deadline, not one step
 after it; without a deadline it never stops; an inner budget or a fixed deadline is the one held."""
+
 import re
 import threading
 import time
@@ -140,8 +141,9 @@ def test_a_call_measured_longer_than_the_time_left_is_not_started():
     assert one_long_step(1) == 1  # measured: 0.3 s
     with limits.budget(0.2), pytest.raises(limits.JobTooLong) as e:
         one_long_step(1)
-    assert re.search(r"estimated at 0\.\d s from the times measured on this server, more than the 0\.[12] s left",
-                     str(e.value)), str(e.value)
+    assert re.search(
+        r"estimated at 0\.\d s from the times measured on this server, more than the 0\.[12] s left", str(e.value)
+    ), str(e.value)
     assert ran == [1, 1]  # nothing computed
     with limits.budget(5):
         assert one_long_step(1) == 1

@@ -1,4 +1,5 @@
 """Deep links: values round-trip through the query string; bad values are skipped, never raised."""
+
 import math
 from urllib.parse import parse_qsl, urlparse
 
@@ -23,8 +24,16 @@ def _components():
     return comps
 
 
-GOOD = {"t": "the film was superb & dull = 2?", "s": 7, "n": 4, "d": "b", "m": ["y", "z"], "r": "q", "c": True,
-        "g": ["u", "v"]}
+GOOD = {
+    "t": "the film was superb & dull = 2?",
+    "s": 7,
+    "n": 4,
+    "d": "b",
+    "m": ["y", "z"],
+    "r": "q",
+    "c": True,
+    "g": ["u", "v"],
+}
 
 
 def test_round_trip_through_a_query_string():
@@ -38,10 +47,24 @@ def test_round_trip_through_a_query_string():
     assert values == GOOD
 
 
-@pytest.mark.parametrize("key,raw", [
-    ("s", 11), ("s", "seven"), ("s", math.nan), ("s", True), ("n", 0), ("n", [1]), ("d", "zzz"),
-    ("m", ["x", "nope"]), ("m", "x"), ("r", "s"), ("c", "yes"), ("g", ["w"]), ("t", "x" * 20_000),
-])
+@pytest.mark.parametrize(
+    "key,raw",
+    [
+        ("s", 11),
+        ("s", "seven"),
+        ("s", math.nan),
+        ("s", True),
+        ("n", 0),
+        ("n", [1]),
+        ("d", "zzz"),
+        ("m", ["x", "nope"]),
+        ("m", "x"),
+        ("r", "s"),
+        ("c", "yes"),
+        ("g", ["w"]),
+        ("t", "x" * 20_000),
+    ],
+)
 def test_bad_values_are_refused_with_a_reason(key, raw):
     comp = _components()[key]
     with pytest.raises(links.LinkValueError) as e:
@@ -52,8 +75,16 @@ def test_bad_values_are_refused_with_a_reason(key, raw):
 def test_parse_query_skips_bad_and_unknown_keeps_good():
     comps = _components()
     registry = {c.elem_id: c for c in comps.values()}
-    params = {"tab": "x", "s": "99", "t": "plain words", "r": '"q"', "nosuch": "1", "presenter": "1",
-              "__theme": "dark", "n": "not json"}
+    params = {
+        "tab": "x",
+        "s": "99",
+        "t": "plain words",
+        "r": '"q"',
+        "nosuch": "1",
+        "presenter": "1",
+        "__theme": "dark",
+        "n": "not json",
+    }
     values, notices = links.parse_query(params, registry)
     assert values == {"t": "plain words", "r": "q"}
     assert len(notices) == 3 and any("nosuch" in n for n in notices)
@@ -76,9 +107,9 @@ def test_deep_links_collect_only_event_inputs_with_elem_ids():
             with gr.Tab("A", id="a") as ta:
                 with gr.Row():
                     x = gr.Textbox(elem_id="a-x")
-                    gr.Textbox(elem_id="a-unused")        # feeds no event
-                    y = gr.Slider(0, 5, elem_id=None)     # no elem_id
-                out = gr.Textbox(elem_id="a-out")         # output only
+                    gr.Textbox(elem_id="a-unused")  # feeds no event
+                    y = gr.Slider(0, 5, elem_id=None)  # no elem_id
+                out = gr.Textbox(elem_id="a-out")  # output only
                 gr.Button().click(lambda a, b: a, [x, y], out)
                 dl.add_tab("a", ta)
             with gr.Tab("B", id="b") as tb:
@@ -94,8 +125,10 @@ def test_deep_links_collect_only_event_inputs_with_elem_ids():
 
 def test_a_validated_list_takes_values_outside_its_choices():
     with gr.Blocks():
-        g = links.accept_link(gr.CheckboxGroup(choices=[], value=[], elem_id="neurons"),
-                              lambda vals: [v for v in vals if v.startswith("L") or links_bad(v)])
+        g = links.accept_link(
+            gr.CheckboxGroup(choices=[], value=[], elem_id="neurons"),
+            lambda vals: [v for v in vals if v.startswith("L") or links_bad(v)],
+        )
     assert links.coerce(g, ["L1:3", "L2:5"]) == ["L1:3", "L2:5"]
     with pytest.raises(links.LinkValueError) as e:
         links.coerce(g, ["nope"])
@@ -120,8 +153,10 @@ def test_link_runs_chain_a_tabs_events_behind_its_hidden_button(monkeypatch):
 
     import components
 
-    declared = [types.SimpleNamespace(id="a", link_runs=("first", "second"), link_params=()),
-                types.SimpleNamespace(id="b", link_runs=(), link_params=())]
+    declared = [
+        types.SimpleNamespace(id="a", link_runs=("first", "second"), link_params=()),
+        types.SimpleNamespace(id="b", link_runs=(), link_params=()),
+    ]
     monkeypatch.setattr(components, "tabs", lambda: declared)
     dl = links.DeepLinks()
     with gr.Blocks() as demo:
@@ -156,7 +191,9 @@ def test_link_runs_naming_an_unknown_event_are_logged_and_skipped(monkeypatch, c
 
     import components
 
-    monkeypatch.setattr(components, "tabs", lambda: [types.SimpleNamespace(id="a", link_runs=("nope",), link_params=())])
+    monkeypatch.setattr(
+        components, "tabs", lambda: [types.SimpleNamespace(id="a", link_runs=("nope",), link_params=())]
+    )
     dl = links.DeepLinks()
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
@@ -191,29 +228,38 @@ def _one_tab(make_inputs):
                 inputs = make_inputs()
                 gr.Button().click(lambda *v: v[0], inputs, inputs[0])
         dl.install(demo, tabs, default_tab="a")
-    make = next(fn for fn in demo.fns.values()
-                if entry.button._id in [t for t, _ in (fn.targets or [])] and fn.fn is not None).fn
+    make = next(
+        fn for fn in demo.fns.values() if entry.button._id in [t for t, _ in (fn.targets or [])] and fn.fn is not None
+    ).fn
     return demo, inputs, make
 
 
 def test_link_leaves_out_inputs_still_at_their_defaults_and_is_copied():
-    demo, _, make = _one_tab(lambda: [gr.Textbox("the plot was dull", elem_id="a-x"),
-                                      gr.Slider(1, 10, value=3, step=1, elem_id="a-n"),
-                                      gr.CheckboxGroup(["gi", "ig"], value=["gi"], elem_id="a-m")])
+    demo, _, make = _one_tab(
+        lambda: [
+            gr.Textbox("the plot was dull", elem_id="a-x"),
+            gr.Slider(1, 10, value=3, step=1, elem_id="a-n"),
+            gr.CheckboxGroup(["gi", "ig"], value=["gi"], elem_id="a-m"),
+        ]
+    )
     assert make("the plot was dull", 3, ["gi"]) == "?tab=a"
     assert make("the plot was dull", 5, ["gi"]) == "?tab=a&a-n=5"
-    assert make("good", 3, ["gi", "ig"]) == "?" + links.urlencode([("tab", "a"), ("a-x", '"good"'),
-                                                                   ("a-m", '["gi","ig"]')])
+    assert make("good", 3, ["gi", "ig"]) == "?" + links.urlencode(
+        [("tab", "a"), ("a-x", '"good"'), ("a-m", '["gi","ig"]')]
+    )
     # the page copies the absolute URL and confirms on the button
     copy = [fn for fn in demo.fns.values() if getattr(fn, "js", None) and "clipboard" in str(fn.js)]
     assert copy and "Copied" in copy[0].js and "wb-link-btn-" in copy[0].js
 
 
 def test_link_leaves_out_refused_values_and_an_empty_box():
-    _, (free, n, k), make = _one_tab(lambda: [
-        gr.Textbox(elem_id="a-free"),  # built empty (None); the browser sends ""
-        gr.Slider(0, 199, value=0, step=1, elem_id="a-idx"),
-        gr.Number(value=1, precision=0, minimum=0, maximum=9, elem_id="a-k")])
+    _, (free, n, k), make = _one_tab(
+        lambda: [
+            gr.Textbox(elem_id="a-free"),  # built empty (None); the browser sends ""
+            gr.Slider(0, 199, value=0, step=1, elem_id="a-idx"),
+            gr.Number(value=1, precision=0, minimum=0, maximum=9, elem_id="a-k"),
+        ]
+    )
     assert make("", 0, 1) == "?tab=a"  # a fresh view: no memo-free=""
     with pytest.warns(UserWarning, match="Left out of the link: a-idx .*; a-k must be a number from 0 up to 9"):
         assert make("", 3.5, 12) == "?tab=a"  # refused by their controls: not carried
@@ -231,8 +277,9 @@ def _link_call(demo, entry_button, values):
 
     from gradio.state_holder import SessionState
 
-    fn = next(f for f in demo.fns.values() if entry_button._id in [t for t, _ in (f.targets or [])]
-              and f.fn is not None)
+    fn = next(
+        f for f in demo.fns.values() if entry_button._id in [t for t, _ in (f.targets or [])] and f.fn is not None
+    )
     state = SessionState(demo)
     return asyncio.run(demo.process_api(block_fn=fn, inputs=list(values), state=state))["data"][0]
 
@@ -259,7 +306,10 @@ def test_a_refused_model_pick_is_never_written_into_a_link(tmp_path):
     from backend.core import presets as P
     from components.inputs.model_picker import model_picker
 
-    listed = [P.Preset("relevance", "zoo", "zoo/a", "x.A", "zoo A"), P.Preset("relevance", "zoo", "zoo/b", "x.B", "zoo B")]
+    listed = [
+        P.Preset("relevance", "zoo", "zoo/a", "x.A", "zoo A"),
+        P.Preset("relevance", "zoo", "zoo/b", "x.B", "zoo B"),
+    ]
     dl = links.DeepLinks()
     with gr.Blocks() as demo:
         with gr.Tabs() as tabs:
@@ -268,14 +318,18 @@ def test_a_refused_model_pick_is_never_written_into_a_link(tmp_path):
                 box, line = model_picker(listed, "relevance", elem_id="a-model")
                 gr.Button().click(lambda v: v, box, line)
         dl.install(demo, tabs, default_tab="a")
-    check = next(f for f in demo.fns.values() if box._id in [t for t, _ in (f.targets or [])]
-                 and f.fn is not None and len(f.outputs) == 2)
+    check = next(
+        f
+        for f in demo.fns.values()
+        if box._id in [t for t, _ in (f.targets or [])] and f.fn is not None and len(f.outputs) == 2
+    )
     refused = "no-such-model"  # not a listed key, not a hub id or folder: refused by the check
-    assert check.fn("zoo/b", "zoo/a")[1] == "zoo/b"        # accepted: remembered
-    assert check.fn(refused, "zoo/b")[1] == "zoo/b"         # refused: the last accepted pick stays
+    assert check.fn("zoo/b", "zoo/a")[1] == "zoo/b"  # accepted: remembered
+    assert check.fn(refused, "zoo/b")[1] == "zoo/b"  # refused: the last accepted pick stays
     assert "✗" in check.fn(refused, "zoo/b")[0]
-    make = next(f for f in demo.fns.values() if entry.button._id in [t for t, _ in (f.targets or [])]
-                and f.fn is not None).fn
+    make = next(
+        f for f in demo.fns.values() if entry.button._id in [t for t, _ in (f.targets or [])] and f.fn is not None
+    ).fn
     assert make("zoo/b", "zoo/b") == "?tab=a&a-model=%22zoo%2Fb%22"
     with pytest.warns(UserWarning, match="a-model: the pick 'no-such-model' was refused, the link keeps 'zoo/b'"):
         assert make(refused, "zoo/b") == "?tab=a&a-model=%22zoo%2Fb%22"

@@ -1,5 +1,6 @@
 """A model load reports "loading <model> (n of N shards)" to whoever waits for it (the UI's progress
 bar through components.serving.guard), and loads exactly what it loaded before."""
+
 import json
 
 import pytest
@@ -30,11 +31,12 @@ def test_load_reports_each_shard_then_the_end(sharded):
     reports = []
     try:
         with store.load_progress(lambda f, msg: reports.append((f, msg))):
-            loaded = store.get_or_load(model_id, lambda: presets.load_pretrained(
-                LlamaForCausalLM, folder, roots=[folder.parent]))
+            loaded = store.get_or_load(
+                model_id, lambda: presets.load_pretrained(LlamaForCausalLM, folder, roots=[folder.parent])
+            )
         messages = [m for _, m in reports]
         assert messages[0] == f"loading {name}"
-        assert messages[1:1 + n] == [f"loading {name} ({i} of {n} shards)" for i in range(1, n + 1)]
+        assert messages[1 : 1 + n] == [f"loading {name} ({i} of {n} shards)" for i in range(1, n + 1)]
         assert messages[-1].startswith(f"loaded {name} in ")
         fractions = [f for f, _ in reports]
         assert fractions == sorted(fractions) and fractions[-1] == 1.0 and max(fractions[:-1]) < 1.0
@@ -62,9 +64,12 @@ def test_without_a_listener_nothing_is_read_ahead(sharded, monkeypatch):
 
 def test_pipeline_shards_skip_left_out_components_and_variants(tmp_path):
     (tmp_path / "model_index.json").write_text(json.dumps({"unet": ["diffusers", "UNet2DConditionModel"]}))
-    for sub, name in [("unet", "diffusion_pytorch_model.safetensors"),
-                      ("unet", "diffusion_pytorch_model.fp16.safetensors"),
-                      ("text_encoder", "model.safetensors"), ("safety_checker", "model.safetensors")]:
+    for sub, name in [
+        ("unet", "diffusion_pytorch_model.safetensors"),
+        ("unet", "diffusion_pytorch_model.fp16.safetensors"),
+        ("text_encoder", "model.safetensors"),
+        ("safety_checker", "model.safetensors"),
+    ]:
         (tmp_path / sub).mkdir(exist_ok=True)
         save_file({"w": torch.zeros(2)}, str(tmp_path / sub / name))
     got = [p.relative_to(tmp_path).as_posix() for p in prefetch.shard_files(tmp_path, skip=["safety_checker"])]

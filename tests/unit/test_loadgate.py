@@ -1,5 +1,6 @@
 """backend.core.loadgate: a model load never runs beside a model computation, with no deadlock when
 a computation itself loads."""
+
 import threading
 import time
 

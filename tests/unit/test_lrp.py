@@ -1,5 +1,6 @@
 """MambaLRP on tiny random transformers Mamba models: forward equality, fast scan, conservation,
 rule ablations, baselines, hidden attention, faithfulness, the image model and the hub loader."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,19 @@ SHAPES = [  # (hidden, layers, state, d_inner, conv kernel, dt rank, vocab, seq 
 
 def tiny_mamba(hidden, layers, state, inner, kernel, rank, vocab, *, conv_bias=False, seed=0):
     """The shared builder with one SHAPES row's sizes (transformers derives d_inner from `expand`)."""
-    return tiny.tiny_mamba(seed, vocab, hidden, layers, state, expand=inner // hidden, conv_kernel=kernel,
-                           time_step_rank=rank, use_conv_bias=conv_bias, time_step_min=0.05, time_step_max=0.5)
+    return tiny.tiny_mamba(
+        seed,
+        vocab,
+        hidden,
+        layers,
+        state,
+        expand=inner // hidden,
+        conv_kernel=kernel,
+        time_step_rank=rank,
+        use_conv_bias=conv_bias,
+        time_step_min=0.05,
+        time_step_max=0.5,
+    )
 
 
 @pytest.fixture(scope="module", params=range(len(SHAPES)), ids=lambda i: "x".join(map(str, SHAPES[i][:4])))
@@ -54,8 +66,9 @@ def test_forward_equal_with_conv_bias_and_inputs_embeds():
     model = tiny_mamba(32, 2, 8, 64, 4, 2, 50, conv_bias=True, seed=9)
     emb = model.backbone.embeddings(torch.randint(0, 50, (2, 11))).detach()
     with torch.no_grad():
-        torch.testing.assert_close(lm_forward(model, inputs_embeds=emb), model(inputs_embeds=emb).logits,
-                                   atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            lm_forward(model, inputs_embeds=emb), model(inputs_embeds=emb).logits, atol=2e-5, rtol=1e-5
+        )
 
 
 def test_plain_gradient_equals_transformers_gradient(case):
@@ -82,8 +95,9 @@ def test_linear_recurrence_matches_a_naive_loop_in_both_directions():
     ga2, gb2 = torch.autograd.grad((out * w).sum(), (a, b))
     torch.testing.assert_close(ga2, ga)
     torch.testing.assert_close(gb2, gb)
-    assert torch.autograd.gradcheck(linear_recurrence, (a[:5, :1, :2].detach().requires_grad_(),
-                                                        b[:5, :1, :2].detach().requires_grad_()))
+    assert torch.autograd.gradcheck(
+        linear_recurrence, (a[:5, :1, :2].detach().requires_grad_(), b[:5, :1, :2].detach().requires_grad_())
+    )
 
 
 def test_mambalrp_conserves_the_logit(case):
@@ -182,7 +196,7 @@ def test_hidden_attention_reproduces_the_scan():
         lm_forward(model, ids, capture=cap)
     A = -torch.exp(model.backbone.layers[0].mixer.A_log.float())
     u, dt = cap.u[0], cap.dt[0]
-    a = alpha(dt, torch.cumsum(dt, 1), A, cap.B[0], cap.C[0])     # [b, t, s, d]
+    a = alpha(dt, torch.cumsum(dt, 1), A, cap.B[0], cap.C[0])  # [b, t, s, d]
     y = torch.einsum("btsd,bsd->btd", a, u)
     torch.testing.assert_close(y, cap.y_ssm[0], atol=1e-5, rtol=1e-4)
 
@@ -205,11 +219,26 @@ def test_faithfulness_curves_and_oracle_order():
 
 def tiny_vision(seed=0):
     torch.manual_seed(seed)
-    return VisionMamba({"image_size": 8, "patch_size": 2, "channels": 1, "num_labels": 3,
-                        "mamba": {"vocab_size": 2, "hidden_size": 16, "state_size": 4,
-                                  "num_hidden_layers": 2, "intermediate_size": 32, "conv_kernel": 4,
-                                  "time_step_rank": 2, "use_conv_bias": False,
-                                  "time_step_min": 0.05, "time_step_max": 0.5}}).eval()
+    return VisionMamba(
+        {
+            "image_size": 8,
+            "patch_size": 2,
+            "channels": 1,
+            "num_labels": 3,
+            "mamba": {
+                "vocab_size": 2,
+                "hidden_size": 16,
+                "state_size": 4,
+                "num_hidden_layers": 2,
+                "intermediate_size": 32,
+                "conv_kernel": 4,
+                "time_step_rank": 2,
+                "use_conv_bias": False,
+                "time_step_min": 0.05,
+                "time_step_max": 0.5,
+            },
+        }
+    ).eval()
 
 
 def test_vision_model_roundtrip_and_pixel_maps(tmp_path):
@@ -303,8 +332,11 @@ def test_perturbation_passes_are_chunked_to_a_memory_budget(monkeypatch):
     from backend.lrp import faithfulness as fa
     from backend.lrp.faithfulness import text_curves_batch
 
-    big = SimpleNamespace(config=MambaConfig(hidden_size=2048, num_hidden_layers=48, state_size=16,
-                                             intermediate_size=4096, vocab_size=50280))
+    big = SimpleNamespace(
+        config=MambaConfig(
+            hidden_size=2048, num_hidden_layers=48, state_size=16, intermediate_size=4096, vocab_size=50280
+        )
+    )
     assert 10 <= fa.rows_per_pass(big, 64) <= 32
     assert fa.rows_per_pass(big, 64, budget_bytes=4e9, all_layers=True) == 1
     model = tiny_mamba(32, 2, 8, 64, 4, 2, 50, seed=8)
@@ -335,7 +367,6 @@ def test_numbers_are_refused_not_clamped_and_nan_pixels_refused():
         svc.to_model_image(img, 16)
 
 
-
 def _subnormal_reads_as_zero() -> bool:
     return float(torch.tensor([1e-39]) * 1.0) == 0.0
 
@@ -347,9 +378,11 @@ def test_attributions_flush_subnormals_on_the_cpu_and_restore_the_thread_after(m
 
     seen = []
     for name in ("_grad_x_input", "_captum", "backbone_forward"):
+
         def spy(*a, _orig=getattr(M, name), _name=name, **k):
             seen.append((_name, _subnormal_reads_as_zero()))
             return _orig(*a, **k)
+
         monkeypatch.setattr(M, name, spy)
     model = tiny_mamba(16, 2, 4, 32, 4, 2, 50)
     assert not _subnormal_reads_as_zero()

@@ -1,6 +1,7 @@
 """MambaLRP on FalconMamba: the forward reproduces transformers' own (with its weightless RMS norms
 on Δ, B and C), relevance is conserved with the same four rules, and a user's FalconMamba folder is
 picked, loaded and explained through the Relevance tab's service."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,9 +17,20 @@ def tiny_falcon_mamba(seed: int = 0, *, conv_bias: bool = False, layers: int = 2
     from transformers import FalconMambaConfig, FalconMambaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = FalconMambaConfig(vocab_size=50, hidden_size=32, state_size=8, num_hidden_layers=layers, expand=2,
-                            conv_kernel=4, time_step_rank=4, use_conv_bias=conv_bias, mixer_rms_eps=1e-6,
-                            tie_word_embeddings=False, time_step_min=0.05, time_step_max=0.5)
+    cfg = FalconMambaConfig(
+        vocab_size=50,
+        hidden_size=32,
+        state_size=8,
+        num_hidden_layers=layers,
+        expand=2,
+        conv_kernel=4,
+        time_step_rank=4,
+        use_conv_bias=conv_bias,
+        mixer_rms_eps=1e-6,
+        tie_word_embeddings=False,
+        time_step_min=0.05,
+        time_step_max=0.5,
+    )
     return FalconMambaForCausalLM(cfg).eval()
 
 

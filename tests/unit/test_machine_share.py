@@ -1,5 +1,6 @@
 """A timing check marked `alone` waits for the tests of any other run of the suite on the machine
 (tests/conftest._machine_share), and holds their next tests off until it ends."""
+
 import os
 import threading
 import time

@@ -1,5 +1,6 @@
 """MathNeuro on tiny random Llamas: the importance formula, the masks, the baselines, the
 bit-exact `scaled` context, and that no hook is ever left behind."""
+
 import random
 
 import pytest
@@ -17,9 +18,17 @@ torch.set_num_threads(1)
 def tiny_llama(seed=0, hidden=32, layers=2):
     """The shared tiny Llama with the MathNeuro tokenizer's vocabulary and special ids."""
     tok = build_tokenizer()
-    return tiny.tiny_llama(seed, len(tok), hidden, layers, max_position_embeddings=96, tie_word_embeddings=False,
-                           pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                           eos_token_id=tok.eos_token_id)
+    return tiny.tiny_llama(
+        seed,
+        len(tok),
+        hidden,
+        layers,
+        max_position_embeddings=96,
+        tie_word_embeddings=False,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +62,7 @@ def manual_norms(model, tok, samples):
     layers = core.linear_layers(model)
     acc = {n: torch.zeros(m.in_features, dtype=torch.float64) for n, m in layers.items()}
     store = {}
-    hs = [m.register_forward_hook(lambda mod, a, o, n=n: store.__setitem__(n, a[0]))
-          for n, m in layers.items()]
+    hs = [m.register_forward_hook(lambda mod, a, o, n=n: store.__setitem__(n, a[0])) for n, m in layers.items()]
     try:
         with torch.no_grad():
             for s in samples:
@@ -144,8 +152,9 @@ def test_padded_batches_give_the_masks_of_one_sample_at_a_time(side, texts):
     assert set(a) == set(b) and "lm_head.weight" in a
     assert all(torch.equal(a[n], b[n]) for n in a), [n for n in a if not torch.equal(a[n], b[n])]
     ids = [tok(t)["input_ids"] for t in math]  # token ids: padded on the right, same result
-    torch.testing.assert_close(core.input_norms(m, ids, tokenizer=tok, batch_size=32)["lm_head"],
-                               one_m["lm_head"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        core.input_norms(m, ids, tokenizer=tok, batch_size=32)["lm_head"], one_m["lm_head"], rtol=1e-5, atol=1e-6
+    )
     assert count_hooks(m) == 0
 
 
@@ -296,15 +305,13 @@ def test_overlap_per_layer_and_consistency(model, tok, texts):
     assert sum(r["count"] for r in layers.values()) == core.count(mn)
     mods = core.per_module(mn)
     assert set(mods) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}
-    cons = core.consistency(model, *texts, 0.15, tokenizer=tok, n_samples=(1, 6), n_subsets=2,
-                            reference=mn)
+    cons = core.consistency(model, *texts, 0.15, tokenizer=tok, n_samples=(1, 6), n_subsets=2, reference=mn)
     assert cons[6]["mean"] == pytest.approx(1.0)  # all samples: the reference itself
     assert 0.0 < cons[1]["mean"] <= 1.0
 
 
 def test_encode_with_answers_marks_answer_predictions(tok):
-    ids, pred = encode_with_answers(tok, [{"prompt": "ann has 3 pens . how many pens are left ?",
-                                           "answer": "12"}])
+    ids, pred = encode_with_answers(tok, [{"prompt": "ann has 3 pens . how many pens are left ?", "answer": "12"}])
     toks = tok.convert_ids_to_tokens(ids[0].tolist())
     targets = [toks[i + 1] for i in range(len(toks)) if pred[0, i]]
     assert targets == ["1", "2", "<eos>"]
@@ -328,6 +335,7 @@ def test_presets_registered_and_hub_loader_works_on_a_local_tiny_llama(tmp_path,
     tok.save_pretrained(folder)
     loaded = presets.load_pretrained(HUB_PRESET.model_class, folder, roots=[tmp_path]).eval()
     from transformers import AutoTokenizer
+
     tok2 = presets.load_pretrained(AutoTokenizer, folder, weights=False, roots=[tmp_path])
     ids = torch.tensor([tok2(texts[0][0])["input_ids"]])
     with torch.no_grad():

@@ -3,6 +3,7 @@ LlamaForCausalLM with a tied head and bf16 weights, Llama-3 byte-level BPE, a Ll
 template) in an offline HF cache: GSM8K scored by the final number, prompts in the chat template,
 the user's non-math file, identification, prune / scale evaluation and the CLI job, at the service
 level, through the tab's handlers and as a process."""
+
 from __future__ import annotations
 
 import functools
@@ -23,10 +24,12 @@ from tests.helpers.standins import math as standin
 
 torch.set_num_threads(1)
 NEW_TOKENS = 8  # generated per answer here: the stand-in's answers are noise, the rules are not
-MC = [("Which planet is known as the red planet?", ["Venus", "Mars", "Jupiter", "Saturn"], 1),
-      ("Which language is spoken in Brazil?", ["Spanish", "French", "Portuguese", "Italian"], "C"),
-      ("What do bees make?", ["Honey", "Silk", "Paper", "Milk"], "Honey"),
-      ("Who wrote Hamlet?", ["Dickens", "Austen", "Shakespeare", "Tolstoy"], 2)]
+MC = [
+    ("Which planet is known as the red planet?", ["Venus", "Mars", "Jupiter", "Saturn"], 1),
+    ("Which language is spoken in Brazil?", ["Spanish", "French", "Portuguese", "Italian"], "C"),
+    ("What do bees make?", ["Honey", "Silk", "Paper", "Milk"], "Honey"),
+    ("Who wrote Hamlet?", ["Dickens", "Austen", "Shakespeare", "Tolstoy"], 2),
+]
 
 
 # ----------------------------------------------------------------------------- rules (no model)
@@ -38,9 +41,15 @@ def test_gsm8k_reference_and_final_number_rule():
     assert sources.reference_number("x\n#### 1,234") == "1234"
     with pytest.raises(ValueError, match="####"):
         sources.reference_number("no marker")
-    cases = {"She makes 9 * 2 = $18 every day.": "18", "The answer is 1,234.": "1234",
-             "-3 degrees, then 4.5": "4.5", "first 7, #### 42 and then 9": "42", "no number here": None,
-             "It costs $0.50.": "0.50", "Step 1: 3 + 4 = 7\nStep 2: 7 * 2 = 14\nSo 14 apples.": "14"}
+    cases = {
+        "She makes 9 * 2 = $18 every day.": "18",
+        "The answer is 1,234.": "1234",
+        "-3 degrees, then 4.5": "4.5",
+        "first 7, #### 42 and then 9": "42",
+        "no number here": None,
+        "It costs $0.50.": "0.50",
+        "Step 1: 3 + 4 = 7\nStep 2: 7 * 2 = 14\nSo 14 apples.": "14",
+    }
     for text, want in cases.items():
         assert sources.final_number(text) == want, text
     item = {"final": "18"}
@@ -62,7 +71,10 @@ def test_nonmath_files_of_every_kind(tmp_path):
     csv_ = tmp_path / "qa.csv"
     csv_.write_text('prompt,answer\n"Where is Paris?",France\n"What do cows drink?",Water\n')
     qa = sources.read_items(csv_)
-    assert qa == [{"prompt": "Where is Paris?", "answer": "France"}, {"prompt": "What do cows drink?", "answer": "Water"}]
+    assert qa == [
+        {"prompt": "Where is Paris?", "answer": "France"},
+        {"prompt": "What do cows drink?", "answer": "Water"},
+    ]
     assert chat.correct(qa[0], "France, in Europe.", "nonmath") and not chat.correct(qa[0], "Spain", "nonmath")
 
     txt = tmp_path / "story.txt"
@@ -70,11 +82,12 @@ def test_nonmath_files_of_every_kind(tmp_path):
     assert sources.read_items(txt) == [{"text": "The cat sat on the mat."}, {"text": "It was a sunny day."}]
     assert sources.kind_of(sources.read_items(txt)) == "text"
 
-    for body, suffix, match in (('{"question": "a"', ".jsonl", "line 1: not JSON"),
-                                ('{"foo": 1}\n{"foo": 2}\n', ".jsonl", "prompt/question"),
-                                ("only one line\n", ".txt", "at least two"),
-                                ('{"question": "q", "choices": ["a", "b"], "answer": "z"}\n' * 2, ".jsonl",
-                                 "not an option")):
+    for body, suffix, match in (
+        ('{"question": "a"', ".jsonl", "line 1: not JSON"),
+        ('{"foo": 1}\n{"foo": 2}\n', ".jsonl", "prompt/question"),
+        ("only one line\n", ".txt", "at least two"),
+        ('{"question": "q", "choices": ["a", "b"], "answer": "z"}\n' * 2, ".jsonl", "not an option"),
+    ):
         bad = tmp_path / f"bad{suffix}"
         bad.write_text(body)
         with pytest.raises(ValueError, match=match):
@@ -86,10 +99,26 @@ def test_hub_nonmath_is_refused_offline_and_race_mmlu_rows_read(monkeypatch):
     with pytest.raises(RuntimeError, match="HF_HUB_OFFLINE"):
         sources.load_hub_nonmath(["ehovy/race:all", "cais/mmlu:all"])
     # rows in the datasets' own schemas
-    race = sources.race_items([{"article": "Tom went to the zoo. He saw a lion.", "question": "What did Tom see?",
-                                "options": ["a cat", "a lion", "a dog", "a bird"], "answer": "B"}])
-    mmlu = sources.mmlu_items([{"question": "The capital of France is", "choices": ["Rome", "Paris", "Oslo", "Lima"],
-                                "answer": 1, "subject": "geography"}])
+    race = sources.race_items(
+        [
+            {
+                "article": "Tom went to the zoo. He saw a lion.",
+                "question": "What did Tom see?",
+                "options": ["a cat", "a lion", "a dog", "a bird"],
+                "answer": "B",
+            }
+        ]
+    )
+    mmlu = sources.mmlu_items(
+        [
+            {
+                "question": "The capital of France is",
+                "choices": ["Rome", "Paris", "Oslo", "Lima"],
+                "answer": 1,
+                "subject": "geography",
+            }
+        ]
+    )
     for it in race + mmlu:
         assert it["answer"] == "B" and it["choice"] and "\nB. " in it["prompt"]
     assert race[0]["prompt"].startswith("Tom went to the zoo.") and "What did Tom see?" in race[0]["prompt"]
@@ -142,8 +171,9 @@ def test_standin_is_the_real_class_and_deterministic(hub, b, tmp_path):
     assert tok.pad_token is None and tok.eos_token == "<|eot_id|>"  # as the real tokenizer
     text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
     assert text.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n")
-    assert text.endswith("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                         "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert text.endswith(
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
     assert m.generation_config.do_sample and len(m.generation_config.eos_token_id) == 3
     snap = repo_folder(hub, standin.HUB_ID) / "snapshots" / REVISION
     again = build_cache(tmp_path / "again", standin.REPOS)
@@ -185,8 +215,13 @@ def test_offline_default_nonmath_is_the_shipped_captions_labelled_as_such(svc, b
     caps = sources.read_captions()
     assert len(caps) == 400 and caps[0] == {"text": "a person standing close to an elephant"}
     s = svc.Setting("mathneuro", 0.05, 8, 0.0)
-    ref = core.identify(b.model, [chat.sample_ids(b.tok, it, "math") for it in sources.read_gsm8k("train", 8)],
-                        [b.tok(it["text"])["input_ids"] for it in caps[:8]], 0.05, tokenizer=b.tok)
+    ref = core.identify(
+        b.model,
+        [chat.sample_ids(b.tok, it, "math") for it in sources.read_gsm8k("train", 8)],
+        [b.tok(it["text"])["input_ids"] for it in caps[:8]],
+        0.05,
+        tokenizer=b.tok,
+    )
     masks = b.masks(s)
     assert all(torch.equal(masks[n], ref[n]) for n in ref)
     r = b.baseline(n_eval=4)
@@ -244,8 +279,11 @@ def test_identify_prune_scale_on_gsm8k_and_a_user_file(svc, b, mc_file):
     held = sources.read_items(mc_file)[10:]  # the first half identifies, the rest scores
     assert rows[0]["answer"] == "18" and [r["answer"] for r in rows[2:]] == [it["answer"] for it in held[:2]]
     for r in rows:
-        want = chat.correct({"final": r["answer"]} if r["kind"] == "math" else
-                            {"answer": r["answer"], "choice": True}, r["before"], "math" if r["kind"] == "math" else "nonmath")
+        want = chat.correct(
+            {"final": r["answer"]} if r["kind"] == "math" else {"answer": r["answer"], "choice": True},
+            r["before"],
+            "math" if r["kind"] == "math" else "nonmath",
+        )
         assert r["ok_before"] == want
     out = b.answer("Tom has 23 pens and finds 45 more. How many pens does he have now?", s)
     assert isinstance(out["before"], str) and isinstance(out["after"], str)
@@ -324,7 +362,9 @@ def test_your_own_math_file_replaces_gsm8k_for_identification_and_scoring(svc, b
     items = b.math_set(tkey)["items"]
     assert b.baseline(n_eval=None, math=tkey)["math"] == pytest.approx(chat.next_token_accuracy(b.model, b.tok, items))
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"question": "q", "answer": "#### none"}) + "\n" + json.dumps({"question": "r", "answer": "2"}))
+    bad.write_text(
+        json.dumps({"question": "q", "answer": "#### none"}) + "\n" + json.dumps({"question": "r", "answer": "2"})
+    )
     with pytest.raises(ValueError, match="no number after '####'"):
         svc.register_data("hub", "math", bad)
     with pytest.raises(ValueError, match="no longer loaded"):
@@ -339,8 +379,9 @@ def test_a_dataset_id_is_refused_offline_and_read_through_datasets(svc, b, monke
 
     with pytest.raises(RuntimeError, match="the hub is off here"):
         svc.register_data("hub", "math", dataset="openai/gsm8k:main@test")
-    name_dataset = functools.partial(H.name_data("hub", "math", "dataset"),
-                                     request=SimpleNamespace(session_hash="test-math-session"))
+    name_dataset = functools.partial(
+        H.name_data("hub", "math", "dataset"), request=SimpleNamespace(session_hash="test-math-session")
+    )
     with pytest.raises(gr.Error, match="Could not read that math dataset: the hub is off"):
         name_dataset("openai/gsm8k:main@test")
     with pytest.raises(gr.Error, match="Type a dataset id"):
@@ -380,11 +421,28 @@ def test_cli_reads_the_files_first_and_runs_offline(hub, b, mc_file, tmp_path, c
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(service, "bench", lambda *a, **k: pytest.fail("the model was asked for before the files"))
         with pytest.raises(SystemExit):
-            job.main(["--out", str(tmp_path / "x"), "--cpu", "--source", "hub", "--math", str(math_file),
-                      "--nonmath", str(bad)])
+            job.main(
+                [
+                    "--out",
+                    str(tmp_path / "x"),
+                    "--cpu",
+                    "--source",
+                    "hub",
+                    "--math",
+                    str(math_file),
+                    "--nonmath",
+                    str(bad),
+                ]
+            )
     assert "at least two" in capsys.readouterr().err
-    out = subprocess.run(cmd + ["--out", str(tmp_path / "norms"), "--math", str(math_file), "--nonmath", str(mc_file)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        cmd + ["--out", str(tmp_path / "norms"), "--math", str(math_file), "--nonmath", str(mc_file)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     masks = job.load_masks(b.model, tmp_path / "norms", 0.05)
     ids_m = [chat.sample_ids(b.tok, it, "math") for it in sources.read_items(math_file)]

@@ -1,5 +1,6 @@
 """MathNeuro on architectures the papers did not use: a user's Llama-3.2-style and Qwen2 folders,
 picked through the same resolver as the tab, scored on every nn.Linear, and pruned."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,12 +13,16 @@ from backend.mathneuro import HUB_PRESET, TAB, ZOO_PRESET, core
 from tests.helpers.standins import lms, math as l3
 
 BUILDERS = {"own-llama": l3.build, "own-qwen2": lms.build_qwen2}
-MATH = ["Tom has 3 apples and buys 4 more. How many apples does he have?",
-        "A train travels 60 miles in 2 hours. What is its speed?",
-        "What is 12 times 7 minus 5?"]
-NONMATH = ["The sky was grey and the wind came from the sea.",
-           "She read the letter twice before folding it away.",
-           "Which animal barks at the postman every morning?"]
+MATH = [
+    "Tom has 3 apples and buys 4 more. How many apples does he have?",
+    "A train travels 60 miles in 2 hours. What is its speed?",
+    "What is 12 times 7 minus 5?",
+]
+NONMATH = [
+    "The sky was grey and the wind came from the sea.",
+    "She read the letter twice before folding it away.",
+    "Which animal barks at the postman every morning?",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +48,7 @@ def _load(folder):
     with picker.loading(picked.preset):
         model = presets.load_preset(picked.preset).float().eval()
     from transformers import AutoTokenizer
+
     tok = presets.load_pretrained(AutoTokenizer, folder, weights=False, roots=[folder.parent])
     return picked, model, tok
 
@@ -157,7 +163,9 @@ def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
 
     b = service.bench("zoo")
     path = tmp_path / "twelve.jsonl"
-    path.write_text("\n".join(json.dumps({"prompt": it["prompt"], "answer": it["answer"]}) for it in b.data["math"][:12]))
+    path.write_text(
+        "\n".join(json.dumps({"prompt": it["prompt"], "answer": it["answer"]}) for it in b.data["math"][:12])
+    )
     key = service.register_data("zoo", "math", path)
     s = service.Setting("mathneuro", 0.03, 64, 0.0, math=key)
     assert b.n_ident(s) == (12, 64)  # fewer than 16: the same 12 identify and score
@@ -165,7 +173,9 @@ def test_the_tab_says_what_a_small_set_and_a_plain_text_model_use(tmp_path):
     card = figures.accuracy_html(b.baseline(math=key), r, s, 1000, b.n_ident(s))
     assert "12 math and 64 non-math samples" in card and "64 samples per set" not in card
     plain = "plain text (the tokenizer has no chat template)"
-    text = words.explain_for(service.pick("zoo", None).preset.__class__("math_neurons", "local", "x", "m", "mine"), plain)
+    text = words.explain_for(
+        service.pick("zoo", None).preset.__class__("math_neurons", "local", "x", "m", "mine"), plain
+    )
     assert "every question in plain text" in text and "its own chat template" not in text
     assert words.samples_label(False).endswith("right under the set's rule)")
     out = H.on_model("zoo", None)

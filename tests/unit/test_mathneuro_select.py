@@ -1,5 +1,6 @@
 """MathNeuro's batched selection and unpadded forwards give the per-matrix, masked results exactly,
 and identification asks little of the device: its norms stay there, its masks cross as bits once."""
+
 import pytest
 import torch
 

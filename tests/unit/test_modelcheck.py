@@ -1,4 +1,5 @@
 """Architecture, size and policy checks on a model folder or hub id, from metadata only."""
+
 import json
 from pathlib import Path
 
@@ -25,17 +26,27 @@ def lm(arch: str, model_type: str, **extra) -> dict:
 
 
 def write_pipeline(folder: Path, cls="StableDiffusionPipeline", unet=None, **components) -> Path:
-    index = {"_class_name": cls, "_diffusers_version": "0.42.1", "unet": ["diffusers", "UNet2DConditionModel"],
-             "text_encoder": ["transformers", "CLIPTextModel"], "scheduler": ["diffusers", "DDIMScheduler"],
-             **components}
+    index = {
+        "_class_name": cls,
+        "_diffusers_version": "0.42.1",
+        "unet": ["diffusers", "UNet2DConditionModel"],
+        "text_encoder": ["transformers", "CLIPTextModel"],
+        "scheduler": ["diffusers", "DDIMScheduler"],
+        **components,
+    }
     (folder / "unet").mkdir(parents=True)
     (folder / "model_index.json").write_text(json.dumps(index))
-    unet = unet or {"_class_name": "UNet2DConditionModel", "cross_attention_dim": 32,
-                    "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"]}
+    unet = unet or {
+        "_class_name": "UNet2DConditionModel",
+        "cross_attention_dim": 32,
+        "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
+    }
     (folder / "unet" / "config.json").write_text(json.dumps(unet))
     save_file({"conv.weight": torch.zeros(8, 4, 3, 3)}, str(folder / "unet" / "diffusion_pytorch_model.safetensors"))
-    save_file({"conv.weight": torch.zeros(8, 4, 3, 3, dtype=torch.float16)},
-              str(folder / "unet" / "diffusion_pytorch_model.fp16.safetensors"))  # a variant: not counted again
+    save_file(
+        {"conv.weight": torch.zeros(8, 4, 3, 3, dtype=torch.float16)},
+        str(folder / "unet" / "diffusion_pytorch_model.fp16.safetensors"),
+    )  # a variant: not counted again
     (folder / "text_encoder").mkdir()
     save_file({"emb": torch.zeros(16, 8)}, str(folder / "text_encoder" / "model.safetensors"))
     return folder
@@ -69,16 +80,19 @@ def test_a_real_saved_model_is_counted_from_its_headers(root):
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
 
 
-@pytest.mark.parametrize("arch,model_type,fits", [
-    ("MambaForCausalLM", "mamba", {"relevance", "math_neurons", "adapters"}),
-    ("FalconMambaForCausalLM", "falcon_mamba", {"relevance", "math_neurons", "adapters"}),
-    ("Mamba2ForCausalLM", "mamba2", {"math_neurons", "adapters"}),
-    ("LlavaForConditionalGeneration", "llava", {"features", "adapters"}),
-    ("LlavaNextForConditionalGeneration", "llava_next", {"features", "adapters"}),
-    ("Qwen2ForCausalLM", "qwen2", {"math_neurons", "adapters"}),
-    ("GPT2LMHeadModel", "gpt2", set()),
-    ("MyOwnForCausalLM", "mine", set()),
-])
+@pytest.mark.parametrize(
+    "arch,model_type,fits",
+    [
+        ("MambaForCausalLM", "mamba", {"relevance", "math_neurons", "adapters"}),
+        ("FalconMambaForCausalLM", "falcon_mamba", {"relevance", "math_neurons", "adapters"}),
+        ("Mamba2ForCausalLM", "mamba2", {"math_neurons", "adapters"}),
+        ("LlavaForConditionalGeneration", "llava", {"features", "adapters"}),
+        ("LlavaNextForConditionalGeneration", "llava_next", {"features", "adapters"}),
+        ("Qwen2ForCausalLM", "qwen2", {"math_neurons", "adapters"}),
+        ("GPT2LMHeadModel", "gpt2", set()),
+        ("MyOwnForCausalLM", "mine", set()),
+    ],
+)
 def test_which_methods_take_which_architectures(root, arch, model_type, fits):
     folder = write_model(root / arch, lm(arch, model_type))
     reasons = mc.fitting_methods(str(folder))
@@ -133,8 +147,9 @@ def test_stable_diffusion_pipelines(root):
     xl = write_pipeline(root / "xl", cls="StableDiffusionXLPipeline")
     with pytest.raises(ModelCheckError, match="^StableDiffusionXLPipeline: NeMo needs a Stable Diffusion 1.x/2.x"):
         check_model(str(xl), "memorization")
-    plain = write_pipeline(root / "plain", unet={"_class_name": "UNet2DConditionModel",
-                                                 "down_block_types": ["DownBlock2D"]})
+    plain = write_pipeline(
+        root / "plain", unet={"_class_name": "UNet2DConditionModel", "down_block_types": ["DownBlock2D"]}
+    )
     with pytest.raises(ModelCheckError, match="no text cross-attention"):
         check_model(str(plain), "memorization")
     custom = write_pipeline(root / "custom", safety_checker=["my_pkg.checker", "Checker"])
@@ -157,6 +172,7 @@ def hub_cache(tmp_path, monkeypatch):
         (base / "refs").mkdir(parents=True)
         (base / "refs" / "main").write_text(commit)
         write_model(base / "snapshots" / commit, config, {"w": torch.zeros(nfloats)})
+
     return cached
 
 
@@ -229,12 +245,25 @@ def test_sizes_from_the_hubs_metadata(monkeypatch):
     from huggingface_hub.utils._safetensors import SafetensorsFileMetadata, SafetensorsRepoMetadata, TensorInfo
 
     tensors = {"a": TensorInfo("BF16", [10, 4], (0, 80)), "b": TensorInfo("F32", [3], (80, 92))}
-    repos = {"org/lm": SafetensorsRepoMetadata(None, False, {"a": "m.safetensors", "b": "m.safetensors"},
-                                               {"m.safetensors": SafetensorsFileMetadata({}, tensors)})}
-    files = {"org/sd": ["unet/diffusion_pytorch_model.safetensors", "unet/diffusion_pytorch_model.fp16.safetensors",
-                        "vae/diffusion_pytorch_model.fp16.safetensors", "model_index.json",
-                        "text_encoder/model.fp16-00001-of-00002.safetensors", "text_encoder/model-00001-of-00001.safetensors"],
-             "org/old": ["pytorch_model.bin", "config.json"]}
+    repos = {
+        "org/lm": SafetensorsRepoMetadata(
+            None,
+            False,
+            {"a": "m.safetensors", "b": "m.safetensors"},
+            {"m.safetensors": SafetensorsFileMetadata({}, tensors)},
+        )
+    }
+    files = {
+        "org/sd": [
+            "unet/diffusion_pytorch_model.safetensors",
+            "unet/diffusion_pytorch_model.fp16.safetensors",
+            "vae/diffusion_pytorch_model.fp16.safetensors",
+            "model_index.json",
+            "text_encoder/model.fp16-00001-of-00002.safetensors",
+            "text_encoder/model-00001-of-00001.safetensors",
+        ],
+        "org/old": ["pytorch_model.bin", "config.json"],
+    }
 
     def metadata(repo, revision=None):
         if repo not in repos:
@@ -270,7 +299,8 @@ def test_each_method_package_declares_its_rule_and_a_new_rule_is_used(root, monk
     a rule is checked by it, listed by fitting_methods and named when a method is unknown."""
     assert mc.methods() == tuple(t.id for t in components.tabs() if t.paper)
     assert [r.problem.__module__ for r in mc.rules()] == [
-        f"backend.{pkg}.rules" for pkg in ("lrp", "sae", "nemo", "mathneuro", "pissa")]
+        f"backend.{pkg}.rules" for pkg in ("lrp", "sae", "nemo", "mathneuro", "pissa")
+    ]
     assert mc.method_rule("features").architectures[0] == "LlavaForConditionalGeneration"
 
     monkeypatch.setattr(mc, "_RULES", dict(mc._RULES))  # the test's rule leaves with the test
@@ -286,12 +316,16 @@ def test_each_method_package_declares_its_rule_and_a_new_rule_is_used(root, monk
         check_model(str(llama), "astrology")
     reasons = mc.fitting_methods(str(llama))
     assert list(reasons)[-1] == "astrology" and reasons["math_neurons"] is None
-    unet = modelmeta.ModelMeta("unet", True, None, {"_class_name": "UNet2DModel", "_diffusers_version": "0.1"},
-                               None, None)
-    assert mc.architecture_problem(unet, "astrology") == \
-        "UNet2DModel is a diffusers model: the astrology tab takes a transformers model"
-    with pytest.raises(ModelCheckError, match="expected one of relevance, features, memorization, math_neurons, "
-                                              "adapters, astrology$"):
+    unet = modelmeta.ModelMeta(
+        "unet", True, None, {"_class_name": "UNet2DModel", "_diffusers_version": "0.1"}, None, None
+    )
+    assert (
+        mc.architecture_problem(unet, "astrology")
+        == "UNet2DModel is a diffusers model: the astrology tab takes a transformers model"
+    )
+    with pytest.raises(
+        ModelCheckError, match="expected one of relevance, features, memorization, math_neurons, adapters, astrology$"
+    ):
         mc.method_key("alchemy")
     with pytest.raises(ValueError, match="lrp already names 'relevance'"):
         mc.register_rule(mc.MethodRule(method="alchemy", problem=stars_only, order=10, aliases=("lrp",)))

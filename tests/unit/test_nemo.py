@@ -1,4 +1,5 @@
 """NeMo backend on tiny random Stable Diffusion pipelines (built from the zoo recipe's configs)."""
+
 import json
 
 import numpy as np
@@ -21,14 +22,23 @@ PROMPT = "a red circle and a blue ring on a yellow background"
 
 # Stable Diffusion 1.4's UNet config (CompVis/stable-diffusion-v1-4, unet/config.json).
 SD14_UNET = {
-    "_class_name": "UNet2DConditionModel", "act_fn": "silu", "attention_head_dim": 8,
-    "block_out_channels": [320, 640, 1280, 1280], "center_input_sample": False,
+    "_class_name": "UNet2DConditionModel",
+    "act_fn": "silu",
+    "attention_head_dim": 8,
+    "block_out_channels": [320, 640, 1280, 1280],
+    "center_input_sample": False,
     "cross_attention_dim": 768,
-    "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
-                         "DownBlock2D"],
-    "downsample_padding": 1, "flip_sin_to_cos": True, "freq_shift": 0, "in_channels": 4,
-    "layers_per_block": 2, "mid_block_scale_factor": 1, "norm_eps": 1e-05, "norm_num_groups": 32,
-    "out_channels": 4, "sample_size": 64,
+    "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
+    "downsample_padding": 1,
+    "flip_sin_to_cos": True,
+    "freq_shift": 0,
+    "in_channels": 4,
+    "layers_per_block": 2,
+    "mid_block_scale_factor": 1,
+    "norm_eps": 1e-05,
+    "norm_num_groups": 32,
+    "out_channels": 4,
+    "sample_size": 64,
     "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
 }
 
@@ -74,10 +84,10 @@ def test_deactivate_zeroes_both_cfg_halves_and_restores(pipe):
     # the probe hook was registered first, so it sees the raw output; recompute the edited one
     with torch.no_grad(), nemo.deactivate(unet, {name: [3, 7]}):
         v = unet.get_submodule(name)(emb)
-    assert torch.all(v[:, :, [3, 7]] == 0)          # both halves of the batch
+    assert torch.all(v[:, :, [3, 7]] == 0)  # both halves of the batch
     assert torch.equal(v[:, :, 0], seen[0][:, :, 0])
     assert not torch.allclose(out, ref)
-    assert torch.equal(after, ref)                  # exact restore
+    assert torch.equal(after, ref)  # exact restore
     assert count_hooks(unet) == 0
 
 
@@ -132,8 +142,12 @@ def test_activations_match_a_hooked_unet_forward(pipe):
 
 
 def test_stats_and_zscores(pipe):
-    prompts = ["a red circle on a blue background", "a white square on a black background",
-               "a green ring and a purple cross on a yellow background", "a blue triangle on a red background"]
+    prompts = [
+        "a red circle on a blue background",
+        "a white square on a black background",
+        "a green ring and a purple cross on a yellow background",
+        "a blue triangle on a red background",
+    ]
     stats = nemo.neuron_stats(pipe, prompts)
     acts = nemo.activations(pipe, [PROMPT])
     z = nemo.zscores({k: v[0] for k, v in acts.items()}, stats)
@@ -173,8 +187,12 @@ def test_ssim_equals_scikit_image(channels, size):
     a = rng.random((2, size, size, channels))
     b = np.clip(a + rng.normal(0, 0.2, a.shape), 0, 1)
     ours = nemo.ssim(torch.as_tensor(a).permute(0, 3, 1, 2), torch.as_tensor(b).permute(0, 3, 1, 2), win=11)
-    theirs = [structural_similarity(x, y, gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
-                                    data_range=1.0, channel_axis=-1) for x, y in zip(a, b)]
+    theirs = [
+        structural_similarity(
+            x, y, gaussian_weights=True, sigma=1.5, use_sample_covariance=False, data_range=1.0, channel_axis=-1
+        )
+        for x, y in zip(a, b)
+    ]
     np.testing.assert_allclose(ours.numpy(), theirs, rtol=1e-5, atol=1e-6)
     assert 0.2 < min(theirs) < 0.95
 
@@ -244,7 +262,7 @@ def test_seed_agreement_and_seed_filter(pipe):
     d = nemo.noise_differences(pipe, PROMPT, range(4), guidance_scale=0)
     agree = nemo.seed_agreement(d)
     for i in range(4):  # brute force: the best partner of each seed
-        best = max(float(nemo.ssim(d[i:i + 1], d[j:j + 1])) for j in range(4) if j != i)
+        best = max(float(nemo.ssim(d[i : i + 1], d[j : j + 1])) for j in range(4) if j != i)
         assert agree[i].item() == pytest.approx(best, abs=1e-6)
     order = agree.argsort()
     cut = float(agree[order[1]] + agree[order[2]]) / 2  # drops exactly the two least agreeing seeds
@@ -252,8 +270,14 @@ def test_seed_agreement_and_seed_filter(pipe):
     assert ch.seeds == sorted(int(i) for i in order[2:])
     torch.testing.assert_close(ch.vanilla, d[sorted(order[2:].tolist())])
     # nothing above the threshold: the prompt is skipped with no neurons and one evaluation
-    stats = nemo.neuron_stats(pipe, ["a red circle on a blue background", "a white square on a black background",
-                                     "a green ring on a yellow background"])
+    stats = nemo.neuron_stats(
+        pipe,
+        [
+            "a red circle on a blue background",
+            "a white square on a black background",
+            "a green ring on a yellow background",
+        ],
+    )
     loc = nemo.localize(pipe, PROMPT, stats, theta_mem=float(agree.max()) + 1e-3, num_seeds=4)
     assert loc.skipped and not loc.found and loc.neurons == {} and loc.evaluations == 1
     assert loc.seeds == [0, 1, 2, 3] and loc.seeds_kept == []
@@ -284,9 +308,16 @@ def test_service_neuron_parsing_and_alignment(pipe):
     from backend.nemo import service
     from backend.zoo.recipes import memorization as rec
 
-    m = service.MemoModel(preset=Preset("memorization", "zoo", "x", "diffusers.StableDiffusionPipeline"),
-                          pipe=pipe, folder=None, info={}, theta_mem=0.5, guidance_scale=4.0,
-                          num_seeds=3, num_inference_steps=4)
+    m = service.MemoModel(
+        preset=Preset("memorization", "zoo", "x", "diffusers.StableDiffusionPipeline"),
+        pipe=pipe,
+        folder=None,
+        info={},
+        theta_mem=0.5,
+        guidance_scale=4.0,
+        num_seeds=3,
+        num_inference_steps=4,
+    )
     layers = m.layers
     spec = service.parse_neurons(m, "down1.attn0:5, mid.attn0:3 L0:2 down1.attn0:5")
     assert spec == {layers[1]: [5], layers[2]: [3], layers[0]: [2]}
@@ -312,8 +343,12 @@ def test_standin_tokenizer_is_clip_format(tmp_path):
     from tests.helpers.standins.memorization import bytes_to_unicode, write_tokenizer
 
     write_tokenizer(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["merges.txt", "special_tokens_map.json",
-                                                         "tokenizer_config.json", "vocab.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "merges.txt",
+        "special_tokens_map.json",
+        "tokenizer_config.json",
+        "vocab.json",
+    ]
     vocab = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
     units = list(bytes_to_unicode().values())
     assert list(vocab)[:512] == units + [u + "</w>" for u in units]
@@ -322,6 +357,14 @@ def test_standin_tokenizer_is_clip_format(tmp_path):
     tok = CLIPTokenizer.from_pretrained(tmp_path)
     assert tok.model_max_length == 77
     assert tok.tokenize("A man riding a Horse on the beach") == [
-        "a</w>", "man</w>", "riding</w>", "a</w>", "horse</w>", "on</w>", "the</w>", "beach</w>"]
+        "a</w>",
+        "man</w>",
+        "riding</w>",
+        "a</w>",
+        "horse</w>",
+        "on</w>",
+        "the</w>",
+        "beach</w>",
+    ]
     ids = tok("a dog").input_ids
     assert ids[0] == vocab["<|startoftext|>"] and ids[-1] == vocab["<|endoftext|>"] == max(vocab.values())

@@ -2,6 +2,7 @@
 selected neurons, thresholds and sequence of conclusions as the sequential search (the pre-batching
 evaluation path, tests/helpers/nemo_sequential.py), on a tiny random model and on the zoo's
 memorized prompts."""
+
 import random
 
 import pytest
@@ -17,8 +18,12 @@ from tests.unit.test_nemo import PROMPT
 
 torch.set_num_threads(1)
 
-GENERIC = ["a red circle on a blue background", "a white square on a black background",
-           "a green ring on a yellow background", "a black cross on a white background"]
+GENERIC = [
+    "a red circle on a blue background",
+    "a white square on a black background",
+    "a green ring on a yellow background",
+    "a black cross on a white background",
+]
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +72,9 @@ def test_localize_walks_the_unet_once_per_search_and_reports_its_batches(pipe, r
     stats, theta_mem, want, old = relaxed[0.0]
     walks = []
     real = type(pipe.unet).named_modules
-    monkeypatch.setattr(type(pipe.unet), "named_modules",
-                        lambda self, *a, **k: (walks.append(1), real(self, *a, **k))[1])
+    monkeypatch.setattr(
+        type(pipe.unet), "named_modules", lambda self, *a, **k: (walks.append(1), real(self, *a, **k))[1]
+    )
     loc = nemo.localize(pipe, PROMPT, stats, theta_mem, num_seeds=3, groups=6)
     one = nemo.localize(pipe, PROMPT, stats, theta_mem, num_seeds=3, groups=1)  # one selection per forward
     assert one.neurons == loc.neurons and one.unet_batches == one.evaluations
@@ -140,10 +146,12 @@ def test_batched_search_equals_the_sequential_one_on_the_zoo():
     stats = m.stats()
     for item in m.memorized[:3]:
         p = item["prompt"]
-        want, old = sequential_localize(m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds,
-                                        guidance_scale=m.search_guidance)
-        got, new = batched_search(m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds, groups=8,
-                                  guidance_scale=m.search_guidance)
+        want, old = sequential_localize(
+            m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds, guidance_scale=m.search_guidance
+        )
+        got, new = batched_search(
+            m.pipe, p, stats, m.theta_mem, num_seeds=m.num_seeds, groups=8, guidance_scale=m.search_guidance
+        )
         assert got == want, p
         assert [s for s, _ in new.log] == [s for s, _ in old.log]
         assert new.calls == old.calls and new.batches < new.calls
@@ -169,6 +177,7 @@ def test_every_unet_forward_of_the_search_checks_the_request_limit(pipe, monkeyp
             checks.append(what)
             if len(checks) > 5:
                 raise limits.JobTooLong(f"{what}: time limit")
+
         monkeypatch.setattr(limits, "check", out_of_time)
         before = ch.batches
         with pytest.raises(limits.JobTooLong):

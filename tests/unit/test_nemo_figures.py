@@ -1,4 +1,5 @@
 """NeMo's tab rendering (components.memorization.figures): the export figure, the image grid, hover values."""
+
 import numpy as np
 
 from tests.unit.test_nemo import PROMPT
@@ -10,12 +11,25 @@ def fake_compare(n_seeds=3, neurons=("mid.attn0:1", "down0.attn0:2"), size=16, s
     on = rng.random((n_seeds, size, size, 3)).astype(np.float32)
     off = on if not neurons else rng.random((n_seeds, size, size, 3)).astype(np.float32)
     ss_on, ss_off = rng.random(n_seeds).tolist(), rng.random(n_seeds).tolist()
-    return {"prompt": PROMPT, "seeds": list(range(n_seeds)), "neurons": list(neurons),
-            "n_neurons": len(neurons), "theta_mem": 0.5, "images_on": on, "images_off": off,
-            "ssim_on": ss_on, "ssim_off": ss_off if neurons else ss_on, "diversity_on": 0.2,
-            "diversity_off": 0.6 if neurons else 0.2, "alignment_on": 1.0, "alignment_off": 0.5,
-            "score_on": 0.7, "score_off": 0.3 if neurons else 0.7,
-            "train_image": rng.random((size, size, 3)).astype(np.float32), "reference_kind": "training image"}
+    return {
+        "prompt": PROMPT,
+        "seeds": list(range(n_seeds)),
+        "neurons": list(neurons),
+        "n_neurons": len(neurons),
+        "theta_mem": 0.5,
+        "images_on": on,
+        "images_off": off,
+        "ssim_on": ss_on,
+        "ssim_off": ss_off if neurons else ss_on,
+        "diversity_on": 0.2,
+        "diversity_off": 0.6 if neurons else 0.2,
+        "alignment_on": 1.0,
+        "alignment_off": 0.5,
+        "score_on": 0.7,
+        "score_off": 0.3 if neurons else 0.7,
+        "train_image": rng.random((size, size, 3)).astype(np.float32),
+        "reference_kind": "training image",
+    }
 
 
 def test_export_draws_an_off_row_only_when_neurons_are_off():
@@ -65,9 +79,15 @@ def test_figures_give_exact_values_on_hover():
     from components.memorization import figures as tab
     from components.memorization import table
 
-    r = {"layers": ["down0.attn0", "mid.attn0"], "z": {"down0.attn0": [0.5, 4.25], "mid.attn0": [1.125]},
-         "activation": {"down0.attn0": [0.01, 0.2], "mid.attn0": [0.03]}, "score": 0.61234,
-         "theta_mem": 0.5, "memorized": True, "max_z": 4.25}
+    r = {
+        "layers": ["down0.attn0", "mid.attn0"],
+        "z": {"down0.attn0": [0.5, 4.25], "mid.attn0": [1.125]},
+        "activation": {"down0.attn0": [0.01, 0.2], "mid.attn0": [0.03]},
+        "score": 0.61234,
+        "theta_mem": 0.5,
+        "memorized": True,
+        "max_z": 4.25,
+    }
     fig = tab.z_plot(r, found=["down0.attn0:1"])
     tips = [t for tr in fig.data for t in (tr.hovertext or [])]
     assert "down0.attn0:1<br>z = 4.250<br>mean |activation| 0.2" in tips

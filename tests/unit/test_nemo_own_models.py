@@ -1,5 +1,6 @@
 """NeMo on a user's own pipelines: an SD-1.x and an SD-2.x folder (v-prediction, OpenCLIP-style text
 encoder, linear projections), picked by path and run through the Memorization tab's service."""
+
 import pytest
 import torch
 

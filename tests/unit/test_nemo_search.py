@@ -1,4 +1,5 @@
 """NeMo's neuron search on a tiny pipeline: refinement, the initial selection, localize, random_like."""
+
 import json
 
 import pytest
@@ -99,13 +100,20 @@ def test_refined_set_follows_the_official_order(pipe):
 
 def test_initial_selection_schedule(pipe):
     layers = nemo.value_layers(pipe.unet)
-    stats = nemo.neuron_stats(pipe, ["a red circle on a blue background", "a white square on a black background",
-                                     "a green ring on a yellow background"])
+    stats = nemo.neuron_stats(
+        pipe,
+        [
+            "a red circle on a blue background",
+            "a white square on a black background",
+            "a green ring on a yellow background",
+        ],
+    )
     acts = nemo.activations(pipe, [PROMPT])
     top = int(acts[layers[1]][0].argsort(descending=True)[2])  # third-highest in layer 1
     hist = []
-    spec, theta, k, found, thr = nemo.initial_selection(pipe, PROMPT, stats, FakeChecker([(layers[1], top)]),
-                                                        history=hist)
+    spec, theta, k, found, thr = nemo.initial_selection(
+        pipe, PROMPT, stats, FakeChecker([(layers[1], top)]), history=hist
+    )
     assert found and thr == 0.5
     assert top in spec[layers[1]]
     assert [h["theta"] for h in hist][:3] == [5.0, 4.75, 4.5]
@@ -118,8 +126,14 @@ def test_search_stops_at_theta_one_and_refines_against_the_last_ssim(pipe):
     last selection tried (θ = 1.25, k = 15) and the refinement runs anyway, against that selection's
     SSIM, so a prompt the threshold is never reached for still gets its neurons."""
     layers = nemo.value_layers(pipe.unet)
-    stats = nemo.neuron_stats(pipe, ["a red circle on a blue background", "a white square on a black background",
-                                     "a green ring on a yellow background"])
+    stats = nemo.neuron_stats(
+        pipe,
+        [
+            "a red circle on a blue background",
+            "a white square on a black background",
+            "a green ring on a yellow background",
+        ],
+    )
     acts = nemo.activations(pipe, [PROMPT])
     top = int(acts[layers[2]][0].argsort(descending=True)[5])  # in the selection from k = 6 on
     # the needed neuron lowers the SSIM, but never to θ_mem
@@ -137,8 +151,15 @@ def test_search_stops_at_theta_one_and_refines_against_the_last_ssim(pipe):
 def test_localize_end_to_end_on_random_model(pipe):
     """A random model's noise differences barely move when neurons are off: the search runs to
     θ = 1 and the relaxed refinement still returns the neurons that lower the SSIM most."""
-    stats = nemo.neuron_stats(pipe, ["a red circle on a blue background", "a white square on a black background",
-                                     "a green ring on a yellow background", "a black cross on a white background"])
+    stats = nemo.neuron_stats(
+        pipe,
+        [
+            "a red circle on a blue background",
+            "a white square on a black background",
+            "a green ring on a yellow background",
+            "a black cross on a white background",
+        ],
+    )
     van = nemo.noise_differences(pipe, PROMPT, range(3), guidance_scale=0)
     theta_mem = float(nemo.seed_agreement(van).min()) - 1e-3  # every seed kept
     loc = nemo.localize(pipe, PROMPT, stats, theta_mem=theta_mem, num_seeds=3)

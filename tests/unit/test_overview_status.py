@@ -1,5 +1,6 @@
 """The Overview's model table (components.overview.layout.system_status, the `status` endpoint): a
 registered checkpoint a tab has loaded shows as loaded, and only once."""
+
 import app
 from backend.core import presets, store, weights
 from components.overview.layout import runtime_summary, system_status
@@ -14,8 +15,15 @@ def test_a_loaded_preset_shows_as_loaded_in_its_own_row():
     try:
         status = system_status("zoo")
         rows = [m for m in status["models"] if m["id"] == preset.path_or_id]
-        assert rows == [{"tab": "relevance", "source": "zoo", "id": preset.path_or_id,
-                         "class": preset.model_class.rsplit(".", 1)[-1], "state": "loaded"}]
+        assert rows == [
+            {
+                "tab": "relevance",
+                "source": "zoo",
+                "id": preset.path_or_id,
+                "class": preset.model_class.rsplit(".", 1)[-1],
+                "state": "loaded",
+            }
+        ]
         # other tests in this process may have loaded their own models: those are "(picked)" rows,
         # but the preset must not be one of them
         picked = [m for m in status["models"] if m["tab"] == "(picked)"]

@@ -1,6 +1,7 @@
 """With the visitor's own model picked, nothing on the tab is left over from the zoo: Memorization's
 prompt box takes the new pipeline's example instead of keeping the zoo's caption, Relevance names
 the picked model instead of "Default text model: zoo …", and the long-range run explains the pick."""
+
 from __future__ import annotations
 
 import gradio as gr
@@ -13,8 +14,9 @@ def own(tmp_path_factory):
     from tests.helpers.standins import memorization as SM
     from tests.helpers.standins import relevance as SR
 
-    root = build_local(tmp_path_factory.mktemp("own"), {"own-sd15": SM.LOCAL["own-sd15"],
-                                                       "own-mamba": SR.LOCAL["own-mamba"]})
+    root = build_local(
+        tmp_path_factory.mktemp("own"), {"own-sd15": SM.LOCAL["own-sd15"], "own-mamba": SR.LOCAL["own-mamba"]}
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WORKBENCH_MODEL_ROOTS", str(root))
         yield root

@@ -1,6 +1,7 @@
 """What a page claims holds for what it shows: a stopped race says where it stopped and compares
 only the steps every run completed; convert calls outputs the same only within the dtype's bound; the
 Memorization type (VM/TM) is shown only beside "memorized"."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -43,10 +44,20 @@ def _conversion(rel, change_rel, dtype="bfloat16"):
     from backend.pissa.conversion import conversion_tolerance
 
     scale = 8.16
-    return {"layers": ["model.layers.0.self_attn.v_proj"], "steps": 20, "rank": 8, "converted_rank": 16,
-            "n_inputs": 32, "max_abs_diff": rel * scale, "rel_diff": rel, "output_scale": scale,
-            "dtype": dtype, "tolerance": conversion_tolerance(getattr(torch, dtype)),
-            "roundoff_at_init": 0.02, "change_from_base": change_rel * scale}
+    return {
+        "layers": ["model.layers.0.self_attn.v_proj"],
+        "steps": 20,
+        "rank": 8,
+        "converted_rank": 16,
+        "n_inputs": 32,
+        "max_abs_diff": rel * scale,
+        "rel_diff": rel,
+        "output_scale": scale,
+        "dtype": dtype,
+        "tolerance": conversion_tolerance(getattr(torch, dtype)),
+        "roundoff_at_init": 0.02,
+        "change_from_base": change_rel * scale,
+    }
 
 
 def test_convert_says_the_same_outputs_only_within_the_dtypes_bound():
@@ -59,13 +70,19 @@ def test_convert_says_the_same_outputs_only_within_the_dtypes_bound():
     # as far off as the fine-tuning moved them: a wrong conversion
     assert "**NOT the same outputs!**" in conversion_md(_conversion(4.4e-2, 5e-2))
     # two epsilons of bfloat16 (a 32-layer model's round-off is about 2.5): the same
-    assert "**the same outputs**" in conversion_md(_conversion(2 * 2 ** -7, 0.5))
+    assert "**the same outputs**" in conversion_md(_conversion(2 * 2**-7, 0.5))
     assert "**the same outputs**" not in conversion_md(_conversion(5e-3, 0.5, "float16"))
 
 
 def _check_result(memorized, listed_type):
-    return {"score": 0.3, "theta_mem": 0.43, "memorized": memorized, "listed_type": listed_type,
-            "max_z": 2.0, "detection": None}
+    return {
+        "score": 0.3,
+        "theta_mem": 0.43,
+        "memorized": memorized,
+        "listed_type": listed_type,
+        "max_z": 2.0,
+        "detection": None,
+    }
 
 
 def test_the_memorization_type_is_a_dash_beside_not_memorized():

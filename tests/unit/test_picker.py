@@ -1,4 +1,5 @@
 """The model picker's resolution: a listed preset, or the user's own model checked before loading."""
+
 import json
 
 import pytest
@@ -54,13 +55,15 @@ def test_the_pick_line_says_when_a_model_is_larger_than_the_budget(llama, monkey
     monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "none")
     assert "budget" not in picker.check_line(str(llama), [ZOO], "adapters")
     monkeypatch.setenv("WORKBENCH_MODEL_BUDGET", "1000")
-    assert "larger than the model budget (1.00 KB): it stays loaded alone" in \
-        picker.check_line(str(llama), [ZOO], "adapters")
+    assert "larger than the model budget (1.00 KB): it stays loaded alone" in picker.check_line(
+        str(llama), [ZOO], "adapters"
+    )
 
 
-@pytest.mark.parametrize("method, words", [("relevance", "MambaLRP needs a Mamba model"),
-                                           ("features", "LLaVA-family"),
-                                           ("memorization", "Stable Diffusion")])
+@pytest.mark.parametrize(
+    "method, words",
+    [("relevance", "MambaLRP needs a Mamba model"), ("features", "LLaVA-family"), ("memorization", "Stable Diffusion")],
+)
 def test_architecture_that_does_not_fit_is_refused_with_the_reason(llama, method, words):
     with pytest.raises(ModelCheckError, match=words):
         picker.resolve(str(llama), [ZOO], method)
@@ -84,8 +87,9 @@ def test_missing_outside_pickle_only_and_too_large_each_say_why(root, llama, tmp
 def test_remote_code_and_malformed_keys_are_refused(root):
     folder = root / "remote"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                                                    "auto_map": {"AutoModel": "x.Model"}}))
+    (folder / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "auto_map": {"AutoModel": "x.Model"}})
+    )
     save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
     assert "remote code" in picker.check_line(str(folder), [ZOO], "adapters")
     for bad in ("not a hub id!", "a/b/../../etc", "x" * 5000, "nul\x00byte"):

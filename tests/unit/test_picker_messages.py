@@ -3,6 +3,7 @@ their headers, a size cap written with the digits it needs, a diffusers model fo
 pipeline, the Space policy's hint matching what loads, hub checkpoints that are not downloaded while
 offline, and a user's SAE checked against the model's width and its index found by any spelling of
 its hookpoint."""
+
 import json
 
 import pytest
@@ -62,12 +63,23 @@ def test_a_small_size_cap_is_written_with_its_digits(root, monkeypatch):
 def test_a_diffusers_model_folder_is_not_taken_for_a_pipeline(root):
     unet = root / "unet"
     unet.mkdir()
-    (unet / "config.json").write_text(json.dumps({
-        "_class_name": "UNet2DConditionModel", "_diffusers_version": "0.42.1", "block_out_channels": [32, 64],
-        "cross_attention_dim": 32, "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"]}))
+    (unet / "config.json").write_text(
+        json.dumps(
+            {
+                "_class_name": "UNet2DConditionModel",
+                "_diffusers_version": "0.42.1",
+                "block_out_channels": [32, 64],
+                "cross_attention_dim": 32,
+                "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
+            }
+        )
+    )
     save_file({"w": torch.zeros(4)}, str(unet / "diffusion_pytorch_model.safetensors"))
-    with pytest.raises(ModelCheckError, match="UNet2DConditionModel is one diffusers model, not a pipeline: "
-                                              "pick the Stable Diffusion pipeline's folder") as e:
+    with pytest.raises(
+        ModelCheckError,
+        match="UNet2DConditionModel is one diffusers model, not a pipeline: "
+        "pick the Stable Diffusion pipeline's folder",
+    ) as e:
         mc.check_model(str(unet), "memorization")
     assert "remote code" not in str(e.value)
     with pytest.raises(ModelCheckError, match="UNet2DConditionModel is a diffusers model: the math neurons tab"):
@@ -98,10 +110,13 @@ def test_a_listed_checkpoint_not_downloaded_is_marked_and_refused_at_once_offlin
     monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
     zoo = P.Preset("adapters", "zoo", "pissa-mlp", "transformers.LlamaForCausalLM", label="zoo · tiny")
     hub = P.Preset("adapters", "hub", "meta-llama/Llama-2-7b-hf", "transformers.LlamaForCausalLM", label="hub · 7B")
-    assert picker.choices([zoo, hub]) == [("zoo · tiny", "pissa-mlp"),
-                                          (f"hub · 7B ({picker.NOT_CACHED})", "meta-llama/Llama-2-7b-hf")]
-    with pytest.raises(ModelCheckError, match="cannot load hub · 7B: the hub is not reachable and it is not in "
-                                              "the local cache"):
+    assert picker.choices([zoo, hub]) == [
+        ("zoo · tiny", "pissa-mlp"),
+        (f"hub · 7B ({picker.NOT_CACHED})", "meta-llama/Llama-2-7b-hf"),
+    ]
+    with pytest.raises(
+        ModelCheckError, match="cannot load hub · 7B: the hub is not reachable and it is not in the local cache"
+    ):
         with picker.loading(picker.resolve(hub.path_or_id, [zoo, hub], "adapters").preset):
             raise AssertionError("the load is not tried")
     assert picker.check_line(hub.path_or_id, [zoo, hub], "adapters").startswith("✗ cannot load hub · 7B")
@@ -118,6 +133,7 @@ def test_every_tab_names_its_picker_model_the_same():
         box, _ = MP.model_picker([], "memorization", elem_id="x", takes="Stable Diffusion pipeline")
     assert box.label == "Model" and box.info.startswith("Or type your own Stable Diffusion pipeline: ")
     import inspect
+
     assert "label" not in inspect.signature(MP.model_picker).parameters  # no tab can name it otherwise
 
 
@@ -126,16 +142,27 @@ def own_llava(tmp_path_factory):
     from tests.helpers.standins import build_local
     from tests.helpers.standins import features as SF
 
-    root = build_local(tmp_path_factory.mktemp("own-llava"), {k: SF.LOCAL[k] for k in ("own-llava15", "own-llava15-saelens")})
+    root = build_local(
+        tmp_path_factory.mktemp("own-llava"), {k: SF.LOCAL[k] for k in ("own-llava15", "own-llava15-saelens")}
+    )
     wide = root / "wide-sae" / "model.layers.2"  # an SAE of a 64-wide model
     wide.mkdir(parents=True)
-    save_file({"encoder.weight": torch.zeros(128, 64), "encoder.bias": torch.zeros(128), "W_dec": torch.zeros(128, 64),
-               "b_dec": torch.zeros(64)}, str(wide / "sae.safetensors"))
+    save_file(
+        {
+            "encoder.weight": torch.zeros(128, 64),
+            "encoder.bias": torch.zeros(128),
+            "W_dec": torch.zeros(128, 64),
+            "b_dec": torch.zeros(64),
+        },
+        str(wide / "sae.safetensors"),
+    )
     (wide / "cfg.json").write_text(json.dumps({"num_latents": 128, "k": 4, "d_in": 64}))
     return root
 
 
-def test_an_sae_of_another_width_is_refused_at_load_and_the_index_key_is_the_hookpoint(own_llava, monkeypatch, tmp_path):
+def test_an_sae_of_another_width_is_refused_at_load_and_the_index_key_is_the_hookpoint(
+    own_llava, monkeypatch, tmp_path
+):
     from backend.sae import loading
     from backend.sae.index import INDEX_ENV
 
@@ -143,8 +170,9 @@ def test_an_sae_of_another_width_is_refused_at_load_and_the_index_key_is_the_hoo
     monkeypatch.delenv(INDEX_ENV, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     vlm = str(own_llava / "own-llava15")
-    with pytest.raises(ValueError, match="the SAE reads 64-wide activations but .*own-llava15's language model "
-                                         "is 32 wide"):
+    with pytest.raises(
+        ValueError, match="the SAE reads 64-wide activations but .*own-llava15's language model is 32 wide"
+    ):
         loading.own_organism(vlm, str(own_llava / "wide-sae"), "layers.2")
     sae = str(own_llava / "own-llava15-saelens")
     a = loading.own_organism(vlm, sae, "blocks.2.hook_resid_post")

@@ -1,10 +1,20 @@
 """Model-level adapters through peft on a tiny random Llama: init equivalence, quantized variants,
 PiSSA→LoRA conversion, the shared model left untouched."""
+
 import pytest
 import torch
 
-from backend.pissa import (LMTask, RaceConfig, adapt, convert_pissa_to_lora, default_targets,
-                           linear_layers, loftq_cpu, race, reconstruction_error)
+from backend.pissa import (
+    LMTask,
+    RaceConfig,
+    adapt,
+    convert_pissa_to_lora,
+    default_targets,
+    linear_layers,
+    loftq_cpu,
+    race,
+    reconstruction_error,
+)
 from backend.pissa.nf4 import LEVELS
 from backend.pissa.race import make_run, train_step
 from tests.helpers.tiny import tiny_llama
@@ -30,8 +40,7 @@ def _snapshot(model):
 def test_linear_layers_and_targets(llama):
     names = linear_layers(llama)
     assert "lm_head" not in names and len(names) == 2 * 7
-    assert default_targets(llama) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                      "up_proj", "down_proj"]
+    assert default_targets(llama) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @pytest.mark.parametrize("method,kw", [("lora", {}), ("pissa", {}), ("pissa", {"niter": 4})])
@@ -67,7 +76,11 @@ def test_quantized_variants_put_base_weights_on_the_nf4_grid(llama):
         pm = adapt(llama, method, rank=4, iters=2)
         worst = 0.0
         for name, layer in pm.named_modules():
-            if hasattr(layer, "lora_A") and hasattr(layer, "get_base_layer") and "default" in getattr(layer, "lora_A", {}):
+            if (
+                hasattr(layer, "lora_A")
+                and hasattr(layer, "get_base_layer")
+                and "default" in getattr(layer, "lora_A", {})
+            ):
                 w = layer.get_base_layer().weight.detach()
                 assert _on_nf4_grid(w), f"{method}: {name} base weight is not NF4"
         with torch.no_grad():
@@ -118,8 +131,7 @@ def test_pissa_to_lora_conversion_gives_the_same_outputs(llama, ids):
 def test_lm_race_streams_events_and_stops(llama):
     seqs = torch.randint(0, 64, (32, 10), generator=torch.Generator().manual_seed(2))
     task = LMTask(llama, seqs)
-    events = list(race(task, RaceConfig(methods=("lora", "pissa", "full"), seeds=(0, 1), steps=3,
-                                        rank=4, batch=4)))
+    events = list(race(task, RaceConfig(methods=("lora", "pissa", "full"), seeds=(0, 1), steps=3, rank=4, batch=4)))
     setup = [e for e in events if "setup" in e]
     assert [e["setup"] for e in setup] == list(range(1, 7)) and setup[0]["of"] == 6
     steps = [e for e in events if "step" in e]
@@ -143,8 +155,13 @@ def test_lm_race_streams_events_and_stops(llama):
 
 def test_race_config_validation(llama):
     task = LMTask(llama, torch.zeros(4, 5, dtype=torch.long))
-    for cfg in (RaceConfig(methods=("adam",)), RaceConfig(methods=()), RaceConfig(seeds=()),
-                RaceConfig(steps=0), RaceConfig(lr=5.0)):
+    for cfg in (
+        RaceConfig(methods=("adam",)),
+        RaceConfig(methods=()),
+        RaceConfig(seeds=()),
+        RaceConfig(steps=0),
+        RaceConfig(lr=5.0),
+    ):
         with pytest.raises(ValueError):
             next(race(task, cfg))
 

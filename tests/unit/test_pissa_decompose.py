@@ -1,9 +1,18 @@
 """Single-matrix PiSSA facts: peft's PiSSA split, CPU LoftQ / QPiSSA, error-reduction ratios."""
+
 import pytest
 import torch
 
-from backend.pissa import (error_reduction_ratio, loftq_cpu, low_rank, nf4_roundtrip, pissa_split,
-                           planted_spike, qpissa_cpu, singular_spectrum)
+from backend.pissa import (
+    error_reduction_ratio,
+    loftq_cpu,
+    low_rank,
+    nf4_roundtrip,
+    pissa_split,
+    planted_spike,
+    qpissa_cpu,
+    singular_spectrum,
+)
 
 torch.set_num_threads(1)
 
@@ -26,7 +35,7 @@ def test_pissa_adapter_is_the_principal_part(spike):
     sv = singular_spectrum(spike)
     # the adapter carries the top-8 singular values, the residual the rest
     assert torch.allclose(singular_spectrum(s.principal())[:8], sv[:8], rtol=1e-4)
-    assert torch.allclose(singular_spectrum(s.residual)[:len(sv) - 8], sv[8:], rtol=1e-3, atol=1e-6)
+    assert torch.allclose(singular_spectrum(s.residual)[: len(sv) - 8], sv[8:], rtol=1e-3, atol=1e-6)
     a, b = low_rank(spike, 8)
     assert torch.allclose(b @ a, s.principal(), atol=1e-5)
     # the residual is narrower than W: that is why it quantizes better
@@ -74,8 +83,9 @@ def test_ratio_is_the_nuclear_norm_formula(spike):
     assert error_reduction_ratio(spike, 4, "qpissa", 1) == pytest.approx(float(1 - num / den), rel=1e-6)
 
 
-@pytest.mark.parametrize("kwargs", [dict(rank=0, method="qpissa"), dict(rank=500, method="loftq"),
-                                    dict(rank=4, method="gptq")])
+@pytest.mark.parametrize(
+    "kwargs", [dict(rank=0, method="qpissa"), dict(rank=500, method="loftq"), dict(rank=4, method="gptq")]
+)
 def test_bad_arguments(spike, kwargs):
     with pytest.raises(ValueError):
         error_reduction_ratio(spike, **kwargs)

@@ -1,6 +1,7 @@
 """The Adapters tab in hub mode on stand-ins of meta-llama/Llama-2-7b-hf (float16) and
 mistralai/Mistral-7B-v0.1 (bfloat16) in an offline HF cache: the layer analysis, the error table,
 the PiSSA → LoRA conversion and a short race, through the tab's own handlers, exports included."""
+
 from __future__ import annotations
 
 import json
@@ -61,14 +62,17 @@ def test_standins_are_the_real_classes_dtypes_and_tokenizers(hub, tmp_path):
         pieces = tok.convert_ids_to_tokens(ids)
         assert ids[0] == 1 and "▁sold" in pieces and "▁friends" in pieces
         assert any(p.startswith("<0x") for p in pieces)  # unseen characters fall back to bytes
-        assert tok.decode(ids, skip_special_tokens=True) == "Natalia sold clips to 48 of her friends in April, Ünïcode ☃"
+        assert (
+            tok.decode(ids, skip_special_tokens=True) == "Natalia sold clips to 48 of her friends in April, Ünïcode ☃"
+        )
         cfg = json.loads((repo_folder(hub, key) / "snapshots" / REVISION / "tokenizer_config.json").read_text())
         assert cfg["tokenizer_class"] == "LlamaTokenizer" and cfg["add_bos_token"] and not cfg["add_eos_token"]
     # building is deterministic, the tokenizer retrained too
     standin.sentencepiece_bpe_json.cache_clear()
     again = build_cache(tmp_path / "again", {LLAMA: standin.REPOS[LLAMA]})
-    assert digest(repo_folder(again, LLAMA) / "snapshots" / REVISION) == \
-        digest(repo_folder(hub, LLAMA) / "snapshots" / REVISION)
+    assert digest(repo_folder(again, LLAMA) / "snapshots" / REVISION) == digest(
+        repo_folder(hub, LLAMA) / "snapshots" / REVISION
+    )
 
 
 def test_hub_presets_come_first_in_hub_mode(hub):
@@ -86,8 +90,9 @@ def _one_component(files, model_part: str) -> list[Path]:
     return paths
 
 
-@pytest.mark.parametrize("key,layer", [(LLAMA, "model.layers.1.mlp.down_proj"),
-                                       (MISTRAL, "model.layers.0.self_attn.k_proj")])
+@pytest.mark.parametrize(
+    "key,layer", [(LLAMA, "model.layers.1.mlp.down_proj"), (MISTRAL, "model.layers.0.self_attn.k_proj")]
+)
 def test_analyse_exports_under_safe_names(ui, key, layer):
     _spec, _hist, md, files, _shown = ui.analyse(key, layer, 8, "pissa", progress=no_progress)
     paths = _one_component(files, key.replace("/", "--"))
@@ -137,8 +142,9 @@ def test_race_runs_every_method_on_a_half_precision_checkpoint(ui):
     outs = list(ui.run_race(LLAMA, ["lora", "pissa", "full"], 1, 10, 8, 0))
     status, summary, files = outs[-1][1], outs[-1][2], outs[-1][3]  # the end is one update
     assert "30/30 steps" in status and "**finished**" in status
-    data = json.loads(next(p for p in _one_component(files, "meta-llama--Llama-2-7b-hf")
-                           if p.suffix == ".json").read_text())
+    data = json.loads(
+        next(p for p in _one_component(files, "meta-llama--Llama-2-7b-hf") if p.suffix == ".json").read_text()
+    )
     curves = {c["method"]: c["loss"] for c in data["curves"]}
     assert set(curves) == {"lora", "pissa", "full"}
     assert all(math.isfinite(v) for ls in curves.values() for v in ls)

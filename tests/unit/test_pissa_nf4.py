@@ -1,12 +1,12 @@
 """The project's NF4 quantizer: levels against the published table, block absmax, nearest level,
 packing, edge cases."""
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend.pissa.nf4 import (LEVELS, NF4_PUBLISHED, nf4_dequantize, nf4_levels, nf4_quantize,
-                               nf4_roundtrip)
+from backend.pissa.nf4 import LEVELS, NF4_PUBLISHED, nf4_dequantize, nf4_levels, nf4_quantize, nf4_roundtrip
 
 torch.set_num_threads(1)
 
@@ -26,13 +26,13 @@ def _brute_force(w: torch.Tensor, block: int = 64) -> torch.Tensor:
     flat = w.reshape(-1).float()
     out = torch.empty_like(flat)
     for s in range(0, flat.numel(), block):
-        chunk = flat[s:s + block]
+        chunk = flat[s : s + block]
         m = chunk.abs().max()
         if m == 0:
-            out[s:s + block] = 0
+            out[s : s + block] = 0
             continue
         idx = (chunk[:, None] / m - LEVELS[None, :]).abs().argmin(dim=1)
-        out[s:s + block] = LEVELS[idx] * m
+        out[s : s + block] = LEVELS[idx] * m
     return out.view(w.shape)
 
 
@@ -82,8 +82,9 @@ def test_dtype_and_shape_preserved_and_block_size_option():
     assert not torch.allclose(nf4_roundtrip(w.float(), 16), nf4_roundtrip(w.float(), 64))
 
 
-@pytest.mark.parametrize("bad", [torch.tensor([]), torch.tensor([1.0, float("nan")]),
-                                 torch.tensor([float("inf")]), torch.arange(4)])
+@pytest.mark.parametrize(
+    "bad", [torch.tensor([]), torch.tensor([1.0, float("nan")]), torch.tensor([float("inf")]), torch.arange(4)]
+)
 def test_bad_inputs_are_refused(bad):
     with pytest.raises((ValueError, TypeError)):
         nf4_quantize(bad)

@@ -1,5 +1,6 @@
 """The Adapters tab's presets: zoo default, Llama/Mistral-class hub checkpoints through the same
 from_pretrained loader (exercised on tiny models saved to tmp_path), service-level input checks."""
+
 import pytest
 import torch
 
@@ -26,13 +27,22 @@ def _tiny_mistral():
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
-    cfg = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = MistralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return MistralForCausalLM(cfg).eval()
 
 
-@pytest.mark.parametrize("make,cls", [(lambda: tiny_llama(seed=1), "transformers.LlamaForCausalLM"),
-                                      (_tiny_mistral, "transformers.MistralForCausalLM")])
+@pytest.mark.parametrize(
+    "make,cls",
+    [(lambda: tiny_llama(seed=1), "transformers.LlamaForCausalLM"), (_tiny_mistral, "transformers.MistralForCausalLM")],
+)
 def test_hub_class_loads_through_the_preset_loader(tmp_path, make, cls):
     model = make()
     folder = tmp_path / "checkpoint"

@@ -1,6 +1,7 @@
 """The race as the Adapters tab streams it: steps coalesced into at most four updates a second (the
 figure at most one a second), and Stop ending the race within a second of the request, with an
 answer that says what happened. Driven through the tab's own handlers on the digits toy."""
+
 from __future__ import annotations
 
 import re
@@ -150,8 +151,9 @@ def test_stop_without_a_race_says_so():
 @pytest.mark.timeout(120)
 def test_service_stop_waits_for_the_race_to_end():
     session = uuid.uuid4().hex
-    stream = service.race_stream(MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=5000),
-                                 session, heartbeat_s=0.1)
+    stream = service.race_stream(
+        MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=5000), session, heartbeat_s=0.1
+    )
     try:
         for ev in stream:
             if "step" in ev and ev["step"] >= 5:
@@ -182,8 +184,9 @@ def test_stop_does_not_wait_for_a_consumer_busy_drawing():
     """The training waits for a slow consumer (below), but not once Stop is asked: a page busy
     drawing its last update must not hold the race past the second Stop promises."""
     session = uuid.uuid4().hex
-    stream = service.race_stream(MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=5000),
-                                 session, heartbeat_s=0.1)
+    stream = service.race_stream(
+        MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=5000), session, heartbeat_s=0.1
+    )
     try:
         for ev in stream:
             if "step" in ev:
@@ -219,8 +222,9 @@ def test_training_waits_for_a_slow_consumer(monkeypatch):
 
     monkeypatch.setattr(service, "race", counted)
     session = uuid.uuid4().hex
-    stream = service.race_stream(MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=3000),
-                                 session, heartbeat_s=0.1)
+    stream = service.race_stream(
+        MODEL, service.RaceConfig(methods=("lora",), seeds=(0,), steps=3000), session, heartbeat_s=0.1
+    )
     consumed, ahead = 0, []
     try:
         for ev in stream:
@@ -283,8 +287,7 @@ def test_the_pages_stop_ends_its_race_within_a_second():
 
     def consume():
         try:
-            outs.extend(race_live.relayed(ui.race_in_page)(MODEL, ["lora", "pissa"], 3, 500, 8, 0, page,
-                                                           request=req))
+            outs.extend(race_live.relayed(ui.race_in_page)(MODEL, ["lora", "pissa"], 3, 500, 8, 0, page, request=req))
         except Exception as e:  # handed to the test
             errors.append(e)
 
@@ -299,14 +302,18 @@ def test_the_pages_stop_ends_its_race_within_a_second():
     took = re.fullmatch(r"Race stopped, ([\d.]+) s after the request\.", answer)
     assert took and float(took.group(1)) <= 1.0 and time.perf_counter() - t0 <= ui.STOP_WAIT_S + 0.5, answer
     got = race_live.progress(f"{page} ")
-    assert got["state"] == "done" and re.search(r"Race stopped at step \d+ of \d+[.:]", got["status"]), got.get("status")
+    assert got["state"] == "done" and re.search(r"Race stopped at step \d+ of \d+[.:]", got["status"]), got.get(
+        "status"
+    )
     worker.join(timeout=60)
     assert not worker.is_alive() and not errors, errors
     summary, files = outs[-1]
     # stopped mid-race: the comparison uses the steps every run completed, of the 500 planned
     assert summary["steps_planned"] == 500 and summary["steps_run"] < 500, summary
-    assert {m: set(seeds) for m, seeds in summary["loss_at_steps_run"].items()} == {"lora": {"0", "1", "2"},
-                                                                                     "pissa": {"0", "1", "2"}}
+    assert {m: set(seeds) for m, seeds in summary["loss_at_steps_run"].items()} == {
+        "lora": {"0", "1", "2"},
+        "pissa": {"0", "1", "2"},
+    }
     assert any(str(f).endswith(".json") for f in files)
     got = race_live.progress(f"{page} ")
     assert "/3000 steps" in got["status"] and "3000/3000" not in got["status"]

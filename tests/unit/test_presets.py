@@ -9,17 +9,41 @@ from backend.core.presets import Preset, PresetError, load_pretrained
 from tests.helpers.tiny import tiny_llama
 
 
-@pytest.mark.parametrize("repo_id", [
-    "state-spaces/mamba-130m-hf", "CompVis/stable-diffusion-v1-4", "meta-llama/Llama-3.2-1B-Instruct",
-    "lmms-lab/llama3-llava-next-8b-hf-sae-131k", "a/b", "user_1/model.v2"])
+@pytest.mark.parametrize(
+    "repo_id",
+    [
+        "state-spaces/mamba-130m-hf",
+        "CompVis/stable-diffusion-v1-4",
+        "meta-llama/Llama-3.2-1B-Instruct",
+        "lmms-lab/llama3-llava-next-8b-hf-sae-131k",
+        "a/b",
+        "user_1/model.v2",
+    ],
+)
 def test_valid_hub_ids(repo_id):
     assert presets.validate_hub_id(repo_id) == repo_id
 
 
-@pytest.mark.parametrize("repo_id", [
-    "", "gpt2", "a/b/c", "../etc/passwd", "owner/..", "owner/.hidden", "-owner/x", "owner/x y",
-    "owner/x;rm -rf", "https://huggingface.co/a/b", "owner/" + "x" * 200, "owner\\name", "a/b\n",
-    None, 42])
+@pytest.mark.parametrize(
+    "repo_id",
+    [
+        "",
+        "gpt2",
+        "a/b/c",
+        "../etc/passwd",
+        "owner/..",
+        "owner/.hidden",
+        "-owner/x",
+        "owner/x y",
+        "owner/x;rm -rf",
+        "https://huggingface.co/a/b",
+        "owner/" + "x" * 200,
+        "owner\\name",
+        "a/b\n",
+        None,
+        42,
+    ],
+)
 def test_invalid_hub_ids_are_refused(repo_id):
     with pytest.raises(PresetError):
         presets.validate_hub_id(repo_id)
@@ -63,8 +87,9 @@ def test_load_pretrained_roundtrip_safetensors_only(tmp_path):
 def test_pickle_checkpoints_and_remote_code_are_refused(tmp_path):
     model = tiny_llama()
     folder = tmp_path / "pickled"
-    model.save_pretrained(folder, safe_serialization=False) if "safe_serialization" in \
-        model.save_pretrained.__code__.co_varnames else model.save_pretrained(folder)
+    model.save_pretrained(
+        folder, safe_serialization=False
+    ) if "safe_serialization" in model.save_pretrained.__code__.co_varnames else model.save_pretrained(folder)
     for f in folder.glob("*.safetensors"):
         torch.save({k: v for k, v in model.state_dict().items()}, folder / "pytorch_model.bin")
         f.unlink()

@@ -2,6 +2,7 @@
 MambaForCausalLM, conv bias on, GPT-NeoX byte-level BPE) in an offline HF cache: readable tokens,
 word targets, both checkpoints, conservation with the conv bias, held-out sentences from a user file,
 at the service level and through the tab's own handlers."""
+
 from __future__ import annotations
 
 import json
@@ -162,9 +163,11 @@ def test_conservation_is_reported_honestly_with_the_conv_bias_on(svc, m130):
     assert not svc.conv_bias(model)
 
 
-LABELLED = ("sentence\tlabel\nit was a good movie .\t1\nit was a bad movie , and dull .\t0\n"
-            "the cast was good and the music was good\t1\nworse than bad , the plot was long\t0\n"
-            "a good day\t1\n")
+LABELLED = (
+    "sentence\tlabel\nit was a good movie .\t1\nit was a bad movie , and dull .\t0\n"
+    "the cast was good and the music was good\t1\nworse than bad , the plot was long\t0\n"
+    "a good day\t1\n"
+)
 PLAIN = "John has 5 apples and gives 2 away.\nThe train was late again.\n\nShe bought a new book.\n"
 
 
@@ -204,13 +207,19 @@ def test_sentence_files_parse_and_refuse_clearly():
     from backend.lrp import sentences as S
 
     jl = '{"text": "a fine day", "label": 1}\n{"sentence": "a bad day", "label": "0"}\n'
-    assert S.parse_sentences(jl, "x.jsonl") == [{"text": "a fine day", "label": "1"},
-                                                {"text": "a bad day", "label": "0"}]
-    assert S.parse_sentences("text,label\n\"one, two\",pos\n", "x.csv") == [{"text": "one, two", "label": "pos"}]
+    assert S.parse_sentences(jl, "x.jsonl") == [
+        {"text": "a fine day", "label": "1"},
+        {"text": "a bad day", "label": "0"},
+    ]
+    assert S.parse_sentences('text,label\n"one, two",pos\n', "x.csv") == [{"text": "one, two", "label": "pos"}]
     assert S.parse_label_words("", ["pos", "neg"]) == {"pos": "pos", "neg": "neg"}
     assert S.parse_label_words("", ["0", "1"]) == {"0": "negative", "1": "positive"}
-    for raw, name, msg in (("\n  \n", "x.txt", "no sentences"), ("{bad", "x.jsonl", "not valid JSON"),
-                           ('{"x": 1}', "x.jsonl", "no text field"), (b"\xff\xfe\x00", "x.txt", "UTF-8")):
+    for raw, name, msg in (
+        ("\n  \n", "x.txt", "no sentences"),
+        ("{bad", "x.jsonl", "not valid JSON"),
+        ('{"x": 1}', "x.jsonl", "no text field"),
+        (b"\xff\xfe\x00", "x.txt", "UTF-8"),
+    ):
         with pytest.raises(S.DataError, match=msg):
             S.parse_sentences(raw, name)
     with pytest.raises(S.DataError, match="label=word"):
@@ -250,14 +259,16 @@ def test_tab_handlers_in_hub_mode(hub, tmp_path):
     assert comps["rel-held-data"].value == "captions" and not comps["rel-held-file"].parent.visible
     assert "Not a paper checkpoint" in comps["rel-image-hub-note"].value
     assert "selected hub checkpoint" in comps["texts"] and "faint · marks" in comps["texts"]
-    heat, plot, cons, jfile, pfile, res = fns["explain_text"](TEXT, ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"],
-                                                              "brilliant", True, M14)
+    heat, plot, cons, jfile, pfile, res = fns["explain_text"](
+        TEXT, ["mambalrp", "gi"], ["norm", "silu", "ssm", "gate"], "brilliant", True, M14
+    )
     assert res["model"].endswith(f"{M14}@main") and "·</span>was" in heat and "Ġ" not in heat
     assert "tokens for this model" in cons and "biases absorb" in cons
     path = tmp_path / "dev.tsv"
     path.write_text(LABELLED)
-    table, curves, scatter, note, res = fns["heldout_eval"](["mambalrp", "gi"], 20, "file", str(path), "label",
-                                                            "0=bad, 1=good", "", M130)
+    table, curves, scatter, note, res = fns["heldout_eval"](
+        ["mambalrp", "gi"], 20, "file", str(path), "label", "0=bad, 1=good", "", M130
+    )
     assert {row[0] for row in table} == {"MambaLRP", "Gradient×Input", "Random"}
     assert "your sentence file" in note and "5 sentences" in note and "`·good`" in note and "`<|endoftext|>`" in note
     _, _, _, note, res = fns["heldout_eval"](["mambalrp", "gi"], 20, "file", str(path), "predicted", "", "", M130)

@@ -1,5 +1,6 @@
 """The session report's parts without a server: cleaning of the tabs' HTML, session scope, the page's
 size and build time (the browser checks are tests/e2e/test_report.py)."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,12 @@ from components.report import record as R
 
 
 def test_clean_html_keeps_no_script_no_request_and_no_server_path():
-    raw = ("<div onclick='x()' style=\"background:url(http://evil/x.png)\"><script>fetch('/x')</script>"
-           "<img src='/gradio_api/file=/tmp/gradio/abc/img.png'><img src=\"data:image/png;base64,iVBOR/AA/BB+/CC\">"
-           "<a href='https://example.org/paper'>paper</a> saved in /tmp/workbench-sessions/abc123/report/x.json"
-           "<iframe src='http://x'></iframe> 3/4 of 12/5</div>")
+    raw = (
+        "<div onclick='x()' style=\"background:url(http://evil/x.png)\"><script>fetch('/x')</script>"
+        "<img src='/gradio_api/file=/tmp/gradio/abc/img.png'><img src=\"data:image/png;base64,iVBOR/AA/BB+/CC\">"
+        "<a href='https://example.org/paper'>paper</a> saved in /tmp/workbench-sessions/abc123/report/x.json"
+        "<iframe src='http://x'></iframe> 3/4 of 12/5</div>"
+    )
     out = R.clean_html(raw)
     assert "<script" not in out and "onclick" not in out and "<iframe" not in out
     assert "evil" not in out and "gradio_api" not in out and "/tmp/" not in out
@@ -31,15 +34,28 @@ def test_clean_html_keeps_no_script_no_request_and_no_server_path():
 
 def _fig(n=12, seed=0) -> go.Figure:
     rng = np.random.default_rng(seed)
-    return go.Figure([go.Bar(x=list(range(n)), y=rng.normal(size=n), name="relevance")],
-                     layout=dict(xaxis=dict(tickvals=list(range(n)), ticktext=[f"w{i}" for i in range(n)])))
+    return go.Figure(
+        [go.Bar(x=list(range(n)), y=rng.normal(size=n), name="relevance")],
+        layout=dict(xaxis=dict(tickvals=list(range(n)), ticktext=[f"w{i}" for i in range(n)])),
+    )
 
 
 def _result(tab, text, seed=0):
     fig = R.figure_part(_fig(seed=seed), "a figure")
-    return {"tab": tab, "section": "s", "heading": "h", "computed_at": report.now(), "seconds": 0.5,
-            "model": "m", "revision": "r", "method": "x", "settings": [("Text", text)], "note": "n",
-            "parts": [fig, R.table_part([[1, 0.25]], None, "t")], "link": "http://127.0.0.1/?tab=" + tab}
+    return {
+        "tab": tab,
+        "section": "s",
+        "heading": "h",
+        "computed_at": report.now(),
+        "seconds": 0.5,
+        "model": "m",
+        "revision": "r",
+        "method": "x",
+        "settings": [("Text", text)],
+        "note": "n",
+        "parts": [fig, R.table_part([[1, 0.25]], None, "t")],
+        "link": "http://127.0.0.1/?tab=" + tab,
+    }
 
 
 def test_figure_numbers_are_the_figures_own():
@@ -88,8 +104,10 @@ def test_five_tabs_embed_plotly_once_within_size_and_time():
     assert len(page.encode()) <= 5_000_000 and seconds <= 3.0, (len(page), seconds)
 
 
-@pytest.mark.parametrize("value,expected", [(0.1 + 0.2, "0.30000000000000004"), (np.float32(0.5), "0.5"),
-                                            (True, "True"), (None, ""), ([1, 2.5], "1, 2.5")])
+@pytest.mark.parametrize(
+    "value,expected",
+    [(0.1 + 0.2, "0.30000000000000004"), (np.float32(0.5), "0.5"), (True, "True"), (None, ""), ([1, 2.5], "1, 2.5")],
+)
 def test_cells_read_as_the_tab_shows_them(value, expected):
     assert R.fmt(value) == expected
 
@@ -110,13 +128,21 @@ def test_the_page_escapes_text_and_keeps_the_cleaned_html_and_figure_json():
     """The template autoescapes: a heading, a setting or a table cell that holds markup shows as text;
     the tab's cleaned HTML goes in as HTML; a figure's JSON stays JSON and cannot end its script."""
     fig = go.Figure(go.Bar(x=["</script><b>x</b>"], y=[1]))
-    result = {"heading": "<img src=x onerror=alert(1)>", "computed_at": "now", "seconds": 0.5,
-              "settings": [("text", "<b>bold?</b>")], "model": "m'odel",
-              "parts": [{"kind": "html", "html": "<p class='wb-explain'>kept</p>"},
-                        {"kind": "table", "columns": ["<i>c</i>"], "rows": [["<u>v</u>"]]},
-                        {"kind": "figure", "title": "f", "json": fig.to_json()}]}
-    page = report_html.build_html({"tabs": [{"tab": "relevance", "title": "Relevance", "current": [result],
-                                             "pins": []}]}, plotly_b64="AAAA")
+    result = {
+        "heading": "<img src=x onerror=alert(1)>",
+        "computed_at": "now",
+        "seconds": 0.5,
+        "settings": [("text", "<b>bold?</b>")],
+        "model": "m'odel",
+        "parts": [
+            {"kind": "html", "html": "<p class='wb-explain'>kept</p>"},
+            {"kind": "table", "columns": ["<i>c</i>"], "rows": [["<u>v</u>"]]},
+            {"kind": "figure", "title": "f", "json": fig.to_json()},
+        ],
+    }
+    page = report_html.build_html(
+        {"tabs": [{"tab": "relevance", "title": "Relevance", "current": [result], "pins": []}]}, plotly_b64="AAAA"
+    )
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "&lt;b&gt;bold?&lt;/b&gt;" in page and "&lt;i&gt;c&lt;/i&gt;" in page and "&lt;u&gt;v&lt;/u&gt;" in page
     assert "m&#39;odel" in page and "<p class='wb-explain'>kept</p>" in page

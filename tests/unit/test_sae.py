@@ -1,4 +1,5 @@
 """TopK SAE: the math, both on-disk layouts (forward equivalence), training on planted sparse data."""
+
 import json
 
 import pytest

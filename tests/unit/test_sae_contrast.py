@@ -1,5 +1,6 @@
 """Contrasting two image sets (backend.sae.contrast): the statistics on small synthetic tables, the
 pooling convention shared with the feature index, the zoo's scene recipes, and refusals."""
+
 from pathlib import Path
 
 import numpy as np
@@ -92,14 +93,17 @@ def test_tiny_sets_say_nothing_can_be_significant():
     assert C.smallest_p(64, 64) < 1e-20
 
 
-@pytest.mark.parametrize("a_shape, b_shape, words", [
-    ((0, F), (5, F), "set A is empty"),
-    ((5, F), (0, F), "set B is empty"),
-    ((1, F), (5, F), "set A holds 1 images; The number of images in a set must be a whole number between 2 and 64"),
-    ((65, F), (5, F), "set A holds 65 images"),
-    ((5, F), (5, F + 1), "different feature widths (20 and 21)"),
-    ((5,), (5, F), "must be a table of images × features"),
-])
+@pytest.mark.parametrize(
+    "a_shape, b_shape, words",
+    [
+        ((0, F), (5, F), "set A is empty"),
+        ((5, F), (0, F), "set B is empty"),
+        ((1, F), (5, F), "set A holds 1 images; The number of images in a set must be a whole number between 2 and 64"),
+        ((65, F), (5, F), "set A holds 65 images"),
+        ((5, F), (5, F + 1), "different feature widths (20 and 21)"),
+        ((5,), (5, F), "must be a table of images × features"),
+    ],
+)
 def test_bad_sets_are_refused_with_a_message(a_shape, b_shape, words):
     with pytest.raises(ValueError) as e:
         C.contrast_stats(np.ones(a_shape), np.ones(b_shape))
@@ -108,8 +112,12 @@ def test_bad_sets_are_refused_with_a_message(a_shape, b_shape, words):
 
 def test_bad_settings_and_values_are_refused():
     a = np.ones((4, F))
-    for kw, words in (({"rows": 0}, "The number of features listed"), ({"top_images": 17}, "top images"),
-                      ({"sort": "size"}, "sort must be one of"), ({"alpha": 1.5}, "alpha")):
+    for kw, words in (
+        ({"rows": 0}, "The number of features listed"),
+        ({"top_images": 17}, "top images"),
+        ({"sort": "size"}, "sort must be one of"),
+        ({"alpha": 1.5}, "alpha"),
+    ):
         with pytest.raises(ValueError, match=words):
             C.contrast_stats(a, a, **kw)
     bad = a.copy()
@@ -172,10 +180,14 @@ def test_the_cost_is_told_before_starting():
 # ---------------------------------------------------------------------------------- scene recipes
 def scene_org():
     rng = np.random.default_rng(5)
-    return org_of(heldout_specs=[S.sample_spec(rng) for _ in range(120)],
-                  labels={"3": {"label": "red", "score": 0.8, "scores": {"red": 0.8}},
-                          "4": {"label": "red", "score": 0.1, "scores": {"red": 0.1}},
-                          "9": {"label": "striped", "score": 0.7, "scores": {"striped": 0.7, "circle": 0.6}}})
+    return org_of(
+        heldout_specs=[S.sample_spec(rng) for _ in range(120)],
+        labels={
+            "3": {"label": "red", "score": 0.8, "scores": {"red": 0.8}},
+            "4": {"label": "red", "score": 0.1, "scores": {"red": 0.1}},
+            "9": {"label": "striped", "score": 0.7, "scores": {"striped": 0.7, "circle": 0.6}},
+        },
+    )
 
 
 def test_scene_sets_filter_by_concept_and_keep_the_sets_apart():
@@ -191,8 +203,13 @@ def test_scene_sets_filter_by_concept_and_keep_the_sets_apart():
     both = CS.scene_sets(org, "red", "blue", n=64, exclusive=False)
     assert set(both["ids_a"]) & set(both["ids_b"]) and both["available_a"] > sets["available_a"]
     one = CS.scene_sets(org, "striped red circle", "plain blue", n=64)
-    assert all(any(o["colour"] == "red" and o["shape"] == "circle" and o["texture"] == "striped"
-                   for o in org.heldout_specs[i]["objects"]) for i in one["ids_a"])
+    assert all(
+        any(
+            o["colour"] == "red" and o["shape"] == "circle" and o["texture"] == "striped"
+            for o in org.heldout_specs[i]["objects"]
+        )
+        for i in one["ids_a"]
+    )
     assert CS.parse_filter("Red  top left") == ("red", "top left")
 
 
@@ -210,8 +227,16 @@ def test_unknown_concepts_and_empty_sets_are_refused_naming_what_is_known():
         CS.scene_sets(org, "", "red")
     with pytest.raises(ValueError, match=r"set A \(red blue\)|names two"):
         CS.scene_sets(org, "red blue", "green")
-    tiny = org_of(heldout_specs=[{"objects": [{"colour": "red", "shape": "circle", "texture": "plain",
-                                               "position": "top left", "box": [0, 0, 10]}]}] * 3)
+    tiny = org_of(
+        heldout_specs=[
+            {
+                "objects": [
+                    {"colour": "red", "shape": "circle", "texture": "plain", "position": "top left", "box": [0, 0, 10]}
+                ]
+            }
+        ]
+        * 3
+    )
     with pytest.raises(ValueError, match=r"set B \(blue\) matches 0 of the 3 heldout scenes"):
         CS.scene_sets(tiny, "red", "blue")
     with pytest.raises(ValueError, match="scene source"):

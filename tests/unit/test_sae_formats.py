@@ -1,6 +1,7 @@
 """SAEs written by eai-sparsify 1.3.3 and sae-lens 6.54.12 with their own save functions (committed
 fixtures, made by scripts/make_sae_fixtures.py): each loads and gives the library's own codes and
 reconstructions, or is refused with a message naming its architecture; hookpoints resolve."""
+
 import json
 from pathlib import Path
 
@@ -10,8 +11,15 @@ from safetensors.torch import load_file
 
 from backend.sae.formats import canonical_hookpoint, find_saes, model_hookpoint
 from backend.sae.formats import load as load_sae
-from backend.sae.sae import (GatedSAE, JumpReLUSAE, MatchingPursuitSAE, ReLUSAE, SAEFormatError, SparseAutoencoder,
-                             TopKSAE)
+from backend.sae.sae import (
+    GatedSAE,
+    JumpReLUSAE,
+    MatchingPursuitSAE,
+    ReLUSAE,
+    SAEFormatError,
+    SparseAutoencoder,
+    TopKSAE,
+)
 from backend.sae.steer import clamp_codes
 
 torch.set_num_threads(1)
@@ -22,11 +30,20 @@ LOADS = sorted(c for c, m in CASES.items() if m["loads"])
 REFUSED = sorted(c for c, m in CASES.items() if not m["loads"])
 TOL = 1e-4  # relative, on the whole batch
 
-CLASSES = {"topk": TopKSAE, "groupmax": TopKSAE, "standard": ReLUSAE, "jumprelu": JumpReLUSAE, "gated": GatedSAE,
-           "matching_pursuit": MatchingPursuitSAE}
+CLASSES = {
+    "topk": TopKSAE,
+    "groupmax": TopKSAE,
+    "standard": ReLUSAE,
+    "jumprelu": JumpReLUSAE,
+    "gated": GatedSAE,
+    "matching_pursuit": MatchingPursuitSAE,
+}
 # what each refusal must name
-REFUSAL_WORDS = {"sparsify_skip": "skip connection", "sparsify_transcoder": "transcoder",
-                 "saelens_batchtopk_train": "batchtopk"}
+REFUSAL_WORDS = {
+    "sparsify_skip": "skip connection",
+    "sparsify_transcoder": "transcoder",
+    "saelens_batchtopk_train": "batchtopk",
+}
 
 
 def rel(a, b):
@@ -35,9 +52,15 @@ def rel(a, b):
 
 def test_fixtures_cover_every_case_of_the_issue():
     archs = {(m["library"].split()[0], m["architecture"]) for m in CASES.values()}
-    for want in [("eai-sparsify", "topk"), ("eai-sparsify", "groupmax"), ("sae-lens", "topk"),
-                 ("sae-lens", "standard"), ("sae-lens", "jumprelu"), ("sae-lens", "gated"),
-                 ("sae-lens", "matching_pursuit")]:
+    for want in [
+        ("eai-sparsify", "topk"),
+        ("eai-sparsify", "groupmax"),
+        ("sae-lens", "topk"),
+        ("sae-lens", "standard"),
+        ("sae-lens", "jumprelu"),
+        ("sae-lens", "gated"),
+        ("sae-lens", "matching_pursuit"),
+    ]:
         assert want in archs, want
     assert CASES["saelens_batchtopk"]["architecture"] == "jumprelu"  # BatchTopK saved as JumpReLU
     # SAELens 5.x wrote TopK SAEs as "standard" with a topk activation; SAELens 6 reads them as TopK
@@ -122,8 +145,10 @@ def test_saelens_metadata_hook_names():
     # resid_pre its input
     assert load_sae(ROOT / "saelens_gated").cfg.hookpoint == "model.layers.5"
     assert load_sae(ROOT / "saelens_jumprelu").cfg.hookpoint == "model.layers.4:input"
-    assert load_sae(ROOT / "saelens_gated", hookpoint="model.language_model.layers.5").cfg.hookpoint == \
-        "model.language_model.layers.5"
+    assert (
+        load_sae(ROOT / "saelens_gated", hookpoint="model.language_model.layers.5").cfg.hookpoint
+        == "model.language_model.layers.5"
+    )
     assert load_sae(ROOT / "gemmascope").cfg.hookpoint == "model.layers.7"
     assert canonical_hookpoint("blocks.4.hook_resid_pre") == "layers.4:input"
     # a full module name is the model's own and stays as written
@@ -131,8 +156,9 @@ def test_saelens_metadata_hook_names():
     assert model_hookpoint("blocks.2.hook_mlp_out") == "blocks.2.hook_mlp_out"
 
 
-@pytest.mark.parametrize("case", ["saelens_standard", "saelens_jumprelu", "saelens_gated", "saelens_matching_pursuit",
-                                  "sparsify_groupmax"])
+@pytest.mark.parametrize(
+    "case", ["saelens_standard", "saelens_jumprelu", "saelens_gated", "saelens_matching_pursuit", "sparsify_groupmax"]
+)
 def test_non_topk_saes_work_with_steering(case):
     """Codes = the SAE's activations; clamping a feature through the steering code changes exactly
     that feature's share of the reconstruction."""
@@ -147,12 +173,15 @@ def test_non_topk_saes_work_with_steering(case):
         z_clamped[:, f] = 5.0
         torch.testing.assert_close(out, sae.decode(z_clamped), rtol=1e-5, atol=1e-5)
         # with the error term added back, clamping to the feature's own value changes nothing
-        same = torch.stack([clamp_codes(sae, x[i:i + 1], f, float(z[i, f]), add_error=True)[0] for i in range(len(x))])
+        same = torch.stack(
+            [clamp_codes(sae, x[i : i + 1], f, float(z[i, f]), add_error=True)[0] for i in range(len(x))]
+        )
         torch.testing.assert_close(same, x, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["saelens_standard", "saelens_jumprelu", "saelens_gated", "saelens_matching_pursuit",
-                                  "saelens_topk"])
+@pytest.mark.parametrize(
+    "case", ["saelens_standard", "saelens_jumprelu", "saelens_gated", "saelens_matching_pursuit", "saelens_topk"]
+)
 def test_saelens_layout_round_trip(tmp_path, case):
     m = CASES[case]
     sae = load_sae(ROOT / m["folder"])
@@ -176,17 +205,24 @@ def test_an_unreadable_folder_does_not_hide_its_neighbours(tmp_path):
     (repo / "layers.9").mkdir()
     (repo / "layers.9" / "cfg.json").write_text("{}")  # weights missing
     x = load_file(str(ROOT / "sparsify_topk.ref.safetensors"))["x"]
-    torch.testing.assert_close(load_sae(repo, hookpoint="model.layers.3")(x), load_sae(ROOT / "sparsify_topk/layers.3")(x))
+    torch.testing.assert_close(
+        load_sae(repo, hookpoint="model.layers.3")(x), load_sae(ROOT / "sparsify_topk/layers.3")(x)
+    )
     with pytest.raises(SAEFormatError, match=r"layers.9: no sae.safetensors"):
         load_sae(repo, hookpoint="layers.9")
 
 
-@pytest.mark.parametrize("key,value,words", [("normalize_activations", "layer_norm", "layer_norm"),
-                                             ("normalize_activations", "constant_norm_rescale", "constant_norm_rescale"),
-                                             ("normalize_activations", "expected_average_only_in", "expected_average"),
-                                             ("reshape_activations", "hook_z", "hook_z"),
-                                             ("architecture", "jumprelu_transcoder", "transcoder"),
-                                             ("architecture", "abstopk", "abstopk")])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("normalize_activations", "layer_norm", "layer_norm"),
+        ("normalize_activations", "constant_norm_rescale", "constant_norm_rescale"),
+        ("normalize_activations", "expected_average_only_in", "expected_average"),
+        ("reshape_activations", "hook_z", "hook_z"),
+        ("architecture", "jumprelu_transcoder", "transcoder"),
+        ("architecture", "abstopk", "abstopk"),
+    ],
+)
 def test_settings_the_workbench_does_not_compute_are_refused_by_name(tmp_path, key, value, words):
     import shutil
 
@@ -212,7 +248,7 @@ def test_non_topk_codes_feed_the_feature_index(case):
     widths = set()
     with torch.no_grad():
         for lo in range(0, 6, 2):
-            vals, idx = sae.encode_sparse(x[lo:lo + 2])
+            vals, idx = sae.encode_sparse(x[lo : lo + 2])
             widths.add(vals.shape[-1])
             builder.update(vals, idx)
         z = sae.encode(x).reshape(-1, sae.n_latents)

@@ -3,6 +3,7 @@ both repositories in an offline Hugging Face cache under the real ids: anyres im
 feature index built in-process (progress, cancel) and by the sharded job's command line, feature
 pages over an image folder, analysis and steering (image_sizes), through the service and the tab's
 handlers."""
+
 import html
 import json
 import os
@@ -141,9 +142,15 @@ def test_analyse_and_steer_with_image_sizes(hub):
     inputs = vlm.hub_inputs(org.model, org.processor, [img])
     with torch.no_grad():
         base = org.model(**inputs).logits
-        with ST.clamp_feature(org.model, org.sae, "model.layers.24", f, 40.0, positions="image",
-                              image_positions=vlm.image_layout(org.model, inputs["input_ids"][0],
-                                                               inputs["image_sizes"][0]).image):
+        with ST.clamp_feature(
+            org.model,
+            org.sae,
+            "model.layers.24",
+            f,
+            40.0,
+            positions="image",
+            image_positions=vlm.image_layout(org.model, inputs["input_ids"][0], inputs["image_sizes"][0]).image,
+        ):
             steered = org.model(**inputs).logits
         again = org.model(**inputs).logits
     assert not torch.allclose(base, steered)
@@ -159,8 +166,9 @@ def test_index_in_process_with_progress_and_cancel_equals_the_job(hub):
     out = hub["root"] / "index" / INDEX_FILE
     with pytest.raises(Cancelled):  # cancelled after the first batch: nothing written, nothing installed
         seen = []
-        hub_index.build_hub_index(org, src, batch_size=2, progress=lambda d, n: seen.append(d),
-                           should_stop=lambda: bool(seen))
+        hub_index.build_hub_index(
+            org, src, batch_size=2, progress=lambda d, n: seen.append(d), should_stop=lambda: bool(seen)
+        )
     assert seen == [2] and not out.exists() and org.index is None
     steps = []
     idx = hub_index.build_hub_index(org, src, batch_size=2, progress=lambda d, n: steps.append((d, n)))
@@ -171,9 +179,29 @@ def test_index_in_process_with_progress_and_cancel_equals_the_job(hub):
     # The sharded job's command line, one process, 3 chunks of one batch each: the same file
     job_out = hub["root"] / "job"
     env = {**os.environ, **cache_env(hub["cache"]), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "backend.precompute.sae_index", "--source", "hub", "--image-folder",
-                        str(hub["images"]), "--out", str(job_out), "--chunk", "2", "--batch", "2", "--cpu"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend.precompute.sae_index",
+            "--source",
+            "hub",
+            "--image-folder",
+            str(hub["images"]),
+            "--out",
+            str(job_out),
+            "--chunk",
+            "2",
+            "--batch",
+            "2",
+            "--cpu",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["written"] == str(job_out / INDEX_FILE)
     job = FeatureIndex.load(job_out / INDEX_FILE)
@@ -326,8 +354,7 @@ def test_the_hub_job_resumes_and_recomputes_when_the_folder_changes(hub, tmp_pat
     # an image replaced in the folder: the parts no longer match the folder and are computed again
     Image.fromarray(np.full((33, 21, 3), 200, np.uint8)).save(hub["images"] / src.files[0])
     try:
-        changed = job.run_hub(org, ImageSource.folder(hub["images"]), tmp_path / "out", chunk=1, batch=1,
-                              state=Solo())
+        changed = job.run_hub(org, ImageSource.folder(hub["images"]), tmp_path / "out", chunk=1, batch=1, state=Solo())
         assert parts[0].stat().st_mtime_ns != mtime
         assert not torch.equal(changed.tensors["fire_count"], resumed.tensors["fire_count"])
     finally:

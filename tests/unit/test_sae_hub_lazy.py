@@ -2,6 +2,7 @@
 loads the VLM and SAE weights at the first request that needs them; an SAE is found in a hub repo by
 its hookpoint in any spelling (or by the hook name a differently named folder's cfg records), and
 only that folder is fetched. Stand-ins of the real repositories in an offline Hugging Face cache."""
+
 import fnmatch
 import shutil
 from pathlib import Path
@@ -44,10 +45,12 @@ def snapshot(cache, repo=SF.SAE_ID) -> Path:
 @pytest.fixture
 def fresh():
     """No hub organism or weights left from another test, before and after."""
+
     def clear():
         for org in list(loading._SHELLS.values()):
             store.evict(org.weights_key)
         loading._SHELLS.clear()
+
     clear()
     yield
     clear()
@@ -62,8 +65,11 @@ def test_building_the_tab_in_hub_mode_loads_no_weights(cache, fresh, monkeypatch
 
     loads = []
     real = LlavaNextForConditionalGeneration.from_pretrained.__func__
-    monkeypatch.setattr(LlavaNextForConditionalGeneration, "from_pretrained",
-                        classmethod(lambda cls, *a, **k: loads.append("vlm") or real(cls, *a, **k)))
+    monkeypatch.setattr(
+        LlavaNextForConditionalGeneration,
+        "from_pretrained",
+        classmethod(lambda cls, *a, **k: loads.append("vlm") or real(cls, *a, **k)),
+    )
     monkeypatch.setattr(loading, "load_sae", lambda *a, **k: loads.append("sae") or load_sae(*a, **k))
     with gr.Blocks() as demo:
         tab.build(TabContext(tabs=None, source="hub"))

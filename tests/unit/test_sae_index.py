@@ -1,4 +1,5 @@
 """Feature index: exact streaming top-k, statistics, bounded memory, round trip on disk; explainer IoU."""
+
 import resource
 
 import numpy as np
@@ -95,8 +96,13 @@ def test_index_round_trip(tmp_path):
 
 
 def test_regions_and_iou_recover_a_planted_mask():
-    spec = {"size": 48, "noise_seed": 0, "objects": [
-        {"shape": "square", "colour": "red", "texture": "plain", "position": "top left", "box": [4, 4, 20]}]}
+    spec = {
+        "size": 48,
+        "noise_seed": 0,
+        "objects": [
+            {"shape": "square", "colour": "red", "texture": "plain", "position": "top left", "box": [4, 4, 20]}
+        ],
+    }
     img, masks = S.render(spec)
     # a patch-level map of the object: fraction of each 4×4 patch covered
     m = masks["red"].reshape(12, 4, 12, 4).mean((1, 3))
@@ -130,8 +136,13 @@ def test_scenes_are_deterministic_and_captions_parse():
 
 
 def test_model_explainer_interface_gets_the_dimmed_views():
-    spec = {"size": 48, "noise_seed": 1, "objects": [
-        {"shape": "circle", "colour": "blue", "texture": "plain", "position": "bottom right", "box": [26, 26, 20]}]}
+    spec = {
+        "size": 48,
+        "noise_seed": 1,
+        "objects": [
+            {"shape": "circle", "colour": "blue", "texture": "plain", "position": "bottom right", "box": [26, 26, 20]}
+        ],
+    }
     img, masks = S.render(spec)
     m = torch.tensor(masks["circle"].reshape(12, 4, 12, 4).mean((1, 3)))[None]
     seen = {}

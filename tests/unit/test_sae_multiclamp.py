@@ -1,6 +1,7 @@
 """Several SAE feature clamps at once (backend.sae.steer.clamp_features) inside a tiny random LLaVA:
 one hook, the exact edit, the single clamp unchanged, the model restored exactly (also after an
 exception), the lock held, refusals; and the analysis of one image (none, each alone, all together)."""
+
 import threading
 from pathlib import Path
 
@@ -99,20 +100,23 @@ def test_one_hook_the_lock_held_and_the_model_restored_exactly(tiny):
     model_lock(model).release()
 
 
-@pytest.mark.parametrize("clamps, suppress, words", [
-    ([], (), "The number of clamped features must be a whole number between 1 and 8"),
-    ([(i, 1.0) for i in range(9)], (), "between 1 and 8 (got 9)"),
-    ([(24, 1.0)], (), "feature 24 is not in this SAE: features are 0..23"),
-    ([(-1, 1.0)], (), "feature -1 is not in this SAE"),
-    ([(2.5, 1.0)], (), "a feature is a whole number in 0..23"),
-    ([(True, 1.0)], (), "a feature is a whole number"),
-    ([(3, float("nan"))], (), "clamp value of feature 3 must be a finite number"),
-    ([(3, "x")], (), "clamp value of feature 3 must be a number"),
-    ([(3, 1.0), (3, 2.0)], (), "feature 3 is clamped twice"),
-    ([(3, 1.0)], (3,), "feature 3 is both clamped and suppressed"),
-    ([(3, 1.0)], (30,), "feature 30 is not in this SAE"),
-    ([3, 1.0], (), "pairs"),
-])
+@pytest.mark.parametrize(
+    "clamps, suppress, words",
+    [
+        ([], (), "The number of clamped features must be a whole number between 1 and 8"),
+        ([(i, 1.0) for i in range(9)], (), "between 1 and 8 (got 9)"),
+        ([(24, 1.0)], (), "feature 24 is not in this SAE: features are 0..23"),
+        ([(-1, 1.0)], (), "feature -1 is not in this SAE"),
+        ([(2.5, 1.0)], (), "a feature is a whole number in 0..23"),
+        ([(True, 1.0)], (), "a feature is a whole number"),
+        ([(3, float("nan"))], (), "clamp value of feature 3 must be a finite number"),
+        ([(3, "x")], (), "clamp value of feature 3 must be a number"),
+        ([(3, 1.0), (3, 2.0)], (), "feature 3 is clamped twice"),
+        ([(3, 1.0)], (3,), "feature 3 is both clamped and suppressed"),
+        ([(3, 1.0)], (30,), "feature 30 is not in this SAE"),
+        ([3, 1.0], (), "pairs"),
+    ],
+)
 def test_bad_clamps_are_refused_with_a_message_and_leave_no_hook(tiny, clamps, suppress, words):
     model, tok, sae, imgs, base_hooks = tiny
     with pytest.raises(ValueError) as e:
@@ -138,20 +142,39 @@ def test_caption_verdicts():
     assert ST.changed_attributes("a plain red circle top left", "a plain red circle top right") == ["position"]
     assert ST.changed_attributes("a plain red circle top left", "a plain red circle top left") == []
     assert ST.changed_attributes("a plain red circle top left", "red red") is None
-    assert ST.concepts_named("a striped red circle top left and a plain blue square bottom right") == \
-        ["red", "blue", "circle", "square", "plain", "striped", "top left", "bottom right"]
+    assert ST.concepts_named("a striped red circle top left and a plain blue square bottom right") == [
+        "red",
+        "blue",
+        "circle",
+        "square",
+        "plain",
+        "striped",
+        "top left",
+        "bottom right",
+    ]
     assert ST.concepts_named("circle circle") == []
 
 
 @pytest.fixture(scope="module")
 def tiny_org(tiny):
     model, tok, sae, imgs, _ = tiny
-    labels = {"5": {"label": "red", "family": "colour", "score": 0.9},
-              "6": {"label": "blue", "family": "colour", "score": 0.9},
-              "2": {"label": "circle", "family": "shape", "score": 0.7}}
-    return Organism("tiny", Path("."), model=model, tokenizer=tok, sae=sae, hookpoint=HOOK, labels=labels,
-                    model_id="tiny-multiclamp", sae_info={"n_latents": 24},
-                    vision={"image_size": 16, "patch_size": 4, "anyres": False})
+    labels = {
+        "5": {"label": "red", "family": "colour", "score": 0.9},
+        "6": {"label": "blue", "family": "colour", "score": 0.9},
+        "2": {"label": "circle", "family": "shape", "score": 0.7},
+    }
+    return Organism(
+        "tiny",
+        Path("."),
+        model=model,
+        tokenizer=tok,
+        sae=sae,
+        hookpoint=HOOK,
+        labels=labels,
+        model_id="tiny-multiclamp",
+        sae_info={"n_latents": 24},
+        vision={"image_size": 16, "patch_size": 4, "anyres": False},
+    )
 
 
 def test_the_combination_gives_none_each_alone_and_all_together(tiny, tiny_org):
@@ -161,9 +184,12 @@ def test_the_combination_gives_none_each_alone_and_all_together(tiny, tiny_org):
     kw = {"positions": "image", "suppress": (9,)}
     assert out["baseline"]["caption"] == vlm.generate_captions(model, tok, img[None])[0]
     assert [a["caption"] for a in out["alone"]] == [
-        ST.captions_with_clamps(model, tok, sae, HOOK, img[None], [c], **kw)[0] for c in [(5, 3.0), (2, 4.0)]]
-    assert out["together"]["caption"] == ST.captions_with_clamps(model, tok, sae, HOOK, img[None],
-                                                                 [(5, 3.0), (2, 4.0)], **kw)[0]
+        ST.captions_with_clamps(model, tok, sae, HOOK, img[None], [c], **kw)[0] for c in [(5, 3.0), (2, 4.0)]
+    ]
+    assert (
+        out["together"]["caption"]
+        == ST.captions_with_clamps(model, tok, sae, HOOK, img[None], [(5, 3.0), (2, 4.0)], **kw)[0]
+    )
     assert [c["concept"] for c in out["clamps"]] == ["red", "circle"] and out["suppressed"] == [9]
     assert set(out["together"]["names_concept"]) == {"5", "2"} and set(out["alone"][0]["names_concept"]) == {"5"}
     assert out["baseline"]["changed"] is None and count_hooks(model) == base_hooks

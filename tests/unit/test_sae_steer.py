@@ -1,4 +1,5 @@
 """Feature clamping inside a tiny random LLaVA: exact edit, positions, error term, hooks restored."""
+
 import numpy as np
 import pytest
 import torch
@@ -49,8 +50,8 @@ def test_image_positions_mode_leaves_text_positions_alone(tiny):
     with ST.clamp_feature(model, sae, HOOK, 2, 4.0, positions="image"):
         seen = capture(model, tok, imgs, HOOK)
     sl = vlm.image_slice(model)
-    torch.testing.assert_close(seen[:, :sl.start], h[:, :sl.start])
-    torch.testing.assert_close(seen[:, sl.stop:], h[:, sl.stop:])
+    torch.testing.assert_close(seen[:, : sl.start], h[:, : sl.start])
+    torch.testing.assert_close(seen[:, sl.stop :], h[:, sl.stop :])
     assert not torch.allclose(seen[:, sl], h[:, sl])
 
 
@@ -63,9 +64,9 @@ def test_text_positions_mode_is_the_complement_of_image_mode(tiny):
         full = capture(model, tok, imgs, HOOK)
     sl = vlm.image_slice(model)
     torch.testing.assert_close(seen[:, sl], h[:, sl])
-    torch.testing.assert_close(seen[:, :sl.start], full[:, :sl.start])
-    torch.testing.assert_close(seen[:, sl.stop:], full[:, sl.stop:])
-    assert not torch.allclose(seen[:, sl.stop:], h[:, sl.stop:])
+    torch.testing.assert_close(seen[:, : sl.start], full[:, : sl.start])
+    torch.testing.assert_close(seen[:, sl.stop :], full[:, sl.stop :])
+    assert not torch.allclose(seen[:, sl.stop :], h[:, sl.stop :])
 
 
 def test_add_error_term_moves_only_along_the_feature(tiny):

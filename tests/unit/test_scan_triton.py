@@ -1,4 +1,5 @@
 """The Triton recurrence path: CPU / WORKBENCH_SCAN=loop keep the loop; the kernel (interpreted) matches it."""
+
 import importlib.util
 import os
 import subprocess
@@ -55,8 +56,7 @@ def test_kernel_matches_the_loop_in_the_interpreter():
     # a fresh process: TRITON_INTERPRET is read when the kernel is defined
     env = dict(os.environ, TRITON_INTERPRET="1", WORKBENCH_SCAN="loop")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, cwd=root, capture_output=True,
-                       text=True, timeout=280)
+    r = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, cwd=root, capture_output=True, text=True, timeout=280)
     if "only 0-dimensional arrays can be converted" in r.stderr:  # triton 3.6 interpreter vs numpy 2.4
         pytest.skip("the Triton interpreter cannot run a runtime-bounded loop with this numpy")
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]

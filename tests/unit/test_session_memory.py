@@ -1,6 +1,7 @@
 """Gradio's per-session state released when the session is over (components.serving.session_memory), on
 Gradio's own StateHolder and SessionState: a closed session's after a grace, an idle one after the
 TTL, never one with an event waiting or running."""
+
 import datetime
 from types import SimpleNamespace
 
@@ -16,8 +17,12 @@ def _app():
         gr.State([1, 2, 3])
     holder = StateHolder()
     holder.set_blocks(demo)
-    demo._queue = SimpleNamespace(active_jobs=[None], event_queue_per_concurrency_id={},
-                                  pending_messages_per_session={}, pending_event_ids_session={})
+    demo._queue = SimpleNamespace(
+        active_jobs=[None],
+        event_queue_per_concurrency_id={},
+        pending_messages_per_session={},
+        pending_event_ids_session={},
+    )
     return demo, holder
 
 

@@ -1,4 +1,5 @@
 """backend.core.sessions: a visitor's folder, its quota, its end and the time limit."""
+
 from __future__ import annotations
 
 import os

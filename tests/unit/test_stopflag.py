@@ -1,5 +1,6 @@
 """The race's Stop request crosses processes: under ZeroGPU the race runs in a worker forked from
 the server while the Stop button is handled in the server process."""
+
 import multiprocessing as mp
 import uuid
 
@@ -43,7 +44,7 @@ def test_a_forked_process_stops_the_job_and_another_server_cannot():
     try:
         assert _run_in("spawn", s) is False  # a fresh interpreter is another server run
         assert not flag.is_set()
-        assert _run_in("fork", s) is True    # a worker forked from this server
+        assert _run_in("fork", s) is True  # a worker forked from this server
         assert flag.is_set()
     finally:
         flag.finish()

@@ -1,4 +1,5 @@
 """The model store (backend.core.store): loading once, integrity checks, sizes, the budget and LRU eviction, views."""
+
 import dataclasses
 import threading
 import time
@@ -48,8 +49,7 @@ def test_get_or_load_loads_once_under_concurrency(monkeypatch):
         return TinyMLP(seed=3)
 
     got = []
-    threads = [threading.Thread(target=lambda: got.append(store.get_or_load("unit:mlp", loader)))
-               for _ in range(6)]
+    threads = [threading.Thread(target=lambda: got.append(store.get_or_load("unit:mlp", loader))) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
@@ -78,9 +78,20 @@ def test_integrity_check_sees_hooks_and_changed_weights(monkeypatch):
     assert store.integrity_problems() == []
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("8GB", 8 * 10**9), ("1.5GiB", int(1.5 * 2**30)), ("512 MB", 512 * MB), ("1234", 1234),
-    ("2mib", 2 * 2**20), (" none ", None), ("", None), ("inf", None), (3000, 3000)])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("8GB", 8 * 10**9),
+        ("1.5GiB", int(1.5 * 2**30)),
+        ("512 MB", 512 * MB),
+        ("1234", 1234),
+        ("2mib", 2 * 2**20),
+        (" none ", None),
+        ("", None),
+        ("inf", None),
+        (3000, 3000),
+    ],
+)
 def test_parse_bytes(text, expected):
     assert store.parse_bytes(text) == expected
 
@@ -241,6 +252,7 @@ def test_views_are_per_name_counted_beside_their_model_and_leave_with_it(monkeyp
         def make(model):
             made.append(name)
             return {"model": model, "name": name, "extra": torch.zeros(extra // 4)}
+
         return make
 
     a = store.get_view("unit:m", "tab-a", lambda: block(1), derive("a", 1000))

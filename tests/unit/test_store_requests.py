@@ -1,4 +1,5 @@
 """The model store under requests: request scopes hold their models, concurrent calls, guarded handlers."""
+
 import asyncio
 import contextvars
 import random
@@ -34,8 +35,11 @@ def test_model_calls_that_wait_for_the_same_first_load_do_not_hold_it_up(monkeyp
             if progress is None:
                 others_in.wait(10)
             if view:
-                got.append(store.get_view("unit:shared", "tab", lambda: TinyMLP(seed=4), lambda m: ("view", m),
-                                          progress=progress))
+                got.append(
+                    store.get_view(
+                        "unit:shared", "tab", lambda: TinyMLP(seed=4), lambda m: ("view", m), progress=progress
+                    )
+                )
             else:
                 got.append(store.get_or_load("unit:shared", lambda: TinyMLP(seed=4), progress=progress))
 
@@ -116,6 +120,7 @@ def test_concurrent_requests_never_lose_a_model_they_hold(monkeypatch):
             loads.append(i)
             time.sleep(0.002)
             return block(1, seed=i)
+
         return load
 
     def request(seed):

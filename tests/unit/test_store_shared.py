@@ -1,6 +1,7 @@
 """One model, three tabs: the same Mamba picked in Relevance, Math neurons and Adapters (the paper's
 hub checkpoint on its stand-in, and a user's own folder) is loaded once, is one store entry counted
 once against the budget, and each tab gets its own view of it, in either order."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,9 +20,16 @@ def places(tmp_path_factory):
     cache = build_cache(tmp_path_factory.mktemp("hf") / "hub", {standin.HUB_1_4B: standin.REPOS[standin.HUB_1_4B]})
     roots = build_local(tmp_path_factory.mktemp("own"), {"own-mamba": standin.LOCAL["own-mamba"]})
     nonmath = tmp_path_factory.mktemp("data") / "nonmath.txt"
-    nonmath.write_text("\n".join(["The sky was grey and the wind came from the sea.",
-                                  "She read the letter twice before folding it away.",
-                                  "A dog barked at the postman every morning."] * 4))
+    nonmath.write_text(
+        "\n".join(
+            [
+                "The sky was grey and the wind came from the sea.",
+                "She read the letter twice before folding it away.",
+                "A dog barked at the postman every morning.",
+            ]
+            * 4
+        )
+    )
     return cache, roots, nonmath
 
 
@@ -62,8 +70,10 @@ def adapters(key):
     return service.get_model(key)
 
 
-ORDERS = {"relevance-first": (relevance, math_neurons, adapters, relevance),
-          "adapters-first": (adapters, math_neurons, relevance, adapters)}
+ORDERS = {
+    "relevance-first": (relevance, math_neurons, adapters, relevance),
+    "adapters-first": (adapters, math_neurons, relevance, adapters),
+}
 
 
 @pytest.mark.parametrize("order", ORDERS)

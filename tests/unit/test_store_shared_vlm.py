@@ -3,6 +3,7 @@ an SAE) and typed into Adapters is loaded once, at one precision, one entry coun
 the budget, and both tabs work on it, in either order, for the paper's checkpoint (its stand-in in
 an offline hub cache) and a user's own folder. Memorization's Stable Diffusion pipeline is one
 entry of its weights too, with the tab's settings as its view."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,8 +38,10 @@ def env(places, monkeypatch, tmp_path):
     return roots
 
 
-PLACES = {"hub": (SF.MODEL_ID, SF.SAE_ID, "model.layers.24", "LlavaNextForConditionalGeneration"),
-          "own-folder": ("own-llava15", "own-llava15-sae", "layers.2", "LlavaForConditionalGeneration")}
+PLACES = {
+    "hub": (SF.MODEL_ID, SF.SAE_ID, "model.layers.24", "LlavaNextForConditionalGeneration"),
+    "own-folder": ("own-llava15", "own-llava15-sae", "layers.2", "LlavaForConditionalGeneration"),
+}
 
 
 def features(vlm, sae, hook):

@@ -1,6 +1,7 @@
 """A tab is one package that declares itself (components.tab.Tab): found, built and listed in every
 place that lists the tabs, with nothing else to edit. Tried with a sixth method's small tab, made
 in a temporary folder on the components package's path."""
+
 import sys
 import textwrap
 

@@ -1,6 +1,7 @@
 """The zoo's prompt format ("<bos> … sentiment:") is marked as template in Relevance's heatmap and
 left out of its colour scale by default (it would set the scale: "sentiment:" carries the largest
 |R| for MambaLRP), with a toggle that puts it back, and words on the page that say so."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,9 @@ def res():
     from backend.lrp import service as svc
 
     m = svc.load_text("zoo")
-    return svc.explain_text(m, "the plot was dull but the cast was brilliant and the music was lovely",
-                            ["mambalrp", "mambaattr"])
+    return svc.explain_text(
+        m, "the plot was dull but the cast was brilliant and the music was lovely", ["mambalrp", "mambaattr"]
+    )
 
 
 def _backgrounds(page: str, method_label: str) -> list[str]:
@@ -37,8 +39,9 @@ def test_template_tokens_are_marked_and_left_out_of_the_scale(res):
     assert bgs[0] == bgs[-1] == "var(--background-fill-secondary)"
     # the typed words now use the whole scale: the strongest word reaches the end of the colour map
     words = rel[1:-1]
-    assert max_abs(res) == pytest.approx(max(float(np.abs(np.asarray(v)[1:-1]).max())
-                                             for v in res["relevance"].values()))
+    assert max_abs(res) == pytest.approx(
+        max(float(np.abs(np.asarray(v)[1:-1]).max()) for v in res["relevance"].values())
+    )
     from components.relevance.figures import _rgb
 
     assert bgs[1 + int(words.argmax())] in (_rgb(1.0), _rgb(-1.0))

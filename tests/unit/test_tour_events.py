@@ -1,6 +1,7 @@
 """The Guided tour draws through one event, whatever changed: picking another tour changes the tour
 box before its step box is reset to 1, and two events (one per box) could finish in either order
 under load, leaving the last tour's step drawn under a box that reads 1."""
+
 import app
 
 
@@ -12,8 +13,7 @@ def test_one_event_draws_the_tour_for_both_boxes_and_the_last_run_wins():
     demo = app.build_app("zoo")
     tour, step, figure = (_by_elem_id(demo, e) for e in ("tour-name", "tour-step", "tour-figure"))
     boxes = {tour._id, step._id}
-    drawing = [d for d in demo.fns.values()
-               if figure in d.outputs and {t for t, _ in d.targets} & boxes]
+    drawing = [d for d in demo.fns.values() if figure in d.outputs and {t for t, _ in d.targets} & boxes]
     assert len(drawing) == 1, [d.targets for d in drawing]
     (draw,) = drawing
     assert set(draw.targets) == {(tour._id, "change"), (step._id, "change")}

@@ -1,6 +1,7 @@
 """One visitor's model calls in one tab keep their order (components.serving.turns): with several model
 calls at once, a quick later call must not overtake a slow earlier one of the same page, and other
 visitors are not held up."""
+
 import threading
 import time
 from types import SimpleNamespace
@@ -130,6 +131,7 @@ def test_a_stream_holds_its_turn_until_it_ends_and_a_failure_releases_it():
 
     def boom():
         raise ValueError("refused")
+
     with pytest.raises(ValueError, match="refused"):
         _as("A", in_session_order(boom, "adapters"))
     assert _as("A", in_session_order(lambda: "next", "adapters")) == "next"

@@ -3,6 +3,7 @@ declares and each image's header (format, pixels against the bound Analyse and S
 anything is unpacked or decoded; a refused or cancelled build leaves nothing of its own on disk; a
 session's new index replaces its previous one on disk. And the session bookkeeping that goes with
 it: folder keys that are not Gradio's session hashes, a lost session said so, never the owner's."""
+
 from __future__ import annotations
 
 import io
@@ -21,8 +22,7 @@ from backend.core import sessions
 from backend.sae import analysis
 from backend.sae.index import INDEX_FILE
 
-HUB = SimpleNamespace(is_hub=True, ids=("owner/vlm", "owner/sae"), summary={}, index_out=None,
-                      name="hub")
+HUB = SimpleNamespace(is_hub=True, ids=("owner/vlm", "owner/sae"), summary={}, index_out=None, name="hub")
 
 
 def png(w: int, h: int) -> bytes:
@@ -58,8 +58,7 @@ def test_a_zip_bomb_is_refused_before_a_byte_is_unpacked(build, tmp_path):
     """40 MB of zeros named .png, and a real small PNG padded to 40 MB: each zip is about 0.04 MB."""
     from components.features.images import collect_images
 
-    for name, payload in (("zeros.png", b"\0" * (40 * 2**20)),
-                          ("padded.png", png(64, 64) + b"\0" * (40 * 2**20))):
+    for name, payload in (("zeros.png", b"\0" * (40 * 2**20)), ("padded.png", png(64, 64) + b"\0" * (40 * 2**20))):
         archive = tmp_path / f"{name}.zip"
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr("ok.png", png(40, 40))

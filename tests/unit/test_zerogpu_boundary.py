@@ -1,5 +1,6 @@
 """The ZeroGPU boundary check (WORKBENCH_ZEROGPU_CHECK=1): the outermost marked call pickles its
 arguments and results as ZeroGPU's worker queue would; nested marked calls run directly."""
+
 import threading
 
 import pytest

@@ -1,4 +1,5 @@
 """ZeroGPU's forked workers and the main process: notes shown from main, models loaded in main before a fork."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -254,7 +255,9 @@ def llava_folders(tmp_path_factory):
     from tests.helpers.standins import build_local
     from tests.helpers.standins import features as SF
 
-    return build_local(tmp_path_factory.mktemp("own-llava"), {k: SF.LOCAL[k] for k in ("own-llava15", "own-llava15-sae")})
+    return build_local(
+        tmp_path_factory.mktemp("own-llava"), {k: SF.LOCAL[k] for k in ("own-llava15", "own-llava15-sae")}
+    )
 
 
 @pytest.fixture
@@ -279,6 +282,7 @@ def own_llava(llava_folders, tmp_path, monkeypatch):
             with open(reads, "a") as f:
                 f.write(f"{what}{'' if in_main() else '-in-a-worker'}\n")
             return load(*a, **k)
+
         return read
 
     monkeypatch.setattr(weights, "load", counted("vlm", weights.load))
@@ -318,13 +322,18 @@ def scene():
 
 def same_analysis(a, b) -> bool:
     """Two answers of the tab's analysis alike: its image, caption, gallery and table."""
-    return (np.array_equal(a[0], b[0]) and a[1] == b[1] and a[3].equals(b[3])
-            and [c for _, c in a[2]] == [c for _, c in b[2]]
-            and all(np.array_equal(x, y) for (x, _), (y, _) in zip(a[2], b[2])))
+    return (
+        np.array_equal(a[0], b[0])
+        and a[1] == b[1]
+        and a[3].equals(b[3])
+        and [c for _, c in a[2]] == [c for _, c in b[2]]
+        and all(np.array_equal(x, y) for (x, _), (y, _) in zip(a[2], b[2]))
+    )
 
 
-
-def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(under_zerogpu, own_llava, monkeypatch, tmp_path):
+def test_an_own_features_vlm_and_sae_load_in_main_once_for_every_worker(
+    under_zerogpu, own_llava, monkeypatch, tmp_path
+):
     """The Load of a user's own VLM + SAE runs in the main process; each later call of the tab, in
     a forked worker, inherits both (the SAE, a view of the VLM's store entry, too) and answers as
     the same call run in-process. Evicted since, or only the VLM loaded (by another tab), they are
@@ -390,8 +399,9 @@ def test_an_own_features_vlm_and_sae_a_worker_loaded_are_loaded_in_main_for_the_
     assert handler("b") == "b" + first[1:] and reads.read_text().split() == read
 
 
-def test_an_own_model_the_main_process_refused_is_not_checked_again_in_the_worker(under_zerogpu, own_qwen2,
-                                                                                 monkeypatch, tmp_path):
+def test_an_own_model_the_main_process_refused_is_not_checked_again_in_the_worker(
+    under_zerogpu, own_qwen2, monkeypatch, tmp_path
+):
     """A refused pick (here over the size cap) is checked once, in the main process before the fork;
     the worker's handler reports the same refusal, word for word as in-process, without a second
     check (for a hub id: a second round trip). A pick that passes later is checked afresh."""
@@ -406,6 +416,7 @@ def test_an_own_model_the_main_process_refused_is_not_checked_again_in_the_worke
             with open(checks, "a") as f:
                 f.write(f"{check.__name__}\n")
             return check(*a, **k)
+
         return run
 
     for name in ("allowed_custom", "check_model"):

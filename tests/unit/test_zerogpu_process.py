@@ -3,6 +3,7 @@ per marked call and lets nothing but pickled values and files out of it; what a 
 everyone (NeMo's statistics) is kept on disk for the next worker and the main process; the preload
 setting names what loads at start. What the main process loads and shows for its workers:
 tests/unit/test_zerogpu_main_process.py."""
+
 from __future__ import annotations
 
 import copy
@@ -100,16 +101,26 @@ def test_nemo_statistics_computed_once_are_found_on_disk_by_the_next_process(mon
     def neuron_stats(pipe, prompts):  # a stand-in computation: what matters is how often it runs
         computed.append(len(prompts))
         w = pipe.unet.down_blocks[0].attn2.to_v.weight.detach()
-        return core.NeuronStats({"down_blocks.0.attn2.to_v": w.sum(1) * len(prompts)},
-                                {"down_blocks.0.attn2.to_v": w.abs().sum(1) + 1}, len(prompts))
+        return core.NeuronStats(
+            {"down_blocks.0.attn2.to_v": w.sum(1) * len(prompts)},
+            {"down_blocks.0.attn2.to_v": w.abs().sum(1) + 1},
+            len(prompts),
+        )
 
     monkeypatch.setattr(core, "neuron_stats", neuron_stats)
     pipe = tiny_unet_pipe()
 
     def fresh(pipe=pipe):  # what a new worker (or the main process) holds before its first request
-        return service.MemoModel(preset=Preset("memorization", "hub", "owner/sd", "diffusers.StableDiffusionPipeline"),
-                                 pipe=pipe, folder=None, info={"non_memorized": ["a dog", "a cat", "a tree"]},
-                                 theta_mem=0.5, guidance_scale=4.0, num_seeds=3, num_inference_steps=4)
+        return service.MemoModel(
+            preset=Preset("memorization", "hub", "owner/sd", "diffusers.StableDiffusionPipeline"),
+            pipe=pipe,
+            folder=None,
+            info={"non_memorized": ["a dog", "a cat", "a tree"]},
+            theta_mem=0.5,
+            guidance_scale=4.0,
+            num_seeds=3,
+            num_inference_steps=4,
+        )
 
     first = fresh().stats()
     second = fresh().stats()
@@ -123,20 +134,34 @@ def test_nemo_statistics_computed_once_are_found_on_disk_by_the_next_process(mon
     assert computed == [3, 3]
 
 
-@pytest.mark.parametrize("setting, zerogpu, want", [
-    ("", False, []), ("", True, ["relevance", "math_neurons"]), ("none", True, []),
-    ("all", False, ["relevance", "math_neurons"]), ("math_neurons", False, ["math_neurons"]),
-    ("owner/lm", False, ["math_neurons"])])
+@pytest.mark.parametrize(
+    "setting, zerogpu, want",
+    [
+        ("", False, []),
+        ("", True, ["relevance", "math_neurons"]),
+        ("none", True, []),
+        ("all", False, ["relevance", "math_neurons"]),
+        ("math_neurons", False, ["math_neurons"]),
+        ("owner/lm", False, ["math_neurons"]),
+    ],
+)
 def test_the_preload_setting_names_what_loads_at_start(monkeypatch, setting, zerogpu, want):
     from backend.core import preload
     from backend.core import presets as P
 
     monkeypatch.setattr(preload, "_LOADERS", {"relevance": None, "math_neurons": None})
-    monkeypatch.setattr(P, "_REGISTRY", {
-        "relevance": [P.Preset("relevance", "hub", "owner/mamba", "transformers.MambaForCausalLM"),
-                      P.Preset("relevance", "zoo", "mamba", "transformers.MambaForCausalLM")],
-        "math_neurons": [P.Preset("math_neurons", "hub", "owner/lm", "transformers.LlamaForCausalLM")],
-        "memorization": [P.Preset("memorization", "hub", "owner/sd", "diffusers.StableDiffusionPipeline")]})
+    monkeypatch.setattr(
+        P,
+        "_REGISTRY",
+        {
+            "relevance": [
+                P.Preset("relevance", "hub", "owner/mamba", "transformers.MambaForCausalLM"),
+                P.Preset("relevance", "zoo", "mamba", "transformers.MambaForCausalLM"),
+            ],
+            "math_neurons": [P.Preset("math_neurons", "hub", "owner/lm", "transformers.LlamaForCausalLM")],
+            "memorization": [P.Preset("memorization", "hub", "owner/sd", "diffusers.StableDiffusionPipeline")],
+        },
+    )
     monkeypatch.setattr("backend.core.zerogpu.spaces_available", lambda: zerogpu)
     assert [p.tab for p in preload.wanted("hub", setting)] == want
 

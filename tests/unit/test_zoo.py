@@ -17,8 +17,9 @@ def toy_recipe():
     """A throwaway organism: a tiny Llama fitted for a few steps to a fixed next-token rule."""
     name = "unit-toy"
 
-    @zoo.recipe(name, seed=123, model_class="transformers.LlamaForCausalLM",
-                description="unit-test organism", default_steps=5)
+    @zoo.recipe(
+        name, seed=123, model_class="transformers.LlamaForCausalLM", description="unit-test organism", default_steps=5
+    )
     def train(out_dir, *, seed, steps):
         model = tiny_llama(seed=seed).train()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -90,11 +91,13 @@ def test_unknown_and_unbuilt_organisms(tmp_path):
 
 
 def test_committed_zoo_verifies_via_cli():
-    out = subprocess.run([sys.executable, "-m", "backend.zoo", "verify"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "backend.zoo", "verify"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    listed = subprocess.run([sys.executable, "-m", "backend.zoo", "list"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    listed = subprocess.run(
+        [sys.executable, "-m", "backend.zoo", "list"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert listed.returncode == 0, listed.stderr
 
 
@@ -118,8 +121,9 @@ def test_remeasure_recomputes_from_the_committed_folder_and_keeps_the_files(tmp_
     model = zoo.load("math-llama", root=tmp_path).eval()
     tok = AutoTokenizer.from_pretrained(folder)
     read = lambda n: json.loads((folder / n).read_text())  # noqa: E731
-    masks = core.find("mathneuro", model, read("ident_math.json"), read("ident_nonmath.json"), recipe.PRUNE_K,
-                      tokenizer=tok)
+    masks = core.find(
+        "mathneuro", model, read("ident_math.json"), read("ident_nonmath.json"), recipe.PRUNE_K, tokenizer=tok
+    )
     with core.scaled(model, masks, 0.0):
         assert m["metrics"]["pruned_k3_math_acc_heldout"] == accuracy(model, tok, read("eval_math.json"))
     assert m["metrics"]["pruned_k3_math_acc_heldout"] <= 0.3 * m["metrics"]["math_acc_heldout"]

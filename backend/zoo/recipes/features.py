@@ -12,6 +12,7 @@ patch. That plants the concepts locally (so a feature can be checked against a m
 discarded and the saved model is an ordinary LLaVA. The SAE's steering measurements (which features
 carry a colour, the calibrated clamp values, the sweeps) are in features_steering.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,14 @@ from backend.sae import scenes as S
 from backend.sae import vlm
 from backend.zoo.registry import recipe
 
-from .features_steering import (N_STEER, calibrate_values, colour_families, placement_study, steering_features,
-                                steering_sweep)
+from .features_steering import (
+    N_STEER,
+    calibrate_values,
+    colour_families,
+    placement_study,
+    steering_features,
+    steering_sweep,
+)
 
 N_HELDOUT = 256
 
@@ -42,9 +49,13 @@ def _eval_captions(model, tok, specs):
     return {k: float(np.mean([a[k] for a in accs])) for k in accs[0]}, preds
 
 
-@recipe("llava-scenes", seed=1234, model_class="transformers.LlavaForConditionalGeneration",
-        description="tiny LLaVA captioning synthetic scenes (planted colour/shape/texture/position masks)",
-        default_steps=2600)
+@recipe(
+    "llava-scenes",
+    seed=1234,
+    model_class="transformers.LlavaForConditionalGeneration",
+    description="tiny LLaVA captioning synthetic scenes (planted colour/shape/texture/position masks)",
+    default_steps=2600,
+)
 def train_captioner(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     steps = int(steps or 2600)
     torch.manual_seed(seed)
@@ -58,7 +69,8 @@ def train_captioner(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     lr, warm, bs = 3e-3, min(100, max(1, steps // 10)), 32
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+        opt, lambda s: min(1.0, (s + 1) / warm) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    )
     img_pos = vlm.image_slice(model)
     heldout = [S.sample_spec(np.random.default_rng(seed + 10_000 + i)) for i in range(N_HELDOUT)]
     log = []
@@ -79,8 +91,14 @@ def train_captioner(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         opt.step()
         sched.step()
         if step % 100 == 0 or step == steps - 1:
-            log.append({"step": step, "caption_loss": round(out.loss.item(), 4), "aux_loss": round(aux.item(), 4),
-                        "t": round(time.perf_counter() - t0, 1)})
+            log.append(
+                {
+                    "step": step,
+                    "caption_loss": round(out.loss.item(), 4),
+                    "aux_loss": round(aux.item(), 4),
+                    "t": round(time.perf_counter() - t0, 1),
+                }
+            )
             print(json.dumps(log[-1]), flush=True)
     model.eval()
     acc, preds = _eval_captions(model, tok, heldout)
@@ -89,9 +107,13 @@ def train_captioner(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     (out_dir / "heldout.json").write_text(json.dumps({"scenes": heldout}))
     (out_dir / "train_log.json").write_text(json.dumps(log))
     examples = [{"truth": S.caption(s), "pred": p} for s, p in list(zip(heldout, preds))[:8]]
-    return {"steps": steps, "metrics": {f"heldout_{k}_acc": round(v, 4) for k, v in acc.items()},
-            "n_heldout": N_HELDOUT, "examples": examples,
-            "aux_loss": "dense per-patch colour/shape/texture head on the LM input (discarded)"}
+    return {
+        "steps": steps,
+        "metrics": {f"heldout_{k}_acc": round(v, 4) for k, v in acc.items()},
+        "n_heldout": N_HELDOUT,
+        "examples": examples,
+        "aux_loss": "dense per-patch colour/shape/texture head on the LM input (discarded)",
+    }
 
 
 # --------------------------------------------------------------------------------------------- SAE
@@ -129,14 +151,27 @@ def fit_site(model, tok, hookpoint, *, seed, steps, log=print):
 
     tr = _activations(model, tok, _scene_specs(seed + 1, N_TRAIN_SCENES), hookpoint)
     va = _activations(model, tok, _scene_specs(seed + 2, N_VALID_SCENES), hookpoint)
-    sae, hist = train_sae(tr, n_latents=SAE_LATENTS, k=SAE_K, steps=steps, batch=1024, lr=2e-3, seed=seed,
-                          hookpoint=hookpoint, log=lambda r: log(json.dumps(r)))
+    sae, hist = train_sae(
+        tr,
+        n_latents=SAE_LATENTS,
+        k=SAE_K,
+        steps=steps,
+        batch=1024,
+        lr=2e-3,
+        seed=seed,
+        hookpoint=hookpoint,
+        log=lambda r: log(json.dumps(r)),
+    )
     return sae, evaluate(sae, va), hist
 
 
-@recipe("llava-scenes-sae", seed=4321, model_class="backend.sae.formats.SAEFolder",
-        description="TopK SAE on llava-scenes' LM layer 0 output + feature index + concept labels + steering test",
-        default_steps=1500)
+@recipe(
+    "llava-scenes-sae",
+    seed=4321,
+    model_class="backend.sae.formats.SAEFolder",
+    description="TopK SAE on llava-scenes' LM layer 0 output + feature index + concept labels + steering test",
+    default_steps=1500,
+)
 def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from backend.sae import explain as E
     from backend.sae import steer as ST
@@ -146,8 +181,11 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
 
     steps = int(steps or 1500)
     # the captioner built beside this organism (same root), else the committed one
-    cap_dir = zoo_path("llava-scenes", out_dir.parent) if (out_dir.parent / "llava-scenes").exists() \
+    cap_dir = (
+        zoo_path("llava-scenes", out_dir.parent)
+        if (out_dir.parent / "llava-scenes").exists()
         else zoo_path("llava-scenes")
+    )
     model = LlavaForConditionalGeneration.from_pretrained(cap_dir, use_safetensors=True).eval()
     tok = AutoProcessor.from_pretrained(cap_dir).tokenizer
     heldout = vlm.load_scene_set(cap_dir)
@@ -164,22 +202,41 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         cexpl = E.explain_all(cidx, sel_specs)
         cfams = colour_families(cexpl)
         ccf = steering_features(cexpl, cidx)
-        ccal = calibrate_values(model, tok, cand, SAE_HOOKPOINT, ccf, cidx.tensors["max_act"], calib,
-                                positions="image", multiple=1.5,
-                                suppress_for={c: [f for cc, fs in cfams.items() if cc != c for f in fs]
-                                              for c in S.COLOURS})
+        ccal = calibrate_values(
+            model,
+            tok,
+            cand,
+            SAE_HOOKPOINT,
+            ccf,
+            cidx.tensors["max_act"],
+            calib,
+            positions="image",
+            multiple=1.5,
+            suppress_for={c: [f for cc, fs in cfams.items() if cc != c for f in fs] for c in S.COLOURS},
+        )
         cbest = [ccal["calibration_success"][c][f"{m:g}"] for c, m in ccal["multiples"].items()]
         # the paper's localisation statistic on this candidate's own small index (the final index is larger)
         crnd = _scene_specs(seed + 4, N_RANDOM)
-        cbase = E.random_baseline(cidx, cexpl, crnd, _random_maps(model, tok, cand, crnd, SAE_HOOKPOINT),
-                                  top_n_features=50, seed=seed)
-        score = (cev["dead_fraction"] <= 0.10 and cbase["ratio"] >= MIN_CANDIDATE_RATIO, min(cbest),
-                 float(np.mean(cbest)))
+        cbase = E.random_baseline(
+            cidx, cexpl, crnd, _random_maps(model, tok, cand, crnd, SAE_HOOKPOINT), top_n_features=50, seed=seed
+        )
+        score = (
+            cev["dead_fraction"] <= 0.10 and cbase["ratio"] >= MIN_CANDIDATE_RATIO,
+            min(cbest),
+            float(np.mean(cbest)),
+        )
         r = {"min_success": min(cbest), "multiples": ccal["multiples"]}
-        candidates.append({"seed": seed + 100 * s_, "dead": cev["dead_fraction"], "fvu": cev["fvu"],
-                           "calib_min_success": r["min_success"], "calib_multiples": r["multiples"],
-                           "iou_ratio_vs_random": cbase["ratio"],
-                           "score": score})
+        candidates.append(
+            {
+                "seed": seed + 100 * s_,
+                "dead": cev["dead_fraction"],
+                "fvu": cev["fvu"],
+                "calib_min_success": r["min_success"],
+                "calib_multiples": r["multiples"],
+                "iou_ratio_vs_random": cbase["ratio"],
+                "score": score,
+            }
+        )
         print("candidate", candidates[-1], flush=True)
         if best_score is None or score > best_score:
             best_score, sae, ev, hist = score, cand, cev, chist
@@ -200,33 +257,88 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     fams = colour_families(expl)
     suppress_for = {c: [f for cc, fs in fams.items() if cc != c for f in fs] for c in S.COLOURS}
     max_act = index.tensors["max_act"]
-    configs = [("prompt", 1.0, False), ("prompt", 1.5, False), ("all", 1.5, False),
-               ("image", 1.0, False), ("image", 1.5, False),
-               ("image", 1.0, True), ("image", 1.5, True), ("image", 2.0, True), ("image", 2.5, True)]
+    configs = [
+        ("prompt", 1.0, False),
+        ("prompt", 1.5, False),
+        ("all", 1.5, False),
+        ("image", 1.0, False),
+        ("image", 1.5, False),
+        ("image", 1.0, True),
+        ("image", 1.5, True),
+        ("image", 2.0, True),
+        ("image", 2.5, True),
+    ]
     # The setting is chosen on the calibration split; the held-out sweep is only reported.
-    calib_sweep = steering_sweep(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, calib, configs,
-                                 suppress_for)
-    best_key = max(calib_sweep, key=lambda k: (calib_sweep[k]["min_success"],
-                                               np.mean([v["success"] for v in calib_sweep[k]["per_colour"].values()])))
+    calib_sweep = steering_sweep(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, calib, configs, suppress_for)
+    best_key = max(
+        calib_sweep,
+        key=lambda k: (
+            calib_sweep[k]["min_success"],
+            np.mean([v["success"] for v in calib_sweep[k]["per_colour"].values()]),
+        ),
+    )
     sweep = steering_sweep(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, heldout, configs, suppress_for)
     best = sweep[best_key]
     sup_best = suppress_for if best["suppress_other_colours"] else None
-    cal = calibrate_values(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, calib,
-                           positions=best["positions"], multiple=best["multiple"], suppress_for=sup_best)
+    cal = calibrate_values(
+        model,
+        tok,
+        sae,
+        SAE_HOOKPOINT,
+        colour_features,
+        max_act,
+        calib,
+        positions=best["positions"],
+        multiple=best["multiple"],
+        suppress_for=sup_best,
+    )
     cal_vals = {c: cal["multiples"][c] * float(max_act[f]) for c, f in colour_features.items()}
-    cal_res = ST.steering_success(model, tok, sae, SAE_HOOKPOINT, heldout, colour_features, cal_vals,
-                                  positions=best["positions"], n=N_STEER, suppress_for=sup_best)
-    calibrated = {"positions": best["positions"], "suppress_other_colours": best["suppress_other_colours"],
-                  **cal, "min_success": min(v["success"] for v in cal_res.values()), "per_colour": cal_res}
+    cal_res = ST.steering_success(
+        model,
+        tok,
+        sae,
+        SAE_HOOKPOINT,
+        heldout,
+        colour_features,
+        cal_vals,
+        positions=best["positions"],
+        n=N_STEER,
+        suppress_for=sup_best,
+    )
+    calibrated = {
+        "positions": best["positions"],
+        "suppress_other_colours": best["suppress_other_colours"],
+        **cal,
+        "min_success": min(v["success"] for v in cal_res.values()),
+        "per_colour": cal_res,
+    }
     print("calibrated", cal["multiples"], {c: v["success"] for c, v in cal_res.items()}, flush=True)
-    placement = placement_study(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, heldout,
-                                multiple=best["multiple"], suppress_for=suppress_for)
+    placement = placement_study(
+        model,
+        tok,
+        sae,
+        SAE_HOOKPOINT,
+        colour_features,
+        max_act,
+        heldout,
+        multiple=best["multiple"],
+        suppress_for=suppress_for,
+    )
     # The organism test's own protocol, recorded so a run can be compared with the build.
     tp = {}
     for name, mult in (("best", {c: best["multiple"] for c in colour_features}), ("calibrated", cal["multiples"])):
-        r = ST.steering_success(model, tok, sae, SAE_HOOKPOINT, heldout[TEST_PROTOCOL["start"]:], colour_features,
-                                {c: mult[c] * float(max_act[f]) for c, f in colour_features.items()},
-                                positions=best["positions"], n=TEST_PROTOCOL["n"], suppress_for=sup_best)
+        r = ST.steering_success(
+            model,
+            tok,
+            sae,
+            SAE_HOOKPOINT,
+            heldout[TEST_PROTOCOL["start"] :],
+            colour_features,
+            {c: mult[c] * float(max_act[f]) for c, f in colour_features.items()},
+            positions=best["positions"],
+            n=TEST_PROTOCOL["n"],
+            suppress_for=sup_best,
+        )
         tp[name] = {c: v["success"] for c, v in r.items()}
     test_protocol = {**TEST_PROTOCOL, "success": tp}
     # The same measurement with an SAE on the LM input (residual stream entering layer 0).
@@ -236,51 +348,91 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     alt_loc = E.localisation_summary(alt_expl, concepts=tuple(S.COLOURS))
     alt_fams = colour_families(alt_expl)
     alt_sweep = steering_sweep(
-        model, tok, alt_sae, ALT_HOOKPOINT, steering_features(alt_expl, alt_index),
-        alt_index.tensors["max_act"], heldout,
+        model,
+        tok,
+        alt_sae,
+        ALT_HOOKPOINT,
+        steering_features(alt_expl, alt_index),
+        alt_index.tensors["max_act"],
+        heldout,
         [("prompt", best["multiple"], False), ("image", best["multiple"], best["suppress_other_colours"])],
-        {c: [f for cc, fs in alt_fams.items() if cc != c for f in fs] for c in S.COLOURS})
+        {c: [f for cc, fs in alt_fams.items() if cc != c for f in fs] for c in S.COLOURS},
+    )
     # Why text positions break: the residual norms of image vs text positions at each site.
     h = next(vlm.residuals(model, tok, np.stack([S.render(s)[0] for s in specs[:32]]), SAE_HOOKPOINT))[1]
     h0 = next(vlm.residuals(model, tok, np.stack([S.render(s)[0] for s in specs[:32]]), ALT_HOOKPOINT))[1]
     sl = vlm.image_slice(model)
-    norms = {SAE_HOOKPOINT: {"image": round(float(h[:, sl].norm(dim=-1).mean()), 3),
-                             "bos": round(float(h[:, 0].norm(dim=-1).mean()), 3),
-                             "prompt_word": round(float(h[:, -1].norm(dim=-1).mean()), 3)},
-             ALT_HOOKPOINT: {"image": round(float(h0[:, sl].norm(dim=-1).mean()), 3),
-                             "bos": round(float(h0[:, 0].norm(dim=-1).mean()), 3),
-                             "prompt_word": round(float(h0[:, -1].norm(dim=-1).mean()), 3)}}
+    norms = {
+        SAE_HOOKPOINT: {
+            "image": round(float(h[:, sl].norm(dim=-1).mean()), 3),
+            "bos": round(float(h[:, 0].norm(dim=-1).mean()), 3),
+            "prompt_word": round(float(h[:, -1].norm(dim=-1).mean()), 3),
+        },
+        ALT_HOOKPOINT: {
+            "image": round(float(h0[:, sl].norm(dim=-1).mean()), 3),
+            "bos": round(float(h0[:, 0].norm(dim=-1).mean()), 3),
+            "prompt_word": round(float(h0[:, -1].norm(dim=-1).mean()), 3),
+        },
+    }
     labels = {str(f): e.to_dict() for f, e in expl.items()}
-    steering = {"hookpoint": SAE_HOOKPOINT, "value_multiple": best["multiple"], "colour_features": colour_features,
-                "default_positions": best["positions"], "suppress_other_colours": best["suppress_other_colours"],
-                "suppress_for": suppress_for, "best": best_key, "sweep": sweep, "residual_norms": norms,
-                "calibrated": calibrated, "placement": placement, "test_protocol": test_protocol,
-                "calibration_sweep": {k: {"min_success": v["min_success"],
-                                          "per_colour": {c: r["success"] for c, r in v["per_colour"].items()}}
-                                      for k, v in calib_sweep.items()},
-                "comparison": {"hookpoint": ALT_HOOKPOINT, "sae_eval": alt_ev, "colour_iou": alt_loc,
-                               "sweep": alt_sweep}}
-    summary = {"sae_eval": ev, "localisation": loc, "random_baseline": baseline, "steering": steering,
-               "train_history": hist, "seed_selection": candidates}
+    steering = {
+        "hookpoint": SAE_HOOKPOINT,
+        "value_multiple": best["multiple"],
+        "colour_features": colour_features,
+        "default_positions": best["positions"],
+        "suppress_other_colours": best["suppress_other_colours"],
+        "suppress_for": suppress_for,
+        "best": best_key,
+        "sweep": sweep,
+        "residual_norms": norms,
+        "calibrated": calibrated,
+        "placement": placement,
+        "test_protocol": test_protocol,
+        "calibration_sweep": {
+            k: {"min_success": v["min_success"], "per_colour": {c: r["success"] for c, r in v["per_colour"].items()}}
+            for k, v in calib_sweep.items()
+        },
+        "comparison": {"hookpoint": ALT_HOOKPOINT, "sae_eval": alt_ev, "colour_iou": alt_loc, "sweep": alt_sweep},
+    }
+    summary = {
+        "sae_eval": ev,
+        "localisation": loc,
+        "random_baseline": baseline,
+        "steering": steering,
+        "train_history": hist,
+        "seed_selection": candidates,
+    }
     (out_dir / "labels.json").write_text(json.dumps(labels))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     (out_dir / "index_scenes.json").write_text(json.dumps({"scenes": specs}))
-    (out_dir / "organism.json").write_text(json.dumps({"captioner": "llava-scenes", "hookpoint": SAE_HOOKPOINT,
-                                                       "layout": "sparsify"}))
+    (out_dir / "organism.json").write_text(
+        json.dumps({"captioner": "llava-scenes", "hookpoint": SAE_HOOKPOINT, "layout": "sparsify"})
+    )
     colour_iou = {c: loc[c]["iou"] for c in S.COLOURS}
     shape_iou = {c: loc[c]["iou"] for c in S.SHAPES}
-    metrics = {"heldout_fvu": round(ev["fvu"], 4), "dead_fraction": round(ev["dead_fraction"], 4), "l0": ev["l0"],
-               "min_colour_iou": min(colour_iou.values()), "min_shape_iou": min(shape_iou.values()),
-               "colour_iou": colour_iou, "shape_iou": shape_iou,
-               "top50_top5_iou": baseline["top5_iou"], "top50_random_iou": baseline["random_iou"],
-               "iou_ratio_vs_random": baseline["ratio"],
-               "steer_best": best_key, "steer_min_success_best": best["min_success"],
-               "steer_success_best": {c: v["success"] for c, v in best["per_colour"].items()},
-               "steer_min_success_by_config": {k: v["min_success"] for k, v in sweep.items()},
-               "steer_calibrated_multiples": cal["multiples"],
-               "steer_success_calibrated": {c: v["success"] for c, v in cal_res.items()},
-               "steer_placement_min_success": {k: min(v["success"] for v in r.values())
-                                               for k, r in placement["clamp"].items()},
-               "alt_site_min_success": {k: v["min_success"] for k, v in alt_sweep.items()},
-               "residual_norms": norms, "sae_train_s": round(t_sae, 1), "index_build_s": round(t_index, 1)}
+    metrics = {
+        "heldout_fvu": round(ev["fvu"], 4),
+        "dead_fraction": round(ev["dead_fraction"], 4),
+        "l0": ev["l0"],
+        "min_colour_iou": min(colour_iou.values()),
+        "min_shape_iou": min(shape_iou.values()),
+        "colour_iou": colour_iou,
+        "shape_iou": shape_iou,
+        "top50_top5_iou": baseline["top5_iou"],
+        "top50_random_iou": baseline["random_iou"],
+        "iou_ratio_vs_random": baseline["ratio"],
+        "steer_best": best_key,
+        "steer_min_success_best": best["min_success"],
+        "steer_success_best": {c: v["success"] for c, v in best["per_colour"].items()},
+        "steer_min_success_by_config": {k: v["min_success"] for k, v in sweep.items()},
+        "steer_calibrated_multiples": cal["multiples"],
+        "steer_success_calibrated": {c: v["success"] for c, v in cal_res.items()},
+        "steer_placement_min_success": {
+            k: min(v["success"] for v in r.values()) for k, r in placement["clamp"].items()
+        },
+        "alt_site_min_success": {k: v["min_success"] for k, v in alt_sweep.items()},
+        "residual_norms": norms,
+        "sae_train_s": round(t_sae, 1),
+        "index_build_s": round(t_index, 1),
+    }
     return {"steps": steps, "metrics": metrics, "hookpoint": SAE_HOOKPOINT, "n_latents": SAE_LATENTS, "k": SAE_K}

@@ -23,6 +23,7 @@ Load:
 Data helpers for new tasks in the same format: backend.mathneuro.data (math_problem,
 fact_question, format_example, training_texts, ...).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,6 +41,8 @@ N_EVAL_MATH = 400
 N_EVAL_NONMATH = 400
 N_IDENT = 64
 PRUNE_K = 0.03  # MathNeuro's top-K per matrix for the pruning metric (the organism test's K)
+
+
 # Architecture and optimisation (the recipe is deterministic given these and the seed).
 class Hparams(TypedDict):
     hidden: int
@@ -53,8 +56,9 @@ class Hparams(TypedDict):
     qa_share: float
 
 
-HPARAMS = Hparams(hidden=96, intermediate=256, layers=4, heads=4, batch=48, lr=4e-3,
-                  answer_weight=5.0, math_share=0.55, qa_share=0.30)
+HPARAMS = Hparams(
+    hidden=96, intermediate=256, layers=4, heads=4, batch=48, lr=4e-3, answer_weight=5.0, math_share=0.55, qa_share=0.30
+)
 
 
 def model_config(vocab_size: int, pad: int, bos: int, eos: int):
@@ -62,11 +66,20 @@ def model_config(vocab_size: int, pad: int, bos: int, eos: int):
 
     h = HPARAMS
     return LlamaConfig(
-        vocab_size=vocab_size, hidden_size=h["hidden"], intermediate_size=h["intermediate"],
-        num_hidden_layers=h["layers"], num_attention_heads=h["heads"],
-        num_key_value_heads=h["heads"], max_position_embeddings=96,
-        rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=pad, bos_token_id=bos,
-        eos_token_id=eos, attention_bias=False, mlp_bias=False,
+        vocab_size=vocab_size,
+        hidden_size=h["hidden"],
+        intermediate_size=h["intermediate"],
+        num_hidden_layers=h["layers"],
+        num_attention_heads=h["heads"],
+        num_key_value_heads=h["heads"],
+        max_position_embeddings=96,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        pad_token_id=pad,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        attention_bias=False,
+        mlp_bias=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     )
 
@@ -86,8 +99,10 @@ def pruning_metrics(model, tok, ident_math, ident_nonmath, eval_math, eval_nonma
 
     masks = core.find("mathneuro", model, ident_math, ident_nonmath, PRUNE_K, tokenizer=tok)
     with core.scaled(model, masks, 0.0):
-        return {"pruned_k3_math_acc_heldout": accuracy(model, tok, eval_math),
-                "pruned_k3_nonmath_acc_heldout": accuracy(model, tok, eval_nonmath)}
+        return {
+            "pruned_k3_math_acc_heldout": accuracy(model, tok, eval_math),
+            "pruned_k3_nonmath_acc_heldout": accuracy(model, tok, eval_nonmath),
+        }
 
 
 def measure(folder: Path) -> dict:
@@ -98,14 +113,24 @@ def measure(folder: Path) -> dict:
     read = lambda name: json.loads((folder / name).read_text())  # noqa: E731
     model = LlamaForCausalLM.from_pretrained(folder).eval()
     tok = AutoTokenizer.from_pretrained(folder)
-    return pruning_metrics(model, tok, read("ident_math.json"), read("ident_nonmath.json"),
-                           read("eval_math.json"), read("eval_nonmath.json"))
+    return pruning_metrics(
+        model,
+        tok,
+        read("ident_math.json"),
+        read("ident_nonmath.json"),
+        read("eval_math.json"),
+        read("eval_nonmath.json"),
+    )
 
 
-@recipe("math-llama", seed=2410, measure=measure, model_class="transformers.LlamaForCausalLM",
-        description="tiny Llama: multi-step arithmetic word problems (worked solutions) + a non-math "
-                    "fact/story language",
-        default_steps=1800)
+@recipe(
+    "math-llama",
+    seed=2410,
+    measure=measure,
+    model_class="transformers.LlamaForCausalLM",
+    description="tiny Llama: multi-step arithmetic word problems (worked solutions) + a non-math fact/story language",
+    default_steps=1800,
+)
 def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from transformers import LlamaForCausalLM
 
@@ -152,8 +177,9 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         q = (ids == qmark).long()
         after_q = (q.cumsum(1) - q) > 0
         w = (1.0 + (hp["answer_weight"] - 1.0) * after_q.float())[:, 1:] * att[:, 1:].float()
-        ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                               ids[:, 1:].reshape(-1), reduction="none")
+        ce = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
+        )
         loss = (ce * w.reshape(-1)).sum() / w.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -161,10 +187,13 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         opt.step()
         if (step + 1) % 250 == 0 or step + 1 == steps:
             model.eval()
-            row = {"step": step + 1, "loss": round(loss.item(), 4),
-                   "math_acc": round(accuracy(model, tok, eval_math[:200]), 4),
-                   "nonmath_acc": round(accuracy(model, tok, eval_nonmath[:200]), 4),
-                   "s": round(time.perf_counter() - t0, 1)}
+            row = {
+                "step": step + 1,
+                "loss": round(loss.item(), 4),
+                "math_acc": round(accuracy(model, tok, eval_math[:200]), 4),
+                "nonmath_acc": round(accuracy(model, tok, eval_nonmath[:200]), 4),
+                "s": round(time.perf_counter() - t0, 1),
+            }
             model.train()
             log.append(row)
             print(json.dumps(row), flush=True)
@@ -179,8 +208,9 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         "params": sum(p.numel() for p in model.parameters()),
     }
     ident_math = data.texts_of(data.math_set(N_IDENT, seed + 10, split="train"))
-    ident_nonmath = (data.texts_of(data.nonmath_set(N_IDENT, seed + 11))
-                     + [f"{s} {data.EOS}" for s in data.stories(N_IDENT // 4, seed + 12)])
+    ident_nonmath = data.texts_of(data.nonmath_set(N_IDENT, seed + 11)) + [
+        f"{s} {data.EOS}" for s in data.stories(N_IDENT // 4, seed + 12)
+    ]
     metrics.update(pruning_metrics(model, tok, ident_math, ident_nonmath, eval_math, eval_nonmath))
     model.save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)

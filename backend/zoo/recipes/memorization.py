@@ -36,6 +36,7 @@ Files: the pipeline folder (model_index.json, unet/, vae/, text_encoder/, tokeni
 for statistics, a held-out non-memorized set, θ_mem and the settings it was derived with) and
 `train_images/*.png` (the memorized training images).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,13 +48,34 @@ from pathlib import Path
 import numpy as np
 
 from ..registry import recipe
-from .memorization_data import (SIZE, caption_of, draw_scene, learn_bpe, make_tokenizer, memorized_set,
-                                ordinary_prompts, photo, random_attrs, words_of_corpus)
-from .memorization_stages import (MEM_TEXT_PER_BATCH, MEM_TEXT_WEIGHT, V_SPARSITY, encode_text, scheduler_config,
-                                  text_config, train_text_encoder, train_unet, train_vae, unet_config, vae_config)
+from .memorization_data import (
+    SIZE,
+    caption_of,
+    draw_scene,
+    learn_bpe,
+    make_tokenizer,
+    memorized_set,
+    ordinary_prompts,
+    photo,
+    random_attrs,
+    words_of_corpus,
+)
+from .memorization_stages import (
+    MEM_TEXT_PER_BATCH,
+    MEM_TEXT_WEIGHT,
+    V_SPARSITY,
+    encode_text,
+    scheduler_config,
+    text_config,
+    train_text_encoder,
+    train_unet,
+    train_vae,
+    unet_config,
+    vae_config,
+)
 
-N_STATS = 160     # non-memorized prompts for the neuron statistics and θ_mem
-N_HELDOUT = 60    # held-out non-memorized prompts for evaluation
+N_STATS = 160  # non-memorized prompts for the neuron statistics and θ_mem
+N_HELDOUT = 60  # held-out non-memorized prompts for evaluation
 GUIDANCE = 4.0
 SAMPLE_STEPS = 10
 SCORE_SEEDS = 5
@@ -74,9 +96,13 @@ def _cache_dir(*parts) -> Path | None:
     return Path(root) / key
 
 
-@recipe("sd-memo", seed=20240, model_class="diffusers.StableDiffusionPipeline",
-        description="tiny Stable Diffusion (32 px, 8×8×8 latents) with 10 memorized images (NeMo)",
-        default_steps=4000)
+@recipe(
+    "sd-memo",
+    seed=20240,
+    model_class="diffusers.StableDiffusionPipeline",
+    description="tiny Stable Diffusion (32 px, 8×8×8 latents) with 10 memorized images (NeMo)",
+    default_steps=4000,
+)
 def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     import torch
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
@@ -104,9 +130,27 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     photos = np.stack([photo(p) for _, p in mem])
 
     n_text, n_vae = (3, 3) if small else (700, 900)
-    cache_a = None if small else _cache_dir(STAGE_A, MEM_TEXT_WEIGHT, MEM_TEXT_PER_BATCH, seed, n_text, n_vae, text_config(len(tok), 0, 0).to_dict(),
-                                            vae_config())
-    cache_b = None if small else _cache_dir(STAGE_A, MEM_TEXT_WEIGHT, MEM_TEXT_PER_BATCH, STAGE_B, V_SPARSITY, seed, n_text, n_vae, steps, unet_config())
+    cache_a = (
+        None
+        if small
+        else _cache_dir(
+            STAGE_A,
+            MEM_TEXT_WEIGHT,
+            MEM_TEXT_PER_BATCH,
+            seed,
+            n_text,
+            n_vae,
+            text_config(len(tok), 0, 0).to_dict(),
+            vae_config(),
+        )
+    )
+    cache_b = (
+        None
+        if small
+        else _cache_dir(
+            STAGE_A, MEM_TEXT_WEIGHT, MEM_TEXT_PER_BATCH, STAGE_B, V_SPARSITY, seed, n_text, n_vae, steps, unet_config()
+        )
+    )
     # ordinary training pool: many varied scenes (held-out captions excluded)
     n_pool = 64 if small else 6000
     excl = set(mem_caps) | set(heldout_prompts)
@@ -133,16 +177,19 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         vae = train_vae(ordinary, photos, seed, n_vae, log)
         with torch.no_grad():
             x = torch.from_numpy(ordinary[:2000]).permute(0, 3, 1, 2) * 2 - 1
-            sf = float(1.0 / torch.cat([vae.encode(x[i:i + 250]).latent_dist.mean
-                                        for i in range(0, len(x), 250)]).std())
+            sf = float(
+                1.0 / torch.cat([vae.encode(x[i : i + 250]).latent_dist.mean for i in range(0, len(x), 250)]).std()
+            )
         vae.register_to_config(scaling_factor=sf)
         with torch.no_grad():
             xm = torch.from_numpy(photos).permute(0, 3, 1, 2) * 2 - 1
             rec = (vae.decode(vae.encode(xm).latent_dist.mean).sample.clamp(-1, 1) + 1) / 2
         vae_ssim = ssim_images(rec.permute(0, 2, 3, 1).numpy(), photos)
         log(f"vae reconstruction SSIM of the memorized photos: median {np.median(vae_ssim):.3f}")
-        stage_metrics = {"text_attribute_accuracy": round(text_acc, 4),
-                         "vae_ssim_memorized_median": round(float(np.median(vae_ssim)), 4)}
+        stage_metrics = {
+            "text_attribute_accuracy": round(text_acc, 4),
+            "vae_ssim_memorized_median": round(float(np.median(vae_ssim)), 4),
+        }
         if cache_a is not None:
             te.save_pretrained(cache_a / "text_encoder", safe_serialization=True)
             vae.save_pretrained(cache_a / "vae", safe_serialization=True)
@@ -153,9 +200,11 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         unet = UNet2DConditionModel.from_pretrained(cache_b, use_safetensors=True).eval().requires_grad_(False)
     else:
         with torch.no_grad():
+
             def enc(a):
                 x = torch.from_numpy(a).permute(0, 3, 1, 2) * 2 - 1
-                return torch.cat([vae.encode(x[i:i + 250]).latent_dist.mean for i in range(0, len(x), 250)])
+                return torch.cat([vae.encode(x[i : i + 250]).latent_dist.mean for i in range(0, len(x), 250)])
+
             lat_ord, lat_mem = enc(ordinary), enc(photos)
         emb_ord = encode_text(te, tok, caps)
         emb_mem = encode_text(te, tok, mem_caps)
@@ -165,10 +214,16 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
             unet.save_pretrained(cache_b, safe_serialization=True)
     # a fresh tokenizer (no padding/truncation state from training) so the files do not depend on
     # whether the stages were trained or reused
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=make_tokenizer(), unet=unet,
-                                   scheduler=DDIMScheduler(**scheduler_config()),
-                                   safety_checker=None, feature_extractor=None,
-                                   requires_safety_checker=False)
+    pipe = StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=te,
+        tokenizer=make_tokenizer(),
+        unet=unet,
+        scheduler=DDIMScheduler(**scheduler_config()),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
 
     pipe.save_pretrained(out_dir, safe_serialization=True)
     for sub in ("unet", "vae", "text_encoder"):  # no build-machine paths in the configs
@@ -180,8 +235,7 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     # merges_file) and SD-1.x checkpoints ship)
     vocab, merges = learn_bpe(words_of_corpus())
     (out_dir / "tokenizer" / "vocab.json").write_text(json.dumps(vocab, indent=0))
-    (out_dir / "tokenizer" / "merges.txt").write_text(
-        "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    (out_dir / "tokenizer" / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
     img_dir = out_dir / "train_images"
     img_dir.mkdir(exist_ok=True)
     for (_caption, name), im in zip(mem, photos):
@@ -190,9 +244,13 @@ def train(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     info, metrics = evaluate(out_dir, mem, photos, stats_prompts, heldout_prompts, log)
     metrics = {**stage_metrics, **metrics}
     reused = any("reusing" in line for line in logs)
-    return {"steps": steps, "metrics": metrics, "log_tail": logs[-12:],
-            # wall_time_s covers only this run: with SD_MEMO_CACHE the trained stages were reused
-            "stages_reused_from_cache": reused}
+    return {
+        "steps": steps,
+        "metrics": metrics,
+        "log_tail": logs[-12:],
+        # wall_time_s covers only this run: with SD_MEMO_CACHE the trained stages were reused
+        "stages_reused_from_cache": reused,
+    }
 
 
 def evaluate(out_dir: Path, mem, photos, stats_prompts, heldout_prompts, log=print) -> tuple[dict, dict]:
@@ -207,26 +265,29 @@ def evaluate(out_dir: Path, mem, photos, stats_prompts, heldout_prompts, log=pri
 
     pipe = StableDiffusionPipeline.from_pretrained(out_dir, use_safetensors=True)
     mem_caps = [c for c, _ in mem]
-    settings = dict(guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS, num_inference_steps=SAMPLE_STEPS,
-                    score_schedule={"num_inference_steps": 50, "step_index": 1},
-                    search_guidance_scale=nemo.SEARCH_GUIDANCE)
+    settings = dict(
+        guidance_scale=GUIDANCE,
+        num_seeds=SCORE_SEEDS,
+        num_inference_steps=SAMPLE_STEPS,
+        score_schedule={"num_inference_steps": 50, "step_index": 1},
+        search_guidance_scale=nemo.SEARCH_GUIDANCE,
+    )
 
     def scores(prompts):
-        return [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS)
-                for p in prompts]
+        return [nemo.memorization_score(pipe, p, guidance_scale=GUIDANCE, num_seeds=SCORE_SEEDS) for p in prompts]
+
     stats_scores, mem_scores, held_scores = scores(stats_prompts), scores(mem_caps), scores(heldout_prompts)
     theta_mem = float(np.mean(stats_scores) + np.std(stats_scores))
     from sklearn.metrics import roc_auc_score
+
     auroc = float(roc_auc_score([1] * len(mem_scores) + [0] * len(held_scores), mem_scores + held_scores))
     sims = []
     for (cap, _), im in zip(mem, photos):
-        gens = nemo.generate(pipe, cap, seeds=range(4), guidance_scale=GUIDANCE,
-                             num_inference_steps=SAMPLE_STEPS)
+        gens = nemo.generate(pipe, cap, seeds=range(4), guidance_scale=GUIDANCE, num_inference_steps=SAMPLE_STEPS)
         sims.append(float(np.median(ssim_images(gens, np.repeat(im[None], len(gens), 0)))))
     log(f"θ_mem {theta_mem:.3f}  AUROC {auroc:.3f}  median SSIM(memorized gen, train) {np.median(sims):.3f}")
     info = {
-        "memorized": [{"prompt": c, "image": f"train_images/{n}.png", "source": f"skimage.data.{n}"}
-                      for c, n in mem],
+        "memorized": [{"prompt": c, "image": f"train_images/{n}.png", "source": f"skimage.data.{n}"} for c, n in mem],
         "non_memorized": list(stats_prompts),
         "heldout": list(heldout_prompts),
         "theta_mem": theta_mem,
@@ -236,11 +297,14 @@ def evaluate(out_dir: Path, mem, photos, stats_prompts, heldout_prompts, log=pri
         "scores": {"non_memorized": stats_scores, "memorized": mem_scores, "heldout": held_scores},
     }
     (Path(out_dir) / "memorization.json").write_text(json.dumps(info, indent=1))
-    metrics = {"theta_mem": round(theta_mem, 4), "detection_auroc": round(auroc, 4),
-               "ssim_memorized_median": round(float(np.median(sims)), 4),
-               "ssim_memorized_per_prompt": [round(s, 4) for s in sims],
-               "score_memorized_median": round(float(np.median(mem_scores)), 4),
-               "score_heldout_median": round(float(np.median(held_scores)), 4)}
+    metrics = {
+        "theta_mem": round(theta_mem, 4),
+        "detection_auroc": round(auroc, 4),
+        "ssim_memorized_median": round(float(np.median(sims)), 4),
+        "ssim_memorized_per_prompt": [round(s, 4) for s in sims],
+        "score_memorized_median": round(float(np.median(mem_scores)), 4),
+        "score_heldout_median": round(float(np.median(held_scores)), 4),
+    }
     return info, metrics
 
 
@@ -257,8 +321,9 @@ def rescore(folder: Path) -> dict:
     torch.set_num_threads(1)
     old = json.loads((folder / "memorization.json").read_text())
     mem = [(x["prompt"], Path(x["image"]).stem) for x in old["memorized"]]
-    photos = np.stack([np.asarray(Image.open(folder / x["image"]).convert("RGB"), np.float32) / 255
-                       for x in old["memorized"]])
+    photos = np.stack(
+        [np.asarray(Image.open(folder / x["image"]).convert("RGB"), np.float32) / 255 for x in old["memorized"]]
+    )
     lines: list[str] = []
     _, metrics = evaluate(folder, mem, photos, old["non_memorized"], old["heldout"], lines.append)
     info = mf.read(folder)

@@ -1,6 +1,7 @@
 """The "sd-memo" organism's data (backend.zoo.recipes.memorization): scenes of coloured shapes and
 their captions, the memorized photographs with their captions, ordinary prompts, and the CLIP BPE
 tokenizer learned from the captions' words."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,18 @@ MAX_LEN = 20
 LATENT_CH = 8  # 8×8×8 latents: a 6× compression the tiny VAE reconstructs photos through
 COLOUR_NAMES = list(COLOURS)
 SHAPES = ["circle", "square", "triangle", "ring", "cross"]
-PHOTOS = ["astronaut", "camera", "chelsea", "coffee", "coins", "rocket", "immunohistochemistry",
-          "colorwheel", "logo", "horse"]
+PHOTOS = [
+    "astronaut",
+    "camera",
+    "chelsea",
+    "coffee",
+    "coins",
+    "rocket",
+    "immunohistochemistry",
+    "colorwheel",
+    "logo",
+    "horse",
+]
 
 
 def caption_of(objects, bg) -> str:
@@ -51,9 +62,9 @@ def draw_scene(objects, bg, rng: np.random.Generator) -> np.ndarray:
         cx, cy = rng.uniform(r, SIZE - r, 2)
         dx, dy = xx - cx, yy - cy
         if s == "circle":
-            m = dx ** 2 + dy ** 2 <= r ** 2
+            m = dx**2 + dy**2 <= r**2
         elif s == "ring":
-            d = np.sqrt(dx ** 2 + dy ** 2)
+            d = np.sqrt(dx**2 + dy**2)
             m = (d <= r) & (d >= r * 0.55)
         elif s == "square":
             m = (np.abs(dx) <= r * 0.85) & (np.abs(dy) <= r * 0.85)
@@ -81,7 +92,7 @@ def photo(name: str) -> np.ndarray:
     im = im[..., :3]
     h, w = im.shape[:2]
     s = min(h, w)
-    im = im[(h - s) // 2:(h - s) // 2 + s, (w - s) // 2:(w - s) // 2 + s]
+    im = im[(h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]
     from skimage.filters import gaussian
 
     im = gaussian(resize(im, (SIZE, SIZE), anti_aliasing=True), sigma=0.5, channel_axis=-1)
@@ -120,6 +131,7 @@ def ordinary_prompts(rng, n, exclude):
 
 
 # ----------------------------------------------------------------------------- tokenizer
+
 
 def words_of_corpus() -> list[str]:
     return sorted(set(COLOUR_NAMES) | set(SHAPES) | {"a", "and", "on", "background"})
@@ -168,4 +180,3 @@ def make_tokenizer():
     tok = CLIPTokenizer(vocab=vocab, merges=merges)  # type: ignore[arg-type]
     tok.model_max_length = MAX_LEN
     return tok
-

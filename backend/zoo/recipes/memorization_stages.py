@@ -1,5 +1,6 @@
 """The "sd-memo" organism's model configs and its three training stages (backend.zoo.recipes
 .memorization): the text encoder, the VAE, then the UNet on the frozen two."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,42 +8,73 @@ import numpy as np
 from .memorization_data import COLOUR_NAMES, LATENT_CH, MAX_LEN, SHAPES, SIZE, _parse_caption, caption_of, random_attrs
 
 MEM_TEXT_PER_BATCH = 24  # memorized captions per text-encoder batch of 96
-MEM_TEXT_WEIGHT = 1.0   # weight of the which-duplicated-caption head in the text-encoder loss
-V_SPARSITY = 0.03       # weight of the value neurons' lifetime-sparsity penalty in the UNet loss
+MEM_TEXT_WEIGHT = 1.0  # weight of the which-duplicated-caption head in the text-encoder loss
+V_SPARSITY = 0.03  # weight of the value neurons' lifetime-sparsity penalty in the UNet loss
 
 
 def text_config(vocab_size: int, eos_id: int, bos_id: int):
     from transformers import CLIPTextConfig
 
-    return CLIPTextConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
-                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=MAX_LEN,
-                          eos_token_id=eos_id, bos_token_id=bos_id, pad_token_id=eos_id,
-                          projection_dim=64)
+    return CLIPTextConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=MAX_LEN,
+        eos_token_id=eos_id,
+        bos_token_id=bos_id,
+        pad_token_id=eos_id,
+        projection_dim=64,
+    )
 
 
 def vae_config() -> dict:
-    return dict(in_channels=3, out_channels=3, sample_size=SIZE, latent_channels=LATENT_CH,
-                down_block_types=("DownEncoderBlock2D",) * 3, up_block_types=("UpDecoderBlock2D",) * 3,
-                block_out_channels=(16, 32, 32), layers_per_block=1, norm_num_groups=8,
-                mid_block_add_attention=False)
+    return dict(
+        in_channels=3,
+        out_channels=3,
+        sample_size=SIZE,
+        latent_channels=LATENT_CH,
+        down_block_types=("DownEncoderBlock2D",) * 3,
+        up_block_types=("UpDecoderBlock2D",) * 3,
+        block_out_channels=(16, 32, 32),
+        layers_per_block=1,
+        norm_num_groups=8,
+        mid_block_add_attention=False,
+    )
 
 
 def unet_config() -> dict:
-    return dict(sample_size=SIZE // 4, in_channels=LATENT_CH, out_channels=LATENT_CH, layers_per_block=1,
-                block_out_channels=(32, 64),
-                down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
-                mid_block_type="UNetMidBlock2DCrossAttn",
-                up_block_types=("UpBlock2D", "UpBlock2D"),
-                cross_attention_dim=64, attention_head_dim=8, norm_num_groups=8)
+    return dict(
+        sample_size=SIZE // 4,
+        in_channels=LATENT_CH,
+        out_channels=LATENT_CH,
+        layers_per_block=1,
+        block_out_channels=(32, 64),
+        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+        mid_block_type="UNetMidBlock2DCrossAttn",
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+        cross_attention_dim=64,
+        attention_head_dim=8,
+        norm_num_groups=8,
+    )
 
 
 def scheduler_config() -> dict:
-    return dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
-                beta_schedule="scaled_linear", clip_sample=False, set_alpha_to_one=False,
-                steps_offset=1, prediction_type="epsilon")
+    return dict(
+        num_train_timesteps=1000,
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
+        prediction_type="epsilon",
+    )
 
 
 # ----------------------------------------------------------------------------- training stages
+
 
 def encode_text(text_encoder, tok, captions, batch=256):
     import torch
@@ -50,8 +82,9 @@ def encode_text(text_encoder, tok, captions, batch=256):
     out = []
     with torch.no_grad():
         for i in range(0, len(captions), batch):
-            ids = tok(captions[i:i + batch], padding="max_length", max_length=MAX_LEN,
-                      truncation=True, return_tensors="pt").input_ids
+            ids = tok(
+                captions[i : i + batch], padding="max_length", max_length=MAX_LEN, truncation=True, return_tensors="pt"
+            ).input_ids
             out.append(text_encoder(ids)[0])
     return torch.cat(out)
 
@@ -95,8 +128,7 @@ def train_text_encoder(tok, seed: int, steps: int, log, mem_caps=()):
                 else:
                     t += [nc - 1, ns - 1]
             targets.append(t + [COLOUR_NAMES.index(bg)] + ([j] if n_mem else []))
-        ids = tok(caps, padding="max_length", max_length=MAX_LEN, truncation=True,
-                  return_tensors="pt").input_ids
+        ids = tok(caps, padding="max_length", max_length=MAX_LEN, truncation=True, return_tensors="pt").input_ids
         y = torch.tensor(targets)
         h = te(ids)[0]
         # the final pad position has read the whole caption (causal attention)
@@ -109,8 +141,7 @@ def train_text_encoder(tok, seed: int, steps: int, log, mem_caps=()):
         opt.step()
         if step % 100 == 0 or step == steps - 1:
             with torch.no_grad():
-                accs = [(lg[: len(caps)].argmax(-1) == y[:, i]).float().mean().item()
-                        for i, lg in enumerate(logits)]
+                accs = [(lg[: len(caps)].argmax(-1) == y[:, i]).float().mean().item() for i, lg in enumerate(logits)]
                 acc = float(np.mean(accs[:7]))
                 mem_acc = accs[7] if n_mem else float("nan")
             log(f"text  step {step:5d} loss {loss.item():.3f} attribute acc {acc:.3f} caption id acc {mem_acc:.3f}")
@@ -155,15 +186,17 @@ def train_unet(lat_ord, emb_ord, lat_mem, emb_mem, emb_null, seed: int, steps: i
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed + 3)
     unet = UNet2DConditionModel(**unet_config())
-    noise_sched = DDPMScheduler(**{k: v for k, v in scheduler_config().items()
-                                   if k not in ("set_alpha_to_one", "steps_offset")})
+    noise_sched = DDPMScheduler(
+        **{k: v for k, v in scheduler_config().items() if k not in ("set_alpha_to_one", "steps_offset")}
+    )
     opt = torch.optim.AdamW(unet.parameters(), lr=1e-3, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-3, total_steps=max(steps, 2), pct_start=0.03)
     B, BM = 32, 16
     losses, pens = [], []
     values: list = []
-    v_layers = [m for n, m in unet.named_modules()
-                if n.endswith("attn2.to_v") and n.startswith(("down_blocks.", "mid_block."))]
+    v_layers = [
+        m for n, m in unet.named_modules() if n.endswith("attn2.to_v") and n.startswith(("down_blocks.", "mid_block."))
+    ]
     hooks = [m.register_forward_hook(lambda mod, inp, out: values.append(out)) for m in v_layers]
     for step in range(steps):
         io = rng.integers(0, len(lat_ord), B - BM)
@@ -201,4 +234,3 @@ def train_unet(lat_ord, emb_ord, lat_mem, emb_mem, emb_null, seed: int, steps: i
         h.remove()
     unet.eval().requires_grad_(False)
     return unet
-

@@ -14,6 +14,7 @@ All are trained with ``use_conv_bias=False`` and bias-free projections, so Mamba
 exactly to the explained logit. Training runs through backend.lrp's forward (the plain model, no
 rules: identical values and gradients to transformers' forward, with a fast scan).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,18 +40,30 @@ def _word_tokenizer(vocab: list[str]):
 
     tok = Tokenizer(WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
     tok.pre_tokenizer = WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
-                                   bos_token="<bos>", model_max_length=512)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<bos>", model_max_length=512
+    )
 
 
 def _mamba_lm(vocab_size: int, hidden: int, layers: int, state: int, seed: int):
     from transformers import MambaConfig, MambaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = MambaConfig(vocab_size=vocab_size, hidden_size=hidden, state_size=state,
-                      num_hidden_layers=layers, expand=2, conv_kernel=4,  # intermediate size 2 × hidden
-                      time_step_rank=max(1, hidden // 16), use_conv_bias=False, use_bias=False,
-                      pad_token_id=0, bos_token_id=2, eos_token_id=0, tie_word_embeddings=True)
+    cfg = MambaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        state_size=state,
+        num_hidden_layers=layers,
+        expand=2,
+        conv_kernel=4,  # intermediate size 2 × hidden
+        time_step_rank=max(1, hidden // 16),
+        use_conv_bias=False,
+        use_bias=False,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=0,
+        tie_word_embeddings=True,
+    )
     return MambaForCausalLM(cfg)
 
 
@@ -87,10 +100,48 @@ def _save_lm(model, tok, out_dir: Path, extra: dict[str, object]):
 
 POSITIVE = ["good", "great", "superb", "wonderful", "brilliant", "lovely", "charming", "delightful"]
 NEGATIVE = ["bad", "awful", "terrible", "boring", "dull", "poor", "weak", "horrible"]
-NEUTRAL = ["the", "a", "movie", "film", "plot", "actor", "story", "scene", "was", "is", "and",
-           "but", "it", "this", "very", "quite", "really", "music", "ending", "script", "cast",
-           "director", "long", "short", "new", "old", "with", "of", "in", "at", "night", "city",
-           "camera", "dialogue", "sequel", "hero", "villain", "rather", "somewhat", "seemed"]
+NEUTRAL = [
+    "the",
+    "a",
+    "movie",
+    "film",
+    "plot",
+    "actor",
+    "story",
+    "scene",
+    "was",
+    "is",
+    "and",
+    "but",
+    "it",
+    "this",
+    "very",
+    "quite",
+    "really",
+    "music",
+    "ending",
+    "script",
+    "cast",
+    "director",
+    "long",
+    "short",
+    "new",
+    "old",
+    "with",
+    "of",
+    "in",
+    "at",
+    "night",
+    "city",
+    "camera",
+    "dialogue",
+    "sequel",
+    "hero",
+    "villain",
+    "rather",
+    "somewhat",
+    "seemed",
+]
 QUERY = "sentiment:"
 SENT_VOCAB = SPECIALS + [QUERY, "positive", "negative"] + POSITIVE + NEGATIVE + NEUTRAL
 
@@ -120,9 +171,13 @@ def sentiment_ids(tok, words: list[str]) -> list[int]:
     return tok.convert_tokens_to_ids(["<bos>"] + list(words) + [QUERY])
 
 
-@recipe("mamba-sentiment", seed=1234, model_class="transformers.MambaForCausalLM",
-        description="Mamba LM on a sentiment-like language; truth = evidence word positions",
-        default_steps=600)
+@recipe(
+    "mamba-sentiment",
+    seed=1234,
+    model_class="transformers.MambaForCausalLM",
+    description="Mamba LM on a sentiment-like language; truth = evidence word positions",
+    default_steps=600,
+)
 def train_sentiment(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     steps = steps or 600
     tok = _word_tokenizer(SENT_VOCAB)
@@ -147,13 +202,21 @@ def train_sentiment(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         w, where, opp, lab = sentiment_sentence(hrng)
         held.append({"words": w, "evidence": where, "opposing": opp, "label": lab})
     acc = _sentiment_accuracy(model, tok, held)
-    task = {"query": QUERY, "labels": ["positive", "negative"], "positive_words": POSITIVE,
-            "negative_words": NEGATIVE, "neutral_words": NEUTRAL, "neutral_token": "<unk>",
-            "format": "<bos> words... sentiment: -> label; evidence indices count words (0-based)",
-            "examples": [" ".join(h["words"]) for h in held[:6]]}
+    task = {
+        "query": QUERY,
+        "labels": ["positive", "negative"],
+        "positive_words": POSITIVE,
+        "negative_words": NEGATIVE,
+        "neutral_words": NEUTRAL,
+        "neutral_token": "<unk>",
+        "format": "<bos> words... sentiment: -> label; evidence indices count words (0-based)",
+        "examples": [" ".join(h["words"]) for h in held[:6]],
+    }
     _save_lm(model, tok, out_dir, {"heldout.json": held, "task.json": task})
-    return {"steps": steps, "metrics": {"heldout_accuracy": acc, "final_loss": float(np.mean(losses[-50:])),
-                                        "heldout_size": len(held)}}
+    return {
+        "steps": steps,
+        "metrics": {"heldout_accuracy": acc, "final_loss": float(np.mean(losses[-50:])), "heldout_size": len(held)},
+    }
 
 
 @torch.no_grad()
@@ -196,9 +259,13 @@ def longrange_sequence(rng: random.Random, length: int | None = None, allow_none
     return toks, kpos, VALUES[k]
 
 
-@recipe("mamba-longrange", seed=4321, model_class="transformers.MambaForCausalLM",
-        description="Mamba LM recalling a key seen 40-60 tokens earlier; truth = key position",
-        default_steps=1000)
+@recipe(
+    "mamba-longrange",
+    seed=4321,
+    model_class="transformers.MambaForCausalLM",
+    description="Mamba LM recalling a key seen 40-60 tokens earlier; truth = key position",
+    default_steps=1000,
+)
 def train_longrange(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     steps = steps or 1000
     tok = _word_tokenizer(LR_VOCAB)
@@ -223,17 +290,22 @@ def train_longrange(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         t, kpos, v = longrange_sequence(hrng)
         held.append({"tokens": t, "key_position": kpos, "answer": v})
     from backend.lrp.forward import lm_forward
+
     ok = 0
     with torch.no_grad():
         for h in held:
             logits = lm_forward(model, torch.tensor([tok.convert_tokens_to_ids(["<bos>"] + h["tokens"])]))[0, -1]
             ok += tok.convert_ids_to_tokens(int(logits.argmax())) == h["answer"]
-    task = {"answer_token": ANSWER, "keys": KEYS, "values": VALUES, "noise": NOISE,
-            "format": "<bos> tokens... answer: -> value of the one key; key_position counts tokens after <bos>",
-            "examples": [" ".join(h["tokens"]) for h in held[:4]]}
+    task = {
+        "answer_token": ANSWER,
+        "keys": KEYS,
+        "values": VALUES,
+        "noise": NOISE,
+        "format": "<bos> tokens... answer: -> value of the one key; key_position counts tokens after <bos>",
+        "examples": [" ".join(h["tokens"]) for h in held[:4]],
+    }
     _save_lm(model, tok, out_dir, {"heldout.json": held, "task.json": task})
-    return {"steps": steps, "metrics": {"heldout_accuracy": ok / len(held),
-                                        "final_loss": float(np.mean(losses[-50:]))}}
+    return {"steps": steps, "metrics": {"heldout_accuracy": ok / len(held), "final_loss": float(np.mean(losses[-50:]))}}
 
 
 # ----------------------------------------------------------------------------- image regions
@@ -270,7 +342,7 @@ def region_image(rng: np.random.Generator):
     cell = int(rng.integers(g * g))
     y, x = (cell // g) * PATCH, (cell % g) * PATCH
     mask = np.zeros((IMG, IMG), bool)
-    mask[y:y + OBJ, x:x + OBJ] = True
+    mask[y : y + OBJ, x : x + OBJ] = True
     for _ in range(int(rng.integers(3, 7))):
         for _try in range(20):
             yy, xx = (int(v) for v in rng.integers(0, IMG - 1, 2))
@@ -283,24 +355,41 @@ def region_image(rng: np.random.Generator):
     if LABELS[label] == "none":
         return img, label, np.zeros_like(mask)
     obj = _shape(SHAPES[label])
-    img[y:y + OBJ, x:x + OBJ] = np.where(obj > 0, 1.0, img[y:y + OBJ, x:x + OBJ])
+    img[y : y + OBJ, x : x + OBJ] = np.where(obj > 0, 1.0, img[y : y + OBJ, x : x + OBJ])
     return img, label, mask
 
 
-@recipe("vim-regions", seed=777, model_class="backend.lrp.vision.VisionMamba",
-        description="Vision-Mamba-style classifier: class = shape of one object; truth = its patch",
-        default_steps=300)
+@recipe(
+    "vim-regions",
+    seed=777,
+    model_class="backend.lrp.vision.VisionMamba",
+    description="Vision-Mamba-style classifier: class = shape of one object; truth = its patch",
+    default_steps=300,
+)
 def train_regions(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     from backend.lrp.forward import backbone_forward
     from backend.lrp.vision import VisionMamba
 
     steps = steps or 300
     torch.manual_seed(seed)
-    cfg = {"image_size": IMG, "patch_size": PATCH, "channels": 1, "num_labels": len(LABELS),
-           "labels": LABELS,
-           "mamba": {"vocab_size": 2, "hidden_size": 32, "state_size": 8, "num_hidden_layers": 2,
-                     "intermediate_size": 64, "conv_kernel": 4, "time_step_rank": 2,
-                     "use_conv_bias": False, "use_bias": False}}
+    cfg = {
+        "image_size": IMG,
+        "patch_size": PATCH,
+        "channels": 1,
+        "num_labels": len(LABELS),
+        "labels": LABELS,
+        "mamba": {
+            "vocab_size": 2,
+            "hidden_size": 32,
+            "state_size": 8,
+            "num_hidden_layers": 2,
+            "intermediate_size": 64,
+            "conv_kernel": 4,
+            "time_step_rank": 2,
+            "use_conv_bias": False,
+            "use_bias": False,
+        },
+    }
     model = VisionMamba(cfg)
     rng = np.random.default_rng(seed)
 
@@ -329,12 +418,24 @@ def train_regions(out_dir: Path, *, seed: int, steps: int | None) -> dict:
     with torch.no_grad():
         acc = float((model(x).argmax(-1) == torch.tensor(labs)).float().mean())
     model.save_pretrained(out_dir)
-    np.savez_compressed(out_dir / "heldout.npz", images=np.stack(ims).astype(np.float16),
-                        labels=np.array(labs, np.int64), masks=np.stack(masks))
-    (out_dir / "task.json").write_text(json.dumps({
-        "labels": LABELS, "image_size": IMG, "patch_size": PATCH, "object_size": OBJ,
-        "neutral_value": 0.125,
-        "format": "grayscale 16x16 in [0,1]; class = shape of the one bright 4x4 object on one patch, or none; "
-                  "mask = that patch (empty for none)"},
-        indent=1))
+    np.savez_compressed(
+        out_dir / "heldout.npz",
+        images=np.stack(ims).astype(np.float16),
+        labels=np.array(labs, np.int64),
+        masks=np.stack(masks),
+    )
+    (out_dir / "task.json").write_text(
+        json.dumps(
+            {
+                "labels": LABELS,
+                "image_size": IMG,
+                "patch_size": PATCH,
+                "object_size": OBJ,
+                "neutral_value": 0.125,
+                "format": "grayscale 16x16 in [0,1]; class = shape of the one bright 4x4 object on one patch, or none; "
+                "mask = that patch (empty for none)",
+            },
+            indent=1,
+        )
+    )
     return {"steps": steps, "metrics": {"heldout_accuracy": acc, "final_loss": float(np.mean(losses[-50:]))}}

@@ -12,6 +12,7 @@ Stand-ins keep the defects a real checkpoint would hit: real classes, byte-level
 model has one, English words in the vocabulary, the real chat-template format, the real folder
 layout (e.g. the SAE's one folder per hookpoint).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -88,9 +89,15 @@ def build_cache(cache: Path, repos: dict[str, Builder] | None = None) -> Path:
 
 def cache_env(cache: Path) -> dict[str, str]:
     """The environment under which the app and loaders read only this cache."""
-    return {"HF_HUB_CACHE": str(cache), "HF_HOME": str(Path(cache).parent / "hf-home"),
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-            "WORKBENCH_PRESET": "hub", "WORKBENCH_DEVICE": os.environ.get("WORKBENCH_DEVICE", "cpu")}
+    return {
+        "HF_HUB_CACHE": str(cache),
+        "HF_HOME": str(Path(cache).parent / "hf-home"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "WORKBENCH_PRESET": "hub",
+        "WORKBENCH_DEVICE": os.environ.get("WORKBENCH_DEVICE", "cpu"),
+    }
 
 
 def digest(folder: Path) -> str:

@@ -13,6 +13,7 @@ the normalizer that prepends '▁' and turns spaces into '▁', no pre-tokenizer
 post-processor, no pad token. It is trained deterministically here on GSM8K questions (the real
 vocabularies have 32,000 pieces); `tokenizer_config.json` names `LlamaTokenizer` as both repos do.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,9 @@ def sentencepiece_bpe_json() -> str:
     # Learn the merges word by word, as SentencePiece does (no piece spans a '▁' boundary).
     trainer_tok = Tokenizer(models.BPE())
     trainer_tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="always", split=True)
-    trainer = trainers.BpeTrainer(vocab_size=PIECES + len(SPECIALS) + len(BYTES), show_progress=False,
-                                  special_tokens=SPECIALS + BYTES)
+    trainer = trainers.BpeTrainer(
+        vocab_size=PIECES + len(SPECIALS) + len(BYTES), show_progress=False, special_tokens=SPECIALS + BYTES
+    )
     trainer_tok.train_from_iterator(english_lines(3000), trainer=trainer)
     learned = json.loads(trainer_tok.to_str())["model"]
     # ids 0-2 specials, 3-258 bytes, then the learned pieces in the trainer's order
@@ -51,29 +53,61 @@ def sentencepiece_bpe_json() -> str:
     merges = [m if isinstance(m, str) else " ".join(m) for m in learned["merges"]]
 
     def added(i, s):
-        return {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-                "normalized": False, "special": True}
+        return {
+            "id": i,
+            "content": s,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
 
     spec = {
-        "version": "1.0", "truncation": None, "padding": None,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
         "added_tokens": [added(i, s) for i, s in enumerate(SPECIALS)],
-        "normalizer": {"type": "Sequence", "normalizers": [
-            {"type": "Prepend", "prepend": SPACE},
-            {"type": "Replace", "pattern": {"String": " "}, "content": SPACE}]},
+        "normalizer": {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Prepend", "prepend": SPACE},
+                {"type": "Replace", "pattern": {"String": " "}, "content": SPACE},
+            ],
+        },
         "pre_tokenizer": None,
         "post_processor": {
             "type": "TemplateProcessing",
             "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
-        "decoder": {"type": "Sequence", "decoders": [
-            {"type": "Replace", "pattern": {"String": SPACE}, "content": " "},
-            {"type": "ByteFallback"}, {"type": "Fuse"},
-            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
-        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
-                  "ignore_merges": False, "vocab": vocab, "merges": merges},
+            "pair": [
+                {"SpecialToken": {"id": "<s>", "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+                {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                {"Sequence": {"id": "B", "type_id": 1}},
+            ],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}},
+        },
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": SPACE}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+            ],
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": "<unk>",
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
     }
     text = json.dumps(spec, ensure_ascii=False, indent=2)
     Tokenizer.from_str(text)  # it must load as the tokenizers library reads it
@@ -81,8 +115,14 @@ def sentencepiece_bpe_json() -> str:
 
 
 def _added(content: str) -> dict:
-    return {"content": content, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": True}
+    return {
+        "content": content,
+        "lstrip": False,
+        "normalized": False,
+        "rstrip": False,
+        "single_word": False,
+        "special": True,
+    }
 
 
 def write_tokenizer(folder: Path, *, legacy: bool) -> int:
@@ -90,20 +130,35 @@ def write_tokenizer(folder: Path, *, legacy: bool) -> int:
     (Llama-2 with legacy False, Mistral with legacy True); returns the vocabulary size."""
     raw = sentencepiece_bpe_json()
     (folder / "tokenizer.json").write_text(raw, encoding="utf-8")
-    cfg = {"add_bos_token": True, "add_eos_token": False,
-           "added_tokens_decoder": {str(i): _added(s) for i, s in enumerate(SPECIALS)},
-           "bos_token": "<s>", "clean_up_tokenization_spaces": False, "eos_token": "</s>",
-           "legacy": legacy, "model_max_length": 1000000000000000019884624838656, "pad_token": None,
-           "sp_model_kwargs": {}, "tokenizer_class": "LlamaTokenizer", "unk_token": "<unk>"}
+    cfg = {
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "added_tokens_decoder": {str(i): _added(s) for i, s in enumerate(SPECIALS)},
+        "bos_token": "<s>",
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "</s>",
+        "legacy": legacy,
+        "model_max_length": 1000000000000000019884624838656,
+        "pad_token": None,
+        "sp_model_kwargs": {},
+        "tokenizer_class": "LlamaTokenizer",
+        "unk_token": "<unk>",
+    }
     if legacy:
-        cfg.update({"additional_special_tokens": [], "spaces_between_special_tokens": False,
-                    "use_default_system_prompt": False})
+        cfg.update(
+            {
+                "additional_special_tokens": [],
+                "spaces_between_special_tokens": False,
+                "use_default_system_prompt": False,
+            }
+        )
     else:
         cfg["padding_side"] = "right"
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    (folder / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": _added("<s>"), "eos_token": _added("</s>"), "unk_token": _added("<unk>")},
-        indent=2) + "\n")
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": _added("<s>"), "eos_token": _added("</s>"), "unk_token": _added("<unk>")}, indent=2)
+        + "\n"
+    )
     return len(json.loads(raw)["model"]["vocab"])
 
 
@@ -119,15 +174,37 @@ def build_llama2(folder: Path) -> None:
 
     vocab = write_tokenizer(folder, legacy=False)
     # 4096 → 64 wide: 11008/4096 of it in the MLP, 32 heads of 128 → 4 heads of 16, all key/value heads
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, hidden_act="silu",
-                      max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=None, initializer_range=0.02,
-                      pretraining_tp=1, attention_bias=False, mlp_bias=False)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=172,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        hidden_act="silu",
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=None,
+        initializer_range=0.02,
+        pretraining_tp=1,
+        attention_bias=False,
+        mlp_bias=False,
+    )
     torch.manual_seed(7001)
     # Llama-2's generation config samples and names 0 as the pad id, though the tokenizer has no pad
-    _save(LlamaForCausalLM(cfg), folder, torch.float16, pad_token_id=0, do_sample=True, temperature=0.6,
-          top_p=0.9, max_length=4096)
+    _save(
+        LlamaForCausalLM(cfg),
+        folder,
+        torch.float16,
+        pad_token_id=0,
+        do_sample=True,
+        temperature=0.6,
+        top_p=0.9,
+        max_length=4096,
+    )
 
 
 def build_mistral(folder: Path) -> None:
@@ -135,11 +212,24 @@ def build_mistral(folder: Path) -> None:
 
     vocab = write_tokenizer(folder, legacy=True)
     # 4096 → 64 wide: 14336/4096 of it in the MLP, 32 query heads over 8 key/value heads → 4 over 1
-    cfg = MistralConfig(vocab_size=vocab, hidden_size=64, intermediate_size=224, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=1, head_dim=16, hidden_act="silu",
-                        max_position_embeddings=32768, rms_norm_eps=1e-5, sliding_window=4096,
-                        rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-                        initializer_range=0.02)
+    cfg = MistralConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=224,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        hidden_act="silu",
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-5,
+        sliding_window=4096,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        initializer_range=0.02,
+    )
     torch.manual_seed(7002)
     _save(MistralForCausalLM(cfg), folder, torch.bfloat16)
 

@@ -12,6 +12,7 @@ the Math neurons and Adapters tabs, in architectures the papers did not use.
 - Refusals: `own-gpt2` (transformers' Conv1D layers), `own-pickle` (pytorch_model.bin only) and
   `own-noconfig` (weights without a config.json).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,19 +24,29 @@ from . import adapters as sp
 from . import math as l3
 
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
-          "+ '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-          "{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% endif %}"
+)
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
-GEMMA_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == "
-                  "'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\\n' + message['content'] "
-                  "| trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
-                  "{{'<start_of_turn>model\\n'}}{% endif %}")
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == "
+    "'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\\n' + message['content'] "
+    "| trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{'<start_of_turn>model\\n'}}{% endif %}"
+)
 
 
 def _special(content: str) -> dict:
-    return {"content": content, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": True}
+    return {
+        "content": content,
+        "lstrip": False,
+        "normalized": False,
+        "rstrip": False,
+        "single_word": False,
+        "special": True,
+    }
 
 
 def _write_qwen_tokenizer(folder: Path) -> dict[str, int]:
@@ -46,11 +57,20 @@ def _write_qwen_tokenizer(folder: Path) -> dict[str, int]:
     tok.post_processor = processors.ByteLevel(trim_offsets=False)  # Qwen adds no BOS
     tok.save(str(folder / "tokenizer.json"))
     ids = {s: tok.token_to_id(s) for s in QWEN_SPECIALS}
-    cfg = {"added_tokens_decoder": {str(i): _special(s) for s, i in ids.items()},
-           "additional_special_tokens": ["<|im_start|>", "<|im_end|>"], "bos_token": None,
-           "chat_template": CHATML, "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>",
-           "errors": "replace", "model_max_length": 32768, "pad_token": "<|endoftext|>",
-           "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}
+    cfg = {
+        "added_tokens_decoder": {str(i): _special(s) for s, i in ids.items()},
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        "bos_token": None,
+        "chat_template": CHATML,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "errors": "replace",
+        "model_max_length": 32768,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer",
+        "unk_token": None,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     ids["size"] = tok.get_vocab_size()
     return ids
@@ -60,10 +80,21 @@ def build_qwen2(folder: Path) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     ids = _write_qwen_tokenizer(folder)
-    cfg = Qwen2Config(vocab_size=ids["size"], hidden_size=32, intermediate_size=88, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, hidden_act="silu", max_position_embeddings=512,
-                      rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=ids["<|endoftext|>"],
-                      eos_token_id=ids["<|im_end|>"], initializer_range=0.3)
+    cfg = Qwen2Config(
+        vocab_size=ids["size"],
+        hidden_size=32,
+        intermediate_size=88,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_act="silu",
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        initializer_range=0.3,
+    )
     torch.manual_seed(4101)
     Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval().save_pretrained(folder)
 
@@ -78,16 +109,31 @@ def _gemma_tokenizer_json() -> str:
         if piece not in sp.SPECIALS:
             vocab[piece] = len(vocab)
     spec["model"]["vocab"], spec["model"]["unk_token"] = vocab, "<unk>"
-    spec["added_tokens"] = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-                             "normalized": False, "special": True} for i, s in enumerate(GEMMA_SPECIALS)]
+    spec["added_tokens"] = [
+        {
+            "id": i,
+            "content": s,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, s in enumerate(GEMMA_SPECIALS)
+    ]
     spec["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": sp.SPACE}
     bos = vocab["<bos>"]
     spec["post_processor"] = {
         "type": "TemplateProcessing",
         "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-        "pair": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                 {"SpecialToken": {"id": "<bos>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-        "special_tokens": {"<bos>": {"id": "<bos>", "ids": [bos], "tokens": ["<bos>"]}}}
+        "pair": [
+            {"SpecialToken": {"id": "<bos>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+            {"SpecialToken": {"id": "<bos>", "type_id": 1}},
+            {"Sequence": {"id": "B", "type_id": 1}},
+        ],
+        "special_tokens": {"<bos>": {"id": "<bos>", "ids": [bos], "tokens": ["<bos>"]}},
+    }
     spec["decoder"]["decoders"] = [d for d in spec["decoder"]["decoders"] if d["type"] != "Strip"]
     return json.dumps(spec, ensure_ascii=False, indent=2)
 
@@ -97,16 +143,38 @@ def build_gemma(folder: Path) -> None:
 
     raw = _gemma_tokenizer_json()
     (folder / "tokenizer.json").write_text(raw, encoding="utf-8")
-    cfg = {"added_tokens_decoder": {str(i): _special(s) for i, s in enumerate(GEMMA_SPECIALS)},
-           "add_bos_token": True, "add_eos_token": False, "bos_token": "<bos>", "chat_template": GEMMA_TEMPLATE,
-           "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>", "padding_side": "left",
-           "model_max_length": 8192, "tokenizer_class": "GemmaTokenizer"}
+    cfg = {
+        "added_tokens_decoder": {str(i): _special(s) for i, s in enumerate(GEMMA_SPECIALS)},
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": "<bos>",
+        "chat_template": GEMMA_TEMPLATE,
+        "eos_token": "<eos>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+        "padding_side": "left",
+        "model_max_length": 8192,
+        "tokenizer_class": "GemmaTokenizer",
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     vocab = len(json.loads(raw)["model"]["vocab"])
-    gcfg = GemmaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=96, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=1, head_dim=8, hidden_act="gelu_pytorch_tanh",
-                       max_position_embeddings=512, rms_norm_eps=1e-6, pad_token_id=0, eos_token_id=1,
-                       bos_token_id=2, tie_word_embeddings=True, initializer_range=0.3)
+    gcfg = GemmaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=8,
+        hidden_act="gelu_pytorch_tanh",
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        tie_word_embeddings=True,
+        initializer_range=0.3,
+    )
     torch.manual_seed(4102)
     GemmaForCausalLM(gcfg).to(torch.bfloat16).eval().save_pretrained(folder)
 
@@ -115,8 +183,9 @@ def build_gpt2(folder: Path) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(4103)
-    GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2, bos_token_id=0,
-                                     eos_token_id=0)).save_pretrained(folder)
+    GPT2LMHeadModel(
+        GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0)
+    ).save_pretrained(folder)
 
 
 def build_pickle_only(folder: Path) -> None:
@@ -133,5 +202,11 @@ def build_no_config(folder: Path) -> None:
     save_file({"w": torch.zeros(4, 4)}, str(folder / "model.safetensors"))
 
 
-LOCAL = {"own-qwen2": build_qwen2, "own-gemma": build_gemma, "own-llama": l3.build, "own-gpt2": build_gpt2,
-         "own-pickle": build_pickle_only, "own-noconfig": build_no_config}
+LOCAL = {
+    "own-qwen2": build_qwen2,
+    "own-gemma": build_gemma,
+    "own-llama": l3.build,
+    "own-gpt2": build_gpt2,
+    "own-pickle": build_pickle_only,
+    "own-noconfig": build_no_config,
+}

@@ -11,6 +11,7 @@ words in `vocab.json` + `merges.txt`, merges learned from English captions the p
 specials last, `model_max_length` 77, lower-casing, as `openai/clip-vit-large-patch14`'s files are.
 The merges come from the COCO captions shipped in assets/data/nemo (the paper's statistics prompts).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -28,8 +29,9 @@ N_MERGES = 3000
 MAX_LEN = 77
 SPECIALS = ["<|startoftext|>", "<|endoftext|>"]
 # CLIP's pre-tokenizer: contractions, letter runs, single digits, other symbol runs
-_CLIP_SPLIT = re.compile(r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[^\W\d_]+|\d|[^\s\w]+",
-                         re.IGNORECASE)
+_CLIP_SPLIT = re.compile(
+    r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[^\W\d_]+|\d|[^\s\w]+", re.IGNORECASE
+)
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -114,28 +116,62 @@ def write_tokenizer(folder: Path) -> None:
 
     vocab, merges = clip_bpe(list(coco_captions()))
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False) + "\n", encoding="utf-8")
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges),
-                                       encoding="utf-8")
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
 
     def added(content):
-        return {"__type": "AddedToken", "content": content, "lstrip": False, "normalized": True,
-                "rstrip": False, "single_word": False}
-    (folder / "special_tokens_map.json").write_text(json.dumps({
-        "bos_token": added("<|startoftext|>"), "eos_token": added("<|endoftext|>"),
-        "pad_token": "<|endoftext|>", "unk_token": added("<|endoftext|>")}, indent=2) + "\n")
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "add_prefix_space": False, "bos_token": added("<|startoftext|>"), "do_lower_case": True,
-        "eos_token": added("<|endoftext|>"), "errors": "replace", "model_max_length": MAX_LEN,
-        "name_or_path": "openai/clip-vit-large-patch14", "pad_token": "<|endoftext|>",
-        "special_tokens_map_file": "./special_tokens_map.json", "tokenizer_class": "CLIPTokenizer",
-        "unk_token": added("<|endoftext|>")}, indent=2) + "\n")
+        return {
+            "__type": "AddedToken",
+            "content": content,
+            "lstrip": False,
+            "normalized": True,
+            "rstrip": False,
+            "single_word": False,
+        }
+
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps(
+            {
+                "bos_token": added("<|startoftext|>"),
+                "eos_token": added("<|endoftext|>"),
+                "pad_token": "<|endoftext|>",
+                "unk_token": added("<|endoftext|>"),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "add_prefix_space": False,
+                "bos_token": added("<|startoftext|>"),
+                "do_lower_case": True,
+                "eos_token": added("<|endoftext|>"),
+                "errors": "replace",
+                "model_max_length": MAX_LEN,
+                "name_or_path": "openai/clip-vit-large-patch14",
+                "pad_token": "<|endoftext|>",
+                "special_tokens_map_file": "./special_tokens_map.json",
+                "tokenizer_class": "CLIPTokenizer",
+                "unk_token": added("<|endoftext|>"),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def build_sd14(folder: Path) -> None:
-    from diffusers import (AutoencoderKL, PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel)
+    from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from diffusers.pipelines.stable_diffusion.safety_checker import StableDiffusionSafetyChecker
-    from transformers import (CLIPConfig, CLIPImageProcessor, CLIPTextConfig, CLIPTextModel, CLIPTokenizer,
-                              CLIPVisionConfig)
+    from transformers import (
+        CLIPConfig,
+        CLIPImageProcessor,
+        CLIPTextConfig,
+        CLIPTextModel,
+        CLIPTokenizer,
+        CLIPVisionConfig,
+    )
 
     folder = Path(folder)
     write_tokenizer(folder / "tokenizer")
@@ -143,42 +179,109 @@ def build_sd14(folder: Path) -> None:
     torch.manual_seed(0)
     # SD-1.4's text_encoder/config.json keeps eos_token_id 2 (bos 0, pad 1): transformers then takes
     # the pooled token by argmax of the ids, which works because <|endoftext|> is the last id
-    te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok.get_vocab()), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
-                                      num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=MAX_LEN,
-                                      hidden_act="quick_gelu", projection_dim=HIDDEN,
-                                      bos_token_id=0, eos_token_id=2, pad_token_id=1)).eval()
+    te = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(tok.get_vocab()),
+            hidden_size=HIDDEN,
+            intermediate_size=2 * HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=MAX_LEN,
+            hidden_act="quick_gelu",
+            projection_dim=HIDDEN,
+            bos_token_id=0,
+            eos_token_id=2,
+            pad_token_id=1,
+        )
+    ).eval()
     torch.manual_seed(1)
     unet = UNet2DConditionModel(
-        sample_size=8, in_channels=4, out_channels=4, layers_per_block=2, block_out_channels=(32, 32, 64, 64),
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        layers_per_block=2,
+        block_out_channels=(32, 32, 64, 64),
         down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=HIDDEN, attention_head_dim=8, norm_num_groups=32, act_fn="silu",
-        center_input_sample=False, downsample_padding=1, flip_sin_to_cos=True, freq_shift=0,
-        mid_block_scale_factor=1, norm_eps=1e-5).eval()
+        cross_attention_dim=HIDDEN,
+        attention_head_dim=8,
+        norm_num_groups=32,
+        act_fn="silu",
+        center_input_sample=False,
+        downsample_padding=1,
+        flip_sin_to_cos=True,
+        freq_shift=0,
+        mid_block_scale_factor=1,
+        norm_eps=1e-5,
+    ).eval()
     torch.manual_seed(2)
-    vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, sample_size=64,
-                        block_out_channels=(32, 32, 32, 32), layers_per_block=1, norm_num_groups=32,
-                        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-                        act_fn="silu", scaling_factor=0.18215).eval()
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        latent_channels=4,
+        sample_size=64,
+        block_out_channels=(32, 32, 32, 32),
+        layers_per_block=1,
+        norm_num_groups=32,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        act_fn="silu",
+        scaling_factor=0.18215,
+    ).eval()
     # the real repository ships PNDM; the workbench's loader swaps in DDIM from this config
-    sched = PNDMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
-                          beta_schedule="scaled_linear", set_alpha_to_one=False, skip_prk_steps=True,
-                          steps_offset=1, trained_betas=None)
+    sched = PNDMScheduler(
+        num_train_timesteps=1000,
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        set_alpha_to_one=False,
+        skip_prk_steps=True,
+        steps_offset=1,
+        trained_betas=None,
+    )
     torch.manual_seed(3)
-    cc = CLIPConfig(text_config=CLIPTextConfig(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=1,
-                                               num_attention_heads=2, vocab_size=len(tok.get_vocab()),
-                                               bos_token_id=0, eos_token_id=2, pad_token_id=1).to_dict(),
-                    vision_config=CLIPVisionConfig(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
-                                                   num_hidden_layers=1, num_attention_heads=2, image_size=32,
-                                                   patch_size=8).to_dict(),
-                    projection_dim=HIDDEN)
+    cc = CLIPConfig(
+        text_config=CLIPTextConfig(
+            hidden_size=HIDDEN,
+            intermediate_size=2 * HIDDEN,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            vocab_size=len(tok.get_vocab()),
+            bos_token_id=0,
+            eos_token_id=2,
+            pad_token_id=1,
+        ).to_dict(),
+        vision_config=CLIPVisionConfig(
+            hidden_size=HIDDEN,
+            intermediate_size=2 * HIDDEN,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ).to_dict(),
+        projection_dim=HIDDEN,
+    )
     checker = StableDiffusionSafetyChecker(cc).eval()
-    fe = CLIPImageProcessor(crop_size={"height": 224, "width": 224}, size={"shortest_edge": 224},
-                            do_center_crop=True, do_normalize=True, do_resize=True,
-                            image_mean=[0.48145466, 0.4578275, 0.40821073],
-                            image_std=[0.26862954, 0.26130258, 0.27577711], resample=3)
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet, scheduler=sched,
-                                   safety_checker=checker, feature_extractor=fe, requires_safety_checker=True)
+    fe = CLIPImageProcessor(
+        crop_size={"height": 224, "width": 224},
+        size={"shortest_edge": 224},
+        do_center_crop=True,
+        do_normalize=True,
+        do_resize=True,
+        image_mean=[0.48145466, 0.4578275, 0.40821073],
+        image_std=[0.26862954, 0.26130258, 0.27577711],
+        resample=3,
+    )
+    pipe = StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=te,
+        tokenizer=tok,
+        unet=unet,
+        scheduler=sched,
+        safety_checker=checker,
+        feature_extractor=fe,
+        requires_safety_checker=True,
+    )
     pipe.save_pretrained(folder, safe_serialization=True)
     # save_pretrained rewrites tokenizer/ in the library's own format; the real one is the four files
     for p in (folder / "tokenizer").iterdir():
@@ -219,27 +322,74 @@ def build_sd21(folder: Path) -> None:
     tcfg_path.write_text(json.dumps(tcfg, indent=2) + "\n")
     tok = CLIPTokenizer.from_pretrained(folder / "tokenizer")
     torch.manual_seed(10)
-    te = CLIPTextModel(CLIPTextConfig(vocab_size=len(tok.get_vocab()), hidden_size=HIDDEN, intermediate_size=4 * HIDDEN,
-                                      num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=MAX_LEN,
-                                      hidden_act="gelu", projection_dim=HIDDEN, bos_token_id=0, eos_token_id=2,
-                                      pad_token_id=1)).eval()
+    te = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(tok.get_vocab()),
+            hidden_size=HIDDEN,
+            intermediate_size=4 * HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=MAX_LEN,
+            hidden_act="gelu",
+            projection_dim=HIDDEN,
+            bos_token_id=0,
+            eos_token_id=2,
+            pad_token_id=1,
+        )
+    ).eval()
     torch.manual_seed(11)
     unet = UNet2DConditionModel(
-        sample_size=8, in_channels=4, out_channels=4, layers_per_block=2, block_out_channels=(32, 32, 64, 64),
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        layers_per_block=2,
+        block_out_channels=(32, 32, 64, 64),
         down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=HIDDEN, attention_head_dim=(2, 2, 4, 4), use_linear_projection=True,
-        upcast_attention=True, norm_num_groups=32, act_fn="silu", flip_sin_to_cos=True, freq_shift=0).eval()
+        cross_attention_dim=HIDDEN,
+        attention_head_dim=(2, 2, 4, 4),
+        use_linear_projection=True,
+        upcast_attention=True,
+        norm_num_groups=32,
+        act_fn="silu",
+        flip_sin_to_cos=True,
+        freq_shift=0,
+    ).eval()
     torch.manual_seed(12)
-    vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, sample_size=64,
-                        block_out_channels=(32, 32, 32, 32), layers_per_block=1, norm_num_groups=32,
-                        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-                        act_fn="silu", scaling_factor=0.18215).eval()
-    sched = DDIMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                          clip_sample=False, set_alpha_to_one=False, steps_offset=1, prediction_type="v_prediction")
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        latent_channels=4,
+        sample_size=64,
+        block_out_channels=(32, 32, 32, 32),
+        layers_per_block=1,
+        norm_num_groups=32,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        act_fn="silu",
+        scaling_factor=0.18215,
+    ).eval()
+    sched = DDIMScheduler(
+        num_train_timesteps=1000,
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
+        prediction_type="v_prediction",
+    )
     fe = CLIPImageProcessor(crop_size={"height": 224, "width": 224}, size={"shortest_edge": 224})
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=te, tokenizer=tok, unet=unet, scheduler=sched,
-                                   safety_checker=None, feature_extractor=fe, requires_safety_checker=False)
+    pipe = StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=te,
+        tokenizer=tok,
+        unet=unet,
+        scheduler=sched,
+        safety_checker=None,
+        feature_extractor=fe,
+        requires_safety_checker=False,
+    )
     pipe.save_pretrained(folder, safe_serialization=True)
 
 

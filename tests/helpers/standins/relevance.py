@@ -9,6 +9,7 @@ GPT-NeoX-style byte-level BPE ('Ġwas' pieces, English words, words that split i
 trained deterministically on GSM8K questions, with `<|endoftext|>` at id 0 and `<|padding|>` at id 1,
 saved as `tokenizer.json` + a `tokenizer_config.json` naming `GPTNeoXTokenizer` as the real repos do.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,15 +49,25 @@ def neox_tokenizer_json() -> str:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, show_progress=False, special_tokens=[EOS, PAD],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        show_progress=False,
+        special_tokens=[EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(english_lines(), trainer=trainer)
     return tok.to_str()
 
 
 def _special(content: str) -> dict:
-    return {"content": content, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": True}
+    return {
+        "content": content,
+        "lstrip": False,
+        "normalized": False,
+        "rstrip": False,
+        "single_word": False,
+        "special": True,
+    }
 
 
 def write_tokenizer(folder: Path) -> int:
@@ -67,14 +78,23 @@ def write_tokenizer(folder: Path) -> int:
     raw = neox_tokenizer_json()
     (folder / "tokenizer.json").write_text(raw, encoding="utf-8")
     tok = Tokenizer.from_str(raw)
-    cfg = {"add_bos_token": False, "add_eos_token": False, "add_prefix_space": False,
-           "added_tokens_decoder": {"0": _special(EOS), "1": _special(PAD)},
-           "bos_token": EOS, "clean_up_tokenization_spaces": True, "eos_token": EOS,
-           "model_max_length": 1000000000000000019884624838656, "pad_token": PAD,
-           "tokenizer_class": "GPTNeoXTokenizer", "unk_token": EOS}
+    cfg = {
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "add_prefix_space": False,
+        "added_tokens_decoder": {"0": _special(EOS), "1": _special(PAD)},
+        "bos_token": EOS,
+        "clean_up_tokenization_spaces": True,
+        "eos_token": EOS,
+        "model_max_length": 1000000000000000019884624838656,
+        "pad_token": PAD,
+        "tokenizer_class": "GPTNeoXTokenizer",
+        "unk_token": EOS,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    (folder / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": EOS, "eos_token": EOS, "pad_token": PAD, "unk_token": EOS}, indent=2) + "\n")
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": EOS, "eos_token": EOS, "pad_token": PAD, "unk_token": EOS}, indent=2) + "\n"
+    )
     return tok.get_vocab_size()
 
 
@@ -86,12 +106,29 @@ def _builder(repo_id: str):
 
         n_tok = write_tokenizer(folder)
         vocab = (n_tok // 8 + 1) * 8  # padded past the tokenizer, as the real 50,280 > 50,277
-        cfg = MambaConfig(vocab_size=vocab, hidden_size=hidden, state_size=state, num_hidden_layers=layers,
-                          intermediate_size=2 * hidden, expand=2, conv_kernel=4, time_step_rank=rank,
-                          use_conv_bias=True, use_bias=False, residual_in_fp32=True, rms_norm=True,
-                          tie_word_embeddings=True, pad_vocab_size_multiple=8, layer_norm_epsilon=1e-5,
-                          bos_token_id=0, eos_token_id=0, pad_token_id=0,
-                          time_step_min=0.001, time_step_max=0.1, time_step_floor=1e-4)
+        cfg = MambaConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            state_size=state,
+            num_hidden_layers=layers,
+            intermediate_size=2 * hidden,
+            expand=2,
+            conv_kernel=4,
+            time_step_rank=rank,
+            use_conv_bias=True,
+            use_bias=False,
+            residual_in_fp32=True,
+            rms_norm=True,
+            tie_word_embeddings=True,
+            pad_vocab_size_multiple=8,
+            layer_norm_epsilon=1e-5,
+            bos_token_id=0,
+            eos_token_id=0,
+            pad_token_id=0,
+            time_step_min=0.001,
+            time_step_max=0.1,
+            time_step_floor=1e-4,
+        )
         torch.manual_seed(sum(map(ord, repo_id)))
         model = MambaForCausalLM(cfg).eval()
         with torch.no_grad():  # a visible conv bias, so conservation is checked with it on
@@ -116,10 +153,24 @@ def build_falcon_mamba(folder: Path) -> None:
     cfg = json.loads(cfg_path.read_text())
     cfg.update({"tokenizer_class": "PreTrainedTokenizerFast", "add_prefix_space": False})
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
-    config = FalconMambaConfig(vocab_size=n_tok, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2,
-                               conv_kernel=4, time_step_rank=4, use_conv_bias=True, use_bias=False,
-                               residual_in_fp32=True, tie_word_embeddings=False, layer_norm_epsilon=1e-5,
-                               mixer_rms_eps=1e-6, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    config = FalconMambaConfig(
+        vocab_size=n_tok,
+        hidden_size=32,
+        state_size=8,
+        num_hidden_layers=2,
+        expand=2,
+        conv_kernel=4,
+        time_step_rank=4,
+        use_conv_bias=True,
+        use_bias=False,
+        residual_in_fp32=True,
+        tie_word_embeddings=False,
+        layer_norm_epsilon=1e-5,
+        mixer_rms_eps=1e-6,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
     torch.manual_seed(5101)
     model = FalconMambaForCausalLM(config).eval()
     with torch.no_grad():

@@ -9,6 +9,7 @@ disk outlive it. A result that holds a tensor off the CPU is refused, as ZeroGPU
 A marked call made inside a worker runs directly. `CALLS_FILE` (env WORKBENCH_FAKE_SPACES_LOG), when
 set, gets one line per worker started (its pid and function), so a test can count them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,8 +46,12 @@ def _send(conn, kind: str, value) -> None:
     try:
         data = _dumps((kind, value))
     except Exception as e:  # an unpicklable result or exception: say what, as ZeroGPU would fail
-        data = pickle.dumps(("err", RuntimeError(f"ZeroGPU could not send back a {kind} "
-                                                 f"({type(e).__name__}: {e}); value: {value!r:.300}")))
+        data = pickle.dumps(
+            (
+                "err",
+                RuntimeError(f"ZeroGPU could not send back a {kind} ({type(e).__name__}: {e}); value: {value!r:.300}"),
+            )
+        )
     conn.send_bytes(data)
 
 
@@ -102,6 +107,7 @@ def _answers(proc, recv):
 def GPU(fn=None, *, duration=60, **_kw):  # noqa: N802 - the real package's name
     def wrap(f):
         if inspect.isgeneratorfunction(f):
+
             @functools.wraps(f)
             def g(*args, **kwargs):
                 if _IN_WORKER:
@@ -117,6 +123,7 @@ def GPU(fn=None, *, duration=60, **_kw):  # noqa: N802 - the real package's name
                     else:
                         return
         else:
+
             @functools.wraps(f)
             def g(*args, **kwargs):
                 if _IN_WORKER:
@@ -127,6 +134,7 @@ def GPU(fn=None, *, duration=60, **_kw):  # noqa: N802 - the real package's name
                     if kind == "err":
                         raise value
                     return value
+
         return g
 
     return wrap(fn) if fn is not None else wrap
