@@ -12,7 +12,7 @@ import gradio as gr
 from backend.core.colors import themed  # noqa: F401  (re-exported: every tab's plotly figures)
 from backend.core.device import pick_device
 
-# Every model-touching event (all five tabs, the MCP model tools) joins this one group, which runs up
+# Every model-touching event (every paper's tab, the MCP model tools) joins this one group, which runs up
 # to `model_concurrency()` calls at once; each call takes turns per model through the model's own
 # lock (backend.core.interventions), so two visitors on different models run side by side and two on
 # the same model take turns, and a model load waits for running computations (backend.core.loadgate).

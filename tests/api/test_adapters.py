@@ -90,6 +90,7 @@ def test_race_streams_every_second_and_pissa_wins(client):
     assert len(curves) == 6 and all(len(c["loss"]) == 100 for c in curves)
 
 
+@pytest.mark.alone  # a timing check: Stop answers within a second of the request
 @pytest.mark.timeout(120)
 def test_stop_button_ends_the_race(app_url):
     from gradio_client import Client
