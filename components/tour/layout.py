@@ -180,9 +180,6 @@ def build(ctx) -> None:
         # step: it is held within the tour here, and the run the reset triggers draws step 1 after it.
         return show(tour_id, _clamp(tour_id, k)[0], progress)
 
-    def buttons(tour_id, k):
-        return _buttons(*_clamp(tour_id, k))
-
     def held(tour_id, k):
         """A typed step past the tour's end becomes its last step; Back / Next follow the box at once."""
         kept, n = _clamp(tour_id, k)
@@ -198,21 +195,30 @@ def build(ctx) -> None:
     _wire_overview(ctx, available, tour, step)
 
     outputs = [head, caption, figure, numbers]
-    # One event draws for both boxes: its runs never overlap and the last one reads the boxes as they
-    # end (always_last), where two events (the tour's, the step's) could finish in either order and
-    # leave the old tour's step drawn under a box that reads 1.
+    # Both boxes change at once (a link, a picked tour and its step's reset), and the two runs of the
+    # drawing they trigger can overlap and end in either order, leaving the first box change's step
+    # on the page (always_last defers a run only once the first has reached the queue). So every
+    # drawing is checked when it ends against the boxes as they are then; one that shows another step
+    # bumps `redo`, which draws again: the last drawing to end is always followed by a check.
+    redo = gr.Number(value=0, visible=False, elem_id="tour-redo")
     drawn = gr.on(
-        [tour.change, step.change],
+        [tour.change, step.change, redo.change],
         draw,
         [tour, step],
         outputs,
         trigger_mode="always_last",
         **model_event(api_visibility="private"),
     )
-    # Fast Back / Next while the figure computes; after each drawing they are set from the boxes again,
-    # since a tour's change can still carry the last tour's step.
+
+    def check(tour_id, k, shown, n):
+        """Draw again if the figure shows another step than the boxes hold; Back / Next for the boxes."""
+        kept, total = _clamp(tour_id, k)
+        current = isinstance(shown, dict) and shown.get("tour") == tour_id and shown.get("step") == kept
+        return (gr.skip() if current else int(n or 0) + 1, *_buttons(kept, total))
+
+    # Fast Back / Next while the figure computes, set again after each drawing.
     step.change(held, [tour, step], [step, back, nxt], api_visibility="private", queue=False)
-    drawn.then(buttons, [tour, step], [back, nxt], api_visibility="private", queue=False)
+    drawn.success(check, [tour, step, numbers, redo], [redo, back, nxt], api_visibility="private", queue=False)
     # The API's step, checked strictly (a step past the end is an error, not the last step). Nothing
     # on the page triggers it: the page draws through the event above.
     gr.Button(visible=False, elem_id="tour-api").click(show, [tour, step], outputs, **model_event(api_name="tour_step"))

@@ -177,3 +177,25 @@ def test_overview_buttons_open_each_tour(page, server_url):
     page.get_by_role("tab", name="Overview").click()
     page.wait_for_selector("#overview-tour-memorization", state="visible")
     shot(page, "tour-overview-buttons")
+
+
+def test_a_link_to_a_step_ends_on_that_step_whichever_box_changes_first(page, server_url):
+    """A link sets the tour and the step: the page sees two changes, in either order, and the step
+    drawn once nothing runs is the link's, with the box reading it (one drawing event, whose last run
+    reads both boxes). Then picking another tour from that step ends on its step 1."""
+    page.goto(server_url + "?tab=tour&tour-name=%22all%22&tour-step=3")
+    page.wait_for_selector("#tab-tour", state="visible")
+    page.wait_for_function(
+        "() => document.querySelector('#tour-header').innerText.includes('Step 3 of')", timeout=180_000
+    )
+    settle(page, 180_000)
+    assert "Step 3 of" in page.locator("#tour-header").inner_text()
+    assert page.locator("#tour-step input").input_value() == "3"
+    choose(page, "relevance")
+    page.wait_for_function(
+        "() => document.querySelector('#tour-header').innerText.includes('Step 1 of 5')", timeout=180_000
+    )
+    settle(page, 180_000)
+    assert "Step 1 of 5" in page.locator("#tour-header").inner_text()
+    assert page.locator("#tour-step input").input_value() == "1"
+    assert page.locator("#tour-back").is_disabled() and not page.locator("#tour-next").is_disabled()
