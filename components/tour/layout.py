@@ -200,7 +200,7 @@ def build(ctx) -> None:
     # on the page (always_last defers a run only once the first has reached the queue). So every
     # drawing is checked when it ends against the boxes as they are then; one that shows another step
     # bumps `redo`, which draws again: the last drawing to end is always followed by a check.
-    redo = gr.Number(value=0, visible=False, elem_id="tour-redo")
+    redo = gr.Number(value=0, visible=False)  # no elem_id: page state, not a link's (components.links)
     drawn = gr.on(
         [tour.change, step.change, redo.change],
         draw,
