@@ -154,6 +154,19 @@ def tab_failure_text(title: str, source: str, exc: BaseException) -> str:
     return f"### {title} could not start\n\n**Why:** {reason[:600]}\n\n{hint}"
 
 
+def frozen_start() -> None:
+    """The objects of the start (torch, gradio, the page: some 450,000) frozen out of the collector's
+    later passes. A full pass over them holds every thread, the server's event loop included: half a
+    second on a quiet 2-core machine, seconds on a loaded one, so a visitor's queue join waited on
+    it. When the collector has been off since the start (`python app.py`), the garbage the start
+    left (~25,000 objects) stays rather than pay a pass for it; an app built in a running process
+    (the tests' in-process servers) is collected once first."""
+    if gc.isenabled():
+        gc.collect()
+    gc.freeze()
+    gc.enable()
+
+
 def launch_kwargs() -> dict:
     return {
         "theme": THEME,
@@ -185,9 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
     demo = build_app(args.preset)
-    if not gc.isenabled():  # off since the start (above): the ~25,000 objects of garbage it left stay
-        gc.freeze()
-        gc.enable()
+    frozen_start()
     # ZeroGPU: the checkpoints load here, in the main process, so every GPU worker inherits them
     preload.run(args.preset)
     mcp = agent_tools.mcp_wanted(args.mcp)

@@ -76,7 +76,9 @@ def run_step(tour_id: str, step) -> tuple[str, str, object, dict]:
         head,
         f"<div class='wb-explain wb-tour-caption'>{cap}</div>",
         pio.from_json(fig_json),
-        {"tour": tour_id, "step": k, "title": s.title, **numbers},
+        # which tour and step last: the page's drawing check reads them (a step's own number of
+        # the same name must not make it draw again without end)
+        {"title": s.title, **numbers, "tour": tour_id, "step": k},
     )
 
 

@@ -40,6 +40,7 @@ def app_url(local_models):
     demo = app.build_app("zoo")
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **app.launch_kwargs())
+    app.frozen_start()  # as main() does: no collector pass over the start's objects holds the server
     # a stand-in's GSM8K answers are noise at any length: 16 tokens, not 256 (the answer rules are
     # tested in tests/unit/test_mathneuro_hub.py)
     with pytest.MonkeyPatch.context() as mp:
@@ -94,6 +95,7 @@ def mcp_url():
         mcp_server=True,
         **app.launch_kwargs(),
     )
+    app.frozen_start()
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:

@@ -41,6 +41,7 @@ def mcp_url():
             demo.close()
             if attempt == 2:
                 raise
+    app.frozen_start()
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
