@@ -6,7 +6,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import first_view, settle, shot
-from tests.helpers.waits import main_thread_idle, plots_fitted, result_of
+from tests.helpers.waits import main_thread_idle, plots_fitted, result_of, statuses_cleared
 
 
 def open_adapters(page, url):
@@ -303,6 +303,7 @@ def test_refusal_pin_and_presenter_view(page, server_url):
         page.locator("#pissa-analyse").click()
     settle(page)
     assert len([t for _, t in failed.toasts() if "between 1 and 10" in t]) == 1, failed.toasts()
+    statuses_cleared(page, ["#pissa-stats"], 30_000)  # its hidden follow-up's timer is in the block's text
     expect(badges).to_have_count(0)
     assert page.locator("#pissa-stats").inner_text() == before
     page.locator("#pissa-layer input").first.click()

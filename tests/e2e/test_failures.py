@@ -4,7 +4,7 @@ no server error, no "[object Object]", no Error badge, no broken-image icon."""
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import open_tab, settle, shot
-from tests.helpers.waits import result_of
+from tests.helpers.waits import result_of, statuses_cleared
 
 BROKEN_PNG = b"\x89PNG\r\n\x1a\nnot really a png"
 
@@ -30,6 +30,7 @@ def test_math_answer_on_an_empty_question_says_so(page, server_url):
     with result_of(page, toast="Type a question first", timeout_ms=30_000) as refused:
         page.locator("#mn-ask-btn").click()
     settle(page)  # the refused event and whatever it chains have ended
+    statuses_cleared(page, ["#mn-ask-out"], 30_000)  # the hidden follow-up's timer is in the block's text
     _only_toast(refused, "Type a question first")
     # the single-output follow-up once failed with a server error and left "[object Object]"
     assert page.locator("#mn-ask-out").inner_text() == before

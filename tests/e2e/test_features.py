@@ -3,7 +3,7 @@
 import pytest
 
 from tests.e2e.conftest import first_view, settle, shot
-from tests.helpers.waits import result_of, uploaded
+from tests.helpers.waits import result_of, statuses_cleared, uploaded
 
 from backend.core.presets import ZOO_ROOT as _ZOO_ROOT
 
@@ -136,28 +136,16 @@ def test_features_tab_in_hub_mode(tmp_path):
         shot(page, "features-hub")
 
 
-# a status tracker that is showing (not `.hide`) over a result block: Gradio's 'Error' badge
-VISIBLE_TRACKERS = """(sel) => [...document.querySelectorAll(sel + ' .wrap')]
-    .filter(w => !w.classList.contains('hide') && getComputedStyle(w).display !== 'none')
-    .map(w => w.innerText.trim())"""
 PAGE_OUTPUTS = ["#features-header", "#features-overlay", "#features-dimmed", "#features-hist"]
 
 
 def _refused(page, result, text: str, outputs: list[str]):
     """The action `result` watched (result_of, armed with toast=`text`) showed its refusal: every
-    toast since it is an error saying `text`; the outputs carry no 'Error' badge."""
-    import contextlib
-
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
+    toast since it is an error saying `text`; the outputs' trackers end clean (no 'Error' badge, the
+    follow-up that clears it ended)."""
     toasts = result.toasts()
     assert toasts and all(kind == "error" and text in said for kind, said in toasts), toasts
-    with contextlib.suppress(PlaywrightTimeout):  # the asserts below say which badge stayed
-        page.wait_for_function(
-            f"(sels) => sels.every(s => ({VISIBLE_TRACKERS})(s).length === 0)", arg=outputs, timeout=10_000
-        )
-    for sel in outputs:
-        assert page.evaluate(VISIBLE_TRACKERS, sel) == [], sel
+    statuses_cleared(page, outputs, 30_000)
 
 
 def test_refused_input_keeps_the_last_view_clean(page, server_url):

@@ -339,3 +339,26 @@ def toasts_from_now(page) -> Result:
     with result_of(page) as seen:
         pass
     return seen
+
+
+_STATUSES = """(sels) => Object.fromEntries(sels.map((s) => [s,
+  [...document.querySelectorAll(s + ' .wrap')].map((w) => w.innerText.trim()).filter((t) => t)]))"""
+
+
+def statuses_cleared(page, outputs: list[str], timeout_ms: int = WAIT_MS) -> None:
+    """After a refused action's toast: wait until these blocks' status trackers hold nothing, neither
+    an 'Error' badge nor the timer of the follow-up that takes it off (components.inputs.fields.
+    keep_on_failure; its progress is hidden, yet its tracker's running timer is in the block's text).
+    The toast and the failed status come in one task of the page, so a tracker still empty when the
+    toast is seen means the chain has ended, never that it has not begun. On timeout, says what stayed."""
+    from playwright.sync_api import TimeoutError as NotSeen
+
+    try:
+        page.wait_for_function(
+            f"(sels) => Object.values(({_STATUSES})(sels)).every((t) => t.length === 0)",
+            arg=outputs,
+            timeout=timeout_ms,
+        )
+    except NotSeen:
+        stayed = page.evaluate(_STATUSES, outputs)
+        raise AssertionError(f"status still shown after {timeout_ms / 1000:.0f} s: {stayed}") from None
