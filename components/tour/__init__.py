@@ -12,4 +12,5 @@ TAB = Tab(
     gpu_seconds=180,
     key_figure="#tour-figure",
     first_view_drawn="document.querySelector('#tour-figure .js-plotly-plot')",
+    link_runs=("tour_link",),  # a link's step, drawn once its tour and step are restored
 )

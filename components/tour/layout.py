@@ -230,5 +230,11 @@ def build(ctx) -> None:
         return (*run_step(tour_id, k), *_buttons(k, n))
 
     # The first step is drawn when the tab first opens (it was drawn at every page load, a model call
-    # for every visitor); a link's tour and step draw through the changes above.
+    # for every visitor). A link's tour and step are drawn by the link's own run once they are
+    # restored (the tab's link_runs, components.links): the tab's contents mount when the link opens
+    # it, and a box that mounts already holding its linked value may fire no change, so the changes
+    # above cannot be relied on to draw a link's step.
     on_first_open(ctx, first_view, [tour, step], outputs + [back, nxt], link_prefix="tour-")
+    gr.Button(visible=False).click(
+        first_view, [tour, step], outputs + [back, nxt], **model_event(api_name="tour_link", api_visibility="private")
+    )

@@ -32,6 +32,7 @@ RESULTS = {
     "memorization": ["#memo-score", "#memo-compare"],
     "math_neurons": ["#mn-acc", "#mn-samples"],
     "adapters": ["#pissa-stats"],
+    "tour": ["#tour-header", "#tour-caption"],
 }
 # Values the generic changer cannot invent (its "<text> linked" would be refused by the models, and
 # the results compared below must exist): words of the zoo's vocabularies, and neuron tick boxes,

@@ -180,9 +180,9 @@ def test_overview_buttons_open_each_tour(page, server_url):
 
 
 def test_a_link_to_a_step_ends_on_that_step_whichever_box_changes_first(page, server_url):
-    """A link sets the tour and the step: the page sees two changes, in either order, and the step
-    drawn once nothing runs is the link's, with the box reading it (one drawing event, whose last run
-    reads both boxes). Then picking another tour from that step ends on its step 1."""
+    """A link sets the tour and the step: the link's own run draws that step once both are restored,
+    and the boxes' two changes, in either order, end on it too (one drawing event, checked against
+    both boxes when it ends). Then picking another tour from that step ends on its step 1."""
     from playwright.sync_api import TimeoutError as NotSeen
 
     with result_of(page, load=True) as seen:  # nothing to wait for: the page's toasts, for a failure's message
@@ -200,6 +200,8 @@ def test_a_link_to_a_step_ends_on_that_step_whichever_box_changes_first(page, se
     settle(page, 180_000)
     assert "Step 3 of" in page.locator("#tour-header").inner_text()
     assert page.locator("#tour-step input").input_value() == "3"
+    # the link's own run drew it (the tab's link_runs), whether or not the boxes' changes fired
+    assert page.evaluate("() => window.wbLinkRuns") == ["wb-linkrun-tour"]
     choose(page, "relevance")
     page.wait_for_function(
         "() => document.querySelector('#tour-header').innerText.includes('Step 1 of 5')", timeout=180_000
