@@ -303,7 +303,7 @@ def test_refusal_pin_and_presenter_view(page, server_url):
         page.locator("#pissa-analyse").click()
     settle(page)
     assert len([t for _, t in failed.toasts() if "between 1 and 10" in t]) == 1, failed.toasts()
-    statuses_cleared(page, ["#pissa-stats"], 30_000)  # its hidden follow-up's timer is in the block's text
+    statuses_cleared(page, ["#pissa-stats"], 10_000)  # its hidden follow-up's timer is in the block's text
     expect(badges).to_have_count(0)
     assert page.locator("#pissa-stats").inner_text() == before
     page.locator("#pissa-layer input").first.click()

@@ -30,7 +30,7 @@ def test_math_answer_on_an_empty_question_says_so(page, server_url):
     with result_of(page, toast="Type a question first", timeout_ms=30_000) as refused:
         page.locator("#mn-ask-btn").click()
     settle(page)  # the refused event and whatever it chains have ended
-    statuses_cleared(page, ["#mn-ask-out"], 30_000)  # the hidden follow-up's timer is in the block's text
+    statuses_cleared(page, ["#mn-ask-out"], 10_000)  # the hidden follow-up's timer is in the block's text
     _only_toast(refused, "Type a question first")
     # the single-output follow-up once failed with a server error and left "[object Object]"
     assert page.locator("#mn-ask-out").inner_text() == before

@@ -145,7 +145,7 @@ def _refused(page, result, text: str, outputs: list[str]):
     follow-up that clears it ended)."""
     toasts = result.toasts()
     assert toasts and all(kind == "error" and text in said for kind, said in toasts), toasts
-    statuses_cleared(page, outputs, 30_000)
+    statuses_cleared(page, outputs, 10_000)
 
 
 def test_refused_input_keeps_the_last_view_clean(page, server_url):

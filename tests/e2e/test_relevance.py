@@ -110,7 +110,7 @@ def test_failed_request_keeps_the_last_view_clean(page, server_url):
         page.click("#rel-explain")
     assert any(kind == "error" and "not a token" in said for kind, said in refused.toasts()), refused.toasts()
     outputs = ["#rel-heatmap", "#rel-bars", "#rel-conservation", "#rel-json", "#rel-png"]
-    statuses_cleared(page, outputs, 30_000)  # no badge, and the follow-up that takes it off ended
+    statuses_cleared(page, outputs, 15_000)  # no badge, and the follow-up that takes it off ended
     settle(page, 15_000)  # and nothing chained to the refused run is still to come
     expect(page.locator("#rel-heatmap")).to_contain_text("charming")
     expect(page.locator("#rel-bars .js-plotly-plot")).to_be_visible()
