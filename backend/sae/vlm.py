@@ -124,7 +124,8 @@ def make_model(
 
 def pixel_values(images: np.ndarray) -> torch.Tensor:
     """uint8 [B, H, W, 3] → the processor's normalisation ([-1, 1], channels first)."""
-    x = torch.from_numpy(np.ascontiguousarray(images)).float().div_(255.0)
+    # a float copy of our own: torch.from_numpy warns on a read-only array (a cached or memory-mapped image)
+    x = torch.from_numpy(np.asarray(images).astype(np.float32)).div_(255.0)
     return ((x - 0.5) / 0.5).permute(0, 3, 1, 2).contiguous()
 
 
