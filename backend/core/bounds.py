@@ -50,6 +50,25 @@ class Range:
         return Range(self.name, self.lo, min(self.hi, hi), self.whole, self.unit)
 
 
+@dataclass(frozen=True)
+class Items:
+    """A list argument whose length is bounded: `count` bounds the list's length plus `counted`, the
+    items of its kind given in another argument (a tool's first clamp has its own arguments). An MCP
+    schema states it as maxItems; the refusal is `count`'s."""
+
+    count: Range
+    counted: int = 0
+
+    def max_items(self) -> int:
+        return int(self.count.hi) - self.counted
+
+    def check(self, value, empty: str = "an empty box") -> None:
+        """A list too long for `count` is refused; anything else is left to the tool, which knows
+        what a missing or malformed list means."""
+        if isinstance(value, (list, tuple)):
+            check(self.count, len(value) + self.counted, empty)
+
+
 # Every image input (a tab's upload, the API, an MCP tool's image_base64, an index build's files),
 # checked from its header before it is decoded (backend.core.image_header)
 IMAGE_SIDE = Range("An image's side", 2, 4096, unit=" px")

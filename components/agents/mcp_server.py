@@ -42,8 +42,8 @@ _STATE: dict[str, dict] = {"annotations": {}, "extras": {}, "ranges": {}}
 def adjust(
     annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, dict]], ranges: dict[str, dict[str, Any]]
 ) -> None:
-    """`ranges`: tool → parameter → its backend.core.bounds.Range (or a tuple of choices). The schema
-    states them, and a value outside is refused in the tab's words before the `mcp` package's own
+    """`ranges`: tool → parameter → its backend.core.bounds.Range, Items (a list's length) or a tuple of
+    choices. The schema states them, and a value outside is refused in the tab's words before the `mcp` package's own
     schema check (whose words differ) sees it."""
     from gradio import mcp as gmcp
 
@@ -51,9 +51,11 @@ def adjust(
     _STATE["extras"] = {tool: dict(params) for tool, params in extras.items()}
     for tool, params in ranges.items():
         for name, r in params.items():
+            extra = _STATE["extras"].setdefault(tool, {}).setdefault(name, {})
             if isinstance(r, bounds.Range):
-                extra = _STATE["extras"].setdefault(tool, {}).setdefault(name, {})
                 extra.update(minimum=r.lo, maximum=r.hi)
+            elif isinstance(r, bounds.Items):
+                extra.update(maxItems=r.max_items())
     cls = gmcp.GradioMCPServer
     if getattr(cls, "_wb_adjusted", False):
         return
@@ -134,6 +136,8 @@ def adjust(
                 try:
                     if isinstance(r, bounds.Range):
                         bounds.check(r, args[name], empty=bounds.JSON_NULL)
+                    elif isinstance(r, bounds.Items):
+                        r.check(args[name], empty=bounds.JSON_NULL)
                     else:
                         bounds.check_choice(name, args[name], r)
                 except ValueError as e:

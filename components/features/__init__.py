@@ -51,13 +51,22 @@ TAB = Tab(
             reads_model=True,
             intervention=True,
             cost="two greedy captions, about a second; with more clamps one more per clamp",
+            ranges={
+                "more_clamps": bounds.Items(bounds.STEER_CLAMPS, counted=1),
+                "suppress": bounds.Items(bounds.STEER_SUPPRESS),
+            },
         ),
         AgentTool(
             contrast_features,
             reads_model=True,
             intervention=False,
             cost="one prompt pass per image: about a second for 2 × 64 zoo scenes",
-            ranges={"n": bounds.CONTRAST_IMAGES, "rows": bounds.CONTRAST_ROWS},
+            ranges={
+                "n": bounds.CONTRAST_IMAGES,
+                "rows": bounds.CONTRAST_ROWS,
+                "images_a_base64": bounds.Items(bounds.CONTRAST_IMAGES),
+                "images_b_base64": bounds.Items(bounds.CONTRAST_IMAGES),
+            },
         ),
     ),
     gpu_seconds=120,

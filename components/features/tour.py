@@ -239,8 +239,8 @@ def iou():
         column_widths=[0.68, 0.32],
         horizontal_spacing=0.08,
         subplot_titles=(
-            f"feature {feature} vs every drawn concept (its top 5 scenes)",
-            f"overlap with “{html.escape(label)}”",
+            f"feature {feature} vs each drawn concept",
+            f"“{html.escape(label)}”: top 5 vs random",
         ),
     )
     fig.add_trace(
@@ -346,7 +346,8 @@ def steer():
     for k, r in enumerate(rows):
         row, col = k // ncol + 1, 2 * (k % ncol) + 1
         fig.add_trace(P.image(S.render(org.heldout_specs[r["scene"]])[0], f"scene {r['scene']}"), row, col)
-        wrap = lambda s: "<br>".join(textwrap.wrap(html.escape(s), 26))  # noqa: E731
+        # a text cell is about 128 px wide in the tour's narrowest figure (presenter view at 1000 px)
+        wrap = lambda s: "<br>".join(textwrap.wrap(html.escape(s), 22))  # noqa: E731
         P.note(
             fig,
             row,
@@ -357,7 +358,7 @@ def steer():
             xanchor="left",
             yanchor="top",
             align="left",
-            font=dict(size=11),
+            font=dict(size=10),
         )
         P.note(
             fig,
@@ -369,7 +370,7 @@ def steer():
             xanchor="left",
             yanchor="top",
             align="left",
-            font=dict(size=11, color=colors.POSITIVE if r["says_red"] else None),
+            font=dict(size=10, color=colors.POSITIVE if r["says_red"] else None),
         )
     P.bare_axes(fig, nrow, 2 * ncol)
     P.finish(

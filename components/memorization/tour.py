@@ -61,7 +61,7 @@ def copy():
         fig.add_trace(P.image(orr["images_on"][j], f"ordinary prompt, noise {j + 1}"), 2, j + 2)
     _note(fig, 2, 1, "an ordinary prompt:<br>" + "<br>".join(textwrap.wrap(f"“{html.escape(ordinary)}”", 20)))
     P.bare_axes(fig, 2, k + 1)
-    P.finish(fig, "<br>".join(textwrap.wrap(f"Prompt: “{html.escape(p)}”", 110)))
+    P.finish(fig, f"Prompt: “{html.escape(p)}”")
     sim = float(np.median(mem["ssim_on"]))
     cap = (
         f"A tiny image generator of the Stable Diffusion kind, trained here, turns a prompt and random noise "

@@ -15,20 +15,68 @@ from backend.core import colors
 # Tall enough for two rows of images, short enough that the figure's bottom axis stays on screen
 # at 1440×1000 under the app header, the tour's controls and the step header.
 HEIGHT = 470
+# Plotly never wraps a title: one longer than the figure runs off its edge. The narrowest the tour's
+# figure gets is about 545 px (presenter view at 1000 px, beside the caption), where a 14 px title holds
+# about 70 characters and a 12 px axis or panel title about 80; wrapped with a margin for wide glyphs.
+TITLE_CHARS, AXIS_CHARS = 64, 68
+PANEL_TITLE_SIZE = 12  # make_subplots' default 16 px overlaps neighbouring panels' titles at 545 px
+LINE_PX = 20  # one more line of a title or an axis title
+
+
+def wrap(text: str, width: int) -> str:
+    """`text` in lines of at most `width` visible characters (tags and entities count as what they
+    show), broken at spaces; text that already has line breaks is left as it is."""
+    import re
+
+    if "<br>" in text:
+        return text
+
+    def shown(t: str) -> int:
+        return len(html.unescape(re.sub(r"<[^>]*>", "", t)))
+
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and shown(lines[-1] + " " + word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
 
 
 def figure(rows: int = 1, cols: int = 1, **kw) -> go.Figure:
     """A grid of subplots (make_subplots' keywords), or one plain figure."""
-    return make_subplots(rows=rows, cols=cols, **kw) if rows * cols > 1 or kw else go.Figure()
+    if rows * cols == 1 and not kw:
+        return go.Figure()
+    fig = make_subplots(rows=rows, cols=cols, **kw)
+    fig.update_annotations(font_size=PANEL_TITLE_SIZE)  # only the panels' titles exist yet
+    return fig
+
+
+def _wrap_axis_titles(fig: go.Figure, side_margins: int) -> int:
+    """Wraps the long x-axis titles, shorter where wide side margins (room for long tick labels)
+    narrow the plot they are centred on; the most lines added to one, for the bottom margin."""
+    width = AXIS_CHARS - max(0, side_margins - 80) // 7  # about 7 px a character
+    added = 0
+    for axis in fig.select_xaxes():
+        text = axis.title.text if axis.title is not None else None
+        if text:
+            axis.title.text = wrap(text, width)
+            added = max(added, axis.title.text.count("<br>"))
+    return added
 
 
 def finish(
     fig: go.Figure, title: str | None = None, height: int = HEIGHT, legend_top: bool = False, **layout
 ) -> go.Figure:
-    """The shared theme, the tour's size and margins, an optional left-aligned title."""
+    """The shared theme, the tour's size and margins, an optional left-aligned title; long titles and
+    x-axis titles wrapped, with the margins they need."""
     colors.themed(fig)
+    title = wrap(title, TITLE_CHARS) if title else None
     margin = {**dict(l=60, r=20, t=56 if title else 24, b=50), **layout.pop("margin", {})}
-    fig.update_layout(height=height, margin=margin, hoverlabel=dict(namelength=-1), **layout)
+    fig.update_layout(height=height, hoverlabel=dict(namelength=-1), **layout)
+    margin["t"] += title.count("<br>") * LINE_PX if title else 0
+    margin["b"] += _wrap_axis_titles(fig, margin["l"] + margin["r"]) * LINE_PX
+    fig.update_layout(margin=margin)
     if title:
         fig.update_layout(title=dict(text=title, x=0.01, xanchor="left", font=dict(size=14)))
     if legend_top:

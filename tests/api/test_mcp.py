@@ -121,6 +121,11 @@ def test_schemas_enumerate_choices_state_defaults_ranges_and_annotations(mcp_url
     assert (mn["n_samples"]["minimum"], mn["n_samples"]["maximum"]) == (1, 64)
     assert props["generate_without_neurons"]["seeds"]["maximum"] == bounds.MEMO_SEEDS.hi
     assert props["pissa_layer"]["rank"]["maximum"] == bounds.PISSA_RANK.hi
+    # a list that scales cost states its longest length (the first clamp has arguments of its own)
+    assert props["steer_feature"]["more_clamps"]["maxItems"] == bounds.STEER_CLAMPS.hi - 1
+    assert props["steer_feature"]["suppress"]["maxItems"] == bounds.STEER_SUPPRESS.hi
+    for side in ("a", "b"):
+        assert props["contrast_features"][f"images_{side}_base64"]["maxItems"] == bounds.CONTRAST_IMAGES.hi
     assert props["steer_feature"]["add_error"]["default"] is False
     assert "math_items" in mn and "nonmath_items" in mn
     for name, t in tools.items():
@@ -166,6 +171,19 @@ def test_cost_arguments_past_their_range_are_refused_identically(mcp_url, client
         with pytest.raises(AppError) as e:
             client.predict(*api_args, api_name=api)
         assert message in str(e.value), (api, str(e.value))
+    # lists too long for their bound: refused in the tab's words before an item is read
+    clamp = {"feature": 1, "value": 1.0}
+    for r, n, tool, args in (
+        (bounds.STEER_CLAMPS, 9, "steer_feature", {"feature": 0, "more_clamps": [clamp] * 8}),
+        (bounds.STEER_SUPPRESS, 257, "steer_feature", {"feature": 0, "suppress": list(range(257))}),
+        (
+            bounds.CONTRAST_IMAGES,
+            65,
+            "contrast_features",
+            {"images_a_base64": ["x"] * 65, "images_b_base64": ["x"] * 2},
+        ),
+    ):
+        assert error_of(mcp_url, tool, **args).strip().endswith(r.refusal(n)), (tool, n)
     # pissa_niter_N: only the tab's choices (N = 1,000,000 once ran 200 s), refused in the same words by
     # the tool, the API and the tab's radio (which the API's call goes through, as a browser's does)
     message = "init must be one of pissa, pissa_niter_4 (got 'pissa_niter_1000000'). Nothing was computed."

@@ -87,7 +87,16 @@ def test_the_agent_tools_state_the_declared_ranges_of_their_tabs():
 
     assert tools.ranges() == {
         "find_features": {"limit": bounds.FEAT_LIMIT},
-        "contrast_features": {"n": bounds.CONTRAST_IMAGES, "rows": bounds.CONTRAST_ROWS},
+        "steer_feature": {
+            "more_clamps": bounds.Items(bounds.STEER_CLAMPS, counted=1),
+            "suppress": bounds.Items(bounds.STEER_SUPPRESS),
+        },
+        "contrast_features": {
+            "n": bounds.CONTRAST_IMAGES,
+            "rows": bounds.CONTRAST_ROWS,
+            "images_a_base64": bounds.Items(bounds.CONTRAST_IMAGES),
+            "images_b_base64": bounds.Items(bounds.CONTRAST_IMAGES),
+        },
         "generate_without_neurons": {"seeds": bounds.MEMO_SEEDS},
         "math_neurons": {"k_percent": bounds.MATH_K, "factor": bounds.MATH_FACTOR, "n_samples": bounds.MATH_SAMPLES},
         "pissa_layer": {"rank": bounds.PISSA_RANK, "init": bounds.PISSA_INITS},

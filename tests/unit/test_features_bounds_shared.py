@@ -30,7 +30,12 @@ def test_the_tab_and_the_mcp_schema_state_the_declared_ranges(zoo):
     from components.common import TabContext
     from components.features import layout as tab
 
-    assert agents.ranges()["contrast_features"] == {"n": bounds.CONTRAST_IMAGES, "rows": bounds.CONTRAST_ROWS}
+    assert agents.ranges()["contrast_features"] == {
+        "n": bounds.CONTRAST_IMAGES,
+        "rows": bounds.CONTRAST_ROWS,
+        "images_a_base64": bounds.Items(bounds.CONTRAST_IMAGES),
+        "images_b_base64": bounds.Items(bounds.CONTRAST_IMAGES),
+    }
     with gr.Blocks() as demo:
         tab.build(TabContext(tabs=None, source="zoo"))
     blocks = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
