@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.helpers.server import free_port
+from tests.helpers.server import in_process
 
 os.environ["WORKBENCH_CHECK_WEIGHTS"] = "1"
 
@@ -34,21 +34,13 @@ def local_models(tmp_path_factory):
 
 @pytest.fixture(scope="package")
 def app_url(local_models):
-    import app
     from backend.mathneuro import service as math_service
 
-    demo = app.build_app("zoo")
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **app.launch_kwargs())
-    app.frozen_start()  # as main() does: no collector pass over the start's objects holds the server
     # a stand-in's GSM8K answers are noise at any length: 16 tokens, not 256 (the answer rules are
     # tested in tests/unit/test_mathneuro_hub.py)
-    with pytest.MonkeyPatch.context() as mp:
+    with in_process() as url, pytest.MonkeyPatch.context() as mp:
         mp.setattr(math_service, "MATH_NEW_TOKENS", 16)
-        try:
-            yield f"http://127.0.0.1:{port}/"
-        finally:
-            demo.close()
+        yield url
 
 
 @pytest.fixture(scope="package")
@@ -80,23 +72,5 @@ def mcp_url():
     """The app with its MCP tools in this process, as `app.py --mcp` serves it (one for the package's
     MCP tests: tests/api/test_mcp*.py, test_large_images.py); yields its URL."""
     pytest.importorskip("mcp")
-    import app
-    from components.agents import tools as agent_tools
-    from tests.helpers.server import free_port
-
-    demo = app.build_app("zoo")
-    agent_tools.install(demo, "zoo")
-    port = free_port()
-    demo.launch(
-        server_name="127.0.0.1",
-        server_port=port,
-        prevent_thread_lock=True,
-        quiet=True,
-        mcp_server=True,
-        **app.launch_kwargs(),
-    )
-    app.frozen_start()
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with in_process(mcp=True) as url:
+        yield url

@@ -17,35 +17,12 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def mcp_url():
-    """The app with its MCP tools in this process (as tests/api/test_mcp.py serves it); Gradio's check
-    that localhost answers can time out on a busy machine, so the launch is tried three times."""
-    import app
-    from components.agents import tools as agent_tools
-    from tests.helpers.server import free_port
+    """The app with its MCP tools in this process (as tests/api/test_mcp.py serves it), with this
+    module's session storage (`storage`)."""
+    from tests.helpers.server import in_process
 
-    demo = app.build_app("zoo")
-    agent_tools.install(demo, "zoo")
-    for attempt in range(3):
-        port = free_port()
-        try:
-            demo.launch(
-                server_name="127.0.0.1",
-                server_port=port,
-                prevent_thread_lock=True,
-                quiet=True,
-                mcp_server=True,
-                **app.launch_kwargs(),
-            )
-            break
-        except ValueError:
-            demo.close()
-            if attempt == 2:
-                raise
-    app.frozen_start()
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with in_process(mcp=True) as url:
+        yield url
 
 
 def _session(url, work, token: str | None = None):

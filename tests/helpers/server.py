@@ -1,4 +1,5 @@
-"""Serve the app on 127.0.0.1 in a child process, for api, e2e and network tests."""
+"""Serve the app on 127.0.0.1, in a child process (`serve`: e2e and network tests) or in the test's own
+process (`in_process`: api tests, which look at the server's state)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,48 @@ def serve(
             proc.kill()
         if log_path:
             log.close()
+
+
+FROZEN_BY_START: dict[str, int] = {}  # an in-process server's URL → the objects its start froze
+
+
+@contextlib.contextmanager
+def in_process(mcp: bool = False, attempts: int = 3):
+    """Yield the URL of the zoo app launched in this process, as `python app.py` serves it (with its
+    MCP tools where `mcp`): the start's objects frozen out of the collector's passes (app.frozen_start).
+    Gradio's check that localhost answers can time out on a busy machine, so the launch is tried
+    `attempts` times."""
+    import gc
+
+    import app
+
+    demo = app.build_app("zoo")
+    if mcp:
+        from components.agents import tools as agent_tools
+
+        agent_tools.install(demo, "zoo")
+    for attempt in range(attempts):
+        port = free_port()
+        try:
+            demo.launch(
+                server_name="127.0.0.1",
+                server_port=port,
+                prevent_thread_lock=True,
+                quiet=True,
+                **({"mcp_server": True} if mcp else {}),
+                **app.launch_kwargs(),
+            )
+            break
+        except ValueError:
+            demo.close()
+            if attempt == attempts - 1:
+                raise
+    before = gc.get_freeze_count()
+    app.frozen_start()  # as main() does: no collector pass over the start's objects holds the server
+    url = f"http://127.0.0.1:{port}/"
+    FROZEN_BY_START[url] = gc.get_freeze_count() - before
+    try:
+        yield url
+    finally:
+        FROZEN_BY_START.pop(url, None)
+        demo.close()
