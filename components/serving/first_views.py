@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator
 log = logging.getLogger("workbench.first_views")
 ENV = "WORKBENCH_FIRST_VIEWS"
 WAIT_S = 60.0  # a first view being computed is waited for at most this long, then computed live
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository: components/serving/first_views.py
 
 
 def enabled() -> bool:

@@ -162,3 +162,21 @@ def test_a_view_its_first_visitor_computes_is_kept_and_the_start_waits_for_visit
     with FV.live("relevance", ("another film", 5)) as keep:  # other inputs: computed, never kept
         keep(["other"])
     assert FV.served("relevance", ("good film", 5))[0][0] == "<b>good film</b>"
+
+
+def test_the_key_is_made_of_the_apps_own_code_and_manifests(tmp_path, monkeypatch):
+    """The key hashes the repository's components/, backend/ and the zoo's manifests: a key of no
+    files (a wrong root) would serve the views of any earlier code for ever."""
+    import hashlib
+
+    assert (FV.ROOT / "app.py").is_file() and (FV.ROOT / "components" / "serving" / "first_views.py").is_file()
+    key = FV.code_key()
+    assert key != hashlib.sha256().hexdigest()[:16]
+    copy = tmp_path / "repo"
+    for folder in ("components", "backend"):
+        (copy / folder).mkdir(parents=True)
+        (copy / folder / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(FV, "ROOT", copy)
+    before = FV.code_key()
+    (copy / "backend" / "a.py").write_text("x = 2\n")
+    assert FV.code_key() != before  # a changed file is another key
