@@ -27,6 +27,7 @@ Retraining the SAE alone did not reach the 0.9 with the organism's other truths 
 ≤ 10 %, top images ≥ 3× random, colour steering ≥ 0.8 at the calibrated clamp). Top-2 precision over
 the 9 pairs (held-out sets, labels from a 768-scene index unless said):
 - 64 latents, k = 4, the recipe's 10 seeds: 0.61-0.78, the shape pairs at most 2 of 6;
+- 80, 96 and 112 latents, k = 4, 4, 6 and 3 seeds: 0.56-0.83; one has a circle feature (112, 36 % dead);
 - 128×4, 10 seeds: 0.61-0.89, with 18-41 % dead latents; 128×8, 3 seeds: 0.56-0.83, 2.3-3.2× random;
 - 256×16, the recipe's seeds: 0.61-0.89 on the selection scenes, but 2.1-2.9× random and calibrated
   colour steering 0.1-0.7 in all nine; with labels from a 1,024-scene index two seeds of six reached
