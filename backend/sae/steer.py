@@ -302,16 +302,24 @@ def concepts_named(caption: str) -> list[str]:
 
 
 def changed_attributes(before: str, after: str) -> list[str] | None:
-    """The attributes in which two captions of the scene template differ (colour, shape, texture of the
-    objects at the same positions; position when the objects' positions differ); None where either
-    caption is malformed (then nothing can be compared)."""
+    """The attributes in which two captions of the scene template differ: colour, shape, texture of the
+    objects at the same positions; "object added" or "object removed" where the second caption only
+    adds or only drops objects, "position" where both (an object moved); None where either caption is
+    malformed (then nothing can be compared)."""
     a, b = S.parse_caption(before), S.parse_caption(after)
     if a is None or b is None:
         return None
     pa, pb = {o["position"]: o for o in a}, {o["position"]: o for o in b}
     common = set(pa) & set(pb)
     out = [k for k in ("colour", "shape", "texture") if any(pa[p][k] != pb[p][k] for p in common)]
-    return out + (["position"] if set(pa) != set(pb) else [])
+    added, dropped = set(pb) - set(pa), set(pa) - set(pb)
+    if added and dropped:
+        out.append("position")
+    elif added:
+        out.append("object added")
+    elif dropped:
+        out.append("object removed")
+    return out
 
 
 def names_colour(caption: str, colour: str) -> bool:

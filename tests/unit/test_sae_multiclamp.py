@@ -141,6 +141,10 @@ def test_caption_verdicts():
     assert ST.changed_attributes("a plain red circle top left", "a plain blue square top left") == ["colour", "shape"]
     assert ST.changed_attributes("a plain red circle top left", "a plain red circle top right") == ["position"]
     assert ST.changed_attributes("a plain red circle top left", "a plain red circle top left") == []
+    one, two = "a plain green circle top left", "a plain green circle top left and a plain blue triangle top right"
+    assert ST.changed_attributes(one, two) == ["object added"]
+    assert ST.changed_attributes(two, one) == ["object removed"]
+    assert ST.changed_attributes(two, "a plain red circle top left") == ["colour", "object removed"]
     assert ST.changed_attributes("a plain red circle top left", "red red") is None
     assert ST.concepts_named("a striped red circle top left and a plain blue square bottom right") == [
         "red",
