@@ -42,20 +42,24 @@ _STATE: dict[str, dict] = {"annotations": {}, "extras": {}, "ranges": {}}
 def adjust(
     annotations: dict[str, dict[str, Any]], extras: dict[str, dict[str, dict]], ranges: dict[str, dict[str, Any]]
 ) -> None:
-    """`ranges`: tool → parameter → its backend.core.bounds.Range, Items (a list's length) or a tuple of
-    choices. The schema states them, and a value outside is refused in the tab's words before the `mcp` package's own
-    schema check (whose words differ) sees it."""
+    """`ranges`: tool → parameter → its backend.core.bounds.Range, Items (a list's length) or a tuple
+    of choices. The schema states them, and a value outside is refused in the tab's words before the
+    `mcp` package's own schema check (whose words differ) sees it."""
     from gradio import mcp as gmcp
 
     _STATE["annotations"], _STATE["ranges"] = annotations, ranges
     _STATE["extras"] = {tool: dict(params) for tool, params in extras.items()}
     for tool, params in ranges.items():
         for name, r in params.items():
-            extra = _STATE["extras"].setdefault(tool, {}).setdefault(name, {})
-            if isinstance(r, bounds.Range):
-                extra.update(minimum=r.lo, maximum=r.hi)
-            elif isinstance(r, bounds.Items):
-                extra.update(maxItems=r.max_items())
+            stated = (
+                dict(minimum=r.lo, maximum=r.hi)
+                if isinstance(r, bounds.Range)
+                else dict(maxItems=r.max_items())
+                if isinstance(r, bounds.Items)
+                else {}  # choices: the schema's enum already lists them
+            )
+            if stated:
+                _STATE["extras"].setdefault(tool, {}).setdefault(name, {}).update(stated)
     cls = gmcp.GradioMCPServer
     if getattr(cls, "_wb_adjusted", False):
         return
