@@ -19,7 +19,7 @@ from . import scenes as S
 from . import steer as ST
 from . import vlm
 from .loading import need_model
-from .organism import Organism, shown_label
+from .organism import Organism, concept_carriers, shown_label
 from .results import (
     CaptionVerdict,
     ImageAnalysis,
@@ -132,7 +132,7 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> ImageAnal
             caption = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
             if ood.has_reference(org):  # the same residual, one more number: how far from the scenes
                 shift = ood.assess(
-                    float(ood.unexplained(org.sae, h[0, vlm.image_slice(org.model)])), ood.reference(org)
+                    float(ood.reconstruction_error(org.sae, h[0, vlm.image_slice(org.model)])), ood.reference(org)
                 )
         else:
             all_codes, layout = processor_codes(org, image)
@@ -171,12 +171,25 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> ImageAnal
 
 
 def family_rivals(org: Organism, feature: int) -> list[int]:
-    """Features labelled with another concept of the same family (e.g. the other colours)."""
+    """The features of the other concepts of the feature's family (e.g. the other colours): for each,
+    the features whose regions match it at IoU ≥ 0.5 among those labelled with it, or the one that
+    matches it best where none is (organism.concept_carriers, the rule the recipe's swaps follow). A feature labelled a colour at a lower IoU fires mostly off the objects, and zeroing it
+    removes no colour; a shape with no feature of its own (the zoo's circle) still has its best match
+    zeroed, so that a clamp to "square" on a circle has the circle's patches to be written on."""
     lab = org.labels.get(str(int(feature)), {})
     fam, own = lab.get("family"), lab.get("label")
-    if not fam:
+    if fam not in S.FAMILIES:
         return []
-    return [int(f) for f, e in org.labels.items() if e.get("family") == fam and e.get("label") != own]
+    rivals = {g for c in S.FAMILIES[fam] if c != own for g in concept_carriers(org.labels, c)}
+    return sorted(rivals - {int(feature)})
+
+
+def active_floor(org: Organism) -> torch.Tensor | None:
+    """Per feature, the activation from which the "active" steering positions count a patch as the
+    feature's (steer.ACTIVE_FLOOR × its largest activation in the index); None without an index."""
+    if org.index is None:
+        return None
+    return ST.ACTIVE_FLOOR * org.index.tensors["max_act"].float()
 
 
 def steering_defaults(org: Organism) -> SteeringDefaults:
@@ -232,6 +245,7 @@ def steer_caption(
     if hit is not None:
         return concept_verdict(org, hit)
     need_model(org)
+    edited: list[int] = []
     with locked(org.model):
         if org.is_hub:
             base = vlm.hub_generate(org.model, org.processor, image)
@@ -246,6 +260,8 @@ def steer_caption(
                 positions=positions,
                 add_error=add_error,
                 suppress=suppress,
+                floor=active_floor(org),
+                edited=edited,
             )
         else:
             base = vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
@@ -260,6 +276,8 @@ def steer_caption(
                 positions=positions,
                 add_error=add_error,
                 suppress=suppress,
+                floor=active_floor(org),
+                edited=edited,
             )[0]
     out: SteeredCaption = {
         "feature": int(feature),
@@ -272,6 +290,8 @@ def steer_caption(
         "steered": steered,
         # the zoo's captions follow a template that can be checked; free text cannot
         "well_formed": None if org.is_hub else S.parse_caption(steered) is not None,
+        # "active": how many image positions the clamp was written at (0: none of its features fire here)
+        "edited_positions": sum(edited) if positions == "active" else None,
     }
     _RESULT_CACHE.put(key, out)
     return concept_verdict(org, out)
@@ -323,6 +343,7 @@ def _caption(
             positions=positions,
             add_error=add_error,
             suppress=suppress,
+            floor=active_floor(org),
         )
     if not clamps:
         return vlm.generate_captions(org.model, org.tokenizer, image[None])[0]
@@ -336,6 +357,7 @@ def _caption(
         positions=positions,
         add_error=add_error,
         suppress=suppress,
+        floor=active_floor(org),
     )[0]
 
 
@@ -388,9 +410,10 @@ def steer_combination(
     add_error: bool = False,
     suppress_family: bool = False,
 ) -> Steering:
-    """For one image: the caption with no clamp, with each clamp alone (with the suppressions) and with
-    all together, each with its verdict (the concepts it names, whether it names each clamped
-    feature's concept, the attributes changed from the caption with no clamp)."""
+    """For one image: the caption with no clamp, with each clamp alone (the suppressions asked for and,
+    with `suppress_family`, its own family's rivals) and with all together, each with its verdict (the
+    concepts it names, whether it names each clamped feature's concept, the attributes changed from the
+    caption with no clamp)."""
     return _steer_runs(org, image, clamps, suppress, positions, add_error, suppress_family, alone=True)
 
 
@@ -408,13 +431,16 @@ def _steer_runs(
     bounds.check_choice("positions", positions, ST.POSITION_MODES)
     image = model_image(org, image)
     checked, sup = check_steering(org, clamps, suppress, suppress_family)
-    key = make_key(org.cache_id, image, ("steer-many", checked, sup, positions, bool(add_error), alone))
+    # alone, a clamp zeroes what it would zero by itself: the suppressions asked for and, with
+    # `suppress_family`, its own family's rivals (a colour clamp alone does not zero the shapes)
+    sup_alone = [check_steering(org, [c], suppress, suppress_family)[1] for c in checked] if alone else []
+    key = make_key(org.cache_id, image, ("steer-many", checked, sup, sup_alone, positions, bool(add_error), alone))
     hit = _RESULT_CACHE.get(key)
     if hit is None:
         need_model(org)
         with locked(org.model):
             base = _caption(org, image, [], (), positions, add_error)
-            each = [_caption(org, image, [c], sup, positions, add_error) for c in checked] if alone else []
+            each = [_caption(org, image, [c], cs, positions, add_error) for c, cs in zip(checked, sup_alone)]
             # one clamp alone is all of them together: its caption is not computed twice
             together = (
                 each[0] if alone and len(checked) == 1 else _caption(org, image, checked, sup, positions, add_error)

@@ -17,14 +17,13 @@ from ..core import bounds
 from ..core.zerogpu import capped, gpu
 from . import contrast as C
 from . import scenes as S
-from .organism import Organism
+from .organism import PLANTED_MIN_IOU, Organism, concept_carriers
 
 SOURCES = ("heldout", "index")  # the captioner's held-out scenes (256), the index's scene set (2048)
 NO_SCENES = (
     "this model has no scene recipes (concept filters pick the zoo organism's synthetic scenes): "
     f"give both sets as your own images, {bounds.CONTRAST_IMAGES.lo:g} to {bounds.CONTRAST_IMAGES.hi:g} each"
 )
-PLANTED_MIN_IOU = 0.5  # the recipe's rule for a colour's carriers (zoo.recipes.features_steering.steering_features)
 
 
 def known_concepts() -> str:
@@ -110,19 +109,10 @@ def scene_sets(
 
 
 def concept_features(org: Organism, concept: str, min_iou: float = PLANTED_MIN_IOU) -> list[int]:
-    """The features the concept explainer found the concept planted in: those labelled with it at IoU ≥
-    `min_iou` (a colour is often split over several, by texture or shape), else the one feature whose
-    activation regions match the concept's masks best (explain.localisation_summary's pick)."""
+    """organism.concept_carriers of a concept the scenes know."""
     if concept not in S.CONCEPTS:
         raise ValueError(f"unknown concept {concept!r}; the scenes know {known_concepts()}")
-    labelled = sorted(
-        int(f) for f, e in org.labels.items() if e.get("label") == concept and float(e.get("score", 0.0)) >= min_iou
-    )
-    if labelled:
-        return labelled
-    scored = [(float(e.get("scores", {}).get(concept, 0.0)), int(f)) for f, e in org.labels.items()]
-    best = max(scored, default=(0.0, -1))
-    return [best[1]] if best[0] > 0 else []
+    return concept_carriers(org.labels, concept, min_iou)
 
 
 def _scenes_seconds(org: Organism, concept_a, concept_b, *args, n: int = 64, **kwargs) -> float:

@@ -1,16 +1,20 @@
 """Whether one picture lies inside the distribution the zoo's model and SAE know, and how far out.
 
-The measure is the SAE's own: the share of the residual at the hookpoint that the SAE fails to
-reconstruct, ||h - SAE(h)||² / ||h||², averaged over the image's patches. An SAE reconstructs what it
-was trained on well and anything unlike it badly, so the number is grounded in the model rather than
-in pixel statistics (a shape on black is far from the scenes' dark grey in pixels, yet the SAE
-reconstructs it as well as a scene; one on white it does not). It is compared with the same number
-over scenes of the organism's own set, computed once per organism and kept.
+The measure is the SAE's own: the squared residual at the hookpoint that the SAE fails to reconstruct,
+||h - SAE(h)||², averaged over the image's patches. An SAE reconstructs what it was trained on well and
+anything unlike it badly, so the number is grounded in the model rather than in pixel statistics (a
+shape on black is far from the scenes' dark grey in pixels, yet the SAE reconstructs it as well as a
+scene; one on white it does not). The error is absolute, not a share of the residual: a white
+background makes the residual itself about three times a scene's, and its error grows with it, so a
+share hides what the absolute error shows (zoo: a green circle on white leaves 1.3× the scenes' 99th
+percentile as a share, 3.9× absolute). It is compared with the same number over scenes of the
+organism's own set, computed once per organism and kept.
 
 Threshold: out of distribution above OUT_FACTOR × the scenes' 99th percentile. The held-out scenes'
-largest error is 1.26× the index scenes' 99th percentile (measured on the zoo organism, 256 held-out
+largest error is 1.0× the index scenes' 99th percentile (measured on the zoo organism, 256 held-out
 scenes); a factor 2 leaves room for that spread and for the sampling noise of a 99th percentile of
-REFERENCE_SCENES scenes, while a plain green circle on white sits at 4-9× it (drawn 96 or 48 px a side).
+REFERENCE_SCENES scenes, while a plain green circle on white sits at 3.9-5.7× it (drawn 96 or 48 px a
+side).
 """
 
 from __future__ import annotations
@@ -30,12 +34,10 @@ OUT_FACTOR = 2.0
 _REFERENCE: dict[tuple, np.ndarray] = {}  # per organism's weights: a few KB each
 
 
-def unexplained(sae, h: torch.Tensor) -> torch.Tensor:
-    """The share of each image's residual the SAE does not reconstruct, for h [B, P, d] (or [P, d]):
-    per patch ||h - ĥ||² / ||h||², averaged over the patches."""
+def reconstruction_error(sae, h: torch.Tensor) -> torch.Tensor:
+    """The SAE's error for h [B, P, d] (or [P, d]): per patch ||h - ĥ||², averaged over the patches."""
     h = h.float()
-    err = (h - sae.decode(sae.encode(h))).pow(2).sum(-1)
-    return (err / h.pow(2).sum(-1).clamp_min(1e-12)).mean(-1)
+    return (h - sae.decode(sae.encode(h))).pow(2).sum(-1).mean(-1)
 
 
 def reference_specs(org) -> list[dict]:
@@ -51,11 +53,11 @@ def has_reference(org) -> bool:
 
 @torch.no_grad()
 def errors(org, images: np.ndarray) -> np.ndarray:
-    """`unexplained` for uint8 images [B, H, W, 3] at the model's input size (the caller holds the
+    """`reconstruction_error` for uint8 images [B, H, W, 3] at the model's input size (the caller holds the
     model's lock, or nobody else uses the model)."""
     sl = vlm.image_slice(org.model)
     out = [
-        unexplained(org.sae, h[:, sl].to(org.sae.W_dec.device))
+        reconstruction_error(org.sae, h[:, sl].to(org.sae.W_dec.device))
         for _, h in vlm.residuals(org.model, org.tokenizer, images, org.hookpoint)
     ]
     return torch.cat(out).cpu().numpy()
@@ -103,9 +105,6 @@ def words(a: dict, hookpoint: str) -> tuple[str, str]:
     """(headline, details) in plain text: whether the picture is out of the distribution, and the
     numbers behind it with the threshold."""
 
-    def pct(v: float) -> str:  # a no-break space: "4.1 %" never splits over two lines of a narrow column
-        return f"{100 * v:.2g}\u00a0%" if v < 0.1 else f"{100 * v:.0f}\u00a0%"
-
     if a["out"]:
         head = "This picture is out of the distribution the zoo's model was trained on"
     elif a["beyond_edge"]:
@@ -118,9 +117,10 @@ def words(a: dict, hookpoint: str) -> tuple[str, str]:
         else f"at their {_ordinal(int(a['percentile']))} percentile"
     )
     details = (
-        f"the SAE leaves {pct(a['error'])} of its residual at {hookpoint} unexplained, "
-        f"{a['times_median']:.1f}× the median of {a['n_scenes']} of the zoo's scenes ({pct(a['median'])}), "
+        f"the SAE's reconstruction error at {hookpoint} (the squared residual it leaves, averaged over the "
+        f"picture's patches) is {a['times_median']:.1f}× the median of {a['n_scenes']} of the zoo's scenes, "
         f"{where}. Threshold: out of distribution above {a['factor']:g}× the scenes' "
-        f"{_ordinal(int(a['edge_percentile']))} percentile ({pct(a['threshold'])})."
+        f"{_ordinal(int(a['edge_percentile']))} percentile ({a['threshold'] / max(a['median'], 1e-12):.1f}× "
+        f"the median)."
     )
     return head, details

@@ -68,6 +68,23 @@ MODEL_LABELS = (
 )
 
 
+PLANTED_MIN_IOU = 0.5  # a feature carries a concept when labelled with it at this IoU or more
+
+
+def concept_carriers(labels: dict, concept: str, min_iou: float = PLANTED_MIN_IOU) -> list[int]:
+    """The features the concept explainer found a concept planted in: those labelled with it at IoU ≥
+    `min_iou` (a colour is often split over several, by texture or shape), else the one feature whose
+    activation regions match the concept's masks best (explain.localisation_summary's pick)."""
+    labelled = sorted(
+        int(f) for f, e in labels.items() if e.get("label") == concept and float(e.get("score", 0.0)) >= min_iou
+    )
+    if labelled:
+        return labelled
+    scored = [(float(e.get("scores", {}).get(concept, 0.0)), int(f)) for f, e in labels.items()]
+    best = max(scored, default=(0.0, -1))
+    return [best[1]] if best[0] > 0 else []
+
+
 def shown_label(lab: dict) -> str:
     if lab.get("explainer") == "model":  # a model's words: no IoU to threshold
         return lab.get("label", "")

@@ -12,7 +12,7 @@ import numpy as np
 class Shift(TypedDict):
     """backend.sae.ood.assess: how far one picture's SAE error lies from the training scenes'."""
 
-    error: float  # the part of the residual the SAE leaves unexplained, relative
+    error: float  # the SAE's reconstruction error (squared, per patch, averaged)
     median: float
     edge: float  # the scenes' error at `edge_percentile`
     threshold: float  # `factor` × edge: above it the picture is out of the distribution
@@ -66,6 +66,7 @@ class SteeredCaption(TypedDict):
     baseline: str
     steered: str
     well_formed: bool | None  # the steered caption follows the scene template; None on a hub model
+    edited_positions: int | None  # positions "active" wrote the clamp at; None for the other modes
 
 
 class NamesConcept(TypedDict):

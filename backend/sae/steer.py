@@ -10,6 +10,10 @@ reconstruction with feature f set to `value`:  h ← decode(z with z_f := value)
             prompt: base image, high-resolution tiles and their row newlines; see vlm.ImageLayout).
 - "text":   the prompt pass's other positions only (<s> and the prompt words): with "image" it splits
             "prompt" in two, to measure which half of the paper's placement steers and which breaks.
+- "active": the image positions where a clamped or suppressed feature fires before the edit, at or
+            above its `floor` (ACTIVE_FLOOR × its largest activation in the feature index): the
+            objects the features stand for. A caption read from every patch (the zoo's) turns a clamp
+            written on the background into extra words; a swap written on the object does not.
 `suppress` optionally zeroes other features at the same positions (e.g. the other colours' features,
 so the clamp swaps a colour instead of mixing two). Several clamps [(feature, value), ...] go in one
 hook (`clamp_features`), so they edit the same residual together; the single clamp is one of them.
@@ -30,7 +34,10 @@ from . import scenes as S
 from . import vlm
 from .sae import TopKSAE
 
-POSITION_MODES = ("prompt", "all", "image", "text")
+POSITION_MODES = ("prompt", "all", "image", "text", "active")
+# Where a feature fires this weakly it is a broad feature's background noise, not its object (zoo: a
+# yellow feature at under 0.4 of its largest activation covers 39 % of the background, above it 0.8 %).
+ACTIVE_FLOOR = 0.4
 
 
 class FeatureOutOfRange(ValueError, IndexError):
@@ -116,6 +123,14 @@ def clamp_codes(
     return clamp_codes_many(sae, h, [(int(feature), float(value))], add_error, suppress)
 
 
+def firing(sae: TopKSAE, h: torch.Tensor, features: Sequence[int], floor: torch.Tensor | None) -> torch.Tensor:
+    """[..., T] True where any of `features` is among the SAE's active codes at or above its floor."""
+    vals, idx = sae.encode_sparse(h)
+    feats = torch.as_tensor(list(features), dtype=idx.dtype, device=idx.device)
+    least = torch.zeros_like(vals) if floor is None else floor.to(vals.device, vals.dtype)[idx]
+    return (torch.isin(idx, feats) & (vals > 0) & (vals >= least)).any(-1)
+
+
 @contextmanager
 def clamp_features(
     model,
@@ -127,9 +142,14 @@ def clamp_features(
     add_error: bool = False,
     image_positions: slice | torch.Tensor | None = None,
     suppress: Sequence[int] = (),
+    floor: torch.Tensor | None = None,
+    edited: list[int] | None = None,
 ):
     """Several clamps and suppressions as one intervention: one hook, removed (and the model's lock
-    released) in `finally`, so the edits are applied together to the same residual."""
+    released) in `finally`, so the edits are applied together to the same residual. `floor`: per
+    feature, the activation at which a patch counts as firing for "active" (None: any activation);
+    `edited`, where given, gets the number of positions each "active" prompt pass edited (on a picture
+    where none of the clamped or zeroed features fire it edits nothing, and the caller can say so)."""
     if positions not in POSITION_MODES:
         raise ValueError(f"positions must be one of {POSITION_MODES}, not {positions!r}")
     checked, sup = check_clamps(clamps, sae.n_latents, suppress)
@@ -141,6 +161,16 @@ def clamp_features(
         if positions != "all" and not prompt_pass:
             return None
         new = clamp_codes_many(sae, h, checked, add_error, sup)
+        if positions == "active":
+            out = h.clone()
+            at = firing(sae, h, [f for f, _ in checked] + list(sup), floor)
+            on_image = torch.zeros(h.shape[-2], dtype=torch.bool, device=h.device)
+            on_image[sl] = True
+            at &= on_image
+            out[at] = new[at]
+            if edited is not None:
+                edited.append(int(at.sum()))
+            return out
         if positions == "image":
             out = h.clone()
             out[..., sl, :] = new[..., sl, :]
@@ -167,6 +197,8 @@ def clamp_feature(
     add_error: bool = False,
     image_positions: slice | torch.Tensor | None = None,
     suppress: Sequence[int] = (),
+    floor: torch.Tensor | None = None,
+    edited: list[int] | None = None,
 ):
     with clamp_features(
         model,
@@ -177,6 +209,8 @@ def clamp_feature(
         add_error=add_error,
         image_positions=image_positions,
         suppress=suppress,
+        floor=floor,
+        edited=edited,
     ):
         yield model
 
@@ -193,8 +227,20 @@ def captions_with_clamps(
     positions: str = "prompt",
     add_error: bool = False,
     suppress: Sequence[int] = (),
+    floor: torch.Tensor | None = None,
+    edited: list[int] | None = None,
 ) -> list[str]:
-    with clamp_features(model, sae, hookpoint, clamps, positions=positions, add_error=add_error, suppress=suppress):
+    with clamp_features(
+        model,
+        sae,
+        hookpoint,
+        clamps,
+        positions=positions,
+        add_error=add_error,
+        suppress=suppress,
+        floor=floor,
+        edited=edited,
+    ):
         return vlm.generate_captions(model, tokenizer, images)
 
 
@@ -211,6 +257,8 @@ def steered_captions(
     positions: str = "prompt",
     add_error: bool = False,
     suppress: Sequence[int] = (),
+    floor: torch.Tensor | None = None,
+    edited: list[int] | None = None,
 ) -> list[str]:
     return captions_with_clamps(
         model,
@@ -222,6 +270,8 @@ def steered_captions(
         positions=positions,
         add_error=add_error,
         suppress=suppress,
+        floor=floor,
+        edited=edited,
     )
 
 
@@ -237,6 +287,8 @@ def hub_caption_with_clamps(
     positions: str = "prompt",
     add_error: bool = False,
     suppress: Sequence[int] = (),
+    floor: torch.Tensor | None = None,
+    edited: list[int] | None = None,
     text: str = vlm.HUB_PROMPT,
     max_new_tokens: int = 24,
 ) -> str:
@@ -257,6 +309,8 @@ def hub_caption_with_clamps(
         add_error=add_error,
         image_positions=lay.image.to(inputs["input_ids"].device),
         suppress=suppress,
+        floor=floor,
+        edited=edited,
     ):
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
     return tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
@@ -275,6 +329,8 @@ def hub_steered_caption(
     positions: str = "prompt",
     add_error: bool = False,
     suppress: Sequence[int] = (),
+    floor: torch.Tensor | None = None,
+    edited: list[int] | None = None,
     text: str = vlm.HUB_PROMPT,
     max_new_tokens: int = 24,
 ) -> str:
@@ -288,6 +344,8 @@ def hub_steered_caption(
         positions=positions,
         add_error=add_error,
         suppress=suppress,
+        floor=floor,
+        edited=edited,
         text=text,
         max_new_tokens=max_new_tokens,
     )
@@ -355,6 +413,7 @@ def steering_success(
     add_error: bool = False,
     n: int = 25,
     suppress_for: Mapping[str, Sequence[int]] | None = None,
+    floor: torch.Tensor | None = None,
 ) -> dict:
     """For every colour: fraction of held-out scenes without that colour whose steered caption is
     well formed and names it."""
@@ -373,6 +432,7 @@ def steering_success(
             positions=positions,
             add_error=add_error,
             suppress=(suppress_for or {}).get(colour, ()),
+            floor=floor,
         )
         ok = [names_colour(c, colour) for c in caps]
         out[colour] = {

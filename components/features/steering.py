@@ -25,6 +25,7 @@ POSITION_CHOICES = [
     ("every prompt position (paper)", "prompt"),
     ("prompt + generated tokens", "all"),
     ("image positions of the prompt", "image"),
+    ("on the objects (image patches where the features fire)", "active"),
 ]
 
 
@@ -240,6 +241,12 @@ def concept_words(out: dict) -> str:
         text = f"The caption names “{concept}” with the clamp, but it already did without it: no evidence of steering."
     else:
         text = f"✗ <b>Not steered: the caption does not name “{concept}”</b> with the clamp."
+    if out.get("edited_positions") == 0:
+        text += (
+            " <b>Nothing was edited:</b> the clamp goes on the patches where the clamped or zeroed features fire, "
+            "and none of them fires on this picture. Zero a feature that fires on the object (its feature list "
+            "shows which), or choose “image positions”."
+        )
     return f"<span id='features-steer-verdict'>{text}</span>"
 
 
@@ -326,6 +333,7 @@ def _site_words(cfg: dict) -> str:
         "all": "every position",
         "image": "image positions",
         "text": "text positions of the prompt",
+        "active": "the objects' patches (where the features fire)",
     }.get(cfg["positions"], cfg["positions"])
     return f"{pos}, {cfg['multiple']:g}× max activation" + (
         ", other colours' features zeroed" if cfg.get("suppress_other_colours") else ""
@@ -363,7 +371,10 @@ def _steering_explain(org) -> str:
         for v in comp.get("sweep", {}).values()
     )
     why = ""
-    if norms:
+    measured = st.get("placement", {}).get("why")
+    if measured:  # the recipe's own account of its placement measurements
+        why = f" <b>Why the placement matters:</b> {html.escape(measured)}"
+    elif norms:
         why = (
             f" <b>Why the site matters:</b> at this site image-token residuals have norm ≈ {norms['image']:.0f} but the text positions "
             f"only ≈ {norms['bos']:.1f} (&lt;s&gt;) and {norms['prompt_word']:.1f} (prompt word); a clamp on the "

@@ -13,7 +13,7 @@ from backend.core import bounds, image_header
 
 from components.agents.answers import _grid, _json, _png, _source, _whole
 
-SteerPositions = Literal["default", "prompt", "all", "image"]
+SteerPositions = Literal["default", "prompt", "all", "image", "active"]
 
 
 def _organism():
@@ -103,7 +103,7 @@ def steer_feature(
         feature: the feature id to clamp, 0 to the number of features - 1.
         value: the clamp value in activation units, 0 to 10× the index's largest activation (the tab's range); a negative value (the default) = the tab's default for this feature (a calibrated multiple of its max activation).
         scene: which held-out scene to caption, 0 to the number of held-out scenes - 1.
-        positions: where to clamp: prompt (every prompt position, the paper's choice), all (prompt and generated tokens), image (the image positions only), default (the setting the tab starts with, calibrated for this model).
+        positions: where to clamp: prompt (every prompt position, the paper's choice), all (prompt and generated tokens), image (the image positions only), active (the image patches where a clamped or suppressed feature fires: the objects), default (the setting the tab starts with, calibrated for this model).
         add_error: add the SAE's reconstruction error back (keeps everything the SAE does not explain).
         suppress_rivals: also zero the features labelled with the other concepts of the same family (e.g. the other colours); null = the tab's default for this model.
         image_base64: your own image as base64 PNG or JPEG (a data: URI is fine), at most 8 MB and 4096 px a side; when given, it is captioned instead of a held-out scene. Models without a scene set (the papers' LLaVA-NeXT) need it.

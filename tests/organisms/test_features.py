@@ -88,29 +88,34 @@ def test_features_localise_planted_concepts(org, explanations):
 
 
 def test_top_images_beat_random_images_3x(org, explanations):
+    """The paper's statistic: a feature's label IoU on its top-5 images against random images. The paper
+    draws 5 random images per feature; on this organism that estimate spreads from 2.6 to 4.4 over
+    draws, so the test takes the mean it estimates, over all of 256 random scenes (measured 3.31; 3.21
+    and 3.28 on two other sets of 256)."""
     rng = np.random.default_rng(7)
-    specs = [S.sample_spec(rng) for _ in range(64)]
+    specs = [S.sample_spec(rng) for _ in range(256)]
     imgs = np.stack([S.render(s)[0] for s in specs])
     g = org.index.grid
     maps = []
     for _, h in vlm.residuals(org.model, org.tokenizer, imgs, org.hookpoint):
         z = org.sae.encode(h[:, vlm.image_slice(org.model)])
         maps.append(z.permute(0, 2, 1).reshape(z.shape[0], -1, g, g))
-    stat = E.random_baseline(org.index, explanations, specs, torch.cat(maps), top_n_features=50)
+    stat = E.random_baseline(org.index, explanations, specs, torch.cat(maps), top_n_features=50, n_random=len(specs))
     assert stat["top5_iou"] >= 3 * stat["random_iou"], stat
 
 
 # Steering protocol (the same in the recipe's record, summary.json "steering"): the colour's feature
-# (strongest carrier among the features labelled with it), clamped at the image positions after LM
-# layer 0, other colours' features zeroed, at the per-colour value chosen on a calibration split (never
-# on held-out scenes); held-out scenes heldout[100:] without the colour, first 12 per colour.
+# (strongest carrier among the features labelled with it), clamped after LM layer 0 at the image
+# patches where it or the other colours' features fire (the objects), those features zeroed, at the
+# per-colour value chosen on a calibration split (never on held-out scenes); held-out scenes
+# heldout[100:] without the colour, first 12 per colour.
 # The computation is deterministic (same captions at 1 or 2 threads, batched or one by one): the spread
 # seen earlier (red 0.58..0.92) came from the organism being rebuilt in the shared tree between runs
 # (red's feature went from 7, best IoU, to 10), which the recorded protocol result below now catches.
 # Measured by the recipe (25 held-out scenes per colour, the first ones of heldout.json without the
-# colour; multiples calibrated per colour on 80 calibration scenes: red 1.25, green 3, blue 2,
-# yellow 1.25 x max activation): red 0.88, green 1.0, blue 0.88, yellow 0.96 (this test's 12 scenes:
-# 0.83, 1.0, 0.92, 0.92). The issue's target is 0.8 for every colour.
+# colour; multiples calibrated per colour on 80 calibration scenes: red, green, blue 1, yellow 0.875 x
+# max activation): 1.0 for every colour (this test's 12 scenes: red 1.0, green 1.0, blue 0.92, yellow
+# 1.0). The issue's target is 0.8 for every colour.
 N_TEST = 12
 TEST_START = 100
 
@@ -140,6 +145,7 @@ def test_clamping_a_colour_feature_steers_the_caption(org, colour):
         positions=positions,
         n=N_TEST,
         suppress_for=sup,
+        floor=analysis.active_floor(org),
     )
     got = res[colour]["success"]
     tp = org.summary["steering"].get("test_protocol")
@@ -174,6 +180,7 @@ def test_steering_is_deterministic(org):
                         value,
                         positions=positions,
                         suppress=sup["blue"] if sup else (),
+                        floor=analysis.active_floor(org),
                     )
                     for b in batches
                 ),
@@ -189,23 +196,23 @@ def test_steering_is_deterministic(org):
 
 
 def test_clamping_at_every_prompt_position_is_measured(org):
-    """The paper's placement is part of the stored measurement, split into its image and text halves,
-    with the reason (the clamp swamps the small text-position residuals; the reconstruction alone does
-    not hurt)."""
+    """The paper's placement is part of the stored measurement, split into its image and text halves
+    beside the objects' patches, with the reason: the reconstruction alone keeps the captions, a clamp
+    written on every image patch makes the caption repeat the concept, one on the objects swaps it."""
     st = org.summary["steering"]
     assert any(v["positions"] == "prompt" for v in st["sweep"].values())
     assert any(v["positions"] == "prompt" for v in st["comparison"]["sweep"].values())
-    norms = st["residual_norms"][org.hookpoint]
-    assert norms["image"] > norms["bos"] and norms["image"] > norms["prompt_word"]
     pl = st["placement"]["clamp"]
-    mean = {m: np.mean([v["success"] for v in r.values()]) for m, r in pl.items()}
-    assert mean["image"] > mean["prompt"] and mean["image"] > mean["text"], mean
-    assert np.mean([v["malformed"] for v in pl["text"].values()]) >= 0.5, pl["text"]
-    # The SAE reconstruction alone at every prompt position (no clamp) keeps most captions right
-    # (measured 0.92), so what breaks the paper's placement is the clamp, not the reconstruction.
+    low = {m: min(v["success"] for v in r.values()) for m, r in pl.items()}
+    malformed = {m: np.mean([v["malformed"] for v in r.values()]) for m, r in pl.items()}
+    assert st["default_positions"] == "active" and low["active"] >= 0.8, low  # measured 1.0 for every colour
+    assert max(low["prompt"], low["image"], low["text"]) <= 0.2, low  # measured 0.0 each
+    assert malformed["prompt"] >= 0.5 and malformed["image"] >= 0.5, malformed  # measured 0.99, 0.99
+    # The SAE reconstruction alone at every prompt position (no clamp) keeps the captions right
+    # (measured 1.0), so what breaks the paper's placement is the clamp, not the reconstruction.
     rec = st["placement"]["reconstruction_only_prompt"]
-    assert rec["colour_acc"] >= 0.9 and rec["colour_acc"] >= mean["prompt"] + 0.5, (rec, mean)
-    assert "text positions" in st["placement"]["why"]
+    assert rec["colour_acc"] >= 0.9 and rec["malformed"] <= 0.05, rec
+    assert "every image patch" in st["placement"]["why"] and "objects" in st["placement"]["why"]
 
 
 def test_index_cli_rebuilds_the_stored_statistics(org, tmp_path):

@@ -2,38 +2,28 @@
 features rank first when two concepts' scenes are contrasted, random splits of one set find nothing,
 activations agree with the feature index, and clamps applied together.
 
+The captioner reads its caption from the image positions after layer 0, the SAE's site (it is trained
+so, zoo.recipes.features; test_the_caption_is_read_after_the_sae_site), so a clamp there can change a
+shape as well as a colour. Clamps are written where the clamped and zeroed features fire (steering
+positions "active", the organism's default): this captioner reads each caption word from the patches,
+and a concept written on every patch comes out as the same word again and again.
+
 Measured on this organism (held-out scenes, 64 a set, exclusive sets, rows by |rank-biserial|):
 - colour pairs (6): the top two rows are one planted feature of each colour in every pair (12/12);
-- shape pairs (3): 2/6. The SAE has no circle feature (no feature is labelled circle above IoU 0.002;
-  the best circle match, 13, is a striped/yellow feature) and its square and triangle features are
-  conjunctions (59: square + plain + yellow), so circle scenes differ from square scenes mostly by
-  features the explainer gives no shape (26, 12). All 9 pairs: 14/18 = 0.78, short of the 0.9 asked;
-  on the index's scenes 16/18 = 0.89, and 16/18 is the most any ranking could reach while circle has
-  no feature of its own;
+- shape pairs (3): 4/6. Circle has no feature labelled with it; its best match, 53, is labelled plain
+  (IoU 0.83; circle 0.58) and fires on plain circles only, so it ranks third or lower. Circle against
+  square puts 17 second (labelled yellow, firing broadly off the objects), circle against triangle
+  puts 19 second (no concept above IoU 0.01). All 9 pairs: 16/18 = 0.89, short of the 0.9 asked;
 - 20 random 64/64 splits of 128 held-out scenes: no feature significant in 20 of 20;
-- clamping "circle" makes no caption name a circle: no feature of this SAE steers a shape (13, 57, 0,
-  12, 45 at 0.5 to 10× their largest activation, at every position mode, with or without zeroing the
-  square and triangle features: 0 of 40 calibration scenes), so no held-out scene qualifies for the
-  red + circle composition test (test_red_and_circle_clamped_together_change_both). Of the 102 held-out
-  scenes without red or circle, red alone makes 92 captions name red; red with the circle clamp (13, a
-  striped/yellow feature) 38. The cause is the site, not the SAE (test_a_shape_is_read_before_the_sae_site):
-  a circle direction taken without any SAE (mean of circle patches minus square and triangle patches),
-  added at every object patch, makes 0 of 102 captions name a new circle after layer 0 and 56 of 102 at
-  the layer's input. Wider SAEs at this site do have a circle feature (256 latents, k = 16, seeds 4621 and
-  4721: features 139 and 170) and it steers nothing either (3 of 102 captions name a circle at 1 to 10×
-  its largest activation, at every image patch or at the object's patches only, as with no clamp).
+- red + circle: of the 102 held-out scenes without red or circle, 54 qualify (red alone changes only
+  the colour, to red; circle alone only the shape, to a circle); both in one intervention change both
+  and nothing else in 0.91 of them.
 
-Retraining the SAE alone did not reach the 0.9 with the organism's other truths kept (dead latents
-≤ 10 %, top images ≥ 3× random, colour steering ≥ 0.8 at the calibrated clamp). Top-2 precision over
-the 9 pairs (held-out sets, labels from a 768-scene index unless said):
-- 64 latents, k = 4, the recipe's 10 seeds: 0.61-0.78, the shape pairs at most 2 of 6;
-- 80, 96 and 112 latents, k = 4, 4, 6 and 3 seeds: 0.56-0.83; one has a circle feature (112, 36 % dead);
-- 128×4, 10 seeds: 0.61-0.89, with 18-41 % dead latents; 128×8, 3 seeds: 0.56-0.83, 2.3-3.2× random;
-- 256×16, the recipe's seeds: 0.61-0.89 on the selection scenes, but 2.1-2.9× random and calibrated
-  colour steering 0.1-0.7 in all nine; with labels from a 1,024-scene index two seeds of six reached
-  0.94 on the held-out sets (4621 and 4721), at 2.3× and 2.6× random.
-The shape pairs are what fails: circle and square scenes differ most in features that fire beside the
-objects, which no concept's masks explain (26 and 12 here, IoU 0.0 with every concept).
+Other SAEs on this captioner did not reach 0.9 with colour steering kept (top-2 precision over the 9
+pairs, held-out sets, labels from the 2,048-scene index): 64 latents × k 4, the recipe's 10 seeds,
+0.44-0.89 (only 4421, the committed one, steers every colour: 0.95-1.0 on 40 calibration scenes at its
+largest activation, the others 0.0-0.75 for some colour); 96 × 4, 6 seeds, 0.39-0.83; 128 × 4, 6
+seeds, 0.28-0.83. The pairs with circle are what fails in each: no circle feature of its own.
 """
 
 import itertools
@@ -101,8 +91,8 @@ def test_planted_square_and_triangle_features_fire_on_their_own_sets(org, contra
 
 @pytest.mark.xfail(
     strict=True,
-    reason="measured 14/18 = 0.78 over the 9 pairs (colours 12/12, shapes 2/6): "
-    "the SAE has no circle feature, see the module's docstring",
+    reason="measured 16/18 = 0.89 over the 9 pairs (colours 12/12, shapes 4/6): "
+    "circle has no feature of its own, see the module's docstring",
 )
 def test_planted_features_rank_first_in_every_pair(org, contrasts):
     hits = {p: top2_hits(org, contrasts[p], *p) for p in PAIRS}
@@ -156,77 +146,104 @@ def _red(org):
 
 
 def _circle(org):
-    f = CS.concept_features(org, "circle")[0]  # 13: no feature is labelled circle
-    return f, analysis.default_clamp_value(org, f)
+    """The circle feature (the one whose regions match the circles best) and the square and triangle
+    features, zeroed with it: the shape counterpart of red's protocol."""
+    f = CS.concept_features(org, "circle")[0]
+    rivals = tuple(g for shape in ("square", "triangle") for g in CS.concept_features(org, shape))
+    return (f, analysis.default_clamp_value(org, f)), rivals
+
+
+def _positions(org) -> str:
+    return org.summary["steering"]["default_positions"]
+
+
+def _runs(org, imgs, plan) -> dict:
+    """Captions per named run {name: (clamps, suppressed)}, each run one intervention."""
+    out = {}
+    for name, (clamps, sup) in plan.items():
+        out[name] = ST.captions_with_clamps(
+            org.model,
+            org.tokenizer,
+            org.sae,
+            org.hookpoint,
+            imgs,
+            clamps,
+            positions=_positions(org),
+            suppress=sup,
+            floor=analysis.active_floor(org),
+        )
+    return out
 
 
 @pytest.fixture(scope="module")
 def red_circle(org):
-    """Held-out scenes with no red and no circle: the captions with no clamp, red alone, circle alone
-    and both (one intervention), the suppressions of the red protocol in each."""
-    red, sup = _red(org)
-    circle = _circle(org)
+    """Held-out scenes with no red and no circle: the captions with no clamp, red alone (other colours
+    zeroed), circle alone (square and triangle zeroed) and both in one intervention (all of those zeroed)."""
+    red, red_sup = _red(org)
+    circle, circle_sup = _circle(org)
     pool = [s for s in org.heldout_specs if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"])]
     imgs = np.stack([S.render(s)[0] for s in pool])
     caps = {"none": vlm.generate_captions(org.model, org.tokenizer, imgs)}
-    for name, clamps in (("red", [red]), ("circle", [circle]), ("both", [red, circle])):
-        caps[name] = ST.captions_with_clamps(
-            org.model, org.tokenizer, org.sae, org.hookpoint, imgs, clamps, positions="image", suppress=sup
-        )
-    return caps
+    plan = {"red": ([red], red_sup), "circle": ([circle], circle_sup), "both": ([red, circle], red_sup + circle_sup)}
+    return caps | _runs(org, imgs, plan)
 
 
 def _adds(before: str, after: str, concept: str) -> bool:
     return not ST.names_concept(before, concept) and ST.names_concept(after, concept)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no scene qualifies: clamping the circle feature (13, the best circle match) makes 0 of 102 "
-    "held-out captions name a circle (red alone: 92 of 102 name red); no edit after layer 0 changes a shape "
-    "(test_a_shape_is_read_before_the_sae_site)",
-)
+def _changes_only(before: str, after: str, changed: set[str], *concepts: str) -> bool:
+    """`after` names every concept that `before` did not, and differs from it in exactly `changed`."""
+    got = ST.changed_attributes(before, after)
+    return got is not None and set(got) == changed and all(_adds(before, after, c) for c in concepts)
+
+
 def test_red_and_circle_clamped_together_change_both(red_circle):
-    """Over the scenes where red alone and circle alone each change their attribute, both together
-    change both in at least 80 %."""
+    """Over the scenes where red alone changes only the colour (to red) and circle alone only the shape
+    (to a circle), both together change both, and nothing else, in at least 80 %."""
     c = red_circle
-    both_ok = [_adds(n, r, "red") and _adds(n, ci, "circle") for n, r, ci in zip(c["none"], c["red"], c["circle"])]
-    pool = [i for i, ok in enumerate(both_ok) if ok]
-    assert pool, (
-        "no qualifying scene",
-        sum(_adds(n, r, "red") for n, r in zip(c["none"], c["red"])),
-        sum(_adds(n, ci, "circle") for n, ci in zip(c["none"], c["circle"])),
-        len(c["none"]),
-    )
-    both = [_adds(c["none"][i], c["both"][i], "red") and _adds(c["none"][i], c["both"][i], "circle") for i in pool]
-    assert np.mean(both) >= 0.8, (len(pool), np.mean(both))
+    pool = [
+        i
+        for i, n in enumerate(c["none"])
+        if _changes_only(n, c["red"][i], {"colour"}, "red") and _changes_only(n, c["circle"][i], {"shape"}, "circle")
+    ]
+    both = [_changes_only(c["none"][i], c["both"][i], {"colour", "shape"}, "red", "circle") for i in pool]
+    print(f"red + circle: {len(pool)} of {len(c['none'])} scenes qualify; both change both in {np.mean(both):.2f}")
+    # measured 54 of 102 (red alone changes only the colour in 66, circle alone only the shape in 86)
+    assert len(pool) >= 0.3 * len(c["none"]), (len(pool), len(c["none"]))
+    assert np.mean(both) >= 0.8, (len(pool), np.mean(both))  # measured 0.91
 
 
 def test_red_alone_through_the_general_path_is_the_recorded_protocol(org, red_circle):
     """The multi-clamp path with one clamp is the single clamp: red alone names red as the recorded
-    steering does (0.88 on its 25 scenes), here on every held-out scene without red or circle."""
+    steering does, here on every held-out scene without red or circle."""
     got = np.mean([ST.names_concept(c, "red") for c in red_circle["red"]])
-    assert got >= 0.8, got  # measured 0.90 of 102
+    assert got >= 0.8, got  # measured 0.97 of 102
 
 
 def test_the_combination_of_one_scene_matches_the_batched_captions(org, red_circle):
-    red, sup = _red(org)
-    circle = _circle(org)
+    """The tab's path (analysis.steer_combination) gives the batched captions: no clamp, all together,
+    and each alone with the suppressions asked for."""
+    red, red_sup = _red(org)
+    circle, circle_sup = _circle(org)
     spec = next(
         s for s in org.heldout_specs if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"])
     )
-    out = analysis.steer_combination(org, S.render(spec)[0], [red, circle], suppress=sup, positions="image")
+    img = S.render(spec)[0]
+    sup = red_sup + circle_sup
+    out = analysis.steer_combination(org, img, [red, circle], suppress=sup, positions=_positions(org))
+    alone = _runs(org, img[None], {"red": ([red], sup), "circle": ([circle], sup)})
     assert out["baseline"]["caption"] == red_circle["none"][0]
-    assert [a["caption"] for a in out["alone"]] == [red_circle["red"][0], red_circle["circle"][0]]
     assert out["together"]["caption"] == red_circle["both"][0]
-    assert out["alone"][0]["names_concept"] == {str(red[0]): ST.names_concept(red_circle["red"][0], "red")}
+    assert [a["caption"] for a in out["alone"]] == [alone["red"][0], alone["circle"][0]]
+    assert out["alone"][0]["names_concept"] == {str(red[0]): ST.names_concept(alone["red"][0], "red")}
     assert out["clamps"][0]["concept"] == "red"
 
 
 def test_three_clamps_cost_about_what_one_does(org):
     red, sup = _red(org)
     imgs = np.stack([S.render(s)[0] for s in org.heldout_specs[:32]])
-    three = [red, _circle(org), (int(org.summary["steering"]["colour_features"]["blue"]), 1.0)]
+    three = [red, _circle(org)[0], (int(org.summary["steering"]["colour_features"]["blue"]), 1.0)]
 
     def best(clamps) -> float:
         times = []
@@ -239,8 +256,9 @@ def test_three_clamps_cost_about_what_one_does(org):
                 org.hookpoint,
                 imgs,
                 clamps,
-                positions="image",
+                positions=_positions(org),
                 suppress=[g for g in sup if g != three[2][0]],
+                floor=analysis.active_floor(org),
             )
             times.append(time.perf_counter() - t0)
         return min(times)
@@ -250,54 +268,27 @@ def test_three_clamps_cost_about_what_one_does(org):
     assert three_s <= 1.5 * one_s, (one_s, three_s)
 
 
-# ----------------------------------------------------------------- why no clamp at this site draws a shape
-@pytest.fixture(scope="module")
-def shape_probe(org):
-    """A circle direction without the SAE: the mean residual at circle patches minus that at square and
-    triangle patches (index scenes), added twice at every object patch of the held-out scenes with no red
-    and no circle, at the SAE's site and at the input of the same layer; per site, how many captions newly
-    name a circle."""
+# ------------------------------------------------------------ the caption is read after the SAE's site
+def test_the_caption_is_read_after_the_sae_site(org):
+    """Why a clamp at this site can change any attribute: the captioner reads its caption from the image
+    positions after layer 0 (it was trained with layer 0's reads of the image made unreliable,
+    zoo.recipes.features). Layer 0's output at the image positions taken from the neighbouring scene
+    makes the caption that scene's; a captioner that read the image in layer 0 would keep its own."""
+    specs = org.heldout_specs[:64]
+    imgs = np.stack([S.render(s)[0] for s in specs])
+    other = np.roll(np.arange(len(specs)), 1)
     sl = vlm.image_slice(org.model)
-    train = org.index_specs[:400]
-    shape = vlm.patch_targets(train)["shape"]  # 0 background, then S.SHAPES in order
-    pool = [s for s in org.heldout_specs if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"])]
-    imgs = np.stack([S.render(s)[0] for s in pool])
-    on_object = vlm.patch_targets(pool)["shape"] > 0
-    none = vlm.generate_captions(org.model, org.tokenizer, imgs)
-    out = {"n": len(pool)}
-    for site in (org.hookpoint, org.hookpoint + ":input"):
-        acts = torch.cat(
-            [
-                h[:, sl]
-                for _, h in vlm.residuals(org.model, org.tokenizer, np.stack([S.render(s)[0] for s in train]), site)
-            ]
-        )
-        mean = {k: acts[shape == k].mean(0) for k in (1, 2, 3)}
-        direction = mean[1] - (mean[2] + mean[3]) / 2
+    src = torch.cat([h for _, h in vlm.residuals(org.model, org.tokenizer, imgs[other], org.hookpoint)])
 
-        def add(h, direction=direction):
-            if h.shape[-2] == 1:  # generated tokens read the edited prompt through attention
-                return None
-            out_ = h.clone()
-            patches = out_[:, sl]
-            patches[on_object[: h.shape[0]]] += 2 * direction
-            out_[:, sl] = patches
-            return out_
+    def patched(h):
+        if h.shape[-2] == 1:  # generated tokens read the patched prompt through attention
+            return None
+        out = h.clone()
+        out[:, sl] = src[: h.shape[0], sl]
+        return out
 
-        with vlm.edit_residual(org.model, site, add):
-            caps = vlm.generate_captions(org.model, org.tokenizer, imgs, batch_size=len(imgs))
-        out[site] = sum(_adds(n, c, "circle") for n, c in zip(none, caps))
-    return out
-
-
-def test_a_shape_is_read_before_the_sae_site(org, shape_probe):
-    """Why the red + circle test has no scene: the captioner reads an object's shape in layer 0's
-    attention, from the layer's input, so no edit of the image positions after layer 0 (where this SAE
-    sits) changes a shape in the caption, while the same edit at the layer's input does."""
-    n = shape_probe["n"]
-    after, before = shape_probe[org.hookpoint], shape_probe[org.hookpoint + ":input"]
-    print(
-        f"circle direction at object patches: {after}/{n} captions name a new circle after layer 0, {before}/{n} before it"
-    )
-    assert after <= 0.05 * n, shape_probe  # measured 0 of 102
-    assert before >= 0.4 * n, shape_probe  # measured 56 of 102
+    with vlm.edit_residual(org.model, org.hookpoint, patched):
+        caps = vlm.generate_captions(org.model, org.tokenizer, imgs, batch_size=len(imgs))
+    follows = np.mean([c == S.caption(specs[j]) for c, j in zip(caps, other)])
+    print(f"layer 0's image outputs from the neighbouring scene: {follows:.2f} of captions are that scene's")
+    assert follows >= 0.9, follows  # measured 0.98 (the captioner before this recipe: 0.0)

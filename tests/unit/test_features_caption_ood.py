@@ -33,7 +33,8 @@ def test_the_verdict_states_its_threshold():
     assert out["out"] and out["percentile"] == 100 and out["threshold"] == 2 * edge
     head, details = ood.words(out, "layers.0")
     assert "out of the distribution" in head and "above all 512 scenes" in details
-    assert "Threshold: out of distribution above 2× the scenes' 99th percentile (4\u00a0%)" in details
+    assert "Threshold: out of distribution above 2× the scenes' 99th percentile (3.3× the median)" in details
+    assert "reconstruction error" in details and "the median of 512" in details
     assert "near its edge" in ood.words(edgy, "layers.0")[0]
     assert "at their 12th percentile" in ood.words(inside, "layers.0")[1]
     assert "id='features-ood' data-ood='out'" in ood_html(out, "layers.0")

@@ -1,6 +1,6 @@
 """A feature's label says how well it holds: its IoU beside it, "weak" under the paper's mean IoU,
 "broad" for a feature that fires on a large share of all patches, and no label at all under the
-concept explainer's floor. Checked on the zoo's own labels (features 5 "green" and 59 "square")."""
+concept explainer's floor. Checked on the zoo's own labels (features 57 "square" and 17 "yellow")."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def test_the_zoo_tab_shows_weak_and_broad_labels_as_such(org):
     from components.features import pages as feature_pages
     from components.features.figures import label_shown
 
-    assert label_shown(org, 5) == "green (weak: IoU 0.11)"
-    assert label_shown(org, 59).startswith("square (IoU 0.79; broad: fires on ")
-    table = feature_pages.list_features("zoo", "green", "IoU")
-    assert "green (weak: IoU 0.11)" in set(table["concept"])
-    header = feature_pages.open_feature("zoo", 5)[0]
-    assert "wb-weak" in header and "weak: IoU 0.11" in header
+    assert label_shown(org, 57) == "square (weak: IoU 0.14)"
+    assert label_shown(org, 17).startswith("yellow (IoU 0.71; broad: fires on ")
+    table = feature_pages.list_features("zoo", "square", "IoU")
+    assert "square (weak: IoU 0.14)" in set(table["concept"])
+    header = feature_pages.open_feature("zoo", 57)[0]
+    assert "wb-weak" in header and "weak: IoU 0.14" in header

@@ -212,3 +212,27 @@ def test_the_analysis_checks_against_the_organism(tiny_org):
     assert sup == (6,)
     clamps, sup = analysis.check_steering(tiny_org, [(5, 3.0), (6, 2.0)], suppress_family=True)
     assert sup == ()
+
+
+def test_active_positions_edit_only_the_image_patches_where_the_features_fire(tiny):
+    """ "active": the clamp is written at the image positions where a clamped or suppressed feature is
+    among the codes at or above its floor, and nowhere else (not the text, not the other patches)."""
+    model, tok, sae, imgs, _ = tiny
+    h = capture(model, tok, imgs)
+    sl = vlm.image_slice(model)
+    vals, idx = sae.encode_sparse(h)
+    feats = [5, 2, 11, 7]
+    floor = torch.full((sae.n_latents,), float(vals.median()))
+    on = (torch.isin(idx, torch.tensor(feats)) & (vals >= floor[idx]) & (vals > 0)).any(-1)
+    on[:, : sl.start] = False
+    on[:, sl.stop :] = False
+    assert 0 < int(on.sum()) < on[:, sl].numel()  # some patches, not all: the test can tell
+    want = h.clone()
+    want[on] = ST.clamp_codes_many(sae, h, CLAMPS, add_error=False, suppress=(7,))[on]
+    with ST.clamp_features(model, sae, HOOK, CLAMPS, positions="active", suppress=[7], floor=floor):
+        seen = capture(model, tok, imgs)
+    torch.testing.assert_close(seen, want)
+    # without a floor any activation counts: at least as many patches are edited
+    with ST.clamp_features(model, sae, HOOK, CLAMPS, positions="active", suppress=[7]):
+        loose = capture(model, tok, imgs)
+    assert int((loose != h).any(-1).sum()) >= int((seen != h).any(-1).sum())

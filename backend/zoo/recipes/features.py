@@ -9,7 +9,10 @@ and a TopK SAE on one residual-stream site of its LM with a feature index.
 The captioner is trained with the caption loss plus a small dense auxiliary loss: a linear head on
 the LM input at every image position predicts the colour / shape / texture of the object under that
 patch. That plants the concepts locally (so a feature can be checked against a mask); the head is
-discarded and the saved model is an ordinary LLaVA. The SAE's steering measurements (which features
+discarded and the saved model is an ordinary LLaVA. Half of each batch is also fed a wrong image up to
+the SAE's site (layer 0's output at the image positions is swapped back to the right one), so the caption
+is read from the image positions after that site, as a real LLaVA reads its objects in its middle layers:
+a clamp there can change any attribute, a shape as well as a colour. The SAE's steering measurements (which features
 carry a colour, the calibrated clamp values, the sweeps) are in features_steering.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +36,7 @@ from .features_steering import (
     N_STEER,
     calibrate_values,
     colour_families,
+    floor_of,
     placement_study,
     steering_features,
     steering_sweep,
@@ -47,6 +52,22 @@ def _eval_captions(model, tok, specs):
     model.train()
     accs = [S.attribute_accuracy(p, s) for p, s in zip(preds, specs)]
     return {k: float(np.mean([a[k] for a in accs])) for k in accs[0]}, preds
+
+
+@contextmanager
+def _swapped_at(layer, positions: slice, rows: torch.Tensor):
+    """Within the context, `layer`'s output at `positions` is taken from the batch rows `rows`."""
+
+    def hook(_mod, _args, out):
+        hs = out[0] if isinstance(out, tuple) else out
+        hs = torch.cat([hs[:, : positions.start], hs[rows, positions], hs[:, positions.stop :]], dim=1)
+        return (hs, *out[1:]) if isinstance(out, tuple) else hs
+
+    handle = layer.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 @recipe(
@@ -72,16 +93,26 @@ def train_captioner(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         opt, lambda s: min(1.0, (s + 1) / warm) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
     )
     img_pos = vlm.image_slice(model)
+    # Half of each batch sees a wrong image up to the SAE's site, and the right one after it: rows
+    # [0, bs/2) are fed their neighbour's image, and layer 0's output at the image positions is
+    # swapped back to their own. Layer 0's reads from the image are then unreliable, so the caption
+    # is read after the SAE's site, as in a real LLaVA whose middle layers carry the objects; a clamp
+    # there can change any attribute (a shape too), not only the ones read late.
+    half = bs // 2
+    fed = torch.cat([torch.roll(torch.arange(half), 1), torch.arange(half, bs)])
+    back = torch.argsort(fed)
+    layer0 = model.model.language_model.layers[0]
     heldout = [S.sample_spec(np.random.default_rng(seed + 10_000 + i)) for i in range(N_HELDOUT)]
     log = []
     t0 = time.perf_counter()
     model.train()
     for step in range(steps):
         specs, imgs = S.batch(rng, bs)
-        batch = vlm.training_batch(tok, model, specs, imgs)
-        out = model(**batch, output_hidden_states=True)
-        h = out.hidden_states[0][:, img_pos]  # LM input at image positions
-        tgt = vlm.patch_targets(specs)
+        batch = vlm.training_batch(tok, model, specs, imgs[fed.numpy()])
+        with _swapped_at(layer0, img_pos, back):
+            out = model(**batch, output_hidden_states=True)
+        h = out.hidden_states[0][:, img_pos]  # LM input at image positions (of the image fed)
+        tgt = {f: t[fed] for f, t in vlm.patch_targets(specs).items()}
         aux = sum(nn.functional.cross_entropy(heads[f](h).flatten(0, 1), tgt[f].flatten()) for f in heads)
         assert isinstance(aux, torch.Tensor)  # a sum over the (three) heads, never the empty sum's 0
         loss = out.loss + 0.5 * aux
@@ -210,8 +241,9 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
             ccf,
             cidx.tensors["max_act"],
             calib,
-            positions="image",
+            positions="active",
             multiple=1.5,
+            multiples=(1.0, 1.5, 2.0),  # a coarse grid ranks the candidates; the chosen one is calibrated finely
             suppress_for={c: [f for cc, fs in cfams.items() if cc != c for f in fs] for c in S.COLOURS},
         )
         cbest = [ccal["calibration_success"][c][f"{m:g}"] for c, m in ccal["multiples"].items()]
@@ -267,6 +299,9 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         ("image", 1.5, True),
         ("image", 2.0, True),
         ("image", 2.5, True),
+        ("active", 1.0, True),
+        ("active", 1.5, True),
+        ("active", 2.0, True),
     ]
     # The setting is chosen on the calibration split; the held-out sweep is only reported.
     calib_sweep = steering_sweep(model, tok, sae, SAE_HOOKPOINT, colour_features, max_act, calib, configs, suppress_for)
@@ -304,6 +339,7 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         positions=best["positions"],
         n=N_STEER,
         suppress_for=sup_best,
+        floor=floor_of(max_act),
     )
     calibrated = {
         "positions": best["positions"],
@@ -338,6 +374,7 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
             positions=best["positions"],
             n=TEST_PROTOCOL["n"],
             suppress_for=sup_best,
+            floor=floor_of(max_act),
         )
         tp[name] = {c: v["success"] for c, v in r.items()}
     test_protocol = {**TEST_PROTOCOL, "success": tp}
@@ -355,7 +392,7 @@ def train_scene_sae(out_dir: Path, *, seed: int, steps: int | None) -> dict:
         steering_features(alt_expl, alt_index),
         alt_index.tensors["max_act"],
         heldout,
-        [("prompt", best["multiple"], False), ("image", best["multiple"], best["suppress_other_colours"])],
+        [("prompt", best["multiple"], False), (best["positions"], best["multiple"], best["suppress_other_colours"])],
         {c: [f for cc, fs in alt_fams.items() if cc != c for f in fs] for c in S.COLOURS},
     )
     # Why text positions break: the residual norms of image vs text positions at each site.

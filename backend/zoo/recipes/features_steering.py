@@ -30,8 +30,18 @@ def steering_features(expl, index, min_iou: float = 0.5) -> dict[str, int]:
     return out
 
 
-def colour_families(expl) -> dict[str, list[int]]:
-    return {c: [int(f) for f, e in expl.items() if e.label == c] for c in S.COLOURS}
+def colour_families(expl, min_iou: float = 0.5) -> dict[str, list[int]]:
+    """Per colour, the features labelled with it at IoU ≥ `min_iou`: what a swap to another colour
+    suppresses. A feature labelled a colour at a lower IoU fires mostly off the objects (its label is
+    only its best guess), and zeroing it would not remove a colour."""
+    return {c: [int(f) for f, e in expl.items() if e.label == c and e.score >= min_iou] for c in S.COLOURS}
+
+
+def floor_of(max_act) -> torch.Tensor:
+    """The per-feature activation at which the "active" steering positions count a patch as firing."""
+    from backend.sae import steer as ST
+
+    return ST.ACTIVE_FLOOR * torch.as_tensor(max_act, dtype=torch.float32)
 
 
 CALIB_MULTIPLES = (0.75, 0.875, 1.0, 1.125, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
@@ -39,7 +49,18 @@ N_CALIB = 80
 
 
 def calibrate_values(
-    model, tok, sae, hookpoint, colour_features, max_act, calib, *, positions, multiple, suppress_for=None
+    model,
+    tok,
+    sae,
+    hookpoint,
+    colour_features,
+    max_act,
+    calib,
+    *,
+    positions,
+    multiple,
+    suppress_for=None,
+    multiples=CALIB_MULTIPLES,
 ) -> dict:
     """Per colour, the clamp value (as a multiple of the feature's max activation) that steers best on
     the calibration split (scenes disjoint from the held-out ones it is reported on); ties go to the
@@ -47,7 +68,7 @@ def calibrate_values(
     from backend.sae import steer as ST
 
     rows: dict[str, dict[str, float]] = {c: {} for c in colour_features}
-    for m in CALIB_MULTIPLES:
+    for m in multiples:
         vals = {c: m * float(max_act[f]) for c, f in colour_features.items()}
         r = ST.steering_success(
             model,
@@ -60,12 +81,11 @@ def calibrate_values(
             positions=positions,
             n=N_CALIB,
             suppress_for=suppress_for,
+            floor=floor_of(max_act),
         )
         for c in colour_features:
             rows[c][f"{m:g}"] = r[c]["success"]
-    chosen = {
-        c: float(max(CALIB_MULTIPLES, key=lambda m: (rows[c][f"{m:g}"], -abs(m - multiple)))) for c in colour_features
-    }
+    chosen = {c: float(max(multiples, key=lambda m: (rows[c][f"{m:g}"], -abs(m - multiple)))) for c in colour_features}
     return {"multiples": chosen, "calibration_success": rows, "n_calib": N_CALIB}
 
 
@@ -77,7 +97,7 @@ def placement_study(model, tok, sae, hookpoint, colour_features, max_act, heldou
     from backend.sae import steer as ST
 
     out = {"multiple": multiple, "clamp": {}}
-    for mode in ("image", "text", "prompt"):
+    for mode in ("active", "image", "text", "prompt"):
         vals = {c: multiple * float(max_act[f]) for c, f in colour_features.items()}
         r = ST.steering_success(
             model,
@@ -90,6 +110,7 @@ def placement_study(model, tok, sae, hookpoint, colour_features, max_act, heldou
             positions=mode,
             n=N_STEER,
             suppress_for=suppress_for,
+            floor=floor_of(max_act),
         )
         out["clamp"][mode] = {c: {k: v[k] for k in ("success", "malformed", "example")} for c, v in r.items()}
         print("placement", mode, {c: v["success"] for c, v in r.items()}, flush=True)
@@ -122,20 +143,20 @@ def placement_study(model, tok, sae, hookpoint, colour_features, max_act, heldou
         "malformed": float(np.mean([S.parse_caption(c) is None for c in caps])),
         "n": len(specs),
     }
-    word = out["reconstruction"]["prompt_word"]["norm"]
-    val = float(np.mean([multiple * float(max_act[f]) for f in colour_features.values()]))
+    mal = {m: float(np.mean([v["malformed"] for v in r.values()])) for m, r in out["clamp"].items()}
+    low = {m: min(v["success"] for v in r.values()) for m, r in out["clamp"].items()}
+    rec = out["reconstruction_only_prompt"]
     out["why"] = (
-        f"The clamp value is on the image-feature scale (mean {val:.0f}); image-token residuals here have norm "
-        f"{out['reconstruction']['image']['norm']:.0f}, the text positions only "
-        f"{out['reconstruction']['bos']['norm']:.1f} (<s>) and {word:.1f} (prompt word). Writing the colour "
-        f"direction at that value into the text positions overwrites the state that decides the first caption "
-        f"words, so the caption is malformed (text-only clamp: min success "
-        f"{min(v['success'] for v in out['clamp']['text'].values()):.2f}, malformed "
-        f"{np.mean([v['malformed'] for v in out['clamp']['text'].values()]):.2f}); the SAE reconstruction "
-        f"itself at every prompt position, without a clamp, keeps most captions right (colour accuracy "
-        f"{out['reconstruction_only_prompt']['colour_acc']:.2f}, malformed "
-        f"{out['reconstruction_only_prompt']['malformed']:.2f}). The image positions carry the colour that "
-        f"the caption reads through attention: clamping there alone steers."
+        f"Clamped at every prompt position (the paper's placement), {mal['prompt']:.0%} of the captions are "
+        f"malformed (min success over the colours {low['prompt']:.2f}); at every image patch {mal['image']:.0%} "
+        f"(min success {low['image']:.2f}); at the text positions only {mal['text']:.0%} (min success "
+        f"{low['text']:.2f}). The SAE reconstruction itself at every prompt position, without a clamp, keeps the "
+        f"captions (colour accuracy {rec['colour_acc']:.2f}, malformed {rec['malformed']:.2f}), so what breaks them "
+        f"is where the clamp is written. This captioner reads each word of its caption from the image patches: "
+        f"a colour written on every patch, background included, is read again and again "
+        f"(\u201c{out['clamp']['image'][next(iter(out['clamp']['image']))]['example']}\u201d), while written only "
+        f"on the patches where the clamped and zeroed features fire, the objects', it swaps the object's colour "
+        f"(min success {low['active']:.2f})."
     )
     return out
 
@@ -158,6 +179,7 @@ def steering_sweep(model, tok, sae, hookpoint, colour_features, max_act, heldout
             positions=mode,
             n=N_STEER,
             suppress_for=suppress_for if sup else None,
+            floor=floor_of(max_act),
         )
         key = f"{mode}@{m:g}x" + ("+suppress" if sup else "")
         res[key] = {
