@@ -384,6 +384,7 @@ def steer():
         "image": "on the image's positions",
         "prompt": "at every position of the prompt",
         "all": "at every position",
+        "active": "on the objects' patches only",
     }.get(setting["positions"], setting["positions"])
     side = (
         ""
@@ -391,7 +392,7 @@ def steer():
         else " Only the colour word changes; the rest of each caption stays right."
         if clean_edit == red
         else f" A blunt edit, though: in {f'all {red}' if clean_edit == 0 else f'{red - clean_edit} of the {red}'},"
-        f" {_changed(S, rows)} change too — pushed this hard, the feature overrides much of what the model sees."
+        f" {_changed(S, rows)} change too: the edit reaches more of what the model sees than the colour."
     )
     cap = (
         f"These {n} scenes have nothing red. While the model looks at each, we force feature {feature} up to "
