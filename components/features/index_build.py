@@ -16,7 +16,7 @@ from components.links import deep_links as links
 from components.common import fail
 from components.features.images import MAX_TAB_IMAGES, collect_images, own_build, shown_place
 from components.features.pages import _org, list_features
-from components.features.steering import _site_words, _steering_explain
+from components.features.steering import POSITION_WORDS, _site_words, _steering_explain
 from components.serving.guard import main_only
 from components.inputs.fields import unreadable
 
@@ -58,7 +58,8 @@ def _summary_md(org) -> str:
         per = " · ".join(f"{c} **{r['success']:.0%}**" for c, r in cal["per_colour"].items())
         zeroed = ", other colours' features zeroed" if cal.get("suppress_other_colours") else ""
         parts.append(
-            f"steering ({cal['positions']} positions, clamp value calibrated per colour on scenes "
+            f"steering (at {POSITION_WORDS.get(cal['positions'], cal['positions'] + ' positions').split(' (')[0]}, clamp value "
+            f"calibrated per colour on scenes "
             f"apart from the held-out ones{zeroed}): colour named in held-out captions: {per}"
         )
     elif st.get("best") in st.get("sweep", {}):

@@ -327,14 +327,17 @@ def pinned_html(p: dict | None) -> str:
     )
 
 
+POSITION_WORDS = {
+    "prompt": "every prompt position",
+    "all": "every position",
+    "image": "image positions",
+    "text": "text positions of the prompt",
+    "active": "the objects' patches only (where the features fire)",
+}
+
+
 def _site_words(cfg: dict) -> str:
-    pos = {
-        "prompt": "every prompt position",
-        "all": "every position",
-        "image": "image positions",
-        "text": "text positions of the prompt",
-        "active": "the objects' patches (where the features fire)",
-    }.get(cfg["positions"], cfg["positions"])
+    pos = POSITION_WORDS.get(cfg["positions"], cfg["positions"])
     return f"{pos}, {cfg['multiple']:g}× max activation" + (
         ", other colours' features zeroed" if cfg.get("suppress_other_colours") else ""
     )
