@@ -184,6 +184,13 @@ def family_rivals(org: Organism, feature: int) -> list[int]:
     return sorted(rivals - {int(feature)})
 
 
+def _floor_key(org: Organism, positions: str) -> float | None:
+    """What an "active" result depends on besides its inputs: the floors, which change when a feature
+    index is built for the model (a hub model starts without one)."""
+    floor = active_floor(org) if positions == "active" else None
+    return None if floor is None else float(floor.sum())
+
+
 def active_floor(org: Organism) -> torch.Tensor | None:
     """Per feature, the activation from which the "active" steering positions count a patch as the
     feature's (steer.ACTIVE_FLOOR × its largest activation in the index); None without an index."""
@@ -240,7 +247,11 @@ def steer_caption(
     suppress = tuple(family_rivals(org, feature)) if suppress_family else ()
     if not 0 <= int(feature) < org.n_features:
         raise ValueError(f"feature must be in 0..{org.n_features - 1}")
-    key = make_key(org.cache_id, image, ("steer", int(feature), float(value), positions, bool(add_error), suppress))
+    key = make_key(
+        org.cache_id,
+        image,
+        ("steer", int(feature), float(value), positions, bool(add_error), suppress, _floor_key(org, positions)),
+    )
     hit = _RESULT_CACHE.get(key)
     if hit is not None:
         return concept_verdict(org, hit)
@@ -434,7 +445,11 @@ def _steer_runs(
     # alone, a clamp zeroes what it would zero by itself: the suppressions asked for and, with
     # `suppress_family`, its own family's rivals (a colour clamp alone does not zero the shapes)
     sup_alone = [check_steering(org, [c], suppress, suppress_family)[1] for c in checked] if alone else []
-    key = make_key(org.cache_id, image, ("steer-many", checked, sup, sup_alone, positions, bool(add_error), alone))
+    key = make_key(
+        org.cache_id,
+        image,
+        ("steer-many", checked, sup, sup_alone, positions, bool(add_error), alone, _floor_key(org, positions)),
+    )
     hit = _RESULT_CACHE.get(key)
     if hit is None:
         need_model(org)
