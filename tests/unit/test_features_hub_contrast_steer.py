@@ -320,3 +320,45 @@ def test_several_clamps_in_hub_mode_equal_the_direct_edit_and_leave_no_hook(hub,
     with torch.no_grad():
         assert vlm.hub_generate(org.model, org.processor, img) == out["baseline"]["caption"]
     assert bounds.STEER_CLAMPS.hi == 8  # the refusal above names this bound
+
+
+def test_active_positions_in_hub_mode_edit_only_the_image_tokens_where_the_features_fire(hub):
+    """On LLaVA-NeXT (base image, tiles, row newlines) "active" writes the clamps at the image tokens
+    where a clamped or zeroed feature fires at or above its floor, and leaves every other token as it was;
+    the analysis says how many it edited."""
+    org = loading.get_organism("hub", model=True)
+    img = pixels(hub["a"][1])
+    inputs = vlm.hub_inputs(org.model, org.processor, [img])
+    image = vlm.image_layout(org.model, inputs["input_ids"][0], inputs["image_sizes"][0]).image
+    plain, _, _ = vlm.hub_residuals(org.model, org.processor, [img], org.hookpoint)
+    floor = analysis.active_floor(org)
+    # the features that fire above their floor on the most image tokens: one clamped, one zeroed
+    vals, idx = org.sae.encode_sparse(plain[0, image])
+    strong = idx[vals >= (floor[idx] if floor is not None else 0)]
+    f_clamp, f_zero = (int(f) for f in torch.bincount(strong, minlength=org.n_features).argsort(descending=True)[:2])
+    clamps, sup = [(f_clamp, 40.0)], (f_zero,)
+    on = ST.firing(org.sae, plain, [f_clamp, f_zero], floor)
+    outside = torch.ones_like(on)
+    outside[:, image] = False
+    on &= ~outside
+    assert 0 < int(on.sum()) < len(image), int(on.sum())  # some image tokens, not all: the test can tell
+    counted: list[int] = []
+    with ST.clamp_features(
+        org.model,
+        org.sae,
+        org.hookpoint,
+        clamps,
+        positions="active",
+        suppress=sup,
+        image_positions=image,
+        floor=floor,
+        edited=counted,
+    ):
+        edited, _, _ = vlm.hub_residuals(org.model, org.processor, [img], org.hookpoint)
+    want = plain.clone()
+    want[on] = ST.clamp_codes_many(org.sae, plain, clamps, False, sup)[on]
+    torch.testing.assert_close(edited, want)
+    assert counted == [int(on.sum())]
+    alone = ST.firing(org.sae, plain, [f_clamp], floor) & ~outside
+    out = analysis.steer_caption(org, img, f_clamp, 40.0, positions="active")
+    assert out["edited_positions"] == int(alone.sum()) > 0
