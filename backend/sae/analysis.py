@@ -172,10 +172,11 @@ def analyse_image(org: Organism, image: np.ndarray, top_n: int = 8) -> ImageAnal
 
 def family_rivals(org: Organism, feature: int) -> list[int]:
     """The features of the other concepts of the feature's family (e.g. the other colours): for each,
-    the features whose regions match it at IoU ≥ 0.5 among those labelled with it, or the one that
-    matches it best where none is (organism.concept_carriers, the rule the recipe's swaps follow). A feature labelled a colour at a lower IoU fires mostly off the objects, and zeroing it
-    removes no colour; a shape with no feature of its own (the zoo's circle) still has its best match
-    zeroed, so that a clamp to "square" on a circle has the circle's patches to be written on."""
+    those labelled with it at IoU ≥ 0.5, or the one that matches it best where none is
+    (organism.concept_carriers, the rule the recipe's swaps follow). A feature labelled a colour at a
+    lower IoU fires mostly off the objects, and zeroing it removes no colour. A shape with no feature of
+    its own (the zoo's circle) still has its best match zeroed: where that feature fires, a clamp to
+    "square" with "active" positions has the circle's patches to be written on."""
     lab = org.labels.get(str(int(feature)), {})
     fam, own = lab.get("family"), lab.get("label")
     if fam not in S.FAMILIES:
