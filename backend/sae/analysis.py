@@ -257,7 +257,7 @@ def steer_caption(
     if hit is not None:
         return concept_verdict(org, hit)
     need_model(org)
-    edited: list[int] = []
+    edited: list[torch.Tensor] = []
     with locked(org.model):
         if org.is_hub:
             base = vlm.hub_generate(org.model, org.processor, image)
@@ -303,7 +303,7 @@ def steer_caption(
         # the zoo's captions follow a template that can be checked; free text cannot
         "well_formed": None if org.is_hub else S.parse_caption(steered) is not None,
         # "active": how many image positions the clamp was written at (0: none of its features fire here)
-        "edited_positions": sum(edited) if positions == "active" else None,
+        "edited_positions": (int(torch.stack(edited).sum()) if edited else 0) if positions == "active" else None,
     }
     _RESULT_CACHE.put(key, out)
     return concept_verdict(org, out)

@@ -143,7 +143,7 @@ def clamp_features(
     image_positions: slice | torch.Tensor | None = None,
     suppress: Sequence[int] = (),
     floor: torch.Tensor | None = None,
-    edited: list[int] | None = None,
+    edited: list[torch.Tensor] | None = None,
 ):
     """Several clamps and suppressions as one intervention: one hook, removed (and the model's lock
     released) in `finally`, so the edits are applied together to the same residual. `floor`: per
@@ -168,8 +168,8 @@ def clamp_features(
             on_image[sl] = True
             at &= on_image
             out[at] = new[at]
-            if edited is not None:
-                edited.append(int(at.sum()))
+            if edited is not None:  # a count on the device: read once the caption is done, no sync here
+                edited.append(at.sum())
             return out
         if positions == "image":
             out = h.clone()
@@ -198,7 +198,7 @@ def clamp_feature(
     image_positions: slice | torch.Tensor | None = None,
     suppress: Sequence[int] = (),
     floor: torch.Tensor | None = None,
-    edited: list[int] | None = None,
+    edited: list[torch.Tensor] | None = None,
 ):
     with clamp_features(
         model,
@@ -228,7 +228,7 @@ def captions_with_clamps(
     add_error: bool = False,
     suppress: Sequence[int] = (),
     floor: torch.Tensor | None = None,
-    edited: list[int] | None = None,
+    edited: list[torch.Tensor] | None = None,
 ) -> list[str]:
     with clamp_features(
         model,
@@ -258,7 +258,7 @@ def steered_captions(
     add_error: bool = False,
     suppress: Sequence[int] = (),
     floor: torch.Tensor | None = None,
-    edited: list[int] | None = None,
+    edited: list[torch.Tensor] | None = None,
 ) -> list[str]:
     return captions_with_clamps(
         model,
@@ -288,7 +288,7 @@ def hub_caption_with_clamps(
     add_error: bool = False,
     suppress: Sequence[int] = (),
     floor: torch.Tensor | None = None,
-    edited: list[int] | None = None,
+    edited: list[torch.Tensor] | None = None,
     text: str = vlm.HUB_PROMPT,
     max_new_tokens: int = 24,
 ) -> str:
@@ -330,7 +330,7 @@ def hub_steered_caption(
     add_error: bool = False,
     suppress: Sequence[int] = (),
     floor: torch.Tensor | None = None,
-    edited: list[int] | None = None,
+    edited: list[torch.Tensor] | None = None,
     text: str = vlm.HUB_PROMPT,
     max_new_tokens: int = 24,
 ) -> str:

@@ -175,13 +175,17 @@ def _runs(org, imgs, plan) -> dict:
     return out
 
 
+def _without_red_or_circle(org) -> list[dict]:
+    return [s for s in org.heldout_specs if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"])]
+
+
 @pytest.fixture(scope="module")
 def red_circle(org):
     """Held-out scenes with no red and no circle: the captions with no clamp, red alone (other colours
     zeroed), circle alone (square and triangle zeroed) and both in one intervention (all of those zeroed)."""
     red, red_sup = _red(org)
     circle, circle_sup = _circle(org)
-    pool = [s for s in org.heldout_specs if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"])]
+    pool = _without_red_or_circle(org)
     imgs = np.stack([S.render(s)[0] for s in pool])
     caps = {"none": vlm.generate_captions(org.model, org.tokenizer, imgs)}
     plan = {"red": ([red], red_sup), "circle": ([circle], circle_sup), "both": ([red, circle], red_sup + circle_sup)}
@@ -226,9 +230,7 @@ def test_the_combination_of_one_scene_matches_the_batched_captions(org, red_circ
     and each alone with the suppressions asked for."""
     red, red_sup = _red(org)
     circle, circle_sup = _circle(org)
-    spec = next(
-        s for s in org.heldout_specs if all(o["colour"] != "red" and o["shape"] != "circle" for o in s["objects"])
-    )
+    spec = _without_red_or_circle(org)[0]
     img = S.render(spec)[0]
     sup = red_sup + circle_sup
     out = analysis.steer_combination(org, img, [red, circle], suppress=sup, positions=_positions(org))
@@ -249,17 +251,7 @@ def test_three_clamps_cost_about_what_one_does(org):
         times = []
         for _ in range(5):
             t0 = time.perf_counter()
-            ST.captions_with_clamps(
-                org.model,
-                org.tokenizer,
-                org.sae,
-                org.hookpoint,
-                imgs,
-                clamps,
-                positions=_positions(org),
-                suppress=[g for g in sup if g != three[2][0]],
-                floor=analysis.active_floor(org),
-            )
+            _runs(org, imgs, {"run": (clamps, [g for g in sup if g != three[2][0]])})
             times.append(time.perf_counter() - t0)
         return min(times)
 

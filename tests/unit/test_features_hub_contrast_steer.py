@@ -342,7 +342,7 @@ def test_active_positions_in_hub_mode_edit_only_the_image_tokens_where_the_featu
     outside[:, image] = False
     on &= ~outside
     assert 0 < int(on.sum()) < len(image), int(on.sum())  # some image tokens, not all: the test can tell
-    counted: list[int] = []
+    counted: list[torch.Tensor] = []
     with ST.clamp_features(
         org.model,
         org.sae,
@@ -358,7 +358,7 @@ def test_active_positions_in_hub_mode_edit_only_the_image_tokens_where_the_featu
     want = plain.clone()
     want[on] = ST.clamp_codes_many(org.sae, plain, clamps, False, sup)[on]
     torch.testing.assert_close(edited, want)
-    assert counted == [int(on.sum())]
+    assert [int(n) for n in counted] == [int(on.sum())]
     alone = ST.firing(org.sae, plain, [f_clamp], floor) & ~outside
     out = analysis.steer_caption(org, img, f_clamp, 40.0, positions="active")
     assert out["edited_positions"] == int(alone.sum()) > 0
