@@ -42,7 +42,7 @@ def test_features_tab(page, server_url, tmp_path):
     first_id = str(summary["steering"]["colour_features"]["red"])
     box = page.locator("#features-id input")
     box.fill(first_id)
-    # red is feature 3, the one the link opened: the header says so already; wait for this page's run
+    # the link opened feature 3; wait for the run that opens red's page (the same page, were red 3)
     with result_of(page, done="#features-header"):
         page.locator("#features-open").click()
     header.get_by_text(f"Feature {first_id}").wait_for()

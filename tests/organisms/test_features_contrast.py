@@ -24,6 +24,17 @@ pairs, held-out sets, labels from the 2,048-scene index): 64 latents × k 4, the
 0.44-0.89 (only 4421, the committed one, steers every colour: 0.95-1.0 on 40 calibration scenes at its
 largest activation, the others 0.0-0.75 for some colour); 96 × 4, 6 seeds, 0.39-0.83; 128 × 4, 6
 seeds, 0.28-0.83. The pairs with circle are what fails in each: no circle feature of its own.
+Nor with other sparsities or training rows (labels from a 768-scene index, 6-9 seeds each; "image":
+trained on the image positions only): k 4 0.50-0.89, image 0.22-0.83; k 6 0.44-0.78, image 0.33-0.67;
+k 8 0.44-0.72, image 0.28-0.94; k 12 0.50-0.67, image 0.44-0.83. The one at 0.94 (k 8, image positions,
+seed 4521; 17/18 on these held-out sets with its 2,048-scene labels, every colour steered in all 25
+scenes) still has no circle feature: circle against square ranks two of square's three features first,
+circle's best match is red's feature (its top images are red circles), and no feature turns a shape
+into a circle alone (red + circle: at most 9 of 102 scenes qualify), so it would trade the red + circle
+truth for this one. Why no SAE finds one: at the SAE's site the captioner writes circle weakly. Over
+400 random scenes, the mean residual of the patches at least half covered by a circle differs from
+that of the other objects' patches by a vector of norm 6.8; square's by 16.4, triangle's by 20.0.
+Circle is close to the mean object, so what a circle adds is small next to its colour and texture.
 """
 
 import itertools
