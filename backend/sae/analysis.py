@@ -202,11 +202,13 @@ def active_floor(org: Organism) -> torch.Tensor | None:
 
 def steering_defaults(org: Organism) -> SteeringDefaults:
     st = org.summary.get("steering", {})
+    calibrated = [int(f) for f in st.get("colour_features", {}).values()]
     return {
         "positions": st.get("default_positions", "prompt"),
         "multiple": float(st.get("value_multiple", 2.0)),
         "suppress": bool(st.get("suppress_other_colours", False)),
         "hookpoint": org.hookpoint,
+        "feature": calibrated[0] if calibrated else None,
     }
 
 

@@ -52,6 +52,7 @@ class SteeringDefaults(TypedDict):
     multiple: float  # of the feature's max activation
     suppress: bool  # zero the clamped feature's family rivals (the other colours)
     hookpoint: str
+    feature: int | None  # the feature the steering was calibrated for (the first colour's), if any
 
 
 class SteeredCaption(TypedDict):

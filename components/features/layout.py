@@ -65,7 +65,11 @@ def build(ctx) -> None:
         org = loading.get_organism(ctx.source)
         n_features = org.n_features
         first = pages.feature_table(org, "", "density" if org.is_hub else "iou")
-        first_id = first[0]["feature"] if first else 0
+        # the feature the organism's steering was calibrated for (the zoo's red), so that the first
+        # "Generate" below, on the first scene, shows a clamp at work; else the top of the list
+        first_id = analysis.steering_defaults(org)["feature"]
+        if first_id is None:
+            first_id = first[0]["feature"] if first else 0
     except Exception as e:  # the organism is not built: say so instead of failing the whole app
         gr.Markdown(f"**The Features model could not be loaded:** {html.escape(str(e))}")
         return

@@ -54,3 +54,21 @@ def test_the_first_view_is_the_top_feature_page(org):
     out = H.first_view("zoo", top)
     assert len(out) == 12 and f"Feature {top} ·" in out[0]
     assert out[-3:] != (gr.skip(),) * 3  # no link: the ids and clamp value follow the page
+
+
+def test_the_zoo_tab_opens_on_a_clamp_that_works_on_the_first_scene(org):
+    """The tab opens on the feature its steering was calibrated for (red), with that feature's clamp
+    value, so the first "Generate" on the first held-out scene (a green circle) names the feature's
+    concept where the caption without the clamp did not."""
+    from backend.sae import scenes as S
+    from components.features.steering import scene_picker
+
+    d = analysis.steering_defaults(org)
+    red = d["feature"]
+    assert red == int(org.summary["steering"]["colour_features"]["red"])
+    img = S.render(org.heldout_specs[int(scene_picker(org)["value"])])[0]
+    r = analysis.steer_caption(
+        org, img, red, analysis.default_clamp_value(org, red), positions=d["positions"], suppress_family=d["suppress"]
+    )
+    assert r["names_concept"] == {"baseline": False, "steered": True}, r
+    assert r["edited_positions"] > 0
