@@ -35,6 +35,11 @@ truth for this one. Why no SAE finds one: at the SAE's site the captioner writes
 400 random scenes, the mean residual of the patches at least half covered by a circle differs from
 that of the other objects' patches by a vector of norm 6.8; square's by 16.4, triangle's by 20.0.
 Circle is close to the mean object, so what a circle adds is small next to its colour and texture.
+A captioner trained to write each colour, shape and texture along a fixed direction of its own at
+the LM input (mean squared error to 8 × the one-hot concepts, weight 0.5; exact captions 0.96) writes
+the three shapes alike (13.2, 14.1, 13.7), and the recipe's SAE on it has a circle feature (IoU 0.85;
+red + circle 1.0 of 32 qualifying scenes), but its striped features rank above the shapes' in the
+shape pairs: 15/18 = 0.83. That captioner is not the committed one.
 """
 
 import itertools
