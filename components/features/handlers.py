@@ -73,8 +73,9 @@ def cleared(source: str):
 
 def first_view(source: str, first_id: int):
     """The tab's first page: the feature a link names (`feature=ID`, or the tab's own `features-id`),
-    else `first_id` (the layout's pick: the feature the steering was calibrated for, else the top of the list). A link's ids and clamp value stand as restored; without an
-    index, the instructions to build one, never an error toast on first opening."""
+    else `first_id` (the layout's pick: the feature the steering was calibrated for, else the top of
+    the list). A link's ids and clamp value stand as restored; without an index, the instructions to
+    build one, never an error toast on first opening."""
     org = _org(source)
     params = links.current_query()
     wanted = params.get("feature", params.get("features-id"))
