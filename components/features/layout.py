@@ -67,7 +67,8 @@ def build(ctx) -> None:
         first = pages.feature_table(org, "", "density" if org.is_hub else "iou")
         # the feature the organism's steering was calibrated for (the zoo's red), so that the first
         # "Generate" below, on the first scene, shows a clamp at work; else the top of the list
-        first_id = analysis.steering_defaults(org)["feature"]
+        defaults = analysis.steering_defaults(org)
+        first_id = defaults["feature"]
         if first_id is None:
             first_id = first[0]["feature"] if first else 0
     except Exception as e:  # the organism is not built: say so instead of failing the whole app
@@ -270,7 +271,6 @@ def build(ctx) -> None:
         elem_classes=["wb-presenter-only"],
     )
     steer_explain = gr.HTML(_steering_explain(org), elem_classes=["wb-advanced"], elem_id="features-steer-explain")
-    defaults = analysis.steering_defaults(org)
     slider_max = clamp_limit(org)
     with gr.Row():
         with gr.Column(scale=2):
