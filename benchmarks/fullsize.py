@@ -11,6 +11,8 @@ configs (no downloads), timed against its plain baseline in the same run, with p
 | Relevance | one MambaLRP explanation (mamba-130m, mamba-1.4b configs; 512 tokens) | forward + backward (Gradient×Input through transformers' Mamba) |
 | Memorization | NeMo localisation of one prompt (SD-1.4 UNet + CLIP text encoder configs) | one UNet forward of the CFG batch (2 × seeds latents) |
 | Features | feature index throughput, images/s (LLaVA-NeXT-8B's Llama-3-8B LM up to layer 24, 576 image tokens, 131072 × 4096 TopK SAE, k = 256) | the bare LM forward to layer 24 |
+| Features | contrast of 2 × 64 images (the same LM and SAE, benchmarks.sae_fullsize) | the bare LM forward to layer 24 over the same images |
+| Features | one caption with 3 clamps + 2 suppressed features in one intervention (the whole 32-layer LM) | the same caption with one clamp |
 | Math neurons | MathNeuro identification per 100 math + 100 non-math samples (Llama-3.2-1B config) | a forward pass over the same 200 samples |
 | Adapters | PiSSA init (peft, pissa_niter_4, r = 16) of every linear layer (Llama-3.2-1B config) | a full SVD of every linear weight |
 
@@ -45,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 SCALES = ("tiny", "width", "full")
 
+from benchmarks import sae_fullsize  # noqa: E402  (Features' contrast and several clamps)
 from benchmarks.fullsize_parts import (  # noqa: E402  (shared with the account and NeMo rows)
     default_dtype,
     index_step,
@@ -317,6 +320,8 @@ BENCHES = {
     "lrp": bench_lrp,
     "nemo": bench_nemo,
     "sae_index": bench_sae_index,
+    "sae_contrast": sae_fullsize.bench_sae_contrast,
+    "sae_steer": sae_fullsize.bench_sae_steer,
     "mathneuro": bench_mathneuro,
     "pissa": bench_pissa,
 }

@@ -16,8 +16,8 @@ shift
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 benches=("$@")
-[ ${#benches[@]} -eq 0 ] && benches=(scan_check services lrp sae_index mathneuro nemo pissa)
-declare -A limit=([scan_check]=90 [services]=240 [lrp]=180 [sae_index]=120 [mathneuro]=150 [nemo]=480 [pissa]=240 [hub_walk]=1800)
+[ ${#benches[@]} -eq 0 ] && benches=(scan_check services lrp sae_index sae_contrast sae_steer mathneuro nemo pissa)
+declare -A limit=([scan_check]=90 [services]=240 [lrp]=180 [sae_index]=120 [sae_contrast]=120 [sae_steer]=150 [mathneuro]=150 [nemo]=480 [pissa]=240 [hub_walk]=1800)
 threads=$(nproc)
 status=0
 for b in "${benches[@]}"; do

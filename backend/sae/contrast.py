@@ -44,6 +44,10 @@ ZOO_BATCH, HUB_BATCH = 64, 4  # the index build's batch sizes (index.build_index
 # model to layer 24 on a GPU (hub_index._index_seconds); and per set (the processor, the first batch)
 ZOO_IMAGE_S, HUB_IMAGE_S = 0.02, 0.5
 ZOO_SET_S, HUB_SET_S = 0.2, 2.0
+# the rank test's seconds per (tested feature × image) on the host: 131,072 features × 128 images took
+# 6.2 s on a 2-core CPU and 2.2 s on a GPU machine's host (benchmarks/sae_fullsize.py); milliseconds
+# at the zoo's 64 features, seconds at a hub SAE's width when most features fire on the sets
+STATS_CELL_S = 4e-7
 _ACTS = ByteLRUCache(16 * 2**20, name="features-contrast-acts")
 
 
@@ -281,8 +285,13 @@ def contrast(
     return out
 
 
+def _stats_seconds(org: Organism, n_a: int, n_b: int) -> float:
+    return STATS_CELL_S * org.n_features * (n_a + n_b)
+
+
 def _contrast_seconds(org: Organism, images_a, images_b, *args, **kwargs) -> float:
-    return capped(_set_seconds(org, len(images_a)) + _set_seconds(org, len(images_b)))
+    n_a, n_b = len(images_a), len(images_b)
+    return capped(_set_seconds(org, n_a) + _set_seconds(org, n_b) + _stats_seconds(org, n_a, n_b))
 
 
 @gpu(duration=_contrast_seconds)
@@ -299,8 +308,8 @@ def contrast_images(org: Organism, images_a: Sequence[np.ndarray], images_b: Seq
 def contrast_cost(org: Organism, n_a: int, n_b: int) -> dict:
     """What a contrast of n_a and n_b new images costs, for the UI to show before it starts: the images'
     prompt passes (in batches) and an estimate in seconds, from this server's measured times of the
-    same computation when there are some, else from the per-image figure above. The statistics
-    themselves take milliseconds."""
+    same computation when there are some, else from the per-image figure above; and the statistics'
+    share (`statistics_seconds`, included), milliseconds at the zoo's width, seconds at a hub SAE's."""
     n_a, n_b = (bounds.check_whole(bounds.CONTRAST_IMAGES, n) for n in (n_a, n_b))
     batch = _batch(org)
     # the rate this server measured for the marked call, per unit of its formula (backend.core.costs)
@@ -310,10 +319,12 @@ def contrast_cost(org: Organism, n_a: int, n_b: int) -> dict:
         if all(m is not None for m in measured)
         else _set_seconds(org, n_a) + _set_seconds(org, n_b)
     )
+    stats_s = _stats_seconds(org, n_a, n_b)
     return {
         "images": n_a + n_b,
         "forward_passes": n_a + n_b,
         "batches": math.ceil(n_a / batch) + math.ceil(n_b / batch),
-        "seconds": round(float(seconds), 1),
+        "seconds": round(float(seconds + stats_s), 1),
+        "statistics_seconds": round(float(stats_s), 3),
         "measured": all(m is not None for m in measured),
     }

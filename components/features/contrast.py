@@ -116,10 +116,12 @@ def estimate(source: str, files_a, files_b, n) -> str:
     if min(n_a, n_b) < bounds.CONTRAST_IMAGES.lo:
         return f"<span class='wb-muted'>At least {bounds.CONTRAST_IMAGES.lo:g} images per set.</span>"
     cost = C.contrast_cost(org, n_a, n_b)
+    stats_s = cost["statistics_seconds"]
+    stats = "milliseconds" if stats_s < 0.5 else f"up to about {stats_s:.0f} s of it ({org.n_features:,} features)"
     return (
         f"<span class='wb-muted'>{cost['images']} images, {cost['batches']} batches of the model: about "
-        f"{cost['seconds']:.0f} s{' (measured on this server)' if cost.get('measured') else ''}; "
-        f"the statistics take milliseconds.</span>"
+        f"{cost['seconds']:.0f} s{' (the model’s share measured on this server)' if cost.get('measured') else ''}; "
+        f"the statistics take {stats}.</span>"
     )
 
 

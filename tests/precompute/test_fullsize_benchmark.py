@@ -41,7 +41,7 @@ def test_fullsize_benchmark_runs_at_tiny_scale(tmp_path):
     assert res["wall_s"] < 60
     tabs = [row["tab"] for row in res["rows"]]
     # Memorization: one search evaluation alone, one in a batch of selections, then a whole localisation
-    assert tabs == ["Relevance", "Memorization", "Memorization", "Memorization", "Features", "Math neurons", "Adapters"]
+    assert tabs == ["Relevance", *["Memorization"] * 3, *["Features"] * 3, "Math neurons", "Adapters"]
     for row in res["rows"]:
         assert row["s"] > 0 and row["baseline_s"] > 0 and row["ratio"] == pytest.approx(row["s"] / row["baseline_s"])
     assert "one search evaluation" in res["rows"][1]["what"] and "in a batch" in res["rows"][2]["what"]
@@ -49,6 +49,11 @@ def test_fullsize_benchmark_runs_at_tiny_scale(tmp_path):
     assert loc["noise_evaluations"] >= 1 and loc["unet_batches"] >= 1 and loc["same_result"] is True
     feats = res["rows"][4]
     assert feats["images_per_s"] > 0 and feats["index_state_gib"] > 0
+    contrast, steer = res["rows"][5], res["rows"][6]
+    assert contrast["what"].startswith("contrast of 2 × 16 images") and contrast["features_tested"] > 0
+    assert 0 < contrast["statistics_s"] < contrast["s"]
+    # three clamps and two zeroed features edit where any of the five fires: at least where one does
+    assert steer["patches_edited_three"] >= steer["patches_edited_one"] > 0
     assert "| Relevance |" in r.stdout and "ratio" in r.stdout
 
 

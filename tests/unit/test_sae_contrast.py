@@ -173,6 +173,10 @@ def test_the_cost_is_told_before_starting():
     assert zoo["images"] == zoo["forward_passes"] == 128 and zoo["batches"] == 2 and 0 < zoo["seconds"] < 10
     hub = C.contrast_cost(org_of(source="hub"), 64, 10)
     assert hub["batches"] == 16 + 3 and hub["seconds"] > 30
+    # the rank test is milliseconds at the zoo's width and seconds at a hub SAE's (131,072 features)
+    assert zoo["statistics_seconds"] < 0.01
+    wide = C.contrast_cost(org_of(n_features=131072, source="hub"), 64, 64)
+    assert wide["statistics_seconds"] > 1 and wide["seconds"] > hub["seconds"] + wide["statistics_seconds"] - 1
     with pytest.raises(ValueError, match="between 2 and 64"):
         C.contrast_cost(org_of(), 1, 64)
 
