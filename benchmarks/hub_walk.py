@@ -142,6 +142,16 @@ def actions():
     def features(c, imgs, i):
         return c.predict(handle_file(imgs[i]), None, api_name="/analyse_image")
 
+    def contrast(c, imgs, i):  # two photos a set; the warm call pairs them otherwise (activations are kept per set)
+        a, b = ([imgs[0], imgs[1]], [imgs[2], imgs[3]]) if i == 0 else ([imgs[0], imgs[2]], [imgs[1], imgs[3]])
+        files = lambda ps: [handle_file(p) for p in ps]  # noqa: E731
+        return c.predict("", "", files(a), files(b), 64, api_name="/features_contrast")
+
+    def steer_many(c, imgs, i):  # three clamps and one zeroed feature in one intervention, beside each alone
+        return c.predict(
+            handle_file(imgs[i]), None, 3, 10.0, "10=8, 20=6", "7", "prompt", False, False, api_name="/steer_many"
+        )
+
     def memorization(c, imgs, i):
         return c.predict(prompts[i], api_name="/memo_check")
 
@@ -159,6 +169,8 @@ def actions():
     return [
         ("Relevance", "MambaLRP + Gradient×Input of one sentence (mamba-130m)", relevance),
         ("Features", "one image's SAE features (LLaVA-NeXT-8B + 131k SAE)", features),
+        ("Features", "contrast of two sets of 2 photos (the same model and SAE)", contrast),
+        ("Features", "3 clamps + 1 zeroed feature: no clamp, each alone, all together", steer_many),
         ("Memorization", "memorization check of one prompt (SD-1.4)", memorization),
         (
             "Math neurons",
@@ -341,7 +353,7 @@ def main(argv: list[str] | None = None) -> dict:
             if not (args.keep_cache and cache.exists()):
                 build_cache(cache, scale, log=lambda m: print(m, file=sys.stderr, flush=True))
             out["build_s"] = time.perf_counter() - t0
-            images = sample_images(cache.parent / "walk-images", 2, 64 if scale == "tiny" else 600)
+            images = sample_images(cache.parent / "walk-images", 4, 64 if scale == "tiny" else 600)
             from tests.helpers.server import serve
 
             log_path = args.log or cache.parent / "walk-server.log"
