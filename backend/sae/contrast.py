@@ -28,8 +28,8 @@ from ..core import bounds, costs
 from ..core.cache import ByteLRUCache, make_key
 from ..core.interventions import locked
 from ..core.zerogpu import capped, gpu
+from . import ranktest, vlm
 from . import scenes as S
-from . import vlm
 from .analysis import model_image
 from .loading import need_model
 from .organism import Organism, shown_label
@@ -46,7 +46,8 @@ ZOO_IMAGE_S, HUB_IMAGE_S = 0.02, 0.5
 ZOO_SET_S, HUB_SET_S = 0.2, 2.0
 # the rank test's seconds per (tested feature × image) on the host: 131,072 features × 128 images took
 # 6.2 s on a 2-core CPU and 2.2 s on a GPU machine's host (benchmarks/sae_fullsize.py); milliseconds
-# at the zoo's 64 features, seconds at a hub SAE's width when most features fire on the sets
+# at the zoo's 64 features, seconds at a hub SAE's width when most features fire on the sets. With the
+# SAE on a GPU the test runs there (ranktest), and this host figure is an upper bound
 STATS_CELL_S = 4e-7
 _ACTS = ByteLRUCache(16 * 2**20, name="features-contrast-acts")
 
@@ -183,12 +184,20 @@ def _top(col: np.ndarray, n: int) -> list[int]:
 
 
 def contrast_stats(
-    acts_a, acts_b, *, alpha: float = ALPHA, rows: int = 50, top_images: int = 5, sort: str = "effect"
+    acts_a,
+    acts_b,
+    *,
+    alpha: float = ALPHA,
+    rows: int = 50,
+    top_images: int = 5,
+    sort: str = "effect",
+    device: torch.device | str | None = None,
 ) -> dict:
     """Rank features by how differently they fire on set A than on set B ([n_a, F] and [n_b, F] per-image
     activations). Rows: feature, mean_a, mean_b, diff, rate_a, rate_b (share of images where it fires),
     effect (rank-biserial), p, q (Benjamini–Hochberg), significant (q ≤ alpha), top_a / top_b (row numbers
-    of the set's images where it fires most)."""
+    of the set's images where it fires most). `device`: run the rank test there in torch (ranktest)
+    rather than with scipy on the host; `contrast` passes a CUDA device where the SAE has one."""
     a, b = _check_set(acts_a, "A"), _check_set(acts_b, "B")
     if a.shape[1] != b.shape[1]:
         raise ValueError(
@@ -217,9 +226,14 @@ def contrast_stats(
         # size, the rank-biserial correlation, is the same statistic scaled to [-1, 1], invariant to each
         # feature's own activation scale (Cohen's d would divide by a standard deviation that is ~0 for a
         # feature silent in one set, and assume normal data).
-        res = stats.mannwhitneyu(a[:, tested], b[:, tested], axis=0, method="asymptotic")
-        p[tested] = res.pvalue
-        effect[tested] = 2.0 * res.statistic / (n_a * n_b) - 1.0
+        if device is None:
+            res = stats.mannwhitneyu(a[:, tested], b[:, tested], axis=0, method="asymptotic")
+            u1, p[tested] = res.statistic, res.pvalue
+        else:
+            on = [torch.from_numpy(np.ascontiguousarray(x[:, tested])).to(device) for x in (a, b)]
+            u, pv = ranktest.mann_whitney(*on)
+            u1, p[tested] = u.cpu().numpy(), pv.cpu().numpy()
+        effect[tested] = 2.0 * u1 / (n_a * n_b) - 1.0
         q[tested] = stats.false_discovery_control(p[tested], method="bh")
     mean_a, mean_b = a.mean(0), b.mean(0)
     diff = mean_a - mean_b
@@ -279,7 +293,9 @@ def contrast(
         width = np.shape(acts)[-1] if np.ndim(acts) == 2 else None
         if width is not None and width != org.n_features:
             raise ValueError(f"set {name} has {width} features per image but the SAE has {org.n_features}")
-    out = contrast_stats(acts_a, acts_b, alpha=alpha, rows=rows, top_images=top_images, sort=sort)
+    sae_device = org.sae.W_enc.device if org.sae is not None else None
+    device = sae_device if sae_device is not None and sae_device.type == "cuda" else None
+    out = contrast_stats(acts_a, acts_b, alpha=alpha, rows=rows, top_images=top_images, sort=sort, device=device)
     for r in out["rows"]:
         r["label"] = shown_label(org.labels.get(str(r["feature"]), {}))
     return out
