@@ -76,7 +76,8 @@ def build(ctx) -> None:
         return
     # Presenter view (body.wb-presenter, components/common.py): one plain line per section in place of
     # the expert text (`wb-advanced` hides it), the top images with their activation regions large.
-    gr.HTML(PRESENTER_CSS, padding=False, elem_classes=["wb-advanced"])
+    # The <style> applies from a hidden block too; a shown one took a 20 px row and a gap under the link row.
+    gr.HTML(PRESENTER_CSS, padding=False, elem_classes=["wb-hidden"])
     gr.Markdown(
         "**Each feature is one thing the model has learned to notice. The coloured pictures show "
         "where in its favourite images it fires.**",
