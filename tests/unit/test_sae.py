@@ -174,3 +174,25 @@ def test_grouped_topk_selects_what_torch_topk_selects(ties):
     assert torch.equal(vals.sort(-1, descending=True).values, ref)
     assert torch.equal(x.gather(1, idx), vals)
     assert all(len(set(row)) == 16 for row in idx.tolist())  # 16 distinct latents per token
+
+
+def test_the_decoder_sum_in_chunks_is_the_same_sum(monkeypatch):
+    """weighted_rows gathers at most GATHER_ELEMENTS decoder entries at once (a hub SAE's k = 256 rows
+    of 4096 for each of 2,900 prompt tokens were 12 GB): chunked, every row's sum is the same, bit for
+    bit, as the whole gather's."""
+    from backend.sae import sparse_ops
+
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(300, 48, generator=g)
+    vals = torch.rand(2, 37, 5, generator=g)
+    idx = torch.randint(0, 300, (2, 37, 5), generator=g)
+    whole = (vals.unsqueeze(-1) * W[idx]).sum(-2)
+    monkeypatch.setattr(sparse_ops, "GATHER_ELEMENTS", 7 * 5 * 48)  # 7 rows a chunk: 11 chunks, the last short
+    got = sparse_ops.weighted_rows(W, vals, idx)
+    assert got.shape == (2, 37, 48) and torch.equal(got, whole)
+    sae = TopKSAE(48, 300, 5)
+    v, i = sae.encode_sparse(torch.randn(37, 48, generator=g))
+    monkeypatch.setattr(sparse_ops, "GATHER_ELEMENTS", 1)  # one row a chunk
+    chunked = sae.decode_sparse(v, i)
+    monkeypatch.setattr(sparse_ops, "GATHER_ELEMENTS", 1 << 25)
+    assert torch.equal(chunked, sae.decode_sparse(v, i))
