@@ -220,7 +220,8 @@ def test_active_positions_edit_only_the_image_patches_where_the_features_fire(ti
     model, tok, sae, imgs, _ = tiny
     h = capture(model, tok, imgs)
     sl = vlm.image_slice(model)
-    vals, idx = sae.encode_sparse(h)
+    with torch.no_grad():  # the tiny SAE's weights take gradients; the floor is a plain number
+        vals, idx = sae.encode_sparse(h)
     feats = [5, 2, 11, 7]
     floor = torch.full((sae.n_latents,), float(vals.median()))
     on = (torch.isin(idx, torch.tensor(feats)) & (vals >= floor[idx]) & (vals > 0)).any(-1)
