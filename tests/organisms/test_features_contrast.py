@@ -39,7 +39,12 @@ A captioner trained to write each colour, shape and texture along a fixed direct
 the LM input (mean squared error to 8 × the one-hot concepts, weight 0.5; exact captions 0.96) writes
 the three shapes alike (13.2, 14.1, 13.7), and the recipe's SAE on it has a circle feature (IoU 0.85;
 red + circle 1.0 of 32 qualifying scenes), but its striped features rank above the shapes' in the
-shape pairs: 15/18 = 0.83. That captioner is not the committed one.
+shape pairs: 15/18 = 0.83. That captioner is not the committed one. Nor does moving the SAE to the
+committed captioner's LM input help (layers.0:input, the recipe otherwise unchanged): a circle feature
+appears there (IoU 0.72), but the top-2 precision falls to 8/18 (7/18 by difference of means or by
+firing rate), and its colour steering succeeds in at most 0.08 of the scenes for some colour. On the
+committed organism the other rankings do not reach 0.9 either: 16/18 by difference of means or by p,
+14/18 by firing rate.
 """
 
 import itertools
