@@ -92,8 +92,10 @@ def build_app(source: str = SOURCE) -> gr.Blocks:
         with gr.Row(equal_height=True, elem_classes=["wb-header-row"]):
             gr.HTML(
                 "<div class='wb-header'><h1>Interpretability workbench</h1>"
-                f"<span class='wb-sub'>{(n := papers_in_words(declared))} papers, {n} live instruments</span>"
-                f"<span class='wb-badge'>{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></div>"
+                # the subtitle and the badge wrap together, so the badge never sits alone on a line
+                f"<span class='wb-subline'><span class='wb-sub'>{(n := papers_in_words(declared))} papers, "
+                f"{n} live instruments</span><span class='wb-badge'>"
+                f"{'zoo models' if source == 'zoo' else 'hub checkpoints'}</span></span></div>"
             )
             # Presenter view and light/dark: browser-only switches (components.links.deep_links).
             header_controls(demo)

@@ -138,6 +138,7 @@ CSS = """
 .wb-header {display:flex; flex-wrap:wrap; align-items:baseline; column-gap:14px; row-gap:2px; padding:6px 2px 2px 2px;}
 .wb-header h1 {margin:0; font-size:1.6rem; font-weight:700; letter-spacing:-0.01em;}
 .wb-header .wb-sub {color: var(--body-text-color-subdued); font-size:0.95rem;}
+.wb-header .wb-subline {display:inline-flex; align-items:baseline; column-gap:8px; white-space:nowrap;}
 .wb-badge {display:inline-block; padding:2px 9px; border-radius:999px; font-size:0.75rem;
   font-weight:600; background: var(--color-accent-soft); color: var(--color-accent);
   border:1px solid var(--color-accent); margin-left:6px; white-space:nowrap;}
