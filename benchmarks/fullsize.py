@@ -49,9 +49,11 @@ SCALES = ("tiny", "width", "full")
 
 from benchmarks import sae_fullsize  # noqa: E402  (Features' contrast and several clamps)
 from benchmarks.fullsize_parts import (  # noqa: E402  (shared with the account and NeMo rows)
+    SAE_SHAPE,
     default_dtype,
     index_step,
     llama_1b,
+    llava_next_lm_config,
     measure,
     row,
 )
@@ -133,45 +135,16 @@ def bench_nemo(scale: str, dev: torch.device, repeats: int) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ features
 def bench_sae_index(scale: str, dev: torch.device, repeats: int) -> list[dict]:
-    from transformers import LlamaConfig, LlamaModel
+    from transformers import LlamaModel
 
     from backend.sae.index import IndexBuilder
     from backend.sae.sae import TopKSAE
 
-    if scale == "full":  # Llama-3-8B (LLaVA-NeXT-8B's LM) up to layer 24; the lmms-lab SAE's shape
-        cfg = LlamaConfig(
-            vocab_size=128256,
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=25,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            rope_theta=500000.0,
-            max_position_embeddings=8192,
-        )
-        n_latents, k, patches, prompt, batch = 131072, 256, 576, 24, 8
-    elif scale == "width":  # Llama-3-8B's width, 2 layers (hookpoint layers.1), the whole 131k SAE
-        cfg = LlamaConfig(
-            vocab_size=1000,
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=2,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            rope_theta=500000.0,
-            max_position_embeddings=8192,
-        )
-        n_latents, k, patches, prompt, batch = 131072, 256, 576, 24, 1
-    else:
-        cfg = LlamaConfig(
-            vocab_size=1000,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
-        n_latents, k, patches, prompt, batch = 512, 8, 36, 8, 4
+    # Llama-3-8B (LLaVA-NeXT-8B's LM) up to layer 24 and the lmms-lab SAE's shape; at "width" 2 layers
+    # (hookpoint layers.1) and the whole 131k SAE
+    cfg = llava_next_lm_config(scale, 25)
+    n_latents, k, patches, prompt = SAE_SHAPE[scale]
+    batch = {"full": 8, "width": 1, "tiny": 4}[scale]
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(0)
     with torch.device(dev), default_dtype(dtype):

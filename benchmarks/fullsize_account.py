@@ -18,7 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.account import account  # noqa: E402
 from benchmarks.account_projection import H200  # noqa: E402
-from benchmarks.fullsize_parts import account_row, default_dtype, index_step, llama_1b  # noqa: E402
+from benchmarks.fullsize_parts import (  # noqa: E402
+    SAE_SHAPE,
+    account_row,
+    default_dtype,
+    index_step,
+    llama_1b,
+    llava_next_lm_config,
+)
 
 META = torch.device("meta")
 
@@ -52,22 +59,14 @@ def account_mathneuro() -> list[dict]:
 
 
 def account_sae_index() -> list[dict]:
-    from transformers import LlamaConfig, LlamaModel
+    from transformers import LlamaModel
 
     from backend.sae.index import IndexBuilder
     from backend.sae.sae import TopKSAE
 
-    cfg = LlamaConfig(
-        vocab_size=128256,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=25,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        rope_theta=500000.0,
-        max_position_embeddings=8192,
-    )
-    n_latents, k, patches, prompt, batch = 131072, 256, 576, 24, 8
+    cfg = llava_next_lm_config("full", 25)
+    n_latents, k, patches, prompt = SAE_SHAPE["full"]
+    batch = 8
     with torch.device(META), default_dtype(torch.bfloat16):
         lm = LlamaModel(cfg).eval().requires_grad_(False)
         sae = TopKSAE(cfg.hidden_size, n_latents, k, dtype=torch.bfloat16).eval().requires_grad_(False)

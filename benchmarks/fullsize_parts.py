@@ -176,6 +176,36 @@ def cfg_latents(unet) -> str:
     return f"{size}×{size}"
 
 
+# LLaVA-NeXT-8B's SAE at each scale: latents, k, image tokens (the base image), prompt tokens
+SAE_SHAPE = {"full": (131072, 256, 576, 24), "width": (131072, 256, 576, 24), "tiny": (512, 8, 36, 8)}
+
+
+def llava_next_lm_config(scale: str, layers: int):
+    """LLaVA-NeXT-8B's language model (Llama-3-8B): `layers` of them at full size; at "width" its width
+    with 2 layers and a small vocabulary (not per-layer work); at "tiny" a 64-wide stand-in."""
+    from transformers import LlamaConfig
+
+    if scale == "tiny":
+        return LlamaConfig(
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    return LlamaConfig(
+        vocab_size=128256 if scale == "full" else 1000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=layers if scale == "full" else 2,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        rope_theta=500000.0,
+        max_position_embeddings=8192,
+    )
+
+
 def llama_1b(scale: str, dev: torch.device, dtype=torch.float32):
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -21,53 +21,13 @@ import time
 import numpy as np
 import torch
 
-from benchmarks.fullsize_parts import default_dtype, measure, row, sync
+from benchmarks.fullsize_parts import SAE_SHAPE, default_dtype, llava_next_lm_config, measure, row, sync
 
 HOOK = 24  # LLaVA-NeXT-8B's SAE site, model.layers.24
 
 
-def _llama(scale: str, layers_full: int, vocab: int | None = None):
-    from transformers import LlamaConfig
-
-    if scale == "full":
-        return LlamaConfig(
-            vocab_size=vocab or 128256,
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=layers_full,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            rope_theta=500000.0,
-            max_position_embeddings=8192,
-        )
-    if scale == "width":  # Llama-3-8B's width with 2 layers (hookpoint layers.1)
-        return LlamaConfig(
-            vocab_size=1000,
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=2,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            rope_theta=500000.0,
-            max_position_embeddings=8192,
-        )
-    return LlamaConfig(
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-
-
-def _sizes(scale: str) -> tuple[int, int, int, int, int]:
-    """latents, k, image tokens, prompt tokens, images per set"""
-    return {
-        "full": (131072, 256, 576, 24, 64),
-        "width": (131072, 256, 576, 24, 8),
-        "tiny": (512, 8, 36, 8, 16),
-    }[scale]
+def _images_per_set(scale: str) -> int:
+    return {"full": 64, "width": 8, "tiny": 16}[scale]
 
 
 def bench_sae_contrast(scale: str, dev: torch.device, repeats: int) -> list[dict]:
@@ -76,8 +36,9 @@ def bench_sae_contrast(scale: str, dev: torch.device, repeats: int) -> list[dict
     from backend.sae import contrast as C
     from backend.sae.sae import TopKSAE
 
-    cfg = _llama(scale, HOOK + 1)
-    n_latents, k, patches, prompt, per_set = _sizes(scale)
+    cfg = llava_next_lm_config(scale, HOOK + 1)
+    n_latents, k, patches, prompt = SAE_SHAPE[scale]
+    per_set = _images_per_set(scale)
     batch = C.HUB_BATCH
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(0)
@@ -148,8 +109,8 @@ def bench_sae_steer(scale: str, dev: torch.device, repeats: int) -> list[dict]:
     from backend.sae.sae import TopKSAE
 
     layers = 32 if scale == "full" else 2
-    cfg = _llama(scale, layers)
-    n_latents, k, patches, prompt, _ = _sizes(scale)
+    cfg = llava_next_lm_config(scale, layers)
+    n_latents, k, patches, prompt = SAE_SHAPE[scale]
     hook = f"model.layers.{min(HOOK, layers - 1)}"
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(0)
