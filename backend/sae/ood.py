@@ -6,14 +6,14 @@ anything unlike it badly, so the number is grounded in the model rather than in 
 shape on black is far from the scenes' dark grey in pixels, yet the SAE reconstructs it as well as a
 scene; one on white it does not). The error is absolute, not a share of the residual: a white
 background makes the residual itself about three times a scene's, and its error grows with it, so a
-share hides what the absolute error shows (zoo: a green circle on white leaves 1.3× the scenes' 99th
-percentile as a share, 3.9× absolute). It is compared with the same number over scenes of the
+share hides what the absolute error shows (zoo: a green circle on white leaves 2.3× the scenes' 99th
+percentile as a share, 5.3× absolute). It is compared with the same number over scenes of the
 organism's own set, computed once per organism and kept.
 
 Threshold: out of distribution above OUT_FACTOR × the scenes' 99th percentile. The held-out scenes'
-largest error is 1.0× the index scenes' 99th percentile (measured on the zoo organism, 256 held-out
+largest error is 1.2× the index scenes' 99th percentile (measured on the zoo organism, 256 held-out
 scenes); a factor 2 leaves room for that spread and for the sampling noise of a 99th percentile of
-REFERENCE_SCENES scenes, while a plain green circle on white sits at 3.9-5.7× it (drawn 96 or 48 px a
+REFERENCE_SCENES scenes, while a plain green circle on white sits at 5.3-7.6× it (drawn 96 or 48 px a
 side).
 """
 

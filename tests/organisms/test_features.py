@@ -89,9 +89,9 @@ def test_features_localise_planted_concepts(org, explanations):
 
 def test_top_images_beat_random_images_3x(org, explanations):
     """The paper's statistic: a feature's label IoU on its top-5 images against random images. The paper
-    draws 5 random images per feature; on this organism that estimate spreads from 2.6 to 4.4 over
-    draws, so the test takes the mean it estimates, over all of 256 random scenes (measured 3.31; 3.21
-    and 3.28 on two other sets of 256)."""
+    draws 5 random images per feature; on this organism that estimate spreads from 2.4 to 4.6 over
+    draws (5th to 95th percentile of 100), so the test takes the mean it estimates, over all of 256
+    random scenes (measured 3.18; 3.15 and 3.19 on two other sets of 256)."""
     rng = np.random.default_rng(7)
     specs = [S.sample_spec(rng) for _ in range(256)]
     imgs = np.stack([S.render(s)[0] for s in specs])
@@ -113,9 +113,9 @@ def test_top_images_beat_random_images_3x(org, explanations):
 # seen earlier (red 0.58..0.92) came from the organism being rebuilt in the shared tree between runs
 # (red's feature went from 7, best IoU, to 10), which the recorded protocol result below now catches.
 # Measured by the recipe (25 held-out scenes per colour, the first ones of heldout.json without the
-# colour; multiples calibrated per colour on 80 calibration scenes: red, green, blue 1, yellow 0.875 x
-# max activation): 1.0 for every colour (this test's 12 scenes: red 1.0, green 1.0, blue 0.92, yellow
-# 1.0). The issue's target is 0.8 for every colour.
+# colour; multiples calibrated per colour on 80 calibration scenes: 1 x max activation for every
+# colour): 1.0 for every colour (this test's 12 scenes: 1.0 for every colour). The issue's target is
+# 0.8 for every colour.
 N_TEST = 12
 TEST_START = 100
 
@@ -207,9 +207,9 @@ def test_clamping_at_every_prompt_position_is_measured(org):
     malformed = {m: np.mean([v["malformed"] for v in r.values()]) for m, r in pl.items()}
     assert st["default_positions"] == "active" and low["active"] >= 0.8, low  # measured 1.0 for every colour
     assert max(low["prompt"], low["image"], low["text"]) <= 0.2, low  # measured 0.0 each
-    assert malformed["prompt"] >= 0.5 and malformed["image"] >= 0.5, malformed  # measured 0.99, 0.99
+    assert malformed["prompt"] >= 0.5 and malformed["image"] >= 0.5, malformed  # measured 0.94, 0.94
     # The SAE reconstruction alone at every prompt position (no clamp) keeps the captions right
-    # (measured 1.0), so what breaks the paper's placement is the clamp, not the reconstruction.
+    # (measured 0.98), so what breaks the paper's placement is the clamp, not the reconstruction.
     rec = st["placement"]["reconstruction_only_prompt"]
     assert rec["colour_acc"] >= 0.9 and rec["malformed"] <= 0.05, rec
     assert "every image patch" in st["placement"]["why"] and "objects" in st["placement"]["why"]

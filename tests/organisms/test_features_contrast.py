@@ -10,41 +10,26 @@ and a concept written on every patch comes out as the same word again and again.
 
 Measured on this organism (held-out scenes, 64 a set, exclusive sets, rows by |rank-biserial|):
 - colour pairs (6): the top two rows are one planted feature of each colour in every pair (12/12);
-- shape pairs (3): 4/6. Circle has no feature labelled with it; its best match, 53, is labelled plain
-  (IoU 0.83; circle 0.58) and fires on plain circles only, so it ranks third or lower. Circle against
-  square puts 17 second (labelled yellow, firing broadly off the objects), circle against triangle
-  puts 19 second (no concept above IoU 0.01). All 9 pairs: 16/18 = 0.89, short of the 0.9 asked;
+- shape pairs (3): 5/6. Circle (54, IoU 0.86) ranks first against square and against triangle, with
+  square's 60 and triangle's 48 second; square against triangle puts 48 first and 5 second (no label
+  above the explainer's floor; it fires on every triangle scene), square's 60 below. All 9 pairs:
+  17/18 = 0.94;
 - 20 random 64/64 splits of 128 held-out scenes: no feature significant in 20 of 20;
-- red + circle: of the 102 held-out scenes without red or circle, 54 qualify (red alone changes only
-  the colour, to red; circle alone only the shape, to a circle); both in one intervention change both
-  and nothing else in 0.91 of them.
+- red + circle: of the 102 held-out scenes without red or circle, 63 qualify (red alone changes only
+  the colour, to red, in 97; circle alone only the shape, to a circle, in 64); both in one
+  intervention change both and nothing else in 0.81 of them.
 
-Other SAEs on this captioner did not reach 0.9 with colour steering kept (top-2 precision over the 9
-pairs, held-out sets, labels from the 2,048-scene index): 64 latents × k 4, the recipe's 10 seeds,
-0.44-0.89 (only 4421, the committed one, steers every colour: 0.95-1.0 on 40 calibration scenes at its
-largest activation, the others 0.0-0.75 for some colour); 96 × 4, 6 seeds, 0.39-0.83; 128 × 4, 6
-seeds, 0.28-0.83. The pairs with circle are what fails in each: no circle feature of its own.
-Nor with other sparsities or training rows (labels from a 768-scene index, 6-9 seeds each; "image":
-trained on the image positions only): k 4 0.50-0.89, image 0.22-0.83; k 6 0.44-0.78, image 0.33-0.67;
-k 8 0.44-0.72, image 0.28-0.94; k 12 0.50-0.67, image 0.44-0.83. The one at 0.94 (k 8, image positions,
-seed 4521; 17/18 on these held-out sets with its 2,048-scene labels, every colour steered in all 25
-scenes) still has no circle feature: circle against square ranks two of square's three features first,
-circle's best match is red's feature (its top images are red circles), and no feature turns a shape
-into a circle alone (red + circle: at most 9 of 102 scenes qualify), so it would trade the red + circle
-truth for this one. Why no SAE finds one: at the SAE's site the captioner writes circle weakly. Over
-400 random scenes, the mean residual of the patches at least half covered by a circle differs from
-that of the other objects' patches by a vector of norm 6.8; square's by 16.4, triangle's by 20.0.
-Circle is close to the mean object, so what a circle adds is small next to its colour and texture.
-A captioner trained to write each colour, shape and texture along a fixed direction of its own at
-the LM input (mean squared error to 8 × the one-hot concepts, weight 0.5; exact captions 0.96) writes
-the three shapes alike (13.2, 14.1, 13.7), and the recipe's SAE on it has a circle feature (IoU 0.85;
-red + circle 1.0 of 32 qualifying scenes), but its striped features rank above the shapes' in the
-shape pairs: 15/18 = 0.83. That captioner is not the committed one. Nor does moving the SAE to the
-committed captioner's LM input help (layers.0:input, the recipe otherwise unchanged): a circle feature
-appears there (IoU 0.72), but the top-2 precision falls to 8/18 (7/18 by difference of means or by
-firing rate), and its colour steering succeeds in at most 0.08 of the scenes for some colour. On the
-committed organism the other rankings do not reach 0.9 either: 16/18 by difference of means or by p,
-14/18 by firing rate.
+How the organism got there. The captioner before this one wrote circle at the SAE's site as nearly
+the mean object (over 400 random scenes the circle patches' mean residual was 6.8 from the other
+objects', square's 16.4, triangle's 20.0), and no SAE found a circle feature: the recipe's 64 × 4 over
+10 seeds reached 0.44-0.89, other widths (16-128), sparsities (k 3-12), training rows and an SAE at the
+LM input 0.17-0.94, the one above 0.9 with no circle feature and at most 9 of 102 scenes qualifying
+for red + circle. The captioner now also writes each colour, shape and texture along a fixed direction
+of its own at that site (zoo.recipes.features_site: mean squared error of the projections to 8 × the
+one-hot concepts, weight 0.1; exact captions 0.93). At weight 1 every 64 × 4 SAE on it had 28-66 %
+dead latents (×8, ×4 and ×2.5 alike), and a cross-entropy on the fixed directions gave 0.11-0.33. At weight
+0.1, 1 of the recipe's 20 seeds passes all its checks on the index's scenes (≤ 10 % dead, top images
+3× random, contrast precision ≥ 0.9; 0.94 there) and is the committed SAE; the others reach 0.56-0.94.
 """
 
 import itertools
@@ -109,14 +94,9 @@ def test_planted_square_and_triangle_features_fire_on_their_own_sets(org, contra
             assert any(r["significant"] and r["direction"] == side for r in got), (a, b, concept, got)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="measured 16/18 = 0.89 over the 9 pairs (colours 12/12, shapes 4/6): "
-    "circle has no feature of its own, see the module's docstring",
-)
 def test_planted_features_rank_first_in_every_pair(org, contrasts):
     hits = {p: top2_hits(org, contrasts[p], *p) for p in PAIRS}
-    assert sum(hits.values()) / (2 * len(PAIRS)) >= 0.9, hits
+    assert sum(hits.values()) / (2 * len(PAIRS)) >= 0.9, hits  # measured 17 of 18
 
 
 @pytest.fixture(scope="module")
@@ -232,16 +212,16 @@ def test_red_and_circle_clamped_together_change_both(red_circle):
     ]
     both = [_changes_only(c["none"][i], c["both"][i], {"colour", "shape"}, "red", "circle") for i in pool]
     print(f"red + circle: {len(pool)} of {len(c['none'])} scenes qualify; both change both in {np.mean(both):.2f}")
-    # measured 54 of 102 (red alone changes only the colour in 66, circle alone only the shape in 86)
+    # measured 63 of 102 (red alone changes only the colour in 97, circle alone only the shape in 64)
     assert len(pool) >= 0.3 * len(c["none"]), (len(pool), len(c["none"]))
-    assert np.mean(both) >= 0.8, (len(pool), np.mean(both))  # measured 0.91
+    assert np.mean(both) >= 0.8, (len(pool), np.mean(both))  # measured 0.81
 
 
 def test_red_alone_through_the_general_path_is_the_recorded_protocol(org, red_circle):
     """The multi-clamp path with one clamp is the single clamp: red alone names red as the recorded
     steering does, here on every held-out scene without red or circle."""
     got = np.mean([ST.names_concept(c, "red") for c in red_circle["red"]])
-    assert got >= 0.8, got  # measured 0.97 of 102
+    assert got >= 0.8, got  # measured 1.0 of 102
 
 
 def test_the_combination_of_one_scene_matches_the_batched_captions(org, red_circle):
@@ -284,4 +264,4 @@ def test_the_caption_is_read_after_the_sae_site(org):
         caps = vlm.generate_captions(org.model, org.tokenizer, imgs, batch_size=len(imgs))
     follows = np.mean([c == S.caption(specs[j]) for c, j in zip(caps, other)])
     print(f"layer 0's image outputs from the neighbouring scene: {follows:.2f} of captions are that scene's")
-    assert follows >= 0.9, follows  # measured 0.98 (the captioner before this recipe: 0.0)
+    assert follows >= 0.9, follows  # measured 0.94 (a captioner trained without the swap: 0.0)
