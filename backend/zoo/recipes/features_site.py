@@ -37,7 +37,8 @@ def swapped_at(layer, positions: slice, rows: torch.Tensor, grab: list | None = 
 # by a mean squared error of weight SITE_WEIGHT within the auxiliary loss. Without it the captioner
 # wrote circle there as nearly the mean object (the circle patches' mean residual 6.8 from the other
 # objects', square's 16.4, triangle's 20.0) and no SAE of the recipe's size found a circle feature; at
-# weight 1 the site became so low-rank that half of every SAE's latents died.
+# weight 1 the site became so easy to reconstruct (FVU 0.004) that 28-66 % of the latents of every
+# 64 × 4 SAE on it never fired.
 SITE_PLANT, SITE_WEIGHT = 8.0, 0.1
 
 
