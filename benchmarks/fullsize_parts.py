@@ -180,20 +180,28 @@ def cfg_latents(unet) -> str:
 SAE_SHAPE = {"full": (131072, 256, 576, 24), "width": (131072, 256, 576, 24), "tiny": (512, 8, 36, 8)}
 
 
+def tiny_llama_config(**extra):
+    """The 64-wide, 2-layer Llama every "tiny" row stands in with."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        **extra,
+    )
+
+
 def llava_next_lm_config(scale: str, layers: int):
     """LLaVA-NeXT-8B's language model (Llama-3-8B): `layers` of them at full size; at "width" its width
     with 2 layers and a small vocabulary (not per-layer work); at "tiny" a 64-wide stand-in."""
     from transformers import LlamaConfig
 
     if scale == "tiny":
-        return LlamaConfig(
-            vocab_size=1000,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
+        return tiny_llama_config()
     return LlamaConfig(
         vocab_size=128256 if scale == "full" else 1000,
         hidden_size=4096,
@@ -236,15 +244,7 @@ def llama_1b(scale: str, dev: torch.device, dtype=torch.float32):
             max_position_embeddings=131072,
         )
     else:
-        cfg = LlamaConfig(
-            vocab_size=1000,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            tie_word_embeddings=True,
-        )
+        cfg = tiny_llama_config(tie_word_embeddings=True)
     torch.manual_seed(0)
     with torch.device(dev), default_dtype(dtype):
         return LlamaForCausalLM(cfg).eval().requires_grad_(False)
